@@ -1,0 +1,1 @@
+//! fleet-conformance: black-box specs any fleet implementation can be run against.

@@ -1,0 +1,6 @@
+//! fleet: a cluster init system that schedules systemd units onto machines through etcd.
+//!
+//! The library holds every layer of fleetd and fleetctl; the binaries in `src/bin` only wire them together.
+//! See ARCHITECTURE.md at the repository root for the code map.
+
+pub mod version;

@@ -1,0 +1,1 @@
+//! fleet-harness: starts etcd and systemd machine containers as a fleet cluster for tests.
