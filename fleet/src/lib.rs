@@ -3,4 +3,5 @@
 //! The library holds every layer of fleetd and fleetctl; the binaries in `src/bin` only wire them together.
 //! See ARCHITECTURE.md at the repository root for the code map.
 
+pub mod model;
 pub mod version;

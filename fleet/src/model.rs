@@ -1,0 +1,130 @@
+//! Plain domain values shared by every layer: desired/current unit states, a machine's published state and a
+//! unit's published systemd state. No I/O and no wire formats here; the registry and the API map these to theirs.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+/// Desired ("target") or derived current state of a unit in fleet's model (spec §7.1–§7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum JobState {
+    /// Known to fleet, not assigned to a machine.
+    Inactive,
+    /// Assigned to a machine and loaded into its systemd, not started.
+    Loaded,
+    /// Loaded and started.
+    Launched,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 3] = [JobState::Inactive, JobState::Loaded, JobState::Launched];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Inactive => "inactive",
+            JobState::Loaded => "loaded",
+            JobState::Launched => "launched",
+        }
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A string that is not one of the three job states.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid value {0:?} for JobState")]
+pub struct InvalidJobState(pub String);
+
+impl FromStr for JobState {
+    type Err = InvalidJobState;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "inactive" => Ok(JobState::Inactive),
+            "loaded" => Ok(JobState::Loaded),
+            "launched" => Ok(JobState::Launched),
+            other => Err(InvalidJobState(other.to_string())),
+        }
+    }
+}
+
+/// What a machine publishes about itself (spec §1.10).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MachineState {
+    /// Full machine ID (content of /etc/machine-id, trimmed).
+    pub id: String,
+    /// Public IP used by fleetctl for SSH and shown in listings; may be empty.
+    pub public_ip: String,
+    /// Merged metadata (static from config, overlaid by dynamic keys set through the API).
+    pub metadata: BTreeMap<String, String>,
+    /// fleetd version string of that machine.
+    pub version: String,
+    /// Whether the machine never runs the engine (`disable_engine`).
+    pub disable_engine: bool,
+}
+
+impl MachineState {
+    /// First 8 characters of the ID (the whole ID when shorter).
+    pub fn short_id(&self) -> &str {
+        short_machine_id(&self.id)
+    }
+
+    /// True when `wanted` is this machine's full or short ID (spec §1.10).
+    pub fn matches_id(&self, wanted: &str) -> bool {
+        !wanted.is_empty() && (self.id == wanted || self.short_id() == wanted)
+    }
+}
+
+/// First 8 characters of a machine ID (the whole ID when shorter).
+pub fn short_machine_id(id: &str) -> &str {
+    match id.char_indices().nth(8) {
+        Some((i, _)) => &id[..i],
+        None => id,
+    }
+}
+
+/// systemd's view of one unit on one machine, as published by that machine's agent (spec §7.5).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UnitState {
+    pub name: String,
+    /// Machine that published the state.
+    pub machine_id: String,
+    /// 40-hex SHA-1 of the unit file version the machine runs.
+    pub hash: String,
+    pub load_state: String,
+    pub active_state: String,
+    pub sub_state: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_state_round_trips_through_text() {
+        for s in JobState::ALL {
+            assert_eq!(s.as_str().parse::<JobState>(), Ok(s));
+        }
+        assert_eq!(
+            "running".parse::<JobState>().unwrap_err().to_string(),
+            "invalid value \"running\" for JobState"
+        );
+    }
+
+    #[test]
+    fn machine_matches_full_and_short_id() {
+        let m = MachineState {
+            id: "8363165e6276f500b71169eca9b3f76b".into(),
+            ..Default::default()
+        };
+        assert!(m.matches_id("8363165e6276f500b71169eca9b3f76b"));
+        assert!(m.matches_id("8363165e"));
+        assert!(!m.matches_id("8363165"));
+        assert!(!m.matches_id(""));
+        assert_eq!(short_machine_id("abc"), "abc");
+    }
+}
