@@ -109,18 +109,12 @@ mod tests {
         for s in JobState::ALL {
             assert_eq!(s.as_str().parse::<JobState>(), Ok(s));
         }
-        assert_eq!(
-            "running".parse::<JobState>().unwrap_err().to_string(),
-            "invalid value \"running\" for JobState"
-        );
+        assert_eq!("running".parse::<JobState>().unwrap_err().to_string(), "invalid value \"running\" for JobState");
     }
 
     #[test]
     fn machine_matches_full_and_short_id() {
-        let m = MachineState {
-            id: "8363165e6276f500b71169eca9b3f76b".into(),
-            ..Default::default()
-        };
+        let m = MachineState { id: "8363165e6276f500b71169eca9b3f76b".into(), ..Default::default() };
         assert!(m.matches_id("8363165e6276f500b71169eca9b3f76b"));
         assert!(m.matches_id("8363165e"));
         assert!(!m.matches_id("8363165"));
