@@ -1,0 +1,5 @@
+//! fleetd: configuration (file, environment), wiring of the components, signals and supervision.
+
+pub mod config;
+pub mod duration;
+pub mod ini;
