@@ -1,4 +1,5 @@
 //! HTTP API v1 server (spec §8): routing, wire handlers over the registry, serving on TCP, Unix and
 //! systemd-activated sockets.
 
+pub mod listen;
 pub mod route;
