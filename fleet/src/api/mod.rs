@@ -3,3 +3,4 @@
 
 pub mod listen;
 pub mod route;
+pub mod serve;
