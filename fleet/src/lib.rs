@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod fleetd;
+pub mod machine;
 pub mod model;
 pub mod unit;
 pub mod version;
