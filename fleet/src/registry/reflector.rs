@@ -42,9 +42,20 @@ impl Reflector {
     /// Starts listing and watching in a background task. The first snapshot is empty and disconnected; wait with
     /// [`Reflector::wait_connected`] or [`Reflector::wait_for`] before relying on it.
     pub fn start(registry: &Registry) -> Reflector {
+        Reflector::spawn(registry, None)
+    }
+
+    /// Starts from an earlier snapshot (e.g. one a component kept across a restart of its reflector): watches from
+    /// its revision instead of listing everything again, and falls back to a full list if etcd has compacted that
+    /// revision away.
+    pub fn resume(registry: &Registry, snapshot: Snapshot) -> Reflector {
+        Reflector::spawn(registry, Some(snapshot))
+    }
+
+    fn spawn(registry: &Registry, resume_from: Option<Snapshot>) -> Reflector {
         let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
         let (progress, progress_rx) = mpsc::channel(1);
-        let task = tokio::spawn(run(registry.clone(), tx, progress_rx));
+        let task = tokio::spawn(run(registry.clone(), tx, progress_rx, resume_from));
         Reflector { registry: registry.clone(), rx, progress, task }
     }
 
@@ -141,11 +152,16 @@ enum End {
     Failed(String),
 }
 
-async fn run(registry: Registry, tx: watch::Sender<Arc<Snapshot>>, mut progress: mpsc::Receiver<()>) {
+async fn run(
+    registry: Registry,
+    tx: watch::Sender<Arc<Snapshot>>,
+    mut progress: mpsc::Receiver<()>,
+    mut resume_from: Option<Snapshot>,
+) {
     let mut backoff = MIN_BACKOFF;
     loop {
         let started = Instant::now();
-        match list_and_watch(&registry, &tx, &mut progress).await {
+        match list_and_watch(&registry, &tx, &mut progress, resume_from.take()).await {
             End::Compacted(revision) => {
                 tracing::info!(compacted = revision, "registry watch fell behind compaction; re-listing");
                 backoff = MIN_BACKOFF;
@@ -175,8 +191,17 @@ async fn list_and_watch(
     registry: &Registry,
     tx: &watch::Sender<Arc<Snapshot>>,
     progress: &mut mpsc::Receiver<()>,
+    resume_from: Option<Snapshot>,
 ) -> End {
-    let snapshot = match registry.read_snapshot().await {
+    let listed = match resume_from {
+        // Marked connected only once etcd confirms the watch (its `created` response).
+        Some(mut s) => {
+            s.set_connected(false);
+            Ok(s)
+        }
+        None => registry.read_snapshot().await,
+    };
+    let snapshot = match listed {
         Ok(s) => s,
         Err(e) => return End::Failed(e.to_string()),
     };
@@ -227,6 +252,10 @@ async fn list_and_watch(
             let snapshot = Arc::make_mut(shared);
             for resp in &batch {
                 if resp.created() {
+                    if !snapshot.is_connected() {
+                        snapshot.set_connected(true);
+                        changed = true;
+                    }
                     continue;
                 }
                 if resp.events().is_empty() {
