@@ -373,6 +373,8 @@ async fn reflector_survives_an_etcd_restart() {
     let refl = connected(&reg).await;
     let v = version("[Service]\nExecStart=/bin/true\n");
     reg.create_unit(&put("before.service", &v, JobState::Loaded)).await.unwrap();
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(4)).await.unwrap();
+    reg.register_machine(&machine("m1"), lease.id()).await.unwrap();
     refl.wait_for(WAIT, "before.service", |s| s.unit("before.service").map(|_| ())).await.unwrap();
 
     etcd.kill();
@@ -397,4 +399,48 @@ async fn reflector_survives_an_etcd_restart() {
         .unwrap();
     assert_eq!(unit_names(&snap), BTreeSet::from(["after.service".to_string(), "before.service".to_string()]));
     assert_same_view(&snap, &reg.read_snapshot().await.unwrap());
+
+    // etcd keeps leases across its restart and the keeper re-opens its keep-alive stream: presence survives
+    // longer than one TTL after the restart.
+    let ttl = lease.ttl();
+    tokio::time::timeout(ttl + Duration::from_secs(1), lease.lost()).await.expect_err("lease must survive");
+    assert!(reg.read_snapshot().await.unwrap().machine("m1").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousand_units_destroy_within_budget_and_bodies_are_collected() {
+    use futures::StreamExt;
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/scale").await;
+    let refl = connected(&reg).await;
+    let versions: Arc<Vec<Version>> =
+        Arc::new((0..10).map(|i| version(&format!("[Service]\nExecStart=/bin/sleep {i}\n"))).collect());
+    let names: Vec<String> = (0..1000).map(|i| format!("hello@{i}.service")).collect();
+
+    let start = std::time::Instant::now();
+    futures::stream::iter(names.iter().enumerate())
+        .for_each_concurrent(16, |(i, name)| {
+            let (reg, versions) = (reg.clone(), versions.clone());
+            async move {
+                reg.create_unit(&put(name, &versions[i % 10], JobState::Launched)).await.unwrap();
+            }
+        })
+        .await;
+    let created = start.elapsed();
+    refl.wait_for(WAIT, "1000 units", |s| (s.units().count() == 1000).then_some(())).await.unwrap();
+
+    let start = std::time::Instant::now();
+    futures::stream::iter(names.iter())
+        .for_each_concurrent(16, |name| {
+            let reg = reg.clone();
+            async move {
+                reg.destroy_unit(name).await.unwrap();
+            }
+        })
+        .await;
+    let destroyed = start.elapsed();
+    let snap = refl.wait_for(WAIT, "no units", |s| s.unit_records().is_empty().then(|| s.clone())).await.unwrap();
+    assert_eq!(reg.delete_bodies(&snap.unreferenced_bodies()).await.unwrap(), 10);
+    eprintln!("1000 units: created in {created:?}, destroyed in {destroyed:?}");
+    assert!(destroyed < Duration::from_secs(5), "destroy took {destroyed:?}");
 }
