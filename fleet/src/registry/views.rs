@@ -222,7 +222,6 @@ mod tests {
 
 #[cfg(test)]
 mod scale {
-    use super::*;
     use crate::registry::keys::Key;
     use crate::registry::snapshot::tests::{Build, H1};
 
