@@ -41,8 +41,28 @@ pub use machines::Registration;
 pub use records::{MachineObject, StateRecord, UnitObject};
 pub use reflector::Reflector;
 pub use snapshot::{BodyRecord, Change, LeaderRecord, MachineRecord, Snapshot, UnitRecord};
-pub use units::{PutUnit, UnitWrite};
+pub use units::{Destroyed, PutUnit, UnitWrite};
 pub use views::{UnitView, current_state};
+
+/// Keys per page when listing the prefix.
+pub const LIST_PAGE: i64 = 1000;
+
+/// Largest gRPC message accepted from etcd (list pages, watch batches while catching up). tonic's default of
+/// 4 MB is too small for a watcher catching up on a busy 10,000-unit cluster.
+pub(crate) const MAX_MESSAGE: usize = 256 * 1024 * 1024;
+
+/// End of the etcd range holding every key that starts with `prefix`.
+pub(crate) fn range_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // All 0xff (or empty): every key from the prefix on.
+    vec![0]
+}
 
 /// How to reach etcd.
 #[derive(Debug, Clone)]
@@ -116,20 +136,42 @@ impl Registry {
 
     /// A one-shot consistent read of the whole prefix (what the reflector does on (re-)list). For tools that do not
     /// keep a reflector, e.g. fleetctl's etcd driver.
+    ///
+    /// Read in pages of [`LIST_PAGE`] keys, all at the revision of the first page, so a cluster of any size never
+    /// needs one huge gRPC message and the result is still one consistent revision.
     pub async fn read_snapshot(&self) -> Result<Snapshot> {
         let prefix = self.keys.prefix().to_string();
-        let mut resp = self
-            .client
-            .clone()
-            .get(prefix.as_str(), Some(etcd_client::GetOptions::new().with_prefix()))
-            .await
-            .map_err(RegistryError::etcd("get", prefix.clone()))?;
-        let revision = resp.header().map_or(0, |h| h.revision());
-        let kvs = resp.take_kvs();
-        let changes = kvs.iter().map(|kv| {
-            (kv.key(), Change::Put { value: kv.value(), mod_revision: kv.mod_revision(), lease: kv.lease() })
-        });
-        Ok(Snapshot::from_kvs(&self.keys, revision, changes))
+        let end = range_end(prefix.as_bytes());
+        let mut kv = self.client.kv_client().max_decoding_message_size(MAX_MESSAGE);
+        let mut snapshot = Snapshot::default();
+        let mut start = prefix.clone().into_bytes();
+        let mut revision = 0;
+        loop {
+            let mut options = etcd_client::GetOptions::new().with_range(end.clone()).with_limit(LIST_PAGE);
+            if revision > 0 {
+                options = options.with_revision(revision);
+            }
+            let resp =
+                kv.get(start.clone(), Some(options)).await.map_err(RegistryError::etcd("get", prefix.clone()))?;
+            if revision == 0 {
+                revision = resp.header().map_or(0, |h| h.revision());
+            }
+            for kv in resp.kvs() {
+                let change = Change::Put { value: kv.value(), mod_revision: kv.mod_revision(), lease: kv.lease() };
+                snapshot.apply(&self.keys, kv.key(), change);
+            }
+            match resp.kvs().last() {
+                Some(last) if resp.more() => {
+                    // Next page starts right after the last key returned.
+                    start = last.key().to_vec();
+                    start.push(0);
+                }
+                _ => break,
+            }
+        }
+        snapshot.set_revision(revision);
+        snapshot.set_connected(true);
+        Ok(snapshot)
     }
 
     /// Runs a transaction and returns whether its compares held.
@@ -140,5 +182,14 @@ impl Registry {
         txn: etcd_client::Txn,
     ) -> Result<etcd_client::TxnResponse> {
         self.client.clone().txn(txn).await.map_err(RegistryError::etcd(op, key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn range_end_increments_the_last_byte() {
+        assert_eq!(super::range_end(b"/p/"), b"/p0");
+        assert_eq!(super::range_end(b"a\xff"), b"b");
     }
 }

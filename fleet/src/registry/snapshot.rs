@@ -83,7 +83,7 @@ pub enum Change<'a> {
 }
 
 impl Snapshot {
-    /// A snapshot built from a full range read of the prefix at `revision`.
+    /// A snapshot built from a full range read of the prefix at `revision` (connected).
     pub fn from_kvs<'a>(keys: &Keys, revision: i64, kvs: impl IntoIterator<Item = (&'a [u8], Change<'a>)>) -> Self {
         let mut s = Snapshot { revision, connected: true, ..Default::default() };
         for (key, change) in kvs {

@@ -32,15 +32,25 @@ pub struct PutUnit<'a> {
     pub desired: JobState,
 }
 
+/// What [`Registry::destroy_unit`] deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destroyed {
+    /// The deleted unit object (`None` if it was unreadable); its bodies are now GC candidates.
+    pub object: Option<UnitObject>,
+    /// Revision of the delete.
+    pub revision: i64,
+}
+
 /// What [`Registry::put_unit`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UnitWrite {
     Created {
         revision: i64,
     },
-    /// The unit existed with another hash; `previous` is kept as the object's `previousHash`.
+    /// The unit existed with another hash; `previous` is kept as the object's `previousHash` (`None` if the old
+    /// object was unreadable).
     Replaced {
-        previous: String,
+        previous: Option<String>,
         revision: i64,
     },
     /// The unit already has this hash; nothing was written (desired state included).
@@ -120,24 +130,28 @@ impl Registry {
         for _ in 0..MAX_ATTEMPTS {
             let resp =
                 self.client.clone().get(key.as_str(), None).await.map_err(RegistryError::etcd("get", key.as_str()))?;
-            let current = match resp.kvs().first() {
-                Some(kv) => Some((decode_json::<UnitObject>(&key, "unit object", kv.value())?, kv.mod_revision())),
-                None => None,
-            };
+            // An unreadable object is replaced (with no previous hash) rather than blocking every repair.
+            let current = resp.kvs().first().map(|kv| {
+                let object = decode_json::<UnitObject>(&key, "unit object", kv.value())
+                    .inspect_err(|e| tracing::warn!(error = %e, "replacing unreadable unit object"))
+                    .ok();
+                (object, kv.mod_revision())
+            });
             // Guard on exactly what was read so the recorded previous hash is the one actually replaced.
             let guard = match &current {
-                Some((o, _)) if o.hash == unit.hash => return Ok(UnitWrite::Unchanged),
+                Some((Some(o), _)) if o.hash == unit.hash => return Ok(UnitWrite::Unchanged),
                 Some((_, mod_revision)) => Compare::mod_revision(key.as_str(), CompareOp::Equal, *mod_revision),
                 None => Compare::version(key.as_str(), CompareOp::Equal, 0),
             };
-            let previous = current.map(|(o, _)| o.hash);
+            let existed = current.is_some();
+            let previous = current.and_then(|(o, _)| o).map(|o| o.hash);
             let txn = Txn::new().when([guard]).and_then(self.unit_write_ops(unit, previous.clone()));
             let resp = self.txn("put unit", &key, txn).await?;
             if resp.succeeded() {
                 let revision = revision_of(&resp);
-                return Ok(match previous {
-                    Some(previous) => UnitWrite::Replaced { previous, revision },
-                    None => UnitWrite::Created { revision },
+                return Ok(match (existed, previous) {
+                    (true, previous) => UnitWrite::Replaced { previous, revision },
+                    (false, _) => UnitWrite::Created { revision },
                 });
             }
         }
@@ -161,8 +175,8 @@ impl Registry {
     }
 
     /// Deletes every key of the unit (object, desired, target, launched markers) at once. Its bodies are left
-    /// for garbage collection. Returns the deleted object and the write's revision.
-    pub async fn destroy_unit(&self, name: &str) -> Result<(UnitObject, i64)> {
+    /// for garbage collection.
+    pub async fn destroy_unit(&self, name: &str) -> Result<Destroyed> {
         check_component(Component::UnitName, name)?;
         let object = self.keys.unit_object(name);
         let txn =
@@ -180,8 +194,8 @@ impl Registry {
             }
             _ => None,
         });
-        let raw = deleted.unwrap_or_default();
-        Ok((decode_json(&object, "unit object", &raw)?, revision_of(&resp)))
+        let object = deleted.and_then(|raw| decode_json(&object, "unit object", &raw).ok());
+        Ok(Destroyed { object, revision: revision_of(&resp) })
     }
 
     /// Engine: schedules the unit to `machine` if it exists and is not scheduled. `false` means another writer

@@ -84,7 +84,7 @@ async fn create_replace_destroy_and_collect_bodies() {
 
     assert_eq!(reg.put_unit(&put("a.service", &v1, JobState::Launched)).await.unwrap(), UnitWrite::Unchanged);
     let w = reg.put_unit(&put("a.service", &v2, JobState::Inactive)).await.unwrap();
-    assert!(matches!(&w, UnitWrite::Replaced { previous, .. } if *previous == v1.hash), "{w:?}");
+    assert!(matches!(&w, UnitWrite::Replaced { previous: Some(p), .. } if *p == v1.hash), "{w:?}");
     let w = reg.put_unit(&put("a.service", &v3, JobState::Inactive)).await.unwrap();
     let snap = refl.wait_for_revision(w.revision().unwrap(), WAIT).await.unwrap();
     let a = snap.unit("a.service").unwrap();
@@ -100,8 +100,8 @@ async fn create_replace_destroy_and_collect_bodies() {
     assert_eq!(snap.unreferenced_bodies().iter().map(|(h, _)| h.as_str()).collect::<Vec<_>>(), [v1.hash.as_str()]);
     assert_eq!(reg.delete_bodies(&snap.unreferenced_bodies()).await.unwrap(), 1);
 
-    let (destroyed, _) = reg.destroy_unit("a.service").await.unwrap();
-    assert_eq!(destroyed.hash, v3.hash);
+    let destroyed = reg.destroy_unit("a.service").await.unwrap();
+    assert_eq!(destroyed.object.unwrap().hash, v3.hash);
     assert!(matches!(reg.destroy_unit("a.service").await.unwrap_err(), RegistryError::UnitNotFound { .. }));
     assert!(matches!(
         reg.set_desired("a.service", JobState::Loaded).await.unwrap_err(),
@@ -427,7 +427,11 @@ async fn thousand_units_destroy_within_budget_and_bodies_are_collected() {
         })
         .await;
     let created = start.elapsed();
-    refl.wait_for(WAIT, "1000 units", |s| (s.units().count() == 1000).then_some(())).await.unwrap();
+    let watched = refl.wait_for(WAIT, "1000 units", |s| (s.units().count() == 1000).then(|| s.clone())).await.unwrap();
+    // More keys than one list page: a fresh list (paginated at one revision) must equal the watched view.
+    let listed = Reflector::start(&reg).wait_connected(WAIT).await.unwrap();
+    assert!(listed.unit_records().len() * 3 > fleet::registry::LIST_PAGE as usize);
+    assert_same_view(&watched, &listed);
 
     let start = std::time::Instant::now();
     futures::stream::iter(names.iter())
