@@ -28,7 +28,8 @@ impl Registry {
     /// Registers (or refreshes) this machine's presence under `lease`. Fails with
     /// [`RegistryError::DuplicateMachine`] when another lease holds the ID, i.e. another live fleetd uses the same
     /// machine ID; the caller retries with backoff (the other one may be a previous incarnation whose lease has not
-    /// expired yet).
+    /// expired yet). Refresh only when the published state changed: presence itself is kept by the lease, and every
+    /// rewrite is an etcd write replicated to the whole cluster.
     pub async fn register_machine(&self, state: &MachineState, lease: i64) -> Result<Registration> {
         check_component(Component::MachineId, &state.id)?;
         let key = self.keys.machine_object(&state.id);
