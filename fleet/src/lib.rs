@@ -7,5 +7,6 @@ pub mod api;
 pub mod fleetd;
 pub mod machine;
 pub mod model;
+pub mod registry;
 pub mod unit;
 pub mod version;
