@@ -4,4 +4,5 @@
 //! See ARCHITECTURE.md at the repository root for the code map.
 
 pub mod model;
+pub mod unit;
 pub mod version;
