@@ -92,7 +92,13 @@ mod tests {
 
     #[test]
     fn rejects_malformed_hex() {
-        for bad in ["", "abc", "da39a3ee5e6b4b0d3255bfef95601890afd8070", "da39a3ee5e6b4b0d3255bfef95601890afd807090", "zz39a3ee5e6b4b0d3255bfef95601890afd80709"] {
+        for bad in [
+            "",
+            "abc",
+            "da39a3ee5e6b4b0d3255bfef95601890afd8070",
+            "da39a3ee5e6b4b0d3255bfef95601890afd807090",
+            "zz39a3ee5e6b4b0d3255bfef95601890afd80709",
+        ] {
             let err = bad.parse::<UnitHash>().unwrap_err();
             assert_eq!(err.input, bad);
         }

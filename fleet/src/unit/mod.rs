@@ -25,3 +25,8 @@ pub use name::{NameError, NameInfo};
 pub use option::UnitOption;
 pub use parse::ParseError;
 pub use xfleet::{OptionsError, Requirements};
+
+#[cfg(test)]
+mod parse_tests;
+#[cfg(test)]
+mod property_tests;

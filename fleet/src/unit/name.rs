@@ -87,7 +87,9 @@ fn is_valid_name_char(c: char) -> bool {
 
 /// Whether the name ends in `.<type>` for one of the agent's [`RECOGNIZED_TYPES`].
 pub fn has_recognized_type(name: &str) -> bool {
-    RECOGNIZED_TYPES.iter().any(|t| name.len() > t.len() && name.ends_with(t) && name[..name.len() - t.len()].ends_with('.'))
+    RECOGNIZED_TYPES
+        .iter()
+        .any(|t| name.len() > t.len() && name.ends_with(t) && name[..name.len() - t.len()].ends_with('.'))
 }
 
 /// `maybeAppendDefaultUnitType`: appends `.service` unless the text already ends in a recognised type. fleetctl
@@ -329,7 +331,7 @@ mod tests {
         assert_eq!(validate_name("@b d.service"), Err(NameError::InvalidCharacter(' ')));
         assert_eq!(validate_name("b d@.mount"), Err(NameError::InvalidTemplateType("mount".into())));
         // Length is counted in bytes.
-        let multibyte = format!("{}.service", "é".repeat(124));
+        let multibyte = format!("{}.service", "é".repeat(125));
         assert_eq!(validate_name(&multibyte), Err(NameError::TooLong));
     }
 

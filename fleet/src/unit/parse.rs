@@ -180,10 +180,8 @@ impl<'a> Lexer<'a> {
         let rest = self.to_eol();
         let garbage = trim_space(rest.text);
         if !garbage.is_empty() {
-            let error = ParseError::GarbageAfterSection {
-                line: line_of(self.input, suffix_start),
-                garbage: garbage.to_vec(),
-            };
+            let error =
+                ParseError::GarbageAfterSection { line: line_of(self.input, suffix_start), garbage: garbage.to_vec() };
             return Err(self.fail(error, suffix_start));
         }
         Ok(name)

@@ -215,8 +215,14 @@ mod tests {
     #[test]
     fn machine_id_precedence_and_first_value() {
         assert_eq!(reqs("MachineID=\"123\" \"456\"\n", "a.service").machine_id.as_deref(), Some("123"));
-        assert_eq!(reqs("X-ConditionMachineBootID=c\nX-ConditionMachineID=b\n", "a.service").machine_id.as_deref(), Some("b"));
-        assert_eq!(reqs("X-ConditionMachineID=b\nMachineID=a\nMachineID=z\n", "a.service").machine_id.as_deref(), Some("a"));
+        assert_eq!(
+            reqs("X-ConditionMachineBootID=c\nX-ConditionMachineID=b\n", "a.service").machine_id.as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            reqs("X-ConditionMachineID=b\nMachineID=a\nMachineID=z\n", "a.service").machine_id.as_deref(),
+            Some("a")
+        );
         assert_eq!(reqs("X-ConditionMachineBootID=c\n", "a.service").machine_id.as_deref(), Some("c"));
         assert_eq!(reqs("MachineID=\n", "a.service").machine_id.as_deref(), Some(""));
         assert_eq!(reqs("MachineId=x\n", "a.service").machine_id, None);
@@ -335,10 +341,16 @@ mod tests {
             ("Global=true\nReplaces=a.service\n", Some("Global cannot be used with Replaces")),
             ("Conflicts=a\nReplaces=b\n", Some("Conflicts cannot be used with Replaces")),
             // Precedence: the first row of the table wins.
-            ("MachineID=a\nMachineOf=p\nConflicts=c\nGlobal=1\nReplaces=r\n", Some("MachineID cannot be used with Peers")),
+            (
+                "MachineID=a\nMachineOf=p\nConflicts=c\nGlobal=1\nReplaces=r\n",
+                Some("MachineID cannot be used with Peers"),
+            ),
             ("Global=true\nMachineOf=p\nReplaces=r\n", Some("Global cannot be used with Peers")),
             // Peer/pattern checks come before the combination table.
-            ("MachineID=a\nMachineOf=p\nConflicts=p\n", Some("unresolvable requirements: peer \"p\" matches conflict \"p\"")),
+            (
+                "MachineID=a\nMachineOf=p\nConflicts=p\n",
+                Some("unresolvable requirements: peer \"p\" matches conflict \"p\""),
+            ),
             // Allowed combinations.
             ("Global=true\nMachineMetadata=role=a\nConflicts=x*\n", None),
             ("Global=false\nMachineOf=a.service\n", None),
