@@ -177,7 +177,7 @@ impl<'a> Lexer<'a> {
         let name = go_lossy(&self.input[start..start + len]).into_owned();
         self.pos = start + len + 1;
         let suffix_start = self.pos;
-        let rest = self.to_eol();
+        let rest = self.read_line();
         let garbage = trim_space(rest.text);
         if !garbage.is_empty() {
             let error =
@@ -216,7 +216,7 @@ impl<'a> Lexer<'a> {
     /// space (spec App. C.2).
     fn skip_comment(&mut self) {
         loop {
-            let line = self.to_eol();
+            let line = self.read_line();
             let text = line.text.strip_suffix(b" ").unwrap_or(line.text);
             if !text.ends_with(b"\\") || line.at_eof {
                 return;
@@ -247,7 +247,7 @@ impl<'a> Lexer<'a> {
     fn value(&mut self) -> String {
         let mut raw: Vec<u8> = Vec::new();
         loop {
-            let line = self.to_eol();
+            let line = self.read_line();
             if trim_space(line.text).is_empty() {
                 break;
             }
@@ -272,7 +272,7 @@ impl<'a> Lexer<'a> {
         }
     }
 
-    fn to_eol(&mut self) -> Line<'a> {
+    fn read_line(&mut self) -> Line<'a> {
         let rest = &self.input[self.pos..];
         match rest.iter().position(|&b| b == b'\n') {
             Some(len) => {

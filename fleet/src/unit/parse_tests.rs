@@ -4,7 +4,10 @@
 use super::parse::{ParseError, parse, parse_bytes};
 use super::{UnitFile, UnitOption};
 
-fn opts(list: &[(&str, &str, &str)]) -> Vec<UnitOption> {
+/// (section, name, value)
+type Opt<'a> = (&'a str, &'a str, &'a str);
+
+fn opts(list: &[Opt]) -> Vec<UnitOption> {
     list.iter().map(|(s, n, v)| UnitOption::new(*s, *n, *v)).collect()
 }
 
@@ -14,7 +17,7 @@ fn ok(text: &str) -> Vec<UnitOption> {
 
 #[test]
 fn accepted_inputs() {
-    let cases: &[(&str, &str, &[(&str, &str, &str)])] = &[
+    let cases: &[(&str, &str, &[Opt])] = &[
         ("empty file", "", &[]),
         ("no section at all", "This=Ignored\nOther=x\n", &[]),
         ("text before the first section is dropped", "Junk=1\n[S]\nA=b\n", &[("S", "A", "b")]),
