@@ -289,4 +289,13 @@ mod tests {
         assert!(glob_match("hello.service", "hello.service"));
         assert!(!glob_match("hello.service", "hello.socket"));
     }
+
+    #[test]
+    fn star_resumes_inside_a_multibyte_character_like_go() {
+        // Go's star loop advances byte by byte, and `?` then eats single bytes of "€" (3 bytes).
+        assert!(glob_match("*??", "€"));
+        assert!(!glob_match("*???", "€"));
+        assert!(glob_match("?", "€"));
+        assert!(!glob_match("??", "€"));
+    }
 }
