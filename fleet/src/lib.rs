@@ -3,6 +3,7 @@
 //! The library holds every layer of fleetd and fleetctl; the binaries in `src/bin` only wire them together.
 //! See ARCHITECTURE.md at the repository root for the code map.
 
+pub mod engine;
 pub mod model;
 pub mod unit;
 pub mod version;
