@@ -257,13 +257,33 @@ impl<'s> ClusterView<'s> {
         if unit.replaces.is_empty() {
             return Fit::Ok;
         }
-        let displaced: Vec<String> = self.present[m]
+        let displaced: Vec<UnitIdx> = self.present[m]
             .iter()
             .copied()
             .filter(|&v| !units[v].spec.constraints.global && relation(v) == ReplaceRelation::Replaces)
-            .map(|v| self.unit_name(v).to_string())
             .collect();
-        if displaced.is_empty() { Fit::Ok } else { Fit::Displaces(displaced) }
+        if displaced.is_empty() {
+            return Fit::Ok;
+        }
+        if !constraints.machine_of.is_empty() {
+            let leaving = self.leaving_with(&displaced, m);
+            if let Some(peer) = constraints.machine_of.iter().find(|p| leaving.contains(p.as_str())) {
+                return Fit::Rejected(Rejection::DisplacesPeer { peer: peer.clone() });
+            }
+        }
+        Fit::Displaces(displaced.into_iter().map(|v| self.unit_name(v).to_string()).collect())
+    }
+
+    /// Names of the units that leave `m` when `units` leave: they and, transitively, their `MachineOf=` followers.
+    fn leaving_with(&self, units: &[UnitIdx], m: MachineIdx) -> BTreeSet<&'s str> {
+        let mut leaving = BTreeSet::new();
+        let mut stack = units.to_vec();
+        while let Some(v) = stack.pop() {
+            if leaving.insert(self.unit_name(v)) {
+                stack.extend(self.followers_on(v, m));
+            }
+        }
+        leaving
     }
 
     /// Picks a machine for non-global unit `u` (spec §6.5): its preferred machine if acceptable, else the

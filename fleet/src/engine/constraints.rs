@@ -185,7 +185,7 @@ mod tests {
         assert_eq!(replace_relation("replace-kick0.service", &kick, "replace.0.service", &none), Replaces);
         assert_eq!(replace_relation("replace.0.service", &none, "replace-kick0.service", &kick), ReplacedBy);
         assert_eq!(replace_relation("replace.0.service", &back, "replace-kick0.service", &kick), Circular);
-        assert_eq!(replace_relation("replace.0.service", &none, "other.service", &kick), None);
+        assert_eq!(replace_relation("replace.0.service", &none, "other.service", &back), None);
         assert_eq!(replace_relation("a.service", &set(&["a.service"]), "a.service", &none), None);
     }
 }

@@ -53,6 +53,9 @@ pub enum Rejection {
     Conflict { unit: String },
     /// A present unit replaces this one (§6.10): this one has to go elsewhere.
     ReplacedBy { unit: String },
+    /// Displacing the units this one replaces would take a `MachineOf=` peer away with them (the peer is
+    /// replaced itself, or follows a replaced unit): the unit would undo its own placement.
+    DisplacesPeer { peer: String },
     /// This unit and a scheduled unit replace each other (spec B2 Rec): it is unschedulable while that one runs.
     CircularReplace { unit: String, machine: String },
 }
@@ -74,6 +77,9 @@ impl fmt::Display for Rejection {
             Rejection::PeerNotPresent { peer } => write!(f, "required peer Unit({peer}) is not scheduled locally"),
             Rejection::Conflict { unit } => write!(f, "found conflict with locally-scheduled Unit({unit})"),
             Rejection::ReplacedBy { unit } => write!(f, "found replace with locally-scheduled Unit({unit})"),
+            Rejection::DisplacesPeer { peer } => {
+                write!(f, "required peer Unit({peer}) would leave with the units this unit replaces")
+            }
             Rejection::CircularReplace { unit, machine } => write!(
                 f,
                 "circular Replaces with Unit({unit}) scheduled on Machine({machine}): only one of them may run"

@@ -13,6 +13,7 @@
 //! | `schedule` | the two-pass reconcile: snapshot → ordered decisions |
 //! | `explain` | each machine's verdict for one unit |
 //! | `leader` | leadership decisions per tick |
+//! | `simulate` | synthetic clusters for scale checks and benchmarks |
 
 mod cluster;
 pub mod constraints;
@@ -21,6 +22,7 @@ pub mod fit;
 pub mod glob;
 pub mod leader;
 pub mod schedule;
+pub mod simulate;
 pub mod snapshot;
 
 #[cfg(test)]
