@@ -208,7 +208,10 @@ impl<'s> ClusterView<'s> {
         let units = &self.snap.units;
         let x = &units[u];
         let candidates = if x.conflicts.is_empty() { &self.present_with_conflicts[m] } else { &self.present[m] };
-        candidates.iter().copied().find(|&v| conflict_between(&x.spec.name, &x.conflicts, &units[v].spec.name, &units[v].conflicts))
+        candidates
+            .iter()
+            .copied()
+            .find(|&v| conflict_between(&x.spec.name, &x.conflicts, &units[v].spec.name, &units[v].conflicts))
     }
 
     /// Whether unit `u` can run on machine `m` given everything else present (spec §6.3; `u` itself is ignored).
@@ -240,15 +243,16 @@ impl<'s> ClusterView<'s> {
         if let Some(v) = self.first_conflict(u, m) {
             return Fit::Rejected(Rejection::Conflict { unit: self.unit_name(v).to_string() });
         }
-        if let Some((p, pm)) =
-            self.circular_partners[u].iter().find_map(|&p| self.placement[p].map(|pm| (p, pm)))
-        {
-            let rejection =
-                Rejection::CircularReplace { unit: self.unit_name(p).to_string(), machine: self.machine_id(pm).to_string() };
+        if let Some((p, pm)) = self.circular_partners[u].iter().find_map(|&p| self.placement[p].map(|pm| (p, pm))) {
+            let rejection = Rejection::CircularReplace {
+                unit: self.unit_name(p).to_string(),
+                machine: self.machine_id(pm).to_string(),
+            };
             return Fit::Rejected(rejection);
         }
         let units = &self.snap.units;
-        let relation = |v: UnitIdx| replace_relation(&unit.spec.name, &unit.replaces, &units[v].spec.name, &units[v].replaces);
+        let relation =
+            |v: UnitIdx| replace_relation(&unit.spec.name, &unit.replaces, &units[v].spec.name, &units[v].replaces);
         if let Some(v) =
             self.present_with_replaces[m].iter().copied().find(|&v| relation(v) == ReplaceRelation::ReplacedBy)
         {

@@ -94,7 +94,12 @@ pub enum ReplaceRelation {
     Circular,
 }
 
-pub fn replace_relation(x_name: &str, x_replaces: &PatternSet, u_name: &str, u_replaces: &PatternSet) -> ReplaceRelation {
+pub fn replace_relation(
+    x_name: &str,
+    x_replaces: &PatternSet,
+    u_name: &str,
+    u_replaces: &PatternSet,
+) -> ReplaceRelation {
     if x_name == u_name {
         return ReplaceRelation::None;
     }

@@ -125,9 +125,15 @@ mod tests {
                 }),
                 "local Machine metadata insufficient: role is unset, wanted one of [\"a\", \"b\"]",
             ),
-            (Rejection::PeerNotPresent { peer: "p.service".into() }, "required peer Unit(p.service) is not scheduled locally"),
+            (
+                Rejection::PeerNotPresent { peer: "p.service".into() },
+                "required peer Unit(p.service) is not scheduled locally",
+            ),
             (Rejection::Conflict { unit: "c.service".into() }, "found conflict with locally-scheduled Unit(c.service)"),
-            (Rejection::ReplacedBy { unit: "r.service".into() }, "found replace with locally-scheduled Unit(r.service)"),
+            (
+                Rejection::ReplacedBy { unit: "r.service".into() },
+                "found replace with locally-scheduled Unit(r.service)",
+            ),
         ];
         for (rejection, text) in cases {
             assert_eq!(rejection.to_string(), text);

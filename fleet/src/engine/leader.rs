@@ -69,7 +69,10 @@ impl LeadershipStep {
 pub enum StandAsideReason {
     EngineDisabled,
     /// The cluster runs a newer engine version than ours.
-    ClusterVersionNewer { cluster: u32, mine: u32 },
+    ClusterVersionNewer {
+        cluster: u32,
+        mine: u32,
+    },
 }
 
 impl fmt::Display for StandAsideReason {
@@ -186,7 +189,14 @@ mod tests {
                 StandAside { reason: StandAsideReason::ClusterVersionNewer { cluster: 2, mine: 1 }, resign: false },
             ),
             ("missing cluster version is created", false, None, None, false, RaiseClusterVersion { from: None, to: 1 }),
-            ("older cluster version is raised", false, Some(0), Some(&other), false, RaiseClusterVersion { from: Some(0), to: 1 }),
+            (
+                "older cluster version is raised",
+                false,
+                Some(0),
+                Some(&other),
+                false,
+                RaiseClusterVersion { from: Some(0), to: 1 },
+            ),
             ("no leader: campaign", false, Some(1), None, false, Campaign),
             ("we lead: renew", false, Some(1), Some(&mine), true, Renew),
             (
@@ -197,8 +207,22 @@ mod tests {
                 false,
                 TakeOver { from: "me".into(), wait_for_old_lease: false },
             ),
-            ("another leader of our version: follow", false, Some(1), Some(&other), false, Follow { leader: "other".into() }),
-            ("lost our lease to another: follow", false, Some(1), Some(&other), true, Follow { leader: "other".into() }),
+            (
+                "another leader of our version: follow",
+                false,
+                Some(1),
+                Some(&other),
+                false,
+                Follow { leader: "other".into() },
+            ),
+            (
+                "lost our lease to another: follow",
+                false,
+                Some(1),
+                Some(&other),
+                true,
+                Follow { leader: "other".into() },
+            ),
             (
                 "newer engine leads: follow",
                 false,

@@ -30,7 +30,9 @@ mod tests;
 
 pub use cluster::Placement;
 pub use constraints::Constraints;
-pub use explain::{Explanation, ExplainError, MachineVerdict, explain};
+pub use explain::{ExplainError, Explanation, MachineVerdict, explain};
 pub use fit::{Fit, Rejection};
-pub use schedule::{Decision, Plan, ScheduleReason, UnplacedReason, UnscheduleReason, Unplaced, apply, plan, plan_with_report};
+pub use schedule::{
+    Decision, Plan, ScheduleReason, Unplaced, UnplacedReason, UnscheduleReason, apply, plan, plan_with_report,
+};
 pub use snapshot::{Snapshot, SnapshotError, UnitSpec};

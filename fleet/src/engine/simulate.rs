@@ -12,7 +12,8 @@ use crate::model::{JobState, MachineState};
 /// 2 `MachineID`; half start scheduled, on machines of which 1 in 20 has gone away.
 pub fn synthetic_snapshot(machines: usize, units: usize, seed: u64) -> Snapshot {
     let mut rng = XorShift(seed.max(1));
-    let machine_ids: Vec<String> = (0..machines).map(|i| format!("{:032x}", (i as u128 + 1) * 0x9e37_79b9_7f4a_7c15)).collect();
+    let machine_ids: Vec<String> =
+        (0..machines).map(|i| format!("{:032x}", (i as u128 + 1) * 0x9e37_79b9_7f4a_7c15)).collect();
     let present: Vec<MachineState> = machine_ids
         .iter()
         .enumerate()
@@ -33,7 +34,10 @@ pub fn synthetic_snapshot(machines: usize, units: usize, seed: u64) -> Snapshot 
             },
             90..95 => Constraints { conflicts: vec![format!("svc-{:04}?.service", i / 10)], ..Default::default() },
             95..98 => Constraints { machine_of: vec![format!("svc-{:05}.service", i / 2)], ..Default::default() },
-            _ => Constraints { machine_id: Some(machine_ids[rng.below(machines)][..8].to_string()), ..Default::default() },
+            _ => Constraints {
+                machine_id: Some(machine_ids[rng.below(machines)][..8].to_string()),
+                ..Default::default()
+            },
         };
         let target = (machines > 0 && rng.below(2) == 0).then(|| machine_ids[rng.below(machines)].clone());
         UnitSpec { name, desired: JobState::Launched, target, constraints, preferred_machine: None }

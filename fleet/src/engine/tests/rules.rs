@@ -115,7 +115,11 @@ fn desired_states() {
         Case {
             name: "inactive units do not count as load",
             machines: ms(&["a", "b"]),
-            units: vec![UnitSpec::new("old.service", JobState::Inactive).on("b"), launched("p.service").on("a"), launched("x.service")],
+            units: vec![
+                UnitSpec::new("old.service", JobState::Inactive).on("b"),
+                launched("p.service").on("a"),
+                launched("x.service"),
+            ],
             want: &["-old.service@b", "+x.service@b"],
         },
     ]);
@@ -158,7 +162,10 @@ fn machine_of_follows_the_peer() {
         Case {
             name: "follower placed with its peer even when it sorts first",
             machines: ms(&["a", "b"]),
-            units: vec![launched("a-follower.service").with(machine_of(&["z-peer.service"])), launched("z-peer.service")],
+            units: vec![
+                launched("a-follower.service").with(machine_of(&["z-peer.service"])),
+                launched("z-peer.service"),
+            ],
             want: &["+z-peer.service@a", "+a-follower.service@a"],
         },
         Case {
@@ -168,12 +175,7 @@ fn machine_of_follows_the_peer() {
                 launched("a-follower.service").on("a").with(machine_of(&["z-peer.service"])),
                 launched("z-peer.service").on("a").with(metadata(&[("role", &["web"])])),
             ],
-            want: &[
-                "-z-peer.service@a",
-                "-a-follower.service@a",
-                "+z-peer.service@b",
-                "+a-follower.service@b",
-            ],
+            want: &["-z-peer.service@a", "-a-follower.service@a", "+z-peer.service@b", "+a-follower.service@b"],
         },
         Case {
             name: "chains follow too",
@@ -220,10 +222,7 @@ fn conflicts_rules() {
         Case {
             name: "conflicts are re-checked for scheduled units: the first by name moves",
             machines: ms(&["a", "b"]),
-            units: vec![
-                launched("x.service").on("a").with(conflicts(&["y.service"])),
-                launched("y.service").on("a"),
-            ],
+            units: vec![launched("x.service").on("a").with(conflicts(&["y.service"])), launched("y.service").on("a")],
             want: &["-x.service@a", "+x.service@b"],
         },
         Case {
@@ -262,7 +261,11 @@ fn conflicts_rules() {
             name: "a global blocked by a scheduled unit does not count there",
             machines: ms(&["a", "b"]),
             units: vec![
-                launched("g.service").with(Constraints { global: true, conflicts: strings(&["x.service"]), ..Default::default() }),
+                launched("g.service").with(Constraints {
+                    global: true,
+                    conflicts: strings(&["x.service"]),
+                    ..Default::default()
+                }),
                 launched("x.service").on("a"),
                 launched("y.service"),
             ],
@@ -272,8 +275,11 @@ fn conflicts_rules() {
             name: "inactive globals neither count nor conflict",
             machines: ms(&["a", "b"]),
             units: vec![
-                UnitSpec::new("g.service", JobState::Inactive)
-                    .with(Constraints { global: true, conflicts: strings(&["x.service"]), ..Default::default() }),
+                UnitSpec::new("g.service", JobState::Inactive).with(Constraints {
+                    global: true,
+                    conflicts: strings(&["x.service"]),
+                    ..Default::default()
+                }),
                 launched("p.service").on("b"),
                 launched("x.service"),
             ],
@@ -313,7 +319,8 @@ fn replaces_rules() {
             ],
             units: vec![
                 launched("busy.service").on("c"),
-                launched("kick.service").with(Constraints { replaces: strings(&["old.service"]), ..Default::default() }),
+                launched("kick.service")
+                    .with(Constraints { replaces: strings(&["old.service"]), ..Default::default() }),
                 launched("old.service").on("a").with(metadata(&[("role", &["web"])])),
                 launched("x.service").on("b"),
                 launched("y.service").on("d"),
@@ -338,7 +345,13 @@ fn replaces_rules() {
                 launched("q.service").on("b"),
                 launched("r.service").on("b"),
             ],
-            want: &["-hello@1.service@a", "-hello@2.service@a", "+new.service@a", "+hello@1.service@b", "+hello@2.service@b"],
+            want: &[
+                "-hello@1.service@a",
+                "-hello@2.service@a",
+                "+new.service@a",
+                "+hello@1.service@b",
+                "+hello@2.service@b",
+            ],
         },
         Case {
             name: "a replaced unit is not placed next to its replacer",
@@ -390,7 +403,10 @@ fn preferred_machine() {
         Case {
             name: "ignored when a conflict is there",
             machines: ms(&["a", "b"]),
-            units: vec![launched("c.service").on("b"), launched("x.service").preferring("b").with(conflicts(&["c.service"]))],
+            units: vec![
+                launched("c.service").on("b"),
+                launched("x.service").preferring("b").with(conflicts(&["c.service"])),
+            ],
             want: &["+x.service@a"],
         },
         Case {
@@ -533,7 +549,8 @@ fn explain_lists_every_machine_with_its_verdict() {
     )
     .unwrap();
     let why = explain(&snapshot, "x.service").unwrap();
-    let verdicts: Vec<(&str, usize, &Fit)> = why.machines.iter().map(|v| (v.machine.as_str(), v.load, &v.fit)).collect();
+    let verdicts: Vec<(&str, usize, &Fit)> =
+        why.machines.iter().map(|v| (v.machine.as_str(), v.load, &v.fit)).collect();
     let no_disk = Fit::Rejected(Rejection::MetadataInsufficient(MetadataMismatch {
         key: "disk".into(),
         wanted: strings(&["ssd"]),

@@ -27,12 +27,7 @@ fn schedule_machine_of_pairs_stay_together_across_machine_loss() {
     let passes = sim.converge();
     assert_eq!(
         passes,
-        [[
-            "-ping.1.service@m2",
-            "-pong.1.service@m2",
-            "+ping.1.service@m1",
-            "+pong.1.service@m1",
-        ]],
+        [["-ping.1.service@m2", "-pong.1.service@m2", "+ping.1.service@m1", "+pong.1.service@m1",]],
         "the pair moves together in one pass, to the least-loaded machine (tie broken by ID)"
     );
     for n in [0, 2] {
@@ -73,10 +68,7 @@ fn schedule_one_way_conflict_keeps_the_other_unit_away() {
     sim.start([launched("hello.service")]);
     assert_eq!(sim.scheduled(), BTreeSet::from(["conflicts-with-hello.service".to_string()]));
     let why = explain(&sim.snapshot(), "hello.service").unwrap();
-    assert_eq!(
-        why.machines[0].fit,
-        Fit::Rejected(Rejection::Conflict { unit: "conflicts-with-hello.service".into() })
-    );
+    assert_eq!(why.machines[0].fit, Fit::Rejected(Rejection::Conflict { unit: "conflicts-with-hello.service".into() }));
 
     sim.units.remove("conflicts-with-hello.service"); // destroy
     assert_eq!(sim.converge(), [["+hello.service@m1"]]);
@@ -134,7 +126,8 @@ fn schedule_circular_replace_keeps_exactly_one_active() {
 #[test]
 fn schedule_condition_machine_id_places_each_unit_on_its_machine() {
     // TestScheduleConditionMachineID, with full IDs and with 8-char short IDs.
-    let ids = ["8363165e6276f500b71169eca9b3f76b", "8606e1a2949979fb223fb4bad77d152c", "d91d98fca203da3cb89fb5c100ed0823"];
+    let ids =
+        ["8363165e6276f500b71169eca9b3f76b", "8606e1a2949979fb223fb4bad77d152c", "d91d98fca203da3cb89fb5c100ed0823"];
     for short in [false, true] {
         let mut sim = Sim::new(&ids);
         sim.start(ids.iter().rev().enumerate().map(|(n, id)| {
@@ -166,11 +159,13 @@ fn schedule_global_units_are_never_scheduled_but_count_as_load() {
 fn schedule_global_conflicts_first_global_by_name_wins_everywhere() {
     // TestScheduleGlobalConflicts (spec B17: name order)
     let mut sim = Sim::new(&["m1", "m2", "m3"]);
-    let family = |n: usize| launched(&format!("conflict-global.{n}.service")).with(Constraints {
-        global: true,
-        conflicts: strings(&["conflict-global.*.service"]),
-        ..Default::default()
-    });
+    let family = |n: usize| {
+        launched(&format!("conflict-global.{n}.service")).with(Constraints {
+            global: true,
+            conflicts: strings(&["conflict-global.*.service"]),
+            ..Default::default()
+        })
+    };
     assert!(sim.start([family(1), family(0)]).is_empty());
     let first = explain(&sim.snapshot(), "conflict-global.0.service").unwrap();
     assert!(first.machines.iter().all(|v| v.fit == Fit::Ok && v.load == 1));
@@ -251,7 +246,8 @@ fn transcript_template_instances_spread_in_machine_id_order() {
 fn transcript_conflicts_machine_of_machine_id() {
     // reference transcript 07: a sidekick follows meta-b, a fourth exclusive instance and an orphan sidekick wait,
     // a pinned unit lands on its machine, and destroying an exclusive instance lets the fourth one in.
-    let (m1, m2, m3) = ("8363165e6276f500b71169eca9b3f76b", "8606e1a2949979fb223fb4bad77d152c", "d91d98fca203da3cb89fb5c100ed0823");
+    let (m1, m2, m3) =
+        ("8363165e6276f500b71169eca9b3f76b", "8606e1a2949979fb223fb4bad77d152c", "d91d98fca203da3cb89fb5c100ed0823");
     let mut sim = Sim::with_machines(vec![
         machine_with(m1, &[("role", "a")]),
         machine_with(m2, &[("role", "b")]),
