@@ -136,7 +136,8 @@ mod tests {
     #[test]
     fn metadata_is_or_within_a_key_and_across_keys() {
         let m = machine("m1", &[("region", "us"), ("disk", "ssd")]);
-        let cases: &[(&[(&str, &[&str])], bool)] = &[
+        type Requirement<'a> = (&'a str, &'a [&'a str]);
+        let cases: &[(&[Requirement], bool)] = &[
             (&[], true),
             (&[("region", &["us"])], true),
             (&[("region", &["eu", "us"])], true),

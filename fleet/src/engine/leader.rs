@@ -162,8 +162,9 @@ mod tests {
         let old_other = record("other", 0);
         let newer_other = record("other", 2);
         use LeadershipStep::*;
-        // (case, disabled, cluster version, record, holding, expected step)
-        let cases: Vec<(&str, bool, Option<u32>, Option<&LeaderRecord>, bool, LeadershipStep)> = vec![
+        /// (case, disabled, cluster version, record, holding, expected step)
+        type Row<'a> = (&'a str, bool, Option<u32>, Option<&'a LeaderRecord>, bool, LeadershipStep);
+        let cases: Vec<Row> = vec![
             (
                 "disabled engine never participates",
                 true,
