@@ -365,6 +365,33 @@ fn replaces_rules() {
             want: &["+old.service@b"],
         },
         Case {
+            name: "a unit never displaces its own peer (it would lose the peer and churn)",
+            machines: ms(&["a"]),
+            units: vec![
+                launched("b.service").with(Constraints {
+                    machine_of: strings(&["h.service"]),
+                    replaces: strings(&["h.service"]),
+                    ..Default::default()
+                }),
+                launched("h.service").on("a"),
+            ],
+            want: &[],
+        },
+        Case {
+            name: "nor a unit its peer follows",
+            machines: ms(&["a"]),
+            units: vec![
+                launched("b.service").with(Constraints {
+                    machine_of: strings(&["g.service"]),
+                    replaces: strings(&["h.service"]),
+                    ..Default::default()
+                }),
+                launched("g.service").on("a").with(machine_of(&["h.service"])),
+                launched("h.service").on("a"),
+            ],
+            want: &[],
+        },
+        Case {
             name: "circular replace, both scheduled: exactly one stays (the later by name)",
             machines: ms(&["a", "b"]),
             units: vec![
