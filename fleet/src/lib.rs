@@ -4,6 +4,7 @@
 //! See ARCHITECTURE.md at the repository root for the code map.
 
 pub mod api;
+pub mod engine;
 pub mod fleetd;
 pub mod machine;
 pub mod model;
