@@ -9,5 +9,6 @@ pub mod fleetd;
 pub mod machine;
 pub mod model;
 pub mod registry;
+pub mod schema;
 pub mod unit;
 pub mod version;
