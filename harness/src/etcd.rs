@@ -2,6 +2,7 @@
 //! enabled as well, its data in the container's own file system so that stop/start keeps it.
 
 use std::path::Path;
+use std::time::Duration;
 
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
@@ -57,6 +58,8 @@ impl Etcd {
         let mut req = container::request(place, name, "etcd")
             .with_cmd(cmd)
             .with_hostname("etcd")
+            // An init (docker-init) as PID 1: etcd re-raises SIGTERM after cleaning up, which PID 1 would ignore.
+            .with_host_config_modifier(|hc| hc.init = Some(true))
             .with_mount(container::read_only(Path::new(ETCD), ETCD));
         if Path::new(ETCDCTL).is_file() {
             req = req.with_mount(container::read_only(Path::new(ETCDCTL), ETCDCTL));
@@ -98,12 +101,17 @@ impl Etcd {
         .map_err(|source| EtcdError::Unhealthy { name: self.name.clone(), source })
     }
 
-    /// Stops etcd gracefully (SIGTERM; etcd ignores the image's systemd stop signal). Its data is kept.
+    /// Stops etcd gracefully (SIGTERM, SIGKILL after 10 s; etcd ignores the image's systemd stop signal). Its data
+    /// is kept.
     pub async fn stop(&self) -> Result<(), EtcdError> {
-        crate::docker::run(&["stop", "--signal", "TERM", "--time", "10", &self.name])
-            .await
-            .map(drop)
-            .map_err(|source| EtcdError::Docker { name: self.name.clone(), source })
+        let err = |source| EtcdError::Docker { name: self.name.clone(), source };
+        crate::docker::run(&["kill", "--signal", "TERM", &self.name]).await.map_err(err)?;
+        let waited = tokio::time::timeout(Duration::from_secs(10), crate::docker::run(&["wait", &self.name])).await;
+        if !matches!(waited, Ok(Ok(_))) {
+            tracing::warn!(etcd = %self.name, "etcd did not stop on SIGTERM within 10 s; killing it");
+            crate::docker::run(&["kill", "--signal", "KILL", &self.name]).await.map_err(err)?;
+        }
+        Ok(())
     }
 
     /// Starts etcd again and waits until it is healthy.

@@ -275,7 +275,7 @@ impl Machine {
         docker::disconnect(&self.spec.place.network, &self.spec.container_name).await.map_err(self.docker_err())
     }
 
-    /// Reconnects a partitioned machine with its former address.
+    /// Reconnects a partitioned machine with its former address (the interface may come back as `eth1`).
     pub async fn heal(&self) -> Result<(), MachineError> {
         docker::connect(&self.spec.place.network, &self.spec.container_name, &self.ip).await.map_err(self.docker_err())
     }
