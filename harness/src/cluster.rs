@@ -156,7 +156,10 @@ impl ClusterBuilder {
     pub async fn start(self) -> Result<Cluster, ClusterError> {
         let image = image::ensure_present().await?;
         let run = RunId::random();
-        let tmp = tempfile::Builder::new().prefix(&format!("fleet-harness-{run}-")).tempdir().map_err(ClusterError::TempDir)?;
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("fleet-harness-{run}-"))
+            .tempdir()
+            .map_err(ClusterError::TempDir)?;
         let fleetd = match &self.fleet {
             Fleet::Off => None,
             Fleet::Default => Some(config::locate("fleetd", config::FLEETD_ENV)?),
@@ -387,7 +390,11 @@ impl Cluster {
     }
 
     /// Waits until `fleetctl list-units` shows exactly `n` unit rows; returns unit → rows.
-    pub async fn wait_for_n_units(&self, slot: usize, n: usize) -> Result<BTreeMap<String, Vec<UnitState>>, ClusterError> {
+    pub async fn wait_for_n_units(
+        &self,
+        slot: usize,
+        n: usize,
+    ) -> Result<BTreeMap<String, Vec<UnitState>>, ClusterError> {
         let args = ["list-units", "--no-legend", "--full", "--fields", "unit,active,machine"];
         self.wait_fleetctl(slot, &args, &format!("{n} units"), |out| {
             let states = wait::parse_unit_states(out);
@@ -398,7 +405,11 @@ impl Cluster {
     }
 
     /// Waits until exactly `n` units are `active`, each on one machine; returns unit → machine ID.
-    pub async fn wait_for_n_active_units(&self, slot: usize, n: usize) -> Result<BTreeMap<String, String>, ClusterError> {
+    pub async fn wait_for_n_active_units(
+        &self,
+        slot: usize,
+        n: usize,
+    ) -> Result<BTreeMap<String, String>, ClusterError> {
         let args = ["list-units", "--no-legend", "--full", "--fields", "unit,active,machine"];
         let states = self
             .wait_fleetctl(slot, &args, &format!("{n} active units"), |out| {
@@ -425,7 +436,12 @@ impl Cluster {
     }
 
     /// Waits until `fleetctl list-unit-files` shows `unit` with current state `state` (e.g. `launched`).
-    pub async fn wait_for_unit_state(&self, slot: usize, unit: &str, state: &str) -> Result<UnitFileState, ClusterError> {
+    pub async fn wait_for_unit_state(
+        &self,
+        slot: usize,
+        unit: &str,
+        state: &str,
+    ) -> Result<UnitFileState, ClusterError> {
         let args = ["list-unit-files", "--no-legend", "--full", "--fields", "unit,dstate,state"];
         self.wait_fleetctl(slot, &args, &format!("{unit} to be {state}"), |out| {
             let files = wait::parse_unit_file_states(out);
@@ -511,8 +527,12 @@ impl Drop for Cluster {
         }
         // Whatever testcontainers did not remove (and the network, which it never does) goes by label.
         match reap::reap(&Scope::Run(self.run.clone())) {
-            Ok(r) => tracing::debug!(run = %self.run, containers = r.containers, networks = r.networks, "cluster removed"),
-            Err(e) => tracing::error!(run = %self.run, error = %e, "cluster cleanup failed; `fleet-harness reap` removes leftovers"),
+            Ok(r) => {
+                tracing::debug!(run = %self.run, containers = r.containers, networks = r.networks, "cluster removed")
+            }
+            Err(e) => {
+                tracing::error!(run = %self.run, error = %e, "cluster cleanup failed; `fleet-harness reap` removes leftovers")
+            }
         }
     }
 }

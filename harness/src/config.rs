@@ -64,16 +64,14 @@ pub fn fleet_socket() -> String {
 
 /// `fleet-tcp.socket`: the API on TCP, for fleetctl on the host.
 pub fn fleet_tcp_socket() -> String {
-    format!("[Unit]\nDescription=fleet daemon API TCP socket\n\n[Socket]\nListenStream={API_PORT}\nService=fleet.service\n")
+    format!(
+        "[Unit]\nDescription=fleet daemon API TCP socket\n\n[Socket]\nListenStream={API_PORT}\nService=fleet.service\n"
+    )
 }
 
 /// The units written into `/etc/systemd/system/` of every machine, `(file name, text)`.
 pub fn fleet_units() -> [(&'static str, String); 3] {
-    [
-        ("fleet.service", fleet_service()),
-        ("fleet.socket", fleet_socket()),
-        ("fleet-tcp.socket", fleet_tcp_socket()),
-    ]
+    [("fleet.service", fleet_service()), ("fleet.socket", fleet_socket()), ("fleet-tcp.socket", fleet_tcp_socket())]
 }
 
 /// The binaries a cluster uses.

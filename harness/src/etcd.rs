@@ -83,9 +83,12 @@ impl Etcd {
 
     /// `etcdctl endpoint health` inside the etcd container.
     pub async fn health(&self) -> Result<Output, EtcdError> {
-        container::exec(&self.name, &[ETCDCTL, "--endpoints=http://127.0.0.1:2379", "--command-timeout=2s", "endpoint", "health"])
-            .await
-            .map_err(|source| EtcdError::Exec { name: self.name.clone(), source })
+        container::exec(
+            &self.name,
+            &[ETCDCTL, "--endpoints=http://127.0.0.1:2379", "--command-timeout=2s", "endpoint", "health"],
+        )
+        .await
+        .map_err(|source| EtcdError::Exec { name: self.name.clone(), source })
     }
 
     /// Waits until [`Self::health`] succeeds.
@@ -144,5 +147,4 @@ impl Etcd {
             crate::cluster::release(c);
         }
     }
-
 }

@@ -79,9 +79,15 @@ mod tests {
 
     #[tokio::test]
     async fn endpoint_goes_first_as_a_flag_and_stdin_is_fed() {
-        let out = run(Path::new("/bin/sh"), "http://1.2.3.4:54728", EndpointVia::Env, &["-c", "cat; echo $FLEETCTL_ENDPOINT"], Some("in\n"))
-            .await
-            .unwrap();
+        let out = run(
+            Path::new("/bin/sh"),
+            "http://1.2.3.4:54728",
+            EndpointVia::Env,
+            &["-c", "cat; echo $FLEETCTL_ENDPOINT"],
+            Some("in\n"),
+        )
+        .await
+        .unwrap();
         assert_eq!(out.stdout, "in\nhttp://1.2.3.4:54728\n");
         assert!(out.success());
         let out = run(Path::new("/bin/echo"), "http://e:1", EndpointVia::Flag, &["a"], None).await.unwrap();
@@ -90,7 +96,8 @@ mod tests {
 
     #[tokio::test]
     async fn exit_status_and_stderr_are_returned() {
-        let out = run(Path::new("/bin/sh"), "x", EndpointVia::Env, &["-c", "echo oops >&2; exit 3"], None).await.unwrap();
+        let out =
+            run(Path::new("/bin/sh"), "x", EndpointVia::Env, &["-c", "echo oops >&2; exit 3"], None).await.unwrap();
         assert_eq!((out.status, out.stderr.as_str()), (3, "oops\n"));
     }
 }

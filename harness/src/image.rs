@@ -44,11 +44,7 @@ pub async fn ensure_present() -> Result<(String, String), ImageError> {
     }
     let (repo, tag) = reference();
     let full = format!("{repo}:{tag}");
-    if crate::docker::image_exists(&full).await {
-        Ok((repo, tag))
-    } else {
-        Err(ImageError::Missing(full))
-    }
+    if crate::docker::image_exists(&full).await { Ok((repo, tag)) } else { Err(ImageError::Missing(full)) }
 }
 
 #[cfg(test)]

@@ -48,10 +48,7 @@ impl std::fmt::Display for RunId {
 
 /// The labels of an object owned by `run` in this process.
 pub fn for_run(run: &RunId, keep: bool, role: &str) -> Vec<(String, String)> {
-    let mut labels = vec![
-        (RUN.to_string(), run.to_string()),
-        (PID.to_string(), std::process::id().to_string()),
-    ];
+    let mut labels = vec![(RUN.to_string(), run.to_string()), (PID.to_string(), std::process::id().to_string())];
     if !role.is_empty() {
         labels.push((ROLE.to_string(), role.to_string()));
     }

@@ -175,12 +175,7 @@ impl Machine {
             cmd.extend(["-p", p]);
         }
         let out = self.exec_ok(&cmd).await?;
-        Ok(out
-            .stdout
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect())
+        Ok(out.stdout.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect())
     }
 
     /// The contents of a file inside the machine.
@@ -304,6 +299,10 @@ impl Machine {
 
 impl std::fmt::Debug for Machine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Machine").field("name", &self.spec.hostname).field("id", &self.id).field("ip", &self.ip).finish()
+        f.debug_struct("Machine")
+            .field("name", &self.spec.hostname)
+            .field("id", &self.id)
+            .field("ip", &self.ip)
+            .finish()
     }
 }

@@ -27,7 +27,8 @@ pub async fn create(name: &str, run: &RunId, keep: bool) -> Result<String, Netwo
             (rng.random_range(FIRST_OCTETS), rng.random::<u8>())
         };
         let subnet = format!("10.{a}.{b}.0/24");
-        let mut args = vec!["network".to_string(), "create".into(), "--driver=bridge".into(), format!("--subnet={subnet}")];
+        let mut args =
+            vec!["network".to_string(), "create".into(), "--driver=bridge".into(), format!("--subnet={subnet}")];
         for (k, v) in labels::for_run(run, keep, "network") {
             args.push(format!("--label={k}={v}"));
         }

@@ -7,7 +7,9 @@ use crate::labels::RunId;
 
 /// Directory of state files; `FLEET_HARNESS_STATE_DIR` overrides.
 pub fn dir() -> PathBuf {
-    std::env::var_os("FLEET_HARNESS_STATE_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/lib/fleet-harness"))
+    std::env::var_os("FLEET_HARNESS_STATE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/lib/fleet-harness"))
 }
 
 /// The state file of cluster `name`.
@@ -52,7 +54,8 @@ impl ClusterState {
         let path = path(name);
         let io = |source| StateError::Io { path: path.clone(), source };
         std::fs::create_dir_all(dir()).map_err(io)?;
-        let text = serde_json::to_string_pretty(self).map_err(|source| StateError::Json { path: path.clone(), source })?;
+        let text =
+            serde_json::to_string_pretty(self).map_err(|source| StateError::Json { path: path.clone(), source })?;
         std::fs::write(&path, text).map_err(io)?;
         Ok(path)
     }

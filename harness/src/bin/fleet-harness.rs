@@ -93,7 +93,9 @@ async fn up(
 ) -> Result<(), Error> {
     if let Ok(state) = ClusterState::load(name) {
         if !reap::remaining(&state.run)?.is_empty() {
-            return Err(format!("cluster `{name}` is already up (run {}); `fleet-harness down` first", state.run).into());
+            return Err(
+                format!("cluster `{name}` is already up (run {}); `fleet-harness down` first", state.run).into()
+            );
         }
         ClusterState::forget(name)?;
     }
