@@ -3,5 +3,7 @@
 //! The library holds every layer of fleetd and fleetctl; the binaries in `src/bin` only wire them together.
 //! See ARCHITECTURE.md at the repository root for the code map.
 
+pub mod agent;
 pub mod model;
+pub mod systemd;
 pub mod version;

@@ -1,0 +1,1 @@
+//! The per-machine agent (spec §7).
