@@ -83,9 +83,10 @@ pub fn desired_units(
         if !here {
             continue;
         }
-        if let Some(other) = accepted.iter().find(|u| {
-            conflicts(&unit.name, &unit.requirements.conflicts, &u.name, &u.requirements.conflicts, matcher)
-        }) {
+        if let Some(other) = accepted
+            .iter()
+            .find(|u| conflicts(&unit.name, &unit.requirements.conflicts, &u.name, &u.requirements.conflicts, matcher))
+        {
             tracing::debug!(unit = %unit.name, conflict = %other.name, "not loading: conflicts with a unit accepted here");
             continue;
         }
@@ -202,8 +203,14 @@ mod tests {
     fn global_conflicts_are_resolved_in_name_order() {
         // TestScheduleGlobalConflicts: the alphabetically first global unit wins, whatever the snapshot order.
         let units = [
-            with_conflicts(global("conflict-global.2.service", JobState::Launched, &[]), &["conflict-global.*.service"]),
-            with_conflicts(global("conflict-global.1.service", JobState::Launched, &[]), &["conflict-global.*.service"]),
+            with_conflicts(
+                global("conflict-global.2.service", JobState::Launched, &[]),
+                &["conflict-global.*.service"],
+            ),
+            with_conflicts(
+                global("conflict-global.1.service", JobState::Launched, &[]),
+                &["conflict-global.*.service"],
+            ),
         ];
         assert_eq!(run(&units, &me(&[])), names(&[("conflict-global.1.service", JobState::Launched)]));
     }
@@ -224,7 +231,10 @@ mod tests {
             with_conflicts(unit("self.service", JobState::Launched, Some(ME)), &["self.*"]),
             with_conflicts(unit("x.service", JobState::Launched, Some(ME)), &["[", "s[e"]),
         ];
-        assert_eq!(run(&units, &me(&[])), names(&[("self.service", JobState::Launched), ("x.service", JobState::Launched)]));
+        assert_eq!(
+            run(&units, &me(&[])),
+            names(&[("self.service", JobState::Launched), ("x.service", JobState::Launched)])
+        );
     }
 
     #[test]

@@ -160,7 +160,9 @@ impl<S: SystemdOps> Executor<S> {
             let kind = p.task.kind();
             let job = p.task.unit().unwrap_or("");
             match &outcome {
-                Ok(o) => info!(unit = %job, outcome = ?o, "AgentReconciler completed task: type={kind} job={job} reason=\"{}\"", p.reason),
+                Ok(o) => {
+                    info!(unit = %job, outcome = ?o, "AgentReconciler completed task: type={kind} job={job} reason=\"{}\"", p.reason)
+                }
                 Err(e) => {
                     warn!(unit = %job, "AgentReconciler task failed: type={kind} job={job} reason=\"{}\" err={e}", p.reason);
                     failed.insert(job.to_string());

@@ -158,7 +158,9 @@ pub fn plan(desired: &BTreeMap<String, Desired>, actual: &BTreeMap<String, Actua
             }
             Some(_) => match (want.state, have.believed) {
                 // Same file already on disk (e.g. after a fleetd restart): re-adopt it; no daemon-reload needed.
-                (JobState::Loaded, JobState::Inactive) => push(Task::Load(name.clone(), want.hash.clone()), Reason::NotLoaded),
+                (JobState::Loaded, JobState::Inactive) => {
+                    push(Task::Load(name.clone(), want.hash.clone()), Reason::NotLoaded)
+                }
                 (JobState::Launched, JobState::Inactive) => {
                     push(Task::Load(name.clone(), want.hash.clone()), Reason::NotLoaded);
                     push(Task::Start(name.clone()), Reason::DesiredLaunched);
@@ -224,7 +226,10 @@ mod tests {
     #[test]
     fn replaced_unit_is_stopped_before_the_new_version_starts() {
         let tasks = run(&desired([("a.service", launched(HASH_B))]), &actual([("a.service", running(HASH_A))]));
-        assert_eq!(tasks, [Task::Stop(a()), Task::Unload(a()), Task::Load(a(), HASH_B.into()), Task::Reload, Task::Start(a())]);
+        assert_eq!(
+            tasks,
+            [Task::Stop(a()), Task::Unload(a()), Task::Load(a(), HASH_B.into()), Task::Reload, Task::Start(a())]
+        );
     }
 
     #[test]

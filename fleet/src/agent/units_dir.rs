@@ -52,8 +52,11 @@ impl UnitsDir {
 
     /// Re-read the directory: every recognised regular file with its hash. Returns the unit names found.
     pub fn rescan(&mut self) -> Result<Vec<String>, AgentError> {
-        let entries =
-            fs::read_dir(&self.dir).map_err(|source| AgentError::Io { op: "listing", path: self.dir.clone(), source })?;
+        let entries = fs::read_dir(&self.dir).map_err(|source| AgentError::Io {
+            op: "listing",
+            path: self.dir.clone(),
+            source,
+        })?;
         let mut hashes = BTreeMap::new();
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -105,8 +108,13 @@ impl UnitsDir {
         }
         let tmp = self.dir.join(format!(".{name}.tmp"));
         let io = |op, source| AgentError::Io { op, path: tmp.clone(), source };
-        let mut file =
-            fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o644).open(&tmp).map_err(|e| io("creating", e))?;
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&tmp)
+            .map_err(|e| io("creating", e))?;
         file.write_all(text.as_bytes()).map_err(|e| io("writing", e))?;
         file.set_permissions(fs::Permissions::from_mode(0o644)).map_err(|e| io("setting mode of", e))?;
         drop(file);

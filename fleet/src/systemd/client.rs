@@ -62,7 +62,8 @@ impl Systemd {
     /// `StartUnit(name, "replace")` and wait for the job's result.
     pub async fn start(&self, name: &str) -> Result<JobResult> {
         let mut removed = self.job_signals("StartUnit", name).await?;
-        let job = self.manager.start_unit(name, "replace").await.map_err(|e| SystemdError::call("StartUnit", name, e))?;
+        let job =
+            self.manager.start_unit(name, "replace").await.map_err(|e| SystemdError::call("StartUnit", name, e))?;
         debug!(unit = %name, job = %job.as_str(), "start job queued");
         self.wait_job(&mut removed, &job, name).await
     }
@@ -124,8 +125,11 @@ impl Systemd {
     /// `LinkUnitFiles([path], runtime=true, force=true)`: shows as `linked-runtime`.
     pub async fn link_runtime(&self, path: &Path) -> Result<Vec<FileChange>> {
         let p = path.to_string_lossy();
-        let changes =
-            self.manager.link_unit_files(&[&p], true, true).await.map_err(|e| SystemdError::call("LinkUnitFiles", p.clone(), e))?;
+        let changes = self
+            .manager
+            .link_unit_files(&[&p], true, true)
+            .await
+            .map_err(|e| SystemdError::call("LinkUnitFiles", p.clone(), e))?;
         Ok(file_changes(changes))
     }
 
@@ -142,8 +146,11 @@ impl Systemd {
 
     /// `DisableUnitFiles([name], runtime=true)`: removes the runtime link and any runtime enablement.
     pub async fn disable_runtime(&self, name: &str) -> Result<Vec<FileChange>> {
-        let changes =
-            self.manager.disable_unit_files(&[name], true).await.map_err(|e| SystemdError::call("DisableUnitFiles", name, e))?;
+        let changes = self
+            .manager
+            .disable_unit_files(&[name], true)
+            .await
+            .map_err(|e| SystemdError::call("DisableUnitFiles", name, e))?;
         Ok(file_changes(changes))
     }
 
@@ -182,7 +189,12 @@ impl Systemd {
             .map_err(|e| SystemdError::call("ListUnitsByNames", names.join(","), e))?;
         Ok(listed
             .into_iter()
-            .map(|(name, _, load_state, active_state, sub_state, ..)| UnitStatus { name, load_state, active_state, sub_state })
+            .map(|(name, _, load_state, active_state, sub_state, ..)| UnitStatus {
+                name,
+                load_state,
+                active_state,
+                sub_state,
+            })
             .collect())
     }
 
@@ -263,11 +275,11 @@ impl Systemd {
     }
 
     async fn job_exists(&self, job: &OwnedObjectPath) -> bool {
-        let proxy = match JobProxy::builder(&self.conn).path(job.clone()).cache_properties(CacheProperties::No).build().await
-        {
-            Ok(p) => p,
-            Err(_) => return true,
-        };
+        let proxy =
+            match JobProxy::builder(&self.conn).path(job.clone()).cache_properties(CacheProperties::No).build().await {
+                Ok(p) => p,
+                Err(_) => return true,
+            };
         match proxy.state().await {
             Ok(_) => true,
             Err(e) => !SystemdError::call("Get(Job.State)", job.as_str(), e).is_gone(),

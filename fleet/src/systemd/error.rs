@@ -69,7 +69,12 @@ mod tests {
     use super::*;
 
     fn call(name: &str, message: &str) -> SystemdError {
-        SystemdError::Call { call: "ResetFailedUnit", target: "a.service".into(), name: name.into(), message: message.into() }
+        SystemdError::Call {
+            call: "ResetFailedUnit",
+            target: "a.service".into(),
+            name: name.into(),
+            message: message.into(),
+        }
     }
 
     #[test]

@@ -5,7 +5,8 @@ use zbus::{OwnedObjectPath, Result, proxy};
 
 /// One entry of `ListUnitsByNames`: name, description, load state, active state, sub state, following unit, unit
 /// object path, job id, job type, job object path.
-pub(crate) type ListedUnit = (String, String, String, String, String, String, OwnedObjectPath, u32, String, OwnedObjectPath);
+pub(crate) type ListedUnit =
+    (String, String, String, String, String, String, OwnedObjectPath, u32, String, OwnedObjectPath);
 
 /// One change reported by `LinkUnitFiles`, `EnableUnitFiles` and `DisableUnitFiles`: type (`symlink`, `unlink`),
 /// file name, destination.
@@ -52,7 +53,11 @@ pub(crate) trait Manager {
     fn reloading(&self, active: bool) -> Result<()>;
 }
 
-#[proxy(interface = "org.freedesktop.systemd1.Unit", default_service = "org.freedesktop.systemd1", assume_defaults = false)]
+#[proxy(
+    interface = "org.freedesktop.systemd1.Unit",
+    default_service = "org.freedesktop.systemd1",
+    assume_defaults = false
+)]
 pub(crate) trait Unit {
     #[zbus(property(emits_changed_signal = "false"))]
     fn load_state(&self) -> Result<String>;
@@ -74,7 +79,11 @@ pub(crate) trait Service {
     fn result(&self) -> Result<String>;
 }
 
-#[proxy(interface = "org.freedesktop.systemd1.Job", default_service = "org.freedesktop.systemd1", assume_defaults = false)]
+#[proxy(
+    interface = "org.freedesktop.systemd1.Job",
+    default_service = "org.freedesktop.systemd1",
+    assume_defaults = false
+)]
 pub(crate) trait Job {
     #[zbus(property(emits_changed_signal = "false"))]
     fn state(&self) -> Result<String>;

@@ -132,12 +132,18 @@ mod tests {
 
     #[test]
     fn unit_paths_decode_to_names() {
-        assert_eq!(unit_name_from_path("/org/freedesktop/systemd1/unit/hello_2eservice").as_deref(), Some("hello.service"));
+        assert_eq!(
+            unit_name_from_path("/org/freedesktop/systemd1/unit/hello_2eservice").as_deref(),
+            Some("hello.service")
+        );
         assert_eq!(
             unit_name_from_path("/org/freedesktop/systemd1/unit/hello_401_2eservice").as_deref(),
             Some("hello@1.service")
         );
-        assert_eq!(unit_name_from_path("/org/freedesktop/systemd1/unit/a_2db_5fc_2emount").as_deref(), Some("a-b_c.mount"));
+        assert_eq!(
+            unit_name_from_path("/org/freedesktop/systemd1/unit/a_2db_5fc_2emount").as_deref(),
+            Some("a-b_c.mount")
+        );
         assert_eq!(unit_name_from_path("/org/freedesktop/systemd1/unit/bad_2"), None);
         assert_eq!(unit_name_from_path("/org/freedesktop/systemd1/job/12"), None);
         assert_eq!(unit_name_from_path("/org/freedesktop/systemd1/unit/a/b"), None);

@@ -342,7 +342,12 @@ async fn purge_unloads_every_unit_file() {
     let reports = s.exec.purge(Duration::from_secs(5)).await;
     assert_eq!(
         outcomes(&reports),
-        ["UnloadUnit a.service Done", "UnloadUnit b.timer Done", "UnloadUnit stray.service Done", "ReloadUnitFiles - Done"]
+        [
+            "UnloadUnit a.service Done",
+            "UnloadUnit b.timer Done",
+            "UnloadUnit stray.service Done",
+            "ReloadUnitFiles - Done"
+        ]
     );
     assert!(s.exec.units().hashes().is_empty());
     assert!(reports.iter().all(|r| r.planned.reason == Reason::NotScheduledHere || r.planned.task == Task::Reload));
