@@ -4,19 +4,19 @@
 use std::path::Path;
 use std::time::Duration;
 
-use futures::{FutureExt, Stream, StreamExt};
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
 use tracing::{debug, warn};
-use zbus::message::Type as MessageType;
 use zbus::proxy::CacheProperties;
-use zbus::{Connection, MatchRule, MessageStream, OwnedObjectPath};
+use zbus::{Connection, OwnedObjectPath};
 
 use super::error::{Result, SystemdError};
-use super::proxies::{FileChangeTuple, JobProxy, JobRemovedStream, ManagerProxy, UnitProxy};
-use super::types::{Bus, FileChange, JobResult, UnitChange, UnitStatus, unit_name_from_path};
+use super::events::{Event, Events, UnitChanges};
+use super::proxies::{FileChangeTuple, JobProxy, ManagerProxy, UnitProxy};
+use super::types::{Bus, FileChange, JobResult, UnitStatus};
 
 const SYSTEMD: &str = "org.freedesktop.systemd1";
-const UNIT_NAMESPACE: &str = "/org/freedesktop/systemd1/unit";
-const PROPERTIES: &str = "org.freedesktop.DBus.Properties";
 
 /// How often a job wait checks that its job still exists (a safety net against a dropped `JobRemoved` signal; the
 /// signal is what normally ends the wait).
@@ -29,6 +29,7 @@ const INACTIVE_CHECK_PERIOD: Duration = Duration::from_secs(1);
 pub struct Systemd {
     conn: Connection,
     manager: ManagerProxy<'static>,
+    events: Arc<Events>,
 }
 
 impl Systemd {
@@ -56,12 +57,13 @@ impl Systemd {
                 return Err(e);
             }
         }
-        Ok(Systemd { conn, manager })
+        let events = Events::start(&conn, &manager).await?;
+        Ok(Systemd { conn, manager, events })
     }
 
     /// `StartUnit(name, "replace")` and wait for the job's result.
     pub async fn start(&self, name: &str) -> Result<JobResult> {
-        let mut removed = self.job_signals("StartUnit", name).await?;
+        let mut removed = self.events.subscribe();
         let job =
             self.manager.start_unit(name, "replace").await.map_err(|e| SystemdError::call("StartUnit", name, e))?;
         debug!(unit = %name, job = %job.as_str(), "start job queued");
@@ -71,7 +73,7 @@ impl Systemd {
     /// `StopUnit(name, "replace")` and wait for the job's result. A unit systemd does not know is an error for which
     /// `is_not_loaded()` is true.
     pub async fn stop(&self, name: &str) -> Result<JobResult> {
-        let mut removed = self.job_signals("StopUnit", name).await?;
+        let mut removed = self.events.subscribe();
         let job = self.manager.stop_unit(name, "replace").await.map_err(|e| SystemdError::call("StopUnit", name, e))?;
         debug!(unit = %name, job = %job.as_str(), "stop job queued");
         self.wait_job(&mut removed, &job, name).await
@@ -87,17 +89,7 @@ impl Systemd {
             }
         };
         // Subscribe first, then read: a change between the two cannot be missed.
-        let rule = MatchRule::builder()
-            .msg_type(MessageType::Signal)
-            .sender(SYSTEMD)
-            .interface(PROPERTIES)
-            .member("PropertiesChanged")
-            .path(path.clone())
-            .build()
-            .map_err(|e| SystemdError::call("AddMatch", name, e))?;
-        let mut changes = MessageStream::for_match_rule(rule, &self.conn, None)
-            .await
-            .map_err(|e| SystemdError::call("AddMatch", name, e))?;
+        let mut changes = self.events.subscribe();
         let unit = UnitProxy::builder(&self.conn)
             .path(path)
             .cache_properties(CacheProperties::No)
@@ -115,9 +107,15 @@ impl Systemd {
             if state == "inactive" || state == "failed" {
                 return Ok(state);
             }
-            tokio::select! {
-                _ = changes.next() => {}
-                _ = tokio::time::sleep(INACTIVE_CHECK_PERIOD) => {}
+            let deadline = tokio::time::Instant::now() + INACTIVE_CHECK_PERIOD;
+            loop {
+                match tokio::time::timeout_at(deadline, changes.recv()).await {
+                    Ok(Ok(event)) if event.unit() != name => continue,
+                    Ok(Err(broadcast::error::RecvError::Closed)) => {
+                        return Err(SystemdError::StreamEnded { what: format!("{name} to become inactive") });
+                    }
+                    _ => break,
+                }
             }
         }
     }
@@ -211,59 +209,45 @@ impl Systemd {
     }
 
     /// Notifications of changes to any unit (PropertiesChanged on unit objects, finished jobs): the trigger for
-    /// re-reading states. Carries only the unit name; filter for the units you follow.
-    pub async fn changes(&self) -> Result<impl Stream<Item = UnitChange> + Send + 'static> {
-        let rule = MatchRule::builder()
-            .msg_type(MessageType::Signal)
-            .sender(SYSTEMD)
-            .interface(PROPERTIES)
-            .member("PropertiesChanged")
-            .path_namespace(UNIT_NAMESPACE)
-            .build()
-            .map_err(|e| SystemdError::call("AddMatch", UNIT_NAMESPACE, e))?;
-        let props = MessageStream::for_match_rule(rule, &self.conn, None)
-            .await
-            .map_err(|e| SystemdError::call("AddMatch", UNIT_NAMESPACE, e))?;
-        let props = props.filter_map(|msg| async move {
-            let msg = msg.ok()?;
-            let header = msg.header();
-            let unit = unit_name_from_path(header.path()?.as_str())?;
-            Some(UnitChange { unit })
-        });
-        let jobs = self.job_signals("AddMatch", "JobRemoved").await?;
-        let jobs = jobs.filter_map(|sig| async move {
-            let args = sig.args().ok()?;
-            Some(UnitChange { unit: args.unit().clone() })
-        });
-        Ok(futures::stream::select(props, jobs))
+    /// re-reading states. Carries only the unit name; filter for the units you follow. A reader that falls behind
+    /// gets `UnitChange::Missed` instead of stalling anything.
+    pub fn changes(&self) -> UnitChanges {
+        UnitChanges::new(self.events.subscribe())
     }
 
-    async fn job_signals(&self, call: &'static str, target: &str) -> Result<JobRemovedStream> {
-        self.manager.receive_job_removed().await.map_err(|e| SystemdError::call(call, target, e))
-    }
-
-    /// Wait for `job`'s JobRemoved on a stream subscribed before the job was queued.
-    async fn wait_job(&self, removed: &mut JobRemovedStream, job: &OwnedObjectPath, unit: &str) -> Result<JobResult> {
+    /// Wait for `job`'s JobRemoved on a receiver subscribed before the job was queued.
+    async fn wait_job(
+        &self,
+        removed: &mut broadcast::Receiver<Event>,
+        job: &OwnedObjectPath,
+        unit: &str,
+    ) -> Result<JobResult> {
         let mut check = tokio::time::interval(JOB_CHECK_PERIOD);
         check.tick().await;
         loop {
             tokio::select! {
-                sig = removed.next() => {
-                    let Some(sig) = sig else {
-                        return Err(SystemdError::StreamEnded { what: format!("job {} of {unit}", job.as_str()) });
-                    };
-                    if let Some(result) = job_result_of(&sig, job) {
-                        debug!(unit = %unit, job = %job.as_str(), result = %result, "job finished");
-                        return Ok(result);
+                event = removed.recv() => match event {
+                    Ok(event) => {
+                        if let Some(result) = job_result_of(&event, job) {
+                            debug!(unit = %unit, job = %job.as_str(), result = %result, "job finished");
+                            return Ok(result);
+                        }
                     }
-                }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        debug!(unit = %unit, missed = n, "fell behind systemd's signals; checking the job directly");
+                        check.reset_immediately();
+                    }
+                    Err(broadcast::error::RecvError::Closed) => {
+                        return Err(SystemdError::StreamEnded { what: format!("job {} of {unit}", job.as_str()) });
+                    }
+                },
                 _ = check.tick() => {
                     if self.job_exists(job).await {
                         continue;
                     }
                     // Gone: its signal may already be queued; otherwise it was lost.
-                    while let Some(Some(sig)) = removed.next().now_or_never() {
-                        if let Some(result) = job_result_of(&sig, job) {
+                    while let Ok(event) = removed.try_recv() {
+                        if let Some(result) = job_result_of(&event, job) {
                             return Ok(result);
                         }
                     }
@@ -287,9 +271,11 @@ impl Systemd {
     }
 }
 
-fn job_result_of(sig: &super::proxies::JobRemoved, job: &OwnedObjectPath) -> Option<JobResult> {
-    let args = sig.args().ok()?;
-    (args.job().as_str() == job.as_str()).then(|| JobResult::parse(args.result()))
+fn job_result_of(event: &Event, job: &OwnedObjectPath) -> Option<JobResult> {
+    match event {
+        Event::JobRemoved { job: j, result, .. } if j == job.as_str() => Some(JobResult::parse(result)),
+        _ => None,
+    }
 }
 
 fn file_changes(changes: Vec<FileChangeTuple>) -> Vec<FileChange> {

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `proxies.rs` | hand-written zbus proxies (Manager, Unit, Service, Job) |
 //! | `client.rs` | [`Systemd`]: connect (system or user bus), start/stop waiting for the job result, wait for a unit to be inactive, link/enable/disable runtime, reset-failed, daemon-reload, states, change notifications |
+//! | `events.rs` | one task per connection draining systemd's signals into a broadcast channel ([`UnitChanges`]) |
 //! | `types.rs` | plain data handed out: [`JobResult`], [`UnitStatus`], [`FileChange`], [`UnitChange`], [`Bus`] |
 //! | `error.rs` | [`SystemdError`]: call, target, D-Bus error name and message |
 //!
@@ -11,6 +12,7 @@
 
 mod client;
 mod error;
+mod events;
 mod proxies;
 mod types;
 
@@ -19,6 +21,7 @@ use std::path::Path;
 
 pub use client::Systemd;
 pub use error::{NO_SUCH_UNIT, Result, SystemdError};
+pub use events::UnitChanges;
 pub use types::{Bus, FileChange, JobResult, UnitChange, UnitStatus, unit_name_from_path};
 
 /// The operations the agent performs on systemd. Start and stop return once the job has finished.

@@ -94,10 +94,13 @@ pub struct FileChange {
     pub destination: String,
 }
 
-/// Something about a unit changed in systemd (a property change or a finished job): re-read its state.
+/// A change notification: re-read the state of the unit, or of every unit when notifications were missed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnitChange {
-    pub unit: String,
+pub enum UnitChange {
+    /// Something about this unit changed (a property change or a finished job).
+    Unit(String),
+    /// The receiver fell behind and notifications were dropped: re-read everything.
+    Missed,
 }
 
 /// The unit name encoded in a systemd unit object path (`/org/freedesktop/systemd1/unit/hello_2eservice` →
