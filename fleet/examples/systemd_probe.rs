@@ -137,9 +137,20 @@ async fn main() {
     let failed = sh("systemctl is-failed failing.service");
     check(failed != "failed", "failing.service reset-failed", &failed);
 
-    // 4. Purge everything (SIGTERM path).
+    // 4. Purge everything (SIGTERM path), including a file that was never linked.
+    std::fs::write(format!("{DIR}/stray.service"), V2).expect("write stray file");
+    let states = exec.current_states("probe-machine").await.expect("current states");
+    check(
+        states.len() == 2 && states["install.service"].active_state == "inactive",
+        "current states",
+        format!("{states:?}"),
+    );
     let reports = exec.purge(Duration::from_secs(30)).await;
-    check(reports.iter().all(|r| r.outcome.is_ok()), "purge", reports.len());
+    let summary: Vec<String> = reports
+        .iter()
+        .map(|r| format!("{}({}):{:?}", r.planned.task.kind(), r.planned.task.unit().unwrap_or("-"), r.outcome))
+        .collect();
+    check(reports.iter().all(|r| r.outcome.is_ok()), "purge", summary.join(", "));
     let left = sh(&format!("ls {DIR}"));
     check(left.is_empty(), "units directory empty", format!("{left:?}"));
     let links = sh("ls /run/systemd/system/ 2>/dev/null | grep -E 'replace-sync|install|failing' || true");

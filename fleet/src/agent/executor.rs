@@ -19,8 +19,9 @@ use tracing::{debug, info, warn};
 
 use super::error::AgentError;
 use super::plan::{Actual, Desired, Planned, Task, plan};
+use super::publisher::unit_states;
 use super::units_dir::UnitsDir;
-use crate::model::JobState;
+use crate::model::{JobState, UnitState};
 use crate::systemd::{JobResult, SystemdOps};
 
 /// Time limits of the executor.
@@ -142,6 +143,14 @@ impl<S: SystemdOps> Executor<S> {
         self.units.hashes()
     }
 
+    /// The unit states to publish for this machine: systemd's view of every unit with a file here, with the hash
+    /// recorded for the file (spec §7.5).
+    pub async fn current_states(&self, machine_id: &str) -> Result<BTreeMap<String, UnitState>, AgentError> {
+        let names: Vec<String> = self.units.hashes().keys().cloned().collect();
+        let statuses = self.systemd.states(&names).await?;
+        Ok(unit_states(machine_id, &statuses, self.units.hashes()))
+    }
+
     /// Plan against `desired` and run the plan.
     pub async fn reconcile(&mut self, desired: &BTreeMap<String, Desired>) -> Vec<TaskReport> {
         let planned = plan(desired, &self.actual());
@@ -248,7 +257,11 @@ impl<S: SystemdOps> Executor<S> {
         self.believed.remove(name);
         self.stop_and_wait(name).await?;
         self.pending_starts.remove(name);
-        self.systemd.disable_runtime(name).await?;
+        match self.systemd.disable_runtime(name).await {
+            // A file that was never linked (e.g. left by a crash) has nothing to disable.
+            Err(e) if !e.is_not_loaded() && e.dbus_name() != Some(crate::systemd::NO_SUCH_UNIT) => return Err(e.into()),
+            _ => {}
+        }
         match self.systemd.reset_failed(name).await {
             Err(e) if !e.is_not_loaded() => return Err(e.into()),
             _ => {}

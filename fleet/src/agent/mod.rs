@@ -8,6 +8,7 @@
 //! | `units_dir.rs` | the unit files in `units_directory`: write (0644), remove, list at start, recorded hashes |
 //! | `executor.rs` | runs a plan against systemd, waiting for jobs; keeps what the agent believes it started |
 //! | `publisher.rs` | pure: diff of published unit states against systemd's (this machine's states only) |
+//! | `timing.rs` | reconcile interval, heartbeat / re-publish period from the TTL |
 //! | `glob.rs` | INTERIM Go `path.Match` until `unit::glob` lands |
 //! | `error.rs` | [`AgentError`] |
 
@@ -17,6 +18,7 @@ pub mod executor;
 pub mod glob;
 pub mod plan;
 pub mod publisher;
+pub mod timing;
 pub mod units_dir;
 
 pub use error::AgentError;

@@ -270,10 +270,31 @@ async fn unload_tolerates_a_unit_that_is_not_loaded() {
     s.fake.calls();
     s.fake.fail("stop a.service", NO_SUCH_UNIT, "Unit a.service not loaded.");
     s.fake.fail("reset_failed a.service", NO_SUCH_UNIT, "Unit a.service not loaded.");
+    s.fake.fail("disable a.service", NO_SUCH_UNIT, "Unit file a.service does not exist.");
     let reports = s.exec.reconcile(&BTreeMap::new()).await;
     assert_eq!(outcomes(&reports), ["UnloadUnit a.service Done", "ReloadUnitFiles - Done"]);
     assert!(!s.dir.join("a.service").exists());
     assert_eq!(markers(&reports), [Marker::NotLaunched("a.service".into())]);
+}
+
+#[tokio::test]
+async fn unload_fails_and_keeps_the_file_when_disable_fails() {
+    let mut s = setup();
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    s.fake.fail("disable a.service", "org.freedesktop.DBus.Error.AccessDenied", "denied");
+    let reports = s.exec.reconcile(&BTreeMap::new()).await;
+    assert!(reports[0].outcome.is_err());
+    assert!(s.dir.join("a.service").exists(), "retried next reconcile");
+}
+
+#[tokio::test]
+async fn current_states_join_systemd_with_recorded_hashes() {
+    let mut s = setup();
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    let states = s.exec.current_states("m1").await.unwrap();
+    assert_eq!(states["a.service"].hash, crate::agent::units_dir::text_hash(V1));
+    assert_eq!(states["a.service"].machine_id, "m1");
+    assert_eq!(states["a.service"].active_state, "active");
 }
 
 #[tokio::test]
