@@ -101,7 +101,7 @@ async fn main() {
         .map(|r| format!("{}({}):{:?}", r.planned.task.kind(), r.planned.task.unit().unwrap_or("-"), r.outcome))
         .collect();
     check(reports.iter().all(|r| r.outcome.is_ok()), "replace with v2", summary.join(", "));
-    println!("     markers: {:?}", markers(&reports));
+    println!("     markers: {:?}", markers(&reports, exec.loaded()));
     let stop_post = sh("cat /tmp/stop-post");
     let start_pre = sh("cat /tmp/start-pre");
     let (a, b) = (stop_post.parse::<f64>().unwrap_or(f64::MAX), start_pre.parse::<f64>().unwrap_or(0.0));

@@ -65,21 +65,24 @@ pub struct TaskReport {
     pub outcome: Result<Outcome, AgentError>,
 }
 
-/// A change to the "launched" marker (`job-state`) the caller publishes in the registry (spec §7.6).
+/// A change to the "launched" marker the caller publishes in the registry (spec §7.6, `mark_launched`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Marker {
-    /// The agent started the unit: set the marker (and keep heartbeating it).
-    Launched(String),
+    /// The agent started the unit with this file version: set the marker (bound to the machine's lease).
+    Launched { unit: String, hash: String },
     /// The agent stopped or unloaded the unit: delete the marker.
     NotLaunched(String),
 }
 
-/// The markers to publish after a run, in task order.
-pub fn markers(reports: &[TaskReport]) -> Vec<Marker> {
+/// The markers to publish after a run, in task order; `hashes` are the recorded file hashes
+/// ([`Executor::loaded`]).
+pub fn markers(reports: &[TaskReport], hashes: &BTreeMap<String, String>) -> Vec<Marker> {
     reports
         .iter()
         .filter_map(|r| match (&r.planned.task, &r.outcome) {
-            (Task::Start(n), Ok(Outcome::Started(_) | Outcome::StartPending)) => Some(Marker::Launched(n.clone())),
+            (Task::Start(n), Ok(Outcome::Started(_) | Outcome::StartPending)) => {
+                Some(Marker::Launched { unit: n.clone(), hash: hashes.get(n).cloned().unwrap_or_default() })
+            }
             (Task::Stop(n) | Task::Unload(n), Ok(_)) => Some(Marker::NotLaunched(n.clone())),
             _ => None,
         })

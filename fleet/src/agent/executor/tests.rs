@@ -177,7 +177,8 @@ async fn fresh_launch_loads_reloads_once_and_starts() {
     assert_eq!(s.fake.calls(), ["link a.service", "link b.service", "reload ", "start a.service"]);
     assert_eq!(std::fs::read_to_string(s.dir.join("a.service")).unwrap(), V1);
     assert_eq!(s.exec.launched(), ["a.service"]);
-    assert_eq!(markers(&reports), [Marker::Launched("a.service".into())]);
+    let hash = crate::agent::units_dir::text_hash(V1);
+    assert_eq!(markers(&reports, s.exec.loaded()), [Marker::Launched { unit: "a.service".into(), hash }]);
     // Converged: the next reconcile does nothing.
     assert!(s.exec.reconcile(&d).await.is_empty());
     assert!(s.fake.calls().is_empty());
@@ -206,11 +207,11 @@ async fn replacing_a_launched_unit_stops_and_waits_before_deleting_and_starting(
     );
     assert_eq!(std::fs::read_to_string(s.dir.join("a.service")).unwrap(), V2);
     assert_eq!(
-        markers(&reports),
+        markers(&reports, s.exec.loaded()),
         [
             Marker::NotLaunched("a.service".into()),
             Marker::NotLaunched("a.service".into()),
-            Marker::Launched("a.service".into())
+            Marker::Launched { unit: "a.service".into(), hash: crate::agent::units_dir::text_hash(V2) }
         ]
     );
 }
@@ -274,7 +275,7 @@ async fn unload_tolerates_a_unit_that_is_not_loaded() {
     let reports = s.exec.reconcile(&BTreeMap::new()).await;
     assert_eq!(outcomes(&reports), ["UnloadUnit a.service Done", "ReloadUnitFiles - Done"]);
     assert!(!s.dir.join("a.service").exists());
-    assert_eq!(markers(&reports), [Marker::NotLaunched("a.service".into())]);
+    assert_eq!(markers(&reports, s.exec.loaded()), [Marker::NotLaunched("a.service".into())]);
 }
 
 #[tokio::test]
