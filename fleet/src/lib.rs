@@ -4,6 +4,11 @@
 //! See ARCHITECTURE.md at the repository root for the code map.
 
 pub mod agent;
+pub mod api;
+pub mod fleetd;
+pub mod machine;
 pub mod model;
+pub mod registry;
 pub mod systemd;
+pub mod unit;
 pub mod version;
