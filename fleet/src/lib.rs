@@ -3,6 +3,9 @@
 //! The library holds every layer of fleetd and fleetctl; the binaries in `src/bin` only wire them together.
 //! See ARCHITECTURE.md at the repository root for the code map.
 
+pub mod client;
 pub mod model;
+pub mod schema;
 pub mod unit;
+pub mod unit_compat;
 pub mod version;
