@@ -4,6 +4,7 @@
 //! See ARCHITECTURE.md at the repository root for the code map.
 
 pub mod client;
+pub mod fleetctl;
 pub mod model;
 pub mod schema;
 pub mod unit;

@@ -37,6 +37,40 @@ pub trait Client: Send + Sync {
     fn delete_machine_metadata(&self, machine_id: &str, key: &str) -> Result<(), ClientError>;
 }
 
+/// A shared client is a client (lets tests keep a handle on the fake they hand out).
+impl<T: Client + ?Sized> Client for std::sync::Arc<T> {
+    fn machines(&self) -> Result<Vec<Machine>, ClientError> {
+        (**self).machines()
+    }
+    fn units(&self) -> Result<Vec<Unit>, ClientError> {
+        (**self).units()
+    }
+    fn unit(&self, name: &str) -> Result<Option<Unit>, ClientError> {
+        (**self).unit(name)
+    }
+    fn create_unit(&self, unit: &Unit) -> Result<(), ClientError> {
+        (**self).create_unit(unit)
+    }
+    fn set_unit_target_state(&self, name: &str, state: &str) -> Result<(), ClientError> {
+        (**self).set_unit_target_state(name, state)
+    }
+    fn destroy_unit(&self, name: &str) -> Result<(), ClientError> {
+        (**self).destroy_unit(name)
+    }
+    fn unit_states(&self, filter: &StateFilter) -> Result<Vec<UnitState>, ClientError> {
+        (**self).unit_states(filter)
+    }
+    fn unit_state(&self, name: &str) -> Result<Option<UnitState>, ClientError> {
+        (**self).unit_state(name)
+    }
+    fn set_machine_metadata(&self, machine_id: &str, key: &str, value: &str) -> Result<(), ClientError> {
+        (**self).set_machine_metadata(machine_id, key, value)
+    }
+    fn delete_machine_metadata(&self, machine_id: &str, key: &str) -> Result<(), ClientError> {
+        (**self).delete_machine_metadata(machine_id, key)
+    }
+}
+
 /// Optional exact-match filters of `GET /state`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StateFilter {
