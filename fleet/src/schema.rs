@@ -230,7 +230,11 @@ impl PageToken {
         let start = self.start_index().min(items.len());
         let end = start.saturating_add(usize::from(self.limit)).min(items.len());
         let full = usize::from(self.page).saturating_mul(usize::from(self.limit)) <= items.len();
-        let next = if full && self.page < u16::MAX { Some(PageToken { limit: self.limit, page: self.page + 1 }) } else { None };
+        let next = if full && self.page < u16::MAX {
+            Some(PageToken { limit: self.limit, page: self.page + 1 })
+        } else {
+            None
+        };
         (&items[start..end], next)
     }
 }
@@ -353,7 +357,10 @@ mod tests {
         assert_eq!(PageToken::decode("ZA==").unwrap_err().to_string(), "unexpected EOF");
         assert_eq!(PageToken::decode("").unwrap_err().to_string(), "EOF");
         assert_eq!(PageToken::decode("ZA!A").unwrap_err().to_string(), "illegal base64 data at input byte 2");
-        assert_eq!(PageToken::parse_for("ZAAAAA==", 100).unwrap_err().to_string(), "token page must be greater than zero");
+        assert_eq!(
+            PageToken::parse_for("ZAAAAA==", 100).unwrap_err().to_string(),
+            "token page must be greater than zero"
+        );
         // Standard-alphabet characters are not URL-safe base64.
         assert!(PageToken::decode("ZA+/AA==").is_err());
     }
@@ -429,7 +436,10 @@ mod tests {
 
     #[test]
     fn error_body_matches_the_original() {
-        assert_eq!(ErrorBody::new(404, "unit does not exist").to_json(), r#"{"error":{"code":404,"message":"unit does not exist"}}"#);
+        assert_eq!(
+            ErrorBody::new(404, "unit does not exist").to_json(),
+            r#"{"error":{"code":404,"message":"unit does not exist"}}"#
+        );
         assert_eq!(ErrorBody::new(405, "").to_json(), r#"{"error":{"code":405,"message":""}}"#);
         let parsed: ErrorBody = serde_json::from_str(r#"{"error":{"code":503}}"#).unwrap();
         assert_eq!(parsed.error.message, "");
@@ -445,6 +455,9 @@ mod tests {
         let parsed: Vec<MachineMetadataOp> =
             serde_json::from_str(r#"[{"op":"replace","path":"/a/metadata/k","Value":{"value":"v"}}]"#).unwrap();
         assert_eq!(parsed[0].value.as_ref().unwrap().value, "v");
-        assert!(serde_json::from_str::<Vec<MachineMetadataOp>>(r#"[{"op":"add","path":"/a/metadata/k","value":"v"}]"#).is_err());
+        assert!(
+            serde_json::from_str::<Vec<MachineMetadataOp>>(r#"[{"op":"add","path":"/a/metadata/k","value":"v"}]"#)
+                .is_err()
+        );
     }
 }

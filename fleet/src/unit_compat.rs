@@ -222,8 +222,19 @@ pub fn unrecognized_xfleet_keys(uf: &UnitFile) -> Vec<String> {
 pub struct NameError(pub String);
 
 const VALID_TYPES: [&str; 13] = [
-    "automount", "busname", "device", "mount", "path", "scope", "service", "slice", "snapshot", "socket", "swap",
-    "target", "timer",
+    "automount",
+    "busname",
+    "device",
+    "mount",
+    "path",
+    "scope",
+    "service",
+    "slice",
+    "snapshot",
+    "socket",
+    "swap",
+    "target",
+    "timer",
 ];
 const TEMPLATE_TYPES: [&str; 5] = ["path", "service", "socket", "target", "timer"];
 const RECOGNISED_TYPES: [&str; 7] = ["service", "socket", "timer", "path", "device", "mount", "automount"];
@@ -294,7 +305,12 @@ impl NameInfo {
                 suffix: suffix.to_string(),
                 has_at: true,
             }),
-            None => Some(NameInfo { prefix: base.to_string(), instance: String::new(), suffix: suffix.to_string(), has_at: false }),
+            None => Some(NameInfo {
+                prefix: base.to_string(),
+                instance: String::new(),
+                suffix: suffix.to_string(),
+                has_at: false,
+            }),
         }
     }
 
@@ -331,7 +347,10 @@ mod tests {
         assert_eq!(mangle("foo/bar.socket"), "bar.socket");
         assert_eq!(mangle("foo.target"), "foo.target.service");
         assert_eq!(validate_name("bad name.service").unwrap_err().to_string(), "invalid character ' ' in unit name");
-        assert_eq!(validate_name("tmpl@x.device").unwrap_err().to_string(), "invalid unit type for template: \"device\"");
+        assert_eq!(
+            validate_name("tmpl@x.device").unwrap_err().to_string(),
+            "invalid unit type for template: \"device\""
+        );
         let i = NameInfo::parse("hello@1.service").unwrap();
         assert!(i.is_instance());
         assert_eq!(i.template(), "hello@.service");

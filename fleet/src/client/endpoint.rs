@@ -73,10 +73,8 @@ impl ApiEndpoint {
                 })
             }
             "http" => {
-                let (host, port) = split_host_port(authority).map_err(|reason| EndpointError::Parse {
-                    url: first.clone(),
-                    reason,
-                })?;
+                let (host, port) =
+                    split_host_port(authority).map_err(|reason| EndpointError::Parse { url: first.clone(), reason })?;
                 let prefix = path.trim_end_matches('/').to_string();
                 Ok(ApiEndpoint {
                     transport: Transport::Tcp { host, port, authority: authority.to_string() },

@@ -59,20 +59,14 @@ impl HttpClient {
         let (path_and_query, full_url) = self.url(path, query);
         let go_method = go_method_name(&method);
         tracing::debug!(method = %method, url = %full_url, "request");
-        let transport_err = |cause: String| ClientError::Transport {
-            method: go_method.to_string(),
-            url: full_url.clone(),
-            cause,
-        };
+        let transport_err =
+            |cause: String| ClientError::Transport { method: go_method.to_string(), url: full_url.clone(), cause };
         let exchange = exchange(&self.endpoint.transport, method, &path_and_query, body);
         let result = self.runtime.block_on(async {
             match self.timeout {
                 Some(t) => match tokio::time::timeout(t, exchange).await {
                     Ok(r) => r,
-                    Err(_) => Err(format!(
-                        "context deadline exceeded (Client.Timeout of {} exceeded)",
-                        format_secs(t)
-                    )),
+                    Err(_) => Err(format!("context deadline exceeded (Client.Timeout of {} exceeded)", format_secs(t))),
                 },
                 None => exchange.await,
             }
@@ -156,7 +150,12 @@ impl Client for HttpClient {
     }
 
     fn create_unit(&self, unit: &Unit) -> Result<(), ClientError> {
-        let body = Unit { name: unit.name.clone(), options: unit.options.clone(), desired_state: unit.desired_state.clone(), ..Default::default() };
+        let body = Unit {
+            name: unit.name.clone(),
+            options: unit.options.clone(),
+            desired_state: unit.desired_state.clone(),
+            ..Default::default()
+        };
         self.put_unit(&body)
     }
 
@@ -227,7 +226,8 @@ async fn request_over<S>(
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
     let conn_task = tokio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::debug!(error = %e, "connection closed with error");
@@ -243,7 +243,10 @@ where
         builder = builder.header(http::header::CONTENT_TYPE, "application/json");
     }
     let req = builder.body(Full::new(Bytes::from(body.unwrap_or_default()))).map_err(|e| e.to_string())?;
-    let resp = sender.send_request(req).await.map_err(|e| if e.is_incomplete_message() { "EOF".to_string() } else { e.to_string() })?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| if e.is_incomplete_message() { "EOF".to_string() } else { e.to_string() })?;
     let status = resp.status().as_u16();
     let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes().to_vec();
     conn_task.abort();
@@ -460,8 +463,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(600));
             drop(conn);
         });
-        let c = HttpClient::new(ApiEndpoint::parse(&format!("http://{addr}")).unwrap(), Some(Duration::from_millis(200)))
-            .unwrap();
+        let c =
+            HttpClient::new(ApiEndpoint::parse(&format!("http://{addr}")).unwrap(), Some(Duration::from_millis(200)))
+                .unwrap();
         let err = c.machines().unwrap_err();
         assert!(err.to_string().contains("Client.Timeout"), "{err}");
         hold.join().unwrap();

@@ -105,7 +105,12 @@ pub static COMMANDS: &[CommandSpec] = &[
         long: "Outputs the journal of a unit by connecting to the machine that the unit occupies.\n\nRead the last 10 lines:\nfleetctl journal foo.service\n\nRead the last 100 lines:\nfleetctl journal --lines 100 foo.service\n\nThis command does not work with global units.",
         flags: &[
             FlagSpec::new("f", Kind::Bool, "false", "Shorthand for --follow"),
-            FlagSpec::new("follow", Kind::Bool, "false", "Continuously print new entries as they are appended to the journal."),
+            FlagSpec::new(
+                "follow",
+                Kind::Bool,
+                "false",
+                "Continuously print new entries as they are appended to the journal.",
+            ),
             FlagSpec::new("lines", Kind::Int, "10", "Number of recent log lines to return"),
             FlagSpec::new(
                 "output",
@@ -193,7 +198,12 @@ pub static COMMANDS: &[CommandSpec] = &[
                 "false",
                 "Do not wait until the jobs have been loaded before exiting. Always the case for global units.",
             ),
-            FlagSpec::new("replace", Kind::Bool, "false", "Replace the old scheduled units in the cluster with new versions."),
+            FlagSpec::new(
+                "replace",
+                Kind::Bool,
+                "false",
+                "Replace the old scheduled units in the cluster with new versions.",
+            ),
             SIGN,
         ],
         listed: true,
@@ -236,7 +246,12 @@ pub static COMMANDS: &[CommandSpec] = &[
         flags: &[
             BLOCK_ATTEMPTS_START,
             NO_BLOCK_START,
-            FlagSpec::new("replace", Kind::Bool, "false", "Replace the already started units in the cluster with new versions."),
+            FlagSpec::new(
+                "replace",
+                Kind::Bool,
+                "false",
+                "Replace the already started units in the cluster with new versions.",
+            ),
             SIGN,
         ],
         listed: true,
@@ -284,7 +299,12 @@ pub static COMMANDS: &[CommandSpec] = &[
         short: "Upload one or more units to the cluster without starting them",
         long: "Upload one or more units to the cluster without starting them. Useful\nfor validating units before they are started.\n\nThis operation is idempotent; if a named unit already exists in the cluster, it will not be resubmitted.\n\nSubmit a single unit:\nfleetctl submit foo.service\n\nSubmit a directory of units with glob matching:\nfleetctl submit myservice/*",
         flags: &[
-            FlagSpec::new("replace", Kind::Bool, "false", "Replace the old submitted units in the cluster with new versions."),
+            FlagSpec::new(
+                "replace",
+                Kind::Bool,
+                "false",
+                "Replace the old submitted units in the cluster with new versions.",
+            ),
             SIGN,
         ],
         listed: true,

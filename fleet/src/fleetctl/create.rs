@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::wait::wait_for_unit_states;
 use super::Ctx;
+use super::wait::wait_for_unit_states;
 use crate::model::JobState;
 use crate::schema::Unit;
 use crate::unit_compat::{self as unitf, NameInfo, UnitFile};
@@ -137,10 +137,9 @@ fn compare(ctx: &mut Ctx<'_>, arg: &str, path: &Path, name: &str, registry: &Uni
             }
             Comparison::Different
         }
-        Ok(None) => Comparison::Failed(format!(
-            "unable to find local template Unit({}) for Unit({name})",
-            tpath.display()
-        )),
+        Ok(None) => {
+            Comparison::Failed(format!("unable to find local template Unit({}) for Unit({name})", tpath.display()))
+        }
         Err(e) => Comparison::Failed(format!("failed getting template Unit({}) from file: {e}", tpath.display())),
     }
 }
@@ -203,10 +202,8 @@ pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), Strin
         let path_text = unitf::append_default_type(arg);
         let path = PathBuf::from(&path_text);
         let name = unitf::mangle(arg);
-        let existing = ctx
-            .client
-            .unit(&name)
-            .map_err(|e| format!("error retrieving Unit({name}) from Registry: {e}"))?;
+        let existing =
+            ctx.client.unit(&name).map_err(|e| format!("error retrieving Unit({name}) from Registry: {e}"))?;
         let Some(existing) = existing else {
             let uf = unit_file_for(ctx, arg, &path, &name)?;
             create_unit(ctx, &name, uf)?;

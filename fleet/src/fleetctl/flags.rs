@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::commands::{CommandSpec, COMMANDS};
+use super::commands::{COMMANDS, CommandSpec};
 
 /// Value type of a flag (also what help shows after the name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,10 +40,25 @@ impl FlagSpec {
 
 /// The persistent flags every command accepts (§9.2), in help order.
 pub const GLOBAL_FLAGS: &[FlagSpec] = &[
-    FlagSpec::new("ca-file", Kind::Str, "", "Location of TLS CA file used to secure communication with the fleet API or etcd"),
-    FlagSpec::new("cert-file", Kind::Str, "", "Location of TLS cert file used to secure communication with the fleet API or etcd"),
+    FlagSpec::new(
+        "ca-file",
+        Kind::Str,
+        "",
+        "Location of TLS CA file used to secure communication with the fleet API or etcd",
+    ),
+    FlagSpec::new(
+        "cert-file",
+        Kind::Str,
+        "",
+        "Location of TLS cert file used to secure communication with the fleet API or etcd",
+    ),
     FlagSpec::new("debug", Kind::Bool, "false", "Print out more debug information to stderr"),
-    FlagSpec::new("driver", Kind::Str, "API", "Adapter used to execute fleetctl commands. Options include \"API\" and \"etcd\"."),
+    FlagSpec::new(
+        "driver",
+        Kind::Str,
+        "API",
+        "Adapter used to execute fleetctl commands. Options include \"API\" and \"etcd\".",
+    ),
     FlagSpec::new(
         "endpoint",
         Kind::Str,
@@ -52,12 +67,22 @@ pub const GLOBAL_FLAGS: &[FlagSpec] = &[
     ),
     FlagSpec::new("etcd-cafile", Kind::Str, "", "DEPRECATED: do not use this flag."),
     FlagSpec::new("etcd-certfile", Kind::Str, "", "DEPRECATED: do not use this flag."),
-    FlagSpec::new("etcd-key-prefix", Kind::Str, "/_coreos.com/fleet/", "Keyspace for fleet data in etcd (development use only!)"),
+    FlagSpec::new(
+        "etcd-key-prefix",
+        Kind::Str,
+        "/_coreos.com/fleet/",
+        "Keyspace for fleet data in etcd (development use only!)",
+    ),
     FlagSpec::new("etcd-keyfile", Kind::Str, "", "DEPRECATED: do not use this flag."),
     FlagSpec::new("experimental-api", Kind::Bool, "true", "DEPRECATED: do not use this flag."),
     FlagSpec::new("h", Kind::Bool, "false", "Print usage information and exit"),
     FlagSpec::new("help", Kind::Bool, "false", "Print usage information and exit"),
-    FlagSpec::new("key-file", Kind::Str, "", "Location of TLS key file used to secure communication with the fleet API or etcd"),
+    FlagSpec::new(
+        "key-file",
+        Kind::Str,
+        "",
+        "Location of TLS key file used to secure communication with the fleet API or etcd",
+    ),
     FlagSpec::new(
         "known-hosts-file",
         Kind::Str,
@@ -83,7 +108,12 @@ pub const GLOBAL_FLAGS: &[FlagSpec] = &[
         "true",
         "Verify host keys presented by remote machines before initiating SSH connections.",
     ),
-    FlagSpec::new("tunnel", Kind::Str, "", "Establish an SSH tunnel through the provided address for communication with fleet and etcd."),
+    FlagSpec::new(
+        "tunnel",
+        Kind::Str,
+        "",
+        "Establish an SSH tunnel through the provided address for communication with fleet and etcd.",
+    ),
     FlagSpec::new("version", Kind::Bool, "false", "Print the version and exit"),
 ];
 

@@ -1,8 +1,8 @@
 //! Help output (spec §9.1): the original's custom help layout (`fleetctl help`, `fleetctl help <cmd>`,
 //! `<cmd> --help`, usage on parse errors), cobra's default usage (bare `fleetctl`) and pflag's flag listing.
 
-use super::commands::{CommandSpec, COMMANDS};
-use super::flags::{FlagSpec, Kind, GLOBAL_FLAGS};
+use super::commands::{COMMANDS, CommandSpec};
+use super::flags::{FlagSpec, GLOBAL_FLAGS, Kind};
 use super::table;
 use crate::version::VERSION;
 
@@ -45,7 +45,8 @@ pub fn flag_usages(specs: &[FlagSpec]) -> String {
 
 /// `fleetctl help` / `fleetctl --help`.
 pub fn global_help() -> String {
-    let mut out = format!("NAME:\n\tfleetctl - {ROOT_SHORT}\n\nUSAGE:\n\tfleetctl\n\nVERSION:\n\t{VERSION}\n\nCOMMANDS:\n");
+    let mut out =
+        format!("NAME:\n\tfleetctl - {ROOT_SHORT}\n\nUSAGE:\n\tfleetctl\n\nVERSION:\n\t{VERSION}\n\nCOMMANDS:\n");
     let rows: Vec<Vec<String>> =
         COMMANDS.iter().map(|c| vec![String::new(), c.name.to_string(), c.short.to_string()]).collect();
     out.push_str(&table::render(&rows));
@@ -151,7 +152,9 @@ mod tests {
         assert!(out.contains("  list-unit-files List the units that exist in the cluster.\n"));
         assert!(!out.contains("  help "));
         assert!(!out.contains("  verify "));
-        assert!(out.ends_with(&format!("Flags:\n{GLOBAL_OPTIONS}\nUse \"fleetctl [command] --help\" for more information about a command.\n")));
+        assert!(out.ends_with(&format!(
+            "Flags:\n{GLOBAL_OPTIONS}\nUse \"fleetctl [command] --help\" for more information about a command.\n"
+        )));
         if let Some(t) = transcript_stdout("01-version-help.txt", "fleetctl") {
             assert_eq!(out, t);
         }

@@ -1,9 +1,9 @@
 //! `list-machines`, `list-units` and `list-unit-files` (spec §9.5): field selection, cell values and the shared
 //! table output.
 
-use super::commands::{LIST_MACHINES_FIELDS, LIST_UNITS_FIELDS, LIST_UNIT_FILES_FIELDS};
-use super::table::{location_legend, machine_id_legend, render};
 use super::Ctx;
+use super::commands::{LIST_MACHINES_FIELDS, LIST_UNIT_FILES_FIELDS, LIST_UNITS_FIELDS};
+use super::table::{location_legend, machine_id_legend, render};
 use crate::client::StateFilter;
 use crate::schema::{Machine, Unit, UnitState};
 use crate::unit_compat::{Requirements, UnitFile};
@@ -144,7 +144,8 @@ pub fn list_unit_files(ctx: &mut Ctx<'_>) -> i32 {
     };
     units.sort_by(|a, b| a.name.cmp(&b.name));
     let full = full(ctx);
-    let machines = if fields.iter().any(|f| f == "target" || f == "tmachine") { ctx.machines().to_vec() } else { Vec::new() };
+    let machines =
+        if fields.iter().any(|f| f == "target" || f == "tmachine") { ctx.machines().to_vec() } else { Vec::new() };
     let rows = units.iter().map(|u| fields.iter().map(|f| unit_file_cell(u, f, &machines, full)).collect()).collect();
     print_table(ctx, &fields, rows);
     0

@@ -26,6 +26,9 @@ use crate::client::{self, BuildError, Client, ClientConfig};
 use crate::schema::Machine;
 use flags::{Flags, ParseError};
 
+/// Builds a client from the global flags (`client::build` in the binary, a fake in tests).
+pub type Connect = dyn Fn(&ClientConfig) -> Result<Box<dyn Client>, BuildError>;
+
 /// Where output goes and how the outside world is reached; tests substitute every part.
 pub struct Env<'a> {
     pub out: &'a mut dyn Write,
@@ -33,7 +36,7 @@ pub struct Env<'a> {
     /// Environment lookup (`FLEETCTL_*`).
     pub getenv: &'a dyn Fn(&str) -> Option<String>,
     /// Builds the client from the global flags.
-    pub connect: &'a dyn Fn(&ClientConfig) -> Result<Box<dyn Client>, BuildError>,
+    pub connect: &'a Connect,
     pub timing: wait::Timing,
     /// Whether to install the stderr log subscriber (only the real binary does).
     pub init_logging: bool,
@@ -128,7 +131,8 @@ fn init_logging(debug: bool) {
 fn client_config(flags: &Flags) -> ClientConfig {
     let secs = flags.float("request-timeout");
     let request_timeout = if secs > 0.0 { Duration::from_secs_f64(secs.min(1e9)) } else { Duration::ZERO };
-    let pick = |a: &str, b: &str| if flags.str(a).is_empty() { flags.str(b).to_string() } else { flags.str(a).to_string() };
+    let pick =
+        |a: &str, b: &str| if flags.str(a).is_empty() { flags.str(b).to_string() } else { flags.str(a).to_string() };
     ClientConfig {
         driver: flags.str("driver").to_string(),
         endpoint: flags.str("endpoint").to_string(),
@@ -153,7 +157,7 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> i32 {
             let e = &failure.error;
             match e {
                 ParseError::UnknownCommand(_, suggestions) => {
-                    let _ = write!(env.err, "Error: {e}\n");
+                    let _ = writeln!(env.err, "Error: {e}");
                     if !suggestions.is_empty() {
                         let _ = write!(env.err, "\nDid you mean this?\n");
                         for s in suggestions {
@@ -267,7 +271,11 @@ pub(crate) mod testing {
             init_logging: false,
         };
         let code = super::run(&args, &mut env);
-        Outcome { code, out: String::from_utf8_lossy(&out).into_owned(), err: String::from_utf8_lossy(&err).into_owned() }
+        Outcome {
+            code,
+            out: String::from_utf8_lossy(&out).into_owned(),
+            err: String::from_utf8_lossy(&err).into_owned(),
+        }
     }
 
     pub fn run(fake: &Arc<FakeClient>, args: &[&str]) -> Outcome {
@@ -332,7 +340,11 @@ mod tests {
         assert!(o.out.starts_with("NAME:\n\tlist-units - "));
         assert_eq!(o.err, "Error: unknown flag: --bogus-flag\n\ncannot execute cmdFleet: unknown flag: --bogus-flag\n");
         let o = run(&c, &["lst-units"]);
-        assert!(o.err.contains("\nDid you mean this?\n\tlist-units\n\nRun 'fleetctl --help' for usage.\n"), "{}", o.err);
+        assert!(
+            o.err.contains("\nDid you mean this?\n\tlist-units\n\nRun 'fleetctl --help' for usage.\n"),
+            "{}",
+            o.err
+        );
     }
 
     #[test]

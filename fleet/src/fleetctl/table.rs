@@ -113,13 +113,19 @@ mod tests {
             &["MACHINE", "IP", "METADATA"],
             &["8363165e6276f500b71169eca9b3f76b", "172.17.0.2", "hostname=m1,role=a"],
         ]));
-        assert_eq!(out, "MACHINE\t\t\t\t\tIP\t\tMETADATA\n8363165e6276f500b71169eca9b3f76b\t172.17.0.2\thostname=m1,role=a\n");
+        assert_eq!(
+            out,
+            "MACHINE\t\t\t\t\tIP\t\tMETADATA\n8363165e6276f500b71169eca9b3f76b\t172.17.0.2\thostname=m1,role=a\n"
+        );
     }
 
     #[test]
     fn header_only_tables_use_one_tab() {
         assert_eq!(render(&rows(&[&["UNIT", "MACHINE", "ACTIVE", "SUB"]])), "UNIT\tMACHINE\tACTIVE\tSUB\n");
-        assert_eq!(render(&rows(&[&["UNIT", "HASH", "DSTATE", "STATE", "TARGET"]])), "UNIT\tHASH\tDSTATE\tSTATE\tTARGET\n");
+        assert_eq!(
+            render(&rows(&[&["UNIT", "HASH", "DSTATE", "STATE", "TARGET"]])),
+            "UNIT\tHASH\tDSTATE\tSTATE\tTARGET\n"
+        );
     }
 
     #[test]
@@ -150,19 +156,24 @@ mod tests {
 
     #[test]
     fn seventeen_char_names_push_the_column_to_24() {
-        let out = render(&rows(&[&["UNIT", "HASH"], &["meta-none.service", "3f2a402"], &["meta-b.service", "a376eda"]]));
+        let out =
+            render(&rows(&[&["UNIT", "HASH"], &["meta-none.service", "3f2a402"], &["meta-b.service", "a376eda"]]));
         assert_eq!(out, "UNIT\t\t\tHASH\nmeta-none.service\t3f2a402\nmeta-b.service\t\ta376eda\n");
     }
 
     #[test]
     fn legends() {
-        let m = Machine { id: "8363165e6276f500b71169eca9b3f76b".into(), primary_ip: "172.17.0.2".into(), ..Default::default() };
+        let m = Machine {
+            id: "8363165e6276f500b71169eca9b3f76b".into(),
+            primary_ip: "172.17.0.2".into(),
+            ..Default::default()
+        };
         assert_eq!(machine_id_legend(&m.id, false), "8363165e...");
         assert_eq!(machine_id_legend("abc", false), "abc...");
         assert_eq!(machine_full_legend(&m, false), "8363165e.../172.17.0.2");
         assert_eq!(machine_full_legend(&m, true), "8363165e6276f500b71169eca9b3f76b/172.17.0.2");
-        assert_eq!(location_legend("", &[m.clone()], false), "-");
-        assert_eq!(location_legend("d91d98fca203da3cb89fb5c100ed0823", &[m.clone()], false), "d91d98fc...");
+        assert_eq!(location_legend("", std::slice::from_ref(&m), false), "-");
+        assert_eq!(location_legend("d91d98fca203da3cb89fb5c100ed0823", std::slice::from_ref(&m), false), "d91d98fc...");
         let no_ip = Machine { id: "x".into(), ..Default::default() };
         assert_eq!(machine_full_legend(&no_ip, true), "x");
     }

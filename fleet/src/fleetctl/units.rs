@@ -2,10 +2,10 @@
 //! Messages are the original's (Appendix A); waiting follows §9.6 with the B3/B4/B5 Recs, and global units are
 //! waited for on every machine that reports them (the original never waited for them).
 
+use super::Ctx;
 use super::create::lazy_create_units;
 use super::list::unit_is_global;
 use super::wait::{wait_for_destroyed, wait_for_global, wait_for_systemd_active, wait_for_unit_states};
-use super::Ctx;
 use crate::model::JobState;
 use crate::schema::Unit;
 use crate::unit_compat::{self as unitf, UnitFile};
@@ -456,7 +456,12 @@ mod tests {
         c.set_lag(5);
         c.insert_unit("hello.service", HELLO, "inactive");
         let o = run(&c, &["start", "--block-attempts=3", "hello.service"]);
-        assert_eq!((o.code, o.out.as_str()), (0, format!("Unit hello.service launched on {M1}\n").as_str()), "{}", o.err);
+        assert_eq!(
+            (o.code, o.out.as_str()),
+            (0, format!("Unit hello.service launched on {M1}\n").as_str()),
+            "{}",
+            o.err
+        );
     }
 
     #[test]
@@ -483,7 +488,11 @@ mod tests {
         c.set_converge(false);
         let o = run(&c, &["start", "--block-attempts=1", "global.service"]);
         assert_eq!(o.code, 1);
-        assert!(o.err.contains("timed out waiting for global unit global.service to report state launched"), "{}", o.err);
+        assert!(
+            o.err.contains("timed out waiting for global unit global.service to report state launched"),
+            "{}",
+            o.err
+        );
         let o = run(&c, &["start", "--no-block", "global.service"]);
         assert_eq!(o.code, 0);
     }
@@ -519,7 +528,11 @@ mod tests {
             run(&c, &["submit", &garbage]).err,
             format!("Error creating units: failed getting Unit({garbage}) from file: unable to find end of section\n")
         );
-        let gm = write(dir.path(), "gm.service", "[Service]\nExecStart=/bin/true\n[X-Fleet]\nGlobal=true\nMachineOf=a.service\n");
+        let gm = write(
+            dir.path(),
+            "gm.service",
+            "[Service]\nExecStart=/bin/true\n[X-Fleet]\nGlobal=true\nMachineOf=a.service\n",
+        );
         assert_eq!(run(&c, &["submit", &gm]).err, "Error creating units: Global cannot be used with Peers\n");
         assert!(c.log().is_empty());
     }
@@ -554,7 +567,9 @@ mod tests {
         let o = run(&c, &["submit", &f]);
         assert_eq!(
             o.err,
-            format!("WARNING: Unit hello.service in registry differs from local unit file {f}. Add --replace to override.\n")
+            format!(
+                "WARNING: Unit hello.service in registry differs from local unit file {f}. Add --replace to override.\n"
+            )
         );
         let o = run(&c, &["submit", "--replace", &f]);
         assert_eq!((o.code, o.out.as_str(), o.err.as_str()), (0, "Unit hello.service inactive\n", ""));
@@ -568,17 +583,26 @@ mod tests {
         c.insert_unit("hello.service", HELLO, "launched");
         let f = write(dir.path(), "hello.service", HELLO_V2);
         let o = run(&c, &["submit", "--replace", &f]);
-        assert_eq!(o.err, "Warning: can not replace Unit(hello.service) in state 'launched', use the appropriate command\n");
+        assert_eq!(
+            o.err,
+            "Warning: can not replace Unit(hello.service) in state 'launched', use the appropriate command\n"
+        );
         assert_eq!(c.unit_text("hello.service").unwrap(), HELLO);
         // load --replace of a launched unit: refused, but the unit is then loaded (stopped).
         let o = run(&c, &["load", "--replace", &f]);
         assert_eq!(o.out, format!("Unit hello.service loaded on {M1}\n"));
-        assert_eq!(o.err, "Warning: can not replace Unit(hello.service) in state 'launched', use the appropriate command\n");
+        assert_eq!(
+            o.err,
+            "Warning: can not replace Unit(hello.service) in state 'launched', use the appropriate command\n"
+        );
         assert_eq!(c.unit_text("hello.service").unwrap(), HELLO);
         // start --replace replaces in any state.
         c.insert_unit("hello.service", HELLO, "launched");
         let o = run(&c, &["start", "--replace", &f]);
-        assert_eq!((o.code, o.out.as_str()), (0, format!("Unit hello.service inactive\nUnit hello.service launched on {M1}\n").as_str()));
+        assert_eq!(
+            (o.code, o.out.as_str()),
+            (0, format!("Unit hello.service inactive\nUnit hello.service launched on {M1}\n").as_str())
+        );
         assert_eq!(c.unit_text("hello.service").unwrap(), HELLO_V2);
         let o = run(&c, &["start", "--replace", &f]);
         assert_eq!(o.out, "Found same Unit(hello.service) in Registry, nothing to do\n");
@@ -596,7 +620,9 @@ mod tests {
         let o = run(&c, &["start", &i1]);
         assert_eq!(
             o.err,
-            format!("WARNING: Unit hello@1.service in registry differs from local template unit file {i1}. Add --replace to override.\n")
+            format!(
+                "WARNING: Unit hello@1.service in registry differs from local template unit file {i1}. Add --replace to override.\n"
+            )
         );
         let o = run(&c, &["start", "--replace", &i1]);
         assert_eq!(o.code, 0, "{}", o.err);
@@ -625,7 +651,10 @@ mod tests {
         let o = run(&c, &["stop", "hello.service"]);
         assert_eq!((o.out.as_str(), o.err.as_str()), ("", "Successfully stopped units [].\n"));
         let o = run(&c, &["unload", "hello.service"]);
-        assert_eq!((o.out.as_str(), o.err.as_str()), ("Unit hello.service inactive\n", "Successfully unloaded units [hello.service].\n"));
+        assert_eq!(
+            (o.out.as_str(), o.err.as_str()),
+            ("Unit hello.service inactive\n", "Successfully unloaded units [hello.service].\n")
+        );
         let o = run(&c, &["unload", "hello.service"]);
         assert_eq!((o.out.as_str(), o.err.as_str()), ("", "Successfully unloaded units [].\n"));
         let o = run(&c, &["stop", "hello.service"]);
@@ -668,7 +697,9 @@ mod tests {
         assert_eq!(o.code, 0, "{}", o.err);
         assert_eq!(
             o.out,
-            format!("Unit hello@1.service loaded on {M1}\nUnit hello@1.service launched on {M1}\nUnit hello@2.service launched on {M1}\n")
+            format!(
+                "Unit hello@1.service loaded on {M1}\nUnit hello@1.service launched on {M1}\nUnit hello@2.service launched on {M1}\n"
+            )
         );
         assert_eq!(o.err, "Unable to restart unit hello@3.service in state inactive\n");
         assert_eq!(
@@ -690,7 +721,11 @@ mod tests {
     #[test]
     fn cat_prints_the_canonical_text() {
         let c = cluster();
-        c.insert_unit("hello@4.service", "# comment\n[Unit]\nDescription=x\n[Service]\nExecStart=/bin/true\n", "launched");
+        c.insert_unit(
+            "hello@4.service",
+            "# comment\n[Unit]\nDescription=x\n[Service]\nExecStart=/bin/true\n",
+            "launched",
+        );
         let o = run(&c, &["cat", "hello@4"]);
         assert_eq!((o.code, o.out.as_str()), (0, "[Unit]\nDescription=x\n\n[Service]\nExecStart=/bin/true\n"));
         let o = run(&c, &["cat", "no-such.service"]);
@@ -707,6 +742,9 @@ mod tests {
         c.insert_unit("a.service", HELLO, "inactive");
         c.fail_all(Some(crate::client::ClientError::Other("down".into())));
         let o = run(&c, &["load", "a.service"]);
-        assert_eq!((o.code, o.err.as_str()), (1, "Error creating units: error retrieving Unit(a.service) from Registry: down\n"));
+        assert_eq!(
+            (o.code, o.err.as_str()),
+            (1, "Error creating units: error retrieving Unit(a.service) from Registry: down\n")
+        );
     }
 }

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use super::table::location_legend;
 use super::Ctx;
+use super::table::location_legend;
 use crate::client::StateFilter;
 use crate::model::JobState;
 use crate::unit_compat::UnitFile;
@@ -84,7 +84,12 @@ fn assert_unit_state(ctx: &mut Ctx<'_>, name: &str, target: JobState) -> bool {
 
 /// Wait until every unit in `names` reports `target`. On timeout prints `Error waiting for units: <err>` and
 /// returns the error text.
-pub fn wait_for_unit_states(ctx: &mut Ctx<'_>, names: &[String], target: JobState, attempts: u64) -> Result<(), String> {
+pub fn wait_for_unit_states(
+    ctx: &mut Ctx<'_>,
+    names: &[String],
+    target: JobState,
+    attempts: u64,
+) -> Result<(), String> {
     let mut pending: Vec<String> = names.to_vec();
     let timing = ctx.timing;
     let ok = poll(timing, attempts, || {
@@ -94,7 +99,10 @@ pub fn wait_for_unit_states(ctx: &mut Ctx<'_>, names: &[String], target: JobStat
     if ok {
         return Ok(());
     }
-    let err = format!("timed out waiting for unit {} to report state {target}", pending.first().map(String::as_str).unwrap_or(""));
+    let err = format!(
+        "timed out waiting for unit {} to report state {target}",
+        pending.first().map(String::as_str).unwrap_or("")
+    );
     ctx.warn(&format!("Error waiting for units: {err}"));
     Err(err)
 }
@@ -145,10 +153,14 @@ pub fn wait_for_global(ctx: &mut Ctx<'_>, name: &str, target: JobState, attempts
             .iter()
             .filter(|s| match target {
                 JobState::Launched => {
-                    s.systemd_active_state == "active" && s.systemd_load_state == "loaded" && (hash.is_empty() || s.hash == hash)
+                    s.systemd_active_state == "active"
+                        && s.systemd_load_state == "loaded"
+                        && (hash.is_empty() || s.hash == hash)
                 }
                 JobState::Loaded => {
-                    s.systemd_load_state == "loaded" && s.systemd_active_state != "active" && (hash.is_empty() || s.hash == hash)
+                    s.systemd_load_state == "loaded"
+                        && s.systemd_active_state != "active"
+                        && (hash.is_empty() || s.hash == hash)
                 }
                 JobState::Inactive => false,
             })
