@@ -184,7 +184,7 @@ fn create_unit(ctx: &mut Ctx<'_>, name: &str, uf: UnitFile) -> Result<(), String
     unitf::validate_name(name).map_err(|e| e.to_string())?;
     unitf::validate_options(&uf).map_err(|e| e.to_string())?;
     for key in unitf::unrecognized_xfleet_keys(&uf) {
-        tracing::warn!("Unit {name}: unrecognized requirement in [X-Fleet] section: {key:?}");
+        tracing::debug!("Unit {name}: unrecognized requirement in [X-Fleet] section: {key:?}");
     }
     let unit = Unit { name: name.to_string(), options: uf.options().to_vec(), ..Default::default() };
     ctx.client.create_unit(&unit).map_err(|e| format!("failed creating unit {name}: {e}"))?;
