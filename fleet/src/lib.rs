@@ -3,8 +3,11 @@
 //! The library holds every layer of fleetd and fleetctl; the binaries in `src/bin` only wire them together.
 //! See ARCHITECTURE.md at the repository root for the code map.
 
+pub mod api;
 pub mod client;
 pub mod fleetctl;
+pub mod fleetd;
+pub mod machine;
 pub mod model;
 pub mod schema;
 pub mod unit;
