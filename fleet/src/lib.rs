@@ -5,10 +5,12 @@
 
 pub mod api;
 pub mod client;
+pub mod engine;
 pub mod fleetctl;
 pub mod fleetd;
 pub mod machine;
 pub mod model;
+pub mod registry;
 pub mod schema;
 pub mod unit;
 pub mod unit_compat;

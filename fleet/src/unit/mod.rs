@@ -1,5 +1,32 @@
-//! Unit files: parsing, canonical text, the unit hash, names, templates and `[X-Fleet]` options. Pure: no I/O.
+//! Units: what fleet moves around. Pure (no I/O).
+//!
+//! This module owns everything two fleet implementations must agree on about a unit file:
+//! * [`parse`] — the systemd unit format exactly as the original (go-systemd `unit.Deserialize`) lexes it;
+//! * [`file`] — the ordered option list ([`UnitFile`]), its canonical text and its hash ([`hash`]);
+//! * [`name`] — unit name validation, fleetctl's name mangling, templates/instances and `%` specifiers;
+//! * [`xfleet`] — the `[X-Fleet]` scheduling requirements and the API's option-combination validation;
+//! * [`glob`] — Go `path.Match`, which `Conflicts=` and `Replaces=` patterns use;
+//! * [`option`] — the `{section, name, value}` option, which is also the HTTP API v1 wire type.
+//!
+//! Architecture invariant: the unit hash is computed in exactly one place, [`UnitHash::of`], over
+//! [`UnitFile::canonical`].
 
-mod option;
+pub mod file;
+pub mod glob;
+pub mod hash;
+pub mod name;
+pub mod option;
+pub mod parse;
+pub mod xfleet;
 
+pub use file::UnitFile;
+pub use hash::UnitHash;
+pub use name::{NameError, NameInfo};
 pub use option::UnitOption;
+pub use parse::ParseError;
+pub use xfleet::{OptionsError, Requirements};
+
+#[cfg(test)]
+mod parse_tests;
+#[cfg(test)]
+mod property_tests;

@@ -1,0 +1,363 @@
+//! The per-machine view the scheduler works on during one pass (spec §6.2): which units are present on each
+//! machine, machine loads kept in a sorted index, and the [`Fit`] of a unit on a machine (§6.3). Updated
+//! incrementally as decisions are made so later decisions in the same pass see earlier ones.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::constraints::{ReplaceRelation, conflict_between, replace_relation};
+use super::fit::{Fit, Rejection};
+use super::snapshot::Snapshot;
+use crate::model::JobState;
+
+/// Unit and machine handles are indexes into the snapshot (name order and ID order respectively).
+pub(crate) type UnitIdx = usize;
+pub(crate) type MachineIdx = usize;
+
+/// How placement picked a machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// The unit's preferred machine, which its constraints allow.
+    Preferred,
+    /// The least-loaded machine able to run the unit (ties broken by machine ID), with its load before placement.
+    LeastLoaded { load: usize },
+}
+
+pub(crate) struct Choice {
+    pub machine: MachineIdx,
+    pub fit: Fit,
+    pub placement: Placement,
+}
+
+pub(crate) struct ClusterView<'s> {
+    snap: &'s Snapshot,
+    /// The machine of every non-global unit counted as present (scheduled, desired state not inactive).
+    placement: Vec<Option<MachineIdx>>,
+    /// Per machine: present units (non-global and global), in name order.
+    present: Vec<BTreeSet<UnitIdx>>,
+    /// Per machine: present units that have `Conflicts=` patterns.
+    present_with_conflicts: Vec<BTreeSet<UnitIdx>>,
+    /// Per machine: present non-global units that have `Replaces=` patterns.
+    present_with_replaces: Vec<BTreeSet<UnitIdx>>,
+    /// Per machine: the active global units whose metadata the machine satisfies, in name order.
+    eligible_globals: Vec<Vec<UnitIdx>>,
+    /// Per machine: the globals currently counted present there.
+    globals_on: Vec<Vec<UnitIdx>>,
+    /// Non-global units that conflict with some active global: moving them can change global presence.
+    touches_globals: Vec<bool>,
+    /// Non-global units each unit replaces and is replaced by (spec B2).
+    circular_partners: Vec<Vec<UnitIdx>>,
+    /// Units naming a given unit in `MachineOf=`.
+    followers: HashMap<UnitIdx, Vec<UnitIdx>>,
+    /// (load, machine): ascending load, ties by machine ID.
+    by_load: BTreeSet<(usize, MachineIdx)>,
+}
+
+impl<'s> ClusterView<'s> {
+    /// The view of the snapshot as it stands, before any decision.
+    pub fn new(snap: &'s Snapshot) -> ClusterView<'s> {
+        let machines = snap.machines.len();
+        let units = &snap.units;
+        let active_globals: Vec<UnitIdx> = (0..units.len())
+            .filter(|&i| units[i].spec.constraints.global && units[i].spec.desired != JobState::Inactive)
+            .collect();
+        let eligible_globals = snap
+            .machines
+            .iter()
+            .map(|m| {
+                active_globals
+                    .iter()
+                    .copied()
+                    .filter(|&g| units[g].spec.constraints.check_metadata(m).is_ok())
+                    .collect()
+            })
+            .collect();
+        let touches_globals = units
+            .iter()
+            .map(|u| {
+                !u.spec.constraints.global
+                    && active_globals.iter().any(|&g| {
+                        conflict_between(&u.spec.name, &u.conflicts, &units[g].spec.name, &units[g].conflicts)
+                    })
+            })
+            .collect();
+        let mut followers: HashMap<UnitIdx, Vec<UnitIdx>> = HashMap::new();
+        for (f, unit) in units.iter().enumerate() {
+            for peer in &unit.spec.constraints.machine_of {
+                if let Some(&p) = snap.unit_index.get(peer) {
+                    followers.entry(p).or_default().push(f);
+                }
+            }
+        }
+        let mut view = ClusterView {
+            snap,
+            placement: vec![None; units.len()],
+            present: vec![BTreeSet::new(); machines],
+            present_with_conflicts: vec![BTreeSet::new(); machines],
+            present_with_replaces: vec![BTreeSet::new(); machines],
+            eligible_globals,
+            globals_on: vec![Vec::new(); machines],
+            touches_globals,
+            circular_partners: circular_partners(snap),
+            followers,
+            by_load: BTreeSet::new(),
+        };
+        for (u, unit) in units.iter().enumerate() {
+            let spec = &unit.spec;
+            if spec.constraints.global || spec.desired == JobState::Inactive {
+                continue;
+            }
+            if let Some(m) = spec.target.as_deref().and_then(|t| snap.machine_idx(t)) {
+                view.insert_present(u, m);
+                view.placement[u] = Some(m);
+            }
+        }
+        for m in 0..machines {
+            view.recount_globals(m);
+            view.by_load.insert((view.present[m].len(), m));
+        }
+        view
+    }
+
+    pub fn machine_id(&self, m: MachineIdx) -> &'s str {
+        &self.snap.machines[m].id
+    }
+
+    pub fn unit_name(&self, u: UnitIdx) -> &'s str {
+        &self.snap.units[u].spec.name
+    }
+
+    pub fn load(&self, m: MachineIdx) -> usize {
+        self.present[m].len()
+    }
+
+    /// Where a non-global unit is counted present, if anywhere.
+    pub fn placement(&self, u: UnitIdx) -> Option<MachineIdx> {
+        self.placement[u]
+    }
+
+    /// Machines in the order least-loaded placement considers them.
+    pub fn machines_by_load(&self) -> impl Iterator<Item = (usize, MachineIdx)> + '_ {
+        self.by_load.iter().copied()
+    }
+
+    /// Units naming `u` in `MachineOf=` that are present on `m`, in name order.
+    pub fn followers_on(&self, u: UnitIdx, m: MachineIdx) -> Vec<UnitIdx> {
+        self.followers.get(&u).into_iter().flatten().copied().filter(|&f| self.placement[f] == Some(m)).collect()
+    }
+
+    /// Counts non-global unit `u` as present on `m`.
+    pub fn place(&mut self, u: UnitIdx, m: MachineIdx) {
+        debug_assert!(self.placement[u].is_none(), "unit placed twice");
+        let before = self.load(m);
+        self.insert_present(u, m);
+        self.placement[u] = Some(m);
+        if self.touches_globals[u] {
+            self.recount_globals(m);
+        }
+        self.reindex(m, before);
+    }
+
+    /// Stops counting non-global unit `u` where it is; returns the machine it was on.
+    pub fn remove(&mut self, u: UnitIdx) -> Option<MachineIdx> {
+        let m = self.placement[u].take()?;
+        let before = self.load(m);
+        self.present[m].remove(&u);
+        self.present_with_conflicts[m].remove(&u);
+        self.present_with_replaces[m].remove(&u);
+        if self.touches_globals[u] {
+            self.recount_globals(m);
+        }
+        self.reindex(m, before);
+        Some(m)
+    }
+
+    fn insert_present(&mut self, u: UnitIdx, m: MachineIdx) {
+        let unit = &self.snap.units[u];
+        self.present[m].insert(u);
+        if !unit.conflicts.is_empty() {
+            self.present_with_conflicts[m].insert(u);
+        }
+        if !unit.replaces.is_empty() && !unit.spec.constraints.global {
+            self.present_with_replaces[m].insert(u);
+        }
+    }
+
+    fn reindex(&mut self, m: MachineIdx, load_before: usize) {
+        self.by_load.remove(&(load_before, m));
+        self.by_load.insert((self.load(m), m));
+    }
+
+    /// Recomputes which globals count as present on `m` (spec §6.2 step 2, in name order per B17): each eligible
+    /// global that does not conflict with what is already present.
+    fn recount_globals(&mut self, m: MachineIdx) {
+        for g in std::mem::take(&mut self.globals_on[m]) {
+            self.present[m].remove(&g);
+            self.present_with_conflicts[m].remove(&g);
+        }
+        for i in 0..self.eligible_globals[m].len() {
+            let g = self.eligible_globals[m][i];
+            if self.first_conflict(g, m).is_none() {
+                self.insert_present(g, m);
+                self.globals_on[m].push(g);
+            }
+        }
+    }
+
+    /// The first present unit on `m` (in name order, other than `u`) that conflicts with `u` in either direction.
+    fn first_conflict(&self, u: UnitIdx, m: MachineIdx) -> Option<UnitIdx> {
+        let units = &self.snap.units;
+        let x = &units[u];
+        let candidates = if x.conflicts.is_empty() { &self.present_with_conflicts[m] } else { &self.present[m] };
+        candidates
+            .iter()
+            .copied()
+            .find(|&v| conflict_between(&x.spec.name, &x.conflicts, &units[v].spec.name, &units[v].conflicts))
+    }
+
+    /// Whether unit `u` can run on machine `m` given everything else present (spec §6.3; `u` itself is ignored).
+    pub fn fit(&self, u: UnitIdx, m: MachineIdx) -> Fit {
+        let unit = &self.snap.units[u];
+        let constraints = &unit.spec.constraints;
+        let machine = &self.snap.machines[m];
+        if !constraints.allows_machine_id(machine) {
+            let required = constraints.machine_id.clone().unwrap_or_default();
+            return Fit::Rejected(Rejection::MachineIdMismatch { machine: machine.id.clone(), required });
+        }
+        if let Err(mismatch) = constraints.check_metadata(machine) {
+            return Fit::Rejected(Rejection::MetadataInsufficient(mismatch));
+        }
+        if constraints.global {
+            return match self.first_conflict(u, m) {
+                Some(v) if !self.globals_on[m].contains(&u) => {
+                    Fit::Rejected(Rejection::Conflict { unit: self.unit_name(v).to_string() })
+                }
+                _ => Fit::Ok,
+            };
+        }
+        for peer in &constraints.machine_of {
+            let here = self.snap.unit_index.get(peer).is_some_and(|&p| p != u && self.present[m].contains(&p));
+            if !here {
+                return Fit::Rejected(Rejection::PeerNotPresent { peer: peer.clone() });
+            }
+        }
+        if let Some(v) = self.first_conflict(u, m) {
+            return Fit::Rejected(Rejection::Conflict { unit: self.unit_name(v).to_string() });
+        }
+        if let Some((p, pm)) = self.circular_partners[u].iter().find_map(|&p| self.placement[p].map(|pm| (p, pm))) {
+            let rejection = Rejection::CircularReplace {
+                unit: self.unit_name(p).to_string(),
+                machine: self.machine_id(pm).to_string(),
+            };
+            return Fit::Rejected(rejection);
+        }
+        let units = &self.snap.units;
+        let relation =
+            |v: UnitIdx| replace_relation(&unit.spec.name, &unit.replaces, &units[v].spec.name, &units[v].replaces);
+        if let Some(v) =
+            self.present_with_replaces[m].iter().copied().find(|&v| relation(v) == ReplaceRelation::ReplacedBy)
+        {
+            return Fit::Rejected(Rejection::ReplacedBy { unit: self.unit_name(v).to_string() });
+        }
+        if unit.replaces.is_empty() {
+            return Fit::Ok;
+        }
+        let displaced: Vec<UnitIdx> = self.present[m]
+            .iter()
+            .copied()
+            .filter(|&v| !units[v].spec.constraints.global && relation(v) == ReplaceRelation::Replaces)
+            .collect();
+        if displaced.is_empty() {
+            return Fit::Ok;
+        }
+        if !constraints.machine_of.is_empty() {
+            let leaving = self.leaving_with(&displaced, m);
+            if let Some(peer) = constraints.machine_of.iter().find(|p| leaving.contains(p.as_str())) {
+                return Fit::Rejected(Rejection::DisplacesPeer { peer: peer.clone() });
+            }
+        }
+        Fit::Displaces(displaced.into_iter().map(|v| self.unit_name(v).to_string()).collect())
+    }
+
+    /// Names of the units that leave `m` when `units` leave: they and, transitively, their `MachineOf=` followers.
+    fn leaving_with(&self, units: &[UnitIdx], m: MachineIdx) -> BTreeSet<&'s str> {
+        let mut leaving = BTreeSet::new();
+        let mut stack = units.to_vec();
+        while let Some(v) = stack.pop() {
+            if leaving.insert(self.unit_name(v)) {
+                stack.extend(self.followers_on(v, m));
+            }
+        }
+        leaving
+    }
+
+    /// Picks a machine for non-global unit `u` (spec §6.5): its preferred machine if acceptable, else the
+    /// least-loaded acceptable machine (ties by machine ID). `may_displace` allows machines where `u` would
+    /// displace units it replaces.
+    pub fn choose(&self, u: UnitIdx, may_displace: bool) -> Option<Choice> {
+        let spec = &self.snap.units[u].spec;
+        if let Some(m) = spec.preferred_machine.as_deref().and_then(|p| self.snap.machine_idx(p)) {
+            let fit = self.fit(u, m);
+            if fit.accepts(may_displace) {
+                return Some(Choice { machine: m, fit, placement: Placement::Preferred });
+            }
+        }
+        let accept = |(load, m): (usize, MachineIdx)| {
+            let fit = self.fit(u, m);
+            fit.accepts(may_displace).then_some(Choice { machine: m, fit, placement: Placement::LeastLoaded { load } })
+        };
+        match self.narrow_candidates(u) {
+            Some(mut candidates) => {
+                candidates.sort_unstable();
+                candidates.into_iter().find_map(accept)
+            }
+            None => self.by_load.iter().copied().find_map(accept),
+        }
+    }
+
+    /// A short list of (load, machine) candidates when `MachineID=` or `MachineOf=` pins the unit; `None` when
+    /// every machine is a candidate.
+    fn narrow_candidates(&self, u: UnitIdx) -> Option<Vec<(usize, MachineIdx)>> {
+        let constraints = &self.snap.units[u].spec.constraints;
+        let machines: Vec<MachineIdx> = if let Some(id) = &constraints.machine_id {
+            self.snap.machines_matching_id(id)
+        } else if let Some(peer) = constraints.machine_of.first() {
+            match self.snap.unit_index.get(peer) {
+                None => Vec::new(),
+                Some(&p) if self.snap.units[p].spec.constraints.global => {
+                    (0..self.present.len()).filter(|&m| self.globals_on[m].contains(&p)).collect()
+                }
+                Some(&p) => self.placement[p].into_iter().collect(),
+            }
+        } else {
+            return None;
+        };
+        Some(machines.into_iter().map(|m| (self.load(m), m)).collect())
+    }
+}
+
+/// For every non-global unit, the non-global units it is in a circular `Replaces=` with. Exact-name patterns are
+/// looked up directly, so the cost grows with glob patterns only.
+fn circular_partners(snap: &Snapshot) -> Vec<Vec<UnitIdx>> {
+    let units = &snap.units;
+    let mut partners = vec![Vec::new(); units.len()];
+    for (u, unit) in units.iter().enumerate() {
+        if unit.replaces.is_empty() || unit.spec.constraints.global {
+            continue;
+        }
+        let mut found = BTreeSet::new();
+        for pattern in unit.replaces.patterns() {
+            let candidates: Vec<UnitIdx> = match pattern.literal() {
+                Some(name) => snap.unit_index.get(name).copied().into_iter().collect(),
+                None => (0..units.len()).filter(|&v| pattern.matches(&units[v].spec.name)).collect(),
+            };
+            for v in candidates {
+                let other = &units[v];
+                if v != u && !other.spec.constraints.global && other.replaces.matches(&unit.spec.name) {
+                    found.insert(v);
+                }
+            }
+        }
+        partners[u] = found.into_iter().collect();
+    }
+    partners
+}

@@ -1,0 +1,110 @@
+//! The engine leader lease and the cluster engine version (spec §1.6), in etcd v3 terms.
+//!
+//! Leadership is the key `P/engine/leader` (value: machine ID) bound to the engine's own lease (TTL `5×EIV`):
+//! campaign = create-if-absent, renewal = the lease keep-alive (no key rewrite), resign = delete-if-still-ours, and
+//! loss = the lease expiring. Engines learn the current leader from the reflector's snapshot, so an engine should
+//! campaign only when the snapshot shows no leader: a failed campaign still costs etcd a raft round.
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+
+use super::Registry;
+use super::error::{RegistryError, Result};
+use super::keys::{Component, check_component};
+use super::records::decode_u32;
+
+/// How many times the engine version check-and-set retries against concurrent engines.
+const MAX_ATTEMPTS: u32 = 5;
+
+/// Outcome of [`Registry::campaign`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Campaign {
+    /// This machine (with this lease) is the leader, newly or already.
+    Leader,
+    /// Another engine holds the lease (`leader` may equal our machine ID when it is a previous incarnation of this
+    /// fleetd whose lease has not expired yet).
+    Follower { leader: String },
+}
+
+/// Outcome of [`Registry::check_engine_version`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineVersionCheck {
+    /// The cluster runs this engine version.
+    Current,
+    /// The cluster version was missing or lower and is now ours.
+    Upgraded { from: Option<u32> },
+    /// A newer engine runs the cluster: this engine must not participate.
+    Newer(u32),
+}
+
+impl Registry {
+    /// Tries to become engine leader as `machine`, binding the key to `lease` (the engine lease).
+    pub async fn campaign(&self, machine: &str, lease: i64) -> Result<Campaign> {
+        check_component(Component::MachineId, machine)?;
+        let key = self.keys.engine_leader();
+        let txn = Txn::new()
+            .when([Compare::version(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.as_str(), machine, Some(PutOptions::new().with_lease(lease)))])
+            .or_else([TxnOp::get(key.as_str(), None)]);
+        let resp = self.txn("campaign", &key, txn).await?;
+        if resp.succeeded() {
+            tracing::info!(machine, "engine leadership acquired");
+            return Ok(Campaign::Leader);
+        }
+        let holder = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| (kv.value().to_vec(), kv.lease())),
+            _ => None,
+        });
+        match holder {
+            Some((value, holder_lease)) => {
+                let leader = String::from_utf8_lossy(&value).into_owned();
+                if leader == machine && holder_lease == lease {
+                    Ok(Campaign::Leader)
+                } else {
+                    Ok(Campaign::Follower { leader })
+                }
+            }
+            // Deleted between the compare and the get cannot happen inside one txn; an empty answer means the key
+            // expired right after: report no leader as a follower of nobody, the next tick campaigns again.
+            None => Ok(Campaign::Follower { leader: String::new() }),
+        }
+    }
+
+    /// Gives up leadership if `machine` still holds it with `lease`, so another engine can take over at once
+    /// instead of waiting for the lease to expire. `false` if it was not ours (any more).
+    pub async fn resign(&self, machine: &str, lease: i64) -> Result<bool> {
+        let key = self.keys.engine_leader();
+        let txn = Txn::new()
+            .when([
+                Compare::value(key.as_str(), CompareOp::Equal, machine),
+                Compare::lease(key.as_str(), CompareOp::Equal, lease),
+            ])
+            .and_then([TxnOp::delete(key.as_str(), None)]);
+        Ok(self.txn("resign", &key, txn).await?.succeeded())
+    }
+
+    /// Compares the cluster engine version with `mine`, raising it (check-and-set) when lower or missing.
+    pub async fn check_engine_version(&self, mine: u32) -> Result<EngineVersionCheck> {
+        let key = self.keys.engine_version();
+        for _ in 0..MAX_ATTEMPTS {
+            let resp = self.client.clone().get(key.as_str(), None).await.map_err(RegistryError::etcd("get", &key))?;
+            let (stored, guard) = match resp.kvs().first() {
+                Some(kv) => (
+                    Some(decode_u32(&key, "engine version", kv.value())?),
+                    Compare::mod_revision(key.as_str(), CompareOp::Equal, kv.mod_revision()),
+                ),
+                None => (None, Compare::version(key.as_str(), CompareOp::Equal, 0)),
+            };
+            match stored {
+                Some(v) if v == mine => return Ok(EngineVersionCheck::Current),
+                Some(v) if v > mine => return Ok(EngineVersionCheck::Newer(v)),
+                _ => {}
+            }
+            let txn = Txn::new().when([guard]).and_then([TxnOp::put(key.as_str(), mine.to_string(), None)]);
+            if self.txn("set engine version", &key, txn).await?.succeeded() {
+                tracing::info!(from = ?stored, to = mine, "cluster engine version raised");
+                return Ok(EngineVersionCheck::Upgraded { from: stored });
+            }
+        }
+        Err(RegistryError::Conflict { op: "set engine version", key, attempts: MAX_ATTEMPTS })
+    }
+}

@@ -1,0 +1,64 @@
+//! The registry's error type: every variant says which key or operation was involved and what was observed.
+
+use std::time::Duration;
+
+use super::keys::InvalidComponent;
+
+/// Result of a registry operation.
+pub type Result<T, E = RegistryError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// etcd did not answer or refused the request.
+    #[error("etcd {op} {key}: {source}")]
+    Etcd {
+        op: &'static str,
+        key: String,
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// A stored value could not be decoded.
+    #[error("{key}: cannot decode {what}: {reason} (value {value:?})")]
+    Decode { key: String, what: &'static str, reason: String, value: String },
+    /// A name, machine ID, hash or metadata key that cannot be used in a key.
+    #[error(transparent)]
+    InvalidComponent(#[from] InvalidComponent),
+    /// The caller passed a hash that is not the SHA-1 of the body text.
+    #[error("unit {unit:?}: hash {hash} does not match its body (SHA-1 of the text is {actual})")]
+    HashMismatch { unit: String, hash: String, actual: String },
+    #[error("unit {unit:?} does not exist")]
+    UnitNotFound { unit: String },
+    #[error("unit {unit:?} already exists (hash {hash})")]
+    UnitExists { unit: String, hash: String },
+    /// Another live fleetd holds this machine ID (spec §6.6, `TestDetectMachineId`).
+    #[error(
+        "machine ID {machine} is already registered by another fleetd (lease {lease:x}); \
+         do two hosts share /etc/machine-id?"
+    )]
+    DuplicateMachine { machine: String, lease: i64 },
+    /// A conditional write kept failing because another writer changed the key in between.
+    #[error("{op} {key}: still conflicting with concurrent writers after {attempts} attempts")]
+    Conflict { op: &'static str, key: String, attempts: u32 },
+    /// The cluster's key layout is newer than this code understands.
+    #[error("{key} says registry layout version {found}; this fleet understands up to {supported}")]
+    LayoutTooNew { key: String, found: u32, supported: u32 },
+    /// A lease this operation needs was lost (expired or revoked).
+    #[error("lease {lease:x} is no longer alive: {reason}")]
+    LeaseLost { lease: i64, reason: String },
+    /// [`super::Reflector::wait_for`] ran out of time.
+    #[error("waited {waited:?} for {what}; last seen: {last}")]
+    Timeout { what: String, waited: Duration, last: String },
+}
+
+impl RegistryError {
+    pub(crate) fn etcd(op: &'static str, key: impl Into<String>) -> impl FnOnce(etcd_client::Error) -> RegistryError {
+        let key = key.into();
+        move |source| RegistryError::Etcd { op, key, source }
+    }
+
+    /// True when the error comes from etcd being unreachable or failing (worth retrying later), as opposed to a
+    /// definite answer about the data.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, RegistryError::Etcd { .. } | RegistryError::Conflict { .. } | RegistryError::Timeout { .. })
+    }
+}

@@ -1,0 +1,334 @@
+//! The registry's etcd v3 key layout: the ONE place that spells a key (building and parsing).
+//!
+//! `P` is the configured prefix (`etcd_key_prefix`, default `/_coreos.com/fleet/`), normalised to start and end
+//! with exactly one `/`. Every key fleet reads or writes lives under `P`; one prefix range GET plus one prefix
+//! watch therefore sees the whole cluster state.
+//!
+//! | Key | Value | Lease | Writer | Readers |
+//! |---|---|---|---|---|
+//! | `P/version` | layout version, decimal (`1`) | — | first fleetd (create-if-absent) | every fleetd at start; refuses a newer layout |
+//! | `P/units/<name>/object` | JSON `{"name","hash","previousHash"?}` (40-hex SHA-1s of canonical text) | — | API / fleetctl etcd driver (create, replace) | all |
+//! | `P/units/<name>/desired` | `inactive` \| `loaded` \| `launched` | — | API / fleetctl (create, replace, set desired) | engine, agents, API |
+//! | `P/units/<name>/target` | machine ID (schedule decision) | — | engine leader: create-if-absent / delete-if-still-M | agents, API |
+//! | `P/units/<name>/launched/<machine>` | hash the machine started (may be empty) | that machine's lease | agent of `<machine>` | API, engine (current state §7.2) |
+//! | `P/bodies/<hash>` | canonical unit text (raw, not JSON) | — | create/replace (re-put in the same txn as the object); body GC deletes | agents, API |
+//! | `P/states/<name>/<machine>` | JSON `{"hash","loadState","activeState","subState"}` | that machine's lease | agent of `<machine>` | API, fleetctl |
+//! | `P/machines/<id>/object` | JSON `{"id","publicIP","metadata","version","disableEngine"}` | that machine's lease | fleetd of `<id>` (create-if-absent) | all |
+//! | `P/machines/<id>/metadata/<key>` | plain string; `""` is a tombstone hiding a config key (§3.3) | — | API `PATCH /machines` | all |
+//! | `P/engine/leader` | machine ID of the engine leader | engine lease (`5×EIV`) | engine (create-if-absent; resign = delete-if-ours) | engines, API |
+//! | `P/engine/version` | cluster engine version, decimal | — | engine (check-and-set) | engines |
+//!
+//! Why this shape (differences from the original v2 layout, spec §3):
+//! * Presence, unit states and launched markers are bound to the publishing machine's **lease** instead of TTL
+//!   rewrites: an idle cluster costs one keep-alive per machine, and everything a machine published vanishes with
+//!   it. Every lease-bound key has exactly one writer (its machine), so no machine can delete another's (B7).
+//! * Launched markers are per machine (`launched/<machine>`), so global units running on many machines do not
+//!   fight over one key; current state checks the marker of the target machine only.
+//! * Bodies are content-addressed and garbage-collected (L9). The object keeps `previousHash` so a rollback can
+//!   find the previous body, which GC keeps alive while it is referenced.
+//! * Unit names, machine IDs, hashes and metadata keys never contain `/` (checked here), so every key parses
+//!   unambiguously and `P/units/<name>/` is exactly one unit's range.
+//! * All writers use transactions where two writers could race (see the operation modules).
+
+use std::fmt;
+
+/// Prefix used when `etcd_key_prefix` is not configured.
+pub const DEFAULT_PREFIX: &str = "/_coreos.com/fleet/";
+
+/// Layout version this code reads and writes (value of `P/version`).
+pub const LAYOUT_VERSION: u32 = 1;
+
+/// Builds and parses every registry key for one prefix. Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    prefix: String,
+}
+
+/// A registry key, parsed back into what it addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Key {
+    LayoutVersion,
+    UnitObject { unit: String },
+    UnitDesired { unit: String },
+    UnitTarget { unit: String },
+    UnitLaunched { unit: String, machine: String },
+    Body { hash: String },
+    State { unit: String, machine: String },
+    MachineObject { machine: String },
+    MachineMetadata { machine: String, key: String },
+    EngineLeader,
+    EngineVersion,
+}
+
+/// What kind of identifier a key component is; used in validation errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Component {
+    UnitName,
+    MachineId,
+    Hash,
+    MetadataKey,
+}
+
+impl fmt::Display for Component {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Component::UnitName => "unit name",
+            Component::MachineId => "machine ID",
+            Component::Hash => "unit hash",
+            Component::MetadataKey => "metadata key",
+        })
+    }
+}
+
+/// Why a string cannot be used as a key component.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what} {value:?}: {reason}")]
+pub struct InvalidComponent {
+    pub what: Component,
+    pub value: String,
+    pub reason: &'static str,
+}
+
+/// Checks that `value` can be embedded in a key as one path component of kind `what`.
+///
+/// Semantic validation (unit name syntax, template rules) belongs to the unit module; this only guarantees that
+/// keys stay parseable and that one component cannot address another's keys.
+pub fn check_component(what: Component, value: &str) -> Result<(), InvalidComponent> {
+    let fail = |reason| Err(InvalidComponent { what, value: value.to_string(), reason });
+    if value.is_empty() {
+        return fail("must not be empty");
+    }
+    match what {
+        Component::Hash => {
+            if value.len() != 40 || !value.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+                return fail("expected 40 lowercase hex characters");
+            }
+        }
+        Component::MetadataKey => {
+            // Same alphabet the API accepts in PATCH paths (spec §8.8).
+            if !value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')) {
+                return fail("allowed characters are A-Z a-z 0-9 _ . -");
+            }
+        }
+        Component::UnitName | Component::MachineId => {
+            if value.contains('/') {
+                return fail("must not contain '/'");
+            }
+            if value.chars().any(char::is_control) {
+                return fail("must not contain control characters");
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Keys::new(DEFAULT_PREFIX)
+    }
+}
+
+impl Keys {
+    /// Layout under `prefix`, normalised to exactly one leading and one trailing `/` (duplicate slashes are
+    /// collapsed; an empty prefix means the root `/`).
+    pub fn new(prefix: &str) -> Keys {
+        let parts: Vec<&str> = prefix.split('/').filter(|p| !p.is_empty()).collect();
+        let prefix = if parts.is_empty() { "/".to_string() } else { format!("/{}/", parts.join("/")) };
+        Keys { prefix }
+    }
+
+    /// The normalised prefix, with trailing `/`: the range that holds everything.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn key(&self, parts: &[&str]) -> String {
+        let mut k = self.prefix.clone();
+        k.push_str(&parts.join("/"));
+        k
+    }
+
+    pub fn layout_version(&self) -> String {
+        self.key(&["version"])
+    }
+
+    /// Range holding every key of one unit (object, desired, target, launched markers); what destroy deletes.
+    pub fn unit_dir(&self, unit: &str) -> String {
+        self.key(&["units", unit, ""])
+    }
+
+    pub fn units_dir(&self) -> String {
+        self.key(&["units", ""])
+    }
+
+    pub fn unit_object(&self, unit: &str) -> String {
+        self.key(&["units", unit, "object"])
+    }
+
+    pub fn unit_desired(&self, unit: &str) -> String {
+        self.key(&["units", unit, "desired"])
+    }
+
+    pub fn unit_target(&self, unit: &str) -> String {
+        self.key(&["units", unit, "target"])
+    }
+
+    pub fn unit_launched(&self, unit: &str, machine: &str) -> String {
+        self.key(&["units", unit, "launched", machine])
+    }
+
+    pub fn bodies_dir(&self) -> String {
+        self.key(&["bodies", ""])
+    }
+
+    pub fn body(&self, hash: &str) -> String {
+        self.key(&["bodies", hash])
+    }
+
+    pub fn states_dir(&self) -> String {
+        self.key(&["states", ""])
+    }
+
+    pub fn state(&self, unit: &str, machine: &str) -> String {
+        self.key(&["states", unit, machine])
+    }
+
+    pub fn machines_dir(&self) -> String {
+        self.key(&["machines", ""])
+    }
+
+    pub fn machine_object(&self, machine: &str) -> String {
+        self.key(&["machines", machine, "object"])
+    }
+
+    pub fn machine_metadata(&self, machine: &str, key: &str) -> String {
+        self.key(&["machines", machine, "metadata", key])
+    }
+
+    pub fn engine_leader(&self) -> String {
+        self.key(&["engine", "leader"])
+    }
+
+    pub fn engine_version(&self) -> String {
+        self.key(&["engine", "version"])
+    }
+
+    /// Parses a full key back into what it addresses; `None` for keys outside the prefix or unknown to this
+    /// layout version (readers ignore those, so a newer fleet may add keys).
+    pub fn parse(&self, key: &[u8]) -> Option<Key> {
+        let key = std::str::from_utf8(key).ok()?;
+        let rest = key.strip_prefix(&self.prefix)?;
+        let parts: Vec<&str> = rest.split('/').collect();
+        if parts.iter().any(|p| p.is_empty()) {
+            return None;
+        }
+        let s = |p: &str| p.to_string();
+        Some(match parts.as_slice() {
+            ["version"] => Key::LayoutVersion,
+            ["units", unit, "object"] => Key::UnitObject { unit: s(unit) },
+            ["units", unit, "desired"] => Key::UnitDesired { unit: s(unit) },
+            ["units", unit, "target"] => Key::UnitTarget { unit: s(unit) },
+            ["units", unit, "launched", machine] => Key::UnitLaunched { unit: s(unit), machine: s(machine) },
+            ["bodies", hash] => Key::Body { hash: s(hash) },
+            ["states", unit, machine] => Key::State { unit: s(unit), machine: s(machine) },
+            ["machines", machine, "object"] => Key::MachineObject { machine: s(machine) },
+            ["machines", machine, "metadata", key] => Key::MachineMetadata { machine: s(machine), key: s(key) },
+            ["engine", "leader"] => Key::EngineLeader,
+            ["engine", "version"] => Key::EngineVersion,
+            _ => return None,
+        })
+    }
+
+    /// Builds the full key for a parsed [`Key`] (inverse of [`Keys::parse`]).
+    pub fn build(&self, key: &Key) -> String {
+        match key {
+            Key::LayoutVersion => self.layout_version(),
+            Key::UnitObject { unit } => self.unit_object(unit),
+            Key::UnitDesired { unit } => self.unit_desired(unit),
+            Key::UnitTarget { unit } => self.unit_target(unit),
+            Key::UnitLaunched { unit, machine } => self.unit_launched(unit, machine),
+            Key::Body { hash } => self.body(hash),
+            Key::State { unit, machine } => self.state(unit, machine),
+            Key::MachineObject { machine } => self.machine_object(machine),
+            Key::MachineMetadata { machine, key } => self.machine_metadata(machine, key),
+            Key::EngineLeader => self.engine_leader(),
+            Key::EngineVersion => self.engine_version(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_is_normalised_to_single_slashes() {
+        assert_eq!(Keys::new("/_coreos.com/fleet/").prefix(), "/_coreos.com/fleet/");
+        assert_eq!(Keys::new("_coreos.com/fleet").prefix(), "/_coreos.com/fleet/");
+        assert_eq!(Keys::new("//a//b///").prefix(), "/a/b/");
+        assert_eq!(Keys::new("").prefix(), "/");
+        assert_eq!(Keys::new("/").prefix(), "/");
+        assert_eq!(Keys::default().prefix(), DEFAULT_PREFIX);
+    }
+
+    #[test]
+    fn keys_are_spelled_as_documented() {
+        let k = Keys::new("/p");
+        assert_eq!(k.layout_version(), "/p/version");
+        assert_eq!(k.unit_object("a.service"), "/p/units/a.service/object");
+        assert_eq!(k.unit_desired("a.service"), "/p/units/a.service/desired");
+        assert_eq!(k.unit_target("a.service"), "/p/units/a.service/target");
+        assert_eq!(k.unit_launched("a.service", "m1"), "/p/units/a.service/launched/m1");
+        assert_eq!(k.unit_dir("a.service"), "/p/units/a.service/");
+        assert_eq!(k.body("ab"), "/p/bodies/ab");
+        assert_eq!(k.state("a.service", "m1"), "/p/states/a.service/m1");
+        assert_eq!(k.machine_object("m1"), "/p/machines/m1/object");
+        assert_eq!(k.machine_metadata("m1", "role"), "/p/machines/m1/metadata/role");
+        assert_eq!(k.engine_leader(), "/p/engine/leader");
+        assert_eq!(k.engine_version(), "/p/engine/version");
+    }
+
+    #[test]
+    fn every_built_key_parses_back() {
+        let k = Keys::new("/x/y/");
+        let all = [
+            Key::LayoutVersion,
+            Key::UnitObject { unit: "a@1.service".into() },
+            Key::UnitDesired { unit: "a.service".into() },
+            Key::UnitTarget { unit: "a.service".into() },
+            Key::UnitLaunched { unit: "a.service".into(), machine: "m".into() },
+            Key::Body { hash: "h".into() },
+            Key::State { unit: "a.service".into(), machine: "m".into() },
+            Key::MachineObject { machine: "m".into() },
+            Key::MachineMetadata { machine: "m".into(), key: "role".into() },
+            Key::EngineLeader,
+            Key::EngineVersion,
+        ];
+        for key in all {
+            assert_eq!(k.parse(k.build(&key).as_bytes()), Some(key.clone()), "{key:?}");
+        }
+    }
+
+    #[test]
+    fn foreign_and_unknown_keys_do_not_parse() {
+        let k = Keys::new("/p/");
+        for key in ["/q/version", "/p/", "/p/units/a.service", "/p/units//object", "/p/units/a/object/x", "/p/zzz"] {
+            assert_eq!(k.parse(key.as_bytes()), None, "{key}");
+        }
+        assert_eq!(k.parse(&[0xff, 0xfe]), None);
+    }
+
+    #[test]
+    fn components_with_slashes_or_bad_hashes_are_rejected() {
+        assert!(check_component(Component::UnitName, "a.service").is_ok());
+        assert!(check_component(Component::UnitName, "a/b.service").is_err());
+        assert!(check_component(Component::UnitName, "").is_err());
+        assert!(check_component(Component::MachineId, "m\n").is_err());
+        assert!(check_component(Component::Hash, "da39a3ee5e6b4b0d3255bfef95601890afd80709").is_ok());
+        assert!(check_component(Component::Hash, "DA39A3EE5E6B4B0D3255BFEF95601890AFD80709").is_err());
+        assert!(check_component(Component::Hash, "da39").is_err());
+        assert!(check_component(Component::MetadataKey, "role_1.x-y").is_ok());
+        let err = check_component(Component::MetadataKey, "a b").unwrap_err();
+        assert_eq!(err.to_string(), "invalid metadata key \"a b\": allowed characters are A-Z a-z 0-9 _ . -");
+    }
+}

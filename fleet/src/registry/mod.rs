@@ -1,0 +1,195 @@
+//! The registry: fleet's whole cluster state in etcd v3, behind typed operations and an in-memory watched view.
+//!
+//! Code map:
+//! * `keys` — the key layout (documented there, and only spelled there) under the configurable prefix.
+//! * `records` — value formats (JSON records, plain values).
+//! * `error` — [`RegistryError`].
+//! * Writes, one file per concern, each an `impl Registry` block whose operations are single etcd transactions
+//!   wherever two writers could race: `units` (create/replace/desired/destroy/schedule/launched), `bodies` (body
+//!   GC), `states` (unit state publishing), `machines` (presence, metadata), `engine` (leader lease, engine
+//!   version), `layout` (layout version).
+//! * `lease` — [`LeaseKeeper`]: grant, manual keep-alive, loss notification, revoke.
+//! * Reads: `snapshot` ([`Snapshot`], the typed image at one revision), `reflector` ([`Reflector`]: list + watch →
+//!   `watch::Receiver<Arc<Snapshot>>`), `views` (derived views: current state, sort orders, GC candidates).
+//!
+//! Readers serve from the reflector's snapshot, never from per-request etcd reads; writers go straight to etcd and
+//! see their effect when the reflector catches up (wait on its revision if read-your-writes matters).
+//!
+//! Architecture invariant: nothing outside this module builds an etcd key or decodes a stored value.
+
+mod bodies;
+mod engine;
+mod error;
+mod keys;
+mod layout;
+mod lease;
+mod machines;
+mod records;
+mod reflector;
+mod snapshot;
+mod states;
+mod units;
+mod views;
+
+use std::time::Duration;
+
+pub use engine::{Campaign, EngineVersionCheck};
+pub use error::{RegistryError, Result};
+pub use keys::{Component, DEFAULT_PREFIX, InvalidComponent, Key, Keys, LAYOUT_VERSION, check_component};
+pub use lease::{LeaseKeeper, LeaseStatus};
+pub use machines::Registration;
+pub use records::{MachineObject, StateRecord, UnitObject};
+pub use reflector::Reflector;
+pub use snapshot::{BodyRecord, Change, LeaderRecord, MachineRecord, Snapshot, UnitRecord};
+pub use units::{Destroyed, PutUnit, UnitWrite};
+pub use views::{UnitView, current_state};
+
+/// Keys per page when listing the prefix.
+pub const LIST_PAGE: i64 = 1000;
+
+/// Largest gRPC message accepted from etcd (list pages, watch batches while catching up). tonic's default of
+/// 4 MB is too small for a watcher catching up on a busy 10,000-unit cluster.
+pub(crate) const MAX_MESSAGE: usize = 256 * 1024 * 1024;
+
+/// End of the etcd range holding every key that starts with `prefix`.
+pub(crate) fn range_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // All 0xff (or empty): every key from the prefix on.
+    vec![0]
+}
+
+/// How to reach etcd.
+#[derive(Debug, Clone)]
+pub struct EtcdConfig {
+    /// Client URLs, e.g. `http://127.0.0.1:2379`.
+    pub endpoints: Vec<String>,
+    /// `etcd_key_prefix`.
+    pub prefix: String,
+    /// Per-request timeout (`etcd_request_timeout`); also bounds connecting.
+    pub request_timeout: Duration,
+    /// Basic auth, if configured.
+    pub user: Option<(String, String)>,
+}
+
+impl Default for EtcdConfig {
+    fn default() -> Self {
+        EtcdConfig {
+            endpoints: vec!["http://127.0.0.1:2379".into()],
+            prefix: DEFAULT_PREFIX.into(),
+            request_timeout: Duration::from_secs(1),
+            user: None,
+        }
+    }
+}
+
+/// Handle for typed registry writes and one-shot reads. Cheap to clone; all clones share one connection.
+#[derive(Clone)]
+pub struct Registry {
+    client: etcd_client::Client,
+    keys: Keys,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("prefix", &self.keys.prefix()).finish()
+    }
+}
+
+impl Registry {
+    /// Connects to etcd. The connection is re-established transparently after etcd restarts.
+    pub async fn connect(config: &EtcdConfig) -> Result<Registry> {
+        let mut options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(config.request_timeout)
+            .with_timeout(config.request_timeout)
+            // HTTP/2 pings detect a dead etcd (or a partition) on idle connections, e.g. a quiet watch stream.
+            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
+            .with_keep_alive_while_idle(true);
+        if let Some((user, password)) = &config.user {
+            options = options.with_user(user.clone(), password.clone());
+        }
+        let client = etcd_client::Client::connect(&config.endpoints, Some(options))
+            .await
+            .map_err(RegistryError::etcd("connect", config.endpoints.join(",")))?;
+        Ok(Registry::new(client, Keys::new(&config.prefix)))
+    }
+
+    /// A registry over an existing client.
+    pub fn new(client: etcd_client::Client, keys: Keys) -> Registry {
+        Registry { client, keys }
+    }
+
+    /// The key layout in use.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// A clone of the underlying client (for operations the registry does not wrap, e.g. maintenance in tests).
+    pub fn client(&self) -> etcd_client::Client {
+        self.client.clone()
+    }
+
+    /// A one-shot consistent read of the whole prefix (what the reflector does on (re-)list). For tools that do not
+    /// keep a reflector, e.g. fleetctl's etcd driver.
+    ///
+    /// Read in pages of [`LIST_PAGE`] keys, all at the revision of the first page, so a cluster of any size never
+    /// needs one huge gRPC message and the result is still one consistent revision.
+    pub async fn read_snapshot(&self) -> Result<Snapshot> {
+        let prefix = self.keys.prefix().to_string();
+        let end = range_end(prefix.as_bytes());
+        let mut kv = self.client.kv_client().max_decoding_message_size(MAX_MESSAGE);
+        let mut snapshot = Snapshot::default();
+        let mut start = prefix.clone().into_bytes();
+        let mut revision = 0;
+        loop {
+            let mut options = etcd_client::GetOptions::new().with_range(end.clone()).with_limit(LIST_PAGE);
+            if revision > 0 {
+                options = options.with_revision(revision);
+            }
+            let resp =
+                kv.get(start.clone(), Some(options)).await.map_err(RegistryError::etcd("get", prefix.clone()))?;
+            if revision == 0 {
+                revision = resp.header().map_or(0, |h| h.revision());
+            }
+            for kv in resp.kvs() {
+                let change = Change::Put { value: kv.value(), mod_revision: kv.mod_revision(), lease: kv.lease() };
+                snapshot.apply(&self.keys, kv.key(), change);
+            }
+            match resp.kvs().last() {
+                Some(last) if resp.more() => {
+                    // Next page starts right after the last key returned.
+                    start = last.key().to_vec();
+                    start.push(0);
+                }
+                _ => break,
+            }
+        }
+        snapshot.set_revision(revision);
+        snapshot.set_connected(true);
+        Ok(snapshot)
+    }
+
+    /// Runs a transaction and returns whether its compares held.
+    pub(crate) async fn txn(
+        &self,
+        op: &'static str,
+        key: &str,
+        txn: etcd_client::Txn,
+    ) -> Result<etcd_client::TxnResponse> {
+        self.client.clone().txn(txn).await.map_err(RegistryError::etcd(op, key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn range_end_increments_the_last_byte() {
+        assert_eq!(super::range_end(b"/p/"), b"/p0");
+        assert_eq!(super::range_end(b"a\xff"), b"b");
+    }
+}

@@ -1,0 +1,197 @@
+//! Value formats stored in etcd: JSON records and plain values, encoded and decoded in one place.
+//!
+//! Records are versioned implicitly by `P/version`; decoders ignore unknown fields so a newer minor layout can add
+//! fields without breaking older readers.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{RegistryError, Result};
+use crate::model::{JobState, MachineState, UnitState};
+
+/// `P/units/<name>/object`: which body the unit is, and which it was before its last replacement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitObject {
+    pub name: String,
+    /// 40-hex SHA-1 of the canonical text in `P/bodies/<hash>`.
+    pub hash: String,
+    /// Hash before the last replacement; its body is kept (not garbage-collected) so a rollback can use it.
+    #[serde(rename = "previousHash", default, skip_serializing_if = "Option::is_none")]
+    pub previous_hash: Option<String>,
+}
+
+/// `P/states/<name>/<machine>`: systemd's view of a unit on the publishing machine (name and machine are in the
+/// key, so they are not repeated in the value).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateRecord {
+    /// Hash of the unit version the machine actually runs.
+    pub hash: String,
+    #[serde(rename = "loadState")]
+    pub load_state: String,
+    #[serde(rename = "activeState")]
+    pub active_state: String,
+    #[serde(rename = "subState")]
+    pub sub_state: String,
+}
+
+impl StateRecord {
+    pub fn from_state(s: &UnitState) -> StateRecord {
+        StateRecord {
+            hash: s.hash.clone(),
+            load_state: s.load_state.clone(),
+            active_state: s.active_state.clone(),
+            sub_state: s.sub_state.clone(),
+        }
+    }
+
+    pub fn into_state(self, unit: &str, machine: &str) -> UnitState {
+        UnitState {
+            name: unit.to_string(),
+            machine_id: machine.to_string(),
+            hash: self.hash,
+            load_state: self.load_state,
+            active_state: self.active_state,
+            sub_state: self.sub_state,
+        }
+    }
+}
+
+/// `P/machines/<id>/object`: what a machine publishes about itself (static metadata only; dynamic metadata lives
+/// in separate keys and is merged on read, §3.3).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MachineObject {
+    pub id: String,
+    #[serde(rename = "publicIP", default)]
+    pub public_ip: String,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    pub version: String,
+    #[serde(rename = "disableEngine", default)]
+    pub disable_engine: bool,
+}
+
+impl MachineObject {
+    pub fn from_state(m: &MachineState) -> MachineObject {
+        MachineObject {
+            id: m.id.clone(),
+            public_ip: m.public_ip.clone(),
+            metadata: m.metadata.clone(),
+            version: m.version.clone(),
+            disable_engine: m.disable_engine,
+        }
+    }
+
+    /// The published state: this object's metadata overlaid with dynamic metadata, where an empty dynamic value
+    /// removes the key (spec §3.3).
+    pub fn merged(&self, dynamic: &BTreeMap<String, String>) -> MachineState {
+        let mut metadata = self.metadata.clone();
+        for (k, v) in dynamic {
+            if v.is_empty() {
+                metadata.remove(k);
+            } else {
+                metadata.insert(k.clone(), v.clone());
+            }
+        }
+        MachineState {
+            id: self.id.clone(),
+            public_ip: self.public_ip.clone(),
+            metadata,
+            version: self.version.clone(),
+            disable_engine: self.disable_engine,
+        }
+    }
+}
+
+pub(crate) fn encode_json<T: Serialize>(value: &T) -> String {
+    // These records hold only strings, bools and string maps: serialisation cannot fail.
+    serde_json::to_string(value).expect("registry records always serialise")
+}
+
+pub(crate) fn decode_json<T: for<'de> Deserialize<'de>>(key: &str, what: &'static str, raw: &[u8]) -> Result<T> {
+    serde_json::from_slice(raw).map_err(|e| decode_error(key, what, e.to_string(), raw))
+}
+
+pub(crate) fn decode_text(key: &str, what: &'static str, raw: &[u8]) -> Result<String> {
+    std::str::from_utf8(raw).map(str::to_string).map_err(|e| decode_error(key, what, e.to_string(), raw))
+}
+
+pub(crate) fn decode_job_state(key: &str, raw: &[u8]) -> Result<JobState> {
+    let text = decode_text(key, "desired state", raw)?;
+    text.parse().map_err(|e: crate::model::InvalidJobState| decode_error(key, "desired state", e.to_string(), raw))
+}
+
+pub(crate) fn decode_u32(key: &str, what: &'static str, raw: &[u8]) -> Result<u32> {
+    let text = decode_text(key, what, raw)?;
+    text.trim().parse().map_err(|e: std::num::ParseIntError| decode_error(key, what, e.to_string(), raw))
+}
+
+fn decode_error(key: &str, what: &'static str, reason: String, raw: &[u8]) -> RegistryError {
+    const MAX: usize = 200;
+    let mut value = String::from_utf8_lossy(&raw[..raw.len().min(MAX)]).into_owned();
+    if raw.len() > MAX {
+        value.push('…');
+    }
+    RegistryError::Decode { key: key.to_string(), what, reason, value }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unit_object_round_trips_and_omits_missing_previous_hash() {
+        let o = UnitObject { name: "a.service".into(), hash: "ab".into(), previous_hash: None };
+        assert_eq!(encode_json(&o), r#"{"name":"a.service","hash":"ab"}"#);
+        assert_eq!(decode_json::<UnitObject>("k", "unit object", encode_json(&o).as_bytes()).unwrap(), o);
+        let o = UnitObject { previous_hash: Some("cd".into()), ..o };
+        assert_eq!(encode_json(&o), r#"{"name":"a.service","hash":"ab","previousHash":"cd"}"#);
+        assert_eq!(decode_json::<UnitObject>("k", "unit object", encode_json(&o).as_bytes()).unwrap(), o);
+    }
+
+    #[test]
+    fn decoders_ignore_unknown_fields() {
+        let raw = br#"{"name":"a","hash":"h","future":1}"#;
+        assert_eq!(decode_json::<UnitObject>("k", "unit object", raw).unwrap().hash, "h");
+    }
+
+    #[test]
+    fn decode_errors_name_the_key_and_value() {
+        let err = decode_json::<UnitObject>("/p/units/a/object", "unit object", b"nope").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("/p/units/a/object: cannot decode unit object: "), "{msg}");
+        assert!(msg.ends_with("(value \"nope\")"), "{msg}");
+        let err = decode_job_state("/p/units/a/desired", b"running").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "/p/units/a/desired: cannot decode desired state: invalid value \"running\" for JobState (value \"running\")"
+        );
+        assert_eq!(decode_job_state("k", b"launched").unwrap(), JobState::Launched);
+        assert_eq!(decode_u32("k", "version", b"12").unwrap(), 12);
+    }
+
+    #[test]
+    fn state_record_maps_to_model_with_name_and_machine_from_key() {
+        let raw = br#"{"hash":"h","loadState":"loaded","activeState":"active","subState":"running"}"#;
+        let rec: StateRecord = decode_json("k", "unit state", raw).unwrap();
+        let s = rec.clone().into_state("a.service", "m1");
+        assert_eq!((s.name.as_str(), s.machine_id.as_str(), s.sub_state.as_str()), ("a.service", "m1", "running"));
+        assert_eq!(StateRecord::from_state(&s), rec);
+    }
+
+    #[test]
+    fn dynamic_metadata_overrides_and_empty_value_hides_static_key() {
+        let obj = MachineObject {
+            id: "m1".into(),
+            metadata: [("role".to_string(), "web".to_string()), ("dc".to_string(), "x".to_string())].into(),
+            ..Default::default()
+        };
+        let dynamic = [("role".to_string(), "db".to_string()), ("dc".to_string(), String::new())].into();
+        let merged = obj.merged(&dynamic);
+        assert_eq!(merged.metadata, [("role".to_string(), "db".to_string())].into());
+        assert_eq!(merged.id, "m1");
+        let raw = encode_json(&obj);
+        assert_eq!(decode_json::<MachineObject>("k", "machine", raw.as_bytes()).unwrap(), obj);
+    }
+}

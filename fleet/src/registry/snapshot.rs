@@ -1,0 +1,424 @@
+//! The in-memory, typed image of everything under the prefix at one etcd revision, and how etcd key/value changes
+//! are applied to it. Pure: no I/O. The reflector feeds it; derived views live in `views.rs`.
+//!
+//! Sections are behind `Arc`s so that publishing a new snapshot after a change clones only the touched section
+//! (and only when a reader still holds the previous snapshot); bodies are `Arc<str>` so views never copy text.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::keys::{Key, Keys};
+use super::records::{MachineObject, StateRecord, UnitObject, decode_job_state, decode_json, decode_text, decode_u32};
+use crate::model::JobState;
+
+/// Everything fleet stores, at [`Snapshot::revision`].
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    revision: i64,
+    connected: bool,
+    layout_version: Option<u32>,
+    engine_version: Option<u32>,
+    leader: Option<LeaderRecord>,
+    units: Arc<BTreeMap<String, UnitRecord>>,
+    bodies: Arc<BTreeMap<String, BodyRecord>>,
+    states: Arc<BTreeMap<String, BTreeMap<String, StateRecord>>>,
+    machines: Arc<BTreeMap<String, MachineRecord>>,
+}
+
+/// The keys of one unit under `P/units/<name>/`. A record without `object` is an orphan (readers skip it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnitRecord {
+    pub object: Option<UnitObject>,
+    /// `None` when the key is missing or unreadable; views read that as `inactive` (§3.2).
+    pub desired: Option<JobState>,
+    /// Machine the engine scheduled the unit to.
+    pub target: Option<String>,
+    /// Machines whose agent started the unit → hash they started.
+    pub launched: BTreeMap<String, String>,
+}
+
+impl UnitRecord {
+    fn is_empty(&self) -> bool {
+        self.object.is_none() && self.desired.is_none() && self.target.is_none() && self.launched.is_empty()
+    }
+}
+
+/// A stored unit body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BodyRecord {
+    pub text: Arc<str>,
+    /// Needed by garbage collection: a body is deleted only if it was not re-put since it was seen unreferenced.
+    pub mod_revision: i64,
+}
+
+/// One machine's keys under `P/machines/<id>/`. Without `object` the machine is not present (only metadata left).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MachineRecord {
+    pub object: Option<MachineObject>,
+    /// Lease the presence key is bound to (0 when absent).
+    pub lease: i64,
+    /// Dynamic metadata as stored, tombstones (`""`) included.
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl MachineRecord {
+    fn is_empty(&self) -> bool {
+        self.object.is_none() && self.metadata.is_empty()
+    }
+}
+
+/// Current engine leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderRecord {
+    pub machine: String,
+    pub lease: i64,
+    pub mod_revision: i64,
+}
+
+/// One change to one key, as seen in a range response (always `Put`) or a watch event.
+#[derive(Debug, Clone, Copy)]
+pub enum Change<'a> {
+    Put { value: &'a [u8], mod_revision: i64, lease: i64 },
+    Delete,
+}
+
+impl Snapshot {
+    /// A snapshot built from a full range read of the prefix at `revision` (connected).
+    pub fn from_kvs<'a>(keys: &Keys, revision: i64, kvs: impl IntoIterator<Item = (&'a [u8], Change<'a>)>) -> Self {
+        let mut s = Snapshot { revision, connected: true, ..Default::default() };
+        for (key, change) in kvs {
+            s.apply(keys, key, change);
+        }
+        s
+    }
+
+    /// Etcd revision this snapshot reflects.
+    pub fn revision(&self) -> i64 {
+        self.revision
+    }
+
+    /// True while the reflector's watch is established; false after an error until the next successful re-list.
+    /// A disconnected snapshot is the last known state and may be stale.
+    pub fn is_connected(&self) -> bool {
+        self.connected
+    }
+
+    /// `P/version`, if set.
+    pub fn layout_version(&self) -> Option<u32> {
+        self.layout_version
+    }
+
+    /// `P/engine/version`, if set.
+    pub fn engine_version(&self) -> Option<u32> {
+        self.engine_version
+    }
+
+    pub fn leader_record(&self) -> Option<&LeaderRecord> {
+        self.leader.as_ref()
+    }
+
+    /// Machine ID of the current engine leader.
+    pub fn leader(&self) -> Option<&str> {
+        self.leader.as_ref().map(|l| l.machine.as_str())
+    }
+
+    /// Every unit record (orphans included), by name.
+    pub fn unit_records(&self) -> &BTreeMap<String, UnitRecord> {
+        &self.units
+    }
+
+    pub fn unit_record(&self, name: &str) -> Option<&UnitRecord> {
+        self.units.get(name)
+    }
+
+    /// Every stored body, by hash.
+    pub fn bodies(&self) -> &BTreeMap<String, BodyRecord> {
+        &self.bodies
+    }
+
+    pub fn body(&self, hash: &str) -> Option<&Arc<str>> {
+        self.bodies.get(hash).map(|b| &b.text)
+    }
+
+    /// Published unit states: unit name → machine ID → state.
+    pub fn state_records(&self) -> &BTreeMap<String, BTreeMap<String, StateRecord>> {
+        &self.states
+    }
+
+    pub fn state_record(&self, unit: &str, machine: &str) -> Option<&StateRecord> {
+        self.states.get(unit).and_then(|m| m.get(machine))
+    }
+
+    /// Every machine record (including machines with only metadata left), by ID.
+    pub fn machine_records(&self) -> &BTreeMap<String, MachineRecord> {
+        &self.machines
+    }
+
+    pub(crate) fn set_revision(&mut self, revision: i64) {
+        self.revision = revision;
+    }
+
+    pub(crate) fn set_connected(&mut self, connected: bool) {
+        self.connected = connected;
+    }
+
+    /// Applies one key change. Keys outside the layout are ignored; undecodable values are logged and read as
+    /// absent, so one bad key cannot hide the rest of the cluster.
+    pub fn apply(&mut self, keys: &Keys, raw_key: &[u8], change: Change<'_>) {
+        let Some(key) = keys.parse(raw_key) else { return };
+        let full = || String::from_utf8_lossy(raw_key).into_owned();
+        let value = match change {
+            Change::Put { value, .. } => Some(value),
+            Change::Delete => None,
+        };
+        let warn = |e: super::error::RegistryError| {
+            tracing::warn!(error = %e, "ignoring undecodable registry value");
+        };
+        match key {
+            Key::LayoutVersion => {
+                self.layout_version = value.and_then(|v| decode_u32(&full(), "layout version", v).map_err(warn).ok())
+            }
+            Key::EngineVersion => {
+                self.engine_version = value.and_then(|v| decode_u32(&full(), "engine version", v).map_err(warn).ok())
+            }
+            Key::EngineLeader => {
+                self.leader = match change {
+                    Change::Put { value, mod_revision, lease } => decode_text(&full(), "leader", value)
+                        .map_err(warn)
+                        .ok()
+                        .map(|machine| LeaderRecord { machine, lease, mod_revision }),
+                    Change::Delete => None,
+                }
+            }
+            Key::UnitObject { unit } => self.update_unit(unit, |u| {
+                u.object = value.and_then(|v| decode_json(&full(), "unit object", v).map_err(warn).ok())
+            }),
+            Key::UnitDesired { unit } => self
+                .update_unit(unit, |u| u.desired = value.and_then(|v| decode_job_state(&full(), v).map_err(warn).ok())),
+            Key::UnitTarget { unit } => self.update_unit(unit, |u| {
+                u.target = value.and_then(|v| decode_text(&full(), "target", v).map_err(warn).ok())
+            }),
+            Key::UnitLaunched { unit, machine } => self.update_unit(unit, |u| {
+                match value.map(|v| decode_text(&full(), "launched marker", v)) {
+                    Some(Ok(hash)) => u.launched.insert(machine, hash),
+                    Some(Err(e)) => {
+                        warn(e);
+                        u.launched.remove(&machine)
+                    }
+                    None => u.launched.remove(&machine),
+                };
+            }),
+            Key::Body { hash } => {
+                let bodies = Arc::make_mut(&mut self.bodies);
+                match change {
+                    Change::Put { value, mod_revision, .. } => match decode_text(&full(), "unit body", value) {
+                        Ok(text) => {
+                            bodies.insert(hash, BodyRecord { text: text.into(), mod_revision });
+                        }
+                        Err(e) => {
+                            warn(e);
+                            bodies.remove(&hash);
+                        }
+                    },
+                    Change::Delete => {
+                        bodies.remove(&hash);
+                    }
+                }
+            }
+            Key::State { unit, machine } => {
+                let states = Arc::make_mut(&mut self.states);
+                let record =
+                    value.and_then(|v| decode_json::<StateRecord>(&full(), "unit state", v).map_err(warn).ok());
+                match record {
+                    Some(r) => {
+                        states.entry(unit).or_default().insert(machine, r);
+                    }
+                    None => {
+                        if let Some(per_machine) = states.get_mut(&unit) {
+                            per_machine.remove(&machine);
+                            if per_machine.is_empty() {
+                                states.remove(&unit);
+                            }
+                        }
+                    }
+                }
+            }
+            Key::MachineObject { machine } => self.update_machine(machine, |m| match change {
+                Change::Put { value, lease, .. } => {
+                    m.object = decode_json(&full(), "machine object", value).map_err(warn).ok();
+                    m.lease = if m.object.is_some() { lease } else { 0 };
+                }
+                Change::Delete => {
+                    m.object = None;
+                    m.lease = 0;
+                }
+            }),
+            Key::MachineMetadata { machine, key } => self.update_machine(machine, |m| {
+                match value.map(|v| decode_text(&full(), "metadata value", v)) {
+                    Some(Ok(v)) => m.metadata.insert(key, v),
+                    Some(Err(e)) => {
+                        warn(e);
+                        m.metadata.remove(&key)
+                    }
+                    None => m.metadata.remove(&key),
+                };
+            }),
+        }
+    }
+
+    fn update_unit(&mut self, name: String, f: impl FnOnce(&mut UnitRecord)) {
+        let units = Arc::make_mut(&mut self.units);
+        let record = units.entry(name.clone()).or_default();
+        f(record);
+        if record.is_empty() {
+            units.remove(&name);
+        }
+    }
+
+    fn update_machine(&mut self, id: String, f: impl FnOnce(&mut MachineRecord)) {
+        let machines = Arc::make_mut(&mut self.machines);
+        let record = machines.entry(id.clone()).or_default();
+        f(record);
+        if record.is_empty() {
+            machines.remove(&id);
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) const H1: &str = "1c6fb6f3684bafb0c173d8b8b957ceff031180c1";
+    pub(crate) const H2: &str = "a0f275d46bc6ee0eca06be7c339913c07d99c0c7";
+
+    /// Test builder: applies puts/deletes by parsed key.
+    pub(crate) struct Build {
+        pub keys: Keys,
+        pub snap: Snapshot,
+        rev: i64,
+    }
+
+    impl Build {
+        pub fn new() -> Build {
+            Build { keys: Keys::new("/p"), snap: Snapshot::default(), rev: 1 }
+        }
+        pub fn put(self, key: Key, value: &str) -> Build {
+            self.put_lease(key, value, 0)
+        }
+        pub fn put_lease(mut self, key: Key, value: &str, lease: i64) -> Build {
+            self.rev += 1;
+            let k = self.keys.build(&key);
+            let change = Change::Put { value: value.as_bytes(), mod_revision: self.rev, lease };
+            self.snap.apply(&self.keys, k.as_bytes(), change);
+            self
+        }
+        pub fn delete(mut self, key: Key) -> Build {
+            self.rev += 1;
+            let k = self.keys.build(&key);
+            self.snap.apply(&self.keys, k.as_bytes(), Change::Delete);
+            self
+        }
+        pub fn unit(self, name: &str, hash: &str, prev: Option<&str>, desired: &str) -> Build {
+            let obj = match prev {
+                Some(p) => format!(r#"{{"name":"{name}","hash":"{hash}","previousHash":"{p}"}}"#),
+                None => format!(r#"{{"name":"{name}","hash":"{hash}"}}"#),
+            };
+            self.put(Key::Body { hash: hash.into() }, &format!("body of {hash}"))
+                .put(Key::UnitObject { unit: name.into() }, &obj)
+                .put(Key::UnitDesired { unit: name.into() }, desired)
+        }
+        pub fn state(self, unit: &str, machine: &str, hash: &str) -> Build {
+            let v = format!(r#"{{"hash":"{hash}","loadState":"loaded","activeState":"active","subState":"running"}}"#);
+            self.put(Key::State { unit: unit.into(), machine: machine.into() }, &v)
+        }
+        pub fn done(self) -> Snapshot {
+            self.snap
+        }
+    }
+
+    #[test]
+    fn unit_keys_fill_one_record_and_deleting_all_removes_it() {
+        let b = Build::new()
+            .unit("a.service", H1, None, "launched")
+            .put(Key::UnitTarget { unit: "a.service".into() }, "m1")
+            .put(Key::UnitLaunched { unit: "a.service".into(), machine: "m1".into() }, H1);
+        let r = b.snap.unit_record("a.service").unwrap();
+        assert_eq!(r.object.as_ref().unwrap().hash, H1);
+        assert_eq!(r.desired, Some(JobState::Launched));
+        assert_eq!(r.target.as_deref(), Some("m1"));
+        assert_eq!(r.launched.get("m1").map(String::as_str), Some(H1));
+        assert_eq!(b.snap.body(H1).map(|t| &**t), Some(format!("body of {H1}").as_str()));
+
+        let s = b
+            .delete(Key::UnitObject { unit: "a.service".into() })
+            .delete(Key::UnitDesired { unit: "a.service".into() })
+            .delete(Key::UnitTarget { unit: "a.service".into() })
+            .delete(Key::UnitLaunched { unit: "a.service".into(), machine: "m1".into() })
+            .done();
+        assert!(s.unit_records().is_empty());
+        assert!(s.body(H1).is_some(), "bodies outlive units until GC");
+    }
+
+    #[test]
+    fn bad_values_read_as_absent_without_hiding_others() {
+        let s = Build::new()
+            .unit("a.service", H1, None, "running")
+            .put(Key::UnitObject { unit: "b.service".into() }, "not json")
+            .put(Key::LayoutVersion, "x")
+            .done();
+        assert_eq!(s.unit_record("a.service").unwrap().desired, None);
+        assert!(s.unit_record("a.service").unwrap().object.is_some());
+        assert_eq!(s.unit_record("b.service"), None);
+        assert_eq!(s.layout_version(), None);
+    }
+
+    #[test]
+    fn states_are_grouped_by_unit_then_machine_and_pruned() {
+        let b = Build::new().state("a.service", "m2", H1).state("a.service", "m1", H1).state("b.service", "m1", H2);
+        let machines: Vec<&String> = b.snap.state_records()["a.service"].keys().collect();
+        assert_eq!(machines, ["m1", "m2"]);
+        let s = b
+            .delete(Key::State { unit: "a.service".into(), machine: "m1".into() })
+            .delete(Key::State { unit: "a.service".into(), machine: "m2".into() })
+            .done();
+        assert!(!s.state_records().contains_key("a.service"));
+        assert!(s.state_record("b.service", "m1").is_some());
+    }
+
+    #[test]
+    fn machine_presence_tracks_lease_and_metadata_survives_it() {
+        let b = Build::new()
+            .put_lease(Key::MachineObject { machine: "m1".into() }, r#"{"id":"m1","publicIP":"10.0.0.1"}"#, 7)
+            .put(Key::MachineMetadata { machine: "m1".into(), key: "role".into() }, "db");
+        assert_eq!(b.snap.machine_records()["m1"].lease, 7);
+        let s = b.delete(Key::MachineObject { machine: "m1".into() }).done();
+        let m = &s.machine_records()["m1"];
+        assert_eq!((m.object.is_none(), m.lease, m.metadata["role"].as_str()), (true, 0, "db"));
+    }
+
+    #[test]
+    fn leader_and_versions_follow_their_keys() {
+        let b = Build::new()
+            .put_lease(Key::EngineLeader, "m1", 9)
+            .put(Key::EngineVersion, "1")
+            .put(Key::LayoutVersion, "1");
+        assert_eq!(b.snap.leader(), Some("m1"));
+        assert_eq!(b.snap.leader_record().unwrap().lease, 9);
+        assert_eq!((b.snap.engine_version(), b.snap.layout_version()), (Some(1), Some(1)));
+        let s = b.delete(Key::EngineLeader).done();
+        assert_eq!(s.leader(), None);
+    }
+
+    #[test]
+    fn publishing_clones_only_the_touched_section() {
+        let base = Build::new().unit("a.service", H1, None, "inactive").state("a.service", "m1", H1).done();
+        let mut next = base.clone();
+        let keys = Keys::new("/p");
+        let k = keys.state("a.service", "m2");
+        let v = br#"{"hash":"h","loadState":"l","activeState":"a","subState":"s"}"#;
+        next.apply(&keys, k.as_bytes(), Change::Put { value: v, mod_revision: 99, lease: 0 });
+        assert!(Arc::ptr_eq(&base.units, &next.units));
+        assert!(!Arc::ptr_eq(&base.states, &next.states));
+    }
+}

@@ -1,0 +1,415 @@
+//! `[X-Fleet]` scheduling requirements (spec §5): which keys mean what, which value wins, the deprecated aliases,
+//! and the API's validation of option combinations (spec §5.1) with the original's messages. Also the pairwise
+//! `Conflicts`/`Replaces` relations the engine and agent evaluate (spec §6.8, §6.10).
+
+use std::collections::BTreeMap;
+
+use super::file::{UnitFile, XFLEET_SECTION};
+use super::glob::glob_match;
+use super::name::expand_specifiers;
+use super::parse::ParseError;
+
+/// Every `[X-Fleet]` key fleet understands; anything else draws a warning from fleetctl.
+pub const RECOGNIZED_KEYS: [&str; 11] = [
+    "MachineID",
+    "X-ConditionMachineID",
+    "X-ConditionMachineBootID",
+    "X-ConditionMachineOf",
+    "MachineOf",
+    "X-Conflicts",
+    "Conflicts",
+    "X-ConditionMachineMetadata",
+    "MachineMetadata",
+    "Global",
+    "Replaces",
+];
+
+/// Keys for the required machine, in order of precedence.
+const MACHINE_ID_KEYS: [&str; 3] = ["MachineID", "X-ConditionMachineID", "X-ConditionMachineBootID"];
+const MACHINE_OF_KEYS: [&str; 2] = ["X-ConditionMachineOf", "MachineOf"];
+const METADATA_KEYS: [&str; 2] = ["X-ConditionMachineMetadata", "MachineMetadata"];
+const CONFLICTS_KEYS: [&str; 2] = ["X-Conflicts", "Conflicts"];
+
+/// A unit's scheduling requirements, read from `[X-Fleet]` (multi-value lines split) and specifier-expanded
+/// with the unit's name.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Requirements {
+    /// First value of the first present key among `MachineID`, `X-ConditionMachineID`,
+    /// `X-ConditionMachineBootID`. `Some("")` for `MachineID=`: the key is present, as in the original.
+    pub machine_id: Option<String>,
+    /// Peers (`X-ConditionMachineOf` values, then `MachineOf` values): exact unit names.
+    pub machine_of: Vec<String>,
+    /// Required metadata: key → accepted values (OR within a key, AND across keys). Only `key=value` items with
+    /// exactly one `=` and both sides non-empty count; values are deduplicated in first-seen order.
+    pub machine_metadata: BTreeMap<String, Vec<String>>,
+    /// Glob patterns (`X-Conflicts`, then `Conflicts`), each value split on white space.
+    pub conflicts: Vec<String>,
+    /// The last `Global` value is truthy (`true`, `yes`, `1`, `on`, `t`, any case).
+    pub global: bool,
+    /// Glob patterns of `Replaces` (not split).
+    pub replaces: Vec<String>,
+}
+
+impl Requirements {
+    /// Requirements of `unit` when it is named `unit_name`. A name without a `.` expands no specifiers, which is
+    /// how the API validates raw values (pass "").
+    pub fn of(unit: &UnitFile, unit_name: &str) -> Requirements {
+        let values = |key: &str| -> Vec<String> {
+            unit.values(XFLEET_SECTION, key).into_iter().map(|v| expand_specifiers(v, unit_name)).collect()
+        };
+        let machine_id = MACHINE_ID_KEYS.iter().find_map(|key| values(key).into_iter().next());
+        let machine_of = MACHINE_OF_KEYS.iter().flat_map(|key| values(key)).collect();
+        let mut machine_metadata: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for pair in METADATA_KEYS.iter().flat_map(|key| values(key)) {
+            let mut parts = pair.split('=');
+            if let (Some(key), Some(value), None) = (parts.next(), parts.next(), parts.next())
+                && !key.is_empty()
+                && !value.is_empty()
+            {
+                let accepted = machine_metadata.entry(key.to_string()).or_default();
+                if !accepted.iter().any(|v| v == value) {
+                    accepted.push(value.to_string());
+                }
+            }
+        }
+        let conflicts = CONFLICTS_KEYS
+            .iter()
+            .flat_map(|key| values(key))
+            .flat_map(|v| v.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+            .collect();
+        let global = values("Global").last().is_some_and(|v| is_truthy(v));
+        let replaces = values("Replaces");
+        Requirements { machine_id, machine_of, machine_metadata, conflicts, global, replaces }
+    }
+
+    /// Whether a machine with this ID may run the unit: its full ID or its 8-character short ID equals the
+    /// required one. Always true without a `MachineID` requirement.
+    pub fn machine_id_allows(&self, machine_id: &str) -> bool {
+        match &self.machine_id {
+            None => true,
+            Some(required) => required == machine_id || machine_id.get(..8).is_some_and(|short| short == required),
+        }
+    }
+
+    /// Whether a machine's metadata satisfies every required key (a missing key fails).
+    pub fn metadata_allows(&self, metadata: &BTreeMap<String, String>) -> bool {
+        self.machine_metadata
+            .iter()
+            .all(|(key, accepted)| metadata.get(key).is_some_and(|have| accepted.iter().any(|v| v == have)))
+    }
+}
+
+/// `isTruthyValue`.
+fn is_truthy(value: &str) -> bool {
+    matches!(value.to_lowercase().as_str(), "true" | "yes" | "1" | "on" | "t")
+}
+
+/// `[X-Fleet]` keys fleet does not know, in order of first appearance (fleetctl warns
+/// `Unit <name>: unrecognized requirement in [X-Fleet] section: "<key>"`; the unit is still accepted).
+pub fn unrecognized_xfleet_keys(unit: &UnitFile) -> Vec<String> {
+    unit.names_in(XFLEET_SECTION).into_iter().filter(|key| !RECOGNIZED_KEYS.contains(key)).map(str::to_string).collect()
+}
+
+/// Why the API (and fleetctl, before sending) refuses a unit's options. `Display` is the original's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    /// The options' canonical text is not a valid unit file (an over-long line, a name with a newline, ...).
+    #[error(transparent)]
+    Unparsable(#[from] ParseError),
+    #[error("unresolvable requirements: peer {peer:?} matches conflict {conflict:?}")]
+    PeerMatchesConflict { peer: String, conflict: String },
+    #[error("unresolvable requirements: peer {peer:?} matches replace {replace:?}")]
+    PeerMatchesReplace { peer: String, replace: String },
+    #[error("MachineID cannot be used with Peers")]
+    MachineIdWithPeers,
+    #[error("MachineID cannot be used with Conflicts")]
+    MachineIdWithConflicts,
+    #[error("MachineID cannot be used with Global")]
+    MachineIdWithGlobal,
+    #[error("MachineID cannot be used with Replaces")]
+    MachineIdWithReplaces,
+    #[error("Global cannot be used with Peers")]
+    GlobalWithPeers,
+    #[error("Global cannot be used with Replaces")]
+    GlobalWithReplaces,
+    #[error("Conflicts cannot be used with Replaces")]
+    ConflictsWithReplaces,
+}
+
+/// `api.ValidateOptions` (spec §5.1): the canonical text must parse again, no peer may match a conflict or
+/// replace pattern, and then the first forbidden combination is reported. Runs on raw values (no specifier
+/// expansion). Where the original iterates Go sets (random order), this reports the first pair in file order.
+pub fn validate_options(unit: &UnitFile) -> Result<(), OptionsError> {
+    UnitFile::parse(&unit.canonical())?;
+    let reqs = Requirements::of(unit, "");
+    for peer in &reqs.machine_of {
+        if let Some(conflict) = reqs.conflicts.iter().find(|c| glob_match(c, peer)) {
+            return Err(OptionsError::PeerMatchesConflict { peer: peer.clone(), conflict: conflict.clone() });
+        }
+        if let Some(replace) = reqs.replaces.iter().find(|r| glob_match(r, peer)) {
+            return Err(OptionsError::PeerMatchesReplace { peer: peer.clone(), replace: replace.clone() });
+        }
+    }
+    let target = reqs.machine_id.is_some();
+    let peers = !reqs.machine_of.is_empty();
+    let conflicts = !reqs.conflicts.is_empty();
+    let replaces = !reqs.replaces.is_empty();
+    let global = reqs.global;
+    let forbidden = [
+        (target && peers, OptionsError::MachineIdWithPeers),
+        (target && conflicts, OptionsError::MachineIdWithConflicts),
+        (target && global, OptionsError::MachineIdWithGlobal),
+        (target && replaces, OptionsError::MachineIdWithReplaces),
+        (global && peers, OptionsError::GlobalWithPeers),
+        (global && replaces, OptionsError::GlobalWithReplaces),
+        (conflicts && replaces, OptionsError::ConflictsWithReplaces),
+    ];
+    match forbidden.into_iter().find(|(applies, _)| *applies) {
+        Some((_, error)) => Err(error),
+        None => Ok(()),
+    }
+}
+
+/// Whether units `a` and `b` may not share a machine (spec §6.8): a pattern of either matches the other's name.
+/// A unit never conflicts with itself.
+pub fn conflicts_between(a_name: &str, a: &Requirements, b_name: &str, b: &Requirements) -> bool {
+    a_name != b_name
+        && (a.conflicts.iter().any(|p| glob_match(p, b_name)) || b.conflicts.iter().any(|p| glob_match(p, a_name)))
+}
+
+/// Whether unit `a` replaces unit `b` (one of `a`'s `Replaces` patterns matches `b`'s name; never itself).
+pub fn replaces(a_name: &str, a: &Requirements, b_name: &str) -> bool {
+    a_name != b_name && a.replaces.iter().any(|p| glob_match(p, b_name))
+}
+
+/// The replace relation between a candidate `x` and a unit `u` already on a machine (spec §6.10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplaceRelation {
+    /// `x` replaces `u`: `u` is the one to move.
+    CandidateReplacesPresent,
+    /// `u` replaces `x`: `x` is the one to move.
+    PresentReplacesCandidate,
+}
+
+/// `Some` when exactly one of the two replaces the other; mutual ("circular") or no relation is `None`.
+pub fn replace_relation(x_name: &str, x: &Requirements, u_name: &str, u: &Requirements) -> Option<ReplaceRelation> {
+    match (replaces(x_name, x, u_name), replaces(u_name, u, x_name)) {
+        (true, false) => Some(ReplaceRelation::CandidateReplacesPresent),
+        (false, true) => Some(ReplaceRelation::PresentReplacesCandidate),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(xfleet: &str) -> UnitFile {
+        UnitFile::parse(&format!("[Service]\nExecStart=/bin/true\n[X-Fleet]\n{xfleet}")).unwrap()
+    }
+
+    fn reqs(xfleet: &str, name: &str) -> Requirements {
+        Requirements::of(&unit(xfleet), name)
+    }
+
+    #[test]
+    fn machine_id_precedence_and_first_value() {
+        assert_eq!(reqs("MachineID=\"123\" \"456\"\n", "a.service").machine_id.as_deref(), Some("123"));
+        assert_eq!(
+            reqs("X-ConditionMachineBootID=c\nX-ConditionMachineID=b\n", "a.service").machine_id.as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            reqs("X-ConditionMachineID=b\nMachineID=a\nMachineID=z\n", "a.service").machine_id.as_deref(),
+            Some("a")
+        );
+        assert_eq!(reqs("X-ConditionMachineBootID=c\n", "a.service").machine_id.as_deref(), Some("c"));
+        assert_eq!(reqs("MachineID=\n", "a.service").machine_id.as_deref(), Some(""));
+        assert_eq!(reqs("MachineId=x\n", "a.service").machine_id, None);
+        assert_eq!(reqs("MachineID=%i\n", "a@m1.service").machine_id.as_deref(), Some("m1"));
+    }
+
+    #[test]
+    fn machine_id_matches_full_or_short_id() {
+        let r = reqs("MachineID=d91d98fc\n", "a.service");
+        assert!(r.machine_id_allows("d91d98fca203da3cb89fb5c100ed0823"));
+        assert!(!r.machine_id_allows("8363165e6276f500b71169eca9b3f76b"));
+        let full = reqs("MachineID=d91d98fca203da3cb89fb5c100ed0823\n", "a.service");
+        assert!(full.machine_id_allows("d91d98fca203da3cb89fb5c100ed0823"));
+        assert!(Requirements::default().machine_id_allows("anything"));
+    }
+
+    #[test]
+    fn machine_of_collects_both_keys_without_whitespace_split() {
+        let r = reqs("MachineOf=b.service\nX-ConditionMachineOf=a.service\nMachineOf=c d.service\n", "x.service");
+        assert_eq!(r.machine_of, ["a.service", "b.service", "c d.service"]);
+        assert_eq!(reqs("MachineOf=\"a.service\" \"b.service\"\n", "x.service").machine_of, ["a.service", "b.service"]);
+        assert_eq!(reqs("Machineof=a.service\n", "x.service").machine_of, Vec::<String>::new());
+    }
+
+    #[test]
+    fn machine_metadata_pairs() {
+        let r = reqs(
+            "MachineMetadata=role=a\nMachineMetadata=role=c\nMachineMetadata=hostname=m3\nMachineMetadata=foo=\n\
+             MachineMetadata==x\nMachineMetadata=a=b=c\nMachineMetadata=plain\nX-ConditionMachineMetadata=role=a\n\
+             MachineMetadata=\"disk=ssd\" \"disk=hdd\"\n",
+            "x.service",
+        );
+        let want: BTreeMap<String, Vec<String>> = [
+            ("disk".to_string(), vec!["ssd".to_string(), "hdd".to_string()]),
+            ("hostname".to_string(), vec!["m3".to_string()]),
+            ("role".to_string(), vec!["a".to_string(), "c".to_string()]),
+        ]
+        .into();
+        assert_eq!(r.machine_metadata, want);
+        let expanded = reqs("MachineMetadata=hostname=node%i\n", "web@3.service");
+        assert_eq!(expanded.machine_metadata["hostname"], ["node3"]);
+
+        let md = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert!(r.metadata_allows(&md(&[("role", "c"), ("hostname", "m3"), ("disk", "hdd")])));
+        assert!(!r.metadata_allows(&md(&[("role", "b"), ("hostname", "m3"), ("disk", "hdd")])));
+        assert!(!r.metadata_allows(&md(&[("role", "a"), ("hostname", "m3")])));
+        assert!(Requirements::default().metadata_allows(&md(&[])));
+    }
+
+    #[test]
+    fn conflicts_split_on_white_space() {
+        let r = reqs("Conflicts=a b\tc\nX-Conflicts=x*\nConflicts=\"d e\" \"f\"\n", "u.service");
+        assert_eq!(r.conflicts, ["x*", "a", "b", "c", "d", "e", "f"]);
+        assert_eq!(reqs("Conflicts=\n", "u.service").conflicts, Vec::<String>::new());
+        assert_eq!(reqs("Conflicts=excl@*.service\n", "excl@1.service").conflicts, ["excl@*.service"]);
+        assert_eq!(reqs("X-ConditionConflicts=a\n", "u.service").conflicts, Vec::<String>::new());
+    }
+
+    #[test]
+    fn global_last_value_wins() {
+        for (text, want) in [
+            ("Global=true\n", true),
+            ("Global=TRUE\n", true),
+            ("Global=Yes\n", true),
+            ("Global=1\n", true),
+            ("Global=on\n", true),
+            ("Global=t\n", true),
+            ("Global=T\n", true),
+            ("Global=y\n", false),
+            ("Global=false\n", false),
+            ("Global=true\nGlobal=false\n", false),
+            ("Global=false\nGlobal=true\n", true),
+            ("Global=\"false\" \"true\"\n", true),
+            ("X-Global=true\n", false),
+            ("X-ConditionGlobal=true\n", false),
+            ("global=true\n", false),
+        ] {
+            assert_eq!(reqs(text, "g.service").global, want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn replaces_values_are_not_split() {
+        assert_eq!(reqs("Replaces=a b\nReplaces=c\n", "r.service").replaces, ["a b", "c"]);
+        assert_eq!(reqs("Replaces=hello@%i.service\n", "r@1.service").replaces, ["hello@1.service"]);
+    }
+
+    #[test]
+    fn unrecognized_keys_in_first_appearance_order() {
+        let u = unit("MachineFoo=bar\nGlobal=true\nmachineof=x\nMachineFoo=baz\nMachineId=1\nX-ConditionConflicts=a\n");
+        assert_eq!(unrecognized_xfleet_keys(&u), ["MachineFoo", "machineof", "MachineId", "X-ConditionConflicts"]);
+        let ok = unit(&RECOGNIZED_KEYS.iter().map(|k| format!("{k}=v\n")).collect::<String>());
+        assert!(unrecognized_xfleet_keys(&ok).is_empty());
+        // Only the section named exactly X-Fleet is considered.
+        let other = UnitFile::parse("[x-fleet]\nFoo=1\n").unwrap();
+        assert!(unrecognized_xfleet_keys(&other).is_empty());
+    }
+
+    #[test]
+    fn option_combinations() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("Global=true\nMachineOf=meta-b.service\n", Some("Global cannot be used with Peers")),
+            ("MachineID=abc\nConflicts=x*\n", Some("MachineID cannot be used with Conflicts")),
+            (
+                "MachineOf=meta-b.service\nConflicts=meta-*.service\n",
+                Some("unresolvable requirements: peer \"meta-b.service\" matches conflict \"meta-*.service\""),
+            ),
+            (
+                "MachineOf=a.service\nReplaces=a.*\n",
+                Some("unresolvable requirements: peer \"a.service\" matches replace \"a.*\""),
+            ),
+            ("MachineID=abc\nMachineOf=a.service\n", Some("MachineID cannot be used with Peers")),
+            ("MachineID=abc\nGlobal=true\n", Some("MachineID cannot be used with Global")),
+            ("MachineID=abc\nReplaces=a.service\n", Some("MachineID cannot be used with Replaces")),
+            ("MachineID=\nConflicts=x\n", Some("MachineID cannot be used with Conflicts")),
+            ("Global=true\nReplaces=a.service\n", Some("Global cannot be used with Replaces")),
+            ("Conflicts=a\nReplaces=b\n", Some("Conflicts cannot be used with Replaces")),
+            // Precedence: the first row of the table wins.
+            (
+                "MachineID=a\nMachineOf=p\nConflicts=c\nGlobal=1\nReplaces=r\n",
+                Some("MachineID cannot be used with Peers"),
+            ),
+            ("Global=true\nMachineOf=p\nReplaces=r\n", Some("Global cannot be used with Peers")),
+            // Peer/pattern checks come before the combination table.
+            (
+                "MachineID=a\nMachineOf=p\nConflicts=p\n",
+                Some("unresolvable requirements: peer \"p\" matches conflict \"p\""),
+            ),
+            // Allowed combinations.
+            ("Global=true\nMachineMetadata=role=a\nConflicts=x*\n", None),
+            ("Global=false\nMachineOf=a.service\n", None),
+            ("MachineID=abc\nMachineMetadata=a=b\n", None),
+            ("MachineOf=a.service\nConflicts=b*\n", None),
+            ("MachineFoo=bar\n", None),
+            // Raw values: %i is not expanded, so the pattern does not match the peer here.
+            ("MachineOf=a@%i.service\nConflicts=a@1.service\n", None),
+        ];
+        for (xfleet, want) in cases {
+            let got = validate_options(&unit(xfleet)).err().map(|e| e.to_string());
+            assert_eq!(got.as_deref(), *want, "{xfleet:?}");
+        }
+    }
+
+    #[test]
+    fn options_whose_text_does_not_parse_are_rejected() {
+        use crate::unit::UnitOption;
+        let newline_in_name = UnitFile::from_options(vec![UnitOption::new("Service", "Exec\nStart", "x")]);
+        assert_eq!(
+            validate_options(&newline_in_name).unwrap_err().to_string(),
+            "unexpected newline encountered while parsing option name"
+        );
+        let long = UnitFile::from_options(vec![UnitOption::new("Service", "ExecStart", "x".repeat(2100))]);
+        assert_eq!(validate_options(&long).unwrap_err().to_string(), "line too long (max 2048 bytes)");
+    }
+
+    #[test]
+    fn conflicts_are_symmetric_and_never_with_self() {
+        let excl = reqs("Conflicts=excl@*.service\n", "excl@1.service");
+        let none = Requirements::default();
+        assert!(conflicts_between("excl@1.service", &excl, "excl@2.service", &excl));
+        assert!(!conflicts_between("excl@1.service", &excl, "excl@1.service", &excl));
+        let one_way = reqs("Conflicts=hello.service\n", "x.service");
+        assert!(conflicts_between("x.service", &one_way, "hello.service", &none));
+        assert!(conflicts_between("hello.service", &none, "x.service", &one_way));
+        assert!(!conflicts_between("x.service", &one_way, "other.service", &none));
+        let malformed = reqs("Conflicts=[\n", "x.service");
+        assert!(!conflicts_between("x.service", &malformed, "[", &none));
+    }
+
+    #[test]
+    fn replace_relations() {
+        let kick = reqs("Replaces=replace.*.service\n", "replace-kick0.service");
+        let none = Requirements::default();
+        assert!(replaces("replace-kick0.service", &kick, "replace.0.service"));
+        assert!(!replaces("replace.0.service", &none, "replace-kick0.service"));
+        assert_eq!(
+            replace_relation("replace-kick0.service", &kick, "replace.0.service", &none),
+            Some(ReplaceRelation::CandidateReplacesPresent)
+        );
+        assert_eq!(
+            replace_relation("replace.0.service", &none, "replace-kick0.service", &kick),
+            Some(ReplaceRelation::PresentReplacesCandidate)
+        );
+        let a = reqs("Replaces=b.service\n", "a.service");
+        let b = reqs("Replaces=a.service\n", "b.service");
+        assert_eq!(replace_relation("a.service", &a, "b.service", &b), None);
+        let me = reqs("Replaces=*\n", "a.service");
+        assert!(!replaces("a.service", &me, "a.service"));
+    }
+}

@@ -1,0 +1,450 @@
+//! Registry against a real etcd: transactions, leases, leader election and the reflector's convergence after
+//! bursts, compaction and etcd restarts. Waits are on the reflector's change notifications with deadlines, never
+//! sleeps.
+
+mod etcd;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd::TestEtcd;
+use fleet::model::{JobState, MachineState, UnitState};
+use fleet::registry::{
+    Campaign, EngineVersionCheck, LeaseKeeper, LeaseStatus, PutUnit, Reflector, Registration, Registry, RegistryError,
+    Snapshot, UnitWrite,
+};
+use sha1::{Digest, Sha1};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn hash(text: &str) -> String {
+    hex::encode(Sha1::digest(text.as_bytes()))
+}
+
+/// A unit version: text and hash, owned.
+struct Version {
+    text: String,
+    hash: String,
+}
+
+fn version(text: &str) -> Version {
+    Version { text: text.to_string(), hash: hash(text) }
+}
+
+fn put<'a>(name: &'a str, v: &'a Version, desired: JobState) -> PutUnit<'a> {
+    PutUnit { name, text: &v.text, hash: &v.hash, desired }
+}
+
+async fn connected(reg: &Registry) -> Reflector {
+    let r = Reflector::start(reg);
+    r.wait_connected(WAIT).await.expect("reflector connects");
+    r
+}
+
+fn machine(id: &str) -> MachineState {
+    MachineState {
+        id: id.to_string(),
+        public_ip: "10.0.0.1".into(),
+        metadata: [("role".to_string(), "web".to_string())].into(),
+        version: "v0.1.0".into(),
+        disable_engine: false,
+    }
+}
+
+fn state(unit: &str, machine: &str, hash: &str) -> UnitState {
+    UnitState {
+        name: unit.into(),
+        machine_id: machine.into(),
+        hash: hash.into(),
+        load_state: "loaded".into(),
+        active_state: "active".into(),
+        sub_state: "running".into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_replace_destroy_and_collect_bodies() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/units").await;
+    assert_eq!(reg.ensure_layout_version().await.unwrap(), 1);
+    let refl = connected(&reg).await;
+    let (v1, v2, v3) =
+        (version("[Service]\nExecStart=/bin/true\n"), version("[Service]\nExecStart=/bin/false\n"), version(""));
+
+    let rev = reg.create_unit(&put("a.service", &v1, JobState::Loaded)).await.unwrap();
+    let err = reg.create_unit(&put("a.service", &v2, JobState::Loaded)).await.unwrap_err();
+    assert!(matches!(&err, RegistryError::UnitExists { hash, .. } if *hash == v1.hash), "{err}");
+    let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
+    let a = snap.unit("a.service").unwrap();
+    assert_eq!(
+        (a.hash, a.previous_hash, a.desired, &**a.body),
+        (v1.hash.as_str(), None, JobState::Loaded, v1.text.as_str())
+    );
+
+    assert_eq!(reg.put_unit(&put("a.service", &v1, JobState::Launched)).await.unwrap(), UnitWrite::Unchanged);
+    let w = reg.put_unit(&put("a.service", &v2, JobState::Inactive)).await.unwrap();
+    assert!(matches!(&w, UnitWrite::Replaced { previous: Some(p), .. } if *p == v1.hash), "{w:?}");
+    let w = reg.put_unit(&put("a.service", &v3, JobState::Inactive)).await.unwrap();
+    let snap = refl.wait_for_revision(w.revision().unwrap(), WAIT).await.unwrap();
+    let a = snap.unit("a.service").unwrap();
+    assert_eq!(
+        (a.hash, a.previous_hash),
+        (v3.hash.as_str(), Some(v2.hash.as_str())),
+        "previous hash kept for rollback"
+    );
+
+    // b shares v3's body: destroying a must not collect it.
+    reg.create_unit(&put("b.service", &v3, JobState::Inactive)).await.unwrap();
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert_eq!(snap.unreferenced_bodies().iter().map(|(h, _)| h.as_str()).collect::<Vec<_>>(), [v1.hash.as_str()]);
+    assert_eq!(reg.delete_bodies(&snap.unreferenced_bodies()).await.unwrap(), 1);
+
+    let destroyed = reg.destroy_unit("a.service").await.unwrap();
+    assert_eq!(destroyed.object.unwrap().hash, v3.hash);
+    assert!(matches!(reg.destroy_unit("a.service").await.unwrap_err(), RegistryError::UnitNotFound { .. }));
+    assert!(matches!(
+        reg.set_desired("a.service", JobState::Loaded).await.unwrap_err(),
+        RegistryError::UnitNotFound { .. }
+    ));
+    assert_eq!(reg.collect_garbage().await.unwrap(), 1, "only v2 (a's previous) is unreferenced now");
+    let snap = refl.sync(WAIT).await.unwrap();
+    let bodies: Vec<&String> = snap.bodies().keys().collect();
+    assert_eq!(bodies, [&v3.hash]);
+    assert!(snap.unit("a.service").is_none() && snap.unit_record("a.service").is_none());
+
+    reg.destroy_unit("b.service").await.unwrap();
+    assert_eq!(reg.collect_garbage().await.unwrap(), 1);
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.bodies().is_empty() && snap.unit_records().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_spares_a_body_that_regained_a_reference() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/gc").await;
+    let v1 = version("[Unit]\nDescription=x\n");
+    reg.create_unit(&put("a.service", &v1, JobState::Inactive)).await.unwrap();
+    reg.destroy_unit("a.service").await.unwrap();
+    let stale = reg.read_snapshot().await.unwrap().unreferenced_bodies();
+    assert_eq!(stale.len(), 1);
+    // A new unit refers to the body after GC chose it: the re-put in the creating txn must save it.
+    reg.create_unit(&put("b.service", &v1, JobState::Inactive)).await.unwrap();
+    assert_eq!(reg.delete_bodies(&stale).await.unwrap(), 0);
+    let snap = reg.read_snapshot().await.unwrap();
+    assert_eq!(snap.unit("b.service").map(|u| u.body.to_string()), Some(v1.text.clone()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_schedulers_exactly_one_wins() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/sched").await;
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    assert!(!reg.schedule("a.service", "m0").await.unwrap(), "cannot schedule a unit that does not exist");
+    reg.create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
+
+    let attempts = (0..8).map(|i| {
+        let reg = reg.clone();
+        tokio::spawn(async move { (format!("m{i}"), reg.schedule("a.service", &format!("m{i}")).await.unwrap()) })
+    });
+    let results: Vec<(String, bool)> =
+        futures::future::join_all(attempts).await.into_iter().map(|r| r.unwrap()).collect();
+    let winners: Vec<&String> = results.iter().filter(|(_, won)| *won).map(|(m, _)| m).collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    let winner = winners[0].clone();
+    let snap = reg.read_snapshot().await.unwrap();
+    assert_eq!(snap.unit("a.service").unwrap().target, Some(winner.as_str()));
+
+    let loser = if winner == "m0" { "m1" } else { "m0" };
+    assert!(!reg.unschedule("a.service", loser).await.unwrap(), "unschedule must name the current target");
+    assert!(reg.unschedule("a.service", &winner).await.unwrap());
+    assert!(!reg.unschedule("a.service", &winner).await.unwrap());
+    assert!(reg.schedule("a.service", loser).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_presence_states_and_markers_vanish_with_the_lease() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/presence").await;
+    let refl = connected(&reg).await;
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    reg.create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
+    reg.set_metadata("m1", "role", "").await.unwrap();
+    reg.set_metadata("m1", "dc", "east").await.unwrap();
+
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(2)).await.unwrap();
+    assert_eq!(reg.register_machine(&machine("m1"), lease.id()).await.unwrap(), Registration::Created);
+    assert!(reg.schedule("a.service", "m1").await.unwrap());
+    reg.publish_state(&state("a.service", "m1", &v.hash), lease.id()).await.unwrap();
+    reg.publish_state(&state("a.service", "m2", &v.hash), lease.id()).await.unwrap();
+
+    let snap = refl.wait_for(WAIT, "state of m1 and m2", |s| (s.unit_states().count() == 2).then_some(())).await;
+    snap.unwrap();
+    assert_eq!(refl.snapshot().current_state("a.service"), JobState::Loaded);
+    assert!(reg.mark_launched("a.service", "m1", &v.hash, lease.id()).await.unwrap());
+    refl.wait_for(WAIT, "a launched", |s| (s.current_state("a.service") == JobState::Launched).then_some(()))
+        .await
+        .unwrap();
+    let m = refl.snapshot().machine("m1").unwrap();
+    assert_eq!(m.metadata, [("dc".to_string(), "east".to_string())].into(), "dynamic merged, tombstone hides role");
+
+    // Removing m1's state leaves m2's (B7).
+    reg.remove_state("a.service", "m1").await.unwrap();
+    let s = refl.sync(WAIT).await.unwrap();
+    let left: Vec<String> = s.unit_states().map(|u| u.machine_id).collect();
+    assert_eq!(left, ["m2"]);
+    assert_eq!(s.current_state("a.service"), JobState::Inactive, "no state from the target machine");
+    assert!(reg.publish_state(&state("a.service", "m1", ""), lease.id()).await.is_err(), "state needs a hash");
+
+    // Stop keeping the lease alive: everything bound to it expires by itself.
+    drop(lease);
+    refl.wait_for(WAIT, "m1 presence, states and marker to expire", |s| {
+        let gone = s.machine("m1").is_none()
+            && s.unit_states().count() == 0
+            && s.unit_record("a.service").is_some_and(|u| u.launched.is_empty());
+        gone.then_some(())
+    })
+    .await
+    .unwrap();
+    let s = refl.snapshot();
+    assert_eq!(s.machine_records()["m1"].metadata.len(), 2, "dynamic metadata survives the machine");
+    assert_eq!(s.unit("a.service").unwrap().target, Some("m1"), "the schedule is the engine's to undo");
+    assert!(!reg.mark_launched("nope.service", "m1", &v.hash, 0).await.unwrap(), "no marker for a missing unit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_keeper_reports_revocation_and_revoke_deletes_keys() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/lease").await;
+    let refl = connected(&reg).await;
+
+    let a = LeaseKeeper::grant(&reg, Duration::from_secs(2)).await.unwrap();
+    reg.register_machine(&machine("m1"), a.id()).await.unwrap();
+    // Longer than the TTL: keep-alives must be holding it.
+    tokio::time::timeout(Duration::from_secs(3), a.lost()).await.expect_err("lease must stay alive");
+    assert!(a.is_alive());
+    assert!(refl.snapshot().machine("m1").is_some());
+
+    reg.client().lease_revoke(a.id()).await.unwrap();
+    let reason = tokio::time::timeout(WAIT, a.lost()).await.expect("loss reported");
+    assert!(reason.contains("expired or revoked"), "{reason}");
+    assert!(matches!(*a.status().borrow(), LeaseStatus::Lost { .. }));
+
+    let b = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+    reg.register_machine(&machine("m2"), b.id()).await.unwrap();
+    refl.wait_for(WAIT, "m2 present, m1 gone", |s| {
+        (s.machine("m2").is_some() && s.machine("m1").is_none()).then_some(())
+    })
+    .await
+    .unwrap();
+    b.revoke().await.unwrap();
+    refl.wait_for(WAIT, "m2 gone after revoke", |s| s.machine("m2").is_none().then_some(())).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_machine_id_is_rejected() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/dup").await;
+    let first = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+    let second = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+
+    assert_eq!(reg.register_machine(&machine("m1"), first.id()).await.unwrap(), Registration::Created);
+    let mut changed = machine("m1");
+    changed.public_ip = "10.0.0.9".into();
+    assert_eq!(reg.register_machine(&changed, first.id()).await.unwrap(), Registration::Refreshed);
+    let err = reg.register_machine(&machine("m1"), second.id()).await.unwrap_err();
+    assert!(matches!(err, RegistryError::DuplicateMachine { lease, .. } if lease == first.id()), "{err}");
+    assert!(err.to_string().contains("already registered"), "{err}");
+    assert!(!reg.unregister_machine("m1", second.id()).await.unwrap(), "the duplicate cannot remove the original");
+    assert_eq!(reg.read_snapshot().await.unwrap().machine("m1").unwrap().public_ip, "10.0.0.9");
+
+    assert!(reg.unregister_machine("m1", first.id()).await.unwrap());
+    assert_eq!(reg.register_machine(&machine("m1"), second.id()).await.unwrap(), Registration::Created);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_election_with_takeover_after_resign_and_expiry() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/leader").await;
+    let refl = connected(&reg).await;
+    let a = LeaseKeeper::grant(&reg, Duration::from_secs(2)).await.unwrap();
+    let b = LeaseKeeper::grant(&reg, Duration::from_secs(2)).await.unwrap();
+
+    let (ra, rb) = tokio::join!(reg.campaign("ma", a.id()), reg.campaign("mb", b.id()));
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    let (leader, follower, leader_lease, follower_lease) = match (&ra, &rb) {
+        (Campaign::Leader, Campaign::Follower { leader }) if leader == "ma" => ("ma", "mb", a, b),
+        (Campaign::Follower { leader }, Campaign::Leader) if leader == "mb" => ("mb", "ma", b, a),
+        other => panic!("exactly one leader expected: {other:?}"),
+    };
+    assert_eq!(reg.campaign(leader, leader_lease.id()).await.unwrap(), Campaign::Leader, "idempotent for the holder");
+    refl.wait_for(WAIT, "leader visible", |s| (s.leader() == Some(leader)).then_some(())).await.unwrap();
+
+    assert!(!reg.resign(follower, follower_lease.id()).await.unwrap(), "a follower cannot resign the leader");
+    assert!(reg.resign(leader, leader_lease.id()).await.unwrap());
+    assert_eq!(reg.campaign(follower, follower_lease.id()).await.unwrap(), Campaign::Leader, "takeover after resign");
+
+    // The new leader dies without resigning: the old one takes over once the lease expires.
+    refl.wait_for(WAIT, "new leader visible", |s| (s.leader() == Some(follower)).then_some(())).await.unwrap();
+    drop(follower_lease);
+    refl.wait_for(WAIT, "leader lease to expire", |s| s.leader().is_none().then_some(())).await.unwrap();
+    assert_eq!(reg.campaign(leader, leader_lease.id()).await.unwrap(), Campaign::Leader);
+
+    assert_eq!(reg.check_engine_version(1).await.unwrap(), EngineVersionCheck::Upgraded { from: None });
+    assert_eq!(reg.check_engine_version(1).await.unwrap(), EngineVersionCheck::Current);
+    assert_eq!(reg.check_engine_version(2).await.unwrap(), EngineVersionCheck::Upgraded { from: Some(1) });
+    assert_eq!(reg.check_engine_version(1).await.unwrap(), EngineVersionCheck::Newer(2));
+}
+
+fn unit_names(s: &Snapshot) -> BTreeSet<String> {
+    s.units().map(|u| u.name.to_string()).collect()
+}
+
+/// The reflector's view equals a fresh read of etcd (units, bodies, states, machines).
+fn assert_same_view(reflected: &Snapshot, fresh: &Snapshot) {
+    assert_eq!(reflected.unit_records(), fresh.unit_records());
+    assert_eq!(reflected.bodies().keys().collect::<Vec<_>>(), fresh.bodies().keys().collect::<Vec<_>>());
+    assert_eq!(reflected.state_records(), fresh.state_records());
+    assert_eq!(reflected.machine_records(), fresh.machine_records());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflector_converges_after_a_burst_of_writes() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/burst").await;
+    let refl = connected(&reg).await;
+    let v = Arc::new(version("[Service]\nExecStart=/bin/sleep 100\n"));
+    let writers = (0..4).map(|w| {
+        let (reg, v) = (reg.clone(), v.clone());
+        tokio::spawn(async move {
+            for i in 0..100 {
+                let name = format!("u{w}-{i}.service");
+                reg.create_unit(&put(&name, &v, JobState::Launched)).await.unwrap();
+                if i % 3 == 0 {
+                    reg.set_desired(&name, JobState::Inactive).await.unwrap();
+                }
+                if i % 5 == 0 {
+                    reg.destroy_unit(&name).await.unwrap();
+                }
+            }
+        })
+    });
+    for w in futures::future::join_all(writers).await {
+        w.unwrap();
+    }
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert_eq!(unit_names(&snap).len(), 4 * 80);
+    assert_eq!(snap.units().filter(|u| u.desired == JobState::Inactive).count(), 4 * (34 - 7));
+    assert_same_view(&snap, &reg.read_snapshot().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflector_relists_after_compaction() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/compact").await;
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    reg.create_unit(&put("gone.service", &v, JobState::Inactive)).await.unwrap();
+    let old = reg.read_snapshot().await.unwrap();
+    // Changes the resumed watch would have to replay, then compact them away.
+    reg.destroy_unit("gone.service").await.unwrap();
+    let rev = reg.create_unit(&put("new.service", &v, JobState::Loaded)).await.unwrap();
+    reg.client().compact(rev, None).await.unwrap();
+
+    let refl = Reflector::resume(&reg, old);
+    let snap = refl
+        .wait_for(WAIT, "re-listed view", |s| {
+            (s.is_connected() && s.revision() >= rev && s.unit_record("gone.service").is_none()).then(|| s.clone())
+        })
+        .await
+        .unwrap();
+    assert_eq!(unit_names(&snap), BTreeSet::from(["new.service".to_string()]));
+    assert_same_view(&snap, &reg.read_snapshot().await.unwrap());
+
+    // And the watch keeps working after the re-list.
+    let rev = reg.set_desired("new.service", JobState::Launched).await.unwrap();
+    let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
+    assert_eq!(snap.unit("new.service").unwrap().desired, JobState::Launched);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflector_survives_an_etcd_restart() {
+    let mut etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/restart").await;
+    let refl = connected(&reg).await;
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    reg.create_unit(&put("before.service", &v, JobState::Loaded)).await.unwrap();
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(4)).await.unwrap();
+    reg.register_machine(&machine("m1"), lease.id()).await.unwrap();
+    refl.wait_for(WAIT, "before.service", |s| s.unit("before.service").map(|_| ())).await.unwrap();
+
+    etcd.kill();
+    refl.wait_for(WAIT, "view to notice etcd is gone", |s| (!s.is_connected()).then_some(())).await.unwrap();
+    assert!(refl.snapshot().unit("before.service").is_some(), "last known state stays readable");
+    assert!(reg.create_unit(&put("x.service", &v, JobState::Loaded)).await.unwrap_err().is_transient());
+
+    etcd.restart().await;
+    let rev = loop {
+        // The client reconnects on its own; the first attempts may still fail while it does.
+        match reg.create_unit(&put("after.service", &v, JobState::Launched)).await {
+            Ok(rev) => break rev,
+            Err(e) if e.is_transient() => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let snap = refl
+        .wait_for(WAIT, "view to reconnect and see after.service", |s| {
+            (s.is_connected() && s.revision() >= rev).then(|| s.clone())
+        })
+        .await
+        .unwrap();
+    assert_eq!(unit_names(&snap), BTreeSet::from(["after.service".to_string(), "before.service".to_string()]));
+    assert_same_view(&snap, &reg.read_snapshot().await.unwrap());
+
+    // etcd keeps leases across its restart and the keeper re-opens its keep-alive stream: presence survives
+    // longer than one TTL after the restart.
+    let ttl = lease.ttl();
+    tokio::time::timeout(ttl + Duration::from_secs(1), lease.lost()).await.expect_err("lease must survive");
+    assert!(reg.read_snapshot().await.unwrap().machine("m1").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousand_units_destroy_within_budget_and_bodies_are_collected() {
+    use futures::StreamExt;
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/scale").await;
+    let refl = connected(&reg).await;
+    let versions: Arc<Vec<Version>> =
+        Arc::new((0..10).map(|i| version(&format!("[Service]\nExecStart=/bin/sleep {i}\n"))).collect());
+    let names: Vec<String> = (0..1000).map(|i| format!("hello@{i}.service")).collect();
+
+    let start = std::time::Instant::now();
+    futures::stream::iter(names.iter().enumerate())
+        .for_each_concurrent(16, |(i, name)| {
+            let (reg, versions) = (reg.clone(), versions.clone());
+            async move {
+                reg.create_unit(&put(name, &versions[i % 10], JobState::Launched)).await.unwrap();
+            }
+        })
+        .await;
+    let created = start.elapsed();
+    let watched = refl.wait_for(WAIT, "1000 units", |s| (s.units().count() == 1000).then(|| s.clone())).await.unwrap();
+    // More keys than one list page: a fresh list (paginated at one revision) must equal the watched view.
+    let listed = Reflector::start(&reg).wait_connected(WAIT).await.unwrap();
+    assert!(listed.unit_records().len() * 3 > fleet::registry::LIST_PAGE as usize);
+    assert_same_view(&watched, &listed);
+
+    let start = std::time::Instant::now();
+    futures::stream::iter(names.iter())
+        .for_each_concurrent(16, |name| {
+            let reg = reg.clone();
+            async move {
+                reg.destroy_unit(name).await.unwrap();
+            }
+        })
+        .await;
+    let destroyed = start.elapsed();
+    let snap = refl.wait_for(WAIT, "no units", |s| s.unit_records().is_empty().then(|| s.clone())).await.unwrap();
+    assert_eq!(reg.delete_bodies(&snap.unreferenced_bodies()).await.unwrap(), 10);
+    eprintln!("1000 units: created in {created:?}, destroyed in {destroyed:?}");
+    assert!(destroyed < Duration::from_secs(5), "destroy took {destroyed:?}");
+}
