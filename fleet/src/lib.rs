@@ -13,5 +13,4 @@ pub mod model;
 pub mod registry;
 pub mod schema;
 pub mod unit;
-pub mod unit_compat;
 pub mod version;

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use super::{Client, ClientError, StateFilter};
 use crate::schema::{Machine, Unit, UnitState};
 use crate::unit::UnitOption;
-use crate::unit_compat::{NameInfo, Requirements, UnitFile};
+use crate::unit::{NameInfo, Requirements, UnitFile};
 
 #[derive(Debug, Clone)]
 struct FakeUnit {

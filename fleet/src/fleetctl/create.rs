@@ -8,7 +8,9 @@ use super::Ctx;
 use super::wait::wait_for_unit_states;
 use crate::model::JobState;
 use crate::schema::Unit;
-use crate::unit_compat::{self as unitf, NameInfo, UnitFile};
+use crate::unit::name as unitf;
+use crate::unit::xfleet;
+use crate::unit::{NameInfo, UnitFile};
 
 /// The command running the creation step (it decides which desired states `--replace` may replace).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,9 +99,8 @@ fn read_unit_file(path: &Path) -> Result<Option<UnitFile>, String> {
     if std::fs::metadata(path).is_err() {
         return Ok(None);
     }
-    let text = std::fs::read(path).map_err(|e| read_error(path, &e))?;
-    let text = String::from_utf8_lossy(&text);
-    UnitFile::parse(&text).map(Some).map_err(|e| e.to_string())
+    let bytes = std::fs::read(path).map_err(|e| read_error(path, &e))?;
+    UnitFile::parse_bytes(&bytes).map(Some).map_err(|e| e.to_string())
 }
 
 fn template_path(path: &Path, template: &str) -> PathBuf {
@@ -124,7 +125,7 @@ fn compare(ctx: &mut Ctx<'_>, arg: &str, path: &Path, name: &str, registry: &Uni
     let Some(info) = info else {
         return Comparison::Failed(format!("error Unit {arg} does not seem to be a template unit"));
     };
-    let tpath = template_path(path, &info.template());
+    let tpath = template_path(path, &info.template.clone());
     match read_unit_file(&tpath) {
         Ok(Some(local)) => {
             if local.hash() == registry_hash {
@@ -153,7 +154,7 @@ fn unit_file_for(ctx: &mut Ctx<'_>, arg: &str, path: &Path, name: &str) -> Resul
     let Some(info) = NameInfo::parse(name).filter(NameInfo::is_instance) else {
         return Err(format!("unable to find Unit({name}) in Registry or on filesystem"));
     };
-    let template = info.template();
+    let template = info.template.clone();
     let from_template = |e: String| format!("failed getting Unit({arg}) from template: {e}");
     match ctx.client.unit(&template) {
         Ok(Some(t)) => return Ok(UnitFile::from_options(t.options)),
@@ -172,7 +173,7 @@ fn replacement_for(ctx: &mut Ctx<'_>, arg: &str, path: &Path, name: &str) -> Res
         return Ok(uf);
     }
     if let Some(info) = NameInfo::parse(name).filter(NameInfo::is_instance) {
-        if let Ok(Some(uf)) = read_unit_file(&template_path(path, &info.template())) {
+        if let Ok(Some(uf)) = read_unit_file(&template_path(path, &info.template.clone())) {
             return Ok(uf);
         }
     }
@@ -182,9 +183,13 @@ fn replacement_for(ctx: &mut Ctx<'_>, arg: &str, path: &Path, name: &str) -> Res
 /// Validate and create (or replace) one unit through the client.
 fn create_unit(ctx: &mut Ctx<'_>, name: &str, uf: UnitFile) -> Result<(), String> {
     unitf::validate_name(name).map_err(|e| e.to_string())?;
-    unitf::validate_options(&uf).map_err(|e| e.to_string())?;
-    for key in unitf::unrecognized_xfleet_keys(&uf) {
-        tracing::debug!("Unit {name}: unrecognized requirement in [X-Fleet] section: {key:?}");
+    xfleet::validate_options(&uf).map_err(|e| e.to_string())?;
+    // The original reports only the first unrecognised key (`Job.ValidateRequirements` returns on the first).
+    if let Some(key) = xfleet::unrecognized_xfleet_keys(&uf).first() {
+        ctx.log(
+            "WARN",
+            &format!("Unit {name}: unrecognized requirement in [X-Fleet] section: {}", unitf::go_quote(key)),
+        );
     }
     let unit = Unit { name: name.to_string(), options: uf.options().to_vec(), ..Default::default() };
     ctx.client.create_unit(&unit).map_err(|e| format!("failed creating unit {name}: {e}"))?;

@@ -6,7 +6,7 @@ use super::commands::{LIST_MACHINES_FIELDS, LIST_UNIT_FILES_FIELDS, LIST_UNITS_F
 use super::table::{location_legend, machine_id_legend, render};
 use crate::client::StateFilter;
 use crate::schema::{Machine, Unit, UnitState};
-use crate::unit_compat::{Requirements, UnitFile};
+use crate::unit::{Requirements, UnitFile};
 
 /// `--fields` split and checked against `valid` (comma-separated). Prints the original's errors.
 fn selected_fields(ctx: &mut Ctx<'_>, valid: &str) -> Option<Vec<String>> {
@@ -102,6 +102,13 @@ pub fn list_units(ctx: &mut Ctx<'_>) -> i32 {
     0
 }
 
+/// The unit as the registry hands it back (spec App. C.10): what `cat` prints and whose hash `list-unit-files`
+/// shows. Idempotent, so it is harmless for clients that already return the stored form.
+pub fn stored_unit_file(u: &Unit) -> UnitFile {
+    let uf = UnitFile::from_options(u.options.clone());
+    uf.as_stored().unwrap_or(uf)
+}
+
 /// Whether a unit is global, from its options.
 pub fn unit_is_global(u: &Unit) -> bool {
     Requirements::of(&UnitFile::from_options(u.options.clone()), &u.name).global
@@ -119,11 +126,11 @@ pub fn unit_file_cell(u: &Unit, field: &str, machines: &[Machine], full: bool) -
         "target" | "tmachine" if global => "global".into(),
         "target" | "tmachine" => location_legend(&u.machine_id, machines, full),
         "hash" => {
-            let h = UnitFile::from_options(u.options.clone()).hash();
+            let h = stored_unit_file(u).hash();
             if full { h.to_hex() } else { h.short() }
         }
         "desc" => {
-            let d = UnitFile::from_options(u.options.clone()).description();
+            let d = stored_unit_file(u).description().to_string();
             if d.is_empty() { "-".into() } else { d }
         }
         _ => String::new(),

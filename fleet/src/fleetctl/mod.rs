@@ -76,6 +76,14 @@ impl<'a> Ctx<'a> {
         let _ = writeln!(self.err, "{line}");
     }
 
+    /// Print a log line on stderr the way the original's logger does (spec §1.9):
+    /// `YYYY/MM/DD HH:MM:SS <LEVEL> <file>:<line>: <message>`, naming the calling source line. The time is UTC
+    /// (the original used local time).
+    #[track_caller]
+    pub fn log(&mut self, level: &str, message: &str) {
+        let _ = writeln!(self.err, "{}", log_line(std::time::SystemTime::now(), level, message));
+    }
+
     /// The cluster's machines, fetched once per invocation (errors give an empty list).
     pub fn machines(&mut self) -> &[Machine] {
         if self.machines.is_none() {
@@ -95,6 +103,31 @@ impl<'a> Ctx<'a> {
         }
         Some(u64::try_from(self.flags.int("block-attempts")).unwrap_or(0))
     }
+}
+
+/// One log line as the original's fleetctl prints it (see [`Ctx::log`]), naming the caller's source file and line.
+#[track_caller]
+pub fn log_line(now: std::time::SystemTime, level: &str, message: &str) -> String {
+    let caller = std::panic::Location::caller();
+    let file = caller.file().rsplit('/').next().unwrap_or(caller.file());
+    format!("{} {level} {file}:{}: {message}", go_log_time(now), caller.line())
+}
+
+/// `YYYY/MM/DD HH:MM:SS` in UTC (Go's `log.LstdFlags` layout).
+fn go_log_time(now: std::time::SystemTime) -> String {
+    let secs = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}/{month:02}/{day:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 /// The process entry point used by `src/bin/fleetctl.rs`.
@@ -296,6 +329,16 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::*;
     use crate::version::VERSION;
+
+    #[test]
+    fn log_lines_look_like_go_log_output() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_796_018_721); // 2026-11-30T06:05:21Z
+        let line = super::log_line(t, "WARN", "Unit a.service: x");
+        let want = format!("2026/11/30 06:05:21 WARN mod.rs:{}: Unit a.service: x", line!() - 1);
+        assert_eq!(line, want);
+        let leap = std::time::UNIX_EPOCH + std::time::Duration::from_secs(951_782_400); // 2000-02-29T00:00:00Z
+        assert!(super::log_line(leap, "ERROR", "m").starts_with("2000/02/29 00:00:00 ERROR "));
+    }
 
     #[test]
     fn version_forms() {

@@ -8,7 +8,7 @@ use super::list::unit_is_global;
 use super::wait::{wait_for_destroyed, wait_for_global, wait_for_systemd_active, wait_for_unit_states};
 use crate::model::JobState;
 use crate::schema::Unit;
-use crate::unit_compat::{self as unitf, UnitFile};
+use crate::unit::name as unitf;
 
 /// Go's `%v` of a string slice: `[a b c]`.
 fn go_list(names: &[String]) -> String {
@@ -369,7 +369,7 @@ pub fn cat(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
         }
         Ok(Some(u)) => {
             // The canonical text exactly, no newline added.
-            let _ = ctx.out.write_all(UnitFile::from_options(u.options).canonical().as_bytes());
+            let _ = ctx.out.write_all(super::list::stored_unit_file(&u).canonical().as_bytes());
             0
         }
     }
@@ -535,6 +535,62 @@ mod tests {
         );
         assert_eq!(run(&c, &["submit", &gm]).err, "Error creating units: Global cannot be used with Peers\n");
         assert!(c.log().is_empty());
+    }
+
+    #[test]
+    fn template_type_and_parse_errors_read_like_transcript_09() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cluster();
+        let dev = write(dir.path(), "tmpl@x.device", HELLO);
+        assert_eq!(
+            run(&c, &["submit", &dev]).err,
+            "Error creating units: invalid unit type for template: \"device\"\n"
+        );
+        let eof = write(dir.path(), "eof.service", "[Service]\nExecStart");
+        assert_eq!(
+            run(&c, &["submit", &eof]).err,
+            format!("Error creating units: failed getting Unit({eof}) from file: EOF\n")
+        );
+        assert!(c.log().is_empty());
+    }
+
+    #[test]
+    fn unrecognized_xfleet_keys_draw_one_warning_per_unit() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cluster();
+        let text = "[Service]\nExecStart=/bin/true\n\n[X-Fleet]\nMachineFoo=bar\nGlobal=false\nmachineof=x\n";
+        let f = write(dir.path(), "badopt.service", text);
+        let o = run(&c, &["submit", &f]);
+        assert_eq!((o.code, o.out.as_str()), (0, "Unit badopt.service inactive\n"));
+        let lines: Vec<&str> = o.err.lines().collect();
+        assert_eq!(lines.len(), 1, "{}", o.err);
+        let (time, rest) = lines[0].split_at(20);
+        assert!(time.len() == 20 && time.as_bytes()[4] == b'/' && time.as_bytes()[13] == b':', "{}", lines[0]);
+        assert!(rest.starts_with("WARN create.rs:"), "{}", lines[0]);
+        assert!(
+            rest.ends_with(": Unit badopt.service: unrecognized requirement in [X-Fleet] section: \"MachineFoo\""),
+            "{}",
+            lines[0]
+        );
+        // Submitting it again creates nothing and warns about nothing.
+        assert_eq!(run(&c, &["submit", &f]).err, "");
+    }
+
+    #[test]
+    fn cat_and_hash_show_the_stored_form_of_a_trailing_backslash() {
+        // App. C.10: `A=b \` at the end of the file keeps its backslash; the stored text parses back with a
+        // trailing newline in the value, so `cat` prints an extra empty line and the hash changes.
+        let dir = tempfile::tempdir().unwrap();
+        let c = cluster();
+        let f = write(dir.path(), "bs.service", "[Service]\nExecStart=/bin/true \\");
+        assert_eq!(run(&c, &["submit", &f]).code, 0);
+        let o = run(&c, &["cat", "bs.service"]);
+        assert_eq!(o.out, "[Service]\nExecStart=/bin/true \\\n\n");
+        let submitted = crate::unit::UnitFile::parse("[Service]\nExecStart=/bin/true \\").unwrap().hash().to_hex();
+        let stored = crate::unit::UnitFile::parse(&o.out).unwrap().hash().to_hex();
+        assert_ne!(submitted, stored);
+        let o = run(&c, &["list-unit-files", "--full", "--no-legend", "--fields=unit,hash"]);
+        assert_eq!(o.out, format!("bs.service\t{stored}\n"));
     }
 
     #[test]

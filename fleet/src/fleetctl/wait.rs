@@ -8,7 +8,7 @@ use super::Ctx;
 use super::table::location_legend;
 use crate::client::StateFilter;
 use crate::model::JobState;
-use crate::unit_compat::UnitFile;
+use crate::unit::UnitFile;
 
 /// Poll cadence. One attempt is `polls_per_attempt` polls `interval` apart (the first after one interval).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
