@@ -551,6 +551,22 @@ mod tests {
             run(&c, &["submit", &eof]).err,
             format!("Error creating units: failed getting Unit({eof}) from file: EOF\n")
         );
+        let pc = write(
+            dir.path(),
+            "peer-conflict.service",
+            "[Service]\nExecStart=/bin/true\n\n[X-Fleet]\nMachineOf=meta-b.service\nConflicts=meta-*.service\n",
+        );
+        assert_eq!(
+            run(&c, &["submit", &pc]).err,
+            "Error creating units: unresolvable requirements: peer \"meta-b.service\" matches conflict \"meta-*.service\"\n"
+        );
+        let garbage = write(dir.path(), "g.service", "[Unit] # c\n");
+        assert_eq!(
+            run(&c, &["submit", &garbage]).err,
+            format!(
+                "Error creating units: failed getting Unit({garbage}) from file: found garbage after section name : [35 32 99]\n"
+            )
+        );
         assert!(c.log().is_empty());
     }
 
