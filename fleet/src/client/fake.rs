@@ -9,6 +9,7 @@ use super::{Client, ClientError, StateFilter};
 use crate::schema::{Machine, Unit, UnitState};
 use crate::unit::UnitOption;
 use crate::unit::{NameInfo, Requirements, UnitFile};
+use crate::version::SemVer;
 
 #[derive(Debug, Clone)]
 struct FakeUnit {
@@ -28,6 +29,7 @@ struct State {
     lag: u32,
     log: Vec<String>,
     fail: Option<ClientError>,
+    daemon_version: Option<SemVer>,
 }
 
 /// The fake cluster. Cheap to build; share it by reference.
@@ -83,6 +85,11 @@ impl FakeClient {
     /// Make every call fail with `err` (None to stop).
     pub fn fail_all(&self, err: Option<ClientError>) {
         self.lock().fail = err;
+    }
+
+    /// The newest fleetd version the cluster reports (for the etcd driver's version check).
+    pub fn set_daemon_version(&self, version: &str) {
+        self.lock().daemon_version = SemVer::parse(version);
     }
 
     /// Set a machine's metadata directly.
@@ -309,5 +316,11 @@ impl Client for FakeClient {
             m.metadata.remove(key);
         }
         Ok(())
+    }
+
+    fn latest_daemon_version(&self) -> Result<Option<SemVer>, ClientError> {
+        let st = self.lock();
+        Self::check_fail(&st)?;
+        Ok(st.daemon_version.clone())
     }
 }

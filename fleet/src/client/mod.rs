@@ -1,17 +1,19 @@
 //! The client fleetctl talks through: one trait ([`Client`]), built from the global flags by [`build`].
 //!
-//! Implementations: [`http::HttpClient`] over the HTTP API v1 (`--driver=API`, TCP or Unix socket) and, later, one
-//! directly over etcd (`--driver=etcd`, built on the registry module; for now [`build`] reports it as not
-//! implemented). [`fake::FakeClient`] is an in-memory cluster for tests. The trait is synchronous: implementations
+//! Implementations: [`http::HttpClient`] over the HTTP API v1 (`--driver=API`, TCP or Unix socket) and
+//! [`etcd::EtcdClient`] directly over etcd (`--driver=etcd`, built on the registry module, answering like the API).
+//! [`fake::FakeClient`] is an in-memory cluster for tests. The trait is synchronous: implementations
 //! that need async I/O own their runtime, so command logic stays plain code and is easy to test.
 
 pub mod endpoint;
+pub mod etcd;
 pub mod fake;
 pub mod http;
 
 use std::time::Duration;
 
 use crate::schema::{Machine, Unit, UnitState};
+use crate::version::SemVer;
 
 /// Everything fleetctl does to a cluster. Names and semantics follow the original's `client.API`.
 pub trait Client: Send + Sync {
@@ -35,6 +37,11 @@ pub trait Client: Send + Sync {
     fn set_machine_metadata(&self, machine_id: &str, key: &str, value: &str) -> Result<(), ClientError>;
     /// Remove one dynamic metadata key of a machine.
     fn delete_machine_metadata(&self, machine_id: &str, key: &str) -> Result<(), ClientError>;
+    /// The newest fleetd version registered in the cluster, for the etcd driver's version check (spec §9.3).
+    /// Clients that cannot see it (the API does not publish versions) answer `None`.
+    fn latest_daemon_version(&self) -> Result<Option<SemVer>, ClientError> {
+        Ok(None)
+    }
 }
 
 /// A shared client is a client (lets tests keep a handle on the fake they hand out).
@@ -69,6 +76,9 @@ impl<T: Client + ?Sized> Client for std::sync::Arc<T> {
     fn delete_machine_metadata(&self, machine_id: &str, key: &str) -> Result<(), ClientError> {
         (**self).delete_machine_metadata(machine_id, key)
     }
+    fn latest_daemon_version(&self) -> Result<Option<SemVer>, ClientError> {
+        (**self).latest_daemon_version()
+    }
 }
 
 /// Optional exact-match filters of `GET /state`.
@@ -91,6 +101,10 @@ pub enum ClientError {
     /// The request could not be made or answered (connect failure, timeout, dropped connection).
     #[error("{method} {url:?}: {cause}")]
     Transport { method: String, url: String, cause: String },
+    /// A request the etcd driver refused by the API's own rules, with the status the API would have answered;
+    /// shown as the bare message (there was no HTTP exchange).
+    #[error("{message}")]
+    Rejected { code: u16, message: String },
     /// A 2xx answer whose body is not the expected JSON.
     #[error("decoding response from {url:?}: {cause}")]
     Decode { url: String, cause: String },
@@ -102,7 +116,12 @@ pub enum ClientError {
 impl ClientError {
     /// True for an API answer with status 404.
     pub fn is_not_found(&self) -> bool {
-        matches!(self, ClientError::Api { code: 404, .. } | ClientError::Status { code: 404, .. })
+        matches!(
+            self,
+            ClientError::Api { code: 404, .. }
+                | ClientError::Status { code: 404, .. }
+                | ClientError::Rejected { code: 404, .. }
+        )
     }
 }
 
@@ -136,8 +155,8 @@ pub enum BuildError {
     UnrecognizedDriver(String),
     #[error(transparent)]
     Endpoint(#[from] endpoint::EndpointError),
-    #[error("the etcd driver (--driver=etcd) is not implemented yet; use --driver=API")]
-    EtcdNotImplemented,
+    #[error("{0}")]
+    Etcd(String),
     #[error("SSH tunnels (--tunnel) are not implemented yet")]
     TunnelNotImplemented,
     #[error("cannot start the HTTP client runtime: {0}")]
@@ -166,7 +185,14 @@ pub fn build(config: &ClientConfig) -> Result<Box<dyn Client>, BuildError> {
             let timeout = (!config.request_timeout.is_zero()).then_some(config.request_timeout);
             Ok(Box::new(http::HttpClient::new(ep, timeout)?))
         }
-        Driver::Etcd => Err(BuildError::EtcdNotImplemented),
+        Driver::Etcd => {
+            if [&config.ca_file, &config.cert_file, &config.key_file].iter().any(|f| !f.is_empty()) {
+                return Err(BuildError::Etcd(
+                    "TLS to etcd (--ca-file, --cert-file, --key-file) is not supported yet".into(),
+                ));
+            }
+            Ok(Box::new(etcd::EtcdClient::new(&config.endpoint, &config.etcd_key_prefix, config.request_timeout)?))
+        }
     }
 }
 
@@ -196,9 +222,12 @@ mod tests {
     }
 
     #[test]
-    fn etcd_driver_reports_that_it_is_not_implemented() {
-        let err = build(&config("etcd", "http://127.0.0.1:2379")).err().unwrap();
-        assert!(err.to_string().contains("not implemented"), "{err}");
+    fn etcd_driver_connects_lazily() {
+        // Nothing listens on port 1; building the client must still succeed (the first request fails instead).
+        assert!(build(&config("etcd", "http://127.0.0.1:1")).is_ok());
+        assert!(build(&config("etcd", "http://127.0.0.1:1,http://127.0.0.1:2")).is_ok());
+        let err = build(&config("etcd", "https://127.0.0.1:2379")).err().unwrap();
+        assert!(err.to_string().contains("TLS"), "{err}");
     }
 
     #[test]

@@ -22,8 +22,9 @@ pub mod wait;
 use std::io::Write;
 use std::time::Duration;
 
-use crate::client::{self, BuildError, Client, ClientConfig};
+use crate::client::{self, BuildError, Client, ClientConfig, Driver};
 use crate::schema::Machine;
+use crate::version::SemVer;
 use flags::{Flags, ParseError};
 
 /// Builds a client from the global flags (`client::build` in the binary, a fake in tests).
@@ -161,6 +162,28 @@ fn init_logging(debug: bool) {
         .try_init();
 }
 
+/// The etcd driver's best-effort check that fleetctl is not older than the cluster's newest fleetd (spec §9.3):
+/// an ERROR log line if the check fails, the original's banner if fleetctl is older.
+fn check_version(client: &dyn Client, err: &mut dyn Write) {
+    match client.latest_daemon_version() {
+        Err(e) => {
+            let line = log_line(
+                std::time::SystemTime::now(),
+                "ERROR",
+                &format!("error attempting to check latest fleet version in Registry: {e}"),
+            );
+            let _ = writeln!(err, "{line}");
+        }
+        Ok(Some(latest)) => {
+            let mine = SemVer::parse(crate::version::VERSION);
+            if let Some(mine) = mine.filter(|mine| *mine < latest) {
+                let _ = writeln!(err, "{}", crate::version::old_version_warning(&mine, &latest));
+            }
+        }
+        Ok(None) => {}
+    }
+}
+
 fn client_config(flags: &Flags) -> ClientConfig {
     let secs = flags.float("request-timeout");
     let request_timeout = if secs > 0.0 { Duration::from_secs_f64(secs.min(1e9)) } else { Duration::ZERO };
@@ -240,13 +263,17 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> i32 {
         "ssh" | "status" | "journal" | "fd-forward" => return misc::not_implemented(cmd.name, env.err),
         _ => {}
     }
-    let client = match (env.connect)(&client_config(&inv.flags)) {
+    let config = client_config(&inv.flags);
+    let client = match (env.connect)(&config) {
         Ok(c) => c,
         Err(e) => {
             let _ = writeln!(env.err, "Unable to initialize client: {e}");
             return 1;
         }
     };
+    if config.driver() == Ok(Driver::Etcd) {
+        check_version(client.as_ref(), env.err);
+    }
     let mut ctx = Ctx::new(client.as_ref(), env.out, env.err, &inv.flags, cmd.name, env.timing);
     let args = &inv.args;
     match cmd.name {
@@ -329,6 +356,48 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::*;
     use crate::version::VERSION;
+
+    #[test]
+    fn etcd_driver_warns_when_the_cluster_runs_a_newer_fleet() {
+        let c = cluster();
+        c.set_daemon_version("v99.0.0");
+        let o = run(&c, &["--driver=etcd", "list-machines", "--no-legend"]);
+        assert_eq!(o.code, 0);
+        let mine = crate::version::VERSION.trim_start_matches('v');
+        assert!(
+            o.err.starts_with("####################################################################\n"),
+            "{}",
+            o.err
+        );
+        assert!(o.err.contains(&format!("WARNING: fleetctl ({mine}) is older than the latest registered\n")));
+        assert!(o.err.contains("version of fleet found in the cluster (99.0.0). You are strongly\n"));
+        assert!(
+            o.err.ends_with("####################################################################\n\n"),
+            "{}",
+            o.err
+        );
+        // Not with the API driver, and not when fleetctl is as new as the cluster.
+        assert_eq!(run(&c, &["list-machines", "--no-legend"]).err, "");
+        c.set_daemon_version(crate::version::VERSION);
+        assert_eq!(run(&c, &["--driver=etcd", "list-machines", "--no-legend"]).err, "");
+    }
+
+    #[test]
+    fn etcd_driver_logs_a_failed_version_check_and_carries_on() {
+        let c = cluster();
+        c.fail_all(Some(crate::client::ClientError::Other("etcd get /p/: unreachable".into())));
+        let o = run(&c, &["--driver=etcd", "list-units"]);
+        let lines: Vec<&str> = o.err.lines().collect();
+        assert_eq!(lines.len(), 2, "{}", o.err);
+        assert!(
+            lines[0].ends_with("error attempting to check latest fleet version in Registry: etcd get /p/: unreachable"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[0].contains(" ERROR mod.rs:"), "{}", lines[0]);
+        assert_eq!(lines[1], "Error retrieving list of units from repository: etcd get /p/: unreachable");
+        assert_eq!(o.code, 1);
+    }
 
     #[test]
     fn log_lines_look_like_go_log_output() {
