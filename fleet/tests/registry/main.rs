@@ -2,6 +2,7 @@
 //! bursts, compaction and etcd restarts. Waits are on the reflector's change notifications with deadlines, never
 //! sleeps.
 
+#[path = "../support/etcd.rs"]
 mod etcd;
 
 use std::collections::BTreeSet;
