@@ -6,7 +6,6 @@
 //! | file | owns |
 //! |---|---|
 //! | `constraints` | a unit's `[X-Fleet]` constraints; conflict and replace relations |
-//! | `glob` | Go `path.Match` patterns (temporary duplicate of `unit::glob`) |
 //! | `snapshot` | the scheduler's input, built once per pass |
 //! | `cluster` | the per-machine view during a pass: presence, loads, fit of a unit on a machine |
 //! | `fit` | the fit verdict and rejection reasons |
@@ -19,7 +18,6 @@ mod cluster;
 pub mod constraints;
 pub mod explain;
 pub mod fit;
-pub mod glob;
 pub mod leader;
 pub mod schedule;
 pub mod simulate;
