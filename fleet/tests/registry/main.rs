@@ -2,19 +2,20 @@
 //! bursts, compaction and etcd restarts. Waits are on the reflector's change notifications with deadlines, never
 //! sleeps.
 
-mod etcd;
+#[path = "../support/mod.rs"]
+mod support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd::TestEtcd;
 use fleet::model::{JobState, MachineState, UnitState};
 use fleet::registry::{
     Campaign, EngineVersionCheck, LeaseKeeper, LeaseStatus, PutUnit, Reflector, Registration, Registry, RegistryError,
     Snapshot, UnitWrite,
 };
 use sha1::{Digest, Sha1};
+use support::etcd::TestEtcd;
 
 const WAIT: Duration = Duration::from_secs(10);
 
