@@ -118,6 +118,7 @@ impl Engine {
             version_raised: None,
             standing_aside: None,
             last_leader: None,
+            last_pass_view: None,
         };
         tracing::info!(machine = %runner.config.machine_id, interval = ?runner.config.reconcile_interval,
             lease_ttl = ?ttl, "engine started");
@@ -152,6 +153,8 @@ struct Runner {
     standing_aside: Option<StandAsideReason>,
     /// Leader shown by the view at the last tick, for change logs.
     last_leader: Option<String>,
+    /// The view of the last complete pass: a change that touched none of its inputs needs no pass.
+    last_pass_view: Option<Arc<registry::Snapshot>>,
 }
 
 impl Runner {
@@ -168,6 +171,7 @@ impl Runner {
                 changed = self.view.changed() => if changed.is_ok() { Wake::Changed } else { Wake::ViewClosed },
                 _ = resync.tick() => Wake::Resync,
             };
+            let forced = matches!(wake, Wake::Resync);
             match wake {
                 Wake::Cancelled => break,
                 Wake::ViewClosed => {
@@ -181,7 +185,7 @@ impl Runner {
                 Wake::Changed => self.settle().await,
                 Wake::Resync => {}
             }
-            self.tick(cancel).await;
+            self.tick(cancel, forced).await;
             resync.reset();
         }
         self.shutdown().await;
@@ -202,7 +206,9 @@ impl Runner {
         }
     }
 
-    async fn tick(&mut self, cancel: &CancellationToken) {
+    /// One leadership decision, and a pass when leading. `forced` (the resync timer) runs the pass even when
+    /// nothing the scheduler reads changed since the last complete pass.
+    async fn tick(&mut self, cancel: &CancellationToken, forced: bool) {
         let view = self.view.borrow_and_update().clone();
         if !view.is_connected() {
             tracing::debug!("registry view disconnected; engine waits for it to reconnect");
@@ -215,6 +221,7 @@ impl Runner {
                 "Engine leadership lost: the leader key is no longer bound to this engine's lease");
             self.step_down();
         }
+        self.adopt_own_key(&view);
         // At most two rounds: the second after raising the cluster engine version.
         for _ in 0..2 {
             let held = if self.leading { self.lease.as_ref().map(LeaseKeeper::id) } else { None };
@@ -244,7 +251,12 @@ impl Runner {
                         Err(e) => tracing::warn!(error = %e, "cannot check the cluster engine version"),
                     }
                 }
-                LeadershipStep::Renew => self.reconcile(&view, cancel).await,
+                LeadershipStep::Renew => {
+                    let unchanged = self.last_pass_view.as_ref().is_some_and(|last| view.same_except_states(last));
+                    if forced || !unchanged {
+                        self.reconcile(&view, cancel).await;
+                    }
+                }
                 LeadershipStep::Campaign => {
                     if self.campaign(cancel).await {
                         let view = self.view.borrow_and_update().clone();
@@ -299,16 +311,38 @@ impl Runner {
         // Lead only once the view shows our key: passes then plan from a view that includes everything the
         // previous leader wrote before its key went away.
         if !wait_view(&self.view, self.ttl, cancel, |v| view_shows_lease(v, lease)).await {
-            tracing::warn!(
-                lease = format_args!("{lease:x}"),
-                "won the engine campaign but the registry view did not show it"
-            );
+            if !cancel.is_cancelled() {
+                // The next tick adopts the key once the view shows it (see `adopt_own_key`).
+                tracing::warn!(
+                    lease = format_args!("{lease:x}"),
+                    "won the engine campaign but the registry view did not show it yet"
+                );
+            }
             return false;
         }
+        self.lead(lease);
+        true
+    }
+
+    fn lead(&mut self, lease: i64) {
         self.leading = true;
+        self.last_pass_view = None;
         self.status.send_modify(|s| s.leading = true);
         tracing::info!(machine = %self.config.machine_id, lease = format_args!("{lease:x}"), "Engine leadership acquired");
-        true
+    }
+
+    /// Leads when the view shows the leader key on our live lease although we do not lead yet (a campaign whose
+    /// confirmation the view delivered late). Without this, the key would look like an earlier run's and be
+    /// waited out forever, since our own keep-alive keeps it from expiring.
+    fn adopt_own_key(&mut self, view: &registry::Snapshot) {
+        if self.leading {
+            return;
+        }
+        if let Some(lease) = self.lease.as_ref().filter(|l| l.is_alive()).map(LeaseKeeper::id)
+            && view_shows_lease(view, lease)
+        {
+            self.lead(lease);
+        }
     }
 
     /// The engine lease's ID, granting a new lease if there is none or it was lost.
@@ -324,7 +358,7 @@ impl Runner {
         Ok(id)
     }
 
-    async fn reconcile(&mut self, view: &registry::Snapshot, cancel: &CancellationToken) {
+    async fn reconcile(&mut self, view: &Arc<registry::Snapshot>, cancel: &CancellationToken) {
         let deadline = Instant::now() + self.ttl;
         let lease_alive = self.lease.as_ref().map(LeaseKeeper::status);
         let keep_going =
@@ -342,6 +376,7 @@ impl Runner {
             _ => {}
         }
         let last_write = report.last_write;
+        self.last_pass_view = (report.outcome == PassOutcome::Complete).then(|| view.clone());
         self.status.send_modify(|s| {
             s.passes += 1;
             s.applied += report.applied as u64;
@@ -359,6 +394,7 @@ impl Runner {
     /// Stops leading (keeps a live lease for the next campaign; drops a lost one).
     fn step_down(&mut self) {
         self.leading = false;
+        self.last_pass_view = None;
         if self.lease.as_ref().is_some_and(|l| !l.is_alive()) {
             self.lease = None;
         }
