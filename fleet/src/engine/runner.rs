@@ -220,6 +220,9 @@ impl Runner {
             tracing::warn!(machine = %self.config.machine_id, holder,
                 "Engine leadership lost: the leader key is no longer bound to this engine's lease");
             self.step_down();
+            // The key went away without us resigning: the lease was most likely revoked or expired before its
+            // keeper noticed. Campaign with a fresh one.
+            self.lease = None;
         }
         self.adopt_own_key(&view);
         // At most two rounds: the second after raising the cluster engine version.
@@ -304,7 +307,9 @@ impl Runner {
                 return false;
             }
             Err(e) => {
+                // Possibly because the lease is gone before its keeper noticed: start over with a new one.
                 tracing::warn!(error = %e, "engine leader campaign failed");
+                self.lease = None;
                 return false;
             }
         }

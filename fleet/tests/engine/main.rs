@@ -315,3 +315,33 @@ async fn a_disabled_engine_returns_at_once_and_never_leads() {
     assert!(!status.borrow().leading);
     assert_eq!(reg.read_snapshot().await.unwrap().leader(), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_engine_lease_is_lost_steps_down_and_leadership_recovers() {
+    init_logs();
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/engine-lease-loss").await;
+    let view = observer(&reg).await;
+    let a = RunningEngine::start(&reg, "ma", EIV).await;
+    let b = RunningEngine::start(&reg, "mb", EIV).await;
+    let record = view.wait_for(WAIT, "an engine leader", |s| s.leader_record().cloned()).await.unwrap();
+    let (old, other) = if record.machine == "ma" { (&a, &b) } else { (&b, &a) };
+    wait_status(old, "leadership", |s| s.leading).await;
+
+    // Revoking the lease behind the engine's back is what etcd does when renewals stop arriving.
+    reg.client().lease_revoke(record.lease).await.unwrap();
+    wait_status(old, "stepping down", |s| !s.leading).await;
+    let new = view
+        .wait_for(WAIT, "a leader on a new lease", |s| s.leader_record().filter(|r| r.lease != record.lease).cloned())
+        .await
+        .unwrap();
+    let (leader, follower) = if new.machine == old.id { (old, other) } else { (other, old) };
+    wait_status(leader, "leadership on the new lease", |s| s.leading).await;
+    assert!(!follower.leading(), "exactly one leader after recovery");
+
+    let _m = register(&reg, "m1", &[]).await;
+    create(&reg, "after.service", SLEEPER, JobState::Launched).await;
+    view.wait_for(WAIT, "after.service scheduled", |s| targets(s).get("after.service").cloned()).await.unwrap();
+    a.stop().await;
+    b.stop().await;
+}
