@@ -225,6 +225,10 @@ impl Runner {
             self.lease = None;
         }
         self.adopt_own_key(&view);
+        if view.engine_version() >= self.version_raised {
+            // The view caught up; from now on it alone tells (e.g. a deleted version key is raised again).
+            self.version_raised = None;
+        }
         // At most two rounds: the second after raising the cluster engine version.
         for _ in 0..2 {
             let held = if self.leading { self.lease.as_ref().map(LeaseKeeper::id) } else { None };
