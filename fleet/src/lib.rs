@@ -3,11 +3,14 @@
 //! The library holds every layer of fleetd and fleetctl; the binaries in `src/bin` only wire them together.
 //! See ARCHITECTURE.md at the repository root for the code map.
 
+pub mod agent;
 pub mod api;
 pub mod engine;
 pub mod fleetd;
 pub mod machine;
 pub mod model;
 pub mod registry;
+pub mod schema;
+pub mod systemd;
 pub mod unit;
 pub mod version;

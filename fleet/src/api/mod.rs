@@ -1,6 +1,15 @@
 //! HTTP API v1 server (spec §8): routing, wire handlers over the registry, serving on TCP, Unix and
 //! systemd-activated sockets.
 
+pub mod handler;
 pub mod listen;
+mod machines;
+pub mod query;
+mod reply;
 pub mod route;
 pub mod serve;
+mod states;
+mod units;
+
+pub use handler::Api;
+pub use machines::{MetadataChange, validate_ops};

@@ -21,10 +21,13 @@ pub mod xfleet;
 
 pub use file::UnitFile;
 pub use hash::UnitHash;
-pub use name::{NameError, NameInfo};
+pub use name::{
+    NameError, NameInfo, append_default_type, expand_specifiers, has_recognized_type, mangle, template_of,
+    validate_name,
+};
 pub use option::UnitOption;
 pub use parse::ParseError;
-pub use xfleet::{OptionsError, Requirements};
+pub use xfleet::{OptionsError, Requirements, unrecognized_xfleet_keys, validate_options};
 
 #[cfg(test)]
 mod parse_tests;

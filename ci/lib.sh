@@ -1,0 +1,52 @@
+# Shared by the ci/ scripts. Mirrors facts that harness/src/{image,labels}.rs also state:
+# keep the two in step (the harness tests check the image tag computed here equals the library's).
+
+IMAGE_REPO=fleet-harness/machine
+LABEL_RUN=fleet-harness.run
+LABEL_PID=fleet-harness.pid
+LABEL_KEEP=fleet-harness.keep
+LABEL_IMAGE=fleet-harness.recipe
+
+# Tag of the machine image: first 12 hex digits of sha1(rootfs recipe ++ Dockerfile).
+image_tag() {
+  local root
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  echo "$IMAGE_REPO:$(cat "$root/ci/image/rootfs" "$root/ci/image/Dockerfile" | sha1sum | cut -c1-12)"
+}
+
+# Runs a named step and prints its duration.
+step() {
+  local name=$1 t0 ms
+  shift
+  t0=${EPOCHREALTIME/./}
+  echo "==> $name"
+  "$@"
+  ms=$(((${EPOCHREALTIME/./} - t0) / 1000))
+  printf '    (%s: %d.%02ds)\n' "$name" $((ms / 1000)) $((ms % 1000 / 10))
+}
+
+# Removes containers and networks of harness runs whose owning process is gone
+# (same rule as `fleet-harness reap`; clusters made by `fleet-harness up` are kept).
+reap_leftovers() {
+  local ids id pid keep n=0
+  ids=$(docker ps -aq --filter "label=$LABEL_RUN")
+  for id in $ids; do
+    pid=$(docker inspect -f "{{ index .Config.Labels \"$LABEL_PID\" }}" "$id" 2>/dev/null || true)
+    keep=$(docker inspect -f "{{ index .Config.Labels \"$LABEL_KEEP\" }}" "$id" 2>/dev/null || true)
+    [[ $keep == true ]] && continue
+    [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null && continue
+    docker rm -f "$id" >/dev/null 2>&1 && n=$((n + 1))
+  done
+  local nets net used
+  nets=$(docker network ls -q --filter "label=$LABEL_RUN")
+  for net in $nets; do
+    used=$(docker network inspect -f '{{ len .Containers }}' "$net" 2>/dev/null || echo 0)
+    [[ $used == 0 ]] || continue
+    pid=$(docker network inspect -f "{{ index .Labels \"$LABEL_PID\" }}" "$net" 2>/dev/null || true)
+    keep=$(docker network inspect -f "{{ index .Labels \"$LABEL_KEEP\" }}" "$net" 2>/dev/null || true)
+    [[ $keep == true ]] && continue
+    [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null && continue
+    docker network rm "$net" >/dev/null 2>&1 && n=$((n + 1))
+  done
+  echo "    removed $n object(s)"
+}

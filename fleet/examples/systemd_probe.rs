@@ -1,0 +1,176 @@
+//! Live check of the `systemd` module and the agent executor against a real systemd (run inside a machine
+//! container as root; see `systemd_probe.sh`). Prints one line per check and exits 1 on the first failure.
+//!
+//! The replace check is the spec's removed `TestReplaceSerialization` (§10.4): version 1's `ExecStopPost` sleeps
+//! 1 s and then writes a timestamp; version 2's `ExecStartPre` writes its own only if the first exists. Replacing
+//! through the normal plan/executor path must run the old stop hooks before the new version starts.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleet::agent::executor::{Executor, ExecutorConfig, Outcome, markers};
+use fleet::agent::plan::Desired;
+use fleet::agent::units_dir::{UnitsDir, text_hash};
+use fleet::model::JobState;
+use fleet::systemd::{Bus, JobResult, Systemd, UnitChange};
+
+const DIR: &str = "/run/fleet/units";
+
+const V1: &str = "[Service]\nExecStart=/bin/sleep 1000\nExecStopPost=/bin/sh -c 'sleep 1; date +%%s.%%N > /tmp/stop-post; touch /tmp/fleetSyncReplaceFile'\n";
+const V2: &str = "[Service]\nExecStartPre=/bin/sh -c 'test -f /tmp/fleetSyncReplaceFile && date +%%s.%%N > /tmp/start-pre'\nExecStart=/bin/sleep 1000\n";
+const FAILING: &str = "[Service]\nType=oneshot\nExecStart=/bin/false\n";
+const INSTALL: &str = "[Service]\nExecStart=/bin/sleep 1000\n\n[Install]\nWantedBy=multi-user.target\n";
+
+fn check(ok: bool, what: &str, detail: impl std::fmt::Display) {
+    println!("{} {what}: {detail}", if ok { "PASS" } else { "FAIL" });
+    if !ok {
+        std::process::exit(1);
+    }
+}
+
+fn desired(units: &[(&str, JobState, &str, bool)]) -> BTreeMap<String, Desired> {
+    units
+        .iter()
+        .map(|(n, s, t, i)| {
+            (n.to_string(), Desired { state: *s, hash: text_hash(t), text: Arc::from(*t), install: *i })
+        })
+        .collect()
+}
+
+fn sh(cmd: &str) -> String {
+    let out = std::process::Command::new("sh").arg("-c").arg(cmd).output().expect("sh");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt().with_env_filter("fleet=debug").with_target(false).init();
+    let systemd = Systemd::connect(Bus::System).await.expect("connect to the system bus");
+    check(true, "connect", "system bus");
+
+    // Change notifications: subscribe now and deliberately read nothing until the end (a lagging reader must not
+    // stall the connection).
+    let mut changes = systemd.changes();
+
+    // Low-level operations.
+    let r = systemd.reset_failed("never-loaded.service").await;
+    check(r.is_ok(), "reset-failed of an unknown unit is tolerated", format!("{r:?}"));
+    let r = systemd.states(&["never-loaded.service".to_string()]).await.expect("states");
+    check(r[0].load_state == "not-found", "states of an unknown unit", format!("{:?}", r[0]));
+
+    let units = UnitsDir::open(DIR).expect("units dir");
+    let config = ExecutorConfig { start_wait: Duration::from_secs(30), stop_wait: Duration::from_secs(60) };
+    let mut exec = Executor::new(systemd.clone(), units, config);
+
+    // 1. Load + start version 1 through plan/executor.
+    let _ = std::fs::remove_file("/tmp/fleetSyncReplaceFile");
+    let d1 = desired(&[
+        ("replace-sync.service", JobState::Launched, V1, false),
+        ("failing.service", JobState::Launched, FAILING, false),
+    ]);
+    let reports = exec.reconcile(&d1).await;
+    let summary: Vec<String> = reports.iter().map(|r| format!("{}:{:?}", r.planned.task.kind(), r.outcome)).collect();
+    check(reports.iter().all(|r| r.outcome.is_ok()), "launch v1", summary.join(", "));
+    let failing = reports
+        .iter()
+        .find(|r| r.planned.task.unit() == Some("failing.service") && r.planned.task.kind() == "StartUnit");
+    check(
+        matches!(failing.map(|r| &r.outcome), Some(Ok(Outcome::Started(JobResult::Failed)))),
+        "start job result of a failing unit",
+        format!("{:?}", failing.map(|r| &r.outcome)),
+    );
+    let enabled = sh("systemctl is-enabled replace-sync.service");
+    check(enabled == "linked-runtime", "is-enabled", &enabled);
+    let st = systemd.states(&["replace-sync.service".to_string()]).await.expect("states");
+    check(st[0].active_state == "active" && st[0].sub_state == "running", "v1 running", format!("{:?}", st[0]));
+    check(
+        exec.launched().contains(&"replace-sync.service".to_string()),
+        "believed launched",
+        format!("{:?}", exec.launched()),
+    );
+
+    // 2. Replace: version 2 through the same reconcile path.
+    let d2 = desired(&[
+        ("replace-sync.service", JobState::Launched, V2, false),
+        ("failing.service", JobState::Launched, FAILING, false),
+    ]);
+    let reports = exec.reconcile(&d2).await;
+    let summary: Vec<String> = reports
+        .iter()
+        .map(|r| format!("{}({}):{:?}", r.planned.task.kind(), r.planned.task.unit().unwrap_or("-"), r.outcome))
+        .collect();
+    check(reports.iter().all(|r| r.outcome.is_ok()), "replace with v2", summary.join(", "));
+    println!("     markers: {:?}", markers(&reports, exec.loaded()));
+    let stop_post = sh("cat /tmp/stop-post");
+    let start_pre = sh("cat /tmp/start-pre");
+    let (a, b) = (stop_post.parse::<f64>().unwrap_or(f64::MAX), start_pre.parse::<f64>().unwrap_or(0.0));
+    check(
+        a < b,
+        "old ExecStopPost finished before new ExecStartPre",
+        format!("stop-post={stop_post} start-pre={start_pre} (+{:.3} s)", b - a),
+    );
+    let st = systemd.states(&["replace-sync.service".to_string()]).await.expect("states");
+    check(st[0].active_state == "active", "v2 active", format!("{:?}", st[0]));
+    let result = systemd.service_result("replace-sync.service").await.expect("Result");
+    check(result == "success", "v2 Result", &result);
+    let on_disk = std::fs::read_to_string(format!("{DIR}/replace-sync.service")).unwrap_or_default();
+    check(on_disk == V2, "v2 file on disk", on_disk.len());
+
+    // 3. [Install] → enabled at runtime.
+    let d3 = desired(&[
+        ("replace-sync.service", JobState::Loaded, V2, false),
+        ("install.service", JobState::Loaded, INSTALL, true),
+    ]);
+    let reports = exec.reconcile(&d3).await;
+    let summary: Vec<String> = reports
+        .iter()
+        .map(|r| format!("{}({}):{:?}", r.planned.task.kind(), r.planned.task.unit().unwrap_or("-"), r.outcome))
+        .collect();
+    check(reports.iter().all(|r| r.outcome.is_ok()), "stop v2, unload failing, load install", summary.join(", "));
+    let st = systemd.states(&["replace-sync.service".to_string()]).await.expect("states");
+    check(st[0].active_state == "inactive", "v2 stopped (loaded)", format!("{:?}", st[0]));
+    let wants = sh("ls /run/systemd/system/multi-user.target.wants/ 2>/dev/null");
+    check(wants.contains("install.service"), "install.service enabled in /run", &wants);
+    let failing_link = sh("ls /run/systemd/system/failing.service 2>&1");
+    check(failing_link.contains("No such file"), "failing.service link removed", &failing_link);
+    let failed = sh("systemctl is-failed failing.service");
+    check(failed != "failed", "failing.service reset-failed", &failed);
+
+    // 4. Purge everything (SIGTERM path), including a file that was never linked.
+    std::fs::write(format!("{DIR}/stray.service"), V2).expect("write stray file");
+    let states = exec.current_states("probe-machine").await.expect("current states");
+    check(
+        states.len() == 2 && states["install.service"].active_state == "inactive",
+        "current states",
+        format!("{states:?}"),
+    );
+    let reports = exec.purge(Duration::from_secs(30)).await;
+    let summary: Vec<String> = reports
+        .iter()
+        .map(|r| format!("{}({}):{:?}", r.planned.task.kind(), r.planned.task.unit().unwrap_or("-"), r.outcome))
+        .collect();
+    check(reports.iter().all(|r| r.outcome.is_ok()), "purge", summary.join(", "));
+    let left = sh(&format!("ls {DIR}"));
+    check(left.is_empty(), "units directory empty", format!("{left:?}"));
+    let links = sh("ls /run/systemd/system/ 2>/dev/null | grep -E 'replace-sync|install|failing' || true");
+    check(links.is_empty(), "runtime links removed", format!("{links:?}"));
+    let st =
+        systemd.states(&["replace-sync.service".to_string(), "install.service".to_string()]).await.expect("states");
+    check(st.iter().all(|s| s.active_state == "inactive"), "all inactive", format!("{st:?}"));
+
+    // 5. Notifications arrived for our units.
+    let mut seen = std::collections::BTreeSet::new();
+    while let Ok(Some(c)) = tokio::time::timeout(Duration::from_millis(200), changes.recv()).await {
+        match c {
+            UnitChange::Unit(u) => {
+                seen.insert(u);
+            }
+            UnitChange::Missed => {
+                seen.insert("<missed>".to_string());
+            }
+        }
+    }
+    check(seen.contains("replace-sync.service"), "change notifications", format!("{seen:?}"));
+    println!("ALL PASSED");
+}

@@ -1,0 +1,261 @@
+//! Which units this machine should have, and in which state: a pure function of the cluster snapshot (spec §7.3
+//! "desired state", §6.7 global units, §6.8/§6.11 conflicts in unit-name order, B17).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::error::AgentError;
+use super::plan::Desired;
+use crate::model::JobState;
+
+/// The `[X-Fleet]` requirements the agent enforces, as plain data (the unit module parses them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requirements {
+    pub global: bool,
+    /// `MachineMetadata`: key → accepted values (OR within a key, AND across keys).
+    pub metadata: BTreeMap<String, Vec<String>>,
+    /// `Conflicts` glob patterns (Go `path.Match`).
+    pub conflicts: Vec<String>,
+}
+
+/// One unit of the cluster snapshot, as the agent needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterUnit {
+    pub name: String,
+    pub desired: JobState,
+    /// 40-hex unit hash.
+    pub hash: String,
+    /// Canonical unit text (what is written to disk).
+    pub text: Arc<str>,
+    /// Whether the unit has an `[Install]` section (enabled on load, spec §4.6).
+    pub install: bool,
+    /// Machine the engine scheduled it to (`None` for unscheduled and global units).
+    pub target: Option<String>,
+    pub requirements: Requirements,
+}
+
+/// This machine as the registry sees it (its own record, with merged metadata).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ThisMachine {
+    pub id: String,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// True when `machine` satisfies every `MachineMetadata` key (a missing key fails).
+pub fn metadata_matches(required: &BTreeMap<String, Vec<String>>, machine: &BTreeMap<String, String>) -> bool {
+    required.iter().all(|(key, values)| machine.get(key).is_some_and(|have| values.iter().any(|v| v == have)))
+}
+
+/// True when `a` and `b` conflict: one's patterns match the other's name (never with itself).
+pub fn conflicts(
+    a: &str,
+    a_patterns: &[String],
+    b: &str,
+    b_patterns: &[String],
+    matcher: &dyn Fn(&str, &str) -> bool,
+) -> bool {
+    a != b && (a_patterns.iter().any(|p| matcher(p, b)) || b_patterns.iter().any(|p| matcher(p, a)))
+}
+
+/// The units this machine should hold (spec §7.3): in unit-name order, non-global units scheduled here and global
+/// units whose `MachineMetadata` this machine satisfies, minus those conflicting with a unit accepted before them.
+/// Accepted units keep their desired state (global units too, even `inactive`, which then means "unload").
+///
+/// `me` is this machine's record as read from the registry; an empty id means it is missing (B14) and the
+/// reconcile must be skipped rather than unload everything. `matcher` is the `path.Match` glob.
+pub fn desired_units(
+    units: &[ClusterUnit],
+    me: &ThisMachine,
+    matcher: &dyn Fn(&str, &str) -> bool,
+) -> Result<BTreeMap<String, Desired>, AgentError> {
+    if me.id.is_empty() {
+        return Err(AgentError::OwnMachineMissing);
+    }
+    let mut sorted: Vec<&ClusterUnit> = units.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut accepted: Vec<&ClusterUnit> = Vec::new();
+    for unit in sorted {
+        let here = if unit.requirements.global {
+            metadata_matches(&unit.requirements.metadata, &me.metadata)
+        } else {
+            unit.target.as_deref() == Some(me.id.as_str())
+        };
+        if !here {
+            continue;
+        }
+        if let Some(other) = accepted
+            .iter()
+            .find(|u| conflicts(&unit.name, &unit.requirements.conflicts, &u.name, &u.requirements.conflicts, matcher))
+        {
+            tracing::debug!(unit = %unit.name, conflict = %other.name, "not loading: conflicts with a unit accepted here");
+            continue;
+        }
+        accepted.push(unit);
+    }
+    Ok(accepted
+        .into_iter()
+        .map(|u| {
+            let desired =
+                Desired { state: u.desired, hash: u.hash.clone(), text: Arc::clone(&u.text), install: u.install };
+            (u.name.clone(), desired)
+        })
+        .collect())
+}
+
+/// Whether canonical unit text has an `[Install]` section.
+// TODO: take this from the unit module's parsed unit once it lands.
+pub fn text_has_install_section(text: &str) -> bool {
+    text.lines().any(|l| l == "[Install]")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::glob::interim_path_match;
+
+    const ME: &str = "aaaaaaaa11111111aaaaaaaa11111111";
+    const OTHER: &str = "bbbbbbbb22222222bbbbbbbb22222222";
+
+    fn unit(name: &str, desired: JobState, target: Option<&str>) -> ClusterUnit {
+        ClusterUnit {
+            name: name.into(),
+            desired,
+            hash: format!("hash-of-{name}"),
+            text: Arc::from(""),
+            install: false,
+            target: target.map(str::to_string),
+            requirements: Requirements::default(),
+        }
+    }
+
+    fn global(name: &str, desired: JobState, metadata: &[(&str, &[&str])]) -> ClusterUnit {
+        let mut u = unit(name, desired, None);
+        u.requirements.global = true;
+        u.requirements.metadata =
+            metadata.iter().map(|(k, vs)| (k.to_string(), vs.iter().map(|v| v.to_string()).collect())).collect();
+        u
+    }
+
+    fn with_conflicts(mut u: ClusterUnit, patterns: &[&str]) -> ClusterUnit {
+        u.requirements.conflicts = patterns.iter().map(|p| p.to_string()).collect();
+        u
+    }
+
+    fn me(metadata: &[(&str, &str)]) -> ThisMachine {
+        ThisMachine { id: ME.into(), metadata: metadata.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() }
+    }
+
+    fn run(units: &[ClusterUnit], machine: &ThisMachine) -> Vec<(String, JobState)> {
+        desired_units(units, machine, &interim_path_match).unwrap().into_iter().map(|(n, d)| (n, d.state)).collect()
+    }
+
+    fn names(v: &[(&str, JobState)]) -> Vec<(String, JobState)> {
+        v.iter().map(|(n, s)| (n.to_string(), *s)).collect()
+    }
+
+    #[test]
+    fn non_global_units_need_this_machine_as_target() {
+        let units = [
+            unit("a.service", JobState::Launched, Some(ME)),
+            unit("b.service", JobState::Launched, Some(OTHER)),
+            unit("c.service", JobState::Loaded, None),
+            unit("d.service", JobState::Loaded, Some(ME)),
+            unit("e.service", JobState::Inactive, Some(ME)),
+        ];
+        assert_eq!(
+            run(&units, &me(&[])),
+            names(&[
+                ("a.service", JobState::Launched),
+                ("d.service", JobState::Loaded),
+                ("e.service", JobState::Inactive)
+            ])
+        );
+    }
+
+    #[test]
+    fn short_id_target_is_not_this_machine() {
+        let units = [unit("a.service", JobState::Launched, Some(&ME[..8]))];
+        assert_eq!(run(&units, &me(&[])), names(&[]));
+    }
+
+    #[test]
+    fn global_units_need_matching_metadata() {
+        let units = [
+            global("any.service", JobState::Launched, &[]),
+            global("front.service", JobState::Launched, &[("role", &["web", "front"])]),
+            global("db.service", JobState::Launched, &[("role", &["db"])]),
+            global("both.service", JobState::Loaded, &[("role", &["web"]), ("region", &["eu"])]),
+            global("missing-key.service", JobState::Launched, &[("disk", &["ssd"])]),
+            global("off.service", JobState::Inactive, &[]),
+        ];
+        assert_eq!(
+            run(&units, &me(&[("role", "web"), ("region", "eu")])),
+            names(&[
+                ("any.service", JobState::Launched),
+                ("both.service", JobState::Loaded),
+                ("front.service", JobState::Launched),
+                ("off.service", JobState::Inactive),
+            ])
+        );
+    }
+
+    #[test]
+    fn global_conflicts_are_resolved_in_name_order() {
+        // TestScheduleGlobalConflicts: the alphabetically first global unit wins, whatever the snapshot order.
+        let units = [
+            with_conflicts(
+                global("conflict-global.2.service", JobState::Launched, &[]),
+                &["conflict-global.*.service"],
+            ),
+            with_conflicts(
+                global("conflict-global.1.service", JobState::Launched, &[]),
+                &["conflict-global.*.service"],
+            ),
+        ];
+        assert_eq!(run(&units, &me(&[])), names(&[("conflict-global.1.service", JobState::Launched)]));
+    }
+
+    #[test]
+    fn one_way_conflict_keeps_both_directions_apart() {
+        let units = [
+            unit("hello.service", JobState::Launched, Some(ME)),
+            with_conflicts(unit("a-avoid.service", JobState::Launched, Some(ME)), &["hello.service"]),
+        ];
+        // a-avoid sorts first and is accepted; hello is matched by a-avoid's pattern and is dropped.
+        assert_eq!(run(&units, &me(&[])), names(&[("a-avoid.service", JobState::Launched)]));
+    }
+
+    #[test]
+    fn a_unit_never_conflicts_with_itself_and_bad_patterns_match_nothing() {
+        let units = [
+            with_conflicts(unit("self.service", JobState::Launched, Some(ME)), &["self.*"]),
+            with_conflicts(unit("x.service", JobState::Launched, Some(ME)), &["[", "s[e"]),
+        ];
+        assert_eq!(
+            run(&units, &me(&[])),
+            names(&[("self.service", JobState::Launched), ("x.service", JobState::Launched)])
+        );
+    }
+
+    #[test]
+    fn conflicts_only_count_units_accepted_here() {
+        let units = [
+            with_conflicts(unit("a.service", JobState::Launched, Some(OTHER)), &["b.service"]),
+            unit("b.service", JobState::Launched, Some(ME)),
+        ];
+        assert_eq!(run(&units, &me(&[])), names(&[("b.service", JobState::Launched)]));
+    }
+
+    #[test]
+    fn missing_own_record_skips_the_reconcile() {
+        let units = [unit("a.service", JobState::Launched, Some(ME))];
+        let err = desired_units(&units, &ThisMachine::default(), &interim_path_match).unwrap_err();
+        assert!(matches!(err, AgentError::OwnMachineMissing));
+    }
+
+    #[test]
+    fn install_section_is_detected_in_canonical_text() {
+        assert!(text_has_install_section("[Service]\nExecStart=/bin/true\n\n[Install]\nWantedBy=x.service\n"));
+        assert!(!text_has_install_section("[Service]\nExecStart=/bin/echo [Install]\n"));
+    }
+}

@@ -1,0 +1,39 @@
+//! The one error type of the `agent` module.
+
+use std::path::PathBuf;
+
+use crate::systemd::SystemdError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// Spec B14: without this machine's own record every unit would look unscheduled here; skip the reconcile.
+    #[error("this machine's record is missing from the registry; skipping reconcile")]
+    OwnMachineMissing,
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A unit name that cannot be a file name in the units directory.
+    #[error("invalid unit file name {0:?}")]
+    InvalidName(String),
+    /// A Load task for a unit the desired set does not hold.
+    #[error("no unit text for {0}")]
+    MissingUnit(String),
+    /// Spec §4.6: enabling a unit with an `[Install]` section failed; its file was removed again.
+    #[error("Failed to enable systemd unit {name}: {source}")]
+    Enable {
+        name: String,
+        #[source]
+        source: SystemdError,
+    },
+    #[error("waited {secs} s for {what}")]
+    Timeout { what: String, secs: u64 },
+    /// The stop job of a unit being unloaded ended but the unit is still running (e.g. the job was cancelled).
+    #[error("{name} is still {state} after its stop job ({result})")]
+    StillActive { name: String, state: String, result: String },
+    #[error(transparent)]
+    Systemd(#[from] SystemdError),
+}

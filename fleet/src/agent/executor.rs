@@ -1,0 +1,364 @@
+//! Runs a plan against systemd (spec §7.3 task implementations, with the Recs of §10.4 and B8) and keeps what the
+//! agent believes it did (its target-state cache) next to the unit files it owns.
+//!
+//! * Load = write the file, link it as a runtime unit, enable it (runtime) when it has `[Install]`; a failed enable
+//!   removes the file again.
+//! * Stop = stop, wait for the job and for the unit to be inactive (its stop hooks have run).
+//! * Unload = Stop → disable runtime → reset-failed (a unit that is "not loaded" is fine) → delete the file.
+//! * Reload = one daemon-reload, only when files or links changed, and never while one of the agent's own start
+//!   jobs is still running (then the reload and the starts after it wait for the next reconcile).
+//! * Start = start and wait for the job result (up to `start_wait`; a longer job is left running and tracked).
+//!
+//! A failing task is logged and skips only the later tasks of the same unit; everything else goes on, and the next
+//! reconcile retries. Losing etcd never reaches this code as a stop: only a plan does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info, warn};
+
+use super::error::AgentError;
+use super::plan::{Actual, Desired, Planned, Task, plan};
+use super::publisher::unit_states;
+use super::units_dir::UnitsDir;
+use crate::model::{JobState, UnitState};
+use crate::systemd::{JobResult, SystemdOps};
+
+/// Time limits of the executor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecutorConfig {
+    /// How long a Start waits for its job before leaving it running in the background.
+    pub start_wait: Duration,
+    /// How long a Stop (or the stop of an Unload) waits for the job and for the unit to become inactive.
+    pub stop_wait: Duration,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        ExecutorConfig { start_wait: Duration::from_secs(30), stop_wait: Duration::from_secs(300) }
+    }
+}
+
+/// What a task did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Stop/Unload/Load/Reload done.
+    Done,
+    /// Load wrote or linked something (true) or found everything in place (false).
+    Loaded { changed: bool },
+    /// The stop job finished with this result and the unit is inactive.
+    Stopped(JobResult),
+    /// The start job finished with this result (a failed unit is still "launched": fleet never restarts units).
+    Started(JobResult),
+    /// The start job is still running after `start_wait`; it is tracked and the unit counts as launched.
+    StartPending,
+    /// Nothing to do (e.g. a Reload when no file changed).
+    Skipped(&'static str),
+    /// Postponed to the next reconcile (a Reload while own start jobs run, and the starts that need it).
+    Deferred(&'static str),
+}
+
+/// One executed task.
+#[derive(Debug)]
+pub struct TaskReport {
+    pub planned: Planned,
+    pub outcome: Result<Outcome, AgentError>,
+}
+
+/// A change to the "launched" marker the caller publishes in the registry (spec §7.6, `mark_launched`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Marker {
+    /// The agent started the unit with this file version: set the marker (bound to the machine's lease).
+    Launched { unit: String, hash: String },
+    /// The agent stopped or unloaded the unit: delete the marker.
+    NotLaunched(String),
+}
+
+/// The markers to publish after a run, in task order; `hashes` are the recorded file hashes
+/// ([`Executor::loaded`]).
+pub fn markers(reports: &[TaskReport], hashes: &BTreeMap<String, String>) -> Vec<Marker> {
+    reports
+        .iter()
+        .filter_map(|r| match (&r.planned.task, &r.outcome) {
+            (Task::Start(n), Ok(Outcome::Started(_) | Outcome::StartPending)) => {
+                Some(Marker::Launched { unit: n.clone(), hash: hashes.get(n).cloned().unwrap_or_default() })
+            }
+            (Task::Stop(n) | Task::Unload(n), Ok(_)) => Some(Marker::NotLaunched(n.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Drives systemd for this machine and remembers what it did.
+pub struct Executor<S> {
+    systemd: S,
+    units: UnitsDir,
+    config: ExecutorConfig,
+    /// The target-state cache: what the agent believes each unit is (absent = inactive).
+    believed: BTreeMap<String, JobState>,
+    /// Start jobs that outlived `start_wait`.
+    pending_starts: BTreeSet<String>,
+    /// Files or links changed since the last daemon-reload.
+    reload_needed: bool,
+}
+
+impl<S: SystemdOps> Executor<S> {
+    pub fn new(systemd: S, units: UnitsDir, config: ExecutorConfig) -> Self {
+        Executor {
+            systemd,
+            units,
+            config,
+            believed: BTreeMap::new(),
+            pending_starts: BTreeSet::new(),
+            reload_needed: false,
+        }
+    }
+
+    pub fn systemd(&self) -> &S {
+        &self.systemd
+    }
+
+    pub fn units(&self) -> &UnitsDir {
+        &self.units
+    }
+
+    /// This machine's actual units: files on disk with their recorded hash, and what the agent believes.
+    pub fn actual(&self) -> BTreeMap<String, Actual> {
+        let mut out: BTreeMap<String, Actual> = self
+            .units
+            .hashes()
+            .iter()
+            .map(|(n, h)| (n.clone(), Actual { hash: Some(h.clone()), believed: JobState::Inactive }))
+            .collect();
+        for (n, s) in &self.believed {
+            out.entry(n.clone()).or_default().believed = *s;
+        }
+        out
+    }
+
+    /// Units the agent believes it launched (the job-state heartbeat refreshes their markers).
+    pub fn launched(&self) -> Vec<String> {
+        self.believed.iter().filter(|(_, s)| **s == JobState::Launched).map(|(n, _)| n.clone()).collect()
+    }
+
+    /// Units whose systemd state is published (those with a file here), with their recorded hash.
+    pub fn loaded(&self) -> &BTreeMap<String, String> {
+        self.units.hashes()
+    }
+
+    /// The unit states to publish for this machine: systemd's view of every unit with a file here, with the hash
+    /// recorded for the file (spec §7.5).
+    pub async fn current_states(&self, machine_id: &str) -> Result<BTreeMap<String, UnitState>, AgentError> {
+        let names: Vec<String> = self.units.hashes().keys().cloned().collect();
+        let statuses = self.systemd.states(&names).await?;
+        Ok(unit_states(machine_id, &statuses, self.units.hashes()))
+    }
+
+    /// Plan against `desired` and run the plan.
+    pub async fn reconcile(&mut self, desired: &BTreeMap<String, Desired>) -> Vec<TaskReport> {
+        let planned = plan(desired, &self.actual());
+        self.run(planned, desired).await
+    }
+
+    /// Run `planned` in order. `desired` supplies the text of units to load.
+    pub async fn run(&mut self, planned: Vec<Planned>, desired: &BTreeMap<String, Desired>) -> Vec<TaskReport> {
+        let mut failed: BTreeSet<String> = BTreeSet::new();
+        let mut reports = Vec::with_capacity(planned.len());
+        for p in planned {
+            let outcome = match p.task.unit() {
+                Some(unit) if failed.contains(unit) => Ok(Outcome::Skipped("an earlier task of this unit failed")),
+                _ => self.execute(&p.task, desired).await,
+            };
+            let kind = p.task.kind();
+            let job = p.task.unit().unwrap_or("");
+            match &outcome {
+                Ok(o) => {
+                    info!(unit = %job, outcome = ?o, "AgentReconciler completed task: type={kind} job={job} reason=\"{}\"", p.reason)
+                }
+                Err(e) => {
+                    warn!(unit = %job, "AgentReconciler task failed: type={kind} job={job} reason=\"{}\" err={e}", p.reason);
+                    failed.insert(job.to_string());
+                }
+            }
+            reports.push(TaskReport { planned: p, outcome });
+        }
+        reports
+    }
+
+    /// Unload every unit file in the units directory, repeating every second until none is left or `deadline`
+    /// has passed (spec §1.5 purge). Returns every task run.
+    pub async fn purge(&mut self, deadline: Duration) -> Vec<TaskReport> {
+        let started = Instant::now();
+        let mut reports = Vec::new();
+        loop {
+            if let Err(e) = self.units.rescan() {
+                warn!(err = %e, "purge: cannot list the units directory");
+            }
+            if self.units.hashes().is_empty() {
+                break;
+            }
+            let planned = plan(&BTreeMap::new(), &self.actual());
+            reports.extend(self.run(planned, &BTreeMap::new()).await);
+            if started.elapsed() >= deadline {
+                warn!(left = self.units.hashes().len(), "purge: deadline passed with unit files left");
+                break;
+            }
+            if !self.units.hashes().is_empty() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+        reports
+    }
+
+    async fn execute(&mut self, task: &Task, desired: &BTreeMap<String, Desired>) -> Result<Outcome, AgentError> {
+        match task {
+            Task::Stop(name) => self.stop(name).await,
+            Task::Unload(name) => self.unload(name).await,
+            Task::Load(name, hash) => match desired.get(name).filter(|d| d.hash == *hash) {
+                Some(d) => self.load(name, d).await,
+                None => Err(AgentError::MissingUnit(name.clone())),
+            },
+            Task::Reload => self.reload().await,
+            Task::Start(name) => self.start(name).await,
+        }
+    }
+
+    async fn load(&mut self, name: &str, unit: &Desired) -> Result<Outcome, AgentError> {
+        let mut changed = self.units.write(name, &unit.text)?;
+        self.reload_needed |= changed;
+        let path = self.units.path_of(name)?;
+        let linked = self.systemd.link_runtime(&path).await?;
+        changed |= !linked.is_empty();
+        if unit.install {
+            match self.systemd.enable_runtime(&path).await {
+                Ok(enabled) => changed |= !enabled.is_empty(),
+                Err(source) => {
+                    if let Err(e) = self.units.remove(name) {
+                        warn!(unit = %name, err = %e, "cannot remove the unit file after a failed enable");
+                    }
+                    let _ = self.systemd.disable_runtime(name).await;
+                    self.reload_needed = true;
+                    return Err(AgentError::Enable { name: name.to_string(), source });
+                }
+            }
+        }
+        self.reload_needed |= changed;
+        self.believed.insert(name.to_string(), JobState::Loaded);
+        Ok(Outcome::Loaded { changed })
+    }
+
+    async fn stop(&mut self, name: &str) -> Result<Outcome, AgentError> {
+        let result = self.stop_and_wait(name).await?;
+        self.pending_starts.remove(name);
+        if self.believed.contains_key(name) {
+            self.believed.insert(name.to_string(), JobState::Loaded);
+        }
+        Ok(Outcome::Stopped(result))
+    }
+
+    async fn unload(&mut self, name: &str) -> Result<Outcome, AgentError> {
+        self.believed.remove(name);
+        self.stop_and_wait(name).await?;
+        self.pending_starts.remove(name);
+        match self.systemd.disable_runtime(name).await {
+            // A file that was never linked (e.g. left by a crash) has nothing to disable.
+            Err(e) if !e.is_not_loaded() && e.dbus_name() != Some(crate::systemd::NO_SUCH_UNIT) => return Err(e.into()),
+            _ => {}
+        }
+        match self.systemd.reset_failed(name).await {
+            Err(e) if !e.is_not_loaded() => return Err(e.into()),
+            _ => {}
+        }
+        self.units.remove(name)?;
+        self.reload_needed = true;
+        Ok(Outcome::Done)
+    }
+
+    /// Stop `name` and wait, within `stop_wait`, for the job and for the unit to be inactive. A unit systemd does
+    /// not know is already stopped.
+    async fn stop_and_wait(&self, name: &str) -> Result<JobResult, AgentError> {
+        let wait = async {
+            let result = match self.systemd.stop(name).await {
+                Ok(result) => result,
+                Err(e) if e.is_not_loaded() => return Ok(JobResult::Done),
+                Err(e) => return Err(AgentError::from(e)),
+            };
+            let state = self.systemd.wait_inactive(name).await?;
+            info!(unit = %name, result = %result, state = %state, "Stopped unit");
+            Ok(result)
+        };
+        match tokio::time::timeout(self.config.stop_wait, wait).await {
+            Ok(r) => r,
+            Err(_) => Err(AgentError::Timeout {
+                what: format!("{name} to stop and become inactive"),
+                secs: self.config.stop_wait.as_secs(),
+            }),
+        }
+    }
+
+    async fn reload(&mut self) -> Result<Outcome, AgentError> {
+        if !self.reload_needed {
+            return Ok(Outcome::Skipped("no unit file changed"));
+        }
+        if self.starts_running().await {
+            return Ok(Outcome::Deferred("own start jobs still running"));
+        }
+        info!("Instructing systemd to reload units");
+        self.systemd.daemon_reload().await?;
+        self.reload_needed = false;
+        Ok(Outcome::Done)
+    }
+
+    async fn start(&mut self, name: &str) -> Result<Outcome, AgentError> {
+        if self.reload_needed {
+            // Files changed but the reload has not happened (deferred or failed): starting now could run stale
+            // unit definitions. Try the reload; otherwise wait for the next reconcile.
+            match self.reload().await? {
+                Outcome::Done => {}
+                _ => return Ok(Outcome::Deferred("daemon-reload pending")),
+            }
+        }
+        match tokio::time::timeout(self.config.start_wait, self.systemd.start(name)).await {
+            Ok(Ok(result)) => {
+                self.believed.insert(name.to_string(), JobState::Launched);
+                self.pending_starts.remove(name);
+                if result.is_done() {
+                    info!(unit = %name, "Triggered systemd unit start: job done");
+                } else {
+                    warn!(unit = %name, result = %result, "systemd start job did not succeed");
+                }
+                Ok(Outcome::Started(result))
+            }
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => {
+                debug!(unit = %name, "start job still running; tracking it");
+                self.believed.insert(name.to_string(), JobState::Launched);
+                self.pending_starts.insert(name.to_string());
+                Ok(Outcome::StartPending)
+            }
+        }
+    }
+
+    /// Whether any start job the agent left running is still running (unit `activating`).
+    async fn starts_running(&mut self) -> bool {
+        if self.pending_starts.is_empty() {
+            return false;
+        }
+        let names: Vec<String> = self.pending_starts.iter().cloned().collect();
+        match self.systemd.states(&names).await {
+            Ok(states) => {
+                let activating: BTreeSet<String> =
+                    states.into_iter().filter(|s| s.active_state == "activating").map(|s| s.name).collect();
+                self.pending_starts.retain(|n| activating.contains(n));
+                !self.pending_starts.is_empty()
+            }
+            Err(e) => {
+                warn!(err = %e, "cannot read states of pending start jobs; deferring daemon-reload");
+                true
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,376 @@
+//! Executor tests against a fake systemd that records every call.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::*;
+use crate::agent::plan::Reason;
+use crate::systemd::{FileChange, NO_SUCH_UNIT, SystemdError, UnitStatus};
+
+#[derive(Default)]
+struct Fake {
+    log: Mutex<Vec<String>>,
+    /// "call unit" → error to answer.
+    fail: Mutex<BTreeMap<String, SystemdError>>,
+    start_delay: Mutex<Option<Duration>>,
+    /// Active state reported by `states`.
+    active: Mutex<BTreeMap<String, String>>,
+}
+
+impl Fake {
+    fn record(&self, call: &str, arg: &str) -> crate::systemd::Result<()> {
+        let key = format!("{call} {arg}");
+        self.log.lock().unwrap().push(key.clone());
+        match self.fail.lock().unwrap().get(&key) {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+    fn fail(&self, key: &str, name: &str, message: &str) {
+        let err = SystemdError::Call { call: "X", target: "t".into(), name: name.into(), message: message.into() };
+        self.fail.lock().unwrap().insert(key.into(), err);
+    }
+    fn calls(&self) -> Vec<String> {
+        std::mem::take(&mut self.log.lock().unwrap())
+    }
+    fn link() -> Vec<FileChange> {
+        vec![FileChange { kind: "symlink".into(), file: "/run/systemd/system/x".into(), destination: "y".into() }]
+    }
+}
+
+impl SystemdOps for Fake {
+    fn start(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
+        let r = self.record("start", name);
+        let delay = *self.start_delay.lock().unwrap();
+        async move {
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
+            r.map(|_| JobResult::Done)
+        }
+    }
+    fn stop(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
+        let r = self.record("stop", name);
+        async move { r.map(|_| JobResult::Done) }
+    }
+    fn wait_inactive(&self, name: &str) -> impl Future<Output = crate::systemd::Result<String>> + Send {
+        let r = self.record("wait_inactive", name);
+        async move { r.map(|_| "inactive".to_string()) }
+    }
+    fn link_runtime(&self, path: &Path) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
+        let r = self.record("link", path.file_name().unwrap().to_str().unwrap());
+        async move { r.map(|_| Fake::link()) }
+    }
+    fn enable_runtime(&self, path: &Path) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
+        let r = self.record("enable", path.file_name().unwrap().to_str().unwrap());
+        async move { r.map(|_| Fake::link()) }
+    }
+    fn disable_runtime(&self, name: &str) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
+        let r = self.record("disable", name);
+        async move { r.map(|_| Vec::new()) }
+    }
+    fn reset_failed(&self, name: &str) -> impl Future<Output = crate::systemd::Result<()>> + Send {
+        let r = self.record("reset_failed", name);
+        async move { r }
+    }
+    fn daemon_reload(&self) -> impl Future<Output = crate::systemd::Result<()>> + Send {
+        let r = self.record("reload", "");
+        async move { r }
+    }
+    fn states(&self, names: &[String]) -> impl Future<Output = crate::systemd::Result<Vec<UnitStatus>>> + Send {
+        let active = self.active.lock().unwrap().clone();
+        let out = names
+            .iter()
+            .map(|n| UnitStatus {
+                name: n.clone(),
+                load_state: "loaded".into(),
+                active_state: active.get(n).cloned().unwrap_or_else(|| "active".into()),
+                sub_state: "running".into(),
+            })
+            .collect();
+        async move { Ok(out) }
+    }
+}
+
+impl SystemdOps for Arc<Fake> {
+    fn start(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
+        self.as_ref().start(name)
+    }
+    fn stop(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
+        self.as_ref().stop(name)
+    }
+    fn wait_inactive(&self, name: &str) -> impl Future<Output = crate::systemd::Result<String>> + Send {
+        self.as_ref().wait_inactive(name)
+    }
+    fn link_runtime(&self, path: &Path) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
+        self.as_ref().link_runtime(path)
+    }
+    fn enable_runtime(&self, path: &Path) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
+        self.as_ref().enable_runtime(path)
+    }
+    fn disable_runtime(&self, name: &str) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
+        self.as_ref().disable_runtime(name)
+    }
+    fn reset_failed(&self, name: &str) -> impl Future<Output = crate::systemd::Result<()>> + Send {
+        self.as_ref().reset_failed(name)
+    }
+    fn daemon_reload(&self) -> impl Future<Output = crate::systemd::Result<()>> + Send {
+        self.as_ref().daemon_reload()
+    }
+    fn states(&self, names: &[String]) -> impl Future<Output = crate::systemd::Result<Vec<UnitStatus>>> + Send {
+        self.as_ref().states(names)
+    }
+}
+
+const V1: &str = "[Service]\nExecStart=/bin/sleep 100\n";
+const V2: &str = "[Service]\nExecStart=/bin/sleep 200\n";
+
+struct Setup {
+    fake: Arc<Fake>,
+    exec: Executor<Arc<Fake>>,
+    _dir: tempfile::TempDir,
+    dir: std::path::PathBuf,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let fake = Arc::new(Fake::default());
+    let config = ExecutorConfig { start_wait: Duration::from_millis(100), stop_wait: Duration::from_secs(5) };
+    let exec = Executor::new(Arc::clone(&fake), UnitsDir::open(&path).unwrap(), config);
+    Setup { fake, exec, _dir: dir, dir: path }
+}
+
+fn desired(units: &[(&str, JobState, &str, bool)]) -> BTreeMap<String, Desired> {
+    units
+        .iter()
+        .map(|(n, s, text, install)| {
+            let d = Desired {
+                state: *s,
+                hash: crate::agent::units_dir::text_hash(text),
+                text: Arc::from(*text),
+                install: *install,
+            };
+            (n.to_string(), d)
+        })
+        .collect()
+}
+
+fn outcomes(reports: &[TaskReport]) -> Vec<String> {
+    reports
+        .iter()
+        .map(|r| match &r.outcome {
+            Ok(o) => format!("{} {} {o:?}", r.planned.task.kind(), r.planned.task.unit().unwrap_or("-")),
+            Err(e) => format!("{} {} ERR {e}", r.planned.task.kind(), r.planned.task.unit().unwrap_or("-")),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn fresh_launch_loads_reloads_once_and_starts() {
+    let mut s = setup();
+    let d = desired(&[("a.service", JobState::Launched, V1, false), ("b.service", JobState::Loaded, V2, false)]);
+    let reports = s.exec.reconcile(&d).await;
+    assert!(reports.iter().all(|r| r.outcome.is_ok()), "{:?}", outcomes(&reports));
+    assert_eq!(s.fake.calls(), ["link a.service", "link b.service", "reload ", "start a.service"]);
+    assert_eq!(std::fs::read_to_string(s.dir.join("a.service")).unwrap(), V1);
+    assert_eq!(s.exec.launched(), ["a.service"]);
+    let hash = crate::agent::units_dir::text_hash(V1);
+    assert_eq!(markers(&reports, s.exec.loaded()), [Marker::Launched { unit: "a.service".into(), hash }]);
+    // Converged: the next reconcile does nothing.
+    assert!(s.exec.reconcile(&d).await.is_empty());
+    assert!(s.fake.calls().is_empty());
+}
+
+#[tokio::test]
+async fn replacing_a_launched_unit_stops_and_waits_before_deleting_and_starting() {
+    let mut s = setup();
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    s.fake.calls();
+    let reports = s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V2, false)])).await;
+    assert!(reports.iter().all(|r| r.outcome.is_ok()), "{:?}", outcomes(&reports));
+    assert_eq!(
+        s.fake.calls(),
+        [
+            "stop a.service",
+            "wait_inactive a.service",
+            "stop a.service",
+            "wait_inactive a.service",
+            "disable a.service",
+            "reset_failed a.service",
+            "link a.service",
+            "reload ",
+            "start a.service",
+        ]
+    );
+    assert_eq!(std::fs::read_to_string(s.dir.join("a.service")).unwrap(), V2);
+    assert_eq!(
+        markers(&reports, s.exec.loaded()),
+        [
+            Marker::NotLaunched("a.service".into()),
+            Marker::NotLaunched("a.service".into()),
+            Marker::Launched { unit: "a.service".into(), hash: crate::agent::units_dir::text_hash(V2) }
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_failed_task_skips_only_the_rest_of_its_own_unit() {
+    let mut s = setup();
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    s.fake.calls();
+    s.fake.fail("stop a.service", "org.freedesktop.DBus.Error.AccessDenied", "denied");
+    let d = desired(&[("a.service", JobState::Launched, V2, false), ("b.service", JobState::Launched, V1, false)]);
+    let reports = s.exec.reconcile(&d).await;
+    assert_eq!(
+        outcomes(&reports),
+        [
+            "StopUnit a.service ERR X(t) failed: org.freedesktop.DBus.Error.AccessDenied: denied",
+            "UnloadUnit a.service Skipped(\"an earlier task of this unit failed\")",
+            "LoadUnit a.service Skipped(\"an earlier task of this unit failed\")",
+            "LoadUnit b.service Loaded { changed: true }",
+            "ReloadUnitFiles - Done",
+            "StartUnit a.service Skipped(\"an earlier task of this unit failed\")",
+            "StartUnit b.service Started(Done)",
+        ]
+    );
+    // The old version is untouched and still believed launched; the next reconcile retries.
+    assert_eq!(std::fs::read_to_string(s.dir.join("a.service")).unwrap(), V1);
+    assert_eq!(s.exec.launched(), ["a.service", "b.service"]);
+}
+
+#[tokio::test]
+async fn failed_enable_removes_the_file_with_the_spec_message() {
+    let mut s = setup();
+    s.fake.fail("enable a.service", "org.freedesktop.systemd1.BadUnitSetting", "bad WantedBy");
+    let text = "[Service]\nExecStart=/bin/true\n\n[Install]\nWantedBy=hello.service\n";
+    let reports = s.exec.reconcile(&desired(&[("a.service", JobState::Loaded, text, true)])).await;
+    let err = reports[0].outcome.as_ref().unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "Failed to enable systemd unit a.service: X(t) failed: org.freedesktop.systemd1.BadUnitSetting: bad WantedBy"
+    );
+    assert!(!s.dir.join("a.service").exists());
+    assert!(s.exec.actual().is_empty());
+}
+
+#[tokio::test]
+async fn install_section_enables_the_unit() {
+    let mut s = setup();
+    let text = "[Service]\nExecStart=/bin/true\n\n[Install]\nWantedBy=hello.service\n";
+    s.exec.reconcile(&desired(&[("a.service", JobState::Loaded, text, true)])).await;
+    assert_eq!(s.fake.calls(), ["link a.service", "enable a.service", "reload "]);
+}
+
+#[tokio::test]
+async fn unload_tolerates_a_unit_that_is_not_loaded() {
+    let mut s = setup();
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    s.fake.calls();
+    s.fake.fail("stop a.service", NO_SUCH_UNIT, "Unit a.service not loaded.");
+    s.fake.fail("reset_failed a.service", NO_SUCH_UNIT, "Unit a.service not loaded.");
+    s.fake.fail("disable a.service", NO_SUCH_UNIT, "Unit file a.service does not exist.");
+    let reports = s.exec.reconcile(&BTreeMap::new()).await;
+    assert_eq!(outcomes(&reports), ["UnloadUnit a.service Done", "ReloadUnitFiles - Done"]);
+    assert!(!s.dir.join("a.service").exists());
+    assert_eq!(markers(&reports, s.exec.loaded()), [Marker::NotLaunched("a.service".into())]);
+}
+
+#[tokio::test]
+async fn unload_fails_and_keeps_the_file_when_disable_fails() {
+    let mut s = setup();
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    s.fake.fail("disable a.service", "org.freedesktop.DBus.Error.AccessDenied", "denied");
+    let reports = s.exec.reconcile(&BTreeMap::new()).await;
+    assert!(reports[0].outcome.is_err());
+    assert!(s.dir.join("a.service").exists(), "retried next reconcile");
+}
+
+#[tokio::test]
+async fn current_states_join_systemd_with_recorded_hashes() {
+    let mut s = setup();
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    let states = s.exec.current_states("m1").await.unwrap();
+    assert_eq!(states["a.service"].hash, crate::agent::units_dir::text_hash(V1));
+    assert_eq!(states["a.service"].machine_id, "m1");
+    assert_eq!(states["a.service"].active_state, "active");
+}
+
+#[tokio::test]
+async fn restart_of_fleetd_readopts_identical_files_without_reload_or_stop() {
+    let mut s = setup();
+    std::fs::write(s.dir.join("a.service"), V1).unwrap();
+    let units = UnitsDir::open(&s.dir).unwrap();
+    let mut exec = Executor::new(Arc::clone(&s.fake), units, ExecutorConfig::default());
+    let reports = exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    assert!(reports.iter().all(|r| r.outcome.is_ok()));
+    // The link already existed in a real systemd; the fake always reports a change, so a reload precedes start.
+    assert_eq!(s.fake.calls(), ["link a.service", "reload ", "start a.service"]);
+    s.exec = exec;
+}
+
+#[tokio::test]
+async fn long_start_job_is_tracked_and_defers_the_next_reload() {
+    let mut s = setup();
+    *s.fake.start_delay.lock().unwrap() = Some(Duration::from_millis(500));
+    s.fake.active.lock().unwrap().insert("slow.service".into(), "activating".into());
+    let reports = s.exec.reconcile(&desired(&[("slow.service", JobState::Launched, V1, false)])).await;
+    assert_eq!(outcomes(&reports).last().unwrap(), "StartUnit slow.service StartPending");
+    assert_eq!(s.exec.launched(), ["slow.service"]);
+    *s.fake.start_delay.lock().unwrap() = None;
+    s.fake.calls();
+
+    // A new unit arrives while the slow start job still runs: loaded, but no reload and no start yet.
+    let d = desired(&[("slow.service", JobState::Launched, V1, false), ("b.service", JobState::Launched, V2, false)]);
+    let reports = s.exec.reconcile(&d).await;
+    assert_eq!(
+        outcomes(&reports),
+        [
+            "LoadUnit b.service Loaded { changed: true }",
+            "ReloadUnitFiles - Deferred(\"own start jobs still running\")",
+            "StartUnit b.service Deferred(\"daemon-reload pending\")",
+        ]
+    );
+    assert_eq!(s.fake.calls(), ["link b.service"]);
+
+    // The slow job finished: the next reconcile reloads, then starts.
+    s.fake.active.lock().unwrap().insert("slow.service".into(), "active".into());
+    let reports = s.exec.reconcile(&d).await;
+    assert_eq!(outcomes(&reports), ["StartUnit b.service Started(Done)"]);
+    assert_eq!(s.fake.calls(), ["reload ", "start b.service"]);
+}
+
+#[tokio::test]
+async fn stop_of_a_launched_unit_keeps_its_file() {
+    let mut s = setup();
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    s.fake.calls();
+    let reports = s.exec.reconcile(&desired(&[("a.service", JobState::Loaded, V1, false)])).await;
+    assert_eq!(outcomes(&reports), ["StopUnit a.service Stopped(Done)"]);
+    assert!(s.dir.join("a.service").exists());
+    assert!(s.exec.launched().is_empty());
+    assert_eq!(s.exec.actual()["a.service"].believed, JobState::Loaded);
+}
+
+#[tokio::test]
+async fn purge_unloads_every_unit_file() {
+    let mut s = setup();
+    let d = desired(&[("a.service", JobState::Launched, V1, false), ("b.timer", JobState::Loaded, V2, false)]);
+    s.exec.reconcile(&d).await;
+    std::fs::write(s.dir.join("stray.service"), "x").unwrap();
+    s.fake.calls();
+    let reports = s.exec.purge(Duration::from_secs(5)).await;
+    assert_eq!(
+        outcomes(&reports),
+        [
+            "UnloadUnit a.service Done",
+            "UnloadUnit b.timer Done",
+            "UnloadUnit stray.service Done",
+            "ReloadUnitFiles - Done"
+        ]
+    );
+    assert!(s.exec.units().hashes().is_empty());
+    assert!(reports.iter().all(|r| r.planned.reason == Reason::NotScheduledHere || r.planned.task == Task::Reload));
+}

@@ -1,0 +1,232 @@
+//! Which unit states to publish (spec §7.5): a pure diff between what was last published and what systemd reports
+//! now, for this machine's units only (B7: removing a state removes only this machine's entry). The registry
+//! writes are done by the caller; a failed write is handed back with [`Publisher::failed`] and retried.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::model::UnitState;
+use crate::systemd::UnitStatus;
+
+/// One registry write for this machine's unit states.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishOp {
+    /// Write this machine's state of the unit (with TTL).
+    Publish(UnitState),
+    /// Delete this machine's state of the unit (and nothing else: B7).
+    Remove(String),
+}
+
+/// The states to publish for the units the agent has loaded: systemd's load/active/sub state joined with the hash
+/// recorded for the unit file. Units systemd did not report are left out.
+pub fn unit_states(
+    machine_id: &str,
+    statuses: &[UnitStatus],
+    hashes: &BTreeMap<String, String>,
+) -> BTreeMap<String, UnitState> {
+    statuses
+        .iter()
+        .filter_map(|s| {
+            let hash = hashes.get(&s.name)?;
+            let state = UnitState {
+                name: s.name.clone(),
+                machine_id: machine_id.to_string(),
+                hash: hash.clone(),
+                load_state: s.load_state.clone(),
+                active_state: s.active_state.clone(),
+                sub_state: s.sub_state.clone(),
+            };
+            Some((s.name.clone(), state))
+        })
+        .collect()
+}
+
+/// Operations that turn `last` (published) into `now` (current), in unit-name order. States without a hash or
+/// machine are never published (§7.5).
+pub fn diff(last: &BTreeMap<String, UnitState>, now: &BTreeMap<String, UnitState>) -> Vec<PublishOp> {
+    let mut ops = Vec::new();
+    let names: BTreeSet<&String> = last.keys().chain(now.keys()).collect();
+    for name in names {
+        match (last.get(name), now.get(name).filter(|s| publishable(s))) {
+            (_, Some(current)) if last.get(name) != Some(current) => ops.push(PublishOp::Publish(current.clone())),
+            (Some(_), None) => ops.push(PublishOp::Remove(name.clone())),
+            _ => {}
+        }
+    }
+    ops
+}
+
+fn publishable(s: &UnitState) -> bool {
+    !s.hash.is_empty() && !s.machine_id.is_empty()
+}
+
+/// Remembers what was published, so only changes are written, and re-publishes everything each TTL period.
+#[derive(Debug, Default)]
+pub struct Publisher {
+    published: BTreeMap<String, UnitState>,
+    /// Removals whose write failed; retried with the next ops.
+    removals: BTreeSet<String>,
+}
+
+impl Publisher {
+    pub fn new() -> Self {
+        Publisher::default()
+    }
+
+    /// Ops for the current states; they are assumed written (report failures with [`Publisher::failed`]).
+    pub fn changes(&mut self, now: &BTreeMap<String, UnitState>) -> Vec<PublishOp> {
+        let mut ops = diff(&self.published, now);
+        for name in std::mem::take(&mut self.removals) {
+            if !now.contains_key(&name) && !ops.contains(&PublishOp::Remove(name.clone())) {
+                ops.push(PublishOp::Remove(name));
+            }
+        }
+        self.apply(&ops);
+        ops
+    }
+
+    /// Ops that refresh every published state (their registry entries expire after the TTL), plus failed removals.
+    pub fn refresh(&mut self) -> Vec<PublishOp> {
+        let mut ops: Vec<PublishOp> = self.published.values().cloned().map(PublishOp::Publish).collect();
+        ops.extend(std::mem::take(&mut self.removals).into_iter().map(PublishOp::Remove));
+        ops
+    }
+
+    /// A write of `op` failed: make sure the next `changes` repeats it.
+    pub fn failed(&mut self, op: &PublishOp) {
+        match op {
+            PublishOp::Publish(s) => {
+                self.published.remove(&s.name);
+            }
+            PublishOp::Remove(name) => {
+                self.removals.insert(name.clone());
+            }
+        }
+    }
+
+    /// Every state this machine currently has published (SIGTERM purge removes them, §1.5).
+    pub fn published(&self) -> &BTreeMap<String, UnitState> {
+        &self.published
+    }
+
+    fn apply(&mut self, ops: &[PublishOp]) {
+        for op in ops {
+            match op {
+                PublishOp::Publish(s) => {
+                    self.published.insert(s.name.clone(), s.clone());
+                }
+                PublishOp::Remove(name) => {
+                    self.published.remove(name);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: &str = "aaaaaaaa11111111aaaaaaaa11111111";
+
+    fn state(name: &str, active: &str, hash: &str) -> UnitState {
+        UnitState {
+            name: name.into(),
+            machine_id: M.into(),
+            hash: hash.into(),
+            load_state: "loaded".into(),
+            active_state: active.into(),
+            sub_state: if active == "active" { "running".into() } else { "dead".into() },
+        }
+    }
+
+    fn map(states: &[UnitState]) -> BTreeMap<String, UnitState> {
+        states.iter().map(|s| (s.name.clone(), s.clone())).collect()
+    }
+
+    #[test]
+    fn diff_publishes_new_and_changed_and_removes_gone_states() {
+        let last = map(&[
+            state("a.service", "active", "h1"),
+            state("b.service", "active", "h1"),
+            state("c.service", "active", "h1"),
+        ]);
+        let now = map(&[
+            state("a.service", "active", "h1"),
+            state("b.service", "inactive", "h1"),
+            state("d.service", "active", "h2"),
+        ]);
+        assert_eq!(
+            diff(&last, &now),
+            [
+                PublishOp::Publish(state("b.service", "inactive", "h1")),
+                PublishOp::Remove("c.service".into()),
+                PublishOp::Publish(state("d.service", "active", "h2")),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_new_hash_alone_is_a_change() {
+        let last = map(&[state("a.service", "active", "h1")]);
+        let now = map(&[state("a.service", "active", "h2")]);
+        assert_eq!(diff(&last, &now), [PublishOp::Publish(state("a.service", "active", "h2"))]);
+    }
+
+    #[test]
+    fn states_without_hash_or_machine_are_never_published() {
+        let mut no_machine = state("b.service", "active", "h1");
+        no_machine.machine_id.clear();
+        let now = map(&[state("a.service", "active", ""), no_machine]);
+        assert_eq!(diff(&BTreeMap::new(), &now), []);
+        // ...and one that loses its hash is withdrawn.
+        assert_eq!(
+            diff(&map(&[state("a.service", "active", "h1")]), &map(&[state("a.service", "active", "")])),
+            [PublishOp::Remove("a.service".into())]
+        );
+    }
+
+    #[test]
+    fn publisher_writes_only_changes_and_refreshes_everything() {
+        let mut p = Publisher::new();
+        let now = map(&[state("a.service", "active", "h1")]);
+        assert_eq!(p.changes(&now), [PublishOp::Publish(state("a.service", "active", "h1"))]);
+        assert_eq!(p.changes(&now), []);
+        assert_eq!(p.refresh(), [PublishOp::Publish(state("a.service", "active", "h1"))]);
+        assert_eq!(p.changes(&BTreeMap::new()), [PublishOp::Remove("a.service".into())]);
+        assert!(p.published().is_empty());
+        assert_eq!(p.refresh(), []);
+    }
+
+    #[test]
+    fn failed_writes_are_repeated() {
+        let mut p = Publisher::new();
+        let now = map(&[state("a.service", "active", "h1")]);
+        let ops = p.changes(&now);
+        p.failed(&ops[0]);
+        assert_eq!(p.changes(&now), ops);
+        let ops = p.changes(&BTreeMap::new());
+        p.failed(&ops[0]);
+        assert_eq!(p.changes(&BTreeMap::new()), [PublishOp::Remove("a.service".into())]);
+        assert_eq!(p.changes(&BTreeMap::new()), []);
+    }
+
+    #[test]
+    fn unit_states_join_systemd_states_with_recorded_hashes() {
+        let statuses = [
+            UnitStatus {
+                name: "a.service".into(),
+                load_state: "loaded".into(),
+                active_state: "active".into(),
+                sub_state: "running".into(),
+            },
+            UnitStatus {
+                name: "x.service".into(),
+                load_state: "loaded".into(),
+                active_state: "active".into(),
+                sub_state: "running".into(),
+            },
+        ];
+        let hashes: BTreeMap<String, String> = [("a.service".to_string(), "h1".to_string())].into();
+        assert_eq!(unit_states(M, &statuses, &hashes), map(&[state("a.service", "active", "h1")]));
+    }
+}

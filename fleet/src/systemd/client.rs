@@ -1,0 +1,283 @@
+//! `Systemd`: the connection to one systemd instance and the high-level operations the agent needs. Start and stop
+//! wait for their job's `JobRemoved` signal (subscribed before the call is issued, so a fast job cannot slip by).
+
+use std::path::Path;
+use std::time::Duration;
+
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+use tracing::{debug, warn};
+use zbus::proxy::CacheProperties;
+use zbus::{Connection, OwnedObjectPath};
+
+use super::error::{Result, SystemdError};
+use super::events::{Event, Events, UnitChanges};
+use super::proxies::{FileChangeTuple, JobProxy, ManagerProxy, UnitProxy};
+use super::types::{Bus, FileChange, JobResult, UnitStatus};
+
+const SYSTEMD: &str = "org.freedesktop.systemd1";
+
+/// How often a job wait checks that its job still exists (a safety net against a dropped `JobRemoved` signal; the
+/// signal is what normally ends the wait).
+const JOB_CHECK_PERIOD: Duration = Duration::from_secs(2);
+/// How often `wait_inactive` re-reads the active state besides reacting to `PropertiesChanged`.
+const INACTIVE_CHECK_PERIOD: Duration = Duration::from_secs(1);
+
+/// Handle on one systemd instance. Cheap to clone.
+#[derive(Clone)]
+pub struct Systemd {
+    conn: Connection,
+    manager: ManagerProxy<'static>,
+    events: Arc<Events>,
+}
+
+impl Systemd {
+    /// Connect to the system bus (or the session bus for `Bus::User`) and subscribe to systemd's signals.
+    pub async fn connect(bus: Bus) -> Result<Systemd> {
+        let conn = match bus {
+            Bus::System => Connection::system().await,
+            Bus::User => Connection::session().await,
+        }
+        .map_err(|e| SystemdError::Connect { bus: bus.as_str(), message: e.to_string() })?;
+        Systemd::from_connection(conn).await
+    }
+
+    /// Wrap an existing bus connection.
+    pub async fn from_connection(conn: Connection) -> Result<Systemd> {
+        let manager = ManagerProxy::builder(&conn)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|e| SystemdError::call("Manager", SYSTEMD, e))?;
+        // systemd only emits JobRemoved / PropertiesChanged while some client is subscribed.
+        if let Err(e) = manager.subscribe().await {
+            let e = SystemdError::call("Subscribe", SYSTEMD, e);
+            if e.dbus_name() != Some("org.freedesktop.systemd1.AlreadySubscribed") {
+                return Err(e);
+            }
+        }
+        let events = Events::start(&conn, &manager).await?;
+        Ok(Systemd { conn, manager, events })
+    }
+
+    /// `StartUnit(name, "replace")` and wait for the job's result.
+    pub async fn start(&self, name: &str) -> Result<JobResult> {
+        let mut removed = self.events.subscribe();
+        let job =
+            self.manager.start_unit(name, "replace").await.map_err(|e| SystemdError::call("StartUnit", name, e))?;
+        debug!(unit = %name, job = %job.as_str(), "start job queued");
+        self.wait_job(&mut removed, &job, name).await
+    }
+
+    /// `StopUnit(name, "replace")` and wait for the job's result. A unit systemd does not know is an error for which
+    /// `is_not_loaded()` is true.
+    pub async fn stop(&self, name: &str) -> Result<JobResult> {
+        let mut removed = self.events.subscribe();
+        let job = self.manager.stop_unit(name, "replace").await.map_err(|e| SystemdError::call("StopUnit", name, e))?;
+        debug!(unit = %name, job = %job.as_str(), "stop job queued");
+        self.wait_job(&mut removed, &job, name).await
+    }
+
+    /// Wait until the unit is `inactive` or `failed` (or not loaded at all); returns the active state seen.
+    pub async fn wait_inactive(&self, name: &str) -> Result<String> {
+        let path = match self.manager.get_unit(name).await {
+            Ok(path) => path,
+            Err(e) => {
+                let e = SystemdError::call("GetUnit", name, e);
+                return if e.is_not_loaded() { Ok("inactive".to_string()) } else { Err(e) };
+            }
+        };
+        // Subscribe first, then read: a change between the two cannot be missed.
+        let mut changes = self.events.subscribe();
+        let unit = UnitProxy::builder(&self.conn)
+            .path(path)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|e| SystemdError::call("Unit", name, e))?;
+        loop {
+            let state = match unit.active_state().await {
+                Ok(state) => state,
+                Err(e) => {
+                    let e = SystemdError::call("Get(ActiveState)", name, e);
+                    return if e.is_gone() { Ok("inactive".to_string()) } else { Err(e) };
+                }
+            };
+            if state == "inactive" || state == "failed" {
+                return Ok(state);
+            }
+            let deadline = tokio::time::Instant::now() + INACTIVE_CHECK_PERIOD;
+            loop {
+                match tokio::time::timeout_at(deadline, changes.recv()).await {
+                    Ok(Ok(event)) if event.unit() != name => continue,
+                    Ok(Err(broadcast::error::RecvError::Closed)) => {
+                        return Err(SystemdError::StreamEnded { what: format!("{name} to become inactive") });
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+
+    /// `LinkUnitFiles([path], runtime=true, force=true)`: shows as `linked-runtime`.
+    pub async fn link_runtime(&self, path: &Path) -> Result<Vec<FileChange>> {
+        let p = path.to_string_lossy();
+        let changes = self
+            .manager
+            .link_unit_files(&[&p], true, true)
+            .await
+            .map_err(|e| SystemdError::call("LinkUnitFiles", p.clone(), e))?;
+        Ok(file_changes(changes))
+    }
+
+    /// `EnableUnitFiles([path], runtime=true, force=true)`, for units with an `[Install]` section (spec §4.6).
+    pub async fn enable_runtime(&self, path: &Path) -> Result<Vec<FileChange>> {
+        let p = path.to_string_lossy();
+        let (_, changes) = self
+            .manager
+            .enable_unit_files(&[&p], true, true)
+            .await
+            .map_err(|e| SystemdError::call("EnableUnitFiles", p.clone(), e))?;
+        Ok(file_changes(changes))
+    }
+
+    /// `DisableUnitFiles([name], runtime=true)`: removes the runtime link and any runtime enablement.
+    pub async fn disable_runtime(&self, name: &str) -> Result<Vec<FileChange>> {
+        let changes = self
+            .manager
+            .disable_unit_files(&[name], true)
+            .await
+            .map_err(|e| SystemdError::call("DisableUnitFiles", name, e))?;
+        Ok(file_changes(changes))
+    }
+
+    /// `ResetFailedUnit(name)`; "not loaded" (the unit is already gone) counts as success (spec B8).
+    pub async fn reset_failed(&self, name: &str) -> Result<()> {
+        match self.manager.reset_failed_unit(name).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let e = SystemdError::call("ResetFailedUnit", name, e);
+                if e.is_not_loaded() {
+                    debug!(unit = %name, "reset-failed: unit not loaded");
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// `Reload()` (= `systemctl daemon-reload`); returns once systemd has reloaded.
+    pub async fn daemon_reload(&self) -> Result<()> {
+        self.manager.reload().await.map_err(|e| SystemdError::call("Reload", SYSTEMD, e))
+    }
+
+    /// Load/active/sub state of each named unit, in the order given (`ListUnitsByNames`; unknown units come back
+    /// as `not-found`/`inactive`/`dead`).
+    pub async fn states(&self, names: &[String]) -> Result<Vec<UnitStatus>> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let listed = self
+            .manager
+            .list_units_by_names(&refs)
+            .await
+            .map_err(|e| SystemdError::call("ListUnitsByNames", names.join(","), e))?;
+        Ok(listed
+            .into_iter()
+            .map(|(name, _, load_state, active_state, sub_state, ..)| UnitStatus {
+                name,
+                load_state,
+                active_state,
+                sub_state,
+            })
+            .collect())
+    }
+
+    /// Result of the unit's service (`Result` of org.freedesktop.systemd1.Service), e.g. `success`, `exit-code`.
+    pub async fn service_result(&self, name: &str) -> Result<String> {
+        let path = self.manager.load_unit(name).await.map_err(|e| SystemdError::call("LoadUnit", name, e))?;
+        let service = super::proxies::ServiceProxy::builder(&self.conn)
+            .path(path)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|e| SystemdError::call("Service", name, e))?;
+        service.result().await.map_err(|e| SystemdError::call("Get(Result)", name, e))
+    }
+
+    /// Notifications of changes to any unit (PropertiesChanged on unit objects, finished jobs): the trigger for
+    /// re-reading states. Carries only the unit name; filter for the units you follow. A reader that falls behind
+    /// gets `UnitChange::Missed` instead of stalling anything.
+    pub fn changes(&self) -> UnitChanges {
+        UnitChanges::new(self.events.subscribe())
+    }
+
+    /// Wait for `job`'s JobRemoved on a receiver subscribed before the job was queued.
+    async fn wait_job(
+        &self,
+        removed: &mut broadcast::Receiver<Event>,
+        job: &OwnedObjectPath,
+        unit: &str,
+    ) -> Result<JobResult> {
+        let mut check = tokio::time::interval(JOB_CHECK_PERIOD);
+        check.tick().await;
+        loop {
+            tokio::select! {
+                event = removed.recv() => match event {
+                    Ok(event) => {
+                        if let Some(result) = job_result_of(&event, job) {
+                            debug!(unit = %unit, job = %job.as_str(), result = %result, "job finished");
+                            return Ok(result);
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        debug!(unit = %unit, missed = n, "fell behind systemd's signals; checking the job directly");
+                        check.reset_immediately();
+                    }
+                    Err(broadcast::error::RecvError::Closed) => {
+                        return Err(SystemdError::StreamEnded { what: format!("job {} of {unit}", job.as_str()) });
+                    }
+                },
+                _ = check.tick() => {
+                    if self.job_exists(job).await {
+                        continue;
+                    }
+                    // Gone: its signal may already be queued; otherwise it was lost.
+                    while let Ok(event) = removed.try_recv() {
+                        if let Some(result) = job_result_of(&event, job) {
+                            return Ok(result);
+                        }
+                    }
+                    warn!(unit = %unit, job = %job.as_str(), "job vanished without a JobRemoved signal");
+                    return Ok(JobResult::Unknown);
+                }
+            }
+        }
+    }
+
+    async fn job_exists(&self, job: &OwnedObjectPath) -> bool {
+        let proxy =
+            match JobProxy::builder(&self.conn).path(job.clone()).cache_properties(CacheProperties::No).build().await {
+                Ok(p) => p,
+                Err(_) => return true,
+            };
+        match proxy.state().await {
+            Ok(_) => true,
+            Err(e) => !SystemdError::call("Get(Job.State)", job.as_str(), e).is_gone(),
+        }
+    }
+}
+
+fn job_result_of(event: &Event, job: &OwnedObjectPath) -> Option<JobResult> {
+    match event {
+        Event::JobRemoved { job: j, result, .. } if j == job.as_str() => Some(JobResult::parse(result)),
+        _ => None,
+    }
+}
+
+fn file_changes(changes: Vec<FileChangeTuple>) -> Vec<FileChange> {
+    changes.into_iter().map(|(kind, file, destination)| FileChange { kind, file, destination }).collect()
+}

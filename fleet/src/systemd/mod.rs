@@ -1,0 +1,68 @@
+//! The D-Bus client for `org.freedesktop.systemd1`: the only module of fleet that knows D-Bus.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `proxies.rs` | hand-written zbus proxies (Manager, Unit, Service, Job) |
+//! | `client.rs` | [`Systemd`]: connect (system or user bus), start/stop waiting for the job result, wait for a unit to be inactive, link/enable/disable runtime, reset-failed, daemon-reload, states, change notifications |
+//! | `events.rs` | one task per connection draining systemd's signals into a broadcast channel ([`UnitChanges`]) |
+//! | `types.rs` | plain data handed out: [`JobResult`], [`UnitStatus`], [`FileChange`], [`UnitChange`], [`Bus`] |
+//! | `error.rs` | [`SystemdError`]: call, target, D-Bus error name and message |
+//!
+//! [`SystemdOps`] is the seam the agent's executor is written against: [`Systemd`] implements it, tests fake it.
+
+mod client;
+mod error;
+mod events;
+mod proxies;
+mod types;
+
+use std::future::Future;
+use std::path::Path;
+
+pub use client::Systemd;
+pub use error::{NO_SUCH_UNIT, Result, SystemdError};
+pub use events::UnitChanges;
+pub use types::{Bus, FileChange, JobResult, UnitChange, UnitStatus, unit_name_from_path};
+
+/// The operations the agent performs on systemd. Start and stop return once the job has finished.
+pub trait SystemdOps: Send + Sync {
+    fn start(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send;
+    fn stop(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send;
+    fn wait_inactive(&self, name: &str) -> impl Future<Output = Result<String>> + Send;
+    fn link_runtime(&self, path: &Path) -> impl Future<Output = Result<Vec<FileChange>>> + Send;
+    fn enable_runtime(&self, path: &Path) -> impl Future<Output = Result<Vec<FileChange>>> + Send;
+    fn disable_runtime(&self, name: &str) -> impl Future<Output = Result<Vec<FileChange>>> + Send;
+    fn reset_failed(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
+    fn daemon_reload(&self) -> impl Future<Output = Result<()>> + Send;
+    fn states(&self, names: &[String]) -> impl Future<Output = Result<Vec<UnitStatus>>> + Send;
+}
+
+impl SystemdOps for Systemd {
+    fn start(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send {
+        Systemd::start(self, name)
+    }
+    fn stop(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send {
+        Systemd::stop(self, name)
+    }
+    fn wait_inactive(&self, name: &str) -> impl Future<Output = Result<String>> + Send {
+        Systemd::wait_inactive(self, name)
+    }
+    fn link_runtime(&self, path: &Path) -> impl Future<Output = Result<Vec<FileChange>>> + Send {
+        Systemd::link_runtime(self, path)
+    }
+    fn enable_runtime(&self, path: &Path) -> impl Future<Output = Result<Vec<FileChange>>> + Send {
+        Systemd::enable_runtime(self, path)
+    }
+    fn disable_runtime(&self, name: &str) -> impl Future<Output = Result<Vec<FileChange>>> + Send {
+        Systemd::disable_runtime(self, name)
+    }
+    fn reset_failed(&self, name: &str) -> impl Future<Output = Result<()>> + Send {
+        Systemd::reset_failed(self, name)
+    }
+    fn daemon_reload(&self) -> impl Future<Output = Result<()>> + Send {
+        Systemd::daemon_reload(self)
+    }
+    fn states(&self, names: &[String]) -> impl Future<Output = Result<Vec<UnitStatus>>> + Send {
+        Systemd::states(self, names)
+    }
+}

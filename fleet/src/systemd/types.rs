@@ -1,0 +1,163 @@
+//! Plain data the `systemd` module hands out: job results, unit states, unit-file changes, change notifications.
+//! No D-Bus types here, so the agent can use and fake them freely.
+
+use std::fmt;
+
+/// Which systemd instance to talk to (`systemd_user` in the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Bus {
+    /// PID 1 over the system bus (`/run/dbus/system_bus_socket` unless `DBUS_SYSTEM_BUS_ADDRESS` says otherwise).
+    #[default]
+    System,
+    /// The user's `systemd --user` over the session bus.
+    User,
+}
+
+impl Bus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bus::System => "system",
+            Bus::User => "user",
+        }
+    }
+}
+
+/// The result a systemd job finished with (the `result` argument of `JobRemoved`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobResult {
+    Done,
+    Canceled,
+    Timeout,
+    Failed,
+    Dependency,
+    Skipped,
+    /// The job disappeared without its `JobRemoved` signal reaching us (e.g. a dropped signal); the caller should
+    /// look at the unit's state instead.
+    Unknown,
+    /// A result string this code does not know.
+    Other(String),
+}
+
+impl JobResult {
+    pub fn parse(result: &str) -> JobResult {
+        match result {
+            "done" => JobResult::Done,
+            "canceled" => JobResult::Canceled,
+            "timeout" => JobResult::Timeout,
+            "failed" => JobResult::Failed,
+            "dependency" => JobResult::Dependency,
+            "skipped" => JobResult::Skipped,
+            other => JobResult::Other(other.to_string()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            JobResult::Done => "done",
+            JobResult::Canceled => "canceled",
+            JobResult::Timeout => "timeout",
+            JobResult::Failed => "failed",
+            JobResult::Dependency => "dependency",
+            JobResult::Skipped => "skipped",
+            JobResult::Unknown => "unknown",
+            JobResult::Other(s) => s,
+        }
+    }
+
+    /// True for `done`.
+    pub fn is_done(&self) -> bool {
+        *self == JobResult::Done
+    }
+}
+
+impl fmt::Display for JobResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// systemd's view of one unit: load, active and sub state (`ListUnitsByNames`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UnitStatus {
+    pub name: String,
+    pub load_state: String,
+    pub active_state: String,
+    pub sub_state: String,
+}
+
+/// One symlink change reported by LinkUnitFiles / EnableUnitFiles / DisableUnitFiles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChange {
+    /// `symlink` or `unlink`.
+    pub kind: String,
+    pub file: String,
+    pub destination: String,
+}
+
+/// A change notification: re-read the state of the unit, or of every unit when notifications were missed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnitChange {
+    /// Something about this unit changed (a property change or a finished job).
+    Unit(String),
+    /// The receiver fell behind and notifications were dropped: re-read everything.
+    Missed,
+}
+
+/// The unit name encoded in a systemd unit object path (`/org/freedesktop/systemd1/unit/hello_2eservice` →
+/// `hello.service`). None for paths outside the unit namespace or with a broken escape.
+pub fn unit_name_from_path(path: &str) -> Option<String> {
+    let label = path.strip_prefix("/org/freedesktop/systemd1/unit/")?;
+    if label.is_empty() || label.contains('/') {
+        return None;
+    }
+    if label == "_" {
+        return Some(String::new());
+    }
+    let bytes = label.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'_' {
+            let hex = label.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unit_paths_decode_to_names() {
+        assert_eq!(
+            unit_name_from_path("/org/freedesktop/systemd1/unit/hello_2eservice").as_deref(),
+            Some("hello.service")
+        );
+        assert_eq!(
+            unit_name_from_path("/org/freedesktop/systemd1/unit/hello_401_2eservice").as_deref(),
+            Some("hello@1.service")
+        );
+        assert_eq!(
+            unit_name_from_path("/org/freedesktop/systemd1/unit/a_2db_5fc_2emount").as_deref(),
+            Some("a-b_c.mount")
+        );
+        assert_eq!(unit_name_from_path("/org/freedesktop/systemd1/unit/bad_2"), None);
+        assert_eq!(unit_name_from_path("/org/freedesktop/systemd1/job/12"), None);
+        assert_eq!(unit_name_from_path("/org/freedesktop/systemd1/unit/a/b"), None);
+    }
+
+    #[test]
+    fn job_results_round_trip() {
+        for r in ["done", "canceled", "timeout", "failed", "dependency", "skipped", "invalid"] {
+            assert_eq!(JobResult::parse(r).as_str(), r);
+        }
+        assert!(JobResult::parse("done").is_done());
+        assert!(!JobResult::parse("failed").is_done());
+    }
+}

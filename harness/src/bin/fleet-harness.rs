@@ -1,0 +1,195 @@
+//! `fleet-harness`: a long-lived local fleet cluster (`up`, `status`, `down`) and cleanup of leftovers (`reap`).
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+use fleet_harness::reap::{self, Scope};
+use fleet_harness::state::ClusterState;
+use fleet_harness::{Cluster, Fleet, container, labels};
+
+#[derive(Parser)]
+#[command(name = "fleet-harness", version, about = "Local fleet clusters in Docker: etcd plus systemd machines")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a long-lived cluster and print how to point fleetctl at it.
+    Up {
+        /// Number of machines.
+        #[arg(long, default_value_t = 3)]
+        machines: usize,
+        /// Extra fleet metadata, `[SLOT:]k=v[,k=v...]`; without SLOT for every machine. Repeatable.
+        #[arg(long)]
+        metadata: Vec<String>,
+        /// fleet.conf overrides, `key=value`. Repeatable.
+        #[arg(long = "config")]
+        config: Vec<String>,
+        /// Boot machines without fleet (systemd only).
+        #[arg(long, conflicts_with = "stand_in")]
+        no_fleet: bool,
+        /// Run a stand-in script instead of fleetd.
+        #[arg(long)]
+        stand_in: bool,
+        /// Cluster name (several can be up at once).
+        #[arg(long, default_value = "local")]
+        name: String,
+    },
+    /// Show the machines of a cluster started by `up` and etcd's health.
+    Status {
+        #[arg(long, default_value = "local")]
+        name: String,
+    },
+    /// Remove a cluster started by `up`: containers, network, files.
+    Down {
+        #[arg(long, default_value = "local")]
+        name: String,
+    },
+    /// Remove leftovers of harness runs whose process is gone (`--all`: every harness object).
+    Reap {
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+type Error = Box<dyn std::error::Error>;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "fleet_harness=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Up { machines, metadata, config, no_fleet, stand_in, name } => {
+            up(machines, &metadata, &config, no_fleet, stand_in, &name).await
+        }
+        Command::Status { name } => status(&name).await,
+        Command::Down { name } => down(&name),
+        Command::Reap { all } => reap_cmd(all),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fleet-harness: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn up(
+    machines: usize,
+    metadata: &[String],
+    config: &[String],
+    no_fleet: bool,
+    stand_in: bool,
+    name: &str,
+) -> Result<(), Error> {
+    if let Ok(state) = ClusterState::load(name) {
+        if !reap::remaining(&state.run)?.is_empty() {
+            return Err(
+                format!("cluster `{name}` is already up (run {}); `fleet-harness down` first", state.run).into()
+            );
+        }
+        ClusterState::forget(name)?;
+    }
+    let t0 = Instant::now();
+    let mut b = Cluster::builder().machines(machines).keep(true);
+    for m in metadata {
+        match m.split_once(':').and_then(|(slot, md)| Some((slot.parse::<usize>().ok()?, md))) {
+            Some((slot, md)) => b = b.metadata(slot, md),
+            None => {
+                for slot in 1..=machines {
+                    b = b.metadata(slot, m);
+                }
+            }
+        }
+    }
+    for kv in config {
+        let (k, v) = kv.split_once('=').ok_or_else(|| format!("--config {kv:?}: expected key=value"))?;
+        b = b.config(k, v);
+    }
+    b = b.fleet(if no_fleet {
+        Fleet::Off
+    } else if stand_in {
+        Fleet::StandIn
+    } else {
+        Fleet::Default
+    });
+    let cluster = b.start().await?;
+    let took = t0.elapsed();
+    let state = cluster.detach();
+    let path = state.save(name)?;
+    println!("cluster `{name}` up in {took:.1?} (run {}, state {})", state.run, path.display());
+    println!("etcd: {} (http://{}:2379 inside the cluster network)", state.etcd, state.etcd);
+    for m in &state.machines {
+        println!("  {}  {}  {}  {}", m.name, m.id, m.ip, m.endpoint);
+    }
+    if let Some(m) = state.machines.first() {
+        println!("export FLEETCTL_ENDPOINT={}", m.endpoint);
+    }
+    Ok(())
+}
+
+async fn status(name: &str) -> Result<(), Error> {
+    let state = ClusterState::load(name)?;
+    println!("cluster `{name}` (run {}, network {})", state.run, state.network);
+    let health = container::exec(
+        &state.etcd,
+        &["/usr/bin/etcdctl", "--endpoints=http://127.0.0.1:2379", "--command-timeout=2s", "endpoint", "health"],
+    )
+    .await;
+    let etcd = match health {
+        Ok(out) if out.success() => "healthy".to_string(),
+        Ok(out) => format!("unhealthy: {}", out.describe()),
+        Err(e) => format!("unreachable: {e}"),
+    };
+    println!("etcd {}: {etcd}", state.etcd);
+    println!("MACHINE\tMACHINE-ID\t\t\t\tIP\t\tSYSTEMD\t\tFLEET");
+    for m in &state.machines {
+        let systemd = match container::exec(&m.container, &["systemctl", "is-system-running"]).await {
+            Ok(out) if !out.stdout.trim().is_empty() => out.stdout.trim().to_string(),
+            Ok(_) => "offline".to_string(),
+            Err(_) => "stopped".to_string(),
+        };
+        let fleet = match container::exec(&m.container, &["systemctl", "is-active", "fleet.service"]).await {
+            Ok(out) => out.stdout.trim().to_string(),
+            Err(_) => "-".to_string(),
+        };
+        println!("{}\t{}\t{}\t{systemd}\t\t{fleet}", m.name, m.id, m.ip);
+    }
+    if let Some(m) = state.machines.first() {
+        println!("export FLEETCTL_ENDPOINT={}", m.endpoint);
+    }
+    Ok(())
+}
+
+fn down(name: &str) -> Result<(), Error> {
+    let state = match ClusterState::load(name) {
+        Ok(s) => s,
+        Err(e @ fleet_harness::state::StateError::NotUp { .. }) => {
+            println!("{e}; nothing to do");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let r = reap::reap(&Scope::Run(state.run.clone()))?;
+    if let Some(tmp) = &state.tmp {
+        let _ = std::fs::remove_dir_all(tmp);
+    }
+    ClusterState::forget(name)?;
+    println!("cluster `{name}` down: removed {} container(s), {} network(s)", r.containers, r.networks);
+    Ok(())
+}
+
+fn reap_cmd(all: bool) -> Result<(), Error> {
+    let r = reap::reap(if all { &Scope::All } else { &Scope::Leftovers })?;
+    println!("removed {} container(s), {} network(s) labelled {}", r.containers, r.networks, labels::RUN);
+    Ok(())
+}

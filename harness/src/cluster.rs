@@ -1,0 +1,544 @@
+//! A fleet cluster: its own network, etcd, N machines; fleetctl against them; wait helpers; cleanup on drop.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use testcontainers::{ContainerAsync, GenericImage};
+
+use crate::config::{self, Binaries, BinaryError};
+use crate::container::Placement;
+use crate::etcd::{Etcd, EtcdError};
+use crate::fleetctl::{self, EndpointVia, FleetctlError};
+use crate::image::{self, ImageError};
+use crate::labels::RunId;
+use crate::machine::{Machine, MachineError, MachineSpec};
+use crate::network::{self, NetworkError};
+use crate::output::Output;
+use crate::reap::{self, Scope};
+use crate::state::{ClusterState, MachineState};
+use crate::wait::{self, Check, UnitFileState, UnitState, WaitError, WaitOptions, wait_for};
+
+/// Anything that can go wrong with a cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    #[error(transparent)]
+    Binary(#[from] BinaryError),
+    #[error(transparent)]
+    Network(#[from] NetworkError),
+    #[error(transparent)]
+    Etcd(#[from] EtcdError),
+    #[error(transparent)]
+    Machine(#[from] MachineError),
+    #[error(transparent)]
+    Fleetctl(#[from] FleetctlError),
+    #[error(transparent)]
+    Wait(#[from] WaitError),
+    #[error("no machine in slot {0}")]
+    NoSuchMachine(usize),
+    #[error("temporary directory: {0}")]
+    TempDir(std::io::Error),
+    #[error("a fleet unit is active on more than one machine: {0}")]
+    ActiveTwice(String),
+}
+
+/// What runs as fleetd in the machines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fleet {
+    /// No fleet at all: machines boot systemd only.
+    Off,
+    /// This workspace's `fleetd` (or `FLEETD_BIN`).
+    Default,
+    /// A stand-in: a shell script that logs its arguments and sleeps, for testing the harness without fleetd.
+    StandIn,
+    /// The given fleetd binary.
+    Binary(PathBuf),
+}
+
+/// The script used by [`Fleet::StandIn`].
+pub const STAND_IN: &str = "#!/bin/sh\necho \"stand-in fleetd $* LISTEN_FDS=$LISTEN_FDS LISTEN_FDNAMES=$LISTEN_FDNAMES\"\nexec sleep infinity\n";
+
+/// Builds a [`Cluster`]: `Cluster::builder().machines(3).agent_ttl("3s").start().await?`.
+#[derive(Debug, Clone)]
+pub struct ClusterBuilder {
+    machines: usize,
+    metadata: BTreeMap<usize, String>,
+    config: BTreeMap<String, String>,
+    fleet: Fleet,
+    fleetctl: Option<PathBuf>,
+    wait: WaitOptions,
+    boot: WaitOptions,
+    keep: bool,
+}
+
+impl Default for ClusterBuilder {
+    fn default() -> Self {
+        ClusterBuilder {
+            machines: 1,
+            metadata: BTreeMap::new(),
+            config: BTreeMap::new(),
+            fleet: Fleet::Default,
+            fleetctl: None,
+            wait: WaitOptions::default(),
+            boot: WaitOptions::secs(60),
+            keep: false,
+        }
+    }
+}
+
+impl ClusterBuilder {
+    /// Number of machines (default 1).
+    pub fn machines(mut self, n: usize) -> Self {
+        self.machines = n;
+        self
+    }
+
+    /// Extra fleet metadata of machine `slot` (1-based), `k=v[,k=v...]`, after the default `hostname=m<slot>`.
+    pub fn metadata(mut self, slot: usize, metadata: &str) -> Self {
+        self.metadata.insert(slot, metadata.to_string());
+        self
+    }
+
+    /// Sets any fleet.conf key (overriding the cluster's own, e.g. `agent_ttl`).
+    pub fn config(mut self, key: &str, value: &str) -> Self {
+        self.config.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    /// fleet.conf `agent_ttl` (a Go duration; default `3s` like the original's tests).
+    pub fn agent_ttl(self, ttl: &str) -> Self {
+        self.config("agent_ttl", ttl)
+    }
+
+    /// fleet.conf `engine_reconcile_interval` in seconds.
+    pub fn engine_reconcile_interval(self, secs: f64) -> Self {
+        self.config("engine_reconcile_interval", &secs.to_string())
+    }
+
+    /// fleet.conf `verbosity`.
+    pub fn verbosity(self, v: u32) -> Self {
+        self.config("verbosity", &v.to_string())
+    }
+
+    /// What runs as fleetd (default: this workspace's build or `FLEETD_BIN`).
+    pub fn fleet(mut self, fleet: Fleet) -> Self {
+        self.fleet = fleet;
+        self
+    }
+
+    /// The fleetctl binary (default: this workspace's build or `FLEETCTL_BIN`).
+    pub fn fleetctl_bin(mut self, path: impl Into<PathBuf>) -> Self {
+        self.fleetctl = Some(path.into());
+        self
+    }
+
+    /// Deadline and poll interval of the wait helpers.
+    pub fn wait(mut self, wait: WaitOptions) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Deadline for etcd and each machine to come up (default 60 s).
+    pub fn boot_timeout(mut self, wait: WaitOptions) -> Self {
+        self.boot = wait;
+        self
+    }
+
+    /// Marks the cluster as long-lived (`fleet-harness up`): `reap` keeps it; only `down` removes it.
+    pub fn keep(mut self, keep: bool) -> Self {
+        self.keep = keep;
+        self
+    }
+
+    /// Starts network, etcd and the machines (in parallel) and waits until each machine runs systemd.
+    /// On error everything started so far is removed.
+    pub async fn start(self) -> Result<Cluster, ClusterError> {
+        let image = image::ensure_present().await?;
+        let run = RunId::random();
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("fleet-harness-{run}-"))
+            .tempdir()
+            .map_err(ClusterError::TempDir)?;
+        let fleetd = match &self.fleet {
+            Fleet::Off => None,
+            Fleet::Default => Some(config::locate("fleetd", config::FLEETD_ENV)?),
+            Fleet::Binary(p) => Some(p.clone()),
+            Fleet::StandIn => Some(write_stand_in(tmp.path()).map_err(ClusterError::TempDir)?),
+        };
+        let fleetctl = match &self.fleetctl {
+            Some(p) => p.clone(),
+            // fleetctl is only needed once a test calls it; a missing one is reported then.
+            None => config::locate("fleetctl", config::FLEETCTL_ENV).unwrap_or_else(|_| PathBuf::from("fleetctl")),
+        };
+        let network = format!("{run}-net");
+        let place = Placement { image, run: run.clone(), keep: self.keep, network: network.clone() };
+        let mut cluster = Cluster {
+            run: run.clone(),
+            place,
+            etcd: None,
+            machines: Vec::new(),
+            binaries: Binaries { fleetd: fleetd.clone().unwrap_or_default(), fleetctl },
+            fleetd,
+            conf: self.config.clone(),
+            wait: self.wait,
+            boot: self.boot,
+            tmp: Some(tmp),
+            detached: false,
+        };
+        tracing::info!(run = %run, machines = self.machines, "starting cluster");
+        let subnet = network::create(&network, &run, self.keep).await?;
+        tracing::debug!(run = %run, %subnet, "network");
+        cluster.etcd = Some(Etcd::start(&cluster.place, &format!("{run}-etcd"), self.boot).await?);
+        let mut set = tokio::task::JoinSet::new();
+        for slot in 1..=self.machines {
+            let spec = cluster.spec(slot, self.metadata.get(&slot).map(String::as_str));
+            set.spawn(Machine::create(spec, None));
+        }
+        let mut first_err = None;
+        while let Some(res) = set.join_next().await {
+            match res.expect("machine start task does not panic") {
+                Ok(m) => cluster.machines.push(m),
+                Err(e) => first_err = first_err.or(Some(e)),
+            }
+        }
+        cluster.machines.sort_by_key(Machine::slot);
+        if let Some(e) = first_err {
+            return Err(e.into());
+        }
+        Ok(cluster)
+    }
+}
+
+fn write_stand_in(dir: &Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("fleetd");
+    std::fs::write(&path, STAND_IN)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+    Ok(path)
+}
+
+/// A running cluster. Dropping it (also while panicking) removes its containers, network and temp files.
+pub struct Cluster {
+    run: RunId,
+    place: Placement,
+    etcd: Option<Etcd>,
+    machines: Vec<Machine>,
+    binaries: Binaries,
+    fleetd: Option<PathBuf>,
+    conf: BTreeMap<String, String>,
+    wait: WaitOptions,
+    boot: WaitOptions,
+    tmp: Option<tempfile::TempDir>,
+    detached: bool,
+}
+
+impl Cluster {
+    pub fn builder() -> ClusterBuilder {
+        ClusterBuilder::default()
+    }
+
+    fn spec(&self, slot: usize, extra_metadata: Option<&str>) -> MachineSpec {
+        let hostname = format!("m{slot}");
+        let mut metadata = format!("hostname={hostname}");
+        if let Some(extra) = extra_metadata.filter(|m| !m.is_empty()) {
+            metadata = format!("{metadata},{extra}");
+        }
+        let etcd = self.etcd.as_ref().expect("etcd starts before machines");
+        MachineSpec {
+            place: self.place.clone(),
+            slot,
+            container_name: format!("{}-{hostname}", self.run),
+            hostname,
+            fleetd: self.fleetd.clone(),
+            etcd_url: etcd.url(),
+            key_prefix: format!("/fleet_harness/{}/", self.run),
+            metadata,
+            conf_overrides: self.conf.clone(),
+            wait: self.boot,
+        }
+    }
+
+    /// The run id labelling every object of this cluster.
+    pub fn run_id(&self) -> &RunId {
+        &self.run
+    }
+
+    /// The cluster's Docker network.
+    pub fn network(&self) -> &str {
+        &self.place.network
+    }
+
+    pub fn etcd(&self) -> &Etcd {
+        self.etcd.as_ref().expect("etcd present until drop")
+    }
+
+    pub fn machines(&self) -> &[Machine] {
+        &self.machines
+    }
+
+    /// The machine in `slot` (1-based).
+    pub fn machine(&self, slot: usize) -> Result<&Machine, ClusterError> {
+        self.machines.iter().find(|m| m.slot() == slot).ok_or(ClusterError::NoSuchMachine(slot))
+    }
+
+    /// The binaries in use (`fleetd` is empty when fleet is off).
+    pub fn binaries(&self) -> &Binaries {
+        &self.binaries
+    }
+
+    /// The default wait options of this cluster's helpers.
+    pub fn wait_options(&self) -> WaitOptions {
+        self.wait
+    }
+
+    /// Adds a machine in the next free slot, with extra metadata; returns its slot.
+    pub async fn add_machine(&mut self, metadata: Option<&str>) -> Result<usize, ClusterError> {
+        let slot = self.machines.iter().map(Machine::slot).max().unwrap_or(0) + 1;
+        let m = Machine::create(self.spec(slot, metadata), None).await?;
+        self.machines.push(m);
+        Ok(slot)
+    }
+
+    /// Replaces the machine in `slot` by a new one with the same address and a new machine-id, like the original's
+    /// `ReplaceMember`: graceful stop, removal, creation.
+    pub async fn replace_machine(&mut self, slot: usize) -> Result<&Machine, ClusterError> {
+        let i = self.machines.iter().position(|m| m.slot() == slot).ok_or(ClusterError::NoSuchMachine(slot))?;
+        let old = &mut self.machines[i];
+        let (spec, ip) = (old.spec().clone(), old.ip().to_string());
+        old.stop().await?;
+        old.remove().await;
+        self.machines[i] = Machine::create(spec, Some(ip)).await?;
+        Ok(&self.machines[i])
+    }
+
+    /// Removes the machine in `slot` for good.
+    pub async fn remove_machine(&mut self, slot: usize) -> Result<(), ClusterError> {
+        let i = self.machines.iter().position(|m| m.slot() == slot).ok_or(ClusterError::NoSuchMachine(slot))?;
+        let mut m = self.machines.remove(i);
+        m.remove().await;
+        Ok(())
+    }
+
+    /// Stops etcd (its data is kept).
+    pub async fn stop_etcd(&self) -> Result<(), ClusterError> {
+        Ok(self.etcd().stop().await?)
+    }
+
+    /// Starts etcd again and waits until it is healthy.
+    pub async fn start_etcd(&self) -> Result<(), ClusterError> {
+        Ok(self.etcd().start_again(self.boot).await?)
+    }
+
+    /// Runs fleetctl on the host with `--endpoint=<machine's endpoint>` (spec §11.1 `Fleetctl`).
+    pub async fn fleetctl(&self, slot: usize, args: &[&str]) -> Result<Output, ClusterError> {
+        let m = self.machine(slot)?;
+        Ok(fleetctl::run(&self.binaries.fleetctl, &m.endpoint(), EndpointVia::Flag, args, None).await?)
+    }
+
+    /// Runs fleetctl with `FLEETCTL_ENDPOINT` set instead of the flag (`FleetctlWithEnv`).
+    pub async fn fleetctl_with_env(&self, slot: usize, args: &[&str]) -> Result<Output, ClusterError> {
+        let m = self.machine(slot)?;
+        Ok(fleetctl::run(&self.binaries.fleetctl, &m.endpoint(), EndpointVia::Env, args, None).await?)
+    }
+
+    /// Runs fleetctl with `input` on stdin (`FleetctlWithInput`).
+    pub async fn fleetctl_with_input(&self, slot: usize, input: &str, args: &[&str]) -> Result<Output, ClusterError> {
+        let m = self.machine(slot)?;
+        Ok(fleetctl::run(&self.binaries.fleetctl, &m.endpoint(), EndpointVia::Flag, args, Some(input)).await?)
+    }
+
+    /// Polls `observe` until it is ready, with this cluster's wait options.
+    pub async fn wait_for<T, F, Fut>(&self, what: &str, observe: F) -> Result<T, ClusterError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Check<T>>,
+    {
+        Ok(wait_for(self.wait, what, observe).await?)
+    }
+
+    /// Polls a fleetctl command until `accept` takes its stdout; the timeout shows the last output.
+    async fn wait_fleetctl<T>(
+        &self,
+        slot: usize,
+        args: &[&str],
+        what: &str,
+        accept: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<T, ClusterError> {
+        let accept = &accept;
+        self.wait_for(what, || async move {
+            match self.fleetctl(slot, args).await {
+                Ok(out) if out.success() => match accept(&out.stdout) {
+                    Ok(v) => Check::Ready(v),
+                    Err(why) => Check::NotYet(format!("{why}; output: {}", wait::summarize(&out.stdout))),
+                },
+                Ok(out) => Check::NotYet(format!("fleetctl {}: {}", args.join(" "), out.describe())),
+                Err(e) => Check::NotYet(e.to_string()),
+            }
+        })
+        .await
+    }
+
+    /// Waits until `fleetctl list-machines` (via machine `slot`) lists exactly `n` machines; returns their IDs.
+    pub async fn wait_for_n_machines(&self, slot: usize, n: usize) -> Result<Vec<String>, ClusterError> {
+        let args = ["list-machines", "--no-legend", "--full", "--fields", "machine"];
+        self.wait_fleetctl(slot, &args, &format!("{n} machines"), |out| {
+            let ids = wait::parse_machines(out);
+            if ids.len() == n { Ok(ids) } else { Err(format!("{} of {n}", ids.len())) }
+        })
+        .await
+    }
+
+    /// Waits until `fleetctl list-units` shows exactly `n` unit rows; returns unit → rows.
+    pub async fn wait_for_n_units(
+        &self,
+        slot: usize,
+        n: usize,
+    ) -> Result<BTreeMap<String, Vec<UnitState>>, ClusterError> {
+        let args = ["list-units", "--no-legend", "--full", "--fields", "unit,active,machine"];
+        self.wait_fleetctl(slot, &args, &format!("{n} units"), |out| {
+            let states = wait::parse_unit_states(out);
+            let rows: usize = states.values().map(Vec::len).sum();
+            if rows == n { Ok(states) } else { Err(format!("{rows} of {n}")) }
+        })
+        .await
+    }
+
+    /// Waits until exactly `n` units are `active`, each on one machine; returns unit → machine ID.
+    pub async fn wait_for_n_active_units(
+        &self,
+        slot: usize,
+        n: usize,
+    ) -> Result<BTreeMap<String, String>, ClusterError> {
+        let args = ["list-units", "--no-legend", "--full", "--fields", "unit,active,machine"];
+        let states = self
+            .wait_fleetctl(slot, &args, &format!("{n} active units"), |out| {
+                let states = wait::parse_unit_states(out);
+                let active = wait::filter_active(&states).len();
+                if active == n { Ok(states) } else { Err(format!("{active} of {n} active")) }
+            })
+            .await?;
+        wait::active_to_single(&wait::filter_active(&states)).map_err(ClusterError::ActiveTwice)
+    }
+
+    /// Waits until `fleetctl list-unit-files` shows exactly `n` units; returns unit → rows.
+    pub async fn wait_for_n_unit_files(
+        &self,
+        slot: usize,
+        n: usize,
+    ) -> Result<BTreeMap<String, Vec<UnitFileState>>, ClusterError> {
+        let args = ["list-unit-files", "--no-legend", "--full", "--fields", "unit,dstate,state"];
+        self.wait_fleetctl(slot, &args, &format!("{n} unit files"), |out| {
+            let files = wait::parse_unit_file_states(out);
+            if files.len() == n { Ok(files) } else { Err(format!("{} of {n}", files.len())) }
+        })
+        .await
+    }
+
+    /// Waits until `fleetctl list-unit-files` shows `unit` with current state `state` (e.g. `launched`).
+    pub async fn wait_for_unit_state(
+        &self,
+        slot: usize,
+        unit: &str,
+        state: &str,
+    ) -> Result<UnitFileState, ClusterError> {
+        let args = ["list-unit-files", "--no-legend", "--full", "--fields", "unit,dstate,state"];
+        self.wait_fleetctl(slot, &args, &format!("{unit} to be {state}"), |out| {
+            let files = wait::parse_unit_file_states(out);
+            match files.get(unit).and_then(|rows| rows.first()) {
+                Some(row) if row.state == state => Ok(row.clone()),
+                Some(row) => Err(format!("{unit} is {}", row.state)),
+                None => Err(format!("{unit} not listed")),
+            }
+        })
+        .await
+    }
+
+    /// What `fleet-harness status` and `down` need to find this cluster again from another process.
+    pub fn state(&self) -> ClusterState {
+        ClusterState {
+            run: self.run.clone(),
+            network: self.place.network.clone(),
+            etcd: self.etcd.as_ref().map(|e| e.name().to_string()).unwrap_or_default(),
+            machines: self
+                .machines
+                .iter()
+                .map(|m| MachineState {
+                    name: m.name().to_string(),
+                    container: m.container_name().to_string(),
+                    id: m.id().to_string(),
+                    ip: m.ip().to_string(),
+                    endpoint: m.endpoint(),
+                })
+                .collect(),
+            fleetctl: self.binaries.fleetctl.clone(),
+            tmp: self.tmp.as_ref().map(|t| t.path().to_path_buf()),
+        }
+    }
+
+    /// Leaves the cluster running after this value is dropped (for `fleet-harness up`); returns its state.
+    pub fn detach(mut self) -> ClusterState {
+        let state = self.state();
+        if let Some(tmp) = self.tmp.take() {
+            let _ = tmp.keep();
+        }
+        for m in &mut self.machines {
+            m.detach();
+        }
+        if let Some(e) = self.etcd.as_mut() {
+            e.detach();
+        }
+        self.detached = true;
+        state
+    }
+
+    /// Removes everything now (awaiting the removals instead of leaving them to drop).
+    pub async fn destroy(mut self) {
+        for m in &mut self.machines {
+            m.remove().await;
+        }
+        if let Some(e) = self.etcd.as_mut() {
+            e.remove().await;
+        }
+        // Drop sweeps the network and temp dir.
+    }
+}
+
+/// Hands a container to testcontainers' drop (which needs a Tokio runtime), or forgets it when there is none;
+/// the cluster's label sweep removes it either way.
+pub(crate) fn release(c: ContainerAsync<GenericImage>) {
+    if tokio::runtime::Handle::try_current().is_ok() && !std::thread::panicking() {
+        drop(c);
+    } else {
+        std::mem::forget(c);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if self.detached {
+            return;
+        }
+        for m in &mut self.machines {
+            m.release();
+        }
+        if let Some(e) = self.etcd.as_mut() {
+            e.release();
+        }
+        // Whatever testcontainers did not remove (and the network, which it never does) goes by label.
+        match reap::reap(&Scope::Run(self.run.clone())) {
+            Ok(r) => {
+                tracing::debug!(run = %self.run, containers = r.containers, networks = r.networks, "cluster removed")
+            }
+            Err(e) => {
+                tracing::error!(run = %self.run, error = %e, "cluster cleanup failed; `fleet-harness reap` removes leftovers")
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").field("run", &self.run).field("machines", &self.machines).finish()
+    }
+}

@@ -1,0 +1,155 @@
+//! What runs fleet inside a machine: `fleet.conf` with the standard keys (spec §2.3) and the systemd units of the
+//! original deployment (`fleet.service`, `fleet.socket`, `fleet-tcp.socket`; spec §1.3 step 5, §11.1).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// TCP port of `fleet-tcp.socket`, as in the original functional tests.
+pub const API_PORT: u16 = 54728;
+/// Where the fleetd binary is bind-mounted (read-only) in every machine.
+pub const FLEETD_PATH: &str = "/opt/fleet/fleetd";
+/// Where fleet.conf is written in every machine.
+pub const CONF_PATH: &str = "/etc/fleet/fleet.conf";
+/// The Unix socket of `fleet.socket`.
+pub const SOCKET_PATH: &str = "/var/run/fleet.sock";
+/// Environment variables naming the binaries to use instead of this workspace's build.
+pub const FLEETD_ENV: &str = "FLEETD_BIN";
+pub const FLEETCTL_ENV: &str = "FLEETCTL_BIN";
+
+/// fleet.conf keys set by the cluster (and overridable with [`crate::ClusterBuilder::config`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetConf {
+    /// `key → value`, written in key order. Values are written verbatim.
+    pub keys: BTreeMap<String, String>,
+}
+
+impl FleetConf {
+    /// The keys every machine gets: etcd, its public IP, metadata, prefix; `overrides` win.
+    pub fn for_machine(
+        etcd_url: &str,
+        public_ip: &str,
+        metadata: &str,
+        key_prefix: &str,
+        overrides: &BTreeMap<String, String>,
+    ) -> Self {
+        let mut keys = BTreeMap::new();
+        keys.insert("etcd_servers".into(), etcd_url.to_string());
+        keys.insert("public_ip".into(), public_ip.to_string());
+        keys.insert("metadata".into(), metadata.to_string());
+        keys.insert("etcd_key_prefix".into(), key_prefix.to_string());
+        keys.insert("agent_ttl".into(), "3s".into());
+        keys.insert("verbosity".into(), "1".into());
+        keys.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
+        FleetConf { keys }
+    }
+
+    /// The file text: one `key=value` line per key.
+    pub fn render(&self) -> String {
+        self.keys.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
+    }
+}
+
+/// `fleet.service` as the original was deployed: started by systemd, restarted when it exits.
+pub fn fleet_service() -> String {
+    format!(
+        "[Unit]\nDescription=fleet daemon\nWants=fleet.socket\nAfter=fleet.socket\n\n\
+         [Service]\nExecStart={FLEETD_PATH} -config {CONF_PATH}\nRestart=always\nRestartSec=10s\n"
+    )
+}
+
+/// `fleet.socket`: the API on a Unix socket.
+pub fn fleet_socket() -> String {
+    format!("[Unit]\nDescription=fleet daemon API socket\n\n[Socket]\nListenStream={SOCKET_PATH}\n")
+}
+
+/// `fleet-tcp.socket`: the API on TCP, for fleetctl on the host.
+pub fn fleet_tcp_socket() -> String {
+    format!(
+        "[Unit]\nDescription=fleet daemon API TCP socket\n\n[Socket]\nListenStream={API_PORT}\nService=fleet.service\n"
+    )
+}
+
+/// The units written into `/etc/systemd/system/` of every machine, `(file name, text)`.
+pub fn fleet_units() -> [(&'static str, String); 3] {
+    [("fleet.service", fleet_service()), ("fleet.socket", fleet_socket()), ("fleet-tcp.socket", fleet_tcp_socket())]
+}
+
+/// The binaries a cluster uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binaries {
+    pub fleetd: PathBuf,
+    pub fleetctl: PathBuf,
+}
+
+/// A binary could not be found.
+#[derive(Debug, thiserror::Error)]
+pub enum BinaryError {
+    #[error("{env}={path} does not name an existing file")]
+    BadOverride { env: &'static str, path: String },
+    #[error("no `{name}` binary found (looked in: {looked}); run `cargo build --workspace` or set {env}")]
+    NotBuilt { name: &'static str, env: &'static str, looked: String },
+}
+
+impl Binaries {
+    /// `FLEETD_BIN` / `FLEETCTL_BIN` when set, else this workspace's build output.
+    pub fn locate() -> Result<Self, BinaryError> {
+        Ok(Binaries { fleetd: locate("fleetd", FLEETD_ENV)?, fleetctl: locate("fleetctl", FLEETCTL_ENV)? })
+    }
+}
+
+/// Finds a binary: `$env` if set; else next to the running executable (`target/<profile>/` or its `deps/`);
+/// else `$CARGO_TARGET_DIR/debug`; else `<workspace>/target/debug`.
+pub fn locate(name: &'static str, env: &'static str) -> Result<PathBuf, BinaryError> {
+    if let Ok(path) = std::env::var(env) {
+        let p = PathBuf::from(&path);
+        return if p.is_file() { Ok(p) } else { Err(BinaryError::BadOverride { env, path }) };
+    }
+    let candidates = candidate_dirs();
+    for dir in &candidates {
+        let p = dir.join(name);
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    let looked = candidates.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
+    Err(BinaryError::NotBuilt { name, env, looked })
+}
+
+fn candidate_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(dir) = exe.parent()
+    {
+        if dir.file_name().is_some_and(|n| n == "deps") {
+            dirs.extend(dir.parent().map(Path::to_path_buf));
+        }
+        dirs.push(dir.to_path_buf());
+    }
+    if let Ok(target) = std::env::var("CARGO_TARGET_DIR") {
+        dirs.push(PathBuf::from(target).join("debug"));
+    }
+    dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug"));
+    dirs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conf_has_the_standard_keys_and_overrides_win() {
+        let overrides = BTreeMap::from([("agent_ttl".to_string(), "5s".to_string())]);
+        let conf = FleetConf::for_machine("http://etcd:2379", "10.1.2.3", "hostname=m1", "/p", &overrides);
+        assert_eq!(
+            conf.render(),
+            "agent_ttl=5s\netcd_key_prefix=/p\netcd_servers=http://etcd:2379\nmetadata=hostname=m1\n\
+             public_ip=10.1.2.3\nverbosity=1\n"
+        );
+    }
+
+    #[test]
+    fn tcp_socket_activates_fleet_service() {
+        assert!(fleet_tcp_socket().contains("ListenStream=54728\nService=fleet.service\n"));
+        assert!(fleet_service().contains("ExecStart=/opt/fleet/fleetd -config /etc/fleet/fleet.conf\n"));
+    }
+}

@@ -1,0 +1,308 @@
+//! One fleet machine: a container booting systemd, with its own machine-id, fleet's units and fleet.conf, and the
+//! fleetd binary bind-mounted read-only. Operations a test needs on it: exec, systemd properties, files, stop,
+//! kill, start again, cut off from the cluster network and heal.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rand::Rng;
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{ContainerAsync, GenericImage, ImageExt};
+
+use crate::config::{self, FleetConf};
+use crate::container::{self, Placement};
+use crate::docker::{self, DockerError};
+use crate::output::Output;
+use crate::wait::{Check, WaitOptions, wait_for};
+
+/// A machine operation that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MachineError {
+    #[error("machine {name}: {source}")]
+    Container { name: String, source: testcontainers::TestcontainersError },
+    #[error("machine {name}: {source}")]
+    Exec { name: String, source: crate::container::ExecError },
+    #[error("machine {name}: {source}")]
+    Docker { name: String, source: DockerError },
+    #[error("machine {name} did not boot: {source}")]
+    Boot { name: String, source: crate::wait::WaitError },
+    #[error("machine {name}: `{cmd}` failed: {output}")]
+    Command { name: String, cmd: String, output: String },
+    #[error("machine {name} has no container (removed)")]
+    Gone { name: String },
+}
+
+/// Everything needed to (re)create the machine in a slot.
+#[derive(Debug, Clone)]
+pub struct MachineSpec {
+    pub place: Placement,
+    /// 1-based slot number; the hostname is `m<slot>` unless named otherwise.
+    pub slot: usize,
+    pub hostname: String,
+    pub container_name: String,
+    /// The fleetd binary, or `None` for a machine without fleet.
+    pub fleetd: Option<PathBuf>,
+    pub etcd_url: String,
+    pub key_prefix: String,
+    /// fleet.conf `metadata` (the cluster puts `hostname=<hostname>` first).
+    pub metadata: String,
+    pub conf_overrides: BTreeMap<String, String>,
+    pub wait: WaitOptions,
+}
+
+/// A running (or stopped) machine of a cluster.
+pub struct Machine {
+    spec: MachineSpec,
+    id: String,
+    ip: String,
+    container: Option<ContainerAsync<GenericImage>>,
+}
+
+/// A fresh machine ID: 32 random hex digits (a UUID without dashes, like the original's `NewMachineID`).
+pub fn new_machine_id() -> String {
+    let n: u128 = rand::rng().random();
+    format!("{n:032x}")
+}
+
+impl Machine {
+    /// Creates the container, boots it to systemd `running`, pins its address (to `pin_ip` when given, e.g. when
+    /// replacing a machine), writes fleet.conf and starts fleet.
+    pub async fn create(spec: MachineSpec, pin_ip: Option<String>) -> Result<Self, MachineError> {
+        let id = new_machine_id();
+        let name = spec.container_name.clone();
+        let mut req = container::systemd_options(container::request(&spec.place, &name, "machine"))
+            .with_hostname(spec.hostname.clone())
+            .with_copy_to("/etc/machine-id", format!("{id}\n").into_bytes());
+        for (file, text) in config::fleet_units() {
+            req = req.with_copy_to(format!("/etc/systemd/system/{file}"), text.into_bytes());
+        }
+        if let Some(fleetd) = &spec.fleetd {
+            req = req.with_mount(container::read_only(fleetd, config::FLEETD_PATH));
+        }
+        let c = req.start().await.map_err(|source| MachineError::Container { name: name.clone(), source })?;
+        let mut m = Machine { spec, id, ip: String::new(), container: Some(c) };
+        m.ip = match pin_ip {
+            Some(ip) => ip,
+            None => m.current_ip().await?.unwrap_or_default(),
+        };
+        m.boot().await?;
+        tracing::info!(machine = %m.spec.hostname, id = %m.id, ip = %m.ip, "machine up");
+        Ok(m)
+    }
+
+    /// After the container (re)started: same address as before, systemd running, fleet configured and started.
+    async fn boot(&self) -> Result<(), MachineError> {
+        self.pin_ip().await?;
+        self.wait_running(self.spec.wait).await?;
+        if self.spec.fleetd.is_some() {
+            let conf = FleetConf::for_machine(
+                &self.spec.etcd_url,
+                &self.ip,
+                &self.spec.metadata,
+                &self.spec.key_prefix,
+                &self.spec.conf_overrides,
+            );
+            self.write_file(config::CONF_PATH, &conf.render()).await?;
+            self.exec_ok(&["systemctl", "start", "fleet.socket", "fleet-tcp.socket", "fleet.service"]).await?;
+        }
+        Ok(())
+    }
+
+    /// Hostname, e.g. `m1`.
+    pub fn name(&self) -> &str {
+        &self.spec.hostname
+    }
+
+    /// Docker container name.
+    pub fn container_name(&self) -> &str {
+        &self.spec.container_name
+    }
+
+    /// 1-based slot in the cluster.
+    pub fn slot(&self) -> usize {
+        self.spec.slot
+    }
+
+    /// The machine ID in `/etc/machine-id`.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The address on the cluster network (fleet.conf `public_ip`).
+    pub fn ip(&self) -> &str {
+        &self.ip
+    }
+
+    /// fleet's API endpoint for fleetctl on the host: `http://<ip>:54728`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}:{}", self.ip, config::API_PORT)
+    }
+
+    pub(crate) fn spec(&self) -> &MachineSpec {
+        &self.spec
+    }
+
+    fn container(&self) -> Result<&ContainerAsync<GenericImage>, MachineError> {
+        self.container.as_ref().ok_or_else(|| MachineError::Gone { name: self.spec.hostname.clone() })
+    }
+
+    fn docker_err(&self) -> impl Fn(DockerError) -> MachineError + '_ {
+        |source| MachineError::Docker { name: self.spec.hostname.clone(), source }
+    }
+
+    /// Runs `cmd` inside the machine: stdout, stderr, exit status.
+    pub async fn exec(&self, cmd: &[&str]) -> Result<Output, MachineError> {
+        container::exec(&self.spec.container_name, cmd)
+            .await
+            .map_err(|source| MachineError::Exec { name: self.spec.hostname.clone(), source })
+    }
+
+    /// Like [`Self::exec`], but a non-zero exit status is an error.
+    pub async fn exec_ok(&self, cmd: &[&str]) -> Result<Output, MachineError> {
+        let out = self.exec(cmd).await?;
+        if out.success() {
+            Ok(out)
+        } else {
+            Err(MachineError::Command { name: self.spec.hostname.clone(), cmd: cmd.join(" "), output: out.describe() })
+        }
+    }
+
+    /// `systemctl show <unit>` properties (all of them when `props` is empty).
+    pub async fn systemctl_show(&self, unit: &str, props: &[&str]) -> Result<BTreeMap<String, String>, MachineError> {
+        let mut cmd = vec!["systemctl", "show", unit];
+        for p in props {
+            cmd.extend(["-p", p]);
+        }
+        let out = self.exec_ok(&cmd).await?;
+        Ok(out.stdout.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    }
+
+    /// The contents of a file inside the machine.
+    pub async fn read_file(&self, path: &str) -> Result<String, MachineError> {
+        Ok(self.exec_ok(&["cat", path]).await?.stdout)
+    }
+
+    /// Writes a file inside the machine (parent directories created).
+    pub async fn write_file(&self, path: &str, contents: &str) -> Result<(), MachineError> {
+        let script = "mkdir -p \"$(dirname \"$1\")\" && printf '%s' \"$2\" > \"$1\"";
+        self.exec_ok(&["sh", "-c", script, "sh", path, contents]).await.map(drop)
+    }
+
+    /// `systemctl is-system-running` (e.g. `running`, `starting`, `degraded`; `offline` when unreachable).
+    pub async fn system_state(&self) -> Result<String, MachineError> {
+        let out = self.exec(&["systemctl", "is-system-running"]).await?;
+        let state = out.stdout.trim();
+        Ok(if state.is_empty() { "offline".to_string() } else { state.to_string() })
+    }
+
+    /// Waits until systemd reports `running`. `degraded` is accepted with a warning naming the failed units.
+    pub async fn wait_running(&self, wait: WaitOptions) -> Result<(), MachineError> {
+        let what = format!("systemd in {} to be running", self.spec.hostname);
+        let wait = wait.with_poll(Duration::from_millis(100));
+        let state = wait_for(wait, &what, || async {
+            match self.system_state().await {
+                Ok(s) if s == "running" || s == "degraded" => Check::Ready(s),
+                Ok(s) => Check::NotYet(s),
+                Err(e) => Check::NotYet(e.to_string()),
+            }
+        })
+        .await
+        .map_err(|source| MachineError::Boot { name: self.spec.hostname.clone(), source })?;
+        if state == "degraded" {
+            let failed = self.exec(&["systemctl", "--failed", "--no-legend", "--plain"]).await?;
+            tracing::warn!(machine = %self.spec.hostname, failed = %failed.stdout.trim(), "systemd degraded");
+        }
+        Ok(())
+    }
+
+    async fn current_ip(&self) -> Result<Option<String>, MachineError> {
+        docker::container_ip(&self.spec.container_name, &self.spec.place.network).await.map_err(self.docker_err())
+    }
+
+    /// Makes sure the machine has its address on the cluster network (Docker may hand out another one after a
+    /// restart or to a replacement).
+    async fn pin_ip(&self) -> Result<(), MachineError> {
+        let current = self.current_ip().await?;
+        if current.as_deref() == Some(self.ip.as_str()) || self.ip.is_empty() {
+            return Ok(());
+        }
+        tracing::debug!(machine = %self.spec.hostname, from = ?current, to = %self.ip, "pinning address");
+        let (net, name) = (&self.spec.place.network, &self.spec.container_name);
+        if current.is_some() {
+            docker::disconnect(net, name).await.map_err(self.docker_err())?;
+        }
+        docker::connect(net, name, &self.ip).await.map_err(self.docker_err())
+    }
+
+    /// Graceful stop: systemd halts (fleetd gets SIGTERM), the container stops.
+    pub async fn stop(&self) -> Result<(), MachineError> {
+        self.container()?
+            .stop_with_timeout(Some(20))
+            .await
+            .map_err(|source| MachineError::Container { name: self.spec.hostname.clone(), source })
+    }
+
+    /// Abrupt stop: SIGKILL to the whole container.
+    pub async fn kill(&self) -> Result<(), MachineError> {
+        docker::kill(&self.spec.container_name).await.map_err(self.docker_err())
+    }
+
+    /// Starts a stopped or killed machine again: same machine-id and address, systemd running, fleet started.
+    pub async fn start(&self) -> Result<(), MachineError> {
+        self.container()?
+            .start()
+            .await
+            .map_err(|source| MachineError::Container { name: self.spec.hostname.clone(), source })?;
+        self.boot().await
+    }
+
+    /// Whether the container is running.
+    pub async fn is_running(&self) -> Result<bool, MachineError> {
+        self.container()?
+            .is_running()
+            .await
+            .map_err(|source| MachineError::Container { name: self.spec.hostname.clone(), source })
+    }
+
+    /// Cuts the machine off the cluster network: no traffic to etcd (nor to other machines or the host).
+    pub async fn partition(&self) -> Result<(), MachineError> {
+        docker::disconnect(&self.spec.place.network, &self.spec.container_name).await.map_err(self.docker_err())
+    }
+
+    /// Reconnects a partitioned machine with its former address (the interface may come back as `eth1`).
+    pub async fn heal(&self) -> Result<(), MachineError> {
+        docker::connect(&self.spec.place.network, &self.spec.container_name, &self.ip).await.map_err(self.docker_err())
+    }
+
+    /// Removes the container now.
+    pub(crate) async fn remove(&mut self) {
+        if let Some(c) = self.container.take()
+            && let Err(e) = c.rm().await
+        {
+            tracing::warn!(machine = %self.spec.hostname, error = %e, "could not remove machine container");
+        }
+    }
+
+    pub(crate) fn detach(&mut self) {
+        if let Some(c) = self.container.take() {
+            std::mem::forget(c);
+        }
+    }
+
+    pub(crate) fn release(&mut self) {
+        if let Some(c) = self.container.take() {
+            crate::cluster::release(c);
+        }
+    }
+}
+
+impl std::fmt::Debug for Machine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Machine")
+            .field("name", &self.spec.hostname)
+            .field("id", &self.id)
+            .field("ip", &self.ip)
+            .finish()
+    }
+}

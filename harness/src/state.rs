@@ -1,0 +1,82 @@
+//! The state file of a long-lived cluster (`fleet-harness up`), so that `status` and `down` work from another
+//! process.
+
+use std::path::PathBuf;
+
+use crate::labels::RunId;
+
+/// Directory of state files; `FLEET_HARNESS_STATE_DIR` overrides.
+pub fn dir() -> PathBuf {
+    std::env::var_os("FLEET_HARNESS_STATE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/lib/fleet-harness"))
+}
+
+/// The state file of cluster `name`.
+pub fn path(name: &str) -> PathBuf {
+    dir().join(format!("{name}.json"))
+}
+
+/// A state file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("no cluster `{name}` is up (no {path})")]
+    NotUp { name: String, path: PathBuf },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Json { path: PathBuf, source: serde_json::Error },
+}
+
+/// One machine of a persisted cluster.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MachineState {
+    pub name: String,
+    pub container: String,
+    pub id: String,
+    pub ip: String,
+    pub endpoint: String,
+}
+
+/// A persisted cluster.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ClusterState {
+    pub run: RunId,
+    pub network: String,
+    pub etcd: String,
+    pub machines: Vec<MachineState>,
+    pub fleetctl: PathBuf,
+    pub tmp: Option<PathBuf>,
+}
+
+impl ClusterState {
+    pub fn save(&self, name: &str) -> Result<PathBuf, StateError> {
+        let path = path(name);
+        let io = |source| StateError::Io { path: path.clone(), source };
+        std::fs::create_dir_all(dir()).map_err(io)?;
+        let text =
+            serde_json::to_string_pretty(self).map_err(|source| StateError::Json { path: path.clone(), source })?;
+        std::fs::write(&path, text).map_err(io)?;
+        Ok(path)
+    }
+
+    pub fn load(name: &str) -> Result<Self, StateError> {
+        let path = path(name);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StateError::NotUp { name: name.to_string(), path });
+            }
+            Err(source) => return Err(StateError::Io { path, source }),
+        };
+        serde_json::from_str(&text).map_err(|source| StateError::Json { path, source })
+    }
+
+    pub fn forget(name: &str) -> Result<(), StateError> {
+        let path = path(name);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StateError::Io { path, source: e }),
+            _ => Ok(()),
+        }
+    }
+}
