@@ -9,13 +9,13 @@
 //! | `executor.rs` | runs a plan against systemd, waiting for jobs; keeps what the agent believes it started |
 //! | `publisher.rs` | pure: diff of published unit states against systemd's (this machine's states only) |
 //! | `timing.rs` | reconcile interval, heartbeat / re-publish period from the TTL |
-//! | `glob.rs` | INTERIM Go `path.Match` until `unit::glob` lands |
-//! | `error.rs` | [`AgentError`] |
+//! //! | `error.rs` | [`AgentError`] |
 
 pub mod desired;
 mod error;
 pub mod executor;
-pub mod glob;
+#[cfg(test)]
+pub(crate) mod fake;
 pub mod plan;
 pub mod publisher;
 pub mod timing;
