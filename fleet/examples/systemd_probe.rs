@@ -12,9 +12,9 @@ use std::time::Duration;
 use fleet::agent::executor::{Executor, ExecutorConfig, Outcome, markers};
 use fleet::agent::plan::Desired;
 use fleet::agent::units_dir::UnitsDir;
-use fleet::unit::UnitHash;
 use fleet::model::JobState;
 use fleet::systemd::{Bus, JobResult, Systemd, UnitChange};
+use fleet::unit::UnitHash;
 
 const DIR: &str = "/run/fleet/units";
 

@@ -90,6 +90,21 @@ pub fn markers(reports: &[TaskReport], hashes: &BTreeMap<String, String>) -> Vec
         .collect()
 }
 
+/// The markers that make this machine's launched markers in the registry (`have`: unit → hash) match the units
+/// the agent believes it launched (`want`: unit → recorded hash), in unit-name order. A safety net next to
+/// [`markers`]: it repairs markers whose write failed or that vanished.
+pub fn marker_diff(want: &BTreeMap<String, String>, have: &BTreeMap<String, String>) -> Vec<Marker> {
+    let names: BTreeSet<&String> = want.keys().chain(have.keys()).collect();
+    names
+        .into_iter()
+        .filter_map(|name| match (want.get(name), have.get(name)) {
+            (Some(w), h) if h != Some(w) => Some(Marker::Launched { unit: name.clone(), hash: w.clone() }),
+            (None, Some(_)) => Some(Marker::NotLaunched(name.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Drives systemd for this machine and remembers what it did.
 pub struct Executor<S> {
     systemd: S,
@@ -167,6 +182,15 @@ impl<S: SystemdOps> Executor<S> {
     /// Units the agent believes it launched (the job-state heartbeat refreshes their markers).
     pub fn launched(&self) -> Vec<String> {
         self.believed.iter().filter(|(_, s)| **s == JobState::Launched).map(|(n, _)| n.clone()).collect()
+    }
+
+    /// Units the agent believes it launched, with the hash of the file it started (what their markers hold).
+    pub fn launched_hashes(&self) -> BTreeMap<String, String> {
+        self.believed
+            .iter()
+            .filter(|(_, s)| **s == JobState::Launched)
+            .map(|(n, _)| (n.clone(), self.units.hash_of(n).unwrap_or_default().to_string()))
+            .collect()
     }
 
     /// Units whose systemd state is published (those with a file here), with their recorded hash.

@@ -122,4 +122,3 @@ impl SystemdOps for Arc<Fake> {
         self.as_ref().states(names)
     }
 }
-

@@ -263,3 +263,21 @@ async fn purge_unloads_every_unit_file() {
     assert!(s.exec.units().hashes().is_empty());
     assert!(reports.iter().all(|r| r.planned.reason == Reason::NotScheduledHere || r.planned.task == Task::Reload));
 }
+
+#[test]
+fn marker_diff_repairs_missing_stale_and_extra_markers() {
+    let m = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    };
+    let want = m(&[("a.service", "h1"), ("b.service", "h2"), ("c.service", "h3")]);
+    let have = m(&[("a.service", "h1"), ("b.service", "old"), ("d.service", "h4")]);
+    assert_eq!(
+        marker_diff(&want, &have),
+        [
+            Marker::Launched { unit: "b.service".into(), hash: "h2".into() },
+            Marker::Launched { unit: "c.service".into(), hash: "h3".into() },
+            Marker::NotLaunched("d.service".into()),
+        ]
+    );
+    assert!(marker_diff(&want, &want).is_empty());
+}
