@@ -33,8 +33,10 @@ const WAIT: Duration = Duration::from_secs(30);
 const HELLO: &str = "[Service]\nExecStart=/bin/sleep 1000\n";
 const SYNC_V1: &str = "[Service]\nExecStart=/bin/sleep 1000\nExecStopPost=/bin/sh -c 'sleep 1; date +%%s.%%N > /tmp/sync-stop-post; touch /tmp/fleetSyncReplaceFile'\n";
 const SYNC_V2: &str = "[Service]\nExecStartPre=/bin/sh -c 'test -f /tmp/fleetSyncReplaceFile && date +%%s.%%N > /tmp/sync-start-pre'\nExecStart=/bin/sleep 1000\n";
-const MOVE_V1: &str = "[Service]\nExecStart=/bin/sleep 1000\nExecStopPost=/bin/sh -c 'sleep 2; date +%%s.%%N > /tmp/move-stop-post'\n";
-const MOVE_V2: &str = "[Service]\nExecStartPre=/bin/sh -c 'date +%%s.%%N > /tmp/move-start-pre'\nExecStart=/bin/sleep 1000\n";
+const MOVE_V1: &str =
+    "[Service]\nExecStart=/bin/sleep 1000\nExecStopPost=/bin/sh -c 'sleep 2; date +%%s.%%N > /tmp/move-stop-post'\n";
+const MOVE_V2: &str =
+    "[Service]\nExecStartPre=/bin/sh -c 'date +%%s.%%N > /tmp/move-start-pre'\nExecStart=/bin/sleep 1000\n";
 
 fn check(ok: bool, what: &str, detail: impl std::fmt::Display) {
     println!("{} {what}: {detail}", if ok { "PASS" } else { "FAIL" });
@@ -148,6 +150,9 @@ async fn agent(url: &str) {
         if shutdown.is_cancelled() {
             break_purge(&mut agent, &registry, Some(lease)).await;
         }
+        // Presumed lost, but etcd may still hold it (leases survive an etcd restart): give it up, so the
+        // presence key can be created again under the next lease.
+        let _ = lease.revoke().await;
     }
 }
 
@@ -231,10 +236,8 @@ async fn drive(url: &str, m1: &str, m2: &str) {
     let h2 = hash(SYNC_V2);
     wait(&reflector, "sync v2 active and marked", |s| {
         let st = state_of(s, "probe-sync.service", m1)?;
-        (st.active_state == "active"
-            && st.hash == h2
-            && marker_of(s, "probe-sync.service", m1).as_deref() == Some(&h2))
-        .then_some(())
+        (st.active_state == "active" && st.hash == h2 && marker_of(s, "probe-sync.service", m1).as_deref() == Some(&h2))
+            .then_some(())
     })
     .await;
     let stop_post = sh("cat /tmp/sync-stop-post");
@@ -287,7 +290,11 @@ async fn drive(url: &str, m1: &str, m2: &str) {
         }
     }
     println!("INFO move states seen: {}", seen.join(" → "));
-    check(seen.iter().any(|r| r.starts_with("here=deactivating")), "state published during the long stop job", "deactivating seen");
+    check(
+        seen.iter().any(|r| r.starts_with("here=deactivating")),
+        "state published during the long stop job",
+        "deactivating seen",
+    );
     check(both_running.is_none(), "never running on both machines", both_running.unwrap_or_else(|| "ok".into()));
     println!("STOP_POST_HERE {}", sh("cat /tmp/move-stop-post"));
     wait(&reflector, "move marked launched there, unmarked here", |s| {
@@ -323,7 +330,11 @@ async fn after_outage(url: &str, m1: &str, m2: &str) {
         for key in [registry.keys().state(unit, m), registry.keys().unit_launched(unit, m)] {
             let resp = client.get(key.as_str(), None).await.expect("get");
             let lease = resp.kvs().first().map_or(0, |kv| kv.lease());
-            check(lease == leases[*m] && lease != 0, "key bound to the machine's new lease", format!("{key} {lease:x}"));
+            check(
+                lease == leases[*m] && lease != 0,
+                "key bound to the machine's new lease",
+                format!("{key} {lease:x}"),
+            );
         }
     }
 }
