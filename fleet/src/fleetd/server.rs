@@ -46,9 +46,16 @@ pub enum ServerError {
 
 /// How one run of the components ended.
 enum RunEnd {
-    Shutdown { registry: Option<Registry>, presence: Option<LeaseKeeper> },
+    /// Shut down; with the registry connection and presence lease when this machine was registered.
+    Shutdown(Option<Box<Registered>>),
     Reload,
     MonitorTriggered,
+}
+
+/// A live registration: the connection and this machine's presence lease.
+struct Registered {
+    registry: Registry,
+    presence: LeaseKeeper,
 }
 
 /// Everything that survives restarts of the components.
@@ -87,8 +94,8 @@ pub async fn run(config_path: Option<PathBuf>) -> Result<(), ServerError> {
             RunEnd::MonitorTriggered => {
                 tracing::error!("Server monitor triggered: Monitor timed out before successful heartbeat");
             }
-            RunEnd::Shutdown { registry, presence } => {
-                daemon.shutdown(registry, presence).await;
+            RunEnd::Shutdown(registered) => {
+                daemon.shutdown(registered.map(|r| *r)).await;
                 break;
             }
         }
@@ -122,8 +129,7 @@ async fn api_listeners(config: &Config) -> Result<Vec<Listener>, ServerError> {
 }
 
 fn etcd_config(config: &Config) -> EtcdConfig {
-    let user = (!config.etcd_username.is_empty())
-        .then(|| (config.etcd_username.clone(), config.etcd_password.clone()));
+    let user = (!config.etcd_username.is_empty()).then(|| (config.etcd_username.clone(), config.etcd_password.clone()));
     EtcdConfig {
         endpoints: config.etcd_servers.clone(),
         prefix: config.etcd_key_prefix.clone(),
@@ -152,7 +158,7 @@ impl Daemon {
         tokio::select! {
             _ = tokio::time::sleep(delay) => None,
             request = self.signals.next() => match request {
-                Request::Shutdown => Some(RunEnd::Shutdown { registry: None, presence: None }),
+                Request::Shutdown => Some(RunEnd::Shutdown(None)),
                 Request::Reload => Some(RunEnd::Reload),
                 Request::Dump => None,
             },
@@ -168,10 +174,7 @@ impl Daemon {
             match self.register(ttl).await {
                 Ok(registered) => break registered,
                 Err(err) => {
-                    tracing::error!(
-                        "Server register machine failed: {err}, retrying in {} sec.",
-                        backoff.as_secs()
-                    );
+                    tracing::error!("Server register machine failed: {err}, retrying in {} sec.", backoff.as_secs());
                     if let Some(end) = self.pause(backoff).await {
                         return end;
                     }
@@ -208,7 +211,7 @@ impl Daemon {
                         break RunEnd::MonitorTriggered;
                     }
                     request = self.signals.next() => match request {
-                        Request::Shutdown => break RunEnd::Shutdown { registry: None, presence: None },
+                        Request::Shutdown => break RunEnd::Shutdown(None),
                         Request::Reload => break RunEnd::Reload,
                         Request::Dump => dump(&reflector, &self.machine_id),
                     },
@@ -224,7 +227,7 @@ impl Daemon {
             }
         }
         match end {
-            RunEnd::Shutdown { .. } => RunEnd::Shutdown { registry: Some(registry), presence: Some(presence) },
+            RunEnd::Shutdown(_) => RunEnd::Shutdown(Some(Box::new(Registered { registry, presence }))),
             other => other,
         }
     }
@@ -248,19 +251,22 @@ impl Daemon {
         tracing::info!("Reloading configuration from {}", path.display());
         match load_config(self.config_path.as_deref()) {
             Ok(loaded) if loaded.config.agent_ttl().is_ok() => self.loaded = loaded,
-            Ok(loaded) => tracing::error!(agent_ttl = %loaded.config.agent_ttl, "new configuration refused: bad agent_ttl"),
+            Ok(loaded) => {
+                tracing::error!(agent_ttl = %loaded.config.agent_ttl, "new configuration refused: bad agent_ttl")
+            }
             Err(err) => tracing::error!(error = %err, "new configuration refused; keeping the old one"),
         }
     }
 
     /// Graceful shutdown (spec §1.5): stop and unload every unit here, then drop this machine's presence, states
     /// and launched markers at once by revoking its lease.
-    async fn shutdown(&mut self, registry: Option<Registry>, presence: Option<LeaseKeeper>) {
+    async fn shutdown(&mut self, registered: Option<Registered>) {
         tracing::info!("Gracefully shutting down");
-        if let Err(err) = self.agent.purge(registry.as_ref(), PURGE_DEADLINE).await {
+        let registry = registered.as_ref().map(|r| &r.registry);
+        if let Err(err) = self.agent.purge(registry, PURGE_DEADLINE).await {
             tracing::error!(error = %err, "purging units failed");
         }
-        if let Some(presence) = presence {
+        if let Some(Registered { presence, .. }) = registered {
             match tokio::time::timeout(SHUTDOWN_REGISTRY_DEADLINE, presence.revoke()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(err)) => tracing::warn!(error = %err, "could not revoke the presence lease"),
@@ -278,7 +284,12 @@ fn dump(reflector: &Reflector, machine_id: &str) {
     let published: BTreeMap<String, serde_json::Value> = snapshot
         .unit_states()
         .filter(|s| s.machine_id == machine_id)
-        .map(|s| (s.name.clone(), serde_json::json!({"load": s.load_state, "active": s.active_state, "sub": s.sub_state, "hash": s.hash})))
+        .map(|s| {
+            (
+                s.name.clone(),
+                serde_json::json!({"load": s.load_state, "active": s.active_state, "sub": s.sub_state, "hash": s.hash}),
+            )
+        })
         .collect();
     let dump = serde_json::json!({
         "Agent": {"Cache": {"TargetStates": targets}},
