@@ -150,6 +150,9 @@ async fn agent(url: &str) {
         if shutdown.is_cancelled() {
             break_purge(&mut agent, &registry, Some(lease)).await;
         }
+        // Presumed lost, but etcd may still hold it (leases survive an etcd restart): give it up, so the
+        // presence key can be created again under the next lease.
+        let _ = lease.revoke().await;
     }
 }
 

@@ -24,10 +24,12 @@ for c in "$c1" "$c2"; do
     /usr/local/bin/agent_probe agent "$etcd" >/dev/null
 done
 
-docker exec "$c1" /usr/local/bin/agent_probe drive "$etcd" "$m1" "$m2" | tee /tmp/agent-probe-drive.out
-stop_post=$(sed -n 's/^STOP_POST_HERE //p' /tmp/agent-probe-drive.out)
+out=$(mktemp)
+docker exec "$c1" /usr/local/bin/agent_probe drive "$etcd" "$m1" "$m2" > "$out" || { cat "$out"; rm -f "$out"; exit 1; }
+cat "$out"
+stop_post=$(sed -n 's/^STOP_POST_HERE //p' "$out"); rm -f "$out"
 start_pre=$(docker exec "$c2" cat /tmp/move-start-pre)
-if awk -v a="$stop_post" -v b="$start_pre" 'BEGIN { exit !(a < b) }'; then
+if [ -n "$stop_post" ] && [ -n "$start_pre" ] && awk -v a="$stop_post" -v b="$start_pre" 'BEGIN { exit !(a < b) }'; then
   echo "PASS cross-machine move: ExecStopPost(v1 on m1) $stop_post < ExecStartPre(v2 on m2) $start_pre"
 else
   echo "FAIL cross-machine move: ExecStopPost(v1 on m1) $stop_post >= ExecStartPre(v2 on m2) $start_pre"; exit 1

@@ -146,6 +146,11 @@ impl<S: SystemdOps> Executor<S> {
         &self.believed
     }
 
+    /// Whether unit files changed since the last daemon-reload (a reload was deferred, failed, or is still due).
+    pub fn reload_pending(&self) -> bool {
+        self.reload_needed
+    }
+
     fn loaded_changed(&self) {
         let now = self.units.hashes();
         self.loaded_tx.send_if_modified(|seen| {

@@ -31,7 +31,7 @@ use super::desired::{ThisMachine, desired_units};
 use super::error::AgentError;
 use super::executor::{Executor, ExecutorConfig, Marker, TaskReport, marker_diff, markers};
 use super::handover::{Blocker, hold_starts, other_copies, start_blocker};
-use super::plan::{Planned, plan};
+use super::plan::{Desired, Planned, Reason, Task, plan};
 use super::publish_loop::PublishLoop;
 use super::publisher::Publisher;
 use super::timing::{RECONCILE_INTERVAL, refresh_period};
@@ -210,14 +210,71 @@ pub(crate) struct Reconciled {
     pub markers: Vec<Marker>,
 }
 
-/// One reconcile of this machine against `snapshot` (the shell around the pure functions; systemd behind
-/// [`SystemdOps`] so tests can fake it).
+/// One reconcile of this machine (the shell around the pure functions; systemd behind [`SystemdOps`] so tests
+/// can fake it). `latest` returns the newest registry snapshot.
+///
+/// A plan can go stale while it runs: a stop job may take minutes, and meanwhile the unit may have moved to
+/// another machine. So a plan that stops or unloads anything runs in two rounds: first only its Stop/Unload
+/// tasks, then a fresh plan from the newest snapshot (with the daemon-reload the unloads need), whose Load/Start
+/// tasks therefore never act on a decision made before the stops (units whose stop failed are left for the next
+/// reconcile).
 pub(crate) async fn reconcile_once<S: SystemdOps>(
     executor: &mut Executor<S>,
     cache: &mut UnitCache,
-    snapshot: &Snapshot,
+    latest: &dyn Fn() -> Arc<Snapshot>,
     me: &str,
 ) -> Result<Reconciled, Skip> {
+    let mut snapshot = latest();
+    let mut round = prepare(executor, cache, &snapshot, me)?;
+    let mut reports = Vec::new();
+    if round.planned.iter().any(|p| is_down(&p.task)) {
+        let (down, _): (Vec<Planned>, Vec<Planned>) =
+            std::mem::take(&mut round.planned).into_iter().partition(|p| is_down(&p.task));
+        reports = executor.run(down, &round.desired).await;
+        let failed: BTreeSet<String> = reports
+            .iter()
+            .filter(|r| r.outcome.is_err())
+            .filter_map(|r| r.planned.task.unit().map(str::to_string))
+            .collect();
+        snapshot = latest();
+        match prepare(executor, cache, &snapshot, me) {
+            Ok(mut next) => {
+                next.planned.retain(|p| p.task.unit().is_none_or(|u| !failed.contains(u)));
+                round = next;
+            }
+            Err(skip) => {
+                debug!(reason = %skip, "agent: second round skipped");
+                round.held.clear();
+            }
+        }
+    }
+    reports.extend(executor.run(round.planned, &round.desired).await);
+    let have: BTreeMap<String, String> = snapshot
+        .unit_records()
+        .iter()
+        .filter_map(|(name, r)| r.launched.get(me).map(|h| (name.clone(), h.clone())))
+        .collect();
+    let markers = marker_plan(&reports, executor.loaded(), &executor.launched_hashes(), &have);
+    Ok(Reconciled { reports, held: round.held, markers })
+}
+
+fn is_down(task: &Task) -> bool {
+    matches!(task, Task::Stop(_) | Task::Unload(_))
+}
+
+/// One round's inputs: the desired units and the plan, with held starts taken out.
+struct Round {
+    desired: BTreeMap<String, Desired>,
+    planned: Vec<Planned>,
+    held: Vec<(Planned, Blocker)>,
+}
+
+fn prepare<S: SystemdOps>(
+    executor: &Executor<S>,
+    cache: &mut UnitCache,
+    snapshot: &Snapshot,
+    me: &str,
+) -> Result<Round, Skip> {
     if !snapshot.is_connected() {
         return Err(Skip::Disconnected);
     }
@@ -226,17 +283,15 @@ pub(crate) async fn reconcile_once<S: SystemdOps>(
     let this = ThisMachine { id: me.to_string(), metadata: machine.metadata };
     let desired = desired_units(&units, &this).map_err(|_| Skip::OwnMachineMissing)?;
     let global: BTreeSet<&str> = units.iter().filter(|u| u.requirements.global).map(|u| u.name.as_str()).collect();
-    let planned = plan(&desired, &executor.actual());
+    let mut planned = plan(&desired, &executor.actual());
+    // A daemon-reload still due from an earlier run (deferred or failed) goes before this plan's starts.
+    if executor.reload_pending() && !planned.iter().any(|p| p.task == Task::Reload) {
+        let at = planned.iter().position(|p| matches!(p.task, Task::Start(_))).unwrap_or(planned.len());
+        planned.insert(at, Planned { task: Task::Reload, reason: Reason::UnitFilesChanged });
+    }
     let (planned, held) =
         hold_starts(planned, |name| start_blocker(me, global.contains(name), &other_copies(snapshot, name, me)));
-    let reports = executor.run(planned, &desired).await;
-    let have: BTreeMap<String, String> = snapshot
-        .unit_records()
-        .iter()
-        .filter_map(|(name, r)| r.launched.get(me).map(|h| (name.clone(), h.clone())))
-        .collect();
-    let markers = marker_plan(&reports, executor.loaded(), &executor.launched_hashes(), &have);
-    Ok(Reconciled { reports, held, markers })
+    Ok(Round { desired, planned, held })
 }
 
 /// The marker writes after a run: the reports' markers (the last one per unit wins), then repairs
@@ -307,11 +362,11 @@ impl ReconcileLoop<'_> {
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             // The latest snapshot: every change that arrived while the last reconcile ran is folded into it.
-            let snapshot = Arc::clone(&self.snapshots.borrow_and_update());
+            self.snapshots.mark_unchanged();
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => return Ok(()),
-                () = self.reconcile(&snapshot) => {}
+                () = self.reconcile() => {}
             }
             tick.reset();
             tokio::select! {
@@ -327,8 +382,11 @@ impl ReconcileLoop<'_> {
         }
     }
 
-    async fn reconcile(&mut self, snapshot: &Snapshot) {
-        match reconcile_once(self.executor, self.cache, snapshot, self.machine).await {
+    async fn reconcile(&mut self) {
+        let snapshots = self.snapshots.clone();
+        let latest = move || Arc::clone(&snapshots.borrow());
+        let revision = latest().revision();
+        match reconcile_once(self.executor, self.cache, &latest, self.machine).await {
             Err(skip) => {
                 if self.skipped != Some(skip) {
                     match skip {
@@ -340,10 +398,10 @@ impl ReconcileLoop<'_> {
             }
             Ok(done) => {
                 if let Some(was) = self.skipped.take() {
-                    info!(was = %was, revision = snapshot.revision(), "agent: reconciling again");
+                    info!(was = %was, revision, "agent: reconciling again");
                 }
                 if !done.reports.is_empty() {
-                    debug!(tasks = done.reports.len(), revision = snapshot.revision(), "agent: reconcile ran tasks");
+                    debug!(tasks = done.reports.len(), revision, "agent: reconcile ran tasks");
                 }
                 self.log_held(&done.held);
                 write_markers(self.registry, self.machine, self.lease, done.markers).await;

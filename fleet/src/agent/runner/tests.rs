@@ -83,7 +83,8 @@ fn setup() -> Setup {
 
 impl Setup {
     async fn reconcile(&mut self, snap: &Snapshot) -> Result<Reconciled, Skip> {
-        reconcile_once(&mut self.exec, &mut self.cache, snap, ME).await
+        let snap = Arc::new(snap.clone());
+        reconcile_once(&mut self.exec, &mut self.cache, &move || Arc::clone(&snap), ME).await
     }
 }
 
@@ -242,4 +243,44 @@ fn marker_plan_keeps_the_last_marker_per_unit_and_repairs_untouched_units() {
 fn skip_reasons_read_well() {
     assert_eq!(Skip::Disconnected.to_string(), "registry unreachable");
     assert_eq!(Skip::OwnMachineMissing.to_string(), "this machine's record is missing from the registry");
+}
+
+#[tokio::test]
+async fn starts_are_planned_from_the_snapshot_seen_after_the_stops() {
+    // While the old version stops (a long ExecStopPost), the unit moves to another machine: the new version must
+    // not be started here from the plan made before the stop.
+    let mut s = setup();
+    s.reconcile(&Snap::new().machine(ME).unit("a.service", V1, "launched", Some(ME)).done()).await.unwrap();
+    s.fake.calls();
+    let before = Arc::new(Snap::new().machine(ME).unit("a.service", V2, "launched", Some(ME)).done());
+    let after = Arc::new(Snap::new().machine(ME).machine(OTHER).unit("a.service", V2, "launched", Some(OTHER)).done());
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let latest = move || {
+        let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Arc::clone(if n == 0 { &before } else { &after })
+    };
+    let done = reconcile_once(&mut s.exec, &mut s.cache, &latest, ME).await.unwrap();
+    assert_eq!(tasks(&done), ["StopUnit a.service", "UnloadUnit a.service", "ReloadUnitFiles -"]);
+    assert!(!s.fake.calls().iter().any(|c| c.starts_with("start") || c.starts_with("link")));
+    assert_eq!(done.markers, [Marker::NotLaunched("a.service".into())]);
+}
+
+#[tokio::test]
+async fn a_reload_left_pending_is_done_before_the_next_starts() {
+    let mut s = setup();
+    *s.fake.start_delay.lock().unwrap() = Some(Duration::from_millis(300));
+    s.fake.active.lock().unwrap().insert("slow.service".into(), "activating".into());
+    let snap = Snap::new().machine(ME).unit("slow.service", V1, "launched", Some(ME));
+    s.reconcile(&snap.done()).await.unwrap();
+    *s.fake.start_delay.lock().unwrap() = None;
+    // A new unit while the slow start runs: loaded, reload deferred.
+    let snap = snap.unit("b.service", V2, "launched", Some(ME));
+    let done = s.reconcile(&snap.done()).await.unwrap();
+    assert_eq!(tasks(&done), ["LoadUnit b.service", "ReloadUnitFiles -", "StartUnit b.service"]);
+    assert!(s.exec.reload_pending());
+    s.fake.active.lock().unwrap().insert("slow.service".into(), "active".into());
+    s.fake.calls();
+    let done = s.reconcile(&snap.done()).await.unwrap();
+    assert_eq!(tasks(&done), ["ReloadUnitFiles -", "StartUnit b.service"]);
+    assert_eq!(s.fake.calls(), ["reload ", "start b.service"]);
 }
