@@ -66,6 +66,9 @@ struct Daemon {
     agent: Agent,
     api: watch::Sender<Option<Arc<Api>>>,
     signals: Signals,
+    /// The presence lease of the last successful registration, revoked if it still holds our machine key when we
+    /// register again after a monitor restart.
+    previous_presence: Option<i64>,
 }
 
 /// Runs fleetd until a shutdown signal; returns the process exit status.
@@ -87,7 +90,7 @@ pub async fn run(config_path: Option<PathBuf>) -> Result<(), ServerError> {
     let api_stop = CancellationToken::new();
     let serving = tokio::spawn(crate::api::serve::serve(listeners, api_rx, api_stop.clone()));
 
-    let mut daemon = Daemon { config_path, loaded, machine_id, agent, api, signals };
+    let mut daemon = Daemon { config_path, loaded, machine_id, agent, api, signals, previous_presence: None };
     loop {
         match daemon.run_components().await {
             RunEnd::Reload => daemon.reload(),
@@ -195,6 +198,7 @@ impl Daemon {
         self.api.send_replace(Some(Arc::new(Api::new(registry.clone(), reflector.clone(), token_limit))));
         tracing::info!(machine = %self.machine_id, lease = format_args!("{:x}", presence.id()), "fleet server running");
 
+        let debug = self.agent.debug_handle();
         let end = {
             let agent_run = self.agent.run(registry.clone(), reflector.subscribe(), presence.id(), stop.child_token());
             tokio::pin!(agent_run);
@@ -213,7 +217,7 @@ impl Daemon {
                     request = self.signals.next() => match request {
                         Request::Shutdown => break RunEnd::Shutdown(None),
                         Request::Reload => break RunEnd::Reload,
-                        Request::Dump => dump(&reflector, &self.machine_id),
+                        Request::Dump => dump(&debug, &reflector),
                     },
                 }
             }
@@ -233,12 +237,26 @@ impl Daemon {
     }
 
     /// Connects to etcd and registers this machine under a new presence lease.
-    async fn register(&self, ttl: Duration) -> Result<(Registry, LeaseKeeper), RegistryError> {
+    async fn register(&mut self, ttl: Duration) -> Result<(Registry, LeaseKeeper), RegistryError> {
         let registry = Registry::connect(&etcd_config(self.config())).await?;
         registry.ensure_layout_version().await?;
         let presence = LeaseKeeper::grant(&registry, ttl).await?;
-        match registry.register_machine(&self.local_state(), presence.id()).await {
-            Ok(_) => Ok((registry, presence)),
+        let mut result = registry.register_machine(&self.local_state(), presence.id()).await;
+        if let Err(RegistryError::DuplicateMachine { lease, .. }) = &result
+            && Some(*lease) == self.previous_presence
+        {
+            // Our own earlier lease outlived the outage (etcd keeps leases across restarts): retire it.
+            tracing::info!(lease = format_args!("{lease:x}"), "revoking this machine's previous presence lease");
+            if let Err(err) = registry.client().lease_revoke(*lease).await {
+                tracing::warn!(error = %err, "revoking the previous presence lease failed");
+            }
+            result = registry.register_machine(&self.local_state(), presence.id()).await;
+        }
+        match result {
+            Ok(_) => {
+                self.previous_presence = Some(presence.id());
+                Ok((registry, presence))
+            }
             Err(err) => {
                 let _ = presence.revoke().await;
                 Err(err)
@@ -276,26 +294,16 @@ impl Daemon {
     }
 }
 
-/// SIGUSR1: this machine's view of the registry as JSON on stdout.
-fn dump(reflector: &Reflector, machine_id: &str) {
+/// SIGUSR1 (spec §1.5): the agent's caches, plus this fleetd's view of the registry, as one JSON line on stdout.
+fn dump(agent: &crate::agent::DebugHandle, reflector: &Reflector) {
     let snapshot = reflector.snapshot();
-    let targets: BTreeMap<String, String> =
-        snapshot.units_targeting(machine_id).map(|u| (u.name.to_string(), u.desired.to_string())).collect();
-    let published: BTreeMap<String, serde_json::Value> = snapshot
-        .unit_states()
-        .filter(|s| s.machine_id == machine_id)
-        .map(|s| {
-            (
-                s.name.clone(),
-                serde_json::json!({"load": s.load_state, "active": s.active_state, "sub": s.sub_state, "hash": s.hash}),
-            )
-        })
-        .collect();
-    let dump = serde_json::json!({
-        "Agent": {"Cache": {"TargetStates": targets}},
-        "UnitStatePublisher": {"Cache": published},
-        "Registry": {"Revision": snapshot.revision(), "Connected": snapshot.is_connected(), "Leader": snapshot.leader()},
-    });
+    let mut dump = agent.dump();
+    if let Some(object) = dump.as_object_mut() {
+        object.insert(
+            "Registry".into(),
+            serde_json::json!({"Revision": snapshot.revision(), "Connected": snapshot.is_connected(), "Leader": snapshot.leader()}),
+        );
+    }
     println!("{dump}");
 }
 
