@@ -5,7 +5,9 @@
 
 pub mod agent;
 pub mod api;
+pub mod client;
 pub mod engine;
+pub mod fleetctl;
 pub mod fleetd;
 pub mod machine;
 pub mod model;

@@ -1,5 +1,5 @@
-//! fleetctl: the command-line client. Until the core lands it only reports its version.
+//! fleetctl: the command-line client. All logic lives in `fleet::fleetctl`; this only exits with its code.
 
 fn main() {
-    println!("fleetctl version {}", fleet::version::VERSION);
+    std::process::exit(fleet::fleetctl::main());
 }

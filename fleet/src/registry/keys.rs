@@ -189,6 +189,11 @@ impl Keys {
         self.key(&["states", ""])
     }
 
+    /// Range holding every machine's published state of one unit.
+    pub fn unit_states_dir(&self, unit: &str) -> String {
+        self.key(&["states", unit, ""])
+    }
+
     pub fn state(&self, unit: &str, machine: &str) -> String {
         self.key(&["states", unit, machine])
     }
@@ -282,6 +287,7 @@ mod tests {
         assert_eq!(k.unit_dir("a.service"), "/p/units/a.service/");
         assert_eq!(k.body("ab"), "/p/bodies/ab");
         assert_eq!(k.state("a.service", "m1"), "/p/states/a.service/m1");
+        assert_eq!(k.unit_states_dir("a.service"), "/p/states/a.service/");
         assert_eq!(k.machine_object("m1"), "/p/machines/m1/object");
         assert_eq!(k.machine_metadata("m1", "role"), "/p/machines/m1/metadata/role");
         assert_eq!(k.engine_leader(), "/p/engine/leader");

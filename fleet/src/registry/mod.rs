@@ -10,7 +10,8 @@
 //!   version), `layout` (layout version).
 //! * `lease` — [`LeaseKeeper`]: grant, manual keep-alive, loss notification, revoke.
 //! * Reads: `snapshot` ([`Snapshot`], the typed image at one revision), `reflector` ([`Reflector`]: list + watch →
-//!   `watch::Receiver<Arc<Snapshot>>`), `views` (derived views: current state, sort orders, GC candidates).
+//!   `watch::Receiver<Arc<Snapshot>>`), `views` (derived views: current state, sort orders, GC candidates),
+//!   `scoped` (one-shot consistent reads of one part of the prefix, for tools without a reflector).
 //!
 //! Readers serve from the reflector's snapshot, never from per-request etcd reads; writers go straight to etcd and
 //! see their effect when the reflector catches up (wait on its revision if read-your-writes matters).
@@ -26,6 +27,7 @@ mod lease;
 mod machines;
 mod records;
 mod reflector;
+mod scoped;
 mod snapshot;
 mod states;
 mod units;
@@ -141,18 +143,26 @@ impl Registry {
     /// needs one huge gRPC message and the result is still one consistent revision.
     pub async fn read_snapshot(&self) -> Result<Snapshot> {
         let prefix = self.keys.prefix().to_string();
+        let mut snapshot = Snapshot::default();
+        let revision = self.read_range_into(&mut snapshot, &prefix, 0).await?;
+        snapshot.set_revision(revision);
+        snapshot.set_connected(true);
+        Ok(snapshot)
+    }
+
+    /// Applies every key starting with `prefix` to `snapshot`, read in pages of [`LIST_PAGE`] keys at `revision`
+    /// (0: the current revision). Returns the revision read at.
+    pub(crate) async fn read_range_into(&self, snapshot: &mut Snapshot, prefix: &str, revision: i64) -> Result<i64> {
         let end = range_end(prefix.as_bytes());
         let mut kv = self.client.kv_client().max_decoding_message_size(MAX_MESSAGE);
-        let mut snapshot = Snapshot::default();
-        let mut start = prefix.clone().into_bytes();
-        let mut revision = 0;
+        let mut start = prefix.as_bytes().to_vec();
+        let mut revision = revision;
         loop {
             let mut options = etcd_client::GetOptions::new().with_range(end.clone()).with_limit(LIST_PAGE);
             if revision > 0 {
                 options = options.with_revision(revision);
             }
-            let resp =
-                kv.get(start.clone(), Some(options)).await.map_err(RegistryError::etcd("get", prefix.clone()))?;
+            let resp = kv.get(start.clone(), Some(options)).await.map_err(RegistryError::etcd("get", prefix))?;
             if revision == 0 {
                 revision = resp.header().map_or(0, |h| h.revision());
             }
@@ -166,12 +176,9 @@ impl Registry {
                     start = last.key().to_vec();
                     start.push(0);
                 }
-                _ => break,
+                _ => return Ok(revision),
             }
         }
-        snapshot.set_revision(revision);
-        snapshot.set_connected(true);
-        Ok(snapshot)
     }
 
     /// Runs a transaction and returns whether its compares held.

@@ -1,8 +1,7 @@
 //! The HTTP API v1 server against a real etcd: the original's wire semantics (status codes, error bodies,
 //! pagination, PATCH format) exercised with raw HTTP requests, as any client would send them.
 
-#[path = "../registry/etcd.rs"]
-#[allow(dead_code)] // restart() is only used by the registry tests
+#[path = "../support/etcd.rs"]
 mod etcd;
 
 use std::sync::Arc;

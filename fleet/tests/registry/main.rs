@@ -2,6 +2,7 @@
 //! bursts, compaction and etcd restarts. Waits are on the reflector's change notifications with deadlines, never
 //! sleeps.
 
+#[path = "../support/etcd.rs"]
 mod etcd;
 
 use std::collections::BTreeSet;
@@ -447,4 +448,36 @@ async fn thousand_units_destroy_within_budget_and_bodies_are_collected() {
     assert_eq!(reg.delete_bodies(&snap.unreferenced_bodies()).await.unwrap(), 10);
     eprintln!("1000 units: created in {created:?}, destroyed in {destroyed:?}");
     assert!(destroyed < Duration::from_secs(5), "destroy took {destroyed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scoped_reads_hold_only_their_part_and_derive_current_state() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/scoped").await;
+    let (v1, v2) = (version("[Service]\nExecStart=/bin/true\n"), version("[Service]\nExecStart=/bin/false\n"));
+    reg.create_unit(&put("a.service", &v1, JobState::Launched)).await.unwrap();
+    reg.create_unit(&put("a.service2", &v2, JobState::Loaded)).await.unwrap();
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+    reg.register_machine(&machine("m1"), lease.id()).await.unwrap();
+    assert!(reg.schedule("a.service", "m1").await.unwrap());
+    reg.publish_state(&state("a.service", "m1", &v1.hash), lease.id()).await.unwrap();
+    reg.publish_state(&state("a.service2", "m1", &v2.hash), lease.id()).await.unwrap();
+    assert!(reg.mark_launched("a.service", "m1", &v1.hash, lease.id()).await.unwrap());
+
+    let one = reg.read_unit_snapshot("a.service").await.unwrap();
+    let names: Vec<&str> = one.units().map(|u| u.name).collect();
+    assert_eq!(names, ["a.service"], "a.service2 shares the name prefix but not the unit's range");
+    let a = one.unit("a.service").unwrap();
+    assert_eq!((a.current, a.target, &**a.body), (JobState::Launched, Some("m1"), v1.text.as_str()));
+    assert_eq!(one.bodies().len(), 1);
+    assert_eq!(one.machines().count(), 0);
+    assert!(reg.read_unit_snapshot("nope.service").await.unwrap().unit("nope.service").is_none());
+
+    let states = reg.read_states_snapshot(Some("a.service")).await.unwrap();
+    assert_eq!(states.unit_states().map(|s| s.name).collect::<Vec<_>>(), ["a.service"]);
+    assert_eq!(reg.read_states_snapshot(None).await.unwrap().unit_states().count(), 2);
+    let machines = reg.read_machines_snapshot().await.unwrap();
+    assert_eq!(machines.machines().map(|m| m.id).collect::<Vec<_>>(), ["m1"]);
+    assert_eq!(machines.units().count(), 0);
+    lease.revoke().await.unwrap();
 }

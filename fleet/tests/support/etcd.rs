@@ -1,5 +1,7 @@
 //! A real etcd for tests: `/usr/bin/etcd` on 127.0.0.1 with free ports and a temporary data dir, killed on drop
-//! (also when the test panics), restartable on the same data dir and ports.
+//! (also when the test panics), restartable on the same data dir and ports. Shared by the integration test binaries
+//! (`#[path = "../support/etcd.rs"] mod etcd;`); each uses only part of it.
+#![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::path::PathBuf;

@@ -1,0 +1,326 @@
+//! An in-memory [`Client`]: a pretend cluster for command tests. It applies the API's PUT rules (§8.6) and, when
+//! `converge` is on, makes every unit reach its desired state after `lag` observations, scheduled on the first
+//! machine (or the one named by `MachineID=`), with systemd states to match. Every mutating call is logged.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use super::{Client, ClientError, StateFilter};
+use crate::schema::{Machine, Unit, UnitState};
+use crate::unit::UnitOption;
+use crate::unit::{NameInfo, Requirements, UnitFile};
+use crate::version::SemVer;
+
+#[derive(Debug, Clone)]
+struct FakeUnit {
+    options: Vec<UnitOption>,
+    desired: String,
+    /// How often the unit was observed since its desired state last changed.
+    seen: u32,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    machines: Vec<Machine>,
+    units: BTreeMap<String, FakeUnit>,
+    /// Extra published states (in addition to the converged ones).
+    states: Vec<UnitState>,
+    converge: bool,
+    lag: u32,
+    log: Vec<String>,
+    fail: Option<ClientError>,
+    daemon_version: Option<SemVer>,
+}
+
+/// The fake cluster. Cheap to build; share it by reference.
+#[derive(Debug, Default)]
+pub struct FakeClient {
+    state: Mutex<State>,
+}
+
+fn opts_hash(options: &[UnitOption]) -> String {
+    UnitFile::from_options(options.to_vec()).hash().to_hex()
+}
+
+fn is_global(name: &str, options: &[UnitOption]) -> bool {
+    Requirements::of(&UnitFile::from_options(options.to_vec()), name).global
+}
+
+fn pinned_machine(options: &[UnitOption]) -> Option<String> {
+    options.iter().find(|o| o.section == "X-Fleet" && o.name == "MachineID").map(|o| o.value.clone())
+}
+
+impl FakeClient {
+    /// A cluster with machines `(id, ip)` that converges immediately.
+    pub fn with_machines(machines: &[(&str, &str)]) -> Self {
+        let fc = FakeClient::default();
+        {
+            let mut st = fc.lock();
+            st.machines = machines
+                .iter()
+                .map(|(id, ip)| Machine { id: id.to_string(), primary_ip: ip.to_string(), ..Default::default() })
+                .collect();
+            st.converge = true;
+        }
+        fc
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Whether units reach their desired state at all.
+    pub fn set_converge(&self, on: bool) {
+        self.lock().converge = on;
+    }
+
+    /// Number of observations before a unit shows its new state.
+    pub fn set_lag(&self, lag: u32) {
+        self.lock().lag = lag;
+    }
+
+    /// Make every call fail with `err` (None to stop).
+    pub fn fail_all(&self, err: Option<ClientError>) {
+        self.lock().fail = err;
+    }
+
+    /// The newest fleetd version the cluster reports (for the etcd driver's version check).
+    pub fn set_daemon_version(&self, version: &str) {
+        self.lock().daemon_version = SemVer::parse(version);
+    }
+
+    /// Set a machine's metadata directly.
+    pub fn set_metadata(&self, id: &str, key: &str, value: &str) {
+        let mut st = self.lock();
+        if let Some(m) = st.machines.iter_mut().find(|m| m.id == id) {
+            m.metadata.insert(key.into(), value.into());
+        }
+    }
+
+    /// Put a unit into the registry as-is (no log entry).
+    pub fn insert_unit(&self, name: &str, text: &str, desired: &str) {
+        let options = UnitFile::parse(text).map(|u| u.options().to_vec()).unwrap_or_default();
+        self.lock().units.insert(name.into(), FakeUnit { options, desired: desired.into(), seen: u32::MAX });
+    }
+
+    /// Add a published state that is not derived from a unit (e.g. for list-units tests).
+    pub fn push_state(&self, s: UnitState) {
+        self.lock().states.push(s);
+    }
+
+    /// Mutating calls so far (`create <name> [<state>]`, `set <name> <state>`, `destroy <name>`, `meta ...`).
+    pub fn log(&self) -> Vec<String> {
+        self.lock().log.clone()
+    }
+
+    /// The canonical text of a stored unit.
+    pub fn unit_text(&self, name: &str) -> Option<String> {
+        self.lock().units.get(name).map(|u| UnitFile::from_options(u.options.clone()).canonical())
+    }
+
+    /// Desired state of a stored unit.
+    pub fn desired(&self, name: &str) -> Option<String> {
+        self.lock().units.get(name).map(|u| u.desired.clone())
+    }
+
+    fn check_fail(st: &State) -> Result<(), ClientError> {
+        match &st.fail {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// The API view of one unit; counts as an observation.
+    fn view(st: &mut State, name: &str) -> Option<Unit> {
+        let converge = st.converge;
+        let lag = st.lag;
+        let first_machine = st.machines.first().map(|m| m.id.clone());
+        let u = st.units.get_mut(name)?;
+        u.seen = u.seen.saturating_add(1);
+        let global = is_global(name, &u.options);
+        let reached = converge && u.seen > lag;
+        let mut out = Unit {
+            name: name.to_string(),
+            options: u.options.clone(),
+            desired_state: u.desired.clone(),
+            ..Default::default()
+        };
+        if global {
+            return Some(out);
+        }
+        let target = pinned_machine(&u.options).or(first_machine);
+        if u.desired == "inactive" {
+            out.current_state = "inactive".into();
+        } else if reached {
+            out.current_state = u.desired.clone();
+            out.machine_id = target.unwrap_or_default();
+        } else {
+            out.current_state = "inactive".into();
+        }
+        Some(out)
+    }
+
+    fn derived_states(st: &mut State) -> Vec<UnitState> {
+        let names: Vec<String> = st.units.keys().cloned().collect();
+        let mut out = Vec::new();
+        let machines: Vec<String> = st.machines.iter().map(|m| m.id.clone()).collect();
+        for name in names {
+            let Some(u) = st.units.get(&name).cloned() else { continue };
+            let global = is_global(&name, &u.options);
+            let hash = opts_hash(&u.options);
+            let (active, sub) = if u.desired == "launched" { ("active", "running") } else { ("inactive", "dead") };
+            if u.desired == "inactive" || !st.converge {
+                continue;
+            }
+            let on: Vec<String> = if global {
+                machines.clone()
+            } else {
+                match Self::view(st, &name) {
+                    Some(v) if !v.machine_id.is_empty() => vec![v.machine_id],
+                    _ => vec![],
+                }
+            };
+            for m in on {
+                out.push(UnitState {
+                    hash: hash.clone(),
+                    machine_id: m,
+                    name: name.clone(),
+                    systemd_active_state: active.into(),
+                    systemd_load_state: "loaded".into(),
+                    systemd_sub_state: sub.into(),
+                });
+            }
+        }
+        out.extend(st.states.iter().cloned());
+        out.sort_by(|a, b| (&a.name, &a.machine_id).cmp(&(&b.name, &b.machine_id)));
+        out
+    }
+}
+
+impl Client for FakeClient {
+    fn machines(&self) -> Result<Vec<Machine>, ClientError> {
+        let st = self.lock();
+        Self::check_fail(&st)?;
+        let mut ms = st.machines.clone();
+        ms.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(ms)
+    }
+
+    fn units(&self) -> Result<Vec<Unit>, ClientError> {
+        let mut st = self.lock();
+        Self::check_fail(&st)?;
+        let names: Vec<String> = st.units.keys().cloned().collect();
+        Ok(names
+            .iter()
+            .filter_map(|n| {
+                let mut u = Self::view(&mut st, n)?;
+                if u.current_state.is_empty() {
+                    u.current_state = "inactive".into();
+                }
+                Some(u)
+            })
+            .collect())
+    }
+
+    fn unit(&self, name: &str) -> Result<Option<Unit>, ClientError> {
+        let mut st = self.lock();
+        Self::check_fail(&st)?;
+        Ok(Self::view(&mut st, name))
+    }
+
+    fn create_unit(&self, unit: &Unit) -> Result<(), ClientError> {
+        let mut st = self.lock();
+        Self::check_fail(&st)?;
+        let api = |code: u16, m: &str| Err(ClientError::Api { code, message: m.to_string() });
+        let desired = if unit.desired_state.is_empty() { "inactive".to_string() } else { unit.desired_state.clone() };
+        match st.units.get(&unit.name) {
+            None if unit.options.is_empty() => return api(409, "unit does not exist and options field empty"),
+            Some(existing) if unit.options.is_empty() || opts_hash(&existing.options) == opts_hash(&unit.options) => {
+                if unit.desired_state.is_empty() {
+                    return api(409, "must provide DesiredState to update existing unit");
+                }
+                if NameInfo::parse(&unit.name).is_some_and(|i| i.is_template()) && unit.desired_state != "inactive" {
+                    return api(400, &format!("cannot activate template {:?}", unit.name));
+                }
+                let name = unit.name.clone();
+                if let Some(u) = st.units.get_mut(&name) {
+                    u.desired = desired.clone();
+                    u.seen = 0;
+                }
+                st.log.push(format!("set {name} {desired}"));
+                return Ok(());
+            }
+            _ => {}
+        }
+        st.log.push(format!("create {} {desired}", unit.name));
+        st.units.insert(unit.name.clone(), FakeUnit { options: unit.options.clone(), desired, seen: 0 });
+        Ok(())
+    }
+
+    fn set_unit_target_state(&self, name: &str, state: &str) -> Result<(), ClientError> {
+        let mut st = self.lock();
+        Self::check_fail(&st)?;
+        let Some(u) = st.units.get_mut(name) else {
+            return Err(ClientError::Api { code: 404, message: "unit does not exist".into() });
+        };
+        u.desired = state.to_string();
+        u.seen = 0;
+        st.log.push(format!("set {name} {state}"));
+        Ok(())
+    }
+
+    fn destroy_unit(&self, name: &str) -> Result<(), ClientError> {
+        let mut st = self.lock();
+        Self::check_fail(&st)?;
+        if st.units.remove(name).is_none() {
+            return Err(ClientError::Api { code: 404, message: "unit does not exist".into() });
+        }
+        st.log.push(format!("destroy {name}"));
+        Ok(())
+    }
+
+    fn unit_states(&self, filter: &StateFilter) -> Result<Vec<UnitState>, ClientError> {
+        let mut st = self.lock();
+        Self::check_fail(&st)?;
+        Ok(Self::derived_states(&mut st)
+            .into_iter()
+            .filter(|s| filter.machine_id.as_ref().is_none_or(|m| &s.machine_id == m))
+            .filter(|s| filter.unit_name.as_ref().is_none_or(|n| &s.name == n))
+            .collect())
+    }
+
+    fn unit_state(&self, name: &str) -> Result<Option<UnitState>, ClientError> {
+        let mut st = self.lock();
+        Self::check_fail(&st)?;
+        Ok(Self::derived_states(&mut st).into_iter().find(|s| s.name == name))
+    }
+
+    fn set_machine_metadata(&self, machine_id: &str, key: &str, value: &str) -> Result<(), ClientError> {
+        let mut st = self.lock();
+        Self::check_fail(&st)?;
+        st.log.push(format!("meta {machine_id} {key}={value}"));
+        if let Some(m) = st.machines.iter_mut().find(|m| m.id == machine_id) {
+            m.metadata.insert(key.into(), value.into());
+        }
+        Ok(())
+    }
+
+    fn delete_machine_metadata(&self, machine_id: &str, key: &str) -> Result<(), ClientError> {
+        let mut st = self.lock();
+        Self::check_fail(&st)?;
+        st.log.push(format!("meta {machine_id} -{key}"));
+        if let Some(m) = st.machines.iter_mut().find(|m| m.id == machine_id) {
+            m.metadata.remove(key);
+        }
+        Ok(())
+    }
+
+    fn latest_daemon_version(&self) -> Result<Option<SemVer>, ClientError> {
+        let st = self.lock();
+        Self::check_fail(&st)?;
+        Ok(st.daemon_version.clone())
+    }
+}

@@ -1,0 +1,491 @@
+//! [`Client`] over the HTTP API v1 (spec §8, §9.3), as the original's generated Go client speaks it: `?alt=json` on
+//! every request, `nextPageToken` followed until absent, 404 on single GETs read as "not found", error bodies turned
+//! into `googleapi: ...` errors. One HTTP/1.1 connection per request over TCP or a Unix socket; a per-request timeout
+//! (`--request-timeout`, B11 Rec) bounds connect + request + body.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+
+use super::endpoint::{ApiEndpoint, Transport};
+use super::{BuildError, Client, ClientError, StateFilter};
+use crate::schema::{ErrorBody, Machine, MachineMetadataOp, MachinePage, Unit, UnitPage, UnitState, UnitStatePage};
+
+const API_PREFIX: &str = "/fleet/v1";
+const USER_AGENT: &str = concat!("fleetctl/", env!("CARGO_PKG_VERSION"));
+
+/// HTTP API client. Owns a single-threaded runtime; every call blocks on it.
+pub struct HttpClient {
+    endpoint: ApiEndpoint,
+    timeout: Option<Duration>,
+    runtime: tokio::runtime::Runtime,
+}
+
+/// One finished exchange.
+struct Response {
+    status: u16,
+    body: Vec<u8>,
+}
+
+impl HttpClient {
+    pub fn new(endpoint: ApiEndpoint, timeout: Option<Duration>) -> Result<Self, BuildError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| BuildError::Runtime(e.to_string()))?;
+        Ok(HttpClient { endpoint, timeout, runtime })
+    }
+
+    fn url(&self, path: &str, query: &[(&str, &str)]) -> (String, String) {
+        let mut pairs: Vec<(&str, &str)> = vec![("alt", "json")];
+        pairs.extend_from_slice(query);
+        pairs.sort_by(|a, b| a.0.cmp(b.0));
+        let qs: Vec<String> = pairs.iter().map(|(k, v)| format!("{}={}", escape_query(k), escape_query(v))).collect();
+        let path_and_query = format!("{}{}{}?{}", self.endpoint.path_prefix, API_PREFIX, path, qs.join("&"));
+        let full = format!("{}{}{}?{}", self.endpoint.base_url, API_PREFIX, path, qs.join("&"));
+        (path_and_query, full)
+    }
+
+    fn send(
+        &self,
+        method: http::Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Result<Response, ClientError> {
+        let (path_and_query, full_url) = self.url(path, query);
+        let go_method = go_method_name(&method);
+        tracing::debug!(method = %method, url = %full_url, "request");
+        let transport_err =
+            |cause: String| ClientError::Transport { method: go_method.to_string(), url: full_url.clone(), cause };
+        let exchange = exchange(&self.endpoint.transport, method, &path_and_query, body);
+        let result = self.runtime.block_on(async {
+            match self.timeout {
+                Some(t) => match tokio::time::timeout(t, exchange).await {
+                    Ok(r) => r,
+                    Err(_) => Err(format!("context deadline exceeded (Client.Timeout of {} exceeded)", format_secs(t))),
+                },
+                None => exchange.await,
+            }
+        });
+        let resp = result.map_err(transport_err)?;
+        tracing::debug!(status = resp.status, url = %full_url, "response");
+        Ok(resp)
+    }
+
+    fn check(&self, resp: Response) -> Result<Response, ClientError> {
+        if (200..300).contains(&resp.status) {
+            return Ok(resp);
+        }
+        Err(error_from(resp.status, &resp.body))
+    }
+
+    fn get_json<T: DeserializeOwned>(&self, path: &str, query: &[(&str, &str)]) -> Result<T, ClientError> {
+        let resp = self.check(self.send(http::Method::GET, path, query, None)?)?;
+        decode(&resp.body, &self.url(path, query).1)
+    }
+
+    fn get_optional<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>, ClientError> {
+        let resp = self.send(http::Method::GET, path, &[], None)?;
+        if resp.status == 404 {
+            return Ok(None);
+        }
+        let resp = self.check(resp)?;
+        decode(&resp.body, &self.url(path, &[]).1).map(Some)
+    }
+
+    fn put_unit(&self, unit: &Unit) -> Result<(), ClientError> {
+        let body = serde_json::to_vec(unit).map_err(|e| ClientError::Other(e.to_string()))?;
+        let path = format!("/units/{}", escape_path(&unit.name));
+        self.check(self.send(http::Method::PUT, &path, &[], Some(body))?).map(|_| ())
+    }
+
+    fn patch_machines(&self, ops: &[MachineMetadataOp]) -> Result<(), ClientError> {
+        let body = serde_json::to_vec(ops).map_err(|e| ClientError::Other(e.to_string()))?;
+        self.check(self.send(http::Method::PATCH, "/machines", &[], Some(body))?).map(|_| ())
+    }
+
+    /// Follow `nextPageToken` through every page of a list.
+    fn list_all<P, T>(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        split: impl Fn(P) -> (Vec<T>, String),
+    ) -> Result<Vec<T>, ClientError>
+    where
+        P: DeserializeOwned,
+    {
+        let mut all = Vec::new();
+        let mut token = String::new();
+        loop {
+            let mut q: Vec<(&str, &str)> = query.to_vec();
+            if !token.is_empty() {
+                q.push(("nextPageToken", token.as_str()));
+            }
+            let page: P = self.get_json(path, &q)?;
+            let (items, next) = split(page);
+            all.extend(items);
+            if next.is_empty() {
+                return Ok(all);
+            }
+            token = next;
+        }
+    }
+}
+
+impl Client for HttpClient {
+    fn machines(&self) -> Result<Vec<Machine>, ClientError> {
+        self.list_all("/machines", &[], |p: MachinePage| (p.machines, p.next_page_token))
+    }
+
+    fn units(&self) -> Result<Vec<Unit>, ClientError> {
+        self.list_all("/units", &[], |p: UnitPage| (p.units, p.next_page_token))
+    }
+
+    fn unit(&self, name: &str) -> Result<Option<Unit>, ClientError> {
+        self.get_optional(&format!("/units/{}", escape_path(name)))
+    }
+
+    fn create_unit(&self, unit: &Unit) -> Result<(), ClientError> {
+        let body = Unit {
+            name: unit.name.clone(),
+            options: unit.options.clone(),
+            desired_state: unit.desired_state.clone(),
+            ..Default::default()
+        };
+        self.put_unit(&body)
+    }
+
+    fn set_unit_target_state(&self, name: &str, state: &str) -> Result<(), ClientError> {
+        self.put_unit(&Unit { name: name.to_string(), desired_state: state.to_string(), ..Default::default() })
+    }
+
+    fn destroy_unit(&self, name: &str) -> Result<(), ClientError> {
+        let path = format!("/units/{}", escape_path(name));
+        self.check(self.send(http::Method::DELETE, &path, &[], None)?).map(|_| ())
+    }
+
+    fn unit_states(&self, filter: &StateFilter) -> Result<Vec<UnitState>, ClientError> {
+        let mut q: Vec<(&str, &str)> = Vec::new();
+        if let Some(m) = &filter.machine_id {
+            q.push(("machineID", m));
+        }
+        if let Some(u) = &filter.unit_name {
+            q.push(("unitName", u));
+        }
+        self.list_all("/state", &q, |p: UnitStatePage| (p.states, p.next_page_token))
+    }
+
+    fn unit_state(&self, name: &str) -> Result<Option<UnitState>, ClientError> {
+        self.get_optional(&format!("/state/{}", escape_path(name)))
+    }
+
+    fn set_machine_metadata(&self, machine_id: &str, key: &str, value: &str) -> Result<(), ClientError> {
+        self.patch_machines(&[MachineMetadataOp::add(machine_id, key, value)])
+    }
+
+    fn delete_machine_metadata(&self, machine_id: &str, key: &str) -> Result<(), ClientError> {
+        self.patch_machines(&[MachineMetadataOp::remove(machine_id, key)])
+    }
+}
+
+/// Connect, send one request, read the whole answer. Errors are the cause text of a transport error.
+async fn exchange(
+    transport: &Transport,
+    method: http::Method,
+    path_and_query: &str,
+    body: Option<Vec<u8>>,
+) -> Result<Response, String> {
+    match transport {
+        Transport::Tcp { host, port, authority } => {
+            let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+                .await
+                .map_err(|e| format!("dial tcp {}: connect: {}", display_addr(host, *port), go_io_error(&e)))?;
+            request_over(stream, authority, method, path_and_query, body).await
+        }
+        Transport::Unix { path } => {
+            let stream = tokio::net::UnixStream::connect(path)
+                .await
+                .map_err(|e| format!("dial unix {path}: connect: {}", go_io_error(&e)))?;
+            request_over(stream, "domain-sock", method, path_and_query, body).await
+        }
+        Transport::Unsupported { scheme } => Err(format!("unsupported protocol scheme {scheme:?}")),
+    }
+}
+
+async fn request_over<S>(
+    stream: S,
+    host: &str,
+    method: http::Method,
+    path_and_query: &str,
+    body: Option<Vec<u8>>,
+) -> Result<Response, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+    let conn_task = tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "connection closed with error");
+        }
+    });
+    let mut builder = http::Request::builder()
+        .method(method)
+        .uri(path_and_query)
+        .header(http::header::HOST, host)
+        .header(http::header::USER_AGENT, USER_AGENT);
+    let has_body = body.is_some();
+    if has_body {
+        builder = builder.header(http::header::CONTENT_TYPE, "application/json");
+    }
+    let req = builder.body(Full::new(Bytes::from(body.unwrap_or_default()))).map_err(|e| e.to_string())?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| if e.is_incomplete_message() { "EOF".to_string() } else { e.to_string() })?;
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes().to_vec();
+    conn_task.abort();
+    Ok(Response { status, body })
+}
+
+fn error_from(status: u16, body: &[u8]) -> ClientError {
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(e) => ClientError::Api { code: e.error.code, message: e.error.message },
+        Err(_) => ClientError::Status { code: status, body: String::from_utf8_lossy(body).into_owned() },
+    }
+}
+
+fn decode<T: DeserializeOwned>(body: &[u8], url: &str) -> Result<T, ClientError> {
+    serde_json::from_slice(body).map_err(|e| ClientError::Decode { url: url.to_string(), cause: e.to_string() })
+}
+
+/// Go's `net/http` capitalisation of methods in errors (`Get "url": ...`).
+fn go_method_name(m: &http::Method) -> &'static str {
+    match *m {
+        http::Method::GET => "Get",
+        http::Method::PUT => "Put",
+        http::Method::DELETE => "Delete",
+        http::Method::PATCH => "Patch",
+        http::Method::POST => "Post",
+        _ => "Do",
+    }
+}
+
+fn display_addr(host: &str, port: u16) -> String {
+    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
+}
+
+/// An OS error as Go prints it: the lower-case strerror text without Rust's `(os error N)` suffix.
+fn go_io_error(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    let text = match text.find(" (os error ") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => text,
+    }
+}
+
+fn format_secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 { format!("{}s", s as u64) } else { format!("{s}s") }
+}
+
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+/// Percent-encode one path segment (unit names may contain `@`, `:` and `\`).
+fn escape_path(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &b in s.as_bytes() {
+        if is_unreserved(b) || matches!(b, b'@' | b':') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Query escaping as Go's `url.QueryEscape` (space becomes `+`).
+fn escape_query(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &b in s.as_bytes() {
+        if is_unreserved(b) {
+            out.push(char::from(b));
+        } else if b == b' ' {
+            out.push('+');
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// A canned HTTP server on loopback: answers each connection with the next (status, body) and records the
+    /// request line and body.
+    fn serve(answers: Vec<(u16, &'static str)>) -> (String, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let seen2 = seen.clone();
+        std::thread::spawn(move || {
+            for (status, body) in answers {
+                let Ok((mut stream, _)) = listener.accept() else { return };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                let mut len = 0usize;
+                loop {
+                    let mut h = String::new();
+                    reader.read_line(&mut h).unwrap();
+                    if h == "\r\n" || h.is_empty() {
+                        break;
+                    }
+                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap();
+                    }
+                }
+                let mut req_body = vec![0u8; len];
+                reader.read_exact(&mut req_body).unwrap();
+                seen2.lock().unwrap().push(format!("{} {}", line.trim_end(), String::from_utf8_lossy(&req_body)));
+                let resp = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                stream.write_all(resp.as_bytes()).unwrap();
+            }
+        });
+        (format!("http://{addr}"), seen)
+    }
+
+    fn client(url: &str) -> HttpClient {
+        HttpClient::new(ApiEndpoint::parse(url).unwrap(), Some(Duration::from_secs(5))).unwrap()
+    }
+
+    #[test]
+    fn lists_follow_next_page_tokens() {
+        let (url, seen) = serve(vec![
+            (200, r#"{"machines":[{"id":"a"}],"nextPageToken":"ZAACAA=="}"#),
+            (200, r#"{"machines":[{"id":"b","primaryIP":"1.2.3.4"}]}"#),
+        ]);
+        let ms = client(&url).machines().unwrap();
+        assert_eq!(ms.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        let seen = seen.lock().unwrap();
+        assert!(seen[0].starts_with("GET /fleet/v1/machines?alt=json HTTP/1.1"), "{seen:?}");
+        assert!(seen[1].starts_with("GET /fleet/v1/machines?alt=json&nextPageToken=ZAACAA%3D%3D HTTP/1.1"), "{seen:?}");
+    }
+
+    #[test]
+    fn missing_unit_is_none_and_errors_render_like_googleapi() {
+        let (url, _) = serve(vec![
+            (404, r#"{"error":{"code":404,"message":"unit does not exist"}}"#),
+            (409, r#"{"error":{"code":409,"message":"must provide DesiredState to update existing unit"}}"#),
+            (502, "oops"),
+        ]);
+        let c = client(&url);
+        assert_eq!(c.unit("no-such.service").unwrap(), None);
+        let err = c.set_unit_target_state("a.service", "").unwrap_err();
+        assert_eq!(err.to_string(), "googleapi: Error 409: must provide DesiredState to update existing unit");
+        let err = c.units().unwrap_err();
+        assert_eq!(err.to_string(), "googleapi: got HTTP response code 502 with body: oops");
+    }
+
+    #[test]
+    fn put_sends_the_originals_json_body() {
+        let (url, seen) = serve(vec![(204, "")]);
+        client(&url).set_unit_target_state("hello@1.service", "launched").unwrap();
+        let seen = seen.lock().unwrap();
+        assert_eq!(
+            seen[0],
+            "PUT /fleet/v1/units/hello@1.service?alt=json HTTP/1.1 {\"desiredState\":\"launched\",\"name\":\"hello@1.service\"}"
+        );
+    }
+
+    #[test]
+    fn state_filters_are_sorted_query_parameters() {
+        let (url, seen) = serve(vec![(200, "{}")]);
+        let f = StateFilter { machine_id: Some("m1".into()), unit_name: Some("a b.service".into()) };
+        assert!(client(&url).unit_states(&f).unwrap().is_empty());
+        assert!(seen.lock().unwrap()[0].starts_with("GET /fleet/v1/state?alt=json&machineID=m1&unitName=a+b.service "));
+    }
+
+    #[test]
+    fn connection_refused_reads_like_the_original() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let err = client(&format!("http://{addr}")).unit_states(&StateFilter::default()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("Get \"http://{addr}/fleet/v1/state?alt=json\": dial tcp {addr}: connect: connection refused")
+        );
+    }
+
+    #[test]
+    fn unix_socket_errors_name_the_socket_and_domain_sock_url() {
+        let err = client("unix:///nonexistent/fleet.sock").machines().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Get \"http://domain-sock/fleet/v1/machines?alt=json\": dial unix /nonexistent/fleet.sock: connect: no such file or directory"
+        );
+    }
+
+    #[test]
+    fn unsupported_scheme_fails_on_request() {
+        let err = client("ftp://foo").unit_states(&StateFilter::default()).unwrap_err();
+        assert_eq!(err.to_string(), "Get \"ftp://foo/fleet/v1/state?alt=json\": unsupported protocol scheme \"ftp\"");
+    }
+
+    #[test]
+    fn request_timeout_bounds_a_silent_server() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hold = std::thread::spawn(move || {
+            let conn = listener.accept();
+            std::thread::sleep(Duration::from_millis(600));
+            drop(conn);
+        });
+        let c =
+            HttpClient::new(ApiEndpoint::parse(&format!("http://{addr}")).unwrap(), Some(Duration::from_millis(200)))
+                .unwrap();
+        let err = c.machines().unwrap_err();
+        assert!(err.to_string().contains("Client.Timeout"), "{err}");
+        hold.join().unwrap();
+    }
+
+    #[test]
+    fn unix_socket_transport_works() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fleet.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let n = s.read(&mut buf).unwrap();
+            let req = String::from_utf8_lossy(&buf[..n]).to_string();
+            assert!(req.to_ascii_lowercase().contains("host: domain-sock"), "{req}");
+            let body = r#"{"units":[{"name":"a.service","desiredState":"inactive"}]}"#;
+            write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+        });
+        let units = client(&format!("unix://{}", path.display())).units().unwrap();
+        assert_eq!(units[0].name, "a.service");
+    }
+}

@@ -1,0 +1,249 @@
+//! The client fleetctl talks through: one trait ([`Client`]), built from the global flags by [`build`].
+//!
+//! Implementations: [`http::HttpClient`] over the HTTP API v1 (`--driver=API`, TCP or Unix socket) and
+//! [`etcd::EtcdClient`] directly over etcd (`--driver=etcd`, built on the registry module, answering like the API).
+//! [`fake::FakeClient`] is an in-memory cluster for tests. The trait is synchronous: implementations
+//! that need async I/O own their runtime, so command logic stays plain code and is easy to test.
+
+pub mod endpoint;
+pub mod etcd;
+pub mod fake;
+pub mod http;
+
+use std::time::Duration;
+
+use crate::schema::{Machine, Unit, UnitState};
+use crate::version::SemVer;
+
+/// Everything fleetctl does to a cluster. Names and semantics follow the original's `client.API`.
+pub trait Client: Send + Sync {
+    /// All present machines, sorted by ID.
+    fn machines(&self) -> Result<Vec<Machine>, ClientError>;
+    /// All units, sorted by name.
+    fn units(&self) -> Result<Vec<Unit>, ClientError>;
+    /// One unit, or `None` when it does not exist.
+    fn unit(&self, name: &str) -> Result<Option<Unit>, ClientError>;
+    /// Create or replace a unit: `unit` carries `name`, `options` and optionally `desiredState` (§8.6).
+    fn create_unit(&self, unit: &Unit) -> Result<(), ClientError>;
+    /// Change the desired state of an existing unit.
+    fn set_unit_target_state(&self, name: &str, state: &str) -> Result<(), ClientError>;
+    /// Delete a unit. A missing unit is an API error with code 404 ([`ClientError::is_not_found`]).
+    fn destroy_unit(&self, name: &str) -> Result<(), ClientError>;
+    /// Published systemd states, sorted by (name, machine), optionally filtered.
+    fn unit_states(&self, filter: &StateFilter) -> Result<Vec<UnitState>, ClientError>;
+    /// The first published state of one unit, or `None` when there is none.
+    fn unit_state(&self, name: &str) -> Result<Option<UnitState>, ClientError>;
+    /// Set one dynamic metadata key of a machine.
+    fn set_machine_metadata(&self, machine_id: &str, key: &str, value: &str) -> Result<(), ClientError>;
+    /// Remove one dynamic metadata key of a machine.
+    fn delete_machine_metadata(&self, machine_id: &str, key: &str) -> Result<(), ClientError>;
+    /// The newest fleetd version registered in the cluster, for the etcd driver's version check (spec §9.3).
+    /// Clients that cannot see it (the API does not publish versions) answer `None`.
+    fn latest_daemon_version(&self) -> Result<Option<SemVer>, ClientError> {
+        Ok(None)
+    }
+}
+
+/// A shared client is a client (lets tests keep a handle on the fake they hand out).
+impl<T: Client + ?Sized> Client for std::sync::Arc<T> {
+    fn machines(&self) -> Result<Vec<Machine>, ClientError> {
+        (**self).machines()
+    }
+    fn units(&self) -> Result<Vec<Unit>, ClientError> {
+        (**self).units()
+    }
+    fn unit(&self, name: &str) -> Result<Option<Unit>, ClientError> {
+        (**self).unit(name)
+    }
+    fn create_unit(&self, unit: &Unit) -> Result<(), ClientError> {
+        (**self).create_unit(unit)
+    }
+    fn set_unit_target_state(&self, name: &str, state: &str) -> Result<(), ClientError> {
+        (**self).set_unit_target_state(name, state)
+    }
+    fn destroy_unit(&self, name: &str) -> Result<(), ClientError> {
+        (**self).destroy_unit(name)
+    }
+    fn unit_states(&self, filter: &StateFilter) -> Result<Vec<UnitState>, ClientError> {
+        (**self).unit_states(filter)
+    }
+    fn unit_state(&self, name: &str) -> Result<Option<UnitState>, ClientError> {
+        (**self).unit_state(name)
+    }
+    fn set_machine_metadata(&self, machine_id: &str, key: &str, value: &str) -> Result<(), ClientError> {
+        (**self).set_machine_metadata(machine_id, key, value)
+    }
+    fn delete_machine_metadata(&self, machine_id: &str, key: &str) -> Result<(), ClientError> {
+        (**self).delete_machine_metadata(machine_id, key)
+    }
+    fn latest_daemon_version(&self) -> Result<Option<SemVer>, ClientError> {
+        (**self).latest_daemon_version()
+    }
+}
+
+/// Optional exact-match filters of `GET /state`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StateFilter {
+    pub machine_id: Option<String>,
+    pub unit_name: Option<String>,
+}
+
+/// A failed client call. The texts follow the original (Go `googleapi` and `net/http` wording) because users and
+/// scripts see them after `Error ...: `.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// Non-2xx answer with an error entity.
+    #[error("googleapi: Error {code}: {message}")]
+    Api { code: u16, message: String },
+    /// Non-2xx answer without a decodable error entity.
+    #[error("googleapi: got HTTP response code {code} with body: {body}")]
+    Status { code: u16, body: String },
+    /// The request could not be made or answered (connect failure, timeout, dropped connection).
+    #[error("{method} {url:?}: {cause}")]
+    Transport { method: String, url: String, cause: String },
+    /// A request the etcd driver refused by the API's own rules, with the status the API would have answered;
+    /// shown as the bare message (there was no HTTP exchange).
+    #[error("{message}")]
+    Rejected { code: u16, message: String },
+    /// A 2xx answer whose body is not the expected JSON.
+    #[error("decoding response from {url:?}: {cause}")]
+    Decode { url: String, cause: String },
+    /// Anything a non-HTTP implementation reports.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl ClientError {
+    /// True for an API answer with status 404.
+    pub fn is_not_found(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Api { code: 404, .. }
+                | ClientError::Status { code: 404, .. }
+                | ClientError::Rejected { code: 404, .. }
+        )
+    }
+}
+
+/// Which implementation `--driver` selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    Api,
+    Etcd,
+}
+
+/// The global flags that shape a client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientConfig {
+    /// `--driver` as given (`API` or `etcd`, case-sensitive).
+    pub driver: String,
+    /// `--endpoint`: API URL, or comma-separated etcd URLs.
+    pub endpoint: String,
+    pub etcd_key_prefix: String,
+    /// `--request-timeout`; zero or negative means no timeout.
+    pub request_timeout: Duration,
+    pub tunnel: String,
+    pub ca_file: String,
+    pub cert_file: String,
+    pub key_file: String,
+}
+
+/// Why a client could not be built (printed as `Unable to initialize client: <err>`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    #[error("unrecognized driver {0:?}")]
+    UnrecognizedDriver(String),
+    #[error(transparent)]
+    Endpoint(#[from] endpoint::EndpointError),
+    #[error("{0}")]
+    Etcd(String),
+    #[error("SSH tunnels (--tunnel) are not implemented yet")]
+    TunnelNotImplemented,
+    #[error("cannot start the HTTP client runtime: {0}")]
+    Runtime(String),
+}
+
+impl ClientConfig {
+    pub fn driver(&self) -> Result<Driver, BuildError> {
+        match self.driver.as_str() {
+            "API" => Ok(Driver::Api),
+            "etcd" => Ok(Driver::Etcd),
+            other => Err(BuildError::UnrecognizedDriver(other.to_string())),
+        }
+    }
+}
+
+/// Build the client the flags ask for.
+pub fn build(config: &ClientConfig) -> Result<Box<dyn Client>, BuildError> {
+    let driver = config.driver()?;
+    if !config.tunnel.is_empty() {
+        return Err(BuildError::TunnelNotImplemented);
+    }
+    match driver {
+        Driver::Api => {
+            let ep = endpoint::ApiEndpoint::parse(&config.endpoint)?;
+            let timeout = (!config.request_timeout.is_zero()).then_some(config.request_timeout);
+            Ok(Box::new(http::HttpClient::new(ep, timeout)?))
+        }
+        Driver::Etcd => {
+            if [&config.ca_file, &config.cert_file, &config.key_file].iter().any(|f| !f.is_empty()) {
+                return Err(BuildError::Etcd(
+                    "TLS to etcd (--ca-file, --cert-file, --key-file) is not supported yet".into(),
+                ));
+            }
+            Ok(Box::new(etcd::EtcdClient::new(&config.endpoint, &config.etcd_key_prefix, config.request_timeout)?))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(driver: &str, endpoint: &str) -> ClientConfig {
+        ClientConfig {
+            driver: driver.into(),
+            endpoint: endpoint.into(),
+            etcd_key_prefix: "/_coreos.com/fleet/".into(),
+            request_timeout: Duration::from_secs(3),
+            tunnel: String::new(),
+            ca_file: String::new(),
+            cert_file: String::new(),
+            key_file: String::new(),
+        }
+    }
+
+    #[test]
+    fn unknown_driver_is_rejected_with_the_original_message() {
+        let err = build(&config("bogus", "unix:///var/run/fleet.sock")).err().unwrap();
+        assert_eq!(err.to_string(), "unrecognized driver \"bogus\"");
+        // Case-sensitive like the original.
+        assert!(build(&config("api", "unix:///var/run/fleet.sock")).is_err());
+    }
+
+    #[test]
+    fn etcd_driver_connects_lazily() {
+        // Nothing listens on port 1; building the client must still succeed (the first request fails instead).
+        assert!(build(&config("etcd", "http://127.0.0.1:1")).is_ok());
+        assert!(build(&config("etcd", "http://127.0.0.1:1,http://127.0.0.1:2")).is_ok());
+        let err = build(&config("etcd", "https://127.0.0.1:2379")).err().unwrap();
+        assert!(err.to_string().contains("TLS"), "{err}");
+    }
+
+    #[test]
+    fn api_errors_render_like_googleapi() {
+        let e = ClientError::Api { code: 409, message: "must provide DesiredState to update existing unit".into() };
+        assert_eq!(e.to_string(), "googleapi: Error 409: must provide DesiredState to update existing unit");
+        let e = ClientError::Status { code: 502, body: "bad gateway".into() };
+        assert_eq!(e.to_string(), "googleapi: got HTTP response code 502 with body: bad gateway");
+        let e = ClientError::Transport {
+            method: "Get".into(),
+            url: "http://127.0.0.1:1/fleet/v1/state?alt=json".into(),
+            cause: "dial tcp 127.0.0.1:1: connect: connection refused".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "Get \"http://127.0.0.1:1/fleet/v1/state?alt=json\": dial tcp 127.0.0.1:1: connect: connection refused"
+        );
+    }
+}

@@ -1,0 +1,358 @@
+//! The command table: names, usage lines, help texts and flags of every fleetctl command, in the original's words.
+//! Help for commands whose help the reference transcripts show (start, list-units, list-unit-files, list-machines,
+//! journal) is byte-exact; the others follow the original's texts as closely as they are known.
+
+use super::flags::{FlagSpec, Kind};
+
+/// One subcommand.
+#[derive(Debug, PartialEq)]
+pub struct CommandSpec {
+    pub name: &'static str,
+    /// Usage after `fleetctl ` (cobra `Use`).
+    pub use_line: &'static str,
+    /// One-line summary (cobra `Short`).
+    pub short: &'static str,
+    /// Description (cobra `Long`).
+    pub long: &'static str,
+    pub flags: &'static [FlagSpec],
+    /// Listed under "Available Commands" of the bare usage (cobra hides `help` and deprecated commands there).
+    pub listed: bool,
+    /// Deprecation message (cobra `Deprecated`).
+    pub deprecated: Option<&'static str>,
+}
+
+const BLOCK_ATTEMPTS_START: FlagSpec = FlagSpec::new(
+    "block-attempts",
+    Kind::Int,
+    "0",
+    "Wait until the units are launched, performing up to N attempts before giving up. A value of 0 indicates no limit. Does not apply to global units.",
+);
+const NO_BLOCK_START: FlagSpec = FlagSpec::new(
+    "no-block",
+    Kind::Bool,
+    "false",
+    "Do not wait until the units have launched before exiting. Always the case for global units.",
+);
+const SIGN: FlagSpec = FlagSpec::new("sign", Kind::Bool, "false", "DEPRECATED - this option cannot be used");
+const FULL: FlagSpec = FlagSpec::new("full", Kind::Bool, "false", "Do not ellipsize fields on output");
+const L: FlagSpec = FlagSpec::new("l", Kind::Bool, "false", "Shorthand for --full");
+const NO_LEGEND: FlagSpec = FlagSpec::new("no-legend", Kind::Bool, "false", "Do not print a legend (column headers)");
+const SSH_PORT: FlagSpec =
+    FlagSpec::new("ssh-port", Kind::Int, "22", "Connect to remote hosts over SSH using this TCP port.");
+
+/// Valid `--fields` of list-units, in help order.
+pub const LIST_UNITS_FIELDS: &str = "active,hash,load,machine,sub,unit";
+/// Valid `--fields` of list-unit-files, in help order.
+pub const LIST_UNIT_FILES_FIELDS: &str = "desc,dstate,global,hash,state,target,tmachine,unit";
+/// Valid `--fields` of list-machines, in help order.
+pub const LIST_MACHINES_FIELDS: &str = "machine,ip,metadata";
+
+/// Every command, sorted by name (the order help lists them in).
+pub static COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "cat",
+        use_line: "cat UNIT",
+        short: "Output the contents of a submitted unit",
+        long: "Outputs the unit file that is currently loaded in the cluster. Useful to verify\nthe correct version of a unit is running.",
+        flags: &[],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "destroy",
+        use_line: "destroy UNIT...",
+        short: "Destroy one or more units in the cluster",
+        long: "Completely remove one or more running or submitted units from the cluster.\n\nInstructs systemd on the host machine to destroy the unit, deferring to systemd\ncompletely for any custom stop directives (i.e. ExecStop option in the unit\nfile).\n\nDestroyed units are impossible to start unless re-submitted.",
+        flags: &[
+            FlagSpec::new(
+                "block-attempts",
+                Kind::Int,
+                "0",
+                "Wait until the units are destroyed, performing up to N attempts before giving up. A value of 0 indicates no limit. Does not apply to global units.",
+            ),
+            FlagSpec::new(
+                "no-block",
+                Kind::Bool,
+                "false",
+                "Do not wait until the units are destroyed before exiting. Always the case for global units.",
+            ),
+        ],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "fd-forward",
+        use_line: "fd-forward <socket>",
+        short: "Proxy stdin and stdout to a unix domain socket",
+        long: "fd-forward is an internal helper for tunnelled connections: it connects to the given unix\ndomain socket and copies stdin to the socket and the socket to stdout.",
+        flags: &[],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "help",
+        use_line: "help [command]",
+        short: "Help about any command",
+        long: "Help provides help for any command in the application.\nSimply type fleetctl help [path to command] for full details.",
+        flags: &[],
+        listed: false,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "journal",
+        use_line: "journal [--lines=N] [--ssh-port=N] [-f|--follow] [--output=STRING] <unit>",
+        short: "Print the journal of a unit in the cluster to stdout",
+        long: "Outputs the journal of a unit by connecting to the machine that the unit occupies.\n\nRead the last 10 lines:\nfleetctl journal foo.service\n\nRead the last 100 lines:\nfleetctl journal --lines 100 foo.service\n\nThis command does not work with global units.",
+        flags: &[
+            FlagSpec::new("f", Kind::Bool, "false", "Shorthand for --follow"),
+            FlagSpec::new(
+                "follow",
+                Kind::Bool,
+                "false",
+                "Continuously print new entries as they are appended to the journal.",
+            ),
+            FlagSpec::new("lines", Kind::Int, "10", "Number of recent log lines to return"),
+            FlagSpec::new(
+                "output",
+                Kind::Str,
+                "short",
+                "Output mode. This will be passed unaltered to journalctl on the remote host, and hence supports the same modes as that command.",
+            ),
+            FlagSpec::new("ssh-port", Kind::Int, "22", "Connect to remote hosts over SSH using this TCP port"),
+            FlagSpec::new("sudo", Kind::Bool, "false", "Execute journal command with sudo"),
+        ],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "list-machines",
+        use_line: "list-machines [-l|--full] [--no-legend]",
+        short: "Enumerate the current hosts in the cluster",
+        long: "Lists all active machines within the cluster. Previously active machines will not appear in this list.\n\nFor easily parsable output, you can remove the column headers:\nfleetctl list-machines --no-legend\n\nOutput the list without truncation:\nfleetctl list-machines --full",
+        flags: &[
+            FlagSpec::new(
+                "fields",
+                Kind::Str,
+                "machine,ip,metadata",
+                "Columns to print for each Machine. Valid fields are \"machine,ip,metadata\"",
+            ),
+            FULL,
+            L,
+            NO_LEGEND,
+        ],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "list-unit-files",
+        use_line: "list-unit-files [--fields]",
+        short: "List the units that exist in the cluster.",
+        long: "Lists all unit files that exist in the cluster (whether or not they are loaded onto a machine).",
+        flags: &[
+            FlagSpec::new(
+                "fields",
+                Kind::Str,
+                "unit,hash,dstate,state,target",
+                "Columns to print for each Unit file. Valid fields are \"desc,dstate,global,hash,state,target,tmachine,unit\"",
+            ),
+            FULL,
+            NO_LEGEND,
+        ],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "list-units",
+        use_line: "list-units [--no-legend] [-l|--full] [--fields]",
+        short: "List the current state of units in the cluster",
+        long: "Lists the state of all units in the cluster loaded onto a machine.\n\nFor easily parsable output, you can remove the column headers:\nfleetctl list-units --no-legend\n\nOutput the list without ellipses:\nfleetctl list-units --full\n\nOr, choose the columns to display:\nfleetctl list-units --fields=unit,machine",
+        flags: &[
+            FlagSpec::new(
+                "fields",
+                Kind::Str,
+                "unit,machine,active,sub",
+                "Columns to print for each Unit. Valid fields are \"active,hash,load,machine,sub,unit\"",
+            ),
+            FULL,
+            L,
+            NO_LEGEND,
+        ],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "load",
+        use_line: "load [--no-block|--block-attempts=N] UNIT...",
+        short: "Schedule one or more units in the cluster, first submitting them if necessary.",
+        long: "Load one or many units in the cluster into systemd, but do not start.\n\nSelect units to load by glob matching for units in the current working directory \nor matching the names of previously submitted units.\n\nFor units which are not global, load operations are performed synchronously,\nwhich means fleetctl will block until it detects that the unit(s) have\ntransitioned to a loaded state. This behaviour can be configured with the\nrespective --block-attempts and --no-block options. Load operations on global\nunits are always non-blocking.",
+        flags: &[
+            FlagSpec::new(
+                "block-attempts",
+                Kind::Int,
+                "0",
+                "Wait until the jobs are loaded, performing up to N attempts before giving up. A value of 0 indicates no limit. Does not apply to global units.",
+            ),
+            FlagSpec::new(
+                "no-block",
+                Kind::Bool,
+                "false",
+                "Do not wait until the jobs have been loaded before exiting. Always the case for global units.",
+            ),
+            FlagSpec::new(
+                "replace",
+                Kind::Bool,
+                "false",
+                "Replace the old scheduled units in the cluster with new versions.",
+            ),
+            SIGN,
+        ],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "restart",
+        use_line: "restart [--block-attempts=N] UNIT...",
+        short: "Instruct systemd to rolling restart one or more units in the cluster.",
+        long: "Restarts one or more units in the cluster. If they are stopped it starts them.\n\nInstructs systemd on the host machine to stop then start the unit, deferring to systemd\ncompletely for any custom restart directives (i.e. ExecStop options in the unit\nfile).\n\nFor units which are not global, restart operations are performed synchronously,\nwhich means fleetctl will block until it detects that the unit(s) have\ntransitioned to a stopped state and then back to a started state. This behaviour can be configured with the\nrespective --block-attempts options. Restart operations on global\nunits are always non-blocking.\n\nRestart a single unit:\n\tfleetctl restart foo.service\n\nRestart an entire directory of units with glob matching, without waiting:\n\tfleetctl restart myservice/*",
+        flags: &[FlagSpec::new(
+            "block-attempts",
+            Kind::Int,
+            "0",
+            "Wait until the units are stopped/started, performing up to N attempts before giving up. A value of 0 indicates no limit. Does not apply to global units.",
+        )],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "ssh",
+        use_line: "ssh [-A|--forward-agent] [--ssh-port=N] [--machine|--unit] {MACHINE|UNIT}",
+        short: "Open interactive shell on a machine in the cluster",
+        long: "Open an interactive shell on a specific machine in the cluster or on the machine\nwhere the specified unit is located.\n\nfleetctl tries to detect whether your first argument is a machine or a unit.\nTo skip this check use the --machine or --unit flags.\n\nOpen a shell on a machine:\n\tfleetctl ssh 2444264c-eac2-4eff-a490-32d5e5e4af24\n\nOpen a shell from your laptop, to the machine running a specific unit, using a\ncluster member as a bastion host:\n\tfleetctl --tunnel 10.10.10.10 ssh foo.service\n\nOpen a shell on a machine and forward the authentication agent connection:\n\tfleetctl ssh --forward-agent 2444264c-eac2-4eff-a490-32d5e5e4af24\n\nTip: Create an alias for --tunnel.\n\t- Add \"alias fleetctl=fleetctl --tunnel 10.10.10.10\" to your bash profile.\n\t- Now you can run all fleet commands locally.\n\nThis command does not work with global units.",
+        flags: &[
+            FlagSpec::new("A", Kind::Bool, "false", "Shorthand for --forward-agent"),
+            FlagSpec::new("forward-agent", Kind::Bool, "false", "Forward local ssh-agent to target machine."),
+            FlagSpec::new("machine", Kind::Str, "", "Open SSH connection to a specific machine."),
+            SSH_PORT,
+            FlagSpec::new("unit", Kind::Str, "", "Open SSH connection to machine running provided unit."),
+        ],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "start",
+        use_line: "start [--no-block|--block-attempts=N] UNIT...",
+        short: "Instruct systemd to start one or more units in the cluster, first submitting and loading if necessary.",
+        long: "Start one or many units on the cluster. Select units to start by glob matching\nfor units in the current working directory or matching names of previously\nsubmitted units.\n\nFor units which are not global, start operations are performed synchronously,\nwhich means fleetctl will block until it detects that the unit(s) have\ntransitioned to a started state. This behaviour can be configured with the\nrespective --block-attempts and --no-block options. Start operations on global\nunits are always non-blocking.\n\nStart a single unit:\nfleetctl start foo.service\n\nStart an entire directory of units with glob matching:\nfleetctl start myservice/*\n\nYou may filter suitable hosts based on metadata provided by the machine.\nMachine metadata is located in the fleet configuration file.",
+        flags: &[
+            BLOCK_ATTEMPTS_START,
+            NO_BLOCK_START,
+            FlagSpec::new(
+                "replace",
+                Kind::Bool,
+                "false",
+                "Replace the already started units in the cluster with new versions.",
+            ),
+            SIGN,
+        ],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "status",
+        use_line: "status [--ssh-port=N] UNIT...",
+        short: "Output the status of one or more units in the cluster",
+        long: "Output the status of one or more units currently running in the cluster.\nSupports glob matching of units in the current working directory or matches\npreviously started units.\n\nShow status of a single unit:\n\tfleetctl status foo.service\n\nShow status of an entire directory with glob matching:\nfleetctl status myservice/*\n\nThis command does not work with global units.",
+        flags: &[
+            SSH_PORT,
+            // Accepted and ignored: the functional tests run `status --no-block` (spec §9.1).
+            FlagSpec::hidden("no-block", Kind::Bool, "false", "Ignored."),
+            FlagSpec::hidden("block-attempts", Kind::Int, "0", "Ignored."),
+        ],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "stop",
+        use_line: "stop [--no-block|--block-attempts=N] UNIT...",
+        short: "Instruct systemd to stop one or more units in the cluster.",
+        long: "Stop one or more units from running in the cluster, but allow them to be\nstarted again in the future.\n\nInstructs systemd on the host machine to stop the unit, deferring to systemd\ncompletely for any custom stop directives (i.e. ExecStop option in the unit\nfile).\n\nFor units which are not global, stop operations are performed synchronously,\nwhich means fleetctl will block until it detects that the unit(s) have\ntransitioned to a stopped state. This behaviour can be configured with the\nrespective --block-attempts and --no-block options. Stop operations on global\nunits are always non-blocking.\n\nStop a single unit:\n\tfleetctl stop foo.service\n\nStop an entire directory of units with glob matching, without waiting:\n\tfleetctl --no-block stop myservice/*",
+        flags: &[
+            FlagSpec::new(
+                "block-attempts",
+                Kind::Int,
+                "0",
+                "Wait until the units are stopped, performing up to N attempts before giving up. A value of 0 indicates no limit. Does not apply to global units.",
+            ),
+            FlagSpec::new(
+                "no-block",
+                Kind::Bool,
+                "false",
+                "Do not wait until the units have stopped before exiting. Always the case for global units.",
+            ),
+        ],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "submit",
+        use_line: "submit UNIT...",
+        short: "Upload one or more units to the cluster without starting them",
+        long: "Upload one or more units to the cluster without starting them. Useful\nfor validating units before they are started.\n\nThis operation is idempotent; if a named unit already exists in the cluster, it will not be resubmitted.\n\nSubmit a single unit:\nfleetctl submit foo.service\n\nSubmit a directory of units with glob matching:\nfleetctl submit myservice/*",
+        flags: &[
+            FlagSpec::new(
+                "replace",
+                Kind::Bool,
+                "false",
+                "Replace the old submitted units in the cluster with new versions.",
+            ),
+            SIGN,
+        ],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "unload",
+        use_line: "unload UNIT...",
+        short: "Unschedule one or more units in the cluster.",
+        long: "Unload one or more units from the cluster: the units are stopped and unscheduled,\nbut stay submitted and can be loaded or started again.",
+        flags: &[
+            FlagSpec::new(
+                "block-attempts",
+                Kind::Int,
+                "0",
+                "Wait until the units are inactive, performing up to N attempts before giving up. A value of 0 indicates no limit. Does not apply to global units.",
+            ),
+            FlagSpec::new(
+                "no-block",
+                Kind::Bool,
+                "false",
+                "Do not wait until the units have become inactive before exiting. Always the case for global units.",
+            ),
+        ],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "verify",
+        use_line: "verify UNIT",
+        short: "",
+        long: "DEPRECATED - No longer works",
+        flags: &[],
+        listed: false,
+        deprecated: Some("DEPRECATED - No longer works"),
+    },
+    CommandSpec {
+        name: "version",
+        use_line: "version",
+        short: "Print the version and exit",
+        long: "Print the version and exit",
+        flags: &[],
+        listed: true,
+        deprecated: None,
+    },
+];
+
+/// The command named exactly `name`.
+pub fn command(name: &str) -> Option<&'static CommandSpec> {
+    COMMANDS.iter().find(|c| c.name == name)
+}

@@ -1,0 +1,213 @@
+//! Blocking semantics (spec §9.6, with the B3/B4/B5 Recs): attempts of 8 polls 250 ms apart (≈2 s), a limit of
+//! N attempts or none, and the waits built on it — unit job states, systemd activity after `start`, global units on
+//! every machine that reports them, and destroyed units disappearing.
+
+use std::time::Duration;
+
+use super::Ctx;
+use super::table::location_legend;
+use crate::client::StateFilter;
+use crate::model::JobState;
+use crate::unit::UnitFile;
+
+/// Poll cadence. One attempt is `polls_per_attempt` polls `interval` apart (the first after one interval).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub interval: Duration,
+    pub polls_per_attempt: u32,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing { interval: Duration::from_millis(250), polls_per_attempt: 8 }
+    }
+}
+
+impl Timing {
+    /// No sleeping (tests).
+    pub fn instant() -> Self {
+        Timing { interval: Duration::ZERO, polls_per_attempt: 8 }
+    }
+}
+
+/// Nominal seconds per attempt, used in messages.
+const ATTEMPT_SECS: u64 = 2;
+
+/// Poll `check` until it returns true or `attempts` attempts (0 = no limit) have passed. True on success.
+pub fn poll(timing: Timing, attempts: u64, mut check: impl FnMut() -> bool) -> bool {
+    let mut done = 0u64;
+    loop {
+        for _ in 0..timing.polls_per_attempt.max(1) {
+            if !timing.interval.is_zero() {
+                std::thread::sleep(timing.interval);
+            }
+            if check() {
+                return true;
+            }
+        }
+        done += 1;
+        if attempts > 0 && done >= attempts {
+            return false;
+        }
+    }
+}
+
+/// Whether `name` has reached `target` (current state; desired state for global units). Prints
+/// `Unit <name> <currentState>[ on <legend>]` when it has.
+fn assert_unit_state(ctx: &mut Ctx<'_>, name: &str, target: JobState) -> bool {
+    let u = match ctx.client.unit(name) {
+        Ok(Some(u)) => u,
+        Ok(None) => {
+            tracing::debug!(unit = %name, "unit not found while waiting");
+            return false;
+        }
+        Err(e) => {
+            tracing::debug!(unit = %name, error = %e, "error retrieving unit while waiting");
+            return false;
+        }
+    };
+    let global = super::list::unit_is_global(&u);
+    let observed = if global { &u.desired_state } else { &u.current_state };
+    if observed != target.as_str() {
+        return false;
+    }
+    let mut msg = format!("Unit {name} {}", u.current_state);
+    if !u.machine_id.is_empty() {
+        let machines = ctx.machines().to_vec();
+        if machines.iter().any(|m| m.id == u.machine_id) {
+            msg.push_str(&format!(" on {}", location_legend(&u.machine_id, &machines, false)));
+        }
+    }
+    ctx.say(&msg);
+    true
+}
+
+/// Wait until every unit in `names` reports `target`. On timeout prints `Error waiting for units: <err>` and
+/// returns the error text.
+pub fn wait_for_unit_states(
+    ctx: &mut Ctx<'_>,
+    names: &[String],
+    target: JobState,
+    attempts: u64,
+) -> Result<(), String> {
+    let mut pending: Vec<String> = names.to_vec();
+    let timing = ctx.timing;
+    let ok = poll(timing, attempts, || {
+        pending.retain(|n| !assert_unit_state(ctx, n, target));
+        pending.is_empty()
+    });
+    if ok {
+        return Ok(());
+    }
+    let err = format!(
+        "timed out waiting for unit {} to report state {target}",
+        pending.first().map(String::as_str).unwrap_or("")
+    );
+    ctx.warn(&format!("Error waiting for units: {err}"));
+    Err(err)
+}
+
+/// After `start`: wait until systemd reports each unit active and loaded. A missing state (404, or an error)
+/// counts as "not yet" (B5 Rec). On timeout prints `Error waiting for units: <err>`.
+pub fn wait_for_systemd_active(ctx: &mut Ctx<'_>, names: &[String], attempts: u64) -> Result<(), String> {
+    let mut pending: Vec<String> = names.to_vec();
+    let timing = ctx.timing;
+    let client = ctx.client;
+    let ok = poll(timing, attempts, || {
+        pending.retain(|n| match client.unit_state(n) {
+            Ok(Some(s)) => !(s.systemd_active_state == "active" && s.systemd_load_state == "loaded"),
+            Ok(None) => true,
+            Err(e) => {
+                tracing::debug!(unit = %n, error = %e, "error retrieving unit state while waiting");
+                true
+            }
+        });
+        pending.is_empty()
+    });
+    if ok {
+        return Ok(());
+    }
+    let err = format!(
+        "Failed to find an active unit {} within {}s",
+        pending.first().map(String::as_str).unwrap_or(""),
+        attempts.saturating_mul(ATTEMPT_SECS)
+    );
+    ctx.warn(&format!("Error waiting for units: {err}"));
+    Err(err)
+}
+
+/// Global units (the original never waited for them): wait until every machine that publishes a state for the
+/// unit runs the unit's current content in the state `target` asks for — `launched`: active; `loaded`: loaded and
+/// not active; `inactive`: no machine reports it any more. `launched`/`loaded` also need at least one report.
+pub fn wait_for_global(ctx: &mut Ctx<'_>, name: &str, target: JobState, attempts: u64) -> Result<(), String> {
+    let hash = match ctx.client.unit(name) {
+        Ok(Some(u)) => UnitFile::from_options(u.options).hash().to_hex(),
+        _ => String::new(),
+    };
+    let client = ctx.client;
+    let filter = StateFilter { machine_id: None, unit_name: Some(name.to_string()) };
+    let mut last = (0usize, 0usize);
+    let ok = poll(ctx.timing, attempts, || {
+        let Ok(states) = client.unit_states(&filter) else { return false };
+        let good = states
+            .iter()
+            .filter(|s| match target {
+                JobState::Launched => {
+                    s.systemd_active_state == "active"
+                        && s.systemd_load_state == "loaded"
+                        && (hash.is_empty() || s.hash == hash)
+                }
+                JobState::Loaded => {
+                    s.systemd_load_state == "loaded"
+                        && s.systemd_active_state != "active"
+                        && (hash.is_empty() || s.hash == hash)
+                }
+                JobState::Inactive => false,
+            })
+            .count();
+        last = (good, states.len());
+        match target {
+            JobState::Inactive => states.is_empty(),
+            _ => !states.is_empty() && good == states.len(),
+        }
+    });
+    if ok {
+        return Ok(());
+    }
+    let err = format!(
+        "timed out waiting for global unit {name} to report state {target} on every machine ({} of {} machines)",
+        last.0, last.1
+    );
+    ctx.warn(&format!("Error waiting for units: {err}"));
+    Err(err)
+}
+
+/// After `destroy` (B4 Rec): wait until the unit is gone and no machine reports a state for it any more.
+pub fn wait_for_destroyed(ctx: &mut Ctx<'_>, name: &str, attempts: u64) -> Result<(), String> {
+    let client = ctx.client;
+    let filter = StateFilter { machine_id: None, unit_name: Some(name.to_string()) };
+    let ok = poll(ctx.timing, attempts, || {
+        matches!(client.unit(name), Ok(None)) && client.unit_states(&filter).is_ok_and(|s| s.is_empty())
+    });
+    if ok { Ok(()) } else { Err(format!("timed out waiting for unit {name} to be destroyed")) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poll_counts_attempts_of_eight_polls() {
+        let mut n = 0;
+        assert!(!poll(Timing::instant(), 3, || {
+            n += 1;
+            false
+        }));
+        assert_eq!(n, 24);
+        let mut m = 0;
+        assert!(poll(Timing::instant(), 0, || {
+            m += 1;
+            m == 100
+        }));
+    }
+}

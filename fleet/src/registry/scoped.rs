@@ -1,0 +1,53 @@
+//! One-shot consistent reads of one part of the prefix, for tools that keep no reflector (fleetctl's etcd driver).
+//!
+//! Each returns a [`Snapshot`] holding only the keys of its scope, all read at one revision, so the derived views
+//! (`units()`, `unit()`, `unit_states()`, `machines()`, current state) work on it unchanged; everything outside the
+//! scope is simply absent. Use [`Registry::read_snapshot`] when a call needs several scopes at once.
+
+use super::Registry;
+use super::error::Result;
+use super::keys::{Component, check_component};
+use super::snapshot::Snapshot;
+
+impl Registry {
+    /// One unit: its keys (object, desired, target, launched markers), its published states (needed for its
+    /// current state) and its current body.
+    pub async fn read_unit_snapshot(&self, name: &str) -> Result<Snapshot> {
+        check_component(Component::UnitName, name)?;
+        let mut snapshot = Snapshot::default();
+        let revision = self.read_range_into(&mut snapshot, &self.keys.unit_dir(name), 0).await?;
+        self.read_range_into(&mut snapshot, &self.keys.unit_states_dir(name), revision).await?;
+        let hash = snapshot.unit_record(name).and_then(|r| r.object.as_ref()).map(|o| o.hash.clone());
+        if let Some(hash) = hash.filter(|h| check_component(Component::Hash, h).is_ok()) {
+            self.read_range_into(&mut snapshot, &self.keys.body(&hash), revision).await?;
+        }
+        Ok(finish(snapshot, revision))
+    }
+
+    /// Published unit states: every unit's, or only `unit`'s.
+    pub async fn read_states_snapshot(&self, unit: Option<&str>) -> Result<Snapshot> {
+        let range = match unit {
+            Some(name) => {
+                check_component(Component::UnitName, name)?;
+                self.keys.unit_states_dir(name)
+            }
+            None => self.keys.states_dir(),
+        };
+        let mut snapshot = Snapshot::default();
+        let revision = self.read_range_into(&mut snapshot, &range, 0).await?;
+        Ok(finish(snapshot, revision))
+    }
+
+    /// Machines: presence objects and dynamic metadata.
+    pub async fn read_machines_snapshot(&self) -> Result<Snapshot> {
+        let mut snapshot = Snapshot::default();
+        let revision = self.read_range_into(&mut snapshot, &self.keys.machines_dir(), 0).await?;
+        Ok(finish(snapshot, revision))
+    }
+}
+
+fn finish(mut snapshot: Snapshot, revision: i64) -> Snapshot {
+    snapshot.set_revision(revision);
+    snapshot.set_connected(true);
+    snapshot
+}

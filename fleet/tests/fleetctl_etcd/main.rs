@@ -1,0 +1,248 @@
+//! The real `fleetctl` binary with `--driver=etcd` against a real etcd (no fleetd runs, so only commands that do
+//! not wait for agents are exercised; a pretend machine is registered through the registry where a test needs
+//! one). Expected output follows reference transcripts 09 and 11.
+
+#[path = "../support/etcd.rs"]
+mod etcd;
+
+use std::path::Path;
+use std::time::Duration;
+
+use assert_cmd::Command;
+use etcd::TestEtcd;
+use fleet::model::{MachineState, UnitState};
+use fleet::registry::{LeaseKeeper, Registry};
+use predicates::prelude::*;
+
+const PREFIX: &str = "/fleetctl-test/";
+const HELLO: &str =
+    "[Unit]\nDescription=Hello World\n\n[Service]\nExecStart=/bin/sh -c \"while true; do echo hi; sleep 1; done\"\n";
+const HELLO_HASH: &str = "ceced3bd4e313c5019a65871e3b66324472d5947";
+const HELLO_V2: &str =
+    "[Unit]\nDescription=Hello World\n\n[Service]\nExecStart=/bin/sh -c \"while true; do echo hi-v2; sleep 1; done\"\n";
+const TEMPLATE: &str = "[Unit]\nDescription=Hello template instance %i\n\n[Service]\nExecStart=/bin/sh -c \"while true; do echo hello %i; sleep 1; done\"\n";
+const MACHINE: &str = "8363165e6276f500b71169eca9b3f76b";
+
+/// etcd, a runtime to drive registry calls from the test, and a directory of unit files.
+struct Cluster {
+    runtime: tokio::runtime::Runtime,
+    etcd: TestEtcd,
+    units: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        // Multi-threaded so lease keep-alives run while the test waits for fleetctl.
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+        let etcd = runtime.block_on(TestEtcd::start());
+        let units = tempfile::tempdir().expect("units dir");
+        Cluster { runtime, etcd, units }
+    }
+
+    fn write(&self, name: &str, text: &str) {
+        std::fs::write(self.units.path().join(name), text).expect("write unit file");
+    }
+
+    /// `fleetctl --driver=etcd --endpoint=<etcd> --etcd-key-prefix=<PREFIX> <args>` in the units directory.
+    fn fleetctl(&self, args: &[&str]) -> Command {
+        fleetctl_at(&self.etcd.endpoint(), self.units.path(), args)
+    }
+
+    fn registry(&self) -> Registry {
+        self.runtime.block_on(self.etcd.registry(PREFIX))
+    }
+
+    /// Hashes of every stored unit body.
+    fn bodies(&self) -> Vec<String> {
+        let reg = self.registry();
+        let snapshot = self.runtime.block_on(reg.read_snapshot()).expect("read registry");
+        snapshot.bodies().keys().cloned().collect()
+    }
+}
+
+fn fleetctl_at(endpoint: &str, dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = assert_cmd::cargo::cargo_bin_cmd!("fleetctl");
+    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("FLEETCTL_")) {
+        cmd.env_remove(key);
+    }
+    cmd.current_dir(dir)
+        .arg("--driver=etcd")
+        .arg(format!("--endpoint={endpoint}"))
+        .arg(format!("--etcd-key-prefix={PREFIX}"))
+        .args(args)
+        .timeout(Duration::from_secs(60));
+    cmd
+}
+
+#[test]
+fn submit_list_cat_destroy_like_transcript_11() {
+    let c = Cluster::start();
+    c.write("hello.service", HELLO);
+
+    c.fleetctl(&["list-machines"]).assert().success().stdout("MACHINE\tIP\tMETADATA\n").stderr("");
+    c.fleetctl(&["submit", "hello.service"]).assert().success().stdout("Unit hello.service inactive\n").stderr("");
+    // Submitting again is a no-op.
+    c.fleetctl(&["submit", "hello.service"]).assert().success().stdout("").stderr("");
+    c.fleetctl(&["list-unit-files", "--full", "--fields=unit,hash"])
+        .assert()
+        .success()
+        .stdout(format!("UNIT\t\tHASH\nhello.service\t{HELLO_HASH}\n"));
+    c.fleetctl(&["list-unit-files", "--fields=unit,dstate,state,target"])
+        .assert()
+        .success()
+        .stdout("UNIT\t\tDSTATE\t\tSTATE\t\tTARGET\nhello.service\tinactive\tinactive\t-\n");
+    c.fleetctl(&["cat", "hello.service"]).assert().success().stdout(HELLO);
+    c.fleetctl(&["cat", "no-such.service"]).assert().code(1).stderr("Unit no-such.service not found\n");
+    assert_eq!(c.bodies(), [HELLO_HASH]);
+
+    c.fleetctl(&["destroy", "hello.service"]).assert().success().stdout("Destroyed hello.service\n");
+    c.fleetctl(&["destroy", "hello.service"]).assert().success().stdout("").stderr("Units not found in registry\n");
+    c.fleetctl(&["list-unit-files", "--no-legend"]).assert().success().stdout("");
+    assert!(c.bodies().is_empty(), "destroy garbage-collects the body");
+}
+
+#[test]
+fn creation_is_validated_like_the_api() {
+    let c = Cluster::start();
+    c.write("bad name.service", HELLO);
+    c.write("empty.service", "");
+    c.write(
+        "global-machineof.service",
+        "[Service]\nExecStart=/bin/true\n\n[X-Fleet]\nGlobal=true\nMachineOf=meta-b.service\n",
+    );
+    c.write("badopt.service", "[Service]\nExecStart=/bin/true\n\n[X-Fleet]\nMachineFoo=bar\n");
+
+    c.fleetctl(&["submit", "bad name.service"])
+        .assert()
+        .code(1)
+        .stderr("Error creating units: invalid character ' ' in unit name\n");
+    c.fleetctl(&["submit", "global-machineof.service"])
+        .assert()
+        .code(1)
+        .stderr("Error creating units: Global cannot be used with Peers\n");
+    // Deliberate difference from the original's etcd driver (which stored an empty unit): refused like the API.
+    c.fleetctl(&["submit", "empty.service"]).assert().code(1).stderr(
+        "Error creating units: failed creating unit empty.service: unit does not exist and options field empty\n",
+    );
+    c.fleetctl(&["submit", "badopt.service"])
+        .assert()
+        .success()
+        .stdout("Unit badopt.service inactive\n")
+        .stderr(predicate::str::is_match(
+            r#"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d WARN \S+: Unit badopt.service: unrecognized requirement in \[X-Fleet\] section: "MachineFoo"\n$"#,
+        )
+        .unwrap());
+    c.fleetctl(&["list-unit-files", "--no-legend", "--fields=unit"]).assert().success().stdout("badopt.service\n");
+}
+
+#[test]
+fn templates_instances_replace_and_load_no_block() {
+    let c = Cluster::start();
+    c.write("hello@.service", TEMPLATE);
+    c.write("hello.service", HELLO);
+
+    c.fleetctl(&["submit", "hello@.service"]).assert().success().stdout("Unit hello@.service inactive\n");
+    // The instance comes from the registry template.
+    std::fs::remove_file(c.units.path().join("hello@.service")).unwrap();
+    c.fleetctl(&["submit", "hello@1.service"]).assert().success().stdout("Unit hello@1.service inactive\n");
+    c.fleetctl(&["cat", "hello@1.service"]).assert().success().stdout(TEMPLATE);
+    // A template cannot be activated.
+    c.fleetctl(&["load", "--no-block", "hello@.service"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("cannot activate template \"hello@.service\""));
+
+    // The creation step waits for the new unit even with --no-block, as the original does.
+    c.fleetctl(&["load", "--no-block", "hello.service"])
+        .assert()
+        .success()
+        .stdout("Unit hello.service inactive\nTriggered unit hello.service load\n");
+    c.fleetctl(&["list-unit-files", "--no-legend", "--fields=unit,dstate,state"]).assert().success().stdout(
+        "hello.service\tloaded\t\tinactive\nhello@.service\tinactive\tinactive\nhello@1.service\tinactive\tinactive\n",
+    );
+
+    // --replace of a loaded unit by `load`: the new body is stored, the old one kept as the previous version.
+    c.write("hello.service", HELLO_V2);
+    c.fleetctl(&["load", "--no-block", "--replace", "hello.service"]).assert().success();
+    c.fleetctl(&["cat", "hello.service"]).assert().success().stdout(HELLO_V2);
+    assert_eq!(c.bodies().len(), 3, "template, hello v2 and hello v1 (previous version)");
+    c.fleetctl(&["destroy", "hello.service", "hello@.service", "hello@1.service"]).assert().success();
+    assert!(c.bodies().is_empty(), "{:?}", c.bodies());
+}
+
+#[test]
+fn machines_states_and_current_state_come_from_the_registry() {
+    let c = Cluster::start();
+    c.write("hello.service", HELLO);
+    c.fleetctl(&["start", "--no-block", "hello.service"])
+        .assert()
+        .success()
+        .stdout("Unit hello.service inactive\nTriggered unit hello.service start\n");
+
+    // Pretend to be fleetd on one machine: presence, schedule, published state, launched marker.
+    let reg = c.registry();
+    let lease = c.runtime.block_on(LeaseKeeper::grant(&reg, Duration::from_secs(30))).expect("lease");
+    let machine = MachineState {
+        id: MACHINE.into(),
+        public_ip: "172.17.0.2".into(),
+        metadata: [("role".to_string(), "a".to_string())].into(),
+        version: "v99.1.0".into(),
+        disable_engine: false,
+    };
+    let state = UnitState {
+        name: "hello.service".into(),
+        machine_id: MACHINE.into(),
+        hash: HELLO_HASH.into(),
+        load_state: "loaded".into(),
+        active_state: "active".into(),
+        sub_state: "running".into(),
+    };
+    c.runtime.block_on(async {
+        reg.register_machine(&machine, lease.id()).await.expect("register");
+        assert!(reg.schedule("hello.service", MACHINE).await.expect("schedule"));
+        reg.publish_state(&state, lease.id()).await.expect("publish");
+        assert!(reg.mark_launched("hello.service", MACHINE, HELLO_HASH, lease.id()).await.expect("launched"));
+    });
+
+    let banner = "####################################################################\n\
+                  WARNING: fleetctl (0.1.0) is older than the latest registered\n\
+                  version of fleet found in the cluster (99.1.0). You are strongly\n\
+                  recommended to upgrade fleetctl to prevent incompatibility issues.\n\
+                  ####################################################################\n\n";
+    let banner = banner.replace("0.1.0", fleet::version::VERSION.trim_start_matches('v'));
+    c.fleetctl(&["list-machines"])
+        .assert()
+        .success()
+        .stdout("MACHINE\t\tIP\t\tMETADATA\n8363165e...\t172.17.0.2\trole=a\n")
+        .stderr(banner);
+    c.fleetctl(&["list-unit-files"]).assert().success().stdout(
+        "UNIT\t\tHASH\tDSTATE\t\tSTATE\t\tTARGET\nhello.service\tceced3b\tlaunched\tlaunched\t8363165e.../172.17.0.2\n",
+    );
+    c.fleetctl(&["list-units"])
+        .assert()
+        .success()
+        .stdout("UNIT\t\tMACHINE\t\t\tACTIVE\tSUB\nhello.service\t8363165e.../172.17.0.2\tactive\trunning\n");
+    c.fleetctl(&["stop", "--no-block", "hello.service"])
+        .assert()
+        .success()
+        .stdout("Triggered unit hello.service stop\n");
+    c.fleetctl(&["list-unit-files", "--no-legend", "--fields=unit,dstate,state"])
+        .assert()
+        .success()
+        .stdout("hello.service\tloaded\tlaunched\n");
+    c.runtime.block_on(lease.revoke()).expect("revoke");
+}
+
+#[test]
+fn unreachable_etcd_fails_the_command_after_logging_the_version_check() {
+    let dir = tempfile::tempdir().unwrap();
+    fleetctl_at("http://127.0.0.1:1", dir.path(), &["--request-timeout=1", "list-units"])
+        .assert()
+        .code(1)
+        .stdout("")
+        .stderr(predicate::str::is_match(
+            r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d ERROR \S+: error attempting to check latest fleet version in Registry: .*\nError retrieving list of units from repository: .+\n$",
+        )
+        .unwrap());
+}
