@@ -3,8 +3,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use fleet_harness::Check;
-
 use crate::check::ensure_eq;
 use crate::fixtures;
 use crate::{Ctx, Outcome};
@@ -75,7 +73,6 @@ async fn fleetctl_views_match(ctx: &Ctx, when: &str) -> Outcome {
 /// linked); after the partition heals, fleetctl shows the same states and nothing was ever stopped.
 pub async fn single_node_loss(ctx: Ctx) -> Outcome {
     ctx.wait_for_n_machines(1, 1).await?;
-    ctx.fleetctl_ok(1, &["submit", &fixtures::path("single@.service"), &fixtures::path("global@.service")]).await?;
     for (u, state) in families() {
         let path = fixtures::path(&u);
         match state {
@@ -84,8 +81,6 @@ pub async fn single_node_loss(ctx: Ctx) -> Outcome {
             _ => ctx.fleetctl_ok(1, &["start", "--no-block", &path]).await?,
         };
     }
-    // The templates themselves are listed as inactive unit files; only the instances are checked.
-    ctx.fleetctl_ok(1, &["destroy", "single@.service", "global@.service"]).await?;
     fleetctl_views_match(&ctx, "before the partition").await?;
     let machine = ctx.machine(1)?;
     machine.partition().await.map_err(|e| e.to_string())?;
@@ -153,14 +148,8 @@ pub async fn etcd_restart(ctx: Ctx) -> Outcome {
     ctx.wait_for_n_machines(1, 2).await?;
     let after = ctx.wait_for_n_active_units(1, 4).await?;
     ensure_eq("placement after etcd came back", &before, &after)?;
-    // Give agents a few reconciles to act on the restored registry before looking for stops.
-    let settled = ctx
-        .wait_for_secs(10, "units to stay put", || async {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            Check::Ready(())
-        })
-        .await;
-    settled?;
+    // Give agents a few reconciles on the restored registry before looking for stops.
+    ctx.hold(Duration::from_secs(5)).await;
     ensure_eq("MainPIDs after etcd came back", &pids, &main_pids(&ctx, &before).await?)?;
     for slot in 1..=2 {
         let journal = ctx.journal_pid1(slot).await?;

@@ -252,7 +252,7 @@ pub async fn lifecycle(ctx: Ctx) -> Outcome {
     ctx.ensure(out.stdout.contains("Destroyed hello.service"), || "destroy reports `Destroyed hello.service`".into())?;
     wait_file(&ctx, None).await?;
     wait_listed(&ctx, None).await?;
-    let listed = ctx.exec_ok(slot, &["systemctl", "list-unit-files", "--no-legend", "hello.service"]).await?;
+    let listed = ctx.exec(slot, &["systemctl", "list-unit-files", "--no-legend", "hello.service"]).await?;
     ctx.ensure(listed.stdout.trim().is_empty(), || format!("no unit file left in m{slot}: {}", listed.stdout.trim()))
         .ctx("after destroy")
 }
