@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use fleet::agent::executor::{Executor, ExecutorConfig, Outcome, markers};
 use fleet::agent::plan::Desired;
-use fleet::agent::units_dir::{UnitsDir, text_hash};
+use fleet::agent::units_dir::UnitsDir;
 use fleet::model::JobState;
 use fleet::systemd::{Bus, JobResult, Systemd, UnitChange};
+use fleet::unit::UnitHash;
 
 const DIR: &str = "/run/fleet/units";
 
@@ -33,7 +34,7 @@ fn desired(units: &[(&str, JobState, &str, bool)]) -> BTreeMap<String, Desired> 
     units
         .iter()
         .map(|(n, s, t, i)| {
-            (n.to_string(), Desired { state: *s, hash: text_hash(t), text: Arc::from(*t), install: *i })
+            (n.to_string(), Desired { state: *s, hash: UnitHash::of(t).to_hex(), text: Arc::from(*t), install: *i })
         })
         .collect()
 }

@@ -7,16 +7,8 @@ use std::sync::Arc;
 use super::error::AgentError;
 use super::plan::Desired;
 use crate::model::JobState;
-
-/// The `[X-Fleet]` requirements the agent enforces, as plain data (the unit module parses them).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Requirements {
-    pub global: bool,
-    /// `MachineMetadata`: key → accepted values (OR within a key, AND across keys).
-    pub metadata: BTreeMap<String, Vec<String>>,
-    /// `Conflicts` glob patterns (Go `path.Match`).
-    pub conflicts: Vec<String>,
-}
+use crate::unit::Requirements;
+use crate::unit::xfleet::conflicts_between;
 
 /// One unit of the cluster snapshot, as the agent needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +23,9 @@ pub struct ClusterUnit {
     pub install: bool,
     /// Machine the engine scheduled it to (`None` for unscheduled and global units).
     pub target: Option<String>,
-    pub requirements: Requirements,
+    /// `[X-Fleet]` requirements, specifier-expanded with the unit's name (the agent uses `global`,
+    /// `machine_metadata` and `conflicts`).
+    pub requirements: Arc<Requirements>,
 }
 
 /// This machine as the registry sees it (its own record, with merged metadata).
@@ -41,33 +35,14 @@ pub struct ThisMachine {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// True when `machine` satisfies every `MachineMetadata` key (a missing key fails).
-pub fn metadata_matches(required: &BTreeMap<String, Vec<String>>, machine: &BTreeMap<String, String>) -> bool {
-    required.iter().all(|(key, values)| machine.get(key).is_some_and(|have| values.iter().any(|v| v == have)))
-}
-
-/// True when `a` and `b` conflict: one's patterns match the other's name (never with itself).
-pub fn conflicts(
-    a: &str,
-    a_patterns: &[String],
-    b: &str,
-    b_patterns: &[String],
-    matcher: &dyn Fn(&str, &str) -> bool,
-) -> bool {
-    a != b && (a_patterns.iter().any(|p| matcher(p, b)) || b_patterns.iter().any(|p| matcher(p, a)))
-}
-
 /// The units this machine should hold (spec §7.3): in unit-name order, non-global units scheduled here and global
-/// units whose `MachineMetadata` this machine satisfies, minus those conflicting with a unit accepted before them.
-/// Accepted units keep their desired state (global units too, even `inactive`, which then means "unload").
+/// units whose `MachineMetadata` this machine satisfies, minus those conflicting with a unit accepted before them
+/// (Go `path.Match` patterns, §6.8). Accepted units keep their desired state (global units too, even `inactive`,
+/// which then means "unload").
 ///
 /// `me` is this machine's record as read from the registry; an empty id means it is missing (B14) and the
-/// reconcile must be skipped rather than unload everything. `matcher` is the `path.Match` glob.
-pub fn desired_units(
-    units: &[ClusterUnit],
-    me: &ThisMachine,
-    matcher: &dyn Fn(&str, &str) -> bool,
-) -> Result<BTreeMap<String, Desired>, AgentError> {
+/// reconcile must be skipped rather than unload everything.
+pub fn desired_units(units: &[ClusterUnit], me: &ThisMachine) -> Result<BTreeMap<String, Desired>, AgentError> {
     if me.id.is_empty() {
         return Err(AgentError::OwnMachineMissing);
     }
@@ -76,16 +51,15 @@ pub fn desired_units(
     let mut accepted: Vec<&ClusterUnit> = Vec::new();
     for unit in sorted {
         let here = if unit.requirements.global {
-            metadata_matches(&unit.requirements.metadata, &me.metadata)
+            unit.requirements.metadata_allows(&me.metadata)
         } else {
             unit.target.as_deref() == Some(me.id.as_str())
         };
         if !here {
             continue;
         }
-        if let Some(other) = accepted
-            .iter()
-            .find(|u| conflicts(&unit.name, &unit.requirements.conflicts, &u.name, &u.requirements.conflicts, matcher))
+        if let Some(other) =
+            accepted.iter().find(|u| conflicts_between(&unit.name, &unit.requirements, &u.name, &u.requirements))
         {
             tracing::debug!(unit = %unit.name, conflict = %other.name, "not loading: conflicts with a unit accepted here");
             continue;
@@ -102,16 +76,9 @@ pub fn desired_units(
         .collect())
 }
 
-/// Whether canonical unit text has an `[Install]` section.
-// TODO: take this from the unit module's parsed unit once it lands.
-pub fn text_has_install_section(text: &str) -> bool {
-    text.lines().any(|l| l == "[Install]")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::glob::interim_path_match;
 
     const ME: &str = "aaaaaaaa11111111aaaaaaaa11111111";
     const OTHER: &str = "bbbbbbbb22222222bbbbbbbb22222222";
@@ -124,20 +91,21 @@ mod tests {
             text: Arc::from(""),
             install: false,
             target: target.map(str::to_string),
-            requirements: Requirements::default(),
+            requirements: Arc::new(Requirements::default()),
         }
     }
 
     fn global(name: &str, desired: JobState, metadata: &[(&str, &[&str])]) -> ClusterUnit {
         let mut u = unit(name, desired, None);
-        u.requirements.global = true;
-        u.requirements.metadata =
+        let r = Arc::make_mut(&mut u.requirements);
+        r.global = true;
+        r.machine_metadata =
             metadata.iter().map(|(k, vs)| (k.to_string(), vs.iter().map(|v| v.to_string()).collect())).collect();
         u
     }
 
     fn with_conflicts(mut u: ClusterUnit, patterns: &[&str]) -> ClusterUnit {
-        u.requirements.conflicts = patterns.iter().map(|p| p.to_string()).collect();
+        Arc::make_mut(&mut u.requirements).conflicts = patterns.iter().map(|p| p.to_string()).collect();
         u
     }
 
@@ -146,7 +114,7 @@ mod tests {
     }
 
     fn run(units: &[ClusterUnit], machine: &ThisMachine) -> Vec<(String, JobState)> {
-        desired_units(units, machine, &interim_path_match).unwrap().into_iter().map(|(n, d)| (n, d.state)).collect()
+        desired_units(units, machine).unwrap().into_iter().map(|(n, d)| (n, d.state)).collect()
     }
 
     fn names(v: &[(&str, JobState)]) -> Vec<(String, JobState)> {
@@ -249,13 +217,7 @@ mod tests {
     #[test]
     fn missing_own_record_skips_the_reconcile() {
         let units = [unit("a.service", JobState::Launched, Some(ME))];
-        let err = desired_units(&units, &ThisMachine::default(), &interim_path_match).unwrap_err();
+        let err = desired_units(&units, &ThisMachine::default()).unwrap_err();
         assert!(matches!(err, AgentError::OwnMachineMissing));
-    }
-
-    #[test]
-    fn install_section_is_detected_in_canonical_text() {
-        assert!(text_has_install_section("[Service]\nExecStart=/bin/true\n\n[Install]\nWantedBy=x.service\n"));
-        assert!(!text_has_install_section("[Service]\nExecStart=/bin/echo [Install]\n"));
     }
 }

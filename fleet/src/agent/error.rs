@@ -34,6 +34,12 @@ pub enum AgentError {
     /// The stop job of a unit being unloaded ended but the unit is still running (e.g. the job was cancelled).
     #[error("{name} is still {state} after its stop job ({result})")]
     StillActive { name: String, state: String, result: String },
+    /// The registry snapshot channel closed (its reflector stopped) while the agent was running.
+    #[error("the registry snapshot feed ended")]
+    SnapshotsEnded,
+    /// Graceful shutdown could not unload every unit within its deadline.
+    #[error("purge ended with {left} unit file(s) left in {dir}")]
+    PurgeIncomplete { left: usize, dir: PathBuf },
     #[error(transparent)]
     Systemd(#[from] SystemdError),
 }

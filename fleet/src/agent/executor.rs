@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::error::AgentError;
@@ -89,6 +90,21 @@ pub fn markers(reports: &[TaskReport], hashes: &BTreeMap<String, String>) -> Vec
         .collect()
 }
 
+/// The markers that make this machine's launched markers in the registry (`have`: unit → hash) match the units
+/// the agent believes it launched (`want`: unit → recorded hash), in unit-name order. A safety net next to
+/// [`markers`]: it repairs markers whose write failed or that vanished.
+pub fn marker_diff(want: &BTreeMap<String, String>, have: &BTreeMap<String, String>) -> Vec<Marker> {
+    let names: BTreeSet<&String> = want.keys().chain(have.keys()).collect();
+    names
+        .into_iter()
+        .filter_map(|name| match (want.get(name), have.get(name)) {
+            (Some(w), h) if h != Some(w) => Some(Marker::Launched { unit: name.clone(), hash: w.clone() }),
+            (None, Some(_)) => Some(Marker::NotLaunched(name.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Drives systemd for this machine and remembers what it did.
 pub struct Executor<S> {
     systemd: S,
@@ -100,10 +116,14 @@ pub struct Executor<S> {
     pending_starts: BTreeSet<String>,
     /// Files or links changed since the last daemon-reload.
     reload_needed: bool,
+    /// The loaded set (unit → recorded hash), re-sent whenever a file is written or removed, so state publishing
+    /// can follow it without waiting for a running plan.
+    loaded_tx: watch::Sender<BTreeMap<String, String>>,
 }
 
 impl<S: SystemdOps> Executor<S> {
     pub fn new(systemd: S, units: UnitsDir, config: ExecutorConfig) -> Self {
+        let (loaded_tx, _) = watch::channel(units.hashes().clone());
         Executor {
             systemd,
             units,
@@ -111,7 +131,30 @@ impl<S: SystemdOps> Executor<S> {
             believed: BTreeMap::new(),
             pending_starts: BTreeSet::new(),
             reload_needed: false,
+            loaded_tx,
         }
+    }
+
+    /// Follows the loaded set (unit → recorded hash) as files are written and removed, also in the middle of a
+    /// plan (e.g. while a long stop job runs).
+    pub fn watch_loaded(&self) -> watch::Receiver<BTreeMap<String, String>> {
+        self.loaded_tx.subscribe()
+    }
+
+    /// What the agent believes of each unit it loaded or started (the target-state cache; absent = inactive).
+    pub fn believed(&self) -> &BTreeMap<String, JobState> {
+        &self.believed
+    }
+
+    fn loaded_changed(&self) {
+        let now = self.units.hashes();
+        self.loaded_tx.send_if_modified(|seen| {
+            if seen == now {
+                return false;
+            }
+            seen.clone_from(now);
+            true
+        });
     }
 
     pub fn systemd(&self) -> &S {
@@ -139,6 +182,15 @@ impl<S: SystemdOps> Executor<S> {
     /// Units the agent believes it launched (the job-state heartbeat refreshes their markers).
     pub fn launched(&self) -> Vec<String> {
         self.believed.iter().filter(|(_, s)| **s == JobState::Launched).map(|(n, _)| n.clone()).collect()
+    }
+
+    /// Units the agent believes it launched, with the hash of the file it started (what their markers hold).
+    pub fn launched_hashes(&self) -> BTreeMap<String, String> {
+        self.believed
+            .iter()
+            .filter(|(_, s)| **s == JobState::Launched)
+            .map(|(n, _)| (n.clone(), self.units.hash_of(n).unwrap_or_default().to_string()))
+            .collect()
     }
 
     /// Units whose systemd state is published (those with a file here), with their recorded hash.
@@ -194,6 +246,7 @@ impl<S: SystemdOps> Executor<S> {
             if let Err(e) = self.units.rescan() {
                 warn!(err = %e, "purge: cannot list the units directory");
             }
+            self.loaded_changed();
             if self.units.hashes().is_empty() {
                 break;
             }
@@ -225,6 +278,7 @@ impl<S: SystemdOps> Executor<S> {
 
     async fn load(&mut self, name: &str, unit: &Desired) -> Result<Outcome, AgentError> {
         let mut changed = self.units.write(name, &unit.text)?;
+        self.loaded_changed();
         self.reload_needed |= changed;
         let path = self.units.path_of(name)?;
         let linked = self.systemd.link_runtime(&path).await?;
@@ -236,6 +290,7 @@ impl<S: SystemdOps> Executor<S> {
                     if let Err(e) = self.units.remove(name) {
                         warn!(unit = %name, err = %e, "cannot remove the unit file after a failed enable");
                     }
+                    self.loaded_changed();
                     let _ = self.systemd.disable_runtime(name).await;
                     self.reload_needed = true;
                     return Err(AgentError::Enable { name: name.to_string(), source });
@@ -270,6 +325,7 @@ impl<S: SystemdOps> Executor<S> {
             _ => {}
         }
         self.units.remove(name)?;
+        self.loaded_changed();
         self.reload_needed = true;
         Ok(Outcome::Done)
     }

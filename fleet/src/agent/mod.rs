@@ -3,22 +3,47 @@
 //!
 //! | file | owns |
 //! |---|---|
+//! | `runner.rs` | [`Agent`]: the running agent — reconcile loop (event-driven on registry snapshots, periodic safety net), launched markers, purge, debug dump |
+//! | `publish_loop.rs` | the state-publishing loop beside it (systemd signals → this machine's unit states) |
+//! | `cluster.rs` | the snapshot's units as the agent needs them; each body parsed once per hash |
 //! | `desired.rs` | pure: which units this machine should hold (targets, global units' metadata, conflicts in name order) |
 //! | `plan.rs` | pure: desired + actual → ordered tasks (Stop < Unload < Load < Reload < Start) |
+//! | `handover.rs` | pure: the cross-machine replace rule — when another machine's old copy keeps a start waiting |
 //! | `units_dir.rs` | the unit files in `units_directory`: write (0644), remove, list at start, recorded hashes |
 //! | `executor.rs` | runs a plan against systemd, waiting for jobs; keeps what the agent believes it started |
 //! | `publisher.rs` | pure: diff of published unit states against systemd's (this machine's states only) |
+//! | `debug.rs` | the SIGUSR1 dump |
 //! | `timing.rs` | reconcile interval, heartbeat / re-publish period from the TTL |
-//! | `glob.rs` | INTERIM Go `path.Match` until `unit::glob` lands |
 //! | `error.rs` | [`AgentError`] |
+//!
+//! ## Replace serialization
+//! When a unit's content changes, or it moves away, the old version is stopped and its `ExecStop`/`ExecStopPost`
+//! have completed (stop job done and unit inactive) before the new version's file is written and started:
+//! * **same machine** — the plan orders the old version's Stop/Unload before the new version's Load and Start,
+//!   and the executor waits for every stop job and for the unit to be inactive before it goes on;
+//! * **another machine** — the new machine loads the unit but holds its start while a *present* other machine
+//!   still publishes a state for it that is not `inactive`/`failed` (or has marked it launched without a state
+//!   yet); global units are exempt. The rule, why it cannot deadlock, and its table tests are in `handover.rs`.
+//!
+//! Losing etcd never stops a unit: with a disconnected snapshot, or without this machine's own record (B14), the
+//! agent does nothing.
 
+mod cluster;
+mod debug;
 pub mod desired;
 mod error;
 pub mod executor;
-pub mod glob;
+#[cfg(test)]
+pub(crate) mod fake;
+pub mod handover;
 pub mod plan;
+mod publish_loop;
 pub mod publisher;
+mod runner;
 pub mod timing;
 pub mod units_dir;
 
+pub use cluster::UnitCache;
+pub use debug::DebugHandle;
 pub use error::AgentError;
+pub use runner::{Agent, AgentConfig};

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::UnitState;
+use crate::registry::StateRecord;
 use crate::systemd::UnitStatus;
 
 /// One registry write for this machine's unit states.
@@ -55,6 +56,29 @@ pub fn diff(last: &BTreeMap<String, UnitState>, now: &BTreeMap<String, UnitState
     ops
 }
 
+/// Ops that repair this machine's states as the registry holds them (`stored`: unit → record, from a snapshot)
+/// against what the agent published: missing or different states are written again, and states of units the
+/// agent neither published nor has loaded (`loaded`) are removed, e.g. left by an earlier incarnation.
+pub fn repair(
+    published: &BTreeMap<String, UnitState>,
+    stored: &BTreeMap<String, StateRecord>,
+    loaded: &BTreeSet<&str>,
+) -> Vec<PublishOp> {
+    let mut ops: Vec<PublishOp> = published
+        .values()
+        .filter(|s| stored.get(&s.name) != Some(&StateRecord::from_state(s)))
+        .cloned()
+        .map(PublishOp::Publish)
+        .collect();
+    ops.extend(
+        stored
+            .keys()
+            .filter(|n| !published.contains_key(*n) && !loaded.contains(n.as_str()))
+            .map(|n| PublishOp::Remove(n.clone())),
+    );
+    ops
+}
+
 fn publishable(s: &UnitState) -> bool {
     !s.hash.is_empty() && !s.machine_id.is_empty()
 }
@@ -89,6 +113,11 @@ impl Publisher {
         let mut ops: Vec<PublishOp> = self.published.values().cloned().map(PublishOp::Publish).collect();
         ops.extend(std::mem::take(&mut self.removals).into_iter().map(PublishOp::Remove));
         ops
+    }
+
+    /// Ops that repair the registry's copy of this machine's states (see [`repair`]).
+    pub fn repair(&self, stored: &BTreeMap<String, StateRecord>, loaded: &BTreeSet<&str>) -> Vec<PublishOp> {
+        repair(&self.published, stored, loaded)
     }
 
     /// A write of `op` failed: make sure the next `changes` repeats it.
@@ -208,6 +237,29 @@ mod tests {
         p.failed(&ops[0]);
         assert_eq!(p.changes(&BTreeMap::new()), [PublishOp::Remove("a.service".into())]);
         assert_eq!(p.changes(&BTreeMap::new()), []);
+    }
+
+    #[test]
+    fn repair_rewrites_missing_and_different_states_and_removes_strays() {
+        let published = map(&[state("a.service", "active", "h1"), state("b.service", "active", "h1")]);
+        let stored: BTreeMap<String, StateRecord> = [
+            ("b.service".to_string(), StateRecord::from_state(&state("b.service", "inactive", "h1"))),
+            ("c.service".to_string(), StateRecord::from_state(&state("c.service", "active", "h0"))),
+            ("d.service".to_string(), StateRecord::from_state(&state("d.service", "active", "h0"))),
+        ]
+        .into();
+        let loaded: BTreeSet<&str> = ["d.service"].into();
+        assert_eq!(
+            repair(&published, &stored, &loaded),
+            [
+                PublishOp::Publish(state("a.service", "active", "h1")),
+                PublishOp::Publish(state("b.service", "active", "h1")),
+                PublishOp::Remove("c.service".into()),
+            ]
+        );
+        let in_sync: BTreeMap<String, StateRecord> =
+            published.iter().map(|(n, s)| (n.clone(), StateRecord::from_state(s))).collect();
+        assert_eq!(repair(&published, &in_sync, &BTreeSet::new()), []);
     }
 
     #[test]

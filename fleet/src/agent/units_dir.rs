@@ -8,24 +8,25 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use sha1::{Digest, Sha1};
 use tracing::{debug, info, warn};
 
 use super::error::AgentError;
+use crate::unit::{UnitFile, UnitHash, has_recognized_type};
 
-/// Unit types the agent manages (`unit.RecognizedUnitType`, spec §4.4). Files of other types are ignored.
-pub const RECOGNISED_TYPES: [&str; 7] = ["service", "socket", "timer", "path", "device", "mount", "automount"];
-
-/// True when `name`'s suffix is one of [`RECOGNISED_TYPES`].
+/// True for a plain file name of a unit type the agent manages (`unit::RECOGNIZED_TYPES`, spec §4.4); files of
+/// other types, and hidden files (the agent's temporary files), are ignored.
 pub fn is_recognised(name: &str) -> bool {
-    name.rsplit_once('.').is_some_and(|(stem, ty)| !stem.is_empty() && RECOGNISED_TYPES.contains(&ty))
+    !name.starts_with('.') && has_recognized_type(name)
 }
 
-/// SHA-1 hex of a unit file's text. The agent only writes canonical text, so this equals the unit hash.
-// TODO: switch to the unit module's hash function (hash of the parsed, canonical unit) once it lands, so a file
-// edited by hand is hashed the way the registry hashes units.
-pub fn text_hash(text: &str) -> String {
-    hex::encode(Sha1::digest(text.as_bytes()))
+/// Hash recorded for a unit file found on disk at start (spec §7.3: "computed by parsing the file"): the unit hash
+/// of its parsed, canonical form, so a file is hashed exactly as the registry hashes units. A file that does not
+/// parse gets the hash of its raw text (it then differs from every registry hash and is replaced or unloaded).
+pub fn file_hash(bytes: &[u8]) -> String {
+    match UnitFile::parse_bytes(bytes) {
+        Ok(file) => file.hash().to_hex(),
+        Err(_) => UnitHash::of(&String::from_utf8_lossy(bytes)).to_hex(),
+    }
 }
 
 /// The units directory and the hash recorded for each unit file in it.
@@ -70,7 +71,7 @@ impl UnitsDir {
             let path = entry.path();
             match fs::read(&path) {
                 Ok(bytes) => {
-                    hashes.insert(name, text_hash(&String::from_utf8_lossy(&bytes)));
+                    hashes.insert(name, file_hash(&bytes));
                 }
                 Err(e) => warn!(file = %path.display(), err = %e, "cannot read unit file, ignoring"),
             }
@@ -97,11 +98,11 @@ impl UnitsDir {
         Ok(self.dir.join(name))
     }
 
-    /// Write `text` as `name` (0644, via a temporary file and rename) and record its hash. Returns whether the file
-    /// content changed (false when an identical file was already there).
+    /// Write canonical unit `text` as `name` (0644, via a temporary file and rename) and record its hash. Returns
+    /// whether the file content changed (false when an identical file was already there).
     pub fn write(&mut self, name: &str, text: &str) -> Result<bool, AgentError> {
         let path = self.path_of(name)?;
-        let hash = text_hash(text);
+        let hash = UnitHash::of(text).to_hex();
         if fs::read(&path).is_ok_and(|old| old == text.as_bytes()) {
             self.hashes.insert(name.to_string(), hash);
             return Ok(false);
@@ -143,8 +144,15 @@ mod tests {
 
     #[test]
     fn hash_matches_the_spec_vectors() {
-        assert_eq!(text_hash("[Service]\nExecStart=/bin/sleep 100\n"), "1c6fb6f3684bafb0c173d8b8b957ceff031180c1");
-        assert_eq!(text_hash(""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+        assert_eq!(file_hash(b"[Service]\nExecStart=/bin/sleep 100\n"), "1c6fb6f3684bafb0c173d8b8b957ceff031180c1");
+        assert_eq!(file_hash(b""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+    }
+
+    #[test]
+    fn files_on_disk_are_hashed_in_canonical_form() {
+        // Comments, blank lines and spacing around `=` vanish in the canonical text (spec §4.3).
+        let hand_edited = b"# edited\n[Service]\n\nExecStart = /bin/sleep 100\n";
+        assert_eq!(file_hash(hand_edited), "1c6fb6f3684bafb0c173d8b8b957ceff031180c1");
     }
 
     #[test]
@@ -169,7 +177,8 @@ mod tests {
         assert_eq!(units.hash_of("hello.service"), Some("1c6fb6f3684bafb0c173d8b8b957ceff031180c1"));
         assert!(!units.write("hello.service", text).unwrap(), "identical content is no change");
         assert!(units.write("hello.service", "[Service]\nExecStart=/bin/true\n").unwrap());
-        assert_eq!(units.hash_of("hello.service"), Some(text_hash("[Service]\nExecStart=/bin/true\n").as_str()));
+        let h = UnitHash::of("[Service]\nExecStart=/bin/true\n").to_hex();
+        assert_eq!(units.hash_of("hello.service"), Some(h.as_str()));
     }
 
     #[test]

@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use super::glob::Pattern;
 use crate::model::MachineState;
+use crate::unit::glob::Pattern;
 
 /// Where a unit may run, from its `[X-Fleet]` section.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,12 +1,19 @@
 //! The engine: the one elected fleetd that schedules units onto machines (spec §1.6, §6).
 //!
-//! This module holds the pure core; the async shell (leader loop on the registry, watches, periodic resync)
-//! gathers a [`Snapshot`], calls [`plan`], and applies the [`Decision`]s in order.
+//! A pure core (snapshot → ordered decisions; leadership decisions) inside a thin async shell ([`Engine`]): the
+//! shell watches the registry view, elects one leader, builds a [`Snapshot`] from the view, calls [`plan`], and
+//! applies the [`Decision`]s in order as compare-and-swap writes.
+//!
+//! Starting it (fleetd): `Engine::new(registry, reflector.subscribe(), EngineConfig { .. }).spawn(token)`;
+//! stopping it: cancel the token and await the task (it resigns leadership and revokes its lease first).
 //!
 //! | file | owns |
 //! |---|---|
+//! | `runner` | the async shell: wake-ups, leadership, passes, shutdown ([`Engine`]) |
+//! | `leadership` | leadership glue: registry view → [`leader::decide`] |
+//! | `reconcile` | one leader pass against the registry: plan, CAS writes, body GC |
+//! | `catalog` | registry view → scheduler snapshot; parsed-body cache; `Requirements` → [`Constraints`] |
 //! | `constraints` | a unit's `[X-Fleet]` constraints; conflict and replace relations |
-//! | `glob` | Go `path.Match` patterns (temporary duplicate of `unit::glob`) |
 //! | `snapshot` | the scheduler's input, built once per pass |
 //! | `cluster` | the per-machine view during a pass: presence, loads, fit of a unit on a machine |
 //! | `fit` | the fit verdict and rejection reasons |
@@ -15,12 +22,15 @@
 //! | `leader` | leadership decisions per tick |
 //! | `simulate` | synthetic clusters for scale checks and benchmarks |
 
+pub mod catalog;
 mod cluster;
 pub mod constraints;
 pub mod explain;
 pub mod fit;
-pub mod glob;
 pub mod leader;
+pub mod leadership;
+pub mod reconcile;
+pub mod runner;
 pub mod schedule;
 pub mod simulate;
 pub mod snapshot;
@@ -28,10 +38,13 @@ pub mod snapshot;
 #[cfg(test)]
 mod tests;
 
+pub use catalog::UnitCatalog;
 pub use cluster::Placement;
 pub use constraints::Constraints;
 pub use explain::{ExplainError, Explanation, MachineVerdict, explain};
 pub use fit::{Fit, Rejection};
+pub use reconcile::{PassOutcome, PassReport, Reconciler};
+pub use runner::{Engine, EngineConfig, EngineStatus};
 pub use schedule::{
     Decision, Plan, ScheduleReason, Unplaced, UnplacedReason, UnscheduleReason, apply, plan, plan_with_report,
 };

@@ -1,6 +1,10 @@
 //! fleetd: configuration (file, environment), wiring of the components, signals and supervision.
 
 pub mod args;
+pub mod components;
 pub mod config;
 pub mod duration;
 pub mod ini;
+pub mod logging;
+pub mod server;
+pub mod signals;

@@ -47,7 +47,7 @@ impl Registry {
             .or_else([TxnOp::get(key.as_str(), None)]);
         let resp = self.txn("campaign", &key, txn).await?;
         if resp.succeeded() {
-            tracing::info!(machine, "engine leadership acquired");
+            tracing::debug!(machine, lease = format_args!("{lease:x}"), "campaign won");
             return Ok(Campaign::Leader);
         }
         let holder = resp.op_responses().into_iter().find_map(|r| match r {

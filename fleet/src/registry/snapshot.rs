@@ -154,6 +154,22 @@ impl Snapshot {
         &self.machines
     }
 
+    /// True when `self` holds the same units, bodies, machines, leader, versions and connection state as
+    /// `earlier`, i.e. at most unit states differ: what the engine needs to skip a pass when only agents published.
+    ///
+    /// Judged by section identity, which is cheap and sound: a section shared by both snapshots is the same value
+    /// (sections are copied on write while shared). It can report a change where there is none (a section copied
+    /// and then changed back), never miss one.
+    pub fn same_except_states(&self, earlier: &Snapshot) -> bool {
+        Arc::ptr_eq(&self.units, &earlier.units)
+            && Arc::ptr_eq(&self.bodies, &earlier.bodies)
+            && Arc::ptr_eq(&self.machines, &earlier.machines)
+            && self.leader == earlier.leader
+            && self.engine_version == earlier.engine_version
+            && self.layout_version == earlier.layout_version
+            && self.connected == earlier.connected
+    }
+
     pub(crate) fn set_revision(&mut self, revision: i64) {
         self.revision = revision;
     }
@@ -335,6 +351,21 @@ pub(crate) mod tests {
         pub fn done(self) -> Snapshot {
             self.snap
         }
+    }
+
+    #[test]
+    fn only_state_changes_keep_the_other_sections_shared() {
+        let earlier = Build::new().unit("a.service", H1, None, "launched").state("a.service", "m1", H1).done();
+        let mut later = earlier.clone();
+        let keys = Keys::new("/p");
+        let state = r#"{"hash":"x","loadState":"loaded","activeState":"failed","subState":"failed"}"#;
+        let change = Change::Put { value: state.as_bytes(), mod_revision: 99, lease: 0 };
+        later.apply(&keys, keys.state("a.service", "m1").as_bytes(), change);
+        assert!(later.same_except_states(&earlier));
+        let change = Change::Put { value: b"m1", mod_revision: 100, lease: 0 };
+        later.apply(&keys, keys.unit_target("a.service").as_bytes(), change);
+        assert!(!later.same_except_states(&earlier));
+        assert!(earlier.same_except_states(&earlier.clone()));
     }
 
     #[test]

@@ -201,6 +201,12 @@ impl Registry {
     /// Engine: schedules the unit to `machine` if it exists and is not scheduled. `false` means another writer
     /// got there first (or the unit is gone); re-read the snapshot and decide again.
     pub async fn schedule(&self, name: &str, machine: &str) -> Result<bool> {
+        Ok(self.schedule_at(name, machine).await?.is_some())
+    }
+
+    /// [`Registry::schedule`], returning the revision of the write (to wait for in a reflector) or `None` when
+    /// the compare failed and nothing was written.
+    pub async fn schedule_at(&self, name: &str, machine: &str) -> Result<Option<i64>> {
         check_component(Component::UnitName, name)?;
         check_component(Component::MachineId, machine)?;
         let target = self.keys.unit_target(name);
@@ -210,17 +216,24 @@ impl Registry {
                 Compare::version(self.keys.unit_object(name), CompareOp::Greater, 0),
             ])
             .and_then([TxnOp::put(target.as_str(), machine, None)]);
-        Ok(self.txn("schedule", &target, txn).await?.succeeded())
+        let resp = self.txn("schedule", &target, txn).await?;
+        Ok(resp.succeeded().then(|| revision_of(&resp)))
     }
 
     /// Engine: unschedules the unit if it is still scheduled to `machine`. `false` means it is not (any more).
     pub async fn unschedule(&self, name: &str, machine: &str) -> Result<bool> {
+        Ok(self.unschedule_at(name, machine).await?.is_some())
+    }
+
+    /// [`Registry::unschedule`], returning the revision of the delete or `None` when nothing was deleted.
+    pub async fn unschedule_at(&self, name: &str, machine: &str) -> Result<Option<i64>> {
         check_component(Component::UnitName, name)?;
         let target = self.keys.unit_target(name);
         let txn = Txn::new()
             .when([Compare::value(target.as_str(), CompareOp::Equal, machine)])
             .and_then([TxnOp::delete(target.as_str(), None)]);
-        Ok(self.txn("unschedule", &target, txn).await?.succeeded())
+        let resp = self.txn("unschedule", &target, txn).await?;
+        Ok(resp.succeeded().then(|| revision_of(&resp)))
     }
 
     /// Agent: records that `machine` started the unit (version `hash`), bound to the machine's lease so the

@@ -3,6 +3,59 @@
 //! `*` matches any run of non-`/` characters, `?` one non-`/` character, `[...]` a character class with ranges and
 //! `^` negation, `\` escapes the next character. A malformed pattern matches nothing (the original ignores the
 //! error `path.Match` returns and treats it as "no match"). No crate reproduces Go's exact rules, hence this file.
+//!
+//! Two forms over one matcher: the function form ([`glob_match`], [`try_match`]) for one-off checks such as option
+//! validation, and the compiled [`Pattern`] for the scheduler, which matches the same patterns against many names
+//! and resolves wildcard-free patterns (the common `Conflicts=foo.service`) by string equality or a map lookup.
+
+/// A validated pattern, to match many names. Same semantics as [`glob_match`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern {
+    source: String,
+    /// The name matched when the pattern has no wildcard (escapes removed): matching is then string equality.
+    literal: Option<String>,
+}
+
+impl Pattern {
+    /// Validates `pattern`; `None` when it is malformed (such a pattern matches no name).
+    pub fn new(pattern: &str) -> Option<Pattern> {
+        // Like Go (1.16+), a malformed pattern is reported whatever the name, so matching the empty name validates.
+        try_match(pattern, "").ok()?;
+        Some(Pattern { source: pattern.to_string(), literal: literal_of(pattern) })
+    }
+
+    /// The pattern text as written.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// The exact name this pattern matches when it contains no wildcard.
+    pub fn literal(&self) -> Option<&str> {
+        self.literal.as_deref()
+    }
+
+    /// True when the whole of `name` matches the pattern.
+    pub fn matches(&self, name: &str) -> bool {
+        match &self.literal {
+            Some(literal) => literal == name,
+            None => glob_match(&self.source, name),
+        }
+    }
+}
+
+/// The name a wildcard-free pattern matches, with `\` escapes resolved; `None` if it has a wildcard or class.
+fn literal_of(pattern: &str) -> Option<String> {
+    let mut out = String::with_capacity(pattern.len());
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '*' | '?' | '[' => return None,
+            '\\' => out.push(chars.next()?),
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
 
 /// A pattern Go's `path.Match` rejects with `ErrBadPattern`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -278,6 +331,47 @@ mod tests {
             }
             assert_eq!(glob_match(pattern, name), want && !bad, "{pattern:?} vs {name:?}");
         }
+    }
+
+    /// Further cases (from the engine's former matcher): empty patterns, reversed ranges, fleet-style names.
+    const MORE_CASES: &[(&str, &str, bool)] = &[
+        ("[z-a]", "m", false),
+        ("", "", true),
+        ("", "a", false),
+        ("conflict.*.service", "conflict.3.service", true),
+        ("conflict.*.service", "conflict.service", false),
+        ("excl@*.service", "excl@4.service", true),
+        ("hello.service", "hello.service", true),
+        ("hello.service", "hello@1.service", false),
+    ];
+
+    #[test]
+    fn compiled_patterns_agree_with_the_function_form() {
+        let go = GO_CASES.iter().map(|&(p, n, want, bad)| (p, n, want && !bad));
+        for (pattern, name, want) in go.chain(MORE_CASES.iter().copied()) {
+            assert_eq!(glob_match(pattern, name), want, "{pattern:?} vs {name:?}");
+            let compiled = Pattern::new(pattern);
+            assert_eq!(compiled.is_some_and(|p| p.matches(name)), want, "compiled {pattern:?} vs {name:?}");
+        }
+    }
+
+    #[test]
+    fn malformed_patterns_match_nothing() {
+        for pattern in ["[]a]", "[-]", "[x-]", "[-x]", "\\", "[a-b-c]", "[", "[^", "[^bc", "a[", "a\\", "[\\", "*[]"] {
+            assert!(Pattern::new(pattern).is_none(), "{pattern:?} should be malformed");
+            assert!(!glob_match(pattern, "a"), "{pattern:?}");
+            assert!(!glob_match(pattern, pattern), "{pattern:?}");
+        }
+    }
+
+    #[test]
+    fn literal_patterns_are_recognised() {
+        assert_eq!(Pattern::new("a\\*b.service").unwrap().literal(), Some("a*b.service"));
+        assert_eq!(Pattern::new("hello.service").unwrap().literal(), Some("hello.service"));
+        assert_eq!(Pattern::new("a*").unwrap().literal(), None);
+        assert_eq!(Pattern::new("a?").unwrap().literal(), None);
+        assert_eq!(Pattern::new("a[b]").unwrap().literal(), None);
+        assert!(Pattern::new("a\\*b.service").unwrap().matches("a*b.service"));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 
-use super::glob::try_match;
+use super::glob::{Pattern, try_match};
 use super::name::{expand_specifiers, mangle, validate_name};
 use super::parse::{parse, parse_bytes};
 use super::xfleet::{OptionsError, Requirements, unrecognized_xfleet_keys, validate_options};
@@ -73,6 +73,15 @@ proptest! {
     #[test]
     fn arbitrary_glob_pairs_never_panic(pattern in "[*?\\[\\]^\\\\a-c/-é€]{0,12}", name in "[a-c/é€-]{0,12}") {
         let _ = try_match(&pattern, &name);
+    }
+
+    /// The compiled form validates exactly like the function form and matches the same names.
+    #[test]
+    fn compiled_pattern_agrees_with_try_match(pattern in "[*?\\[\\]^\\\\a-c/-é€]{0,12}", name in "[a-c/é€*?\\\\-]{0,12}") {
+        let compiled = Pattern::new(&pattern);
+        let direct = try_match(&pattern, &name);
+        prop_assert_eq!(compiled.is_none(), direct.is_err(), "validity of {:?} vs {:?}", pattern, name);
+        prop_assert_eq!(compiled.is_some_and(|p| p.matches(&name)), direct == Ok(true));
     }
 
     #[test]

@@ -1,17 +1,17 @@
 //! The HTTP API v1 server against a real etcd: the original's wire semantics (status codes, error bodies,
 //! pagination, PATCH format) exercised with raw HTTP requests, as any client would send them.
 
-#[path = "../support/etcd.rs"]
-mod etcd;
+#[path = "../support/mod.rs"]
+mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd::TestEtcd;
 use fleet::api::Api;
 use fleet::api::listen::{ListenAddress, bind};
 use fleet::api::serve::serve;
 use fleet::registry::Reflector;
+use support::etcd::TestEtcd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;

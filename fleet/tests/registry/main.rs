@@ -2,20 +2,20 @@
 //! bursts, compaction and etcd restarts. Waits are on the reflector's change notifications with deadlines, never
 //! sleeps.
 
-#[path = "../support/etcd.rs"]
-mod etcd;
+#[path = "../support/mod.rs"]
+mod support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd::TestEtcd;
 use fleet::model::{JobState, MachineState, UnitState};
 use fleet::registry::{
     Campaign, EngineVersionCheck, LeaseKeeper, LeaseStatus, PutUnit, Reflector, Registration, Registry, RegistryError,
     Snapshot, UnitWrite,
 };
 use sha1::{Digest, Sha1};
+use support::etcd::TestEtcd;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -449,7 +449,6 @@ async fn thousand_units_destroy_within_budget_and_bodies_are_collected() {
     eprintln!("1000 units: created in {created:?}, destroyed in {destroyed:?}");
     assert!(destroyed < Duration::from_secs(5), "destroy took {destroyed:?}");
 }
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scoped_reads_hold_only_their_part_and_derive_current_state() {
     let etcd = TestEtcd::start().await;

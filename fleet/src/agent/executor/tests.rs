@@ -1,127 +1,16 @@
 //! Executor tests against a fake systemd that records every call.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+use crate::agent::fake::Fake;
 use crate::agent::plan::Reason;
-use crate::systemd::{FileChange, NO_SUCH_UNIT, SystemdError, UnitStatus};
+use crate::systemd::NO_SUCH_UNIT;
 
-#[derive(Default)]
-struct Fake {
-    log: Mutex<Vec<String>>,
-    /// "call unit" → error to answer.
-    fail: Mutex<BTreeMap<String, SystemdError>>,
-    start_delay: Mutex<Option<Duration>>,
-    /// Active state reported by `states`.
-    active: Mutex<BTreeMap<String, String>>,
-}
-
-impl Fake {
-    fn record(&self, call: &str, arg: &str) -> crate::systemd::Result<()> {
-        let key = format!("{call} {arg}");
-        self.log.lock().unwrap().push(key.clone());
-        match self.fail.lock().unwrap().get(&key) {
-            Some(e) => Err(e.clone()),
-            None => Ok(()),
-        }
-    }
-    fn fail(&self, key: &str, name: &str, message: &str) {
-        let err = SystemdError::Call { call: "X", target: "t".into(), name: name.into(), message: message.into() };
-        self.fail.lock().unwrap().insert(key.into(), err);
-    }
-    fn calls(&self) -> Vec<String> {
-        std::mem::take(&mut self.log.lock().unwrap())
-    }
-    fn link() -> Vec<FileChange> {
-        vec![FileChange { kind: "symlink".into(), file: "/run/systemd/system/x".into(), destination: "y".into() }]
-    }
-}
-
-impl SystemdOps for Fake {
-    fn start(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
-        let r = self.record("start", name);
-        let delay = *self.start_delay.lock().unwrap();
-        async move {
-            if let Some(d) = delay {
-                tokio::time::sleep(d).await;
-            }
-            r.map(|_| JobResult::Done)
-        }
-    }
-    fn stop(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
-        let r = self.record("stop", name);
-        async move { r.map(|_| JobResult::Done) }
-    }
-    fn wait_inactive(&self, name: &str) -> impl Future<Output = crate::systemd::Result<String>> + Send {
-        let r = self.record("wait_inactive", name);
-        async move { r.map(|_| "inactive".to_string()) }
-    }
-    fn link_runtime(&self, path: &Path) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
-        let r = self.record("link", path.file_name().unwrap().to_str().unwrap());
-        async move { r.map(|_| Fake::link()) }
-    }
-    fn enable_runtime(&self, path: &Path) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
-        let r = self.record("enable", path.file_name().unwrap().to_str().unwrap());
-        async move { r.map(|_| Fake::link()) }
-    }
-    fn disable_runtime(&self, name: &str) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
-        let r = self.record("disable", name);
-        async move { r.map(|_| Vec::new()) }
-    }
-    fn reset_failed(&self, name: &str) -> impl Future<Output = crate::systemd::Result<()>> + Send {
-        let r = self.record("reset_failed", name);
-        async move { r }
-    }
-    fn daemon_reload(&self) -> impl Future<Output = crate::systemd::Result<()>> + Send {
-        let r = self.record("reload", "");
-        async move { r }
-    }
-    fn states(&self, names: &[String]) -> impl Future<Output = crate::systemd::Result<Vec<UnitStatus>>> + Send {
-        let active = self.active.lock().unwrap().clone();
-        let out = names
-            .iter()
-            .map(|n| UnitStatus {
-                name: n.clone(),
-                load_state: "loaded".into(),
-                active_state: active.get(n).cloned().unwrap_or_else(|| "active".into()),
-                sub_state: "running".into(),
-            })
-            .collect();
-        async move { Ok(out) }
-    }
-}
-
-impl SystemdOps for Arc<Fake> {
-    fn start(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
-        self.as_ref().start(name)
-    }
-    fn stop(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
-        self.as_ref().stop(name)
-    }
-    fn wait_inactive(&self, name: &str) -> impl Future<Output = crate::systemd::Result<String>> + Send {
-        self.as_ref().wait_inactive(name)
-    }
-    fn link_runtime(&self, path: &Path) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
-        self.as_ref().link_runtime(path)
-    }
-    fn enable_runtime(&self, path: &Path) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
-        self.as_ref().enable_runtime(path)
-    }
-    fn disable_runtime(&self, name: &str) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
-        self.as_ref().disable_runtime(name)
-    }
-    fn reset_failed(&self, name: &str) -> impl Future<Output = crate::systemd::Result<()>> + Send {
-        self.as_ref().reset_failed(name)
-    }
-    fn daemon_reload(&self) -> impl Future<Output = crate::systemd::Result<()>> + Send {
-        self.as_ref().daemon_reload()
-    }
-    fn states(&self, names: &[String]) -> impl Future<Output = crate::systemd::Result<Vec<UnitStatus>>> + Send {
-        self.as_ref().states(names)
-    }
+fn hash(text: &str) -> String {
+    crate::unit::UnitHash::of(text).to_hex()
 }
 
 const V1: &str = "[Service]\nExecStart=/bin/sleep 100\n";
@@ -149,7 +38,7 @@ fn desired(units: &[(&str, JobState, &str, bool)]) -> BTreeMap<String, Desired> 
         .map(|(n, s, text, install)| {
             let d = Desired {
                 state: *s,
-                hash: crate::agent::units_dir::text_hash(text),
+                hash: crate::unit::UnitHash::of(text).to_hex(),
                 text: Arc::from(*text),
                 install: *install,
             };
@@ -177,7 +66,7 @@ async fn fresh_launch_loads_reloads_once_and_starts() {
     assert_eq!(s.fake.calls(), ["link a.service", "link b.service", "reload ", "start a.service"]);
     assert_eq!(std::fs::read_to_string(s.dir.join("a.service")).unwrap(), V1);
     assert_eq!(s.exec.launched(), ["a.service"]);
-    let hash = crate::agent::units_dir::text_hash(V1);
+    let hash = hash(V1);
     assert_eq!(markers(&reports, s.exec.loaded()), [Marker::Launched { unit: "a.service".into(), hash }]);
     // Converged: the next reconcile does nothing.
     assert!(s.exec.reconcile(&d).await.is_empty());
@@ -211,7 +100,7 @@ async fn replacing_a_launched_unit_stops_and_waits_before_deleting_and_starting(
         [
             Marker::NotLaunched("a.service".into()),
             Marker::NotLaunched("a.service".into()),
-            Marker::Launched { unit: "a.service".into(), hash: crate::agent::units_dir::text_hash(V2) }
+            Marker::Launched { unit: "a.service".into(), hash: hash(V2) }
         ]
     );
 }
@@ -293,7 +182,7 @@ async fn current_states_join_systemd_with_recorded_hashes() {
     let mut s = setup();
     s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
     let states = s.exec.current_states("m1").await.unwrap();
-    assert_eq!(states["a.service"].hash, crate::agent::units_dir::text_hash(V1));
+    assert_eq!(states["a.service"].hash, hash(V1));
     assert_eq!(states["a.service"].machine_id, "m1");
     assert_eq!(states["a.service"].active_state, "active");
 }
@@ -373,4 +262,22 @@ async fn purge_unloads_every_unit_file() {
     );
     assert!(s.exec.units().hashes().is_empty());
     assert!(reports.iter().all(|r| r.planned.reason == Reason::NotScheduledHere || r.planned.task == Task::Reload));
+}
+
+#[test]
+fn marker_diff_repairs_missing_stale_and_extra_markers() {
+    let m = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    };
+    let want = m(&[("a.service", "h1"), ("b.service", "h2"), ("c.service", "h3")]);
+    let have = m(&[("a.service", "h1"), ("b.service", "old"), ("d.service", "h4")]);
+    assert_eq!(
+        marker_diff(&want, &have),
+        [
+            Marker::Launched { unit: "b.service".into(), hash: "h2".into() },
+            Marker::Launched { unit: "c.service".into(), hash: "h3".into() },
+            Marker::NotLaunched("d.service".into()),
+        ]
+    );
+    assert!(marker_diff(&want, &want).is_empty());
 }

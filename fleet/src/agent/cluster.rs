@@ -1,0 +1,153 @@
+//! The cluster's units as the agent needs them ([`ClusterUnit`]), read from a registry [`Snapshot`]. Each body is
+//! parsed once per hash, and each unit's requirements computed once per (name, hash): a reconcile runs on every
+//! snapshot change, so it must cost no parsing when nothing changed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use tracing::warn;
+
+use super::desired::ClusterUnit;
+use crate::registry::{Snapshot, UnitView};
+use crate::unit::{Requirements, UnitFile};
+
+/// What the agent needs from one parsed body.
+#[derive(Debug)]
+struct Parsed {
+    /// `None` when the stored text does not parse (it is still written as is; no requirements apply).
+    file: Option<UnitFile>,
+    /// Has an `[Install]` section (spec §4.6).
+    install: bool,
+}
+
+/// Parsed bodies by hash and requirements by unit name, kept for the hashes and names the last snapshot held.
+#[derive(Debug, Default)]
+pub struct UnitCache {
+    parsed: HashMap<String, Arc<Parsed>>,
+    /// name → (hash the requirements were computed for, requirements).
+    requirements: HashMap<String, (String, Arc<Requirements>)>,
+}
+
+impl UnitCache {
+    pub fn new() -> Self {
+        UnitCache::default()
+    }
+
+    /// Every readable unit of `snapshot`, in name order, with its requirements; entries for hashes and names the
+    /// snapshot no longer holds are dropped.
+    pub fn cluster_units(&mut self, snapshot: &Snapshot) -> Vec<ClusterUnit> {
+        let units: Vec<ClusterUnit> = snapshot.units().map(|u| self.unit(&u)).collect();
+        let hashes: BTreeMap<&str, ()> = units.iter().map(|u| (u.hash.as_str(), ())).collect();
+        self.parsed.retain(|h, _| hashes.contains_key(h.as_str()));
+        let names: BTreeMap<&str, ()> = units.iter().map(|u| (u.name.as_str(), ())).collect();
+        self.requirements.retain(|n, _| names.contains_key(n.as_str()));
+        units
+    }
+
+    /// Number of parsed bodies held.
+    pub fn bodies(&self) -> usize {
+        self.parsed.len()
+    }
+
+    fn unit(&mut self, view: &UnitView<'_>) -> ClusterUnit {
+        let parsed = Arc::clone(self.parsed.entry(view.hash.to_string()).or_insert_with(|| {
+            let file = match UnitFile::parse(view.body) {
+                Ok(file) => Some(file),
+                Err(e) => {
+                    warn!(unit = %view.name, hash = %view.hash, err = %e, "stored unit body does not parse");
+                    None
+                }
+            };
+            let install = file.as_ref().is_some_and(|f| f.has_section("Install"));
+            Arc::new(Parsed { file, install })
+        }));
+        let requirements = match self.requirements.get(view.name) {
+            Some((hash, r)) if hash == view.hash => Arc::clone(r),
+            _ => {
+                let r = Arc::new(parsed.file.as_ref().map(|f| Requirements::of(f, view.name)).unwrap_or_default());
+                self.requirements.insert(view.name.to_string(), (view.hash.to_string(), Arc::clone(&r)));
+                r
+            }
+        };
+        ClusterUnit {
+            name: view.name.to_string(),
+            desired: view.desired,
+            hash: view.hash.to_string(),
+            text: Arc::clone(view.body),
+            install: parsed.install,
+            target: view.target.map(str::to_string),
+            requirements,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::JobState;
+    use crate::registry::{Change, Keys};
+    use crate::unit::UnitHash;
+
+    /// A snapshot holding `units` as (name, text, desired, target).
+    pub(crate) fn snapshot(units: &[(&str, &str, &str, Option<&str>)]) -> Snapshot {
+        let keys = Keys::new("/p");
+        let mut kvs: Vec<(String, String)> = Vec::new();
+        for (name, text, desired, target) in units {
+            let hash = UnitHash::of(text).to_hex();
+            kvs.push((keys.body(&hash), text.to_string()));
+            kvs.push((keys.unit_object(name), format!(r#"{{"name":"{name}","hash":"{hash}"}}"#)));
+            kvs.push((keys.unit_desired(name), desired.to_string()));
+            if let Some(t) = target {
+                kvs.push((keys.unit_target(name), t.to_string()));
+            }
+        }
+        let changes =
+            kvs.iter().map(|(k, v)| (k.as_bytes(), Change::Put { value: v.as_bytes(), mod_revision: 2, lease: 0 }));
+        Snapshot::from_kvs(&keys, 2, changes)
+    }
+
+    const GLOBAL: &str = "[Service]\nExecStart=/bin/sleep 1\n\n[X-Fleet]\nGlobal=true\nConflicts=other-%i.service\n";
+    const PLAIN: &str = "[Service]\nExecStart=/bin/sleep 1\n\n[Install]\nWantedBy=multi-user.target\n";
+
+    #[test]
+    fn units_carry_parsed_requirements_and_install() {
+        let s = snapshot(&[("g@1.service", GLOBAL, "launched", None), ("p.service", PLAIN, "loaded", Some("m1"))]);
+        let mut cache = UnitCache::new();
+        let units = cache.cluster_units(&s);
+        assert_eq!(units.len(), 2);
+        let g = &units[0];
+        assert_eq!((g.name.as_str(), g.desired, g.install), ("g@1.service", JobState::Launched, false));
+        assert!(g.requirements.global);
+        assert_eq!(g.requirements.conflicts, ["other-1.service"], "specifiers expanded with the unit's name");
+        let p = &units[1];
+        assert_eq!((p.install, p.target.as_deref(), p.requirements.global), (true, Some("m1"), false));
+        assert_eq!(&*p.text, PLAIN);
+    }
+
+    #[test]
+    fn each_body_is_parsed_once_and_dropped_when_unused() {
+        let mut cache = UnitCache::new();
+        let s = snapshot(&[
+            ("g@1.service", GLOBAL, "launched", None),
+            ("g@2.service", GLOBAL, "launched", None),
+            ("p.service", PLAIN, "loaded", None),
+        ]);
+        let units = cache.cluster_units(&s);
+        assert_eq!(cache.bodies(), 2, "instances share one parsed body");
+        assert_eq!(units[1].requirements.conflicts, ["other-2.service"]);
+        let again = cache.cluster_units(&s);
+        assert!(Arc::ptr_eq(&units[0].requirements, &again[0].requirements), "requirements are reused");
+        cache.cluster_units(&snapshot(&[("p.service", PLAIN, "loaded", None)]));
+        assert_eq!((cache.bodies(), cache.requirements.len()), (1, 1));
+    }
+
+    #[test]
+    fn an_unparsable_body_still_yields_the_unit_without_requirements() {
+        let bad = format!("[Service]\nExecStart={}\n", "x".repeat(3000));
+        let s = snapshot(&[("bad.service", &bad, "launched", Some("m1"))]);
+        let units = UnitCache::new().cluster_units(&s);
+        assert_eq!(units.len(), 1);
+        assert_eq!(*units[0].requirements, Requirements::default());
+        assert!(!units[0].install);
+    }
+}

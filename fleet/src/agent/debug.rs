@@ -1,0 +1,98 @@
+//! The agent's SIGUSR1 dump (spec §1.5): what it believes of each unit, what it published and what it follows.
+//! The reconcile and publish loops update a shared [`DebugHandle`], so a dump can be taken while they run.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{Value, json};
+
+use crate::model::{JobState, UnitState};
+
+#[derive(Debug, Default)]
+struct DebugInfo {
+    target_states: BTreeMap<String, JobState>,
+    published: BTreeMap<String, UnitState>,
+    to_publish: BTreeMap<String, Option<UnitState>>,
+    subscribed: Vec<String>,
+}
+
+/// A cheap, cloneable view of the agent's caches for debugging.
+#[derive(Debug, Clone, Default)]
+pub struct DebugHandle(Arc<Mutex<DebugInfo>>);
+
+impl DebugHandle {
+    fn lock(&self) -> MutexGuard<'_, DebugInfo> {
+        // A panic while holding this lock cannot leave the plain maps inconsistent in a way that matters here.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `{"Agent":{"Cache":{"TargetStates":{..}}},"UnitStatePublisher":{"Cache":{..},"ToPublish":{..}},
+    /// "UnitStateGenerator":{"Subscribed":[..]}}`, the original's shape.
+    pub fn dump(&self) -> Value {
+        let info = self.lock();
+        let targets: BTreeMap<&str, &str> = info.target_states.iter().map(|(n, s)| (n.as_str(), s.as_str())).collect();
+        let cache: BTreeMap<&str, Value> = info.published.iter().map(|(n, s)| (n.as_str(), state_json(s))).collect();
+        let pending: BTreeMap<&str, Value> =
+            info.to_publish.iter().map(|(n, s)| (n.as_str(), s.as_ref().map_or(Value::Null, state_json))).collect();
+        json!({
+            "Agent": {"Cache": {"TargetStates": targets}},
+            "UnitStatePublisher": {"Cache": cache, "ToPublish": pending},
+            "UnitStateGenerator": {"Subscribed": info.subscribed},
+        })
+    }
+
+    pub(crate) fn set_target_states(&self, states: &BTreeMap<String, JobState>) {
+        self.lock().target_states.clone_from(states);
+    }
+
+    pub(crate) fn set_published(
+        &self,
+        published: &BTreeMap<String, UnitState>,
+        pending: BTreeMap<String, Option<UnitState>>,
+    ) {
+        let mut info = self.lock();
+        info.published.clone_from(published);
+        info.to_publish = pending;
+    }
+
+    pub(crate) fn set_subscribed(&self, names: impl IntoIterator<Item = String>) {
+        self.lock().subscribed = names.into_iter().collect();
+    }
+}
+
+fn state_json(s: &UnitState) -> Value {
+    json!({
+        "name": s.name,
+        "hash": s.hash,
+        "machineID": s.machine_id,
+        "loadState": s.load_state,
+        "activeState": s.active_state,
+        "subState": s.sub_state,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dump_has_the_original_shape() {
+        let h = DebugHandle::default();
+        h.set_target_states(&[("a.service".to_string(), JobState::Launched)].into());
+        let s = UnitState {
+            name: "a.service".into(),
+            machine_id: "m1".into(),
+            hash: "h".into(),
+            load_state: "loaded".into(),
+            active_state: "active".into(),
+            sub_state: "running".into(),
+        };
+        h.set_published(&[("a.service".to_string(), s)].into(), [("b.service".to_string(), None)].into());
+        h.set_subscribed(["a.service".to_string()]);
+        let v = h.dump();
+        assert_eq!(v["Agent"]["Cache"]["TargetStates"]["a.service"], "launched");
+        assert_eq!(v["UnitStatePublisher"]["Cache"]["a.service"]["activeState"], "active");
+        assert_eq!(v["UnitStatePublisher"]["ToPublish"]["b.service"], Value::Null);
+        assert_eq!(v["UnitStateGenerator"]["Subscribed"], json!(["a.service"]));
+    }
+}

@@ -1,0 +1,124 @@
+//! A fake systemd for agent tests: records every call, answers from configurable tables.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::systemd::{FileChange, JobResult, SystemdError, SystemdOps, UnitStatus};
+
+#[derive(Default)]
+pub(crate) struct Fake {
+    pub(crate) log: Mutex<Vec<String>>,
+    /// "call unit" → error to answer.
+    pub(crate) fail: Mutex<BTreeMap<String, SystemdError>>,
+    pub(crate) start_delay: Mutex<Option<Duration>>,
+    /// Active state reported by `states`.
+    pub(crate) active: Mutex<BTreeMap<String, String>>,
+}
+
+impl Fake {
+    pub(crate) fn record(&self, call: &str, arg: &str) -> crate::systemd::Result<()> {
+        let key = format!("{call} {arg}");
+        self.log.lock().unwrap().push(key.clone());
+        match self.fail.lock().unwrap().get(&key) {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+    pub(crate) fn fail(&self, key: &str, name: &str, message: &str) {
+        let err = SystemdError::Call { call: "X", target: "t".into(), name: name.into(), message: message.into() };
+        self.fail.lock().unwrap().insert(key.into(), err);
+    }
+    pub(crate) fn calls(&self) -> Vec<String> {
+        std::mem::take(&mut self.log.lock().unwrap())
+    }
+    pub(crate) fn link() -> Vec<FileChange> {
+        vec![FileChange { kind: "symlink".into(), file: "/run/systemd/system/x".into(), destination: "y".into() }]
+    }
+}
+
+impl SystemdOps for Fake {
+    fn start(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
+        let r = self.record("start", name);
+        let delay = *self.start_delay.lock().unwrap();
+        async move {
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
+            r.map(|_| JobResult::Done)
+        }
+    }
+    fn stop(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
+        let r = self.record("stop", name);
+        async move { r.map(|_| JobResult::Done) }
+    }
+    fn wait_inactive(&self, name: &str) -> impl Future<Output = crate::systemd::Result<String>> + Send {
+        let r = self.record("wait_inactive", name);
+        async move { r.map(|_| "inactive".to_string()) }
+    }
+    fn link_runtime(&self, path: &Path) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
+        let r = self.record("link", path.file_name().unwrap().to_str().unwrap());
+        async move { r.map(|_| Fake::link()) }
+    }
+    fn enable_runtime(&self, path: &Path) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
+        let r = self.record("enable", path.file_name().unwrap().to_str().unwrap());
+        async move { r.map(|_| Fake::link()) }
+    }
+    fn disable_runtime(&self, name: &str) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
+        let r = self.record("disable", name);
+        async move { r.map(|_| Vec::new()) }
+    }
+    fn reset_failed(&self, name: &str) -> impl Future<Output = crate::systemd::Result<()>> + Send {
+        let r = self.record("reset_failed", name);
+        async move { r }
+    }
+    fn daemon_reload(&self) -> impl Future<Output = crate::systemd::Result<()>> + Send {
+        let r = self.record("reload", "");
+        async move { r }
+    }
+    fn states(&self, names: &[String]) -> impl Future<Output = crate::systemd::Result<Vec<UnitStatus>>> + Send {
+        let active = self.active.lock().unwrap().clone();
+        let out = names
+            .iter()
+            .map(|n| UnitStatus {
+                name: n.clone(),
+                load_state: "loaded".into(),
+                active_state: active.get(n).cloned().unwrap_or_else(|| "active".into()),
+                sub_state: "running".into(),
+            })
+            .collect();
+        async move { Ok(out) }
+    }
+}
+
+impl SystemdOps for Arc<Fake> {
+    fn start(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
+        self.as_ref().start(name)
+    }
+    fn stop(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
+        self.as_ref().stop(name)
+    }
+    fn wait_inactive(&self, name: &str) -> impl Future<Output = crate::systemd::Result<String>> + Send {
+        self.as_ref().wait_inactive(name)
+    }
+    fn link_runtime(&self, path: &Path) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
+        self.as_ref().link_runtime(path)
+    }
+    fn enable_runtime(&self, path: &Path) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
+        self.as_ref().enable_runtime(path)
+    }
+    fn disable_runtime(&self, name: &str) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
+        self.as_ref().disable_runtime(name)
+    }
+    fn reset_failed(&self, name: &str) -> impl Future<Output = crate::systemd::Result<()>> + Send {
+        self.as_ref().reset_failed(name)
+    }
+    fn daemon_reload(&self) -> impl Future<Output = crate::systemd::Result<()>> + Send {
+        self.as_ref().daemon_reload()
+    }
+    fn states(&self, names: &[String]) -> impl Future<Output = crate::systemd::Result<Vec<UnitStatus>>> + Send {
+        self.as_ref().states(names)
+    }
+}

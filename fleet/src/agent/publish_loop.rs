@@ -1,0 +1,183 @@
+//! The state-publishing half of a running agent (spec §7.5): follows the loaded set and systemd's change
+//! notifications, reads the states of the loaded units, and writes the differences to this machine's
+//! `P/states/<name>/<machine>` keys (bound to its lease; never another machine's keys, B7).
+//!
+//! Triggers: a unit file written or removed, a systemd change of a loaded unit (`Missed` → full re-read), a
+//! failed write (retried after [`RETRY`]), and every `refresh_period(ttl)` a resync that re-reads everything and
+//! repairs this machine's keys against the registry snapshot. It runs beside the reconcile loop on its own
+//! `Systemd` handle, so a long stop job in a plan never delays publishing (that is how other machines see a unit
+//! `deactivating` and wait for it, see [`super::handover`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use tokio::sync::watch;
+use tokio::time::{Instant, interval_at, sleep_until};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::debug::DebugHandle;
+use super::publisher::{PublishOp, Publisher, unit_states};
+use crate::model::UnitState;
+use crate::registry::{Registry, Snapshot, StateRecord};
+use crate::systemd::{Systemd, UnitChange, UnitChanges};
+
+/// Delay before repeating failed registry writes or a failed systemd read.
+pub const RETRY: Duration = Duration::from_secs(1);
+/// Registry writes in flight at once.
+const WRITERS: usize = 8;
+
+/// Everything one publishing run needs; the caches it updates outlive it (they belong to the agent).
+pub(crate) struct PublishLoop<'a> {
+    pub registry: &'a Registry,
+    pub systemd: &'a Systemd,
+    pub machine: &'a str,
+    pub lease: i64,
+    pub period: Duration,
+    pub publisher: &'a mut Publisher,
+    pub loaded: watch::Receiver<BTreeMap<String, String>>,
+    pub changes: &'a mut UnitChanges,
+    pub snapshots: watch::Receiver<Arc<Snapshot>>,
+    pub debug: &'a DebugHandle,
+}
+
+impl PublishLoop<'_> {
+    /// Publishes until `stop` is cancelled. Starts by re-publishing every state it published before, binding
+    /// them to this run's lease.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let rebind = self.publisher.refresh();
+        if !rebind.is_empty() {
+            debug!(
+                states = rebind.len(),
+                lease = format_args!("{:x}", self.lease),
+                "re-publishing under the new lease"
+            );
+        }
+        let mut retry_at = (!self.write(rebind).await).then(|| Instant::now() + RETRY);
+        let mut dirty = true;
+        let mut dbus_open = true;
+        let mut resync = interval_at(Instant::now() + self.period, self.period);
+        loop {
+            if dirty {
+                dirty = false;
+                self.drain_changes();
+                if !self.publish_current().await {
+                    retry_at = retry_at.or(Some(Instant::now() + RETRY));
+                }
+            }
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return,
+                changed = self.loaded.changed() => match changed {
+                    Ok(()) => dirty = true,
+                    Err(_) => return,
+                },
+                change = self.changes.recv(), if dbus_open => match change {
+                    Some(UnitChange::Unit(name)) => dirty |= self.loaded.borrow().contains_key(&name),
+                    Some(UnitChange::Missed) => dirty = true,
+                    None => {
+                        warn!("systemd change notifications ended; publishing on the resync period only");
+                        dbus_open = false;
+                    }
+                },
+                _ = resync.tick() => {
+                    if !self.repair().await {
+                        retry_at = retry_at.or(Some(Instant::now() + RETRY));
+                    }
+                    dirty = true;
+                }
+                _ = sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
+                    retry_at = None;
+                    dirty = true;
+                }
+            }
+        }
+    }
+
+    /// Drops change notifications already queued: the read that follows covers them.
+    fn drain_changes(&mut self) {
+        while let Some(Some(_)) = self.changes.recv().now_or_never() {}
+    }
+
+    /// Reads the loaded units' states and writes what changed. False if anything failed.
+    async fn publish_current(&mut self) -> bool {
+        let hashes = self.loaded.borrow_and_update().clone();
+        let names: Vec<String> = hashes.keys().cloned().collect();
+        let statuses = match self.systemd.states(&names).await {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(err = %e, units = names.len(), "cannot read unit states from systemd");
+                return false;
+            }
+        };
+        let now = unit_states(self.machine, &statuses, &hashes);
+        let ops = self.publisher.changes(&now);
+        let ok = self.write(ops).await;
+        self.debug.set_subscribed(names);
+        ok
+    }
+
+    /// Repairs this machine's keys against the registry snapshot (written by someone else, lost with an old
+    /// lease, or left by an earlier incarnation). False if a write failed.
+    async fn repair(&mut self) -> bool {
+        let snapshot = Arc::clone(&self.snapshots.borrow());
+        if !snapshot.is_connected() {
+            return true;
+        }
+        let stored: BTreeMap<String, StateRecord> = snapshot
+            .state_records()
+            .iter()
+            .filter_map(|(unit, per_machine)| per_machine.get(self.machine).map(|r| (unit.clone(), r.clone())))
+            .collect();
+        let hashes = self.loaded.borrow().clone();
+        let loaded: BTreeSet<&str> = hashes.keys().map(String::as_str).collect();
+        let ops = self.publisher.repair(&stored, &loaded);
+        if !ops.is_empty() {
+            debug!(ops = ops.len(), "repairing this machine's unit states in the registry");
+        }
+        self.write(ops).await
+    }
+
+    /// Writes `ops` (a few at a time); failed ones are handed back to the publisher for the next round. True if
+    /// all succeeded.
+    async fn write(&mut self, ops: Vec<PublishOp>) -> bool {
+        if ops.is_empty() {
+            return true;
+        }
+        let (registry, machine, lease) = (self.registry, self.machine, self.lease);
+        let results: Vec<(PublishOp, Result<(), String>)> = futures::stream::iter(ops)
+            .map(|op| async move {
+                let result = match &op {
+                    PublishOp::Publish(s) => registry.publish_state(s, lease).await,
+                    PublishOp::Remove(name) => registry.remove_state(name, machine).await,
+                };
+                (op, result.map_err(|e| e.to_string()))
+            })
+            .buffer_unordered(WRITERS)
+            .collect()
+            .await;
+        let mut pending: BTreeMap<String, Option<UnitState>> = BTreeMap::new();
+        for (op, result) in results {
+            match (&op, result) {
+                (PublishOp::Publish(s), Ok(())) => {
+                    debug!(unit = %s.name, active = %s.active_state, sub = %s.sub_state, hash = %s.hash, "published unit state")
+                }
+                (PublishOp::Remove(name), Ok(())) => debug!(unit = %name, "removed unit state"),
+                (_, Err(e)) => {
+                    let (name, state) = match &op {
+                        PublishOp::Publish(s) => (s.name.clone(), Some(s.clone())),
+                        PublishOp::Remove(n) => (n.clone(), None),
+                    };
+                    warn!(unit = %name, err = %e, "cannot publish unit state; retrying");
+                    self.publisher.failed(&op);
+                    pending.insert(name, state);
+                }
+            }
+        }
+        let ok = pending.is_empty();
+        self.debug.set_published(self.publisher.published(), pending);
+        ok
+    }
+}

@@ -1,0 +1,375 @@
+//! The running agent: [`Agent`] owns the executor (with the units directory and the target-state cache), the
+//! state publisher and the parsed-unit cache, and drives them from the registry snapshot and systemd's signals.
+//!
+//! [`Agent::run`] runs two loops side by side until its token is cancelled:
+//! * **reconcile** — on every new snapshot (bursts coalesce: it always works on the latest one) and every
+//!   [`RECONCILE_INTERVAL`] as a safety net: desired units → plan → hold starts whose old copy still runs on
+//!   another machine ([`super::handover`]) → execute → write this machine's launched markers. Nothing happens
+//!   while the snapshot is disconnected or this machine's own record is missing (B14): losing etcd never stops a
+//!   unit.
+//! * **publish** ([`super::publish_loop`]) — unit states, event-driven from systemd, on its own `Systemd`
+//!   handle, so a long stop job in a plan never holds up state publishing.
+//!
+//! Everything either loop writes is bound to the lease `run` was given. A later `run` with a new lease (after a
+//! monitor restart) first re-binds what the agent published before: every launched marker and every unit state.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::watch;
+use tokio::time::{Instant, MissedTickBehavior, interval_at};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::cluster::UnitCache;
+use super::debug::DebugHandle;
+use super::desired::{ThisMachine, desired_units};
+use super::error::AgentError;
+use super::executor::{Executor, ExecutorConfig, Marker, TaskReport, marker_diff, markers};
+use super::handover::{Blocker, hold_starts, other_copies, start_blocker};
+use super::plan::{Planned, plan};
+use super::publish_loop::PublishLoop;
+use super::publisher::Publisher;
+use super::timing::{RECONCILE_INTERVAL, refresh_period};
+use super::units_dir::UnitsDir;
+use crate::registry::{Registry, Snapshot};
+use crate::systemd::{Systemd, SystemdOps, UnitChanges};
+
+/// Registry writes in flight at once when applying markers or cleaning up.
+const WRITERS: usize = 8;
+/// Upper bound for the registry clean-up at the end of a purge (etcd may be gone at shutdown).
+const PURGE_REGISTRY_LIMIT: Duration = Duration::from_secs(5);
+
+/// What the agent needs to know about this machine.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// This machine's full ID.
+    pub machine_id: String,
+    /// `units_directory` (default `/run/fleet/units/`).
+    pub units_dir: PathBuf,
+    /// `agent_ttl`: sets the state resync period ([`refresh_period`]).
+    pub ttl: Duration,
+}
+
+/// The per-machine agent (spec §7). See the module docs.
+pub struct Agent {
+    config: AgentConfig,
+    systemd: Systemd,
+    executor: Executor<Systemd>,
+    publisher: Publisher,
+    cache: UnitCache,
+    changes: UnitChanges,
+    debug: DebugHandle,
+}
+
+impl Agent {
+    /// Opens the units directory (adopting files already there, hashes recorded) and subscribes to systemd.
+    pub async fn new(config: AgentConfig, systemd: Systemd) -> Result<Agent, AgentError> {
+        let units = UnitsDir::open(&config.units_dir)?;
+        info!(
+            dir = %config.units_dir.display(),
+            adopted = units.hashes().len(),
+            machine = %config.machine_id,
+            "agent: units directory opened"
+        );
+        let changes = systemd.changes();
+        let executor = Executor::new(systemd.clone(), units, ExecutorConfig::default());
+        let debug = DebugHandle::default();
+        debug.set_subscribed(executor.loaded().keys().cloned());
+        Ok(Agent { config, systemd, executor, publisher: Publisher::new(), cache: UnitCache::new(), changes, debug })
+    }
+
+    /// Reconciles this machine and publishes unit states until `stop` is cancelled. `lease` is this machine's
+    /// presence lease: published states and launched markers are bound to it. May be called again after a
+    /// monitor restart with a new lease (component state survives, units keep running): then re-publish every
+    /// state and re-mark every launched unit under the new lease first.
+    pub async fn run(
+        &mut self,
+        registry: Registry,
+        snapshots: watch::Receiver<Arc<Snapshot>>,
+        lease: i64,
+        stop: CancellationToken,
+    ) -> Result<(), AgentError> {
+        let machine = self.config.machine_id.clone();
+        info!(machine = %machine, lease = format_args!("{lease:x}"), units = self.executor.loaded().len(), "agent running");
+        let rebind: Vec<Marker> =
+            self.executor.launched_hashes().into_iter().map(|(unit, hash)| Marker::Launched { unit, hash }).collect();
+        write_markers(&registry, &machine, lease, rebind).await;
+
+        // Both loops end when `stop` is cancelled; the publisher also ends when the reconcile loop fails.
+        let inner = stop.child_token();
+        let publishing = PublishLoop {
+            registry: &registry,
+            systemd: &self.systemd,
+            machine: &machine,
+            lease,
+            period: refresh_period(self.config.ttl),
+            publisher: &mut self.publisher,
+            loaded: self.executor.watch_loaded(),
+            changes: &mut self.changes,
+            snapshots: snapshots.clone(),
+            debug: &self.debug,
+        }
+        .run(inner.clone());
+        let reconciling = async {
+            let looped = ReconcileLoop {
+                registry: &registry,
+                executor: &mut self.executor,
+                cache: &mut self.cache,
+                machine: &machine,
+                lease,
+                snapshots,
+                debug: &self.debug,
+                held: BTreeMap::new(),
+                skipped: None,
+            };
+            let result = looped.run(&stop).await;
+            inner.cancel();
+            result
+        };
+        let ((), result) = tokio::join!(publishing, reconciling);
+        info!(machine = %machine, ok = result.is_ok(), "agent stopped");
+        result
+    }
+
+    /// Graceful shutdown (spec §1.5): stop and unload every unit in the units directory (bounded by `deadline`),
+    /// then remove this machine's published states if a registry is given.
+    pub async fn purge(&mut self, registry: Option<&Registry>, deadline: Duration) -> Result<(), AgentError> {
+        let machine = self.config.machine_id.clone();
+        info!(machine = %machine, units = self.executor.loaded().len(), "agent: purging every unit");
+        let reports = self.executor.purge(deadline).await;
+        if let Some(registry) = registry {
+            let mut names: BTreeSet<String> = self.publisher.published().keys().cloned().collect();
+            names.extend(reports.iter().filter_map(|r| r.planned.task.unit().map(str::to_string)));
+            let machine = machine.as_str();
+            let cleanup = futures::stream::iter(names)
+                .map(|name| async move {
+                    if let Err(e) = registry.remove_state(&name, machine).await {
+                        warn!(unit = %name, err = %e, "purge: cannot remove unit state");
+                    }
+                    if let Err(e) = registry.unmark_launched(&name, machine).await {
+                        warn!(unit = %name, err = %e, "purge: cannot remove launched marker");
+                    }
+                })
+                .buffer_unordered(WRITERS)
+                .collect::<Vec<()>>();
+            if tokio::time::timeout(PURGE_REGISTRY_LIMIT, cleanup).await.is_err() {
+                warn!("purge: registry clean-up timed out; the machine's lease will remove the rest");
+            }
+        }
+        self.publisher = Publisher::new();
+        self.debug.set_published(self.publisher.published(), BTreeMap::new());
+        self.debug.set_target_states(self.executor.believed());
+        self.debug.set_subscribed(self.executor.loaded().keys().cloned());
+        match self.executor.loaded().len() {
+            0 => Ok(()),
+            left => Err(AgentError::PurgeIncomplete { left, dir: self.config.units_dir.clone() }),
+        }
+    }
+
+    /// A JSON-able debug dump (SIGUSR1): target states, published states, subscribed units.
+    pub fn debug_state(&self) -> serde_json::Value {
+        self.debug.dump()
+    }
+
+    /// A handle that dumps the same while [`Agent::run`] holds the agent (for a SIGUSR1 handler).
+    pub fn debug_handle(&self) -> DebugHandle {
+        self.debug.clone()
+    }
+}
+
+/// Why a reconcile did nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Skip {
+    /// The snapshot is stale (etcd unreachable): keep everything as it is.
+    Disconnected,
+    /// This machine's presence record is missing (B14): unloading everything would be wrong.
+    OwnMachineMissing,
+}
+
+impl fmt::Display for Skip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Skip::Disconnected => "registry unreachable",
+            Skip::OwnMachineMissing => "this machine's record is missing from the registry",
+        })
+    }
+}
+
+/// What one reconcile did.
+#[derive(Debug)]
+pub(crate) struct Reconciled {
+    pub reports: Vec<TaskReport>,
+    /// Start tasks held back because the unit's old copy still runs elsewhere.
+    pub held: Vec<(Planned, Blocker)>,
+    /// Launched-marker writes that make the registry match (event-based from the reports, plus repairs).
+    pub markers: Vec<Marker>,
+}
+
+/// One reconcile of this machine against `snapshot` (the shell around the pure functions; systemd behind
+/// [`SystemdOps`] so tests can fake it).
+pub(crate) async fn reconcile_once<S: SystemdOps>(
+    executor: &mut Executor<S>,
+    cache: &mut UnitCache,
+    snapshot: &Snapshot,
+    me: &str,
+) -> Result<Reconciled, Skip> {
+    if !snapshot.is_connected() {
+        return Err(Skip::Disconnected);
+    }
+    let machine = snapshot.machine(me).ok_or(Skip::OwnMachineMissing)?;
+    let units = cache.cluster_units(snapshot);
+    let this = ThisMachine { id: me.to_string(), metadata: machine.metadata };
+    let desired = desired_units(&units, &this).map_err(|_| Skip::OwnMachineMissing)?;
+    let global: BTreeSet<&str> = units.iter().filter(|u| u.requirements.global).map(|u| u.name.as_str()).collect();
+    let planned = plan(&desired, &executor.actual());
+    let (planned, held) =
+        hold_starts(planned, |name| start_blocker(me, global.contains(name), &other_copies(snapshot, name, me)));
+    let reports = executor.run(planned, &desired).await;
+    let have: BTreeMap<String, String> = snapshot
+        .unit_records()
+        .iter()
+        .filter_map(|(name, r)| r.launched.get(me).map(|h| (name.clone(), h.clone())))
+        .collect();
+    let markers = marker_plan(&reports, executor.loaded(), &executor.launched_hashes(), &have);
+    Ok(Reconciled { reports, held, markers })
+}
+
+/// The marker writes after a run: the reports' markers (the last one per unit wins), then repairs
+/// ([`marker_diff`]) for units the run did not touch. `have` is this machine's markers in the snapshot the run
+/// started from.
+pub(crate) fn marker_plan(
+    reports: &[TaskReport],
+    loaded: &BTreeMap<String, String>,
+    launched: &BTreeMap<String, String>,
+    have: &BTreeMap<String, String>,
+) -> Vec<Marker> {
+    let mut last: BTreeMap<String, Marker> = BTreeMap::new();
+    for m in markers(reports, loaded) {
+        let unit = match &m {
+            Marker::Launched { unit, .. } | Marker::NotLaunched(unit) => unit.clone(),
+        };
+        last.insert(unit, m);
+    }
+    let touched: BTreeSet<&str> = reports.iter().filter_map(|r| r.planned.task.unit()).collect();
+    let repairs: Vec<Marker> = marker_diff(launched, have)
+        .into_iter()
+        .filter(|m| match m {
+            Marker::Launched { unit, .. } | Marker::NotLaunched(unit) => !touched.contains(unit.as_str()),
+        })
+        .collect();
+    last.into_values().chain(repairs).collect()
+}
+
+/// Writes markers (a few at a time); failures are logged and repaired by a later reconcile.
+async fn write_markers(registry: &Registry, machine: &str, lease: i64, markers: Vec<Marker>) {
+    futures::stream::iter(markers)
+        .map(|m| async move {
+            match &m {
+                Marker::Launched { unit, hash } => match registry.mark_launched(unit, machine, hash, lease).await {
+                    Ok(true) => debug!(unit = %unit, hash = %hash, "marked launched"),
+                    Ok(false) => debug!(unit = %unit, "not marked launched: the unit is gone from the registry"),
+                    Err(e) => warn!(unit = %unit, err = %e, "cannot mark unit launched; retrying later"),
+                },
+                Marker::NotLaunched(unit) => match registry.unmark_launched(unit, machine).await {
+                    Ok(()) => debug!(unit = %unit, "unmarked launched"),
+                    Err(e) => warn!(unit = %unit, err = %e, "cannot remove launched marker; retrying later"),
+                },
+            }
+        })
+        .buffer_unordered(WRITERS)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+/// The reconcile half of a run.
+struct ReconcileLoop<'a> {
+    registry: &'a Registry,
+    executor: &'a mut Executor<Systemd>,
+    cache: &'a mut UnitCache,
+    machine: &'a str,
+    lease: i64,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    debug: &'a DebugHandle,
+    /// Starts held at the last reconcile (logged at info only when they change).
+    held: BTreeMap<String, Blocker>,
+    /// Why the last reconcile was skipped (logged only when it changes).
+    skipped: Option<Skip>,
+}
+
+impl ReconcileLoop<'_> {
+    async fn run(mut self, stop: &CancellationToken) -> Result<(), AgentError> {
+        let mut tick = interval_at(Instant::now() + RECONCILE_INTERVAL, RECONCILE_INTERVAL);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            // The latest snapshot: every change that arrived while the last reconcile ran is folded into it.
+            let snapshot = Arc::clone(&self.snapshots.borrow_and_update());
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return Ok(()),
+                () = self.reconcile(&snapshot) => {}
+            }
+            tick.reset();
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return Ok(()),
+                changed = self.snapshots.changed() => {
+                    if changed.is_err() {
+                        return Err(AgentError::SnapshotsEnded);
+                    }
+                }
+                _ = tick.tick() => {}
+            }
+        }
+    }
+
+    async fn reconcile(&mut self, snapshot: &Snapshot) {
+        match reconcile_once(self.executor, self.cache, snapshot, self.machine).await {
+            Err(skip) => {
+                if self.skipped != Some(skip) {
+                    match skip {
+                        Skip::Disconnected => info!(reason = %skip, "agent: not reconciling; units keep running"),
+                        Skip::OwnMachineMissing => warn!(reason = %skip, "agent: not reconciling; units keep running"),
+                    }
+                }
+                self.skipped = Some(skip);
+            }
+            Ok(done) => {
+                if let Some(was) = self.skipped.take() {
+                    info!(was = %was, revision = snapshot.revision(), "agent: reconciling again");
+                }
+                if !done.reports.is_empty() {
+                    debug!(tasks = done.reports.len(), revision = snapshot.revision(), "agent: reconcile ran tasks");
+                }
+                self.log_held(&done.held);
+                write_markers(self.registry, self.machine, self.lease, done.markers).await;
+            }
+        }
+        self.debug.set_target_states(self.executor.believed());
+    }
+
+    fn log_held(&mut self, held: &[(Planned, Blocker)]) {
+        let now: BTreeMap<String, Blocker> =
+            held.iter().filter_map(|(p, b)| p.task.unit().map(|u| (u.to_string(), b.clone()))).collect();
+        for (p, b) in held {
+            let job = p.task.unit().unwrap_or("");
+            if self.held.get(job) != Some(b) {
+                info!(
+                    unit = %job, blocker = %b.machine,
+                    "AgentReconciler deferred task: type={} job={job} reason=\"{b}\"", p.task.kind()
+                );
+            }
+        }
+        for unit in self.held.keys().filter(|u| !now.contains_key(*u)) {
+            debug!(unit = %unit, "start no longer held by another machine");
+        }
+        self.held = now;
+    }
+}
+
+#[cfg(test)]
+mod tests;

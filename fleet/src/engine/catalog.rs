@@ -1,0 +1,252 @@
+//! From the registry's view to the scheduler's input (spec §6.1): [`UnitCatalog`] turns a
+//! [`registry::Snapshot`](crate::registry::Snapshot) into an engine [`Snapshot`], parsing each unit body once.
+//!
+//! * Bodies are content-addressed, so parsed files are cached by hash: a template burst of N instances sharing one
+//!   body parses it once, and an unchanged cluster parses nothing. Constraints are specifier-expanded with the
+//!   unit's name, so they are cached per (name, hash).
+//! * A unit whose body is missing or does not parse is left out of the snapshot (neither scheduled nor
+//!   unscheduled, as in the original), with one warning per hash rather than one per pass.
+//! * Entries for hashes and names that left the registry are dropped after every build, so the cache never
+//!   outgrows the cluster.
+//!
+//! `--keep-machine` hook: when the registry grows a record of the machine a replaced unit should stay on, set it
+//! here with [`UnitSpec::preferring`]; the scheduler already honours it when the unit's constraints allow.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use super::constraints::Constraints;
+use super::snapshot::{Snapshot, SnapshotError, UnitSpec};
+use crate::registry;
+use crate::unit::{Requirements, UnitFile};
+
+impl From<Requirements> for Constraints {
+    /// Field for field: both are already specifier-expanded and split into single values.
+    fn from(r: Requirements) -> Constraints {
+        let Requirements { machine_id, machine_of, machine_metadata, conflicts, global, replaces } = r;
+        Constraints { machine_id, machine_of, machine_metadata, conflicts, global, replaces }
+    }
+}
+
+/// A parsed body, or the fact that it did not parse (already warned about).
+#[derive(Debug, Clone)]
+enum Parsed {
+    Ok(Arc<UnitFile>),
+    Unparsable,
+}
+
+/// Per-hash parse cache and per-unit constraints cache, kept across reconcile passes by the engine.
+#[derive(Debug, Default)]
+pub struct UnitCatalog {
+    parsed: HashMap<String, Parsed>,
+    /// Unit name → (hash the constraints were computed from, constraints).
+    constraints: HashMap<String, (String, Constraints)>,
+    /// Hashes referenced by a unit object whose body is absent, already warned about.
+    missing: HashSet<String>,
+}
+
+impl UnitCatalog {
+    pub fn new() -> UnitCatalog {
+        UnitCatalog::default()
+    }
+
+    /// The scheduler's input for one pass: every non-global unit with its desired state, target and constraints,
+    /// every global unit (target ignored), and every present machine with merged metadata.
+    pub fn snapshot(&mut self, view: &registry::Snapshot) -> Result<Snapshot, SnapshotError> {
+        let mut used_hashes: HashSet<&str> = HashSet::new();
+        let mut missing_now: HashSet<String> = HashSet::new();
+        let mut units = Vec::with_capacity(view.unit_records().len());
+        for (name, record) in view.unit_records() {
+            let Some(object) = &record.object else { continue };
+            let hash = object.hash.as_str();
+            let Some(body) = view.body(hash) else {
+                if !self.missing.contains(hash) {
+                    tracing::warn!(unit = %name, hash, "unit body missing from the registry; not scheduling the unit");
+                }
+                missing_now.insert(hash.to_string());
+                continue;
+            };
+            used_hashes.insert(hash);
+            let Some(constraints) = self.constraints_of(name, hash, body) else { continue };
+            let target = if constraints.global { None } else { record.target.clone() };
+            units.push(UnitSpec {
+                name: name.clone(),
+                desired: record.desired.unwrap_or(crate::model::JobState::Inactive),
+                target,
+                constraints,
+                preferred_machine: None,
+            });
+        }
+        self.parsed.retain(|hash, _| used_hashes.contains(hash.as_str()));
+        self.constraints
+            .retain(|name, (hash, _)| view.unit_record(name).is_some() && used_hashes.contains(hash.as_str()));
+        self.missing = missing_now;
+        Snapshot::new(units, view.machines())
+    }
+
+    /// Constraints of unit `name` with body `body` (hash `hash`); `None` when the body does not parse.
+    fn constraints_of(&mut self, name: &str, hash: &str, body: &str) -> Option<Constraints> {
+        if let Some((cached_hash, constraints)) = self.constraints.get(name)
+            && cached_hash == hash
+        {
+            return Some(constraints.clone());
+        }
+        let parsed = self.parsed.entry(hash.to_string()).or_insert_with(|| match UnitFile::parse(body) {
+            Ok(file) => Parsed::Ok(Arc::new(file)),
+            Err(error) => {
+                tracing::warn!(unit = %name, hash, %error, "unit body does not parse; not scheduling units with it");
+                Parsed::Unparsable
+            }
+        });
+        let Parsed::Ok(file) = parsed else { return None };
+        let constraints = Constraints::from(Requirements::of(file, name));
+        self.constraints.insert(name.to_string(), (hash.to_string(), constraints.clone()));
+        Some(constraints)
+    }
+
+    /// How many distinct bodies are cached (parsed or known unparsable).
+    pub fn cached_bodies(&self) -> usize {
+        self.parsed.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::model::JobState;
+    use crate::registry::{Change, Keys};
+
+    const KEYS_PREFIX: &str = "/t/";
+
+    /// A registry snapshot built from key/value pairs, as the reflector would list them.
+    fn view(entries: &[(String, String)]) -> registry::Snapshot {
+        let keys = Keys::new(KEYS_PREFIX);
+        let kvs: Vec<(Vec<u8>, Vec<u8>)> =
+            entries.iter().map(|(k, v)| (format!("{KEYS_PREFIX}{k}").into_bytes(), v.clone().into_bytes())).collect();
+        registry::Snapshot::from_kvs(
+            &keys,
+            1,
+            kvs.iter().map(|(k, v)| (k.as_slice(), Change::Put { value: v.as_slice(), mod_revision: 1, lease: 0 })),
+        )
+    }
+
+    fn hash(text: &str) -> String {
+        crate::unit::UnitHash::of(text).to_hex()
+    }
+
+    /// Keys for one unit with `text` as its body.
+    fn unit(name: &str, text: &str, desired: &str, target: Option<&str>) -> Vec<(String, String)> {
+        let h = hash(text);
+        let mut kv = vec![
+            (format!("bodies/{h}"), text.to_string()),
+            (format!("units/{name}/object"), format!(r#"{{"name":"{name}","hash":"{h}"}}"#)),
+            (format!("units/{name}/desired"), desired.to_string()),
+        ];
+        if let Some(t) = target {
+            kv.push((format!("units/{name}/target"), t.to_string()));
+        }
+        kv
+    }
+
+    fn machine(id: &str, metadata: &str) -> (String, String) {
+        (format!("machines/{id}/object"), format!(r#"{{"id":"{id}","metadata":{metadata}}}"#))
+    }
+
+    #[test]
+    fn requirements_map_field_for_field() {
+        let r = Requirements {
+            machine_id: Some("abc".into()),
+            machine_of: vec!["peer.service".into()],
+            machine_metadata: BTreeMap::from([("role".into(), vec!["web".into(), "db".into()])]),
+            conflicts: vec!["c*.service".into()],
+            global: true,
+            replaces: vec!["old.service".into()],
+        };
+        let c = Constraints::from(r.clone());
+        assert_eq!(c.machine_id, r.machine_id);
+        assert_eq!(c.machine_of, r.machine_of);
+        assert_eq!(c.machine_metadata, r.machine_metadata);
+        assert_eq!(c.conflicts, r.conflicts);
+        assert_eq!(c.global, r.global);
+        assert_eq!(c.replaces, r.replaces);
+    }
+
+    #[test]
+    fn units_machines_and_expanded_constraints_reach_the_scheduler() {
+        let template =
+            "[Service]\nExecStart=/bin/true\n\n[X-Fleet]\nConflicts=web@*.service\nMachineOf=side-%i.service\n";
+        let global = "[Service]\nExecStart=/bin/true\n\n[X-Fleet]\nGlobal=true\nMachineMetadata=role=edge\n";
+        let mut kv = Vec::new();
+        kv.extend(unit("web@1.service", template, "launched", Some("m1")));
+        kv.extend(unit("web@2.service", template, "loaded", None));
+        kv.extend(unit("g.service", global, "launched", Some("stale")));
+        kv.extend(unit("off.service", "[Service]\nExecStart=/bin/true\n", "inactive", None));
+        kv.push(machine("m2", r#"{"role":"edge"}"#));
+        kv.push(machine("m1", "{}"));
+        let mut catalog = UnitCatalog::new();
+        let snap = catalog.snapshot(&view(&kv)).unwrap();
+
+        let names: Vec<&str> = snap.units().map(|u| u.name.as_str()).collect();
+        assert_eq!(names, ["g.service", "off.service", "web@1.service", "web@2.service"]);
+        let web1 = snap.unit("web@1.service").unwrap();
+        assert_eq!((web1.desired, web1.target.as_deref()), (JobState::Launched, Some("m1")));
+        assert_eq!(web1.constraints.machine_of, ["side-1.service"], "specifiers expanded per instance");
+        assert_eq!(snap.unit("web@2.service").unwrap().constraints.machine_of, ["side-2.service"]);
+        assert_eq!(snap.unit("web@2.service").unwrap().desired, JobState::Loaded);
+        let g = snap.unit("g.service").unwrap();
+        assert!(g.constraints.global);
+        assert_eq!(g.target, None, "a global unit's stale target is not passed on");
+        assert_eq!(g.constraints.machine_metadata["role"], ["edge"]);
+        assert_eq!(snap.unit("off.service").unwrap().desired, JobState::Inactive);
+        let machines: Vec<(&str, Option<&String>)> =
+            snap.machines().iter().map(|m| (m.id.as_str(), m.metadata.get("role"))).collect();
+        assert_eq!(machines, [("m1", None), ("m2", Some(&"edge".to_string()))]);
+        assert_eq!(catalog.cached_bodies(), 3, "two instances share one parsed body");
+    }
+
+    #[test]
+    fn units_with_missing_or_unparsable_bodies_are_left_out_and_the_cache_is_pruned() {
+        let good = "[Service]\nExecStart=/bin/true\n";
+        let bad = format!("[Service]\nExecStart={}\n", "x".repeat(5000));
+        let mut kv = unit("good.service", good, "launched", None);
+        kv.extend(unit("bad.service", &bad, "launched", None));
+        let orphan_hash = "f".repeat(40);
+        kv.push((
+            "units/orphan.service/object".into(),
+            format!(r#"{{"name":"orphan.service","hash":"{orphan_hash}"}}"#),
+        ));
+        kv.push(("units/orphan.service/desired".into(), "launched".into()));
+        let mut catalog = UnitCatalog::new();
+        let snap = catalog.snapshot(&view(&kv)).unwrap();
+        assert_eq!(snap.units().map(|u| u.name.as_str()).collect::<Vec<_>>(), ["good.service"]);
+        assert_eq!(catalog.cached_bodies(), 2, "the unparsable body is remembered, so it is warned about once");
+        assert!(catalog.missing.contains(&orphan_hash));
+
+        // The bad unit is destroyed and the orphan gets its body: caches follow the registry.
+        let mut kv = unit("good.service", good, "launched", None);
+        kv.push((
+            "units/orphan.service/object".into(),
+            format!(r#"{{"name":"orphan.service","hash":"{}"}}"#, hash(good)),
+        ));
+        kv.push(("units/orphan.service/desired".into(), "launched".into()));
+        let snap = catalog.snapshot(&view(&kv)).unwrap();
+        assert_eq!(snap.units().count(), 2);
+        assert_eq!(catalog.cached_bodies(), 1);
+        assert!(catalog.missing.is_empty());
+        assert!(!catalog.constraints.contains_key("bad.service"));
+    }
+
+    #[test]
+    fn a_replaced_body_recomputes_the_constraints() {
+        let v1 = "[Service]\nExecStart=/bin/true\n";
+        let v2 = "[Service]\nExecStart=/bin/true\n\n[X-Fleet]\nMachineID=m2\n";
+        let mut catalog = UnitCatalog::new();
+        let snap = catalog.snapshot(&view(&unit("a.service", v1, "launched", None))).unwrap();
+        assert_eq!(snap.unit("a.service").unwrap().constraints.machine_id, None);
+        let snap = catalog.snapshot(&view(&unit("a.service", v2, "launched", None))).unwrap();
+        assert_eq!(snap.unit("a.service").unwrap().constraints.machine_id.as_deref(), Some("m2"));
+        assert_eq!(catalog.cached_bodies(), 1);
+    }
+}

@@ -1,0 +1,193 @@
+//! One leader reconcile pass against the registry (spec §6.4): registry view → [`UnitCatalog`] → engine snapshot
+//! → [`plan_with_report`] → decisions applied in order as compare-and-swap writes → body garbage collection.
+//!
+//! A decision whose compare fails (the registry changed since the view was taken) ends the pass: the rest of the
+//! plan was computed from the same stale view, so the runner re-plans once the view has caught up. Every write
+//! returns its revision; the runner waits for the view to reach the last one before planning again, so a pass
+//! never decides from a view that lacks the previous pass's own decisions.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Duration;
+
+use tokio::time::{Instant, timeout_at};
+
+use super::catalog::UnitCatalog;
+use super::schedule::{Decision, plan_with_report};
+use crate::registry::{self, Registry, RegistryError};
+
+/// How a pass ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PassOutcome {
+    /// Every decision was applied (and garbage collected, if there was any).
+    Complete,
+    /// A decision's compare failed: the registry changed under the plan.
+    Conflict { decision: String },
+    /// The registry failed; the pass is retried on the next event or resync.
+    Failed { error: String },
+    /// The pass ran longer than its limit (the engine lease TTL) and was abandoned.
+    TimedOut { limit: Duration },
+    /// Leadership was lost or the engine is stopping.
+    Interrupted,
+}
+
+impl fmt::Display for PassOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PassOutcome::Complete => f.write_str("complete"),
+            PassOutcome::Conflict { decision } => write!(f, "registry changed under the plan at: {decision}"),
+            PassOutcome::Failed { error } => write!(f, "registry error: {error}"),
+            PassOutcome::TimedOut { limit } => write!(f, "aborted after running longer than {limit:?}"),
+            PassOutcome::Interrupted => f.write_str("interrupted"),
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassReport {
+    pub outcome: PassOutcome,
+    /// Decisions planned.
+    pub planned: usize,
+    /// Decisions written.
+    pub applied: usize,
+    /// Units needing a machine that got none.
+    pub unplaced: usize,
+    /// Bodies deleted by garbage collection.
+    pub collected: usize,
+    /// Revision of the last write of this pass, to wait for before the next plan.
+    pub last_write: Option<i64>,
+    pub duration: Duration,
+}
+
+/// State kept by the leader across passes.
+#[derive(Debug, Default)]
+pub struct Reconciler {
+    catalog: UnitCatalog,
+    /// Bodies (hash, mod revision) this engine already deleted; skipped until the view stops showing them, so a
+    /// lagging view does not cause repeated failing deletes.
+    collected: HashSet<(String, i64)>,
+}
+
+impl Reconciler {
+    pub fn new() -> Reconciler {
+        Reconciler::default()
+    }
+
+    /// Runs one pass on `view`. `deadline` bounds the whole pass; `keep_going` is checked before every write
+    /// (leadership still held, engine not stopping).
+    pub async fn pass(
+        &mut self,
+        registry: &Registry,
+        view: &registry::Snapshot,
+        deadline: Instant,
+        keep_going: impl Fn() -> bool,
+    ) -> PassReport {
+        let started = Instant::now();
+        let mut report = PassReport {
+            outcome: PassOutcome::Complete,
+            planned: 0,
+            applied: 0,
+            unplaced: 0,
+            collected: 0,
+            last_write: None,
+            duration: Duration::ZERO,
+        };
+        let snapshot = match self.catalog.snapshot(view) {
+            Ok(s) => s,
+            Err(e) => {
+                // Cannot happen with a registry view (names and IDs are map keys); reported rather than panicking.
+                report.outcome = PassOutcome::Failed { error: e.to_string() };
+                return report;
+            }
+        };
+        let plan = plan_with_report(&snapshot);
+        report.planned = plan.decisions.len();
+        report.unplaced = plan.unplaced.len();
+        for u in &plan.unplaced {
+            tracing::debug!(unit = %u.unit, reason = %u.reason, "Unable to schedule Job({}): {}", u.unit, u.reason);
+        }
+        let limit = deadline.saturating_duration_since(started);
+        for decision in &plan.decisions {
+            if !keep_going() {
+                report.outcome = PassOutcome::Interrupted;
+                break;
+            }
+            let written = match timeout_at(deadline, apply(registry, decision)).await {
+                Ok(result) => result,
+                Err(_) => {
+                    report.outcome = PassOutcome::TimedOut { limit };
+                    break;
+                }
+            };
+            match written {
+                Ok(Some(revision)) => {
+                    report.applied += 1;
+                    report.last_write = Some(revision);
+                    log_applied(decision, revision);
+                }
+                Ok(None) => {
+                    tracing::info!(
+                        unit = %decision.unit(),
+                        machine = %decision.machine(),
+                        "registry changed before `{decision}` could be applied; re-planning on the next change"
+                    );
+                    report.outcome = PassOutcome::Conflict { decision: decision.to_string() };
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(unit = %decision.unit(), machine = %decision.machine(), error = %e,
+                        "cannot apply scheduling decision");
+                    report.outcome = PassOutcome::Failed { error: e.to_string() };
+                    break;
+                }
+            }
+        }
+        if report.outcome == PassOutcome::Complete && keep_going() {
+            match timeout_at(deadline, self.collect_garbage(registry, view)).await {
+                Ok(Ok(n)) => report.collected = n,
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot garbage-collect unit bodies"),
+                Err(_) => report.outcome = PassOutcome::TimedOut { limit },
+            }
+        }
+        report.duration = started.elapsed();
+        report
+    }
+
+    /// Deletes bodies no unit refers to in `view` (spec L9), skipping those this engine already deleted.
+    async fn collect_garbage(
+        &mut self,
+        registry: &Registry,
+        view: &registry::Snapshot,
+    ) -> Result<usize, RegistryError> {
+        self.collected.retain(|(hash, rev)| view.bodies().get(hash).is_some_and(|b| b.mod_revision == *rev));
+        let candidates: Vec<(String, i64)> =
+            view.unreferenced_bodies().into_iter().filter(|c| !self.collected.contains(c)).collect();
+        if candidates.is_empty() {
+            return Ok(0);
+        }
+        let deleted = registry.delete_bodies(&candidates).await?;
+        tracing::info!(deleted, candidates = candidates.len(), "garbage-collected unreferenced unit bodies");
+        // Those not deleted were re-put meanwhile: their mod revision changed, so they are new candidates anyway.
+        self.collected.extend(candidates);
+        Ok(deleted)
+    }
+}
+
+async fn apply(registry: &Registry, decision: &Decision) -> Result<Option<i64>, RegistryError> {
+    match decision {
+        Decision::Unschedule { unit, machine, .. } => registry.unschedule_at(unit, machine).await,
+        Decision::Schedule { unit, machine, .. } => registry.schedule_at(unit, machine).await,
+    }
+}
+
+fn log_applied(decision: &Decision, revision: i64) {
+    match decision {
+        Decision::Unschedule { unit, machine, reason } => {
+            tracing::info!(unit = %unit, machine = %machine, reason = %reason, revision, "unscheduled unit");
+        }
+        Decision::Schedule { unit, machine, reason } => {
+            tracing::info!(unit = %unit, machine = %machine, reason = %reason, revision, "scheduled unit");
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! fleetd's life cycle (spec §1.3–§1.5): start-up, registration, the components (engine, agent, API), the
+//! monitor that restarts them when this machine's presence lease is lost, SIGHUP reloads and graceful shutdown.
+//!
+//! The API listeners and the agent outlive every restart: a reload or a monitor restart never closes a listener
+//! and never stops a unit. Until the components run, the API answers 503.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::config::{self, Config, ConfigError, Loaded};
+use super::signals::{Request, Signals};
+use crate::agent::{Agent, AgentConfig};
+use crate::api::Api;
+use crate::api::listen::{self, ListenAddress, Listener};
+use crate::machine::identity;
+use crate::model::MachineState;
+use crate::registry::{EtcdConfig, LeaseKeeper, Reflector, Registry, RegistryError};
+use crate::systemd::{Bus, Systemd};
+
+/// How long a graceful shutdown may spend stopping units.
+const PURGE_DEADLINE: Duration = Duration::from_secs(60);
+/// Bound on the registry calls of a shutdown, so an unreachable etcd cannot hold fleetd up.
+const SHUTDOWN_REGISTRY_DEADLINE: Duration = Duration::from_secs(3);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Identity(#[from] identity::IdentityError),
+    #[error("connecting to systemd: {0}")]
+    Systemd(#[from] crate::systemd::SystemdError),
+    #[error("starting the agent: {0}")]
+    Agent(#[from] crate::agent::AgentError),
+    #[error(transparent)]
+    Listen(#[from] listen::ListenError),
+    #[error("installing signal handlers: {0}")]
+    Signals(std::io::Error),
+}
+
+/// How one run of the components ended.
+enum RunEnd {
+    /// Shut down; with the registry connection and presence lease when this machine was registered.
+    Shutdown(Option<Box<Registered>>),
+    Reload,
+    MonitorTriggered,
+}
+
+/// A live registration: the connection and this machine's presence lease.
+struct Registered {
+    registry: Registry,
+    presence: LeaseKeeper,
+}
+
+/// Everything that survives restarts of the components.
+struct Daemon {
+    config_path: Option<PathBuf>,
+    loaded: Loaded,
+    machine_id: String,
+    agent: Agent,
+    api: watch::Sender<Option<Arc<Api>>>,
+    signals: Signals,
+}
+
+/// Runs fleetd until a shutdown signal; returns the process exit status.
+pub async fn run(config_path: Option<PathBuf>) -> Result<(), ServerError> {
+    let loaded = load_config(config_path.as_deref())?;
+    let ttl = loaded.config.agent_ttl()?;
+    let machine_id = identity::read_machine_id(std::path::Path::new(identity::MACHINE_ID_PATH))?;
+    let signals = Signals::install().map_err(ServerError::Signals)?;
+    let bus = if loaded.config.systemd_user { Bus::User } else { Bus::System };
+    let systemd = Systemd::connect(bus).await?;
+    let agent = Agent::new(
+        AgentConfig { machine_id: machine_id.clone(), units_dir: PathBuf::from(&loaded.config.units_directory), ttl },
+        systemd,
+    )
+    .await?;
+
+    let listeners = api_listeners(&loaded.config).await?;
+    let (api, api_rx) = watch::channel(None);
+    let api_stop = CancellationToken::new();
+    let serving = tokio::spawn(crate::api::serve::serve(listeners, api_rx, api_stop.clone()));
+
+    let mut daemon = Daemon { config_path, loaded, machine_id, agent, api, signals };
+    loop {
+        match daemon.run_components().await {
+            RunEnd::Reload => daemon.reload(),
+            RunEnd::MonitorTriggered => {
+                tracing::error!("Server monitor triggered: Monitor timed out before successful heartbeat");
+            }
+            RunEnd::Shutdown(registered) => {
+                daemon.shutdown(registered.map(|r| *r)).await;
+                break;
+            }
+        }
+    }
+    api_stop.cancel();
+    let _ = serving.await;
+    Ok(())
+}
+
+fn load_config(path: Option<&std::path::Path>) -> Result<Loaded, ConfigError> {
+    let env: BTreeMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("FLEET_")).collect();
+    let loaded = config::load(path, &env)?;
+    tracing::info!("{}", loaded.source.describe());
+    for warning in &loaded.warnings {
+        tracing::error!("{warning}");
+    }
+    Ok(loaded)
+}
+
+/// Sockets passed by systemd; else the configured ones (the original served only activated sockets).
+async fn api_listeners(config: &Config) -> Result<Vec<Listener>, ServerError> {
+    let activated = listen::activated()?;
+    if !activated.is_empty() {
+        return Ok(activated);
+    }
+    let mut listeners = Vec::new();
+    for text in &config.api_listeners {
+        listeners.push(listen::bind(&text.parse::<ListenAddress>()?).await?);
+    }
+    Ok(listeners)
+}
+
+fn etcd_config(config: &Config) -> EtcdConfig {
+    let user = (!config.etcd_username.is_empty()).then(|| (config.etcd_username.clone(), config.etcd_password.clone()));
+    EtcdConfig {
+        endpoints: config.etcd_servers.clone(),
+        prefix: config.etcd_key_prefix.clone(),
+        request_timeout: config.etcd_request_timeout(),
+        user,
+    }
+}
+
+/// Doubling backoff from 1 s, capped at one minute (spec §1.3 step 7).
+fn next_backoff(current: Duration) -> Duration {
+    (current * 2).min(MAX_BACKOFF)
+}
+
+impl Daemon {
+    fn config(&self) -> &Config {
+        &self.loaded.config
+    }
+
+    fn local_state(&self) -> MachineState {
+        let c = self.config();
+        identity::local_state(self.machine_id.clone(), &c.public_ip, c.metadata.clone(), c.disable_engine)
+    }
+
+    /// Waits `delay` unless a signal asks for something first.
+    async fn pause(&mut self, delay: Duration) -> Option<RunEnd> {
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => None,
+            request = self.signals.next() => match request {
+                Request::Shutdown => Some(RunEnd::Shutdown(None)),
+                Request::Reload => Some(RunEnd::Reload),
+                Request::Dump => None,
+            },
+        }
+    }
+
+    /// Connects, registers this machine under a fresh presence lease, runs the components until something ends
+    /// them. Registration is retried forever with backoff; signals are honoured meanwhile.
+    async fn run_components(&mut self) -> RunEnd {
+        let ttl = self.config().agent_ttl().unwrap_or(Duration::from_secs(30));
+        let mut backoff = Duration::from_secs(1);
+        let (registry, presence) = loop {
+            match self.register(ttl).await {
+                Ok(registered) => break registered,
+                Err(err) => {
+                    tracing::error!("Server register machine failed: {err}, retrying in {} sec.", backoff.as_secs());
+                    if let Some(end) = self.pause(backoff).await {
+                        return end;
+                    }
+                    backoff = next_backoff(backoff);
+                }
+            }
+        };
+        let reflector = Arc::new(Reflector::start(&registry));
+        let stop = CancellationToken::new();
+        let engine = crate::fleetd::components::start_engine(
+            self.config(),
+            &self.machine_id,
+            &registry,
+            &reflector,
+            stop.child_token(),
+        );
+        let token_limit = u16::try_from(self.config().token_limit).unwrap_or(u16::MAX);
+        self.api.send_replace(Some(Arc::new(Api::new(registry.clone(), reflector.clone(), token_limit))));
+        tracing::info!(machine = %self.machine_id, lease = format_args!("{:x}", presence.id()), "fleet server running");
+
+        let end = {
+            let agent_run = self.agent.run(registry.clone(), reflector.subscribe(), presence.id(), stop.child_token());
+            tokio::pin!(agent_run);
+            loop {
+                tokio::select! {
+                    result = &mut agent_run => {
+                        if let Err(err) = result {
+                            tracing::error!(error = %err, "agent stopped; restarting the components");
+                        }
+                        break RunEnd::MonitorTriggered;
+                    }
+                    reason = presence.lost() => {
+                        tracing::warn!(%reason, "presence lease lost");
+                        break RunEnd::MonitorTriggered;
+                    }
+                    request = self.signals.next() => match request {
+                        Request::Shutdown => break RunEnd::Shutdown(None),
+                        Request::Reload => break RunEnd::Reload,
+                        Request::Dump => dump(&reflector, &self.machine_id),
+                    },
+                }
+            }
+        };
+        // Back to 503 while the components are down.
+        self.api.send_replace(None);
+        stop.cancel();
+        if let Some(engine) = engine {
+            if tokio::time::timeout(SHUTDOWN_REGISTRY_DEADLINE, engine).await.is_err() {
+                tracing::warn!("engine did not stop in time");
+            }
+        }
+        match end {
+            RunEnd::Shutdown(_) => RunEnd::Shutdown(Some(Box::new(Registered { registry, presence }))),
+            other => other,
+        }
+    }
+
+    /// Connects to etcd and registers this machine under a new presence lease.
+    async fn register(&self, ttl: Duration) -> Result<(Registry, LeaseKeeper), RegistryError> {
+        let registry = Registry::connect(&etcd_config(self.config())).await?;
+        registry.ensure_layout_version().await?;
+        let presence = LeaseKeeper::grant(&registry, ttl).await?;
+        match registry.register_machine(&self.local_state(), presence.id()).await {
+            Ok(_) => Ok((registry, presence)),
+            Err(err) => {
+                let _ = presence.revoke().await;
+                Err(err)
+            }
+        }
+    }
+
+    fn reload(&mut self) {
+        let path = self.config_path.clone().unwrap_or_else(|| PathBuf::from(config::DEFAULT_CONFIG_PATH));
+        tracing::info!("Reloading configuration from {}", path.display());
+        match load_config(self.config_path.as_deref()) {
+            Ok(loaded) if loaded.config.agent_ttl().is_ok() => self.loaded = loaded,
+            Ok(loaded) => {
+                tracing::error!(agent_ttl = %loaded.config.agent_ttl, "new configuration refused: bad agent_ttl")
+            }
+            Err(err) => tracing::error!(error = %err, "new configuration refused; keeping the old one"),
+        }
+    }
+
+    /// Graceful shutdown (spec §1.5): stop and unload every unit here, then drop this machine's presence, states
+    /// and launched markers at once by revoking its lease.
+    async fn shutdown(&mut self, registered: Option<Registered>) {
+        tracing::info!("Gracefully shutting down");
+        let registry = registered.as_ref().map(|r| &r.registry);
+        if let Err(err) = self.agent.purge(registry, PURGE_DEADLINE).await {
+            tracing::error!(error = %err, "purging units failed");
+        }
+        if let Some(Registered { presence, .. }) = registered {
+            match tokio::time::timeout(SHUTDOWN_REGISTRY_DEADLINE, presence.revoke()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => tracing::warn!(error = %err, "could not revoke the presence lease"),
+                Err(_) => tracing::warn!("etcd did not answer; the presence lease will expire on its own"),
+            }
+        }
+    }
+}
+
+/// SIGUSR1: this machine's view of the registry as JSON on stdout.
+fn dump(reflector: &Reflector, machine_id: &str) {
+    let snapshot = reflector.snapshot();
+    let targets: BTreeMap<String, String> =
+        snapshot.units_targeting(machine_id).map(|u| (u.name.to_string(), u.desired.to_string())).collect();
+    let published: BTreeMap<String, serde_json::Value> = snapshot
+        .unit_states()
+        .filter(|s| s.machine_id == machine_id)
+        .map(|s| {
+            (
+                s.name.clone(),
+                serde_json::json!({"load": s.load_state, "active": s.active_state, "sub": s.sub_state, "hash": s.hash}),
+            )
+        })
+        .collect();
+    let dump = serde_json::json!({
+        "Agent": {"Cache": {"TargetStates": targets}},
+        "UnitStatePublisher": {"Cache": published},
+        "Registry": {"Revision": snapshot.revision(), "Connected": snapshot.is_connected(), "Leader": snapshot.leader()},
+    });
+    println!("{dump}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_a_minute() {
+        let mut d = Duration::from_secs(1);
+        let mut seen = Vec::new();
+        for _ in 0..8 {
+            seen.push(d.as_secs());
+            d = next_backoff(d);
+        }
+        assert_eq!(seen, vec![1, 2, 4, 8, 16, 32, 60, 60]);
+    }
+
+    #[test]
+    fn etcd_config_from_fleet_conf() {
+        let config = Config {
+            etcd_servers: vec!["http://etcd:2379".into()],
+            etcd_key_prefix: "/x/".into(),
+            etcd_username: "u".into(),
+            etcd_password: "p".into(),
+            ..Config::default()
+        };
+        let etcd = etcd_config(&config);
+        assert_eq!(etcd.endpoints, vec!["http://etcd:2379"]);
+        assert_eq!(etcd.prefix, "/x/");
+        assert_eq!(etcd.user, Some(("u".into(), "p".into())));
+        assert_eq!(etcd.request_timeout, Duration::from_secs(1));
+    }
+}
