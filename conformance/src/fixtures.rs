@@ -9,7 +9,10 @@ pub const DIR_ENV: &str = "FLEET_FIXTURES_DIR";
 pub fn dir() -> PathBuf {
     match std::env::var_os(DIR_ENV) {
         Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/units"),
+        None => {
+            let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/units");
+            d.canonicalize().unwrap_or(d)
+        }
     }
 }
 

@@ -132,7 +132,10 @@ pub async fn execute(spec: &Spec) -> Outcome {
         for (slot, md) in spec.metadata {
             b = b.metadata(*slot, md);
         }
-        Ctx::start(b).await?
+        let ctx = Ctx::start(b).await?;
+        // Like the original's suite, a spec starts on a cluster whose machines have all registered.
+        ctx.wait_for_n_machines(1, spec.machines).await.map_err(|e| format!("cluster not ready: {e}"))?;
+        ctx
     };
     match tokio::time::timeout(SPEC_TIMEOUT, (spec.run)(ctx)).await {
         Ok(outcome) => outcome,
