@@ -21,12 +21,16 @@ pub struct Spec {
 
 /// Every spec, in catalogue order. Building this list must stay cheap: nextest lists it once per trial.
 pub fn all() -> Vec<Spec> {
-    vec![Spec {
+    let mut specs = vec![Spec {
         name: "harness_smoke_machine_runs_systemd",
         needs_fleet: false,
         run: || Box::pin(smoke::machine_runs_systemd()),
-    }]
+    }];
+    specs.extend(replace::specs());
+    specs
 }
+
+mod replace;
 
 /// Smoke specs of the harness itself, until fleet's own specs arrive.
 mod smoke {
