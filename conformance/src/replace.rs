@@ -88,11 +88,7 @@ async fn list_units(c: &Cluster) -> Result<BTreeMap<String, Vec<Row>>, String> {
         let f: Vec<&str> = line.split_whitespace().collect();
         if let [unit, machine, hash, active] = f[..] {
             let machine = machine.split('/').next().unwrap_or("").to_string();
-            rows.entry(unit.to_string()).or_default().push(Row {
-                machine,
-                hash: hash.into(),
-                active: active.into(),
-            });
+            rows.entry(unit.to_string()).or_default().push(Row { machine, hash: hash.into(), active: active.into() });
         }
     }
     Ok(rows)

@@ -225,7 +225,12 @@ pub struct GlobalProgress {
 /// The machines waited for are `expected` plus every machine publishing a state; a machine is good when its
 /// state shows content `hash` (any content when `hash` is empty) in the state `target` (`launched`/`loaded`)
 /// asks for.
-pub fn global_progress(states: &[crate::schema::UnitState], expected: &[String], target: JobState, hash: &str) -> GlobalProgress {
+pub fn global_progress(
+    states: &[crate::schema::UnitState],
+    expected: &[String],
+    target: JobState,
+    hash: &str,
+) -> GlobalProgress {
     let good_state = |s: &crate::schema::UnitState| {
         let right_content = hash.is_empty() || s.hash == hash;
         right_content
