@@ -56,8 +56,12 @@ impl std::fmt::Display for Capability {
 }
 
 /// What this workspace's fleetd/fleetctl declare (update when a capability lands).
-pub const WORKSPACE: &[Capability] =
-    &[Capability::DeterministicReplaces, Capability::SighupReload, Capability::StrictApiValidation];
+pub const WORKSPACE: &[Capability] = &[
+    Capability::DeterministicReplaces,
+    Capability::SighupReload,
+    Capability::StrictApiValidation,
+    Capability::KeepMachine,
+];
 
 /// What the original Go fleet (v1.0.0) would declare: `sighup_reload` only.
 pub const ORIGINAL: &[Capability] = &[Capability::SighupReload];

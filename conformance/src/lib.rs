@@ -46,10 +46,13 @@ pub enum Area {
     Cluster,
     /// The fleetctl command line itself: version, help, environment, listing order.
     Fleetctl,
+    /// `--replace` and `--keep-machine`: serialization of stop and start hooks, template moves, global units,
+    /// interrupted replacements.
+    Replace,
 }
 
 impl Area {
-    pub const ALL: [Area; 9] = [
+    pub const ALL: [Area; 10] = [
         Area::UnitActions,
         Area::Scheduling,
         Area::Machines,
@@ -59,6 +62,7 @@ impl Area {
         Area::Node,
         Area::Cluster,
         Area::Fleetctl,
+        Area::Replace,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -72,6 +76,7 @@ impl Area {
             Area::Node => "node",
             Area::Cluster => "cluster",
             Area::Fleetctl => "fleetctl",
+            Area::Replace => "replace",
         }
     }
 

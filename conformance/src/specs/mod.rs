@@ -8,6 +8,7 @@ pub mod fleetctl;
 pub mod machines;
 pub mod metadata;
 pub mod node;
+pub mod replace;
 pub mod scheduling;
 pub mod unit_actions;
 
@@ -34,7 +35,7 @@ impl Spec {
 /// Every spec, in catalogue order.
 pub fn catalogue() -> Vec<Spec> {
     use Area::*;
-    vec![
+    let mut all = vec![
         // fleetctl
         spec(Fleetctl, "version_prints_fleetctl_version", 0, "TestClientVersionFlag", |c| {
             Box::pin(fleetctl::version(c))
@@ -177,7 +178,9 @@ pub fn catalogue() -> Vec<Spec> {
         spec(Connectivity, "etcd_restart_keeps_units_and_converges", 2, "core issue", |c| {
             Box::pin(connectivity::etcd_restart(c))
         }),
-    ]
+    ];
+    all.extend(replace::specs());
+    all
 }
 
 /// Whether all values are distinct.
