@@ -29,6 +29,11 @@ pub struct Unit {
     /// The unit file as an ordered option list (duplicates kept).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub options: Vec<UnitOption>,
+    /// Extension of this implementation, only meaningful on a PUT that replaces the content: drop the unit's
+    /// schedule in the same write so the engine places the new version afresh (`--replace` without
+    /// `--keep-machine`). Servers that don't know it ignore it and keep the unit on its machine.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reschedule: bool,
 }
 
 /// One page of `GET /units`.
@@ -398,6 +403,7 @@ mod tests {
                 opt("Service", "ExecStart", "/bin/sh -c \"while true; do echo meta-b; sleep 5; done\""),
                 opt("X-Fleet", "MachineMetadata", "role=b"),
             ],
+            reschedule: false,
         };
         // Transcript 13, GET /fleet/v1/units/meta-b.service. UnitOption's own field order is owned by `unit`, so the
         // comparison is on the parsed value plus the top-level order.

@@ -73,11 +73,13 @@ impl Api {
             Ok(action) => action,
             Err(err) => return err.response(),
         };
-        let result = match action {
+        let result = match action.clone() {
             PutAction::Create(desired) | PutAction::Replace(desired) => {
+                let reschedule = request.reschedule && matches!(action, PutAction::Replace(_));
                 let file = UnitFile::from_options(request.options);
                 let (text, hash) = (file.canonical(), file.hash().to_hex());
-                let stored = self.registry.put_unit(&PutUnit { name, text: &text, hash: &hash, desired }).await;
+                let stored =
+                    self.registry.put_unit(&PutUnit { name, text: &text, hash: &hash, desired, reschedule }).await;
                 match stored {
                     Ok(write) => {
                         tracing::info!(unit = %name, hash = %&hash[..7], %desired, "stored unit");

@@ -33,6 +33,7 @@ pub fn unit(view: &UnitView<'_>, single: bool) -> Option<schema::Unit> {
         machine_id: machine.to_string(),
         name: view.name.to_string(),
         options: content.into_options(),
+        reschedule: false,
     })
 }
 

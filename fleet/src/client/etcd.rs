@@ -82,9 +82,9 @@ impl EtcdClient {
     }
 
     /// Stores `unit`, returning whether an earlier version was replaced.
-    fn store(&self, name: &str, unit: &UnitFile, desired: JobState) -> Result<bool, ClientError> {
+    fn store(&self, name: &str, unit: &UnitFile, desired: JobState, reschedule: bool) -> Result<bool, ClientError> {
         let (text, hash) = (unit.canonical(), unit.hash().to_hex());
-        let put = PutUnit { name, text: &text, hash: &hash, desired };
+        let put = PutUnit { name, text: &text, hash: &hash, desired, reschedule };
         Ok(matches!(self.run(self.registry.put_unit(&put))?, UnitWrite::Replaced { .. }))
     }
 }
@@ -129,10 +129,12 @@ impl Client for EtcdClient {
     fn create_unit(&self, unit: &Unit) -> Result<(), ClientError> {
         let stored = if name::validate_name(&unit.name).is_ok() { Some(self.read_unit(&unit.name)?) } else { None };
         let stored_hash = stored.as_ref().and_then(|s| s.unit(&unit.name)).map(|view| view.hash);
-        match wire::decide_put(unit, stored_hash).map_err(rejected)? {
+        let action = wire::decide_put(unit, stored_hash).map_err(rejected)?;
+        match action {
             PutAction::Create(desired) | PutAction::Replace(desired) => {
+                let reschedule = unit.reschedule && matches!(action, PutAction::Replace(_));
                 let content = UnitFile::from_options(unit.options.clone());
-                if self.store(&unit.name, &content, desired)? {
+                if self.store(&unit.name, &content, desired, reschedule)? {
                     self.collect_garbage();
                 }
             }

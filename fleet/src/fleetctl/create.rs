@@ -68,8 +68,13 @@ pub enum Decision {
 /// How a unit allowed to be replaced is replaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplacementMode {
-    /// The original's: new content with desired state `inactive`, then the command's own step (may move).
+    /// The original's for units that are not scheduled (or `submit`): new content with desired state `inactive`,
+    /// then the command's own step.
     ThroughInactive,
+    /// A scheduled unit, default: new content, this desired state and "reschedule" in one request; the engine
+    /// places the new version afresh (it may move). One request, so an interrupted fleetctl leaves the new
+    /// version on its way to running, never nothing.
+    Rescheduled(JobState),
     /// `--keep-machine`: new content and this desired state in one request; the unit keeps its machine.
     InPlace(JobState),
 }
@@ -85,6 +90,7 @@ pub fn replacement_mode(creator: Creator, keep_machine: bool, desired: Option<Jo
     };
     match desired {
         Some(JobState::Loaded | JobState::Launched) if keep_machine => ReplacementMode::InPlace(state),
+        Some(JobState::Loaded | JobState::Launched) => ReplacementMode::Rescheduled(state),
         _ => ReplacementMode::ThroughInactive,
     }
 }
@@ -213,7 +219,13 @@ fn replacement_for(ctx: &mut Ctx<'_>, arg: &str, path: &Path, name: &str) -> Res
 
 /// Validate and create (or replace) one unit through the client; `desired` goes in the same request (else the
 /// API makes the unit `inactive`).
-fn create_unit(ctx: &mut Ctx<'_>, name: &str, uf: UnitFile, desired: Option<JobState>) -> Result<(), String> {
+fn create_unit(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    uf: UnitFile,
+    desired: Option<JobState>,
+    reschedule: bool,
+) -> Result<(), String> {
     unitf::validate_name(name).map_err(|e| e.to_string())?;
     xfleet::validate_options(&uf).map_err(|e| e.to_string())?;
     // The original reports only the first unrecognised key (`Job.ValidateRequirements` returns on the first).
@@ -227,6 +239,7 @@ fn create_unit(ctx: &mut Ctx<'_>, name: &str, uf: UnitFile, desired: Option<JobS
         name: name.to_string(),
         options: uf.options().to_vec(),
         desired_state: desired.map(|d| d.to_string()).unwrap_or_default(),
+        reschedule,
         ..Default::default()
     };
     ctx.client.create_unit(&unit).map_err(|e| format!("failed creating unit {name}: {e}"))?;
@@ -249,7 +262,7 @@ pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), Strin
             ctx.client.unit(&name).map_err(|e| format!("error retrieving Unit({name}) from Registry: {e}"))?;
         let Some(existing) = existing else {
             let uf = unit_file_for(ctx, arg, &path, &name)?;
-            create_unit(ctx, &name, uf, None)?;
+            create_unit(ctx, &name, uf, None, false)?;
             created.push(name);
             continue;
         };
@@ -269,8 +282,9 @@ pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), Strin
                 let hash = UnitFile::from_options(uf.options().to_vec()).hash().to_hex();
                 let mode = replacement_mode(creator, keep_machine, desired);
                 match mode {
-                    ReplacementMode::ThroughInactive => create_unit(ctx, &name, uf, None)?,
-                    ReplacementMode::InPlace(state) => create_unit(ctx, &name, uf, Some(state))?,
+                    ReplacementMode::ThroughInactive => create_unit(ctx, &name, uf, None, false)?,
+                    ReplacementMode::Rescheduled(state) => create_unit(ctx, &name, uf, Some(state), true)?,
+                    ReplacementMode::InPlace(state) => create_unit(ctx, &name, uf, Some(state), false)?,
                 }
                 tracing::debug!(unit = %name, hash = %&hash[..7], ?mode, "replaced unit");
                 ctx.replaced.insert(name.clone(), hash);
@@ -374,8 +388,10 @@ mod tests {
             (Creator::Load, true, Some(Inactive), ThroughInactive),
             (Creator::Submit, true, Some(Inactive), ThroughInactive),
             (Creator::Restart, true, Some(Launched), ThroughInactive),
-            (Creator::Start, false, Some(Launched), ThroughInactive),
-            (Creator::Load, false, Some(Loaded), ThroughInactive),
+            (Creator::Start, false, Some(Launched), Rescheduled(Launched)),
+            (Creator::Start, false, Some(Loaded), Rescheduled(Launched)),
+            (Creator::Start, false, Some(Inactive), ThroughInactive),
+            (Creator::Load, false, Some(Loaded), Rescheduled(Loaded)),
         ];
         for (c, keep, d, want) in table {
             assert_eq!(replacement_mode(c, keep, d), want, "{c:?} keep={keep} {d:?}");

@@ -30,6 +30,9 @@ pub struct PutUnit<'a> {
     pub hash: &'a str,
     /// Desired state written on create or replace.
     pub desired: JobState,
+    /// Drop the unit's schedule (`target`) in the same transaction, so the engine places the new version afresh
+    /// (the default `--replace`: the unit may move). One transaction keeps an interrupted client harmless.
+    pub reschedule: bool,
 }
 
 /// What [`Registry::destroy_unit`] deleted.
@@ -91,11 +94,15 @@ impl Registry {
     fn unit_write_ops(&self, unit: &PutUnit<'_>, previous: Option<String>) -> Vec<TxnOp> {
         let k = &self.keys;
         let object = UnitObject { name: unit.name.to_string(), hash: unit.hash.to_string(), previous_hash: previous };
-        vec![
+        let mut ops = vec![
             TxnOp::put(k.body(unit.hash), unit.text, None),
             TxnOp::put(k.unit_object(unit.name), encode_json(&object), None),
             TxnOp::put(k.unit_desired(unit.name), unit.desired.as_str(), None),
-        ]
+        ];
+        if unit.reschedule {
+            ops.push(TxnOp::delete(k.unit_target(unit.name), None));
+        }
+        ops
     }
 
     /// Creates a unit that must not exist yet (fleetctl `submit` semantics); [`RegistryError::UnitExists`] names
@@ -279,6 +286,7 @@ mod tests {
             text,
             hash: "1c6fb6f3684bafb0c173d8b8b957ceff031180c1",
             desired: JobState::Inactive,
+            reschedule: false,
         };
         ok.check().unwrap();
         let err = PutUnit { hash: "a0f275d46bc6ee0eca06be7c339913c07d99c0c7", ..ok }.check().unwrap_err();
