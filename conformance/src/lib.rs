@@ -46,10 +46,12 @@ pub enum Area {
     Cluster,
     /// The fleetctl command line itself: version, help, environment, listing order.
     Fleetctl,
+    /// Global units: every eligible machine, MachineMetadata, machines joining and leaving, conflicts, actions.
+    GlobalUnits,
 }
 
 impl Area {
-    pub const ALL: [Area; 9] = [
+    pub const ALL: [Area; 10] = [
         Area::UnitActions,
         Area::Scheduling,
         Area::Machines,
@@ -59,6 +61,7 @@ impl Area {
         Area::Node,
         Area::Cluster,
         Area::Fleetctl,
+        Area::GlobalUnits,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -72,6 +75,7 @@ impl Area {
             Area::Node => "node",
             Area::Cluster => "cluster",
             Area::Fleetctl => "fleetctl",
+            Area::GlobalUnits => "global_units",
         }
     }
 
