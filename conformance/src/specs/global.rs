@@ -48,7 +48,9 @@ fn ids(ctx: &Ctx, slots: &[usize]) -> Result<BTreeSet<String>, String> {
 async fn expect_active_on(ctx: &Ctx, slot: usize, unit: &str, on: &BTreeSet<String>, when: &str) -> Outcome {
     let rows = rows_of(ctx, slot, unit).await?;
     let ok = rows.keys().cloned().collect::<BTreeSet<_>>() == *on && rows.values().all(|s| s == "active");
-    ctx.ensure(ok, || format!("{when}: expected {unit} active on exactly {}, observed {}", show_ids(on), show_rows(&rows)))
+    ctx.ensure(ok, || {
+        format!("{when}: expected {unit} active on exactly {}, observed {}", show_ids(on), show_rows(&rows))
+    })
 }
 
 /// Waits until `unit` has exactly one `active` row on each machine of `on` and none elsewhere.
@@ -77,7 +79,9 @@ async fn is_active(ctx: &Ctx, slot: usize, unit: &str) -> Result<String, String>
 async fn expect_systemd(ctx: &Ctx, slots: &[usize], unit: &str, want: &str, when: &str) -> Outcome {
     for &slot in slots {
         let got = is_active(ctx, slot, unit).await?;
-        ctx.ensure(got == want, || format!("{when}: `systemctl is-active {unit}` in m{slot}: expected {want}, observed {got}"))?;
+        ctx.ensure(got == want, || {
+            format!("{when}: `systemctl is-active {unit}` in m{slot}: expected {want}, observed {got}")
+        })?;
     }
     Ok(())
 }
@@ -85,7 +89,8 @@ async fn expect_systemd(ctx: &Ctx, slots: &[usize], unit: &str, want: &str, when
 /// The MainPID of an active `unit` in machine `slot`.
 async fn main_pid(ctx: &Ctx, slot: usize, unit: &str) -> Result<String, String> {
     let p = ctx.show(slot, unit, &["MainPID", "ActiveState"]).await?;
-    let (pid, state) = (p.get("MainPID").cloned().unwrap_or_default(), p.get("ActiveState").cloned().unwrap_or_default());
+    let (pid, state) =
+        (p.get("MainPID").cloned().unwrap_or_default(), p.get("ActiveState").cloned().unwrap_or_default());
     ctx.ensure(state == "active" && !pid.is_empty() && pid != "0", || {
         format!("{unit} in m{slot}: expected active with a MainPID, observed ActiveState={state} MainPID={pid}")
     })?;
@@ -102,7 +107,8 @@ async fn main_pids(ctx: &Ctx, slots: &[usize], unit: &str) -> Result<BTreeMap<us
 
 /// `PATCH /fleet/v1/machines`: sets `role` of machine `slot` (through machine 1's API).
 async fn set_role(ctx: &Ctx, slot: usize, role: &str) -> Outcome {
-    let body = json!([{"op": "replace", "path": format!("/{}/metadata/role", ctx.id(slot)?), "value": {"value": role}}]);
+    let body =
+        json!([{"op": "replace", "path": format!("/{}/metadata/role", ctx.id(slot)?), "value": {"value": role}}]);
     let r = ctx.http(1, "PATCH", "/fleet/v1/machines", Some(&body.to_string())).await?;
     ctx.ensure(r.status == 204, || format!("PATCH {body}: expected 204, observed {}", r.describe()))
 }
@@ -184,7 +190,11 @@ pub async fn machines_joining_and_leaving(mut ctx: Ctx) -> Outcome {
     stop_fleet(&ctx, 2).await?;
     wait_active_on(&ctx, 1, GLOBAL, &ids(&ctx, &[1, new])?).await?;
     ctx.wait_systemd(2, GLOBAL, "ActiveState", "inactive").await?;
-    ensure_eq("MainPIDs of m1 and the new machine after m2 stopped fleet", &before, &main_pids(&ctx, &[1, new], GLOBAL).await?)?;
+    ensure_eq(
+        "MainPIDs of m1 and the new machine after m2 stopped fleet",
+        &before,
+        &main_pids(&ctx, &[1, new], GLOBAL).await?,
+    )?;
     // The new machine is removed outright: its row goes once its presence expires.
     let gone = ctx.id(new)?;
     ctx.cluster_mut().remove_machine(new).await.map_err(|e| format!("removing m{new}: {e}"))?;
@@ -207,7 +217,9 @@ pub async fn conflicting_unit_stays_unscheduled(ctx: Ctx) -> Outcome {
             && v.get(GLOBAL).is_some_and(|rows| rows.len() == 3 && rows.values().all(|s| s == "active"))
     })
     .await?;
-    let out = ctx.fleetctl_ok(1, &["list-unit-files", "--no-legend", "--full", "--fields", "unit,dstate,state,target"]).await?;
+    let out = ctx
+        .fleetctl_ok(1, &["list-unit-files", "--no-legend", "--full", "--fields", "unit,dstate,state,target"])
+        .await?;
     let row: Vec<&str> =
         out.stdout.lines().find(|l| l.starts_with(avoid)).map(|l| l.split_whitespace().collect()).unwrap_or_default();
     ensure_eq("list-unit-files row of the unschedulable unit", vec![avoid, "launched", "inactive", "-"], row)
@@ -232,9 +244,8 @@ pub async fn global_skips_the_conflicting_units_machine(ctx: Ctx) -> Outcome {
     let what = format!("{g} on the two other machines only, hello.service active on {}", short(&hello_on));
     holds(&ctx, 5, &what, |v| {
         v.get(g).is_some_and(|rows| rows.keys().cloned().collect::<BTreeSet<_>>() == elsewhere)
-            && v.get("hello.service").is_some_and(|rows| {
-                rows.len() == 1 && rows.get(&hello_on).map(String::as_str) == Some("active")
-            })
+            && v.get("hello.service")
+                .is_some_and(|rows| rows.len() == 1 && rows.get(&hello_on).map(String::as_str) == Some("active"))
     })
     .await?;
     expect_systemd(&ctx, &[hello_slot], g, "inactive", "on hello.service's machine").await?;
@@ -268,7 +279,9 @@ pub async fn stop_unload_destroy_everywhere(ctx: Ctx) -> Outcome {
     ensure_eq("stdout of `unload`", "Triggered global unit global.service unload\n", out.stdout.as_str())
         .map_err(|e| ctx.fail(e))?;
     let rows = rows_of(&ctx, 1, GLOBAL).await?;
-    ctx.ensure(rows.is_empty(), || format!("right after `unload` returned: expected no rows, observed {}", show_rows(&rows)))?;
+    ctx.ensure(rows.is_empty(), || {
+        format!("right after `unload` returned: expected no rows, observed {}", show_rows(&rows))
+    })?;
     expect_systemd(&ctx, &all_slots, GLOBAL, "inactive", "right after `unload` returned").await?;
     for slot in all_slots {
         ctx.wait_systemd(slot, GLOBAL, "LoadState", "not-found").await?;
@@ -281,18 +294,25 @@ pub async fn stop_unload_destroy_everywhere(ctx: Ctx) -> Outcome {
     let out = ctx.fleetctl_ok(1, &["destroy", GLOBAL]).await?;
     ensure_eq("stdout of `destroy`", "Destroyed global.service\n", out.stdout.as_str()).map_err(|e| ctx.fail(e))?;
     let rows = rows_of(&ctx, 1, GLOBAL).await?;
-    ctx.ensure(rows.is_empty(), || format!("right after `destroy` returned: expected no rows, observed {}", show_rows(&rows)))?;
+    ctx.ensure(rows.is_empty(), || {
+        format!("right after `destroy` returned: expected no rows, observed {}", show_rows(&rows))
+    })?;
     let files = ctx.list_unit_files(1).await?;
-    ctx.ensure(files.is_empty(), || format!("right after `destroy` returned: expected no unit files, observed {files:?}"))?;
+    ctx.ensure(files.is_empty(), || {
+        format!("right after `destroy` returned: expected no unit files, observed {files:?}")
+    })?;
     expect_systemd(&ctx, &all_slots, GLOBAL, "inactive", "right after `destroy` returned").await
 }
 
 /// Requires `list-unit-files` to show global.service with DSTATE/STATE `want` and TARGET `global`.
 async fn expect_file_row(ctx: &Ctx, want: [&str; 2], when: &str) -> Outcome {
-    let out = ctx.fleetctl_ok(1, &["list-unit-files", "--no-legend", "--full", "--fields", "unit,dstate,state,target"]).await?;
+    let out = ctx
+        .fleetctl_ok(1, &["list-unit-files", "--no-legend", "--full", "--fields", "unit,dstate,state,target"])
+        .await?;
     let row: Vec<&str> =
         out.stdout.lines().find(|l| l.starts_with(GLOBAL)).map(|l| l.split_whitespace().collect()).unwrap_or_default();
-    ensure_eq(&format!("list-unit-files row {when}"), vec![GLOBAL, want[0], want[1], "global"], row).map_err(|e| ctx.fail(e))
+    ensure_eq(&format!("list-unit-files row {when}"), vec![GLOBAL, want[0], want[1], "global"], row)
+        .map_err(|e| ctx.fail(e))
 }
 
 /// 6. `restart` of a global unit restarts it on every machine: all active again, each with a new MainPID.
@@ -319,24 +339,25 @@ pub async fn two_units_and_a_global_make_five(ctx: Ctx) -> Outcome {
     ctx.fleetctl_ok(1, &["start", &fixtures::path("hello.service"), &fixtures::path("goodbye.service")]).await?;
     ctx.wait_for_n_active_units(1, 2).await?;
     ctx.fleetctl_ok(1, &["start", &fixtures::path(GLOBAL)]).await?;
-    let five = |ctx: &Ctx| {
-        let all = all.clone();
-        let what = "5 active rows, global.service on all 3 machines";
-        let args = ["list-units", "--no-legend", "--full", "--fields", "unit,active,machine"];
-        async move {
-            ctx.wait_fleetctl(1, &args, what, |out| {
-                let states = fleet_harness::wait::parse_unit_states(out);
-                let active = fleet_harness::wait::filter_active(&states);
-                let on: BTreeSet<String> =
-                    active.iter().filter(|s| s.name == GLOBAL).map(|s| s.machine.clone()).collect();
-                if active.len() == 5 && on == all { Ok(()) } else { Err(format!("{} active; global on {}", active.len(), show_ids(&on))) }
-            })
-            .await
-        }
-    };
-    five(&ctx).await?;
+    five_active(&ctx, &all).await?;
     ctx.fleetctl_ok(1, &["restart", GLOBAL]).await?;
-    five(&ctx).await
+    five_active(&ctx, &all).await
+}
+
+/// Waits for 5 active rows with global.service active on each machine of `all`.
+async fn five_active(ctx: &Ctx, all: &BTreeSet<String>) -> Outcome {
+    let args = ["list-units", "--no-legend", "--full", "--fields", "unit,active,machine"];
+    ctx.wait_fleetctl(1, &args, "5 active rows, global.service on all 3 machines", |out| {
+        let states = fleet_harness::wait::parse_unit_states(out);
+        let active = fleet_harness::wait::filter_active(&states);
+        let on: BTreeSet<String> = active.iter().filter(|s| s.name == GLOBAL).map(|s| s.machine.clone()).collect();
+        if active.len() == 5 && on == *all {
+            Ok(())
+        } else {
+            Err(format!("{} active; global on {}", active.len(), show_ids(&on)))
+        }
+    })
+    .await
 }
 
 /// 8. Listings: `list-unit-files` shows `-` as STATE and `global` as TARGET, `list-units` one row per machine —
@@ -357,7 +378,8 @@ pub async fn listings_match_the_original(ctx: Ctx) -> Outcome {
     let mut legends: BTreeMap<String, (String, String)> = BTreeMap::new();
     for s in slots {
         let m = ctx.machine(s)?;
-        legends.insert(m.id().to_string(), (format!("{}.../{}", short(m.id()), m.ip()), format!("{}/{}", m.id(), m.ip())));
+        legends
+            .insert(m.id().to_string(), (format!("{}.../{}", short(m.id()), m.ip()), format!("{}/{}", m.id(), m.ip())));
     }
     let legend = |id: &str, full: bool| {
         legends.get(id).map(|(s, f)| if full { f.clone() } else { s.clone() }).unwrap_or_else(|| format!("?{id}"))
@@ -371,10 +393,12 @@ pub async fn listings_match_the_original(ctx: Ctx) -> Outcome {
         .filter_map(|l| l.split_once('\t').map(|(u, h)| (u.trim().to_string(), h.trim().to_string())))
         .collect();
     let hex7 = |h: &str| h.len() == 7 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    let (gh, th) = (hashes.get(GLOBAL).cloned().unwrap_or_default(), hashes.get("hello@.service").cloned().unwrap_or_default());
-    ctx.ensure(hex7(&gh) && hex7(&th) && (1..=6).all(|i| hashes.get(&format!("hello@{i}.service")) == Some(&th)), || {
-        format!("expected 7-hex hashes, instances sharing the template's; observed {hashes:?}")
-    })?;
+    let (gh, th) =
+        (hashes.get(GLOBAL).cloned().unwrap_or_default(), hashes.get("hello@.service").cloned().unwrap_or_default());
+    ctx.ensure(
+        hex7(&gh) && hex7(&th) && (1..=6).all(|i| hashes.get(&format!("hello@{i}.service")) == Some(&th)),
+        || format!("expected 7-hex hashes, instances sharing the template's; observed {hashes:?}"),
+    )?;
 
     let cells = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<String>>();
     // `fleetctl list-unit-files`

@@ -201,9 +201,13 @@ pub fn catalogue() -> Vec<Spec> {
         spec(GlobalUnits, "restart_gives_every_machine_a_new_main_pid", 3, "spec §9.7 (Rec), §12 L2", |c| {
             Box::pin(global::restart_gives_every_machine_a_new_process(c))
         }),
-        spec(GlobalUnits, "two_units_and_a_global_make_five_active_also_after_restart", 3, "TestScheduleGlobalUnits (status: SSH round)", |c| {
-            Box::pin(global::two_units_and_a_global_make_five(c))
-        }),
+        spec(
+            GlobalUnits,
+            "two_units_and_a_global_make_five_active_also_after_restart",
+            3,
+            "TestScheduleGlobalUnits (status: SSH round)",
+            |c| Box::pin(global::two_units_and_a_global_make_five(c)),
+        ),
         spec(GlobalUnits, "listings_show_global_target_and_a_row_per_machine", 3, "transcript 05", |c| {
             Box::pin(global::listings_match_the_original(c))
         }),
