@@ -2,13 +2,17 @@
 //! N attempts or none, and the waits built on it — unit job states, systemd activity after `start`, global units on
 //! every machine that reports them, and destroyed units disappearing.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::Ctx;
 use super::table::location_legend;
+use crate::agent::desired::{ClusterUnit, ThisMachine, desired_units};
+use crate::client::Client;
 use crate::client::StateFilter;
 use crate::model::JobState;
-use crate::unit::UnitFile;
+use crate::unit::{Requirements, UnitFile};
 
 /// Poll cadence. One attempt is `polls_per_attempt` polls `interval` apart (the first after one interval).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,9 +140,47 @@ pub fn wait_for_systemd_active(ctx: &mut Ctx<'_>, names: &[String], attempts: u6
     Err(err)
 }
 
-/// Global units (the original never waited for them): wait until every machine that publishes a state for the
-/// unit runs the unit's current content in the state `target` asks for — `launched`: active; `loaded`: loaded and
-/// not active; `inactive`: no machine reports it any more. `launched`/`loaded` also need at least one report.
+/// The machines whose agents hold global unit `name`, by the agents' own rule ([`desired_units`]: the machine's
+/// metadata, then conflicts with what is scheduled there and with other globals) applied to the API's machines and
+/// units; `None` when either cannot be read.
+fn expected_machines(client: &dyn Client, name: &str) -> Option<BTreeSet<String>> {
+    let machines = client.machines().ok()?;
+    let units: Vec<ClusterUnit> = client
+        .units()
+        .ok()?
+        .into_iter()
+        .filter_map(|u| {
+            let desired = u.desired_state.parse::<JobState>().ok()?;
+            let requirements = Arc::new(Requirements::of(&UnitFile::from_options(u.options), &u.name));
+            let target = (!u.machine_id.is_empty()).then_some(u.machine_id);
+            Some(ClusterUnit {
+                name: u.name,
+                desired,
+                hash: String::new(),
+                text: Arc::from(""),
+                install: false,
+                target,
+                requirements,
+            })
+        })
+        .collect();
+    Some(
+        machines
+            .into_iter()
+            .filter(|m| {
+                let me = ThisMachine { id: m.id.clone(), metadata: m.metadata.clone() };
+                desired_units(&units, &me).is_ok_and(|d| d.contains_key(name))
+            })
+            .map(|m| m.id)
+            .collect(),
+    )
+}
+
+/// Global units (the original never waited for them): wait until every machine expected to hold the unit
+/// ([`expected_machines`]) and every machine that publishes a state for it runs the unit's current content in the
+/// state `target` asks for — `launched`: active; `loaded`: loaded and not active; `inactive`: no machine reports
+/// it any more. Without the expected set (machines or units unreadable) `launched`/`loaded` need at least one
+/// report and every report good.
 pub fn wait_for_global(ctx: &mut Ctx<'_>, name: &str, target: JobState, attempts: u64) -> Result<(), String> {
     let hash = match ctx.client.unit(name) {
         Ok(Some(u)) => UnitFile::from_options(u.options).hash().to_hex(),
@@ -149,7 +191,8 @@ pub fn wait_for_global(ctx: &mut Ctx<'_>, name: &str, target: JobState, attempts
     let mut last = (0usize, 0usize);
     let ok = poll(ctx.timing, attempts, || {
         let Ok(states) = client.unit_states(&filter) else { return false };
-        let good = states
+        let expected = if target == JobState::Inactive { None } else { expected_machines(client, name) };
+        let good: BTreeSet<&str> = states
             .iter()
             .filter(|s| match target {
                 JobState::Launched => {
@@ -164,11 +207,22 @@ pub fn wait_for_global(ctx: &mut Ctx<'_>, name: &str, target: JobState, attempts
                 }
                 JobState::Inactive => false,
             })
-            .count();
-        last = (good, states.len());
-        match target {
-            JobState::Inactive => states.is_empty(),
-            _ => !states.is_empty() && good == states.len(),
+            .map(|s| s.machine_id.as_str())
+            .collect();
+        let all_good = good.len() == states.len();
+        match &expected {
+            Some(want) => {
+                let machines = want.len() + states.iter().filter(|s| !want.contains(&s.machine_id)).count();
+                last = (good.len(), machines);
+                all_good && want.iter().all(|m| good.contains(m.as_str()))
+            }
+            None => {
+                last = (good.len(), states.len());
+                match target {
+                    JobState::Inactive => states.is_empty(),
+                    _ => !states.is_empty() && all_good,
+                }
+            }
         }
     });
     if ok {
