@@ -136,7 +136,7 @@ async fn holds(
     Ok(())
 }
 
-/// 1. `start` of a global unit prints the original's lines and returns only once every machine runs it.
+/// `start` of a global unit prints the original's lines and returns only once every machine runs it.
 pub async fn start_waits_for_every_machine(ctx: Ctx) -> Outcome {
     let all = ids(&ctx, &[1, 2, 3])?;
     let out = ctx.fleetctl_ok(1, &["start", &fixtures::path(GLOBAL)]).await?;
@@ -151,7 +151,7 @@ pub async fn start_waits_for_every_machine(ctx: Ctx) -> Outcome {
     expect_systemd(&ctx, &[1, 2, 3], GLOBAL, "active", "right after `start` returned").await
 }
 
-/// 2. `MachineMetadata=role=a` selects the `role=a` machines; metadata set through the API moves the unit in and out.
+/// `MachineMetadata=role=a` selects the `role=a` machines; metadata set through the API moves the unit in and out.
 pub async fn machine_metadata_selects_machines(ctx: Ctx) -> Outcome {
     let unit = "global-role-a.service";
     ctx.fleetctl_ok(1, &["start", &fixtures::path(unit)]).await?;
@@ -174,7 +174,7 @@ pub async fn machine_metadata_selects_machines(ctx: Ctx) -> Outcome {
     ensure_eq("MainPID in m3 (untouched by the metadata changes)", &m3, &main_pid(&ctx, 3, unit).await?)
 }
 
-/// 3. A machine joining later gets the global unit; machines leaving (fleet stopped, machine removed) drop their
+/// A machine joining later gets the global unit; machines leaving (fleet stopped, machine removed) drop their
 /// rows while the others keep their processes.
 pub async fn machines_joining_and_leaving(mut ctx: Ctx) -> Outcome {
     ctx.fleetctl_ok(1, &["start", &fixtures::path(GLOBAL)]).await?;
@@ -203,7 +203,7 @@ pub async fn machines_joining_and_leaving(mut ctx: Ctx) -> Outcome {
     ensure_eq("MainPID of m1 after the removal", &before[&1], &main_pid(&ctx, 1, GLOBAL).await?)
 }
 
-/// 4a. A non-global unit whose `Conflicts=` names a global unit running everywhere is never scheduled.
+/// A non-global unit whose `Conflicts=` names a global unit running everywhere is never scheduled.
 pub async fn conflicting_unit_stays_unscheduled(ctx: Ctx) -> Outcome {
     let all = ids(&ctx, &[1, 2, 3])?;
     ctx.fleetctl_ok(1, &["start", &fixtures::path(GLOBAL)]).await?;
@@ -228,7 +228,7 @@ pub async fn conflicting_unit_stays_unscheduled(ctx: Ctx) -> Outcome {
     ensure_eq("MainPIDs of global.service", &pids, &main_pids(&ctx, &[1, 2, 3], GLOBAL).await?)
 }
 
-/// 4b. A global unit whose `Conflicts=` names a running non-global unit skips that unit's machine; the non-global
+/// A global unit whose `Conflicts=` names a running non-global unit skips that unit's machine; the non-global
 /// unit keeps running (its name sorts after the global's: the agent must not prefer the global by name order).
 pub async fn global_skips_the_conflicting_units_machine(ctx: Ctx) -> Outcome {
     let g = "global-avoids-hello.service";
@@ -255,7 +255,7 @@ pub async fn global_skips_the_conflicting_units_machine(ctx: Ctx) -> Outcome {
     wait_active_on(&ctx, 1, g, &ids(&ctx, &[1, 2, 3])?).await
 }
 
-/// 5. `stop`, `unload` and `destroy` act on every machine and return once every machine is done.
+/// `stop`, `unload` and `destroy` act on every machine and return once every machine is done.
 pub async fn stop_unload_destroy_everywhere(ctx: Ctx) -> Outcome {
     let all_slots = [1, 2, 3];
     let all = ids(&ctx, &all_slots)?;
@@ -315,7 +315,7 @@ async fn expect_file_row(ctx: &Ctx, want: [&str; 2], when: &str) -> Outcome {
         .map_err(|e| ctx.fail(e))
 }
 
-/// 6. `restart` of a global unit restarts it on every machine: all active again, each with a new MainPID.
+/// `restart` of a global unit restarts it on every machine: all active again, each with a new MainPID.
 pub async fn restart_gives_every_machine_a_new_process(ctx: Ctx) -> Outcome {
     let all = ids(&ctx, &[1, 2, 3])?;
     ctx.fleetctl_ok(1, &["start", &fixtures::path(GLOBAL)]).await?;
@@ -331,7 +331,7 @@ pub async fn restart_gives_every_machine_a_new_process(ctx: Ctx) -> Outcome {
     })
 }
 
-/// 7. `TestScheduleGlobalUnits`: two plain units and a global one make 5 active rows (3 of them global), and
+/// `TestScheduleGlobalUnits`: two plain units and a global one make 5 active rows (3 of them global), and
 /// `restart global.service` exits 0 with 5 active afterwards. (The original's `status global.service` step needs
 /// SSH: it belongs to the SSH round.)
 pub async fn two_units_and_a_global_make_five(ctx: Ctx) -> Outcome {
@@ -360,7 +360,7 @@ async fn five_active(ctx: &Ctx, all: &BTreeSet<String>) -> Outcome {
     .await
 }
 
-/// 8. Listings: `list-unit-files` shows `-` as STATE and `global` as TARGET, `list-units` one row per machine —
+/// Listings: `list-unit-files` shows `-` as STATE and `global` as TARGET, `list-units` one row per machine —
 /// byte for byte the original's tables (transcript 05) with this cluster's hashes and machines.
 pub async fn listings_match_the_original(ctx: Ctx) -> Outcome {
     let slots = [1, 2, 3];
