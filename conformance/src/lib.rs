@@ -49,10 +49,12 @@ pub enum Area {
     /// `--replace` and `--keep-machine`: serialization of stop and start hooks, template moves, global units,
     /// interrupted replacements.
     Replace,
+    /// Global units: every eligible machine, MachineMetadata, machines joining and leaving, conflicts, actions.
+    GlobalUnits,
 }
 
 impl Area {
-    pub const ALL: [Area; 10] = [
+    pub const ALL: [Area; 11] = [
         Area::UnitActions,
         Area::Scheduling,
         Area::Machines,
@@ -63,6 +65,7 @@ impl Area {
         Area::Cluster,
         Area::Fleetctl,
         Area::Replace,
+        Area::GlobalUnits,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -77,6 +80,7 @@ impl Area {
             Area::Cluster => "cluster",
             Area::Fleetctl => "fleetctl",
             Area::Replace => "replace",
+            Area::GlobalUnits => "global_units",
         }
     }
 

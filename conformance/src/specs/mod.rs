@@ -5,6 +5,7 @@ pub mod client_api;
 pub mod cluster;
 pub mod connectivity;
 pub mod fleetctl;
+pub mod global;
 pub mod machines;
 pub mod metadata;
 pub mod node;
@@ -177,6 +178,39 @@ pub fn catalogue() -> Vec<Spec> {
         }),
         spec(Connectivity, "etcd_restart_keeps_units_and_converges", 2, "core issue", |c| {
             Box::pin(connectivity::etcd_restart(c))
+        }),
+        // global_units
+        spec(GlobalUnits, "start_waits_until_active_on_every_machine", 3, "transcript 05, spec §9.6", |c| {
+            Box::pin(global::start_waits_for_every_machine(c))
+        }),
+        spec(GlobalUnits, "machine_metadata_selects_machines_and_follows_api_changes", 3, "spec §5, §6.11", |c| {
+            Box::pin(global::machine_metadata_selects_machines(c))
+        })
+        .metadata(&[(1, "role=a"), (2, "role=b"), (3, "role=a")]),
+        spec(GlobalUnits, "joining_machine_gets_it_leaving_machines_drop_it", 2, "spec §6.7", |c| {
+            Box::pin(global::machines_joining_and_leaving(c))
+        }),
+        spec(GlobalUnits, "unit_conflicting_with_a_global_stays_unscheduled", 3, "spec §6.2, §6.8", |c| {
+            Box::pin(global::conflicting_unit_stays_unscheduled(c))
+        }),
+        spec(GlobalUnits, "global_skips_the_machine_of_a_conflicting_unit", 3, "spec §6.8, §6.11", |c| {
+            Box::pin(global::global_skips_the_conflicting_units_machine(c))
+        }),
+        spec(GlobalUnits, "stop_unload_destroy_act_on_every_machine", 3, "transcript 05, spec §6.7, §9.7", |c| {
+            Box::pin(global::stop_unload_destroy_everywhere(c))
+        }),
+        spec(GlobalUnits, "restart_gives_every_machine_a_new_main_pid", 3, "spec §9.7 (Rec), §12 L2", |c| {
+            Box::pin(global::restart_gives_every_machine_a_new_process(c))
+        }),
+        spec(
+            GlobalUnits,
+            "two_units_and_a_global_make_five_active_also_after_restart",
+            3,
+            "TestScheduleGlobalUnits (status: SSH round)",
+            |c| Box::pin(global::two_units_and_a_global_make_five(c)),
+        ),
+        spec(GlobalUnits, "listings_show_global_target_and_a_row_per_machine", 3, "transcript 05", |c| {
+            Box::pin(global::listings_match_the_original(c))
         }),
     ];
     all.extend(replace::specs());

@@ -35,9 +35,9 @@ pub struct ThisMachine {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// The units this machine should hold (spec §7.3): in unit-name order, non-global units scheduled here and global
-/// units whose `MachineMetadata` this machine satisfies, minus those conflicting with a unit accepted before them
-/// (Go `path.Match` patterns, §6.8). Accepted units keep their desired state (global units too, even `inactive`,
+/// The units this machine should hold (spec §7.3): non-global units scheduled here, then global units whose
+/// `MachineMetadata` this machine satisfies, each group in unit-name order, minus those conflicting with a unit
+/// accepted before them (Go `path.Match` patterns, §6.8). Accepted units keep their desired state (global units too, even `inactive`,
 /// which then means "unload").
 ///
 /// `me` is this machine's record as read from the registry; an empty id means it is missing (B14) and the
@@ -46,8 +46,12 @@ pub fn desired_units(units: &[ClusterUnit], me: &ThisMachine) -> Result<BTreeMap
     if me.id.is_empty() {
         return Err(AgentError::OwnMachineMissing);
     }
+    // Non-global units scheduled here come first, then global units, each in name order: the engine's view of a
+    // machine (spec §6.2: scheduled units, then the globals that do not conflict with them). A global unit never
+    // displaces a unit the engine placed here, whatever their names (the original's agent took all units in name
+    // order, so a global sorting first stopped a scheduled unit the engine still counted on this machine).
     let mut sorted: Vec<&ClusterUnit> = units.iter().collect();
-    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    sorted.sort_by(|a, b| (a.requirements.global, &a.name).cmp(&(b.requirements.global, &b.name)));
     let mut accepted: Vec<&ClusterUnit> = Vec::new();
     for unit in sorted {
         let here = if unit.requirements.global {
@@ -181,6 +185,27 @@ mod tests {
             ),
         ];
         assert_eq!(run(&units, &me(&[])), names(&[("conflict-global.1.service", JobState::Launched)]));
+    }
+
+    #[test]
+    fn a_global_unit_never_displaces_a_unit_scheduled_here() {
+        // The global sorts first by name, but hello.service was placed here by the engine, which counts the global
+        // as absent from this machine (spec §6.2): the global skips this machine, hello.service stays.
+        let units = [
+            unit("hello.service", JobState::Launched, Some(ME)),
+            with_conflicts(global("global-avoids-hello.service", JobState::Launched, &[]), &["hello.service"]),
+            global("any.service", JobState::Launched, &[]),
+        ];
+        assert_eq!(
+            run(&units, &me(&[])),
+            names(&[("any.service", JobState::Launched), ("hello.service", JobState::Launched)])
+        );
+        // Elsewhere (hello.service not scheduled there) the global runs.
+        let units = [
+            unit("hello.service", JobState::Launched, Some(OTHER)),
+            with_conflicts(global("global-avoids-hello.service", JobState::Launched, &[]), &["hello.service"]),
+        ];
+        assert_eq!(run(&units, &me(&[])), names(&[("global-avoids-hello.service", JobState::Launched)]));
     }
 
     #[test]

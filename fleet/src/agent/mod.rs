@@ -6,7 +6,7 @@
 //! | `runner.rs` | [`Agent`]: the running agent — reconcile loop (event-driven on registry snapshots, periodic safety net), launched markers, purge, debug dump |
 //! | `publish_loop.rs` | the state-publishing loop beside it (systemd signals → this machine's unit states) |
 //! | `cluster.rs` | the snapshot's units as the agent needs them; each body parsed once per hash |
-//! | `desired.rs` | pure: which units this machine should hold (targets, global units' metadata, conflicts in name order) |
+//! | `desired.rs` | pure: which units this machine should hold (targets, global units' metadata, conflicts: scheduled units before global units, each in name order) |
 //! | `plan.rs` | pure: desired + actual → ordered tasks (Stop < Unload < Load < Reload < Start) |
 //! | `handover.rs` | pure: the cross-machine replace rule — when another machine's old copy keeps a start waiting |
 //! | `units_dir.rs` | the unit files in `units_directory`: write (0644), remove, list at start, recorded hashes |

@@ -486,6 +486,33 @@ mod tests {
     }
 
     #[test]
+    fn global_start_waits_for_every_eligible_machine_not_just_the_reporting_ones() {
+        use crate::schema::UnitState;
+        use crate::unit::UnitFile;
+        let c = cluster();
+        c.insert_unit("global.service", GLOBAL, "inactive");
+        c.set_converge(false);
+        // Only the first machine has reported the unit active; the others are eligible (no metadata required) but
+        // have not reported yet: start must keep waiting.
+        let first = crate::client::Client::machines(&c).unwrap()[0].id.clone();
+        c.push_state(UnitState {
+            hash: UnitFile::parse(GLOBAL).unwrap().hash().to_hex(),
+            machine_id: first,
+            name: "global.service".into(),
+            systemd_active_state: "active".into(),
+            systemd_load_state: "loaded".into(),
+            systemd_sub_state: "running".into(),
+        });
+        let o = run(&c, &["start", "--block-attempts=1", "global.service"]);
+        assert_eq!(o.code, 1, "{}", o.out);
+        assert!(o.err.contains("to report state launched on every machine (1 of "), "{}", o.err);
+        // With converging agents every machine reports it and start returns.
+        c.set_converge(true);
+        let o = run(&c, &["start", "--block-attempts=1", "global.service"]);
+        assert_eq!(o.code, 0, "{}", o.err);
+    }
+
+    #[test]
     fn global_start_times_out_when_machines_never_report_it() {
         let c = cluster();
         c.insert_unit("global.service", GLOBAL, "inactive");

@@ -2,10 +2,14 @@
 //! N attempts or none, and the waits built on it — unit job states, systemd activity after `start`, global units on
 //! every machine that reports them, and destroyed units disappearing.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::Ctx;
 use super::table::location_legend;
+use crate::agent::desired::{ClusterUnit, ThisMachine, desired_units};
+use crate::client::Client;
 use crate::client::StateFilter;
 use crate::model::JobState;
 use crate::unit::{Requirements, UnitFile};
@@ -167,21 +171,51 @@ pub fn wait_for_systemd_active(ctx: &mut Ctx<'_>, names: &[String], attempts: u6
     Err(err)
 }
 
-/// Global units (the original never waited for them): wait until every machine that should run the unit — every
-/// present machine its `MachineMetadata` allows — and every machine that publishes a state for it runs the unit's
-/// current content in the state `target` asks for: `launched`: active; `loaded`: loaded and not active;
-/// `inactive`: no machine reports it any more. So after a replacement, a machine that has unloaded the old version
-/// and not yet loaded the new one keeps the wait going. A unit with `Conflicts=` may be declined by a machine
-/// (agents resolve global conflicts locally), so for it a machine that reports nothing is not waited for.
-/// `launched`/`loaded` also need at least one report.
+/// The machines whose agents hold global unit `name`, by the agents' own rule ([`desired_units`]: the machine's
+/// metadata, then conflicts with what is scheduled there and with other globals) applied to the API's machines and
+/// units; `None` when either cannot be read.
+fn expected_machines(client: &dyn Client, name: &str) -> Option<BTreeSet<String>> {
+    let machines = client.machines().ok()?;
+    let units: Vec<ClusterUnit> = client
+        .units()
+        .ok()?
+        .into_iter()
+        .filter_map(|u| {
+            let desired = u.desired_state.parse::<JobState>().ok()?;
+            let requirements = Arc::new(Requirements::of(&UnitFile::from_options(u.options), &u.name));
+            let target = (!u.machine_id.is_empty()).then_some(u.machine_id);
+            Some(ClusterUnit {
+                name: u.name,
+                desired,
+                hash: String::new(),
+                text: Arc::from(""),
+                install: false,
+                target,
+                requirements,
+            })
+        })
+        .collect();
+    Some(
+        machines
+            .into_iter()
+            .filter(|m| {
+                let me = ThisMachine { id: m.id.clone(), metadata: m.metadata.clone() };
+                desired_units(&units, &me).is_ok_and(|d| d.contains_key(name))
+            })
+            .map(|m| m.id)
+            .collect(),
+    )
+}
+
+/// Global units (the original never waited for them): wait until every machine expected to hold the unit
+/// ([`expected_machines`]) and every machine that publishes a state for it runs the unit's current content in the
+/// state `target` asks for — `launched`: active; `loaded`: loaded and not active; `inactive`: no machine reports
+/// it any more. Without the expected set (machines or units unreadable) `launched`/`loaded` need at least one
+/// report and every report good.
 pub fn wait_for_global(ctx: &mut Ctx<'_>, name: &str, target: JobState, attempts: u64) -> Result<(), String> {
-    let (hash, requirements) = match ctx.client.unit(name) {
-        Ok(Some(u)) => {
-            let file = UnitFile::from_options(u.options);
-            let requirements = Requirements::of(&file, name);
-            (file.hash().to_hex(), Some(requirements))
-        }
-        _ => (String::new(), None),
+    let hash = match ctx.client.unit(name) {
+        Ok(Some(u)) => UnitFile::from_options(u.options).hash().to_hex(),
+        _ => String::new(),
     };
     let client = ctx.client;
     let filter = StateFilter { machine_id: None, unit_name: Some(name.to_string()) };
@@ -192,14 +226,8 @@ pub fn wait_for_global(ctx: &mut Ctx<'_>, name: &str, target: JobState, attempts
             last = GlobalProgress { good: 0, expected: states.len() };
             return states.is_empty();
         }
-        let expected: Vec<String> = match (&requirements, client.machines()) {
-            (Some(r), Ok(machines)) if r.conflicts.is_empty() => machines
-                .into_iter()
-                .filter(|m| r.metadata_allows(&m.metadata) && r.machine_id_allows(&m.id))
-                .map(|m| m.id)
-                .collect(),
-            _ => Vec::new(),
-        };
+        let expected: Vec<String> =
+            expected_machines(client, name).map(|m| m.into_iter().collect()).unwrap_or_default();
         let progress = global_progress(&states, &expected, target, &hash);
         last = progress;
         progress.good > 0 && progress.good == progress.expected
