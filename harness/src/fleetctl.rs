@@ -40,7 +40,22 @@ pub async fn run(
     args: &[&str],
     stdin: Option<&str>,
 ) -> Result<Output, FleetctlError> {
+    run_in(bin, endpoint, via, args, stdin, None).await
+}
+
+/// Like [`run`], in working directory `cwd` when given (fleetctl finds local unit files there).
+pub async fn run_in(
+    bin: &Path,
+    endpoint: &str,
+    via: EndpointVia,
+    args: &[&str],
+    stdin: Option<&str>,
+    cwd: Option<&Path>,
+) -> Result<Output, FleetctlError> {
     let mut cmd = tokio::process::Command::new(bin);
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
     let tunnelled = args.iter().any(|a| a.contains("--tunnel") || a.contains("-- "));
     match via {
         EndpointVia::Flag if !tunnelled => {
