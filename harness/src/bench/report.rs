@@ -132,11 +132,11 @@ fn lat(l: &Option<Latency>) -> String {
 }
 
 /// `a/b/c` of one figure per fleetd, the leader starred.
-fn per_fleetd(procs: &[ProcReport], f: impl Fn(&ProcReport) -> f64) -> String {
+fn per_fleetd(procs: &[ProcReport], prec: usize, f: impl Fn(&ProcReport) -> f64) -> String {
     if procs.is_empty() {
         return "—".into();
     }
-    procs.iter().map(|p| format!("{}{:.1}", if p.leader { "*" } else { "" }, f(p))).collect::<Vec<_>>().join(" / ")
+    procs.iter().map(|p| format!("{}{:.prec$}", if p.leader { "*" } else { "" }, f(p))).collect::<Vec<_>>().join(" / ")
 }
 
 fn idle_row(i: &Option<Idle>, f: impl Fn(&Idle) -> String) -> String {
@@ -163,21 +163,31 @@ fn start_table(reports: &[StartReport]) -> String {
         "",
     ));
     rows.push(("  polls, mean interval", col(&|r| timing(&r.start, |t| polls(&t.polled))), ""));
-    rows.push(("start (blocking): command", col(&|r| timing(&r.blocking_start, |t| format!("{:.3} s", t.command_s))), ""));
+    rows.push((
+        "start (blocking): command",
+        col(&|r| timing(&r.blocking_start, |t| format!("{:.3} s", t.command_s))),
+        "",
+    ));
     rows.push(("  all active/running", col(&|r| timing(&r.blocking_start, |t| opt_s(t.polled.done_s))), ""));
     rows.push((
         "fleetd CPU s during start",
-        col(&|r| r.start_usage.as_ref().map_or("—".into(), |u| per_fleetd(&u.fleetd, |p| p.cpu_s))),
+        col(&|r| r.start_usage.as_ref().map_or("—".into(), |u| per_fleetd(&u.fleetd, 2, |p| p.cpu_s))),
         "",
     ));
     rows.push((
         "etcd CPU s during start",
-        col(&|r| r.start_usage.as_ref().and_then(|u| u.etcd_proc.as_ref()).map_or("—".into(), |p| format!("{:.1}", p.cpu_s))),
+        col(&|r| {
+            r.start_usage
+                .as_ref()
+                .and_then(|u| u.etcd_proc.as_ref())
+                .map_or("—".into(), |p| format!("{:.2}", p.cpu_s))
+        }),
         "",
     ));
     rows.push(("list-units median / p90", col(&|r| lat(&r.list_units)), "< 20 ms @1000 (22 ms @100, 182 ms @1000)"));
     rows.push(("list-unit-files median / p90", col(&|r| lat(&r.list_unit_files)), "< 20 ms @1000 (674 ms @1000)"));
-    let d = |r: &StartReport, f: &dyn Fn(&super::start::DestroyTiming) -> String| r.destroy.as_ref().map_or("—".into(), f);
+    let d =
+        |r: &StartReport, f: &dyn Fn(&super::start::DestroyTiming) -> String| r.destroy.as_ref().map_or("—".into(), f);
     rows.push(("destroy: command", col(&|r| d(r, &|t| format!("{:.3} s", t.command_s))), ""));
     rows.push(("  nothing running (systemd)", col(&|r| d(r, &|t| opt_s(t.machines_clear_s))), ""));
     rows.push(("  list-units empty", col(&|r| d(r, &|t| opt_s(t.list_empty_s))), ""));
@@ -187,10 +197,26 @@ fn start_table(reports: &[StartReport]) -> String {
         col(&|r| d(r, &|t| format!("{} / {}", t.still_running, t.still_listed))),
         "",
     ));
-    rows.push(("fleetd RSS MiB, idle (*leader)", col(&|r| idle_row(&r.idle, |i| per_fleetd(&i.usage.fleetd, |p| p.rss_mib))), "< 10 (~20)"));
-    rows.push(("fleetd peak RSS MiB", col(&|r| idle_row(&r.idle, |i| per_fleetd(&i.usage.fleetd, |p| p.peak_rss_mib))), ""));
-    rows.push(("fleetd CPU % idle", col(&|r| idle_row(&r.idle, |i| per_fleetd(&i.usage.fleetd, |p| p.cpu_pct))), "~0 (leader 29 % @1000)"));
-    rows.push(("etcd writes/s idle (put+del+txn)", col(&|r| etcd_row(&r.idle, |e| format!("{:.1}", e.writes_per_s))), "~0 (~150 @1000)"));
+    rows.push((
+        "fleetd RSS MiB, idle (*leader)",
+        col(&|r| idle_row(&r.idle, |i| per_fleetd(&i.usage.fleetd, 1, |p| p.rss_mib))),
+        "< 10 (~20)",
+    ));
+    rows.push((
+        "fleetd peak RSS MiB",
+        col(&|r| idle_row(&r.idle, |i| per_fleetd(&i.usage.fleetd, 1, |p| p.peak_rss_mib))),
+        "",
+    ));
+    rows.push((
+        "fleetd CPU % idle",
+        col(&|r| idle_row(&r.idle, |i| per_fleetd(&i.usage.fleetd, 2, |p| p.cpu_pct))),
+        "~0 (leader 29 % @1000)",
+    ));
+    rows.push((
+        "etcd writes/s idle (put+del+txn)",
+        col(&|r| etcd_row(&r.idle, |e| format!("{:.1}", e.writes_per_s))),
+        "~0 (~150 @1000)",
+    ));
     rows.push((
         "  revisions/s, proposals/s",
         col(&|r| etcd_row(&r.idle, |e| format!("{:.1}, {:.1}", e.revisions_per_s, e.proposals_per_s))),
@@ -201,23 +227,31 @@ fn start_table(reports: &[StartReport]) -> String {
         col(&|r| etcd_row(&r.idle, |e| format!("{:.1}, {:.1}", e.lease_keepalives_per_s, e.ranges_per_s))),
         "",
     ));
-    rows.push(("  keys, watch streams", col(&|r| etcd_row(&r.idle, |e| format!("{}, {}", e.keys, e.watch_streams))), ""));
+    rows.push((
+        "  keys, watch streams",
+        col(&|r| etcd_row(&r.idle, |e| format!("{}, {}", e.keys, e.watch_streams))),
+        "",
+    ));
     rows.push((
         "etcd CPU %, RSS MiB idle",
         col(&|r| {
             idle_row(&r.idle, |i| {
-                i.usage.etcd_proc.as_ref().map_or("—".into(), |p| format!("{:.1} %, {:.0}", p.cpu_pct, p.rss_mib))
+                i.usage.etcd_proc.as_ref().map_or("—".into(), |p| format!("{:.2} %, {:.0}", p.cpu_pct, p.rss_mib))
             })
         }),
         "",
     ));
     rows.push((
         "baseline 0 units: fleetd CPU %",
-        col(&|r| idle_row(&r.baseline, |i| per_fleetd(&i.usage.fleetd, |p| p.cpu_pct))),
+        col(&|r| idle_row(&r.baseline, |i| per_fleetd(&i.usage.fleetd, 2, |p| p.cpu_pct))),
         "",
     ));
     rows.push(("  etcd writes/s", col(&|r| etcd_row(&r.baseline, |e| format!("{:.1}", e.writes_per_s))), ""));
-    rows.push(("  fleetd RSS MiB", col(&|r| idle_row(&r.baseline, |i| per_fleetd(&i.usage.fleetd, |p| p.rss_mib))), ""));
+    rows.push((
+        "  fleetd RSS MiB",
+        col(&|r| idle_row(&r.baseline, |i| per_fleetd(&i.usage.fleetd, 1, |p| p.rss_mib))),
+        "",
+    ));
     let mut out = render(&rows);
     for r in reports {
         for e in &r.errors {
