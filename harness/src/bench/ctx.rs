@@ -13,6 +13,8 @@ use crate::{Cluster, docker};
 pub struct Ctx {
     pub cluster: Cluster,
     pub dir: tempfile::TempDir,
+    /// Longest a fleetctl command may run (fleetctl's blocking waits on 1,000 units can be long).
+    pub command_timeout: Duration,
 }
 
 /// A row of `list-units --no-legend --full --fields unit,active,sub,hash,machine`.
@@ -42,7 +44,8 @@ impl Ctx {
             .map_err(|e| format!("cluster: {e}"))?;
         cluster.wait_for_n_machines(1, opts.machines).await.map_err(|e| format!("machines: {e}"))?;
         let dir = tempfile::Builder::new().prefix("fleet-bench-").tempdir().map_err(|e| e.to_string())?;
-        Ok(Ctx { cluster, dir })
+        let command_timeout = opts.timeout.max(opts.destroy_timeout);
+        Ok(Ctx { cluster, dir, command_timeout })
     }
 
     /// Runs fleetctl (against machine 1) in `cwd` (default: the unit directory); returns output and wall time.
@@ -51,7 +54,7 @@ impl Ctx {
         let endpoint = self.cluster.machine(1).map_err(|e| e.to_string())?.endpoint();
         let t = Instant::now();
         let cwd = cwd.unwrap_or(self.dir.path());
-        let out = fleetctl::run_in(bin, &endpoint, EndpointVia::Flag, args, None, Some(cwd))
+        let out = fleetctl::run_in(bin, &endpoint, EndpointVia::Flag, args, None, Some(cwd), self.command_timeout)
             .await
             .map_err(|e| short(&e.to_string()))?;
         Ok((out, t.elapsed()))

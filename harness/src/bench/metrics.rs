@@ -56,6 +56,11 @@ pub struct EtcdRates {
     pub window_s: f64,
     /// `etcd_mvcc_put_total` + `delete_total` + `txn_total` per second (the "writes").
     pub writes_per_s: f64,
+    /// The same, in total over the window.
+    pub writes: f64,
+    /// Mean WAL fsync time over the window (ms; 0 without fsyncs).
+    pub wal_fsync_ms: f64,
+    pub wal_fsyncs: f64,
     pub puts_per_s: f64,
     pub deletes_per_s: f64,
     pub txns_per_s: f64,
@@ -83,9 +88,15 @@ pub fn rates(a: &Scrape, b: &Scrape) -> EtcdRates {
     let r = |x: f64| (x * 100.0).round() / 100.0;
     let (puts, deletes, txns) =
         (per_s("etcd_mvcc_put_total", &[]), per_s("etcd_mvcc_delete_total", &[]), per_s("etcd_mvcc_txn_total", &[]));
+    let delta = |name: &str| b.sum(name, &[]) - a.sum(name, &[]);
+    let fsyncs = delta("etcd_disk_wal_fsync_duration_seconds_count");
+    let fsync_s = delta("etcd_disk_wal_fsync_duration_seconds_sum");
     EtcdRates {
         window_s: r(secs),
         writes_per_s: r(puts + deletes + txns),
+        writes: r((puts + deletes + txns) * secs),
+        wal_fsync_ms: if fsyncs > 0.0 { r(fsync_s * 1e3 / fsyncs) } else { 0.0 },
+        wal_fsyncs: fsyncs,
         puts_per_s: r(puts),
         deletes_per_s: r(deletes),
         txns_per_s: r(txns),

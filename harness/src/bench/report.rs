@@ -184,6 +184,15 @@ fn start_table(reports: &[StartReport]) -> String {
         }),
         "",
     ));
+    rows.push((
+        "etcd writes during start, fsync",
+        col(&|r| {
+            r.start_etcd
+                .as_ref()
+                .map_or("—".into(), |e| format!("{:.0}, {:.1} ms × {:.0}", e.writes, e.wal_fsync_ms, e.wal_fsyncs))
+        }),
+        "",
+    ));
     rows.push(("list-units median / p90", col(&|r| lat(&r.list_units)), "< 20 ms @1000 (22 ms @100, 182 ms @1000)"));
     rows.push(("list-unit-files median / p90", col(&|r| lat(&r.list_unit_files)), "< 20 ms @1000 (674 ms @1000)"));
     let d =

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::ctx::{Ctx, instances};
 use super::idle::{self, Idle, Usage};
+use super::metrics::{self, EtcdRates};
 use super::poll::{self, Polled, Progress};
 use super::stats::{Latency, secs};
 use super::{Options, units};
@@ -50,6 +51,8 @@ pub struct StartReport {
     pub start: Option<StartTiming>,
     /// CPU used and peak memory from the start command until all were active.
     pub start_usage: Option<Usage>,
+    /// etcd's activity over the same span.
+    pub start_etcd: Option<EtcdRates>,
     pub idle: Option<Idle>,
     pub list_units: Option<Latency>,
     pub list_unit_files: Option<Latency>,
@@ -81,9 +84,11 @@ async fn scenario(ctx: &Ctx, opts: &Options, n: usize, r: &mut StartReport) -> R
         r.baseline = Some(idle::measure(ctx, opts.idle).await);
     }
     let names = instances("t", n);
-    let before = idle::snapshot(ctx).await;
+    let addr = ctx.etcd_addr().await?;
+    let (m0, before) = tokio::join!(metrics::scrape(&addr), idle::snapshot(ctx));
     let started = start(ctx, opts, &names, false).await;
-    let after = idle::snapshot(ctx).await;
+    let (m1, after) = tokio::join!(metrics::scrape(&addr), idle::snapshot(ctx));
+    r.start_etcd = Some(metrics::rates(&m0?, &m1?));
     let all_up = started.polled.done_s.is_some();
     if !all_up {
         r.errors.push(format!("start: not all {n} active/running within {:?}", opts.timeout));
