@@ -185,11 +185,18 @@ fn start_table(reports: &[StartReport]) -> String {
         "",
     ));
     rows.push((
-        "etcd writes during start, fsync",
+        "etcd during start: revisions, writes",
         col(&|r| {
             r.start_etcd
                 .as_ref()
-                .map_or("—".into(), |e| format!("{:.0}, {:.1} ms × {:.0}", e.writes, e.wal_fsync_ms, e.wal_fsyncs))
+                .map_or("—".into(), |e| format!("{:.0}, {:.0}", e.revisions_per_s * e.window_s, e.writes))
+        }),
+        "",
+    ));
+    rows.push((
+        "  WAL fsyncs × mean",
+        col(&|r| {
+            r.start_etcd.as_ref().map_or("—".into(), |e| format!("{:.0} × {:.1} ms", e.wal_fsyncs, e.wal_fsync_ms))
         }),
         "",
     ));
@@ -201,6 +208,11 @@ fn start_table(reports: &[StartReport]) -> String {
     rows.push(("  nothing running (systemd)", col(&|r| d(r, &|t| opt_s(t.machines_clear_s))), ""));
     rows.push(("  list-units empty", col(&|r| d(r, &|t| opt_s(t.list_empty_s))), ""));
     rows.push(("  both", col(&|r| d(r, &|t| opt_s(t.done_s))), "< 5 s @1000 (~27 min)"));
+    rows.push((
+        "  polls, mean interval",
+        col(&|r| d(r, &|t| format!("{}, {:.0} ms", t.polls, t.poll_interval_ms))),
+        "",
+    ));
     rows.push((
         "  left at the end (run / listed)",
         col(&|r| d(r, &|t| format!("{} / {}", t.still_running, t.still_listed))),
