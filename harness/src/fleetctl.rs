@@ -17,8 +17,8 @@ pub const TIMEOUT: Duration = Duration::from_secs(120);
 pub enum FleetctlError {
     #[error("could not start {bin}: {source}")]
     Spawn { bin: PathBuf, source: std::io::Error },
-    #[error("fleetctl {args:?} did not finish within {TIMEOUT:?}")]
-    TimedOut { args: Vec<String> },
+    #[error("fleetctl {args:?} did not finish within {timeout:?}")]
+    TimedOut { args: Vec<String>, timeout: Duration },
     #[error("fleetctl {args:?}: {source}")]
     Io { args: Vec<String>, source: std::io::Error },
 }
@@ -40,7 +40,24 @@ pub async fn run(
     args: &[&str],
     stdin: Option<&str>,
 ) -> Result<Output, FleetctlError> {
+    run_in(bin, endpoint, via, args, stdin, None, TIMEOUT).await
+}
+
+/// Like [`run`], in working directory `cwd` when given (fleetctl finds local unit files there), killed after
+/// `timeout`.
+pub async fn run_in(
+    bin: &Path,
+    endpoint: &str,
+    via: EndpointVia,
+    args: &[&str],
+    stdin: Option<&str>,
+    cwd: Option<&Path>,
+    timeout: Duration,
+) -> Result<Output, FleetctlError> {
     let mut cmd = tokio::process::Command::new(bin);
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
     let tunnelled = args.iter().any(|a| a.contains("--tunnel") || a.contains("-- "));
     match via {
         EndpointVia::Flag if !tunnelled => {
@@ -61,9 +78,9 @@ pub async fn run(
     if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
         pipe.write_all(text.as_bytes()).await.map_err(|source| FleetctlError::Io { args: owned.clone(), source })?;
     }
-    let out = tokio::time::timeout(TIMEOUT, child.wait_with_output())
+    let out = tokio::time::timeout(timeout, child.wait_with_output())
         .await
-        .map_err(|_| FleetctlError::TimedOut { args: owned.clone() })?
+        .map_err(|_| FleetctlError::TimedOut { args: owned.clone(), timeout })?
         .map_err(|source| FleetctlError::Io { args: owned.clone(), source })?;
     tracing::debug!(args = ?owned, status = ?out.status.code(), "fleetctl");
     Ok(Output {

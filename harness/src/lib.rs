@@ -13,6 +13,7 @@
 //!
 //! See ARCHITECTURE.md (harness section) for how the pieces fit.
 
+pub mod bench;
 pub mod cluster;
 pub mod config;
 pub mod container;

@@ -1,9 +1,11 @@
-//! `fleet-harness`: a long-lived local fleet cluster (`up`, `status`, `down`) and cleanup of leftovers (`reap`).
+//! `fleet-harness`: a long-lived local fleet cluster (`up`, `status`, `down`), cleanup of leftovers (`reap`) and
+//! the performance bench (`bench`).
 
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+use fleet_harness::bench;
 use fleet_harness::reap::{self, Scope};
 use fleet_harness::state::ClusterState;
 use fleet_harness::{Cluster, Fleet, container, labels};
@@ -48,11 +50,56 @@ enum Command {
         #[arg(long, default_value = "local")]
         name: String,
     },
+    /// Measure fleet's performance on fresh clusters (start/list/destroy of N template instances, memory, CPU,
+    /// etcd writes while idle; `start --replace`). Clusters are removed at the end.
+    Bench {
+        /// Instance counts of the start scenario, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "100,1000")]
+        units: Vec<usize>,
+        #[arg(long, default_value_t = 3)]
+        machines: usize,
+        #[arg(long, value_enum, default_value_t = ScenarioArg::All)]
+        scenario: ScenarioArg,
+        /// Repetitions (each on fresh clusters).
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
+        /// fleet.conf agent_ttl (fleet's default 30s; the test clusters use 3s).
+        #[arg(long, default_value = "30s")]
+        agent_ttl: String,
+        /// list-units poll interval while waiting, in ms.
+        #[arg(long, default_value_t = 50)]
+        poll_ms: u64,
+        /// Length of the idle windows, in seconds.
+        #[arg(long, default_value_t = 10)]
+        idle_secs: u64,
+        /// Runs of each list command.
+        #[arg(long, default_value_t = 20)]
+        list_runs: usize,
+        /// Longest wait for starts and replacements, in seconds.
+        #[arg(long, default_value_t = 300)]
+        timeout_secs: u64,
+        /// Longest wait for a destroy, in seconds.
+        #[arg(long, default_value_t = 600)]
+        destroy_timeout_secs: u64,
+        /// Skip the idle window before any unit exists.
+        #[arg(long)]
+        no_baseline: bool,
+        /// Print JSON on stdout (the table goes to stderr).
+        #[arg(long)]
+        json: bool,
+    },
     /// Remove leftovers of harness runs whose process is gone (`--all`: every harness object).
     Reap {
         #[arg(long)]
         all: bool,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ScenarioArg {
+    Start,
+    Replace,
+    All,
 }
 
 type Error = Box<dyn std::error::Error>;
@@ -73,6 +120,40 @@ async fn main() -> ExitCode {
         Command::Status { name } => status(&name).await,
         Command::Down { name } => down(&name),
         Command::Reap { all } => reap_cmd(all),
+        Command::Bench {
+            units,
+            machines,
+            scenario,
+            runs,
+            agent_ttl,
+            poll_ms,
+            idle_secs,
+            list_runs,
+            timeout_secs,
+            destroy_timeout_secs,
+            no_baseline,
+            json,
+        } => {
+            let opts = bench::Options {
+                units,
+                machines,
+                scenario: match scenario {
+                    ScenarioArg::Start => bench::Scenario::Start,
+                    ScenarioArg::Replace => bench::Scenario::Replace,
+                    ScenarioArg::All => bench::Scenario::All,
+                },
+                runs,
+                agent_ttl,
+                poll: Duration::from_millis(poll_ms),
+                idle: Duration::from_secs(idle_secs),
+                list_runs,
+                timeout: Duration::from_secs(timeout_secs),
+                destroy_timeout: Duration::from_secs(destroy_timeout_secs),
+                baseline: !no_baseline,
+                ..bench::Options::default()
+            };
+            bench_cmd(&opts, json).await
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -186,6 +267,22 @@ fn down(name: &str) -> Result<(), Error> {
     ClusterState::forget(name)?;
     println!("cluster `{name}` down: removed {} container(s), {} network(s)", r.containers, r.networks);
     Ok(())
+}
+
+async fn bench_cmd(opts: &bench::Options, json: bool) -> Result<(), Error> {
+    // Ctrl-C drops the bench future, and with it the cluster in use (removed by its drop).
+    let report = tokio::select! {
+        r = bench::run(opts) => r,
+        _ = tokio::signal::ctrl_c() => return Err("interrupted; the cluster in use was removed".into()),
+    };
+    if json {
+        // The table still goes to stderr, for whoever watches.
+        eprint!("{}", report.table());
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    if report.has_errors() { Err("some measurements failed (see above)".into()) } else { Ok(()) }
 }
 
 fn reap_cmd(all: bool) -> Result<(), Error> {

@@ -1,0 +1,108 @@
+//! `fleet-harness bench`: the performance measurements of the core and replace issues on a harness cluster —
+//! starting N template instances, list latency, destroy, fleetd memory and CPU, etcd writes while idle, and
+//! `start --replace`. Each measured N (and the replace scenario) gets a fresh cluster, removed at the end (also on
+//! error: [`crate::Cluster`]'s drop).
+
+pub mod ctx;
+pub mod idle;
+pub mod metrics;
+pub mod poll;
+pub mod procs;
+pub mod replace;
+pub mod report;
+pub mod start;
+pub mod stats;
+pub mod units;
+
+use std::time::Duration;
+
+pub use ctx::Ctx;
+pub use report::{BenchReport, Context, RunReport};
+
+/// What to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    Start,
+    Replace,
+    All,
+}
+
+impl Scenario {
+    pub fn start(self) -> bool {
+        matches!(self, Scenario::Start | Scenario::All)
+    }
+
+    pub fn replace(self) -> bool {
+        matches!(self, Scenario::Replace | Scenario::All)
+    }
+}
+
+/// Parameters of a bench run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Instance counts of the start scenario.
+    pub units: Vec<usize>,
+    pub machines: usize,
+    pub scenario: Scenario,
+    /// Repetitions of everything (each on fresh clusters).
+    pub runs: usize,
+    /// fleet.conf `agent_ttl` (fleet's own default is 30s; the test clusters use 3s).
+    pub agent_ttl: String,
+    /// Interval between list-units polls.
+    pub poll: Duration,
+    /// Length of the idle windows (CPU, etcd rates).
+    pub idle: Duration,
+    /// Pause between "all active" and the idle window.
+    pub settle: Duration,
+    /// Runs of each list command.
+    pub list_runs: usize,
+    /// Longest wait for starts and replacements.
+    pub timeout: Duration,
+    /// Longest wait for a destroy to leave nothing running.
+    pub destroy_timeout: Duration,
+    /// The blocking `fleetctl start` is measured for N up to this.
+    pub blocking_max: usize,
+    /// Measure an idle window before any unit exists as well.
+    pub baseline: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            units: vec![100, 1000],
+            machines: 3,
+            scenario: Scenario::All,
+            runs: 1,
+            agent_ttl: "30s".into(),
+            poll: Duration::from_millis(50),
+            idle: Duration::from_secs(10),
+            settle: Duration::from_secs(3),
+            list_runs: 20,
+            timeout: Duration::from_secs(300),
+            destroy_timeout: Duration::from_secs(600),
+            blocking_max: 100,
+            baseline: true,
+        }
+    }
+}
+
+/// Runs the bench; a scenario that fails is reported in its section (`error`) and the others still run.
+pub async fn run(opts: &Options) -> BenchReport {
+    let mut report = BenchReport::new(opts, Context::now().await);
+    for run in 1..=opts.runs {
+        let mut r = RunReport { run, start: Vec::new(), replace: None };
+        if opts.scenario.start() {
+            for &n in &opts.units {
+                tracing::info!(run, units = n, "start scenario");
+                r.start.push(start::run(opts, n).await);
+            }
+        }
+        if opts.scenario.replace() {
+            tracing::info!(run, "replace scenario");
+            r.replace = Some(replace::run(opts).await);
+        }
+        report.runs.push(r);
+    }
+    report.context_after = Some(Context::now().await);
+    report
+}

@@ -1,0 +1,359 @@
+//! The bench's result: JSON (serde) and a readable table per run.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use super::idle::Idle;
+use super::replace::{ReplaceReport, ReplaceTiming};
+use super::start::{StartReport, StartTiming};
+use super::stats::Latency;
+use super::{Options, procs::ProcReport};
+use crate::{config, docker, labels};
+
+/// What else the host was doing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Context {
+    pub cores: usize,
+    /// `/proc/loadavg`'s first three fields.
+    pub loadavg: String,
+    /// Harness containers and runs present (other engineers' clusters; ours while one is up).
+    pub harness_containers: usize,
+    pub harness_runs: usize,
+}
+
+impl Context {
+    pub async fn now() -> Context {
+        let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        let filter = format!("label={}", labels::RUN);
+        let format = format!("{{{{.Label \"{}\"}}}}", labels::RUN);
+        let runs = docker::run(&["ps", "--filter", &filter, "--format", &format]).await.unwrap_or_default();
+        let mut distinct: Vec<&str> = runs.lines().filter(|l| !l.is_empty()).collect();
+        let harness_containers = distinct.len();
+        distinct.sort_unstable();
+        distinct.dedup();
+        Context {
+            cores: std::thread::available_parallelism().map_or(0, usize::from),
+            loadavg: loadavg.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+            harness_containers,
+            harness_runs: distinct.len(),
+        }
+    }
+}
+
+/// One repetition of the selected scenarios.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RunReport {
+    pub run: usize,
+    pub start: Vec<StartReport>,
+    pub replace: Option<ReplaceReport>,
+}
+
+/// Everything measured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct BenchReport {
+    pub machines: usize,
+    pub agent_ttl: String,
+    pub poll_ms: u64,
+    pub idle_window_s: f64,
+    pub fleetd: String,
+    pub fleetctl: String,
+    pub context_before: Context,
+    pub context_after: Option<Context>,
+    pub runs: Vec<RunReport>,
+}
+
+impl BenchReport {
+    pub fn new(opts: &Options, context: Context) -> Self {
+        let bin = |name, env| config::locate(name, env).map(|p| p.display().to_string()).unwrap_or_default();
+        BenchReport {
+            machines: opts.machines,
+            agent_ttl: opts.agent_ttl.clone(),
+            poll_ms: opts.poll.as_millis() as u64,
+            idle_window_s: opts.idle.as_secs_f64(),
+            fleetd: bin("fleetd", config::FLEETD_ENV),
+            fleetctl: bin("fleetctl", config::FLEETCTL_ENV),
+            context_before: context,
+            context_after: None,
+            runs: Vec::new(),
+        }
+    }
+
+    /// Whether any scenario reported an error.
+    pub fn has_errors(&self) -> bool {
+        self.runs.iter().any(|r| {
+            r.start.iter().any(|s| !s.errors.is_empty()) || r.replace.as_ref().is_some_and(|x| !x.errors.is_empty())
+        })
+    }
+
+    /// The readable form.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "fleet bench: {} machines, agent_ttl {}, list-units polled every {} ms, idle windows {} s",
+            self.machines, self.agent_ttl, self.poll_ms, self.idle_window_s
+        );
+        let _ = writeln!(s, "fleetd {}\nfleetctl {}", self.fleetd, self.fleetctl);
+        let ctx = |c: &Context| {
+            format!(
+                "{} cores, load {}, {} harness container(s) in {} run(s)",
+                c.cores, c.loadavg, c.harness_containers, c.harness_runs
+            )
+        };
+        let _ = writeln!(s, "host before: {}", ctx(&self.context_before));
+        if let Some(c) = &self.context_after {
+            let _ = writeln!(s, "host after:  {}", ctx(c));
+        }
+        for run in &self.runs {
+            if !run.start.is_empty() {
+                let _ = writeln!(s, "\nrun {} — start scenario", run.run);
+                s.push_str(&start_table(&run.start));
+            }
+            if let Some(r) = &run.replace {
+                let _ = writeln!(s, "\nrun {} — replace scenario", run.run);
+                s.push_str(&replace_table(r));
+            }
+        }
+        s
+    }
+}
+
+fn opt_s(v: Option<f64>) -> String {
+    v.map_or("—".into(), |v| format!("{v:.3} s"))
+}
+
+fn timing(t: &Option<StartTiming>, f: impl Fn(&StartTiming) -> String) -> String {
+    t.as_ref().map_or("—".into(), f)
+}
+
+fn lat(l: &Option<Latency>) -> String {
+    l.as_ref().map_or("—".into(), |l| format!("{:.0} / {:.0} ms", l.median_ms, l.p90_ms))
+}
+
+/// `a/b/c` of one figure per fleetd, the leader starred.
+fn per_fleetd(procs: &[ProcReport], prec: usize, f: impl Fn(&ProcReport) -> f64) -> String {
+    if procs.is_empty() {
+        return "—".into();
+    }
+    procs.iter().map(|p| format!("{}{:.prec$}", if p.leader { "*" } else { "" }, f(p))).collect::<Vec<_>>().join(" / ")
+}
+
+fn idle_row(i: &Option<Idle>, f: impl Fn(&Idle) -> String) -> String {
+    i.as_ref().map_or("—".into(), f)
+}
+
+fn etcd_row(i: &Option<Idle>, f: impl Fn(&super::metrics::EtcdRates) -> String) -> String {
+    i.as_ref().and_then(|i| i.etcd.as_ref()).map_or("—".into(), f)
+}
+
+fn start_table(reports: &[StartReport]) -> String {
+    let mut rows: Vec<(&str, Vec<String>, &str)> = Vec::new();
+    let col = |f: &dyn Fn(&StartReport) -> String| reports.iter().map(f).collect::<Vec<_>>();
+    rows.push(("N", col(&|r| r.units.to_string()), "target (original)"));
+    rows.push(("start --no-block: command", col(&|r| timing(&r.start, |t| format!("{:.3} s", t.command_s))), ""));
+    rows.push((
+        "  all active/running",
+        col(&|r| timing(&r.start, |t| opt_s(t.polled.done_s))),
+        "0.6 s @100, 1.5 s @1000 (4.2 s, 15 s)",
+    ));
+    rows.push((
+        "  first / half active",
+        col(&|r| timing(&r.start, |t| format!("{} / {}", opt_s(t.polled.first_s), opt_s(t.polled.half_s)))),
+        "",
+    ));
+    rows.push(("  polls, mean interval", col(&|r| timing(&r.start, |t| polls(&t.polled))), ""));
+    rows.push((
+        "start (blocking): command",
+        col(&|r| timing(&r.blocking_start, |t| format!("{:.3} s", t.command_s))),
+        "",
+    ));
+    rows.push(("  all active/running", col(&|r| timing(&r.blocking_start, |t| opt_s(t.polled.done_s))), ""));
+    rows.push((
+        "fleetd CPU s during start",
+        col(&|r| r.start_usage.as_ref().map_or("—".into(), |u| per_fleetd(&u.fleetd, 2, |p| p.cpu_s))),
+        "",
+    ));
+    rows.push((
+        "etcd CPU s during start",
+        col(&|r| {
+            r.start_usage
+                .as_ref()
+                .and_then(|u| u.etcd_proc.as_ref())
+                .map_or("—".into(), |p| format!("{:.2}", p.cpu_s))
+        }),
+        "",
+    ));
+    rows.push((
+        "etcd during start: revisions, writes",
+        col(&|r| {
+            r.start_etcd
+                .as_ref()
+                .map_or("—".into(), |e| format!("{:.0}, {:.0}", e.revisions_per_s * e.window_s, e.writes))
+        }),
+        "",
+    ));
+    rows.push((
+        "  WAL fsyncs × mean",
+        col(&|r| {
+            r.start_etcd.as_ref().map_or("—".into(), |e| format!("{:.0} × {:.1} ms", e.wal_fsyncs, e.wal_fsync_ms))
+        }),
+        "",
+    ));
+    rows.push(("list-units median / p90", col(&|r| lat(&r.list_units)), "< 20 ms @1000 (22 ms @100, 182 ms @1000)"));
+    rows.push(("list-unit-files median / p90", col(&|r| lat(&r.list_unit_files)), "< 20 ms @1000 (674 ms @1000)"));
+    let d =
+        |r: &StartReport, f: &dyn Fn(&super::start::DestroyTiming) -> String| r.destroy.as_ref().map_or("—".into(), f);
+    rows.push(("destroy: command", col(&|r| d(r, &|t| format!("{:.3} s", t.command_s))), ""));
+    rows.push(("  nothing running (systemd)", col(&|r| d(r, &|t| opt_s(t.machines_clear_s))), ""));
+    rows.push(("  list-units empty", col(&|r| d(r, &|t| opt_s(t.list_empty_s))), ""));
+    rows.push(("  both", col(&|r| d(r, &|t| opt_s(t.done_s))), "< 5 s @1000 (~27 min)"));
+    rows.push((
+        "  polls, mean interval",
+        col(&|r| d(r, &|t| format!("{}, {:.0} ms", t.polls, t.poll_interval_ms))),
+        "",
+    ));
+    rows.push((
+        "  left at the end (run / listed)",
+        col(&|r| d(r, &|t| format!("{} / {}", t.still_running, t.still_listed))),
+        "",
+    ));
+    rows.push((
+        "fleetd RSS MiB, idle (*leader)",
+        col(&|r| idle_row(&r.idle, |i| per_fleetd(&i.usage.fleetd, 1, |p| p.rss_mib))),
+        "< 10 (~20)",
+    ));
+    rows.push((
+        "fleetd peak RSS MiB",
+        col(&|r| idle_row(&r.idle, |i| per_fleetd(&i.usage.fleetd, 1, |p| p.peak_rss_mib))),
+        "",
+    ));
+    rows.push((
+        "fleetd CPU % idle",
+        col(&|r| idle_row(&r.idle, |i| per_fleetd(&i.usage.fleetd, 2, |p| p.cpu_pct))),
+        "~0 (leader 29 % @1000)",
+    ));
+    rows.push((
+        "etcd writes/s idle (put+del+txn)",
+        col(&|r| etcd_row(&r.idle, |e| format!("{:.1}", e.writes_per_s))),
+        "~0 (~150 @1000)",
+    ));
+    rows.push((
+        "  revisions/s, proposals/s",
+        col(&|r| etcd_row(&r.idle, |e| format!("{:.1}, {:.1}", e.revisions_per_s, e.proposals_per_s))),
+        "",
+    ));
+    rows.push((
+        "  lease keepalives/s, ranges/s",
+        col(&|r| etcd_row(&r.idle, |e| format!("{:.1}, {:.1}", e.lease_keepalives_per_s, e.ranges_per_s))),
+        "",
+    ));
+    rows.push((
+        "  keys, watch streams",
+        col(&|r| etcd_row(&r.idle, |e| format!("{}, {}", e.keys, e.watch_streams))),
+        "",
+    ));
+    rows.push((
+        "etcd CPU %, RSS MiB idle",
+        col(&|r| {
+            idle_row(&r.idle, |i| {
+                i.usage.etcd_proc.as_ref().map_or("—".into(), |p| format!("{:.2} %, {:.0}", p.cpu_pct, p.rss_mib))
+            })
+        }),
+        "",
+    ));
+    rows.push((
+        "baseline 0 units: fleetd CPU %",
+        col(&|r| idle_row(&r.baseline, |i| per_fleetd(&i.usage.fleetd, 2, |p| p.cpu_pct))),
+        "",
+    ));
+    rows.push(("  etcd writes/s", col(&|r| etcd_row(&r.baseline, |e| format!("{:.1}", e.writes_per_s))), ""));
+    rows.push((
+        "  fleetd RSS MiB",
+        col(&|r| idle_row(&r.baseline, |i| per_fleetd(&i.usage.fleetd, 1, |p| p.rss_mib))),
+        "",
+    ));
+    let mut out = render(&rows);
+    for r in reports {
+        for e in &r.errors {
+            let _ = writeln!(out, "  error (N={}): {e}", r.units);
+        }
+        let idle_errors = [&r.baseline, &r.idle].into_iter().flatten().flat_map(|i| i.usage.errors.iter());
+        for e in idle_errors {
+            let _ = writeln!(out, "  measurement error (N={}): {e}", r.units);
+        }
+    }
+    out
+}
+
+fn polls(p: &super::poll::Polled) -> String {
+    format!("{}, {:.0} ms", p.polls, p.poll_interval_ms)
+}
+
+fn replace_table(r: &ReplaceReport) -> String {
+    let one = |f: &dyn Fn(&ReplaceTiming) -> String| {
+        vec![r.one.as_ref().map_or("—".into(), f), r.ten.as_ref().map_or("—".into(), f)]
+    };
+    let rows: Vec<(&str, Vec<String>, &str)> = vec![
+        ("units replaced in one command", one(&|t| t.units.to_string()), "target (original)"),
+        ("start --replace: command", one(&|t| format!("{:.3} s", t.command_s)), ""),
+        ("  new version active/running", one(&|t| opt_s(t.polled.done_s)), "< 1 s one, < 3 s ten (4.8 s, 44 s)"),
+        ("  polls, mean interval", one(&|t| polls(&t.polled)), ""),
+        ("  moved to another machine", one(&|t| t.moved.len().to_string()), ""),
+    ];
+    let mut out = render(&rows);
+    let _ = writeln!(out, "  (version 1 of the 11 units active/running after {})", opt_s(r.setup_s));
+    for t in [&r.one, &r.ten].into_iter().flatten() {
+        if let Some(e) = &t.command_error {
+            let _ = writeln!(out, "  command error ({} units): {e}", t.units);
+        }
+    }
+    for e in &r.errors {
+        let _ = writeln!(out, "  error: {e}");
+    }
+    out
+}
+
+/// Left-aligned label column, right-aligned value columns, a trailing note.
+fn render(rows: &[(&str, Vec<String>, &str)]) -> String {
+    let label_w = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(0);
+    let cols = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| rows.iter().filter_map(|r| r.1.get(c)).map(|v| v.chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for (label, values, note) in rows {
+        let _ = write!(out, "  {label:<label_w$}");
+        for (c, w) in widths.iter().enumerate() {
+            let v = values.get(c).map_or("", String::as_str);
+            let _ = write!(out, "  {v:>w$}");
+        }
+        if !note.is_empty() {
+            let _ = write!(out, "  {note}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_reports_render() {
+        let r = BenchReport {
+            runs: vec![RunReport {
+                run: 1,
+                start: vec![StartReport { units: 100, ..Default::default() }],
+                replace: Some(ReplaceReport::default()),
+            }],
+            ..Default::default()
+        };
+        let t = r.table();
+        assert!(t.contains("run 1 — start scenario"), "{t}");
+        assert!(t.contains("  N "), "{t}");
+        assert!(!r.has_errors());
+        serde_json::to_string(&r).unwrap();
+    }
+}
