@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use super::Ctx;
+use super::parallel;
 use super::wait::wait_for_unit_states;
 use crate::model::JobState;
 use crate::schema::Unit;
@@ -217,15 +218,15 @@ fn replacement_for(ctx: &mut Ctx<'_>, arg: &str, path: &Path, name: &str) -> Res
     unit_file_for(ctx, arg, path, name)
 }
 
-/// Validate and create (or replace) one unit through the client; `desired` goes in the same request (else the
-/// API makes the unit `inactive`).
-fn create_unit(
+/// Validate a unit to create (or replace) and build its request; `desired` goes in the same request (else the API
+/// makes the unit `inactive`).
+fn prepare_unit(
     ctx: &mut Ctx<'_>,
     name: &str,
     uf: UnitFile,
     desired: Option<JobState>,
     reschedule: bool,
-) -> Result<(), String> {
+) -> Result<Unit, String> {
     unitf::validate_name(name).map_err(|e| e.to_string())?;
     xfleet::validate_options(&uf).map_err(|e| e.to_string())?;
     // The original reports only the first unrecognised key (`Job.ValidateRequirements` returns on the first).
@@ -235,15 +236,24 @@ fn create_unit(
             &format!("Unit {name}: unrecognized requirement in [X-Fleet] section: {}", unitf::go_quote(key)),
         );
     }
-    let unit = Unit {
+    Ok(Unit {
         name: name.to_string(),
         options: uf.options().to_vec(),
         desired_state: desired.map(|d| d.to_string()).unwrap_or_default(),
         reschedule,
         ..Default::default()
-    };
-    ctx.client.create_unit(&unit).map_err(|e| format!("failed creating unit {name}: {e}"))?;
-    tracing::debug!(unit = %name, "created unit");
+    })
+}
+
+/// Sends the prepared creations (in parallel); the first failure in argument order is the error.
+fn send_units(ctx: &Ctx<'_>, pending: &mut Vec<Unit>) -> Result<(), String> {
+    let client = ctx.client;
+    let results = parallel::map(pending, |unit| client.create_unit(unit));
+    let sent = std::mem::take(pending);
+    for (unit, result) in sent.iter().zip(results) {
+        result.map_err(|e| format!("failed creating unit {}: {e}", unit.name))?;
+        tracing::debug!(unit = %unit.name, "created unit");
+    }
     Ok(())
 }
 
@@ -254,19 +264,68 @@ pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), Strin
     let replace = ctx.flags.bool("replace");
     let keep_machine = ctx.flags.bool("keep-machine");
     let mut created = Vec::new();
-    for arg in args {
-        let path_text = unitf::append_default_type(arg);
-        let path = PathBuf::from(&path_text);
-        let name = unitf::mangle(arg);
-        let existing =
-            ctx.client.unit(&name).map_err(|e| format!("error retrieving Unit({name}) from Registry: {e}"))?;
-        let Some(existing) = existing else {
-            let uf = unit_file_for(ctx, arg, &path, &name)?;
-            create_unit(ctx, &name, uf, None, false)?;
-            created.push(name);
-            continue;
-        };
-        let cmp = compare(ctx, arg, &path, &name, &existing, replace);
+    // Every lookup at once; creations are batched and sent in parallel, in argument order, before anything that
+    // needs them (an error sends what was decided before it: units created earlier stay created).
+    let names: Vec<String> = args.iter().map(|a| unitf::mangle(a)).collect();
+    let client = ctx.client;
+    let lookups = parallel::map(&names, |name| client.unit(name));
+    let mut pending: Vec<Unit> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let result: Result<(), String> = (|| {
+        for ((arg, name), lookup) in args.iter().zip(&names).zip(lookups) {
+            if !seen.insert(name.clone()) {
+                continue;
+            }
+            let path = PathBuf::from(unitf::append_default_type(arg));
+            let existing = lookup.map_err(|e| format!("error retrieving Unit({name}) from Registry: {e}"))?;
+            let Some(existing) = existing else {
+                let uf = unit_file_for(ctx, arg, &path, name)?;
+                pending.push(prepare_unit(ctx, name, uf, None, false)?);
+                created.push(name.clone());
+                continue;
+            };
+            replace_existing(
+                ctx,
+                arg,
+                &path,
+                name,
+                &existing,
+                &mut pending,
+                &mut created,
+                (creator, replace, keep_machine),
+            )?;
+        }
+        Ok(())
+    })();
+    send_units(ctx, &mut pending)?;
+    result?;
+    if created.is_empty() {
+        return Ok(());
+    }
+    // The original waits with the raw --block-attempts value here (0 = no limit), even with --no-block.
+    let attempts = u64::try_from(ctx.flags.int("block-attempts")).unwrap_or(0);
+    if let Err(e) = wait_for_unit_states(ctx, &created, JobState::Inactive, attempts) {
+        ctx.warn(&format!("Error waiting on unit creation: {e}"));
+        return Err("One or more errors creating units".into());
+    }
+    Ok(())
+}
+
+/// The `--replace` decision for one argument whose unit exists (spec §10.2), queuing the replacement if any.
+#[allow(clippy::too_many_arguments)]
+fn replace_existing(
+    ctx: &mut Ctx<'_>,
+    arg: &str,
+    path: &Path,
+    name: &str,
+    existing: &Unit,
+    pending: &mut Vec<Unit>,
+    created: &mut Vec<String>,
+    (creator, replace, keep_machine): (Creator, bool, bool),
+) -> Result<(), String> {
+    let name = name.to_string();
+    {
+        let cmp = compare(ctx, arg, path, &name, existing, replace);
         let desired = existing.desired_state.parse::<JobState>().ok();
         match decide(creator, replace, Some((desired, &cmp))) {
             Decision::Create | Decision::Keep => {}
@@ -277,15 +336,15 @@ pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), Strin
             )),
             Decision::Fail(e) => return Err(e),
             Decision::Replace => {
-                let uf = replacement_for(ctx, arg, &path, &name)?;
+                let uf = replacement_for(ctx, arg, path, &name)?;
                 // The hash the registry (and every agent) will give the stored content.
                 let hash = UnitFile::from_options(uf.options().to_vec()).hash().to_hex();
                 let mode = replacement_mode(creator, keep_machine, desired);
-                match mode {
-                    ReplacementMode::ThroughInactive => create_unit(ctx, &name, uf, None, false)?,
-                    ReplacementMode::Rescheduled(state) => create_unit(ctx, &name, uf, Some(state), true)?,
-                    ReplacementMode::InPlace(state) => create_unit(ctx, &name, uf, Some(state), false)?,
-                }
+                pending.push(match mode {
+                    ReplacementMode::ThroughInactive => prepare_unit(ctx, &name, uf, None, false)?,
+                    ReplacementMode::Rescheduled(state) => prepare_unit(ctx, &name, uf, Some(state), true)?,
+                    ReplacementMode::InPlace(state) => prepare_unit(ctx, &name, uf, Some(state), false)?,
+                });
                 tracing::debug!(unit = %name, hash = %&hash[..7], ?mode, "replaced unit");
                 ctx.replaced.insert(name.clone(), hash);
                 if mode == ReplacementMode::ThroughInactive {
@@ -293,15 +352,6 @@ pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), Strin
                 }
             }
         }
-    }
-    if created.is_empty() {
-        return Ok(());
-    }
-    // The original waits with the raw --block-attempts value here (0 = no limit), even with --no-block.
-    let attempts = u64::try_from(ctx.flags.int("block-attempts")).unwrap_or(0);
-    if let Err(e) = wait_for_unit_states(ctx, &created, JobState::Inactive, attempts) {
-        ctx.warn(&format!("Error waiting on unit creation: {e}"));
-        return Err("One or more errors creating units".into());
     }
     Ok(())
 }

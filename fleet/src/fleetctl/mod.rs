@@ -15,6 +15,7 @@ pub mod flags;
 pub mod help;
 pub mod list;
 pub mod misc;
+pub mod parallel;
 pub mod table;
 pub mod units;
 pub mod wait;

@@ -5,6 +5,7 @@
 use super::Ctx;
 use super::create::lazy_create_units;
 use super::list::unit_is_global;
+use super::parallel;
 use super::wait::{wait_for_destroyed, wait_for_global, wait_for_systemd_active, wait_for_unit_states};
 use crate::model::JobState;
 use crate::schema::Unit;
@@ -53,32 +54,43 @@ pub fn submit(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
 
 /// Set `target` on every argument unit whose desired state differs. Returns (non-global, global) triggered names.
 fn trigger(ctx: &mut Ctx<'_>, args: &[String], target: JobState) -> Result<(Vec<String>, Vec<String>), String> {
-    let mut plain = Vec::new();
-    let mut global = Vec::new();
+    let mut names: Vec<String> = Vec::new();
     for arg in args {
         let name = unitf::mangle(arg);
-        if plain.contains(&name) || global.contains(&name) {
-            continue;
+        if !names.contains(&name) {
+            names.push(name);
         }
-        let u = match ctx.client.unit(&name) {
-            Ok(Some(u)) => u,
+    }
+    // Look every unit up first (in parallel): a missing unit aborts the command before anything changed.
+    let client = ctx.client;
+    let looked_up = parallel::map(&names, |name| client.unit(name));
+    let mut units = Vec::with_capacity(names.len());
+    for (name, found) in names.iter().zip(looked_up) {
+        match found {
+            Ok(Some(u)) => units.push(u),
             Ok(None) => return Err(format!("unable to find unit {name}")),
             Err(e) => return Err(format!("error retrieving unit {name} from registry: {e}")),
-        };
-        if u.desired_state == target.as_str() {
-            if !ctx.replaced.contains_key(&name) {
-                tracing::debug!(unit = %name, state = %target, "desired state already set, skipping");
-                continue;
-            }
-            // Replaced in place (`--keep-machine`): the state came with the new content; wait for it all the same.
-        } else {
-            ctx.client.set_unit_target_state(&name, target.as_str()).map_err(|e| e.to_string())?;
+        }
+    }
+    // Units already in the target state are skipped, unless replaced in place (`--keep-machine`): the state came
+    // with the new content, and they are waited for all the same.
+    let to_set: Vec<&Unit> = units.iter().filter(|u| u.desired_state != target.as_str()).collect();
+    let results = parallel::map(&to_set, |u| client.set_unit_target_state(&u.name, target.as_str()));
+    if let Some(e) = results.into_iter().find_map(Result::err) {
+        return Err(e.to_string());
+    }
+    let mut plain = Vec::new();
+    let mut global = Vec::new();
+    for u in units {
+        if u.desired_state == target.as_str() && !ctx.replaced.contains_key(&u.name) {
+            tracing::debug!(unit = %u.name, state = %target, "desired state already set, skipping");
+            continue;
         }
         if unit_is_global(&u) {
-            ctx.say(&format!("Triggered global unit {name} {}", verb(target)));
-            global.push(name);
+            ctx.say(&format!("Triggered global unit {} {}", u.name, verb(target)));
+            global.push(u.name);
         } else {
-            plain.push(name);
+            plain.push(u.name);
         }
     }
     Ok((plain, global))
@@ -282,8 +294,10 @@ pub fn destroy(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     }
     let mut code = 0;
     let mut destroyed = Vec::new();
-    for u in &units {
-        match ctx.client.destroy_unit(&u.name) {
+    let client = ctx.client;
+    let results = parallel::map(&units, |u| client.destroy_unit(&u.name));
+    for (u, result) in units.iter().zip(results) {
+        match result {
             Ok(()) => {
                 ctx.say(&format!("Destroyed {}", u.name));
                 destroyed.push(u.name.clone());

@@ -41,12 +41,13 @@ const ATTEMPT_SECS: u64 = 2;
 pub fn poll(timing: Timing, attempts: u64, mut check: impl FnMut() -> bool) -> bool {
     let mut done = 0u64;
     loop {
+        // Check first: a state already reached must not cost the user an interval (the original slept first).
         for _ in 0..timing.polls_per_attempt.max(1) {
-            if !timing.interval.is_zero() {
-                std::thread::sleep(timing.interval);
-            }
             if check() {
                 return true;
+            }
+            if !timing.interval.is_zero() {
+                std::thread::sleep(timing.interval);
             }
         }
         done += 1;
