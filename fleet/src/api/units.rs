@@ -24,10 +24,12 @@ impl Api {
             Err(err) => return err.response(),
         };
         let snapshot = self.snapshot();
-        let units: Vec<schema::Unit> = snapshot.units().filter_map(|v| wire::unit(&v, false)).collect();
-        let (items, next) = page.slice(&units);
+        // Page first, then build only that page's units: building one parses its body. (A stored body that does
+        // not parse — which the API never stores — leaves its page one unit short.)
+        let views: Vec<_> = snapshot.units().collect();
+        let (items, next) = page.slice(&views);
         reply::json(&schema::UnitPage {
-            units: items.to_vec(),
+            units: items.iter().filter_map(|v| wire::unit(v, false)).collect(),
             next_page_token: next.map(|t| t.encode()).unwrap_or_default(),
         })
     }
