@@ -315,7 +315,7 @@ mod tests {
     #[test]
     fn changed_key_is_refused_with_the_warning() {
         let (_d, kh) = checker();
-        check(&kh, "10.0.0.2", 22, BLOB, "yes");
+        assert_eq!(check(&kh, "10.0.0.2", 22, BLOB, "yes").0, Ok(()));
         let mut other = BLOB.to_vec();
         *other.last_mut().unwrap() = b'X';
         let (r, err) = check(&kh, "10.0.0.2", 22, &other, "yes");
