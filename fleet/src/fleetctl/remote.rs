@@ -462,16 +462,21 @@ pub fn fd_forward(args: &[String], err: &mut dyn Write) -> i32 {
         let up = async {
             let r = tokio::io::copy(&mut tokio::io::stdin(), &mut wr).await;
             let _ = tokio::io::AsyncWriteExt::shutdown(&mut wr).await;
-            r
+            // stdin ended: the socket's write side is shut; its answer still flows until it closes.
+            match r {
+                Ok(_) => std::future::pending().await,
+                Err(e) => Err(e),
+            }
         };
         let down = async {
-            let mut stdout = tokio::io::stdout();
+            // The std stdout handle is locked by fleetctl's main thread: use a duplicate of the descriptor.
+            let mut stdout = ssh::dup_async(1)?;
             let r = tokio::io::copy(&mut rd, &mut stdout).await;
             let _ = tokio::io::AsyncWriteExt::flush(&mut stdout).await;
             r
         };
-        // Either side closing ends the forward.
-        let result = tokio::select! {
+        // The socket closing (or a copy error) ends the forward.
+        let result: std::io::Result<u64> = tokio::select! {
             r = up => r,
             r = down => r,
         };

@@ -109,6 +109,7 @@ impl client::Handler for Handler {
     type Error = HandlerError;
 
     async fn check_server_key(&mut self, key: &PublicKeyOrCertificate) -> Result<bool, Self::Error> {
+        tracing::debug!(host = %self.host, port = self.port, checking = self.known_hosts.is_some(), "host key");
         let Some(kh) = self.known_hosts.clone() else { return Ok(true) };
         let key: PublicKey = match key {
             PublicKeyOrCertificate::PublicKey { key, .. } => key.clone(),
@@ -123,7 +124,8 @@ impl client::Handler for Handler {
                 let _ = std::io::stdin().read_line(&mut answer);
                 answer
             };
-            kh.check(&host, port, &key_type, &blob, &mut ask, &mut std::io::stderr())
+            // fleetctl's main thread holds the std stderr lock while a command runs: write to the descriptor.
+            kh.check(&host, port, &key_type, &blob, &mut ask, &mut RawFd(2))
         })
         .await
         .unwrap_or(Err(HostKeyError::Untrusted));
@@ -239,7 +241,9 @@ impl Session {
             HandlerError::HostKey(k) => SshError::HostKey(k),
             HandlerError::Ssh(e) => SshError::Protocol(format!("ssh: handshake failed: {e}")),
         })?;
+        tracing::debug!(keys = ids.len(), "handshake done, authenticating");
         let rsa_hash = handle.best_supported_rsa_hash().await.ok().flatten().flatten();
+        tracing::debug!("rsa hash known");
         for id in ids {
             let AgentIdentity::PublicKey { key, .. } = id else { continue };
             let hash = if key.algorithm().is_rsa() { rsa_hash } else { None };
@@ -362,6 +366,32 @@ impl Session {
     pub async fn close(&self) {
         let _ = self.handle.disconnect(russh::Disconnect::ByApplication, "", "en").await;
     }
+}
+
+/// Writes straight to a file descriptor, bypassing the std handles' locks.
+pub struct RawFd(pub i32);
+
+impl Write for RawFd {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // SAFETY: write(2) from a valid buffer to a descriptor we do not own or close.
+        let n = unsafe { libc::write(self.0, buf.as_ptr().cast(), buf.len()) };
+        if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(n as usize) }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A duplicate of descriptor `fd` as an async file (for stdout while the std handle is locked elsewhere).
+pub fn dup_async(fd: i32) -> std::io::Result<tokio::fs::File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: dup(2) returns a new descriptor that the File owns.
+    let new = unsafe { libc::dup(fd) };
+    if new < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(tokio::fs::File::from_std(unsafe { std::fs::File::from_raw_fd(new) }))
 }
 
 async fn recv_opt(s: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
