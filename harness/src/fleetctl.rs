@@ -114,8 +114,9 @@ mod tests {
 
     #[tokio::test]
     async fn exit_status_and_stderr_are_returned() {
-        let out =
-            run(Path::new("/bin/sh"), "x", EndpointVia::Env, &["-c", "echo oops >&2; exit 3"], &[], None).await.unwrap();
+        let out = run(Path::new("/bin/sh"), "x", EndpointVia::Env, &["-c", "echo oops >&2; exit 3"], &[], None)
+            .await
+            .unwrap();
         assert_eq!((out.status, out.stderr.as_str()), (3, "oops\n"));
     }
 }

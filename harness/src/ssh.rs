@@ -147,9 +147,11 @@ mod tests {
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), agent.public_key());
         let pid = agent.pid();
         drop(agent);
-        assert!(!Path::new(&format!("/proc/{pid}")).exists() || {
-            let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            st.contains(") Z ")
-        });
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists() || {
+                let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                st.contains(") Z ")
+            }
+        );
     }
 }

@@ -52,8 +52,7 @@ impl HttpClient {
         tunnel: &str,
     ) -> Result<Self, BuildError> {
         let mut client = Self::new(endpoint, timeout)?;
-        let session =
-            client.runtime.block_on(crate::ssh::Session::connect(ssh, tunnel)).map_err(BuildError::Tunnel)?;
+        let session = client.runtime.block_on(crate::ssh::Session::connect(ssh, tunnel)).map_err(BuildError::Tunnel)?;
         client.tunnel = Some(session);
         Ok(client)
     }

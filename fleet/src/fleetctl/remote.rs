@@ -55,9 +55,7 @@ pub fn ssh_config(flags: &Flags, getenv: &dyn Fn(&str) -> Option<String>) -> Ssh
     SshConfig {
         user: flags.str("ssh-username").to_string(),
         timeout,
-        known_hosts: flags
-            .bool("strict-host-key-checking")
-            .then(|| KnownHosts::new(flags.str("known-hosts-file"))),
+        known_hosts: flags.bool("strict-host-key-checking").then(|| KnownHosts::new(flags.str("known-hosts-file"))),
         agent_sock: getenv("SSH_AUTH_SOCK").filter(|s| !s.is_empty()).map(PathBuf::from),
         forward_agent: flags.bool("A") || flags.bool("forward-agent"),
     }
@@ -553,7 +551,11 @@ mod tests {
 
     fn with_units() -> Arc<FakeClient> {
         let c = cluster();
-        c.insert_unit("hello.service", &format!("[Service]\nExecStart=/bin/true\n[X-Fleet]\nMachineID={M2}\n"), "launched");
+        c.insert_unit(
+            "hello.service",
+            &format!("[Service]\nExecStart=/bin/true\n[X-Fleet]\nMachineID={M2}\n"),
+            "launched",
+        );
         c.insert_unit("glob.service", "[Service]\nExecStart=/bin/true\n[X-Fleet]\nGlobal=true\n", "launched");
         c
     }

@@ -188,9 +188,7 @@ fn parse_line(line: &str) -> Result<Option<Entry>, String> {
     let (Some(key_type), Some(b64)) = (fields.next(), fields.next()) else {
         return Err("error parsing key: ssh: no key found".into());
     };
-    let blob = base64::engine::general_purpose::STANDARD
-        .decode(b64)
-        .map_err(|e| format!("error parsing key: {e}"))?;
+    let blob = base64::engine::general_purpose::STANDARD.decode(b64).map_err(|e| format!("error parsing key: {e}"))?;
     Ok(Some(Entry { hosts: hosts.to_string(), key_type: key_type.to_string(), key_blob: blob }))
 }
 
@@ -229,11 +227,8 @@ pub fn expand_tilde(path: &str) -> PathBuf {
         Some(i) => (&rest[..i], &rest[i + 1..]),
         None => (rest, ""),
     };
-    let home = if user.is_empty() {
-        std::env::var("HOME").ok().or_else(|| home_of(&current_user()))
-    } else {
-        home_of(user)
-    };
+    let home =
+        if user.is_empty() { std::env::var("HOME").ok().or_else(|| home_of(&current_user())) } else { home_of(user) };
     match home {
         Some(h) if tail.is_empty() => PathBuf::from(h),
         Some(h) => Path::new(&h).join(tail),
@@ -320,7 +315,9 @@ mod tests {
         *other.last_mut().unwrap() = b'X';
         let (r, err) = check(&kh, "10.0.0.2", 22, &other, "yes");
         assert_eq!(r, Err(HostKeyError::Mismatch));
-        assert!(err.starts_with("@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\n@    WARNING: REMOTE HOST"));
+        assert!(
+            err.starts_with("@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\n@    WARNING: REMOTE HOST")
+        );
         assert!(err.contains(&format!(
             "The fingerprint for the ssh-ed25519 key sent by the remote host is\n{}.\n",
             md5_fingerprint(&other)

@@ -212,9 +212,8 @@ impl Session {
     pub async fn connect_via(&self, config: &SshConfig, addr: &str) -> Result<Session, SshError> {
         let (agent, ids) = agent(config).await?;
         let (host, port) = split_addr(addr);
-        let stream = tokio::time::timeout(config.timeout, self.open_tcp(&host, port))
-            .await
-            .map_err(|_| SshError::Timeout)??;
+        let stream =
+            tokio::time::timeout(config.timeout, self.open_tcp(&host, port)).await.map_err(|_| SshError::Timeout)??;
         tokio::time::timeout(config.timeout, Self::handshake(config, &host, port, stream, agent, ids))
             .await
             .map_err(|_| SshError::Timeout)?
@@ -322,11 +321,8 @@ impl Session {
                 None
             }
         };
-        let mut winch = if tty {
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok()
-        } else {
-            None
-        };
+        let mut winch =
+            if tty { tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok() } else { None };
         let mut interrupt = interrupt_signals();
         let mut status = None;
         let ended = loop {
@@ -509,10 +505,7 @@ mod tests {
     fn errors_read_like_the_original() {
         assert_eq!(SshError::NoAgent.to_string(), NO_AGENT);
         assert_eq!(SshError::Timeout.to_string(), "timed out while initiating SSH connection");
-        assert_eq!(
-            SshError::HostKey(HostKeyError::Mismatch).to_string(),
-            "ssh: handshake failed: host key mismatch"
-        );
+        assert_eq!(SshError::HostKey(HostKeyError::Mismatch).to_string(), "ssh: handshake failed: host key mismatch");
     }
 
     #[tokio::test]
