@@ -2,41 +2,148 @@
 //!
 //! A spec sees only what a user sees — fleetctl, the HTTP API and the systemd state inside machines — through
 //! [`fleet_harness::Cluster`]; it never reads the registry. Choose the implementation under test with
-//! `FLEETD_BIN` / `FLEETCTL_BIN` (default: this workspace's build).
+//! `FLEETD_BIN` / `FLEETCTL_BIN` (default: this workspace's build) and declare what it supports with
+//! `FLEET_CAPABILITIES` (see [`capabilities`]).
+
+pub mod capabilities;
+pub mod check;
+pub mod ctx;
+pub mod fixtures;
+pub mod http;
+pub mod specs;
+pub mod summary;
 
 use std::future::Future;
 use std::pin::Pin;
 
+pub use capabilities::{Capabilities, Capability};
+pub use ctx::Ctx;
+
 /// What a spec returns: `Err` with a message saying what was expected and what was observed.
 pub type Outcome = Result<(), String>;
+
+/// The boxed future a spec's run function returns.
+pub type SpecFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
+
+/// The behaviour a spec covers (also the prefix of its trial name: `<area>::<name>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Area {
+    /// submit / load / start / stop / unload / destroy / restart / cat, agreement with systemd.
+    UnitActions,
+    /// The engine's placement: least-loaded, Conflicts, MachineOf, MachineID, Replaces, global units.
+    Scheduling,
+    /// Machine presence and the machines API (list, metadata PATCH).
+    Machines,
+    /// MachineMetadata and `%i` specifiers.
+    Metadata,
+    /// Loss of etcd: units keep running, the cluster converges afterwards.
+    Connectivity,
+    /// The HTTP API v1 (raw requests: status codes, content types, error bodies).
+    ClientApi,
+    /// One fleetd's life: shutdown, SIGHUP reload, duplicate machine IDs, monitor restarts.
+    Node,
+    /// Machines joining, leaving, rebooting, dying; engine leadership changes.
+    Cluster,
+    /// The fleetctl command line itself: version, help, environment, listing order.
+    Fleetctl,
+    /// `--replace` and `--keep-machine`: serialization of stop and start hooks, template moves, global units,
+    /// interrupted replacements.
+    Replace,
+}
+
+impl Area {
+    pub const ALL: [Area; 10] = [
+        Area::UnitActions,
+        Area::Scheduling,
+        Area::Machines,
+        Area::Metadata,
+        Area::Connectivity,
+        Area::ClientApi,
+        Area::Node,
+        Area::Cluster,
+        Area::Fleetctl,
+        Area::Replace,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Area::UnitActions => "unit_actions",
+            Area::Scheduling => "scheduling",
+            Area::Machines => "machines",
+            Area::Metadata => "metadata",
+            Area::Connectivity => "connectivity",
+            Area::ClientApi => "client_api",
+            Area::Node => "node",
+            Area::Cluster => "cluster",
+            Area::Fleetctl => "fleetctl",
+            Area::Replace => "replace",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Area> {
+        Area::ALL.into_iter().find(|a| a.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Area {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// One black-box spec.
 pub struct Spec {
     /// Named by behaviour (regressions by upstream issue: `r1509_...`).
     pub name: &'static str,
-    /// Needs a working fleetd (ignored until one exists in this workspace).
-    pub needs_fleet: bool,
-    pub run: fn() -> Pin<Box<dyn Future<Output = Outcome> + Send>>,
+    pub area: Area,
+    /// Machines the spec's cluster starts with (0: no cluster, e.g. `fleetctl version`).
+    pub machines: usize,
+    /// Extra metadata per machine slot (`k=v,...`), after the harness's `hostname=m<slot>`.
+    pub metadata: &'static [(usize, &'static str)],
+    /// Capabilities the implementation under test must declare; otherwise the spec is skipped (ignored).
+    pub requires: &'static [Capability],
+    /// The original functional test(s) this spec rewrites, if any (for the README's table).
+    pub origin: &'static str,
+    pub run: fn(Ctx) -> SpecFuture,
+}
+
+impl Spec {
+    /// The trial name: `<area>::<name>`.
+    pub fn trial_name(&self) -> String {
+        format!("{}::{}", self.area, self.name)
+    }
+
+    /// The capabilities this spec needs that `caps` lacks.
+    pub fn missing(&self, caps: &Capabilities) -> Vec<Capability> {
+        self.requires.iter().copied().filter(|c| !caps.has(*c)).collect()
+    }
 }
 
 /// Every spec, in catalogue order. Building this list must stay cheap: nextest lists it once per trial.
 pub fn all() -> Vec<Spec> {
-    vec![Spec {
-        name: "harness_smoke_machine_runs_systemd",
-        needs_fleet: false,
-        run: || Box::pin(smoke::machine_runs_systemd()),
-    }]
+    specs::catalogue()
 }
 
-/// Smoke specs of the harness itself, until fleet's own specs arrive.
-mod smoke {
-    use fleet_harness::{Cluster, Fleet};
+/// The longest a spec may run (nextest's `ci` profile ends a test after 240 s).
+pub const SPEC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(200);
 
-    use super::Outcome;
-
-    pub async fn machine_runs_systemd() -> Outcome {
-        let cluster = Cluster::builder().machines(1).fleet(Fleet::Off).start().await.map_err(|e| e.to_string())?;
-        let state = cluster.machine(1).map_err(|e| e.to_string())?.system_state().await.map_err(|e| e.to_string())?;
-        if state == "running" { Ok(()) } else { Err(format!("expected systemd `running`, found `{state}`")) }
+/// Runs one spec: starts the cluster it declares (agent_ttl 3 s like the original's suite), runs it within
+/// [`SPEC_TIMEOUT`], and removes the cluster.
+pub async fn execute(spec: &Spec) -> Outcome {
+    let ctx = if spec.machines == 0 {
+        Ctx::without_cluster()
+    } else {
+        let mut b = fleet_harness::Cluster::builder().machines(spec.machines).agent_ttl("3s");
+        for (slot, md) in spec.metadata {
+            b = b.metadata(*slot, md);
+        }
+        let ctx = Ctx::start(b).await?;
+        // Like the original's suite, a spec starts on a cluster whose machines have all registered.
+        ctx.wait_for_n_machines(1, spec.machines).await.map_err(|e| format!("cluster not ready: {e}"))?;
+        ctx
+    };
+    match tokio::time::timeout(SPEC_TIMEOUT, (spec.run)(ctx)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(format!("the spec did not finish within {SPEC_TIMEOUT:?}")),
     }
 }

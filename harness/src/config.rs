@@ -55,7 +55,7 @@ impl FleetConf {
 /// `fleet.service` as the original was deployed: started by systemd, restarted when it exits.
 pub fn fleet_service() -> String {
     format!(
-        "[Unit]\nDescription=fleet daemon\nWants=fleet.socket\nAfter=fleet.socket\n\n\
+        "[Unit]\nDescription=fleet daemon\nWants=fleet.socket\nAfter=fleet.socket\n# Stopped before D-Bus at shutdown, so a graceful stop can still stop its units.\nAfter=dbus.service\n\n\
          [Service]\nExecStart={FLEETD_PATH} -config {CONF_PATH}\nRestart=always\nRestartSec=10s\n"
     )
 }

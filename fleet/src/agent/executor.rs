@@ -245,20 +245,30 @@ impl<S: SystemdOps> Executor<S> {
     /// Unload every unit file in the units directory, repeating every second until none is left or `deadline`
     /// has passed (spec §1.5 purge). Returns every task run.
     pub async fn purge(&mut self, deadline: Duration) -> Vec<TaskReport> {
+        const PURGE_ROUNDS_WITHOUT_PROGRESS: u32 = 3;
         let started = Instant::now();
         let mut reports = Vec::new();
+        let mut rounds_without_progress = 0;
         loop {
             if let Err(e) = self.units.rescan() {
                 warn!(err = %e, "purge: cannot list the units directory");
             }
             self.loaded_changed();
-            if self.units.hashes().is_empty() {
+            let left = self.units.hashes().len();
+            if left == 0 {
                 break;
             }
             let planned = plan(&BTreeMap::new(), &self.actual());
             reports.extend(self.run(planned, &BTreeMap::new()).await);
             if started.elapsed() >= deadline {
                 warn!(left = self.units.hashes().len(), "purge: deadline passed with unit files left");
+                break;
+            }
+            // Nothing unloaded for a few rounds: systemd is unreachable (e.g. D-Bus already stopped during a
+            // system shutdown); retrying until the deadline would only delay the rest of the shutdown.
+            rounds_without_progress = if self.units.hashes().len() < left { 0 } else { rounds_without_progress + 1 };
+            if rounds_without_progress >= PURGE_ROUNDS_WITHOUT_PROGRESS {
+                warn!(left = self.units.hashes().len(), "purge: no progress; giving up with unit files left");
                 break;
             }
             if !self.units.hashes().is_empty() {

@@ -6,6 +6,7 @@ use http::{Response, StatusCode};
 use super::handler::{Api, internal};
 use super::query;
 use super::reply;
+use super::wire;
 use crate::schema::{Machine, MachineMetadataOp, MachinePage};
 
 /// One validated PATCH operation.
@@ -49,11 +50,7 @@ impl Api {
             Ok(page) => page,
             Err(err) => return err.response(),
         };
-        let machines: Vec<Machine> = self
-            .snapshot()
-            .machines()
-            .map(|m| Machine { id: m.id, metadata: m.metadata, primary_ip: m.public_ip })
-            .collect();
+        let machines: Vec<Machine> = self.snapshot().machines().map(wire::machine).collect();
         let (items, next) = page.slice(&machines);
         reply::json(&MachinePage {
             machines: items.to_vec(),

@@ -8,19 +8,9 @@ use http::{Response, StatusCode};
 use super::handler::Api;
 use super::query;
 use super::reply;
-use crate::model::{JobState, UnitState};
+use super::wire;
+use crate::model::JobState;
 use crate::schema;
-
-fn wire_state(s: UnitState) -> schema::UnitState {
-    schema::UnitState {
-        hash: s.hash,
-        machine_id: s.machine_id,
-        name: s.name,
-        systemd_active_state: s.active_state,
-        systemd_load_state: s.load_state,
-        systemd_sub_state: s.sub_state,
-    }
-}
 
 impl Api {
     pub(super) fn list_states(&self, query_text: Option<&str>) -> Response<Bytes> {
@@ -38,7 +28,7 @@ impl Api {
         }
         .into_iter()
         .filter(|s| machine.is_none_or(|m| s.machine_id == m))
-        .map(wire_state)
+        .map(wire::state)
         .collect();
         let (items, next) = page.slice(&states);
         reply::json(&schema::UnitStatePage {
@@ -49,7 +39,7 @@ impl Api {
 
     pub(super) fn get_state(&self, name: &str) -> Response<Bytes> {
         match self.snapshot().unit_states_of(name).next() {
-            Some(state) => reply::json(&wire_state(state)),
+            Some(state) => reply::json(&wire::state(state)),
             None => reply::error(StatusCode::NOT_FOUND, "unit state does not exist"),
         }
     }

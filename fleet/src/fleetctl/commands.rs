@@ -33,6 +33,12 @@ const NO_BLOCK_START: FlagSpec = FlagSpec::new(
     "false",
     "Do not wait until the units have launched before exiting. Always the case for global units.",
 );
+const KEEP_MACHINE: FlagSpec = FlagSpec::new(
+    "keep-machine",
+    Kind::Bool,
+    "false",
+    "With --replace: keep each replaced unit on the machine it is scheduled to, as long as its constraints allow it there.",
+);
 const SIGN: FlagSpec = FlagSpec::new("sign", Kind::Bool, "false", "DEPRECATED - this option cannot be used");
 const FULL: FlagSpec = FlagSpec::new("full", Kind::Bool, "false", "Do not ellipsize fields on output");
 const L: FlagSpec = FlagSpec::new("l", Kind::Bool, "false", "Shorthand for --full");
@@ -191,7 +197,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         name: "load",
         use_line: "load [--no-block|--block-attempts=N] UNIT...",
         short: "Schedule one or more units in the cluster, first submitting them if necessary.",
-        long: "Load one or many units in the cluster into systemd, but do not start.\n\nSelect units to load by glob matching for units in the current working directory \nor matching the names of previously submitted units.\n\nFor units which are not global, load operations are performed synchronously,\nwhich means fleetctl will block until it detects that the unit(s) have\ntransitioned to a loaded state. This behaviour can be configured with the\nrespective --block-attempts and --no-block options. Load operations on global\nunits are always non-blocking.",
+        long: "Load one or many units in the cluster into systemd, but do not start.\n\nSelect units to load by glob matching for units in the current working directory \nor matching the names of previously submitted units.\n\nFor units which are not global, load operations are performed synchronously,\nwhich means fleetctl will block until it detects that the unit(s) have\ntransitioned to a loaded state. This behaviour can be configured with the\nrespective --block-attempts and --no-block options. Load operations on global\nunits are always non-blocking.\n\nReplace a loaded unit with a new version, keeping it on its machine:\n\tfleetctl load --replace --keep-machine foo.service",
         flags: &[
             FlagSpec::new(
                 "block-attempts",
@@ -205,6 +211,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 "false",
                 "Do not wait until the jobs have been loaded before exiting. Always the case for global units.",
             ),
+            KEEP_MACHINE,
             FlagSpec::new(
                 "replace",
                 Kind::Bool,
@@ -249,9 +256,10 @@ pub static COMMANDS: &[CommandSpec] = &[
         name: "start",
         use_line: "start [--no-block|--block-attempts=N] UNIT...",
         short: "Instruct systemd to start one or more units in the cluster, first submitting and loading if necessary.",
-        long: "Start one or many units on the cluster. Select units to start by glob matching\nfor units in the current working directory or matching names of previously\nsubmitted units.\n\nFor units which are not global, start operations are performed synchronously,\nwhich means fleetctl will block until it detects that the unit(s) have\ntransitioned to a started state. This behaviour can be configured with the\nrespective --block-attempts and --no-block options. Start operations on global\nunits are always non-blocking.\n\nStart a single unit:\nfleetctl start foo.service\n\nStart an entire directory of units with glob matching:\nfleetctl start myservice/*\n\nYou may filter suitable hosts based on metadata provided by the machine.\nMachine metadata is located in the fleet configuration file.",
+        long: "Start one or many units on the cluster. Select units to start by glob matching\nfor units in the current working directory or matching names of previously\nsubmitted units.\n\nFor units which are not global, start operations are performed synchronously,\nwhich means fleetctl will block until it detects that the unit(s) have\ntransitioned to a started state. This behaviour can be configured with the\nrespective --block-attempts and --no-block options. Start operations on global\nunits are always non-blocking.\n\nStart a single unit:\nfleetctl start foo.service\n\nStart an entire directory of units with glob matching:\nfleetctl start myservice/*\n\nYou may filter suitable hosts based on metadata provided by the machine.\nMachine metadata is located in the fleet configuration file.\n\nReplace running units with new versions (the old version of each is stopped\nbefore the new one starts). Without --keep-machine a replaced unit is\nrescheduled and may move to another machine; with it, it stays where it runs\nunless its constraints no longer allow it there:\n\tfleetctl start --replace --keep-machine foo.service foo@{1..10}.service",
         flags: &[
             BLOCK_ATTEMPTS_START,
+            KEEP_MACHINE,
             NO_BLOCK_START,
             FlagSpec::new(
                 "replace",

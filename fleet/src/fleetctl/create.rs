@@ -1,6 +1,13 @@
 //! The creation step of `submit`/`load`/`start`/`restart` (spec §9.4) and the `--replace` decision (§10.2–§10.3):
 //! locate each argument's unit file (file, registry template, local template), decide per argument between create,
 //! keep, replace or refuse, create through the client, then wait until the new units are `inactive`.
+//!
+//! How a unit is replaced ([`replacement_mode`]): like the original, by storing the new content with desired state
+//! `inactive` (the unit is unscheduled, then scheduled again by the command's own step, possibly elsewhere); or,
+//! with `--keep-machine` on `load`/`start` of a unit that is scheduled, in place: one PUT with the new content *and*
+//! the command's desired state, so the unit keeps its machine and that machine's agent stops the old version
+//! before it starts the new one. Either way every replaced unit is recorded in [`Ctx::replaced`] so that the
+//! command's waits are satisfied only by the new content.
 
 use std::path::{Path, PathBuf};
 
@@ -56,6 +63,30 @@ pub enum Decision {
     RefuseReplace,
     /// `--replace` but nothing local to compare with: abort the command.
     Fail(String),
+}
+
+/// How a unit allowed to be replaced is replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplacementMode {
+    /// The original's: new content with desired state `inactive`, then the command's own step (may move).
+    ThroughInactive,
+    /// `--keep-machine`: new content and this desired state in one request; the unit keeps its machine.
+    InPlace(JobState),
+}
+
+/// How `creator` replaces a unit whose desired state is `desired` (§10.3, plus `--keep-machine`). In place only
+/// for `load`/`start` with `--keep-machine` of a unit that is `loaded` or `launched` (an `inactive` unit has no
+/// machine to keep); `launched` is only kept by `start` (`load --replace` does not replace launched units).
+pub fn replacement_mode(creator: Creator, keep_machine: bool, desired: Option<JobState>) -> ReplacementMode {
+    let state = match creator {
+        Creator::Load => JobState::Loaded,
+        Creator::Start => JobState::Launched,
+        Creator::Submit | Creator::Restart => return ReplacementMode::ThroughInactive,
+    };
+    match desired {
+        Some(JobState::Loaded | JobState::Launched) if keep_machine => ReplacementMode::InPlace(state),
+        _ => ReplacementMode::ThroughInactive,
+    }
 }
 
 /// Whether `creator --replace` may replace a unit whose desired state is `desired` (§10.2 table).
@@ -180,8 +211,9 @@ fn replacement_for(ctx: &mut Ctx<'_>, arg: &str, path: &Path, name: &str) -> Res
     unit_file_for(ctx, arg, path, name)
 }
 
-/// Validate and create (or replace) one unit through the client.
-fn create_unit(ctx: &mut Ctx<'_>, name: &str, uf: UnitFile) -> Result<(), String> {
+/// Validate and create (or replace) one unit through the client; `desired` goes in the same request (else the
+/// API makes the unit `inactive`).
+fn create_unit(ctx: &mut Ctx<'_>, name: &str, uf: UnitFile, desired: Option<JobState>) -> Result<(), String> {
     unitf::validate_name(name).map_err(|e| e.to_string())?;
     xfleet::validate_options(&uf).map_err(|e| e.to_string())?;
     // The original reports only the first unrecognised key (`Job.ValidateRequirements` returns on the first).
@@ -191,7 +223,12 @@ fn create_unit(ctx: &mut Ctx<'_>, name: &str, uf: UnitFile) -> Result<(), String
             &format!("Unit {name}: unrecognized requirement in [X-Fleet] section: {}", unitf::go_quote(key)),
         );
     }
-    let unit = Unit { name: name.to_string(), options: uf.options().to_vec(), ..Default::default() };
+    let unit = Unit {
+        name: name.to_string(),
+        options: uf.options().to_vec(),
+        desired_state: desired.map(|d| d.to_string()).unwrap_or_default(),
+        ..Default::default()
+    };
     ctx.client.create_unit(&unit).map_err(|e| format!("failed creating unit {name}: {e}"))?;
     tracing::debug!(unit = %name, "created unit");
     Ok(())
@@ -202,6 +239,7 @@ fn create_unit(ctx: &mut Ctx<'_>, name: &str, uf: UnitFile) -> Result<(), String
 pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), String> {
     let creator = Creator::of(ctx.command);
     let replace = ctx.flags.bool("replace");
+    let keep_machine = ctx.flags.bool("keep-machine");
     let mut created = Vec::new();
     for arg in args {
         let path_text = unitf::append_default_type(arg);
@@ -211,7 +249,7 @@ pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), Strin
             ctx.client.unit(&name).map_err(|e| format!("error retrieving Unit({name}) from Registry: {e}"))?;
         let Some(existing) = existing else {
             let uf = unit_file_for(ctx, arg, &path, &name)?;
-            create_unit(ctx, &name, uf)?;
+            create_unit(ctx, &name, uf, None)?;
             created.push(name);
             continue;
         };
@@ -227,8 +265,18 @@ pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), Strin
             Decision::Fail(e) => return Err(e),
             Decision::Replace => {
                 let uf = replacement_for(ctx, arg, &path, &name)?;
-                create_unit(ctx, &name, uf)?;
-                created.push(name);
+                // The hash the registry (and every agent) will give the stored content.
+                let hash = UnitFile::from_options(uf.options().to_vec()).hash().to_hex();
+                let mode = replacement_mode(creator, keep_machine, desired);
+                match mode {
+                    ReplacementMode::ThroughInactive => create_unit(ctx, &name, uf, None)?,
+                    ReplacementMode::InPlace(state) => create_unit(ctx, &name, uf, Some(state))?,
+                }
+                tracing::debug!(unit = %name, hash = %&hash[..7], ?mode, "replaced unit");
+                ctx.replaced.insert(name.clone(), hash);
+                if mode == ReplacementMode::ThroughInactive {
+                    created.push(name);
+                }
             }
         }
     }
@@ -311,6 +359,27 @@ mod tests {
         assert_eq!(decide(Creator::Submit, true, Some((None, &DIFF))), Decision::RefuseReplace);
         assert_eq!(decide(Creator::Load, true, Some((None, &DIFF))), Decision::RefuseReplace);
         assert_eq!(decide(Creator::Start, true, Some((None, &DIFF))), Decision::Replace);
+    }
+
+    #[test]
+    fn keep_machine_replaces_scheduled_units_in_place() {
+        use ReplacementMode::*;
+        // (creator, keep, desired before, expected)
+        let table = [
+            (Creator::Start, true, Some(Launched), InPlace(Launched)),
+            (Creator::Start, true, Some(Loaded), InPlace(Launched)),
+            (Creator::Start, true, Some(Inactive), ThroughInactive),
+            (Creator::Start, true, None, ThroughInactive),
+            (Creator::Load, true, Some(Loaded), InPlace(Loaded)),
+            (Creator::Load, true, Some(Inactive), ThroughInactive),
+            (Creator::Submit, true, Some(Inactive), ThroughInactive),
+            (Creator::Restart, true, Some(Launched), ThroughInactive),
+            (Creator::Start, false, Some(Launched), ThroughInactive),
+            (Creator::Load, false, Some(Loaded), ThroughInactive),
+        ];
+        for (c, keep, d, want) in table {
+            assert_eq!(replacement_mode(c, keep, d), want, "{c:?} keep={keep} {d:?}");
+        }
     }
 
     #[test]

@@ -160,9 +160,25 @@ mod tests {
         }
     }
 
+    /// `start` as the original defines it: without `--keep-machine` and the paragraph on replacing.
+    fn original_start() -> &'static CommandSpec {
+        let ours = command("start").unwrap();
+        let flags: Vec<FlagSpec> = ours.flags.iter().filter(|f| f.name != "keep-machine").cloned().collect();
+        let long = ours.long.split("\n\nReplace running units").next().unwrap();
+        Box::leak(Box::new(CommandSpec { flags: Box::leak(flags.into_boxed_slice()), long, ..*ours }))
+    }
+
+    #[test]
+    fn start_help_documents_keep_machine() {
+        let out = command_help(command("start").unwrap());
+        assert!(out.contains("\n      --keep-machine         With --replace: keep each replaced unit on the machine"));
+        assert!(out.contains("\tfleetctl start --replace --keep-machine foo.service"));
+        assert!(command_help(command("load").unwrap()).contains("\n      --keep-machine "));
+    }
+
     #[test]
     fn start_help_matches_transcript_01() {
-        let out = command_help(command("start").unwrap());
+        let out = command_help(original_start());
         assert!(out.starts_with("NAME:\n\tstart - Instruct systemd to start one or more units in the cluster, first submitting and loading if necessary.\n\nUSAGE:\n\tfleetctl start [--no-block|--block-attempts=N] UNIT...\n\nDESCRIPTION:\n\tStart one or many units on the cluster."));
         assert!(out.contains("\tunits are always non-blocking.\n\t\n\tStart a single unit:\n"));
         assert!(out.contains("OPTIONS:\n      --block-attempts int   Wait until the units are launched, performing up to N attempts before giving up. A value of 0 indicates no limit. Does not apply to global units.\n      --no-block             Do not wait until the units have launched before exiting. Always the case for global units.\n      --replace              Replace the already started units in the cluster with new versions.\n      --sign                 DEPRECATED - this option cannot be used\n\nGLOBAL OPTIONS:\n"));

@@ -55,6 +55,9 @@ pub struct Ctx<'a> {
     /// Name of the running command (`submit`, `load`, ...).
     pub command: &'static str,
     pub timing: wait::Timing,
+    /// Units replaced by this command → the hash of their new content: waits on them are satisfied only by the
+    /// new version (the old one may still report the wanted state).
+    pub replaced: std::collections::BTreeMap<String, String>,
     machines: Option<Vec<Machine>>,
 }
 
@@ -67,7 +70,7 @@ impl<'a> Ctx<'a> {
         command: &'static str,
         timing: wait::Timing,
     ) -> Self {
-        Ctx { client, out, err, flags, command, timing, machines: None }
+        Ctx { client, out, err, flags, command, timing, replaced: Default::default(), machines: None }
     }
 
     /// Print a line on stdout. Output errors (closed pipe) are ignored, as the original does.

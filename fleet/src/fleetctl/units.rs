@@ -66,10 +66,14 @@ fn trigger(ctx: &mut Ctx<'_>, args: &[String], target: JobState) -> Result<(Vec<
             Err(e) => return Err(format!("error retrieving unit {name} from registry: {e}")),
         };
         if u.desired_state == target.as_str() {
-            tracing::debug!(unit = %name, state = %target, "desired state already set, skipping");
-            continue;
+            if !ctx.replaced.contains_key(&name) {
+                tracing::debug!(unit = %name, state = %target, "desired state already set, skipping");
+                continue;
+            }
+            // Replaced in place (`--keep-machine`): the state came with the new content; wait for it all the same.
+        } else {
+            ctx.client.set_unit_target_state(&name, target.as_str()).map_err(|e| e.to_string())?;
         }
-        ctx.client.set_unit_target_state(&name, target.as_str()).map_err(|e| e.to_string())?;
         if unit_is_global(&u) {
             ctx.say(&format!("Triggered global unit {name} {}", verb(target)));
             global.push(name);

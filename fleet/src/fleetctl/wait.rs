@@ -8,7 +8,7 @@ use super::Ctx;
 use super::table::location_legend;
 use crate::client::StateFilter;
 use crate::model::JobState;
-use crate::unit::UnitFile;
+use crate::unit::{Requirements, UnitFile};
 
 /// Poll cadence. One attempt is `polls_per_attempt` polls `interval` apart (the first after one interval).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +71,9 @@ fn assert_unit_state(ctx: &mut Ctx<'_>, name: &str, target: JobState) -> bool {
     if observed != target.as_str() {
         return false;
     }
+    if !global && target != JobState::Inactive && !target_runs_replacement(ctx, name, &u.machine_id) {
+        return false;
+    }
     let mut msg = format!("Unit {name} {}", u.current_state);
     if !u.machine_id.is_empty() {
         let machines = ctx.machines().to_vec();
@@ -80,6 +83,20 @@ fn assert_unit_state(ctx: &mut Ctx<'_>, name: &str, target: JobState) -> bool {
     }
     ctx.say(&msg);
     true
+}
+
+/// For a unit this command replaced: whether its target machine publishes the new content (the old version's
+/// state and launched marker may still say `launched`). True for units that were not replaced.
+fn target_runs_replacement(ctx: &Ctx<'_>, name: &str, machine: &str) -> bool {
+    let Some(hash) = ctx.replaced.get(name) else { return true };
+    let filter = StateFilter { machine_id: Some(machine.to_string()), unit_name: Some(name.to_string()) };
+    match ctx.client.unit_states(&filter) {
+        Ok(states) => states.iter().any(|s| &s.hash == hash),
+        Err(e) => {
+            tracing::debug!(unit = %name, error = %e, "error retrieving unit states while waiting");
+            false
+        }
+    }
 }
 
 /// Wait until every unit in `names` reports `target`. On timeout prints `Error waiting for units: <err>` and
@@ -107,19 +124,33 @@ pub fn wait_for_unit_states(
     Err(err)
 }
 
-/// After `start`: wait until systemd reports each unit active and loaded. A missing state (404, or an error)
-/// counts as "not yet" (B5 Rec). On timeout prints `Error waiting for units: <err>`.
+fn runs_active(s: &crate::schema::UnitState) -> bool {
+    s.systemd_active_state == "active" && s.systemd_load_state == "loaded"
+}
+
+/// After `start`: wait until systemd reports each unit active and loaded — for a replaced unit, its new content
+/// (a machine still running the old one does not count). A missing state (404, or an error) counts as "not yet"
+/// (B5 Rec). On timeout prints `Error waiting for units: <err>`.
 pub fn wait_for_systemd_active(ctx: &mut Ctx<'_>, names: &[String], attempts: u64) -> Result<(), String> {
     let mut pending: Vec<String> = names.to_vec();
     let timing = ctx.timing;
     let client = ctx.client;
+    let replaced = &ctx.replaced;
     let ok = poll(timing, attempts, || {
-        pending.retain(|n| match client.unit_state(n) {
-            Ok(Some(s)) => !(s.systemd_active_state == "active" && s.systemd_load_state == "loaded"),
-            Ok(None) => true,
-            Err(e) => {
-                tracing::debug!(unit = %n, error = %e, "error retrieving unit state while waiting");
-                true
+        pending.retain(|n| {
+            let found = match replaced.get(n) {
+                None => client.unit_state(n).map(|s| s.is_some_and(|s| runs_active(&s))),
+                Some(hash) => {
+                    let filter = StateFilter { machine_id: None, unit_name: Some(n.clone()) };
+                    client.unit_states(&filter).map(|all| all.iter().any(|s| &s.hash == hash && runs_active(s)))
+                }
+            };
+            match found {
+                Ok(active) => !active,
+                Err(e) => {
+                    tracing::debug!(unit = %n, error = %e, "error retrieving unit state while waiting");
+                    true
+                }
             }
         });
         pending.is_empty()
@@ -136,50 +167,83 @@ pub fn wait_for_systemd_active(ctx: &mut Ctx<'_>, names: &[String], attempts: u6
     Err(err)
 }
 
-/// Global units (the original never waited for them): wait until every machine that publishes a state for the
-/// unit runs the unit's current content in the state `target` asks for — `launched`: active; `loaded`: loaded and
-/// not active; `inactive`: no machine reports it any more. `launched`/`loaded` also need at least one report.
+/// Global units (the original never waited for them): wait until every machine that should run the unit — every
+/// present machine its `MachineMetadata` allows — and every machine that publishes a state for it runs the unit's
+/// current content in the state `target` asks for: `launched`: active; `loaded`: loaded and not active;
+/// `inactive`: no machine reports it any more. So after a replacement, a machine that has unloaded the old version
+/// and not yet loaded the new one keeps the wait going. A unit with `Conflicts=` may be declined by a machine
+/// (agents resolve global conflicts locally), so for it a machine that reports nothing is not waited for.
+/// `launched`/`loaded` also need at least one report.
 pub fn wait_for_global(ctx: &mut Ctx<'_>, name: &str, target: JobState, attempts: u64) -> Result<(), String> {
-    let hash = match ctx.client.unit(name) {
-        Ok(Some(u)) => UnitFile::from_options(u.options).hash().to_hex(),
-        _ => String::new(),
+    let (hash, requirements) = match ctx.client.unit(name) {
+        Ok(Some(u)) => {
+            let file = UnitFile::from_options(u.options);
+            let requirements = Requirements::of(&file, name);
+            (file.hash().to_hex(), Some(requirements))
+        }
+        _ => (String::new(), None),
     };
     let client = ctx.client;
     let filter = StateFilter { machine_id: None, unit_name: Some(name.to_string()) };
-    let mut last = (0usize, 0usize);
+    let mut last = GlobalProgress::default();
     let ok = poll(ctx.timing, attempts, || {
         let Ok(states) = client.unit_states(&filter) else { return false };
-        let good = states
-            .iter()
-            .filter(|s| match target {
-                JobState::Launched => {
-                    s.systemd_active_state == "active"
-                        && s.systemd_load_state == "loaded"
-                        && (hash.is_empty() || s.hash == hash)
-                }
-                JobState::Loaded => {
-                    s.systemd_load_state == "loaded"
-                        && s.systemd_active_state != "active"
-                        && (hash.is_empty() || s.hash == hash)
-                }
-                JobState::Inactive => false,
-            })
-            .count();
-        last = (good, states.len());
-        match target {
-            JobState::Inactive => states.is_empty(),
-            _ => !states.is_empty() && good == states.len(),
+        if target == JobState::Inactive {
+            last = GlobalProgress { good: 0, expected: states.len() };
+            return states.is_empty();
         }
+        let expected: Vec<String> = match (&requirements, client.machines()) {
+            (Some(r), Ok(machines)) if r.conflicts.is_empty() => machines
+                .into_iter()
+                .filter(|m| r.metadata_allows(&m.metadata) && r.machine_id_allows(&m.id))
+                .map(|m| m.id)
+                .collect(),
+            _ => Vec::new(),
+        };
+        let progress = global_progress(&states, &expected, target, &hash);
+        last = progress;
+        progress.good > 0 && progress.good == progress.expected
     });
     if ok {
         return Ok(());
     }
     let err = format!(
         "timed out waiting for global unit {name} to report state {target} on every machine ({} of {} machines)",
-        last.0, last.1
+        last.good, last.expected
     );
     ctx.warn(&format!("Error waiting for units: {err}"));
     Err(err)
+}
+
+/// How far a global unit has come: machines in the wanted state, of the machines waited for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GlobalProgress {
+    pub good: usize,
+    pub expected: usize,
+}
+
+/// The machines waited for are `expected` plus every machine publishing a state; a machine is good when its
+/// state shows content `hash` (any content when `hash` is empty) in the state `target` (`launched`/`loaded`)
+/// asks for.
+pub fn global_progress(
+    states: &[crate::schema::UnitState],
+    expected: &[String],
+    target: JobState,
+    hash: &str,
+) -> GlobalProgress {
+    let good_state = |s: &crate::schema::UnitState| {
+        let right_content = hash.is_empty() || s.hash == hash;
+        right_content
+            && s.systemd_load_state == "loaded"
+            && match target {
+                JobState::Launched => s.systemd_active_state == "active",
+                _ => s.systemd_active_state != "active",
+            }
+    };
+    let mut machines: std::collections::BTreeSet<&str> = expected.iter().map(String::as_str).collect();
+    machines.extend(states.iter().map(|s| s.machine_id.as_str()));
+    let good = machines.iter().filter(|m| states.iter().any(|s| s.machine_id == **m && good_state(s))).count();
+    GlobalProgress { good, expected: machines.len() }
 }
 
 /// After `destroy` (B4 Rec): wait until the unit is gone and no machine reports a state for it any more.
@@ -195,6 +259,39 @@ pub fn wait_for_destroyed(ctx: &mut Ctx<'_>, name: &str, attempts: u64) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn state(machine: &str, hash: &str, active: &str) -> crate::schema::UnitState {
+        crate::schema::UnitState {
+            hash: hash.into(),
+            machine_id: machine.into(),
+            name: "g.service".into(),
+            systemd_active_state: active.into(),
+            systemd_load_state: "loaded".into(),
+            systemd_sub_state: String::new(),
+        }
+    }
+
+    #[test]
+    fn global_wait_counts_machines_that_should_run_the_unit() {
+        let all = ["m1".to_string(), "m2".to_string(), "m3".to_string()];
+        let p = |states: &[crate::schema::UnitState], expected: &[String]| {
+            let g = global_progress(states, expected, JobState::Launched, "new");
+            (g.good, g.expected)
+        };
+        // One machine already runs the new version, the others have unloaded the old one: not done.
+        assert_eq!(p(&[state("m1", "new", "active")], &all), (1, 3));
+        // The old version still runs somewhere: not done.
+        assert_eq!(
+            p(&[state("m1", "new", "active"), state("m2", "old", "active"), state("m3", "new", "active")], &all),
+            (2, 3)
+        );
+        assert_eq!(
+            p(&[state("m1", "new", "active"), state("m2", "new", "active"), state("m3", "new", "active")], &all),
+            (3, 3)
+        );
+        // Nothing known about which machines should run it: every reporting machine.
+        assert_eq!(p(&[state("m1", "new", "active"), state("m2", "new", "activating")], &[]), (1, 2));
+    }
 
     #[test]
     fn poll_counts_attempts_of_eight_polls() {

@@ -48,8 +48,17 @@ pub enum ServerError {
 enum RunEnd {
     /// Shut down; with the registry connection and presence lease when this machine was registered.
     Shutdown(Option<Box<Registered>>),
-    Reload,
+    /// Reload the configuration; the registration is handed on so the machine stays registered throughout.
+    Reload(Box<Registered>),
     MonitorTriggered,
+}
+
+/// Why the components of one run stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Shutdown,
+    Reload,
+    Monitor,
 }
 
 /// A live registration: the connection and this machine's presence lease.
@@ -69,6 +78,8 @@ struct Daemon {
     /// The presence lease of the last successful registration, revoked if it still holds our machine key when we
     /// register again after a monitor restart.
     previous_presence: Option<i64>,
+    /// A registration handed on by a reload, used by the next run instead of registering again.
+    carried: Option<Registered>,
 }
 
 /// Runs fleetd until a shutdown signal; returns the process exit status.
@@ -90,10 +101,15 @@ pub async fn run(config_path: Option<PathBuf>) -> Result<(), ServerError> {
     let api_stop = CancellationToken::new();
     let serving = tokio::spawn(crate::api::serve::serve(listeners, api_rx, api_stop.clone()));
 
-    let mut daemon = Daemon { config_path, loaded, machine_id, agent, api, signals, previous_presence: None };
+    let mut daemon =
+        Daemon { config_path, loaded, machine_id, agent, api, signals, previous_presence: None, carried: None };
     loop {
         match daemon.run_components().await {
-            RunEnd::Reload => daemon.reload(),
+            RunEnd::Reload(registered) => {
+                let before = daemon.loaded.config.clone();
+                daemon.reload();
+                daemon.carry_over(*registered, &before).await;
+            }
             RunEnd::MonitorTriggered => {
                 tracing::error!("Server monitor triggered: Monitor timed out before successful heartbeat");
             }
@@ -162,26 +178,43 @@ impl Daemon {
             _ = tokio::time::sleep(delay) => None,
             request = self.signals.next() => match request {
                 Request::Shutdown => Some(RunEnd::Shutdown(None)),
-                Request::Reload => Some(RunEnd::Reload),
+                // Not registered yet: nothing to hand on; the next attempt uses the new configuration.
+                Request::Reload => {
+                    self.reload();
+                    None
+                }
                 Request::Dump => None,
             },
         }
     }
 
-    /// Connects, registers this machine under a fresh presence lease, runs the components until something ends
-    /// them. Registration is retried forever with backoff; signals are honoured meanwhile.
+    /// Connects, registers this machine under a fresh presence lease (or keeps the one a reload handed on), runs
+    /// the components until something ends them. Registration is retried forever with backoff; signals are
+    /// honoured meanwhile.
     async fn run_components(&mut self) -> RunEnd {
         let ttl = self.config().agent_ttl().unwrap_or(Duration::from_secs(30));
-        let mut backoff = Duration::from_secs(1);
-        let (registry, presence) = loop {
-            match self.register(ttl).await {
-                Ok(registered) => break registered,
-                Err(err) => {
-                    tracing::error!("Server register machine failed: {err}, retrying in {} sec.", backoff.as_secs());
-                    if let Some(end) = self.pause(backoff).await {
-                        return end;
+        let carried = match self.carried.take() {
+            Some(registered) => self.refresh(registered).await,
+            None => None,
+        };
+        let Registered { registry, presence } = match carried {
+            Some(registered) => registered,
+            None => {
+                let mut backoff = Duration::from_secs(1);
+                loop {
+                    match self.register(ttl).await {
+                        Ok((registry, presence)) => break Registered { registry, presence },
+                        Err(err) => {
+                            tracing::error!(
+                                "Server register machine failed: {err}, retrying in {} sec.",
+                                backoff.as_secs()
+                            );
+                            if let Some(end) = self.pause(backoff).await {
+                                return end;
+                            }
+                            backoff = next_backoff(backoff);
+                        }
                     }
-                    backoff = next_backoff(backoff);
                 }
             }
         };
@@ -199,7 +232,7 @@ impl Daemon {
         tracing::info!(machine = %self.machine_id, lease = format_args!("{:x}", presence.id()), "fleet server running");
 
         let debug = self.agent.debug_handle();
-        let end = {
+        let ended = {
             let agent_run = self.agent.run(registry.clone(), reflector.subscribe(), presence.id(), stop.child_token());
             tokio::pin!(agent_run);
             loop {
@@ -208,31 +241,62 @@ impl Daemon {
                         if let Err(err) = result {
                             tracing::error!(error = %err, "agent stopped; restarting the components");
                         }
-                        break RunEnd::MonitorTriggered;
+                        break Ended::Monitor;
                     }
                     reason = presence.lost() => {
                         tracing::warn!(%reason, "presence lease lost");
-                        break RunEnd::MonitorTriggered;
+                        break Ended::Monitor;
                     }
                     request = self.signals.next() => match request {
-                        Request::Shutdown => break RunEnd::Shutdown(None),
-                        Request::Reload => break RunEnd::Reload,
+                        Request::Shutdown => break Ended::Shutdown,
+                        Request::Reload => break Ended::Reload,
                         Request::Dump => dump(&debug, &reflector),
                     },
                 }
             }
         };
-        // Back to 503 while the components are down.
-        self.api.send_replace(None);
-        stop.cancel();
-        if let Some(engine) = engine {
-            if tokio::time::timeout(SHUTDOWN_REGISTRY_DEADLINE, engine).await.is_err() {
-                tracing::warn!("engine did not stop in time");
-            }
+        // A reload keeps serving with the old handler until the new one is installed; otherwise 503 meanwhile.
+        if ended != Ended::Reload {
+            self.api.send_replace(None);
         }
-        match end {
-            RunEnd::Shutdown(_) => RunEnd::Shutdown(Some(Box::new(Registered { registry, presence }))),
-            other => other,
+        stop.cancel();
+        if let Some(engine) = engine
+            && tokio::time::timeout(SHUTDOWN_REGISTRY_DEADLINE, engine).await.is_err()
+        {
+            tracing::warn!("engine did not stop in time");
+        }
+        match ended {
+            Ended::Shutdown => RunEnd::Shutdown(Some(Box::new(Registered { registry, presence }))),
+            Ended::Reload => RunEnd::Reload(Box::new(Registered { registry, presence })),
+            Ended::Monitor => RunEnd::MonitorTriggered,
+        }
+    }
+
+    /// Keeps a registration across a reload when the new configuration still points at the same etcd; otherwise
+    /// retires it so the next run registers afresh.
+    async fn carry_over(&mut self, registered: Registered, before: &Config) {
+        let (old, new) = (etcd_config(before), etcd_config(self.config()));
+        let same_etcd = old.endpoints == new.endpoints
+            && old.prefix == new.prefix
+            && old.user == new.user
+            && before.agent_ttl == self.config().agent_ttl;
+        if same_etcd && registered.presence.is_alive() {
+            self.carried = Some(registered);
+            return;
+        }
+        if tokio::time::timeout(SHUTDOWN_REGISTRY_DEADLINE, registered.presence.revoke()).await.is_err() {
+            tracing::warn!("etcd did not answer; the old presence lease will expire on its own");
+        }
+    }
+
+    /// Re-publishes this machine's state under a carried registration (metadata may have changed).
+    async fn refresh(&self, registered: Registered) -> Option<Registered> {
+        match registered.registry.register_machine(&self.local_state(), registered.presence.id()).await {
+            Ok(_) => Some(registered),
+            Err(err) => {
+                tracing::warn!(error = %err, "keeping the registration across the reload failed; registering again");
+                None
+            }
         }
     }
 

@@ -144,7 +144,7 @@ async fn bad_requests_change_nothing_and_get_the_originals_errors() {
             400,
             r#"name in URL \"api.service\" differs from unit name in request body \"other.service\""#,
         ),
-        ("api.service", r#"{"desiredState":"bogus"}"#, None, 400, "invalid desiredState"),
+        ("api.service", r#"{"desiredState":"bogus"}"#, None, 400, r#"invalid value \"bogus\" for JobState"#),
         ("api.service", "{not json", None, 400, "unable to decode body: "),
         ("api.service", "x", Some("text/plain"), 415, "only acceptable Content-Type is application/json"),
         ("api.service", r#"{}"#, None, 409, "must provide DesiredState to update existing unit"),

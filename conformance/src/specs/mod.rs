@@ -1,0 +1,213 @@
+//! The catalogue: every spec with its area, machines, metadata and required capabilities. Spec bodies live in one
+//! module per area.
+
+pub mod client_api;
+pub mod cluster;
+pub mod connectivity;
+pub mod fleetctl;
+pub mod machines;
+pub mod metadata;
+pub mod node;
+pub mod replace;
+pub mod scheduling;
+pub mod unit_actions;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::{Area, Capability, Ctx, Spec, SpecFuture};
+
+fn spec(area: Area, name: &'static str, machines: usize, origin: &'static str, run: fn(Ctx) -> SpecFuture) -> Spec {
+    Spec { name, area, machines, metadata: &[], requires: &[], origin, run }
+}
+
+impl Spec {
+    fn metadata(mut self, metadata: &'static [(usize, &'static str)]) -> Spec {
+        self.metadata = metadata;
+        self
+    }
+
+    fn requires(mut self, caps: &'static [Capability]) -> Spec {
+        self.requires = caps;
+        self
+    }
+}
+
+/// Every spec, in catalogue order.
+pub fn catalogue() -> Vec<Spec> {
+    use Area::*;
+    let mut all = vec![
+        // fleetctl
+        spec(Fleetctl, "version_prints_fleetctl_version", 0, "TestClientVersionFlag", |c| {
+            Box::pin(fleetctl::version(c))
+        }),
+        spec(Fleetctl, "help_shows_the_version", 0, "TestClientVersionHelpOutput", |c| {
+            Box::pin(fleetctl::help_version(c))
+        }),
+        spec(Fleetctl, "help_flags_and_no_arguments_exit_zero", 0, "TestClientHelpFlag", |c| {
+            Box::pin(fleetctl::help_flags(c))
+        }),
+        spec(Fleetctl, "endpoint_from_environment", 1, "TestFleetctlWithEnv", |c| Box::pin(fleetctl::endpoint_env(c))),
+        spec(Fleetctl, "list_unit_files_sorted_by_name", 1, "TestListUnitFilesOrder", |c| {
+            Box::pin(fleetctl::list_unit_files_order(c))
+        }),
+        // unit_actions
+        spec(UnitActions, "start_runs_the_unit", 1, "TestUnitRunnable", |c| Box::pin(unit_actions::runnable(c))),
+        spec(UnitActions, "submit_batch_then_destroy", 1, "TestUnitSubmit", |c| {
+            Box::pin(unit_actions::batch(c, unit_actions::Cmd::Submit, 9))
+        }),
+        spec(UnitActions, "load_batch_then_unload", 1, "TestUnitLoad", |c| {
+            Box::pin(unit_actions::batch(c, unit_actions::Cmd::Load, 6))
+        }),
+        spec(UnitActions, "start_batch_then_stop", 1, "TestUnitStart", |c| {
+            Box::pin(unit_actions::batch(c, unit_actions::Cmd::Start, 3))
+        }),
+        spec(UnitActions, "restart_starts_stopped_and_running_units", 1, "TestUnitRestart", |c| {
+            Box::pin(unit_actions::restart(c))
+        }),
+        spec(UnitActions, "cat_prints_the_submitted_unit", 1, "TestUnitCat", |c| Box::pin(unit_actions::cat(c))),
+        spec(UnitActions, "submit_replace_changes_inactive_units", 1, "TestUnitSubmitReplace", |c| {
+            Box::pin(unit_actions::replace(c, unit_actions::Cmd::Submit, 9))
+        }),
+        spec(UnitActions, "load_replace_changes_loaded_units", 1, "TestUnitLoadReplace", |c| {
+            Box::pin(unit_actions::replace(c, unit_actions::Cmd::Load, 6))
+        }),
+        spec(UnitActions, "start_replace_changes_launched_units", 1, "TestUnitStartReplace", |c| {
+            Box::pin(unit_actions::replace(c, unit_actions::Cmd::Start, 3))
+        }),
+        spec(UnitActions, "install_section_wanted_by_follows_the_wanting_unit", 2, "TestInstallUnit", |c| {
+            Box::pin(unit_actions::install(c))
+        }),
+        spec(UnitActions, "lifecycle_listings_agree_with_systemd", 2, "core issue", |c| {
+            Box::pin(unit_actions::lifecycle(c))
+        }),
+        // scheduling
+        spec(Scheduling, "machine_of_keeps_pairs_together_when_one_moves", 3, "TestScheduleMachineOf", |c| {
+            Box::pin(scheduling::machine_of(c))
+        }),
+        spec(Scheduling, "conflicts_allow_one_per_machine", 3, "TestScheduleConflicts", |c| {
+            Box::pin(scheduling::conflicts(c))
+        }),
+        spec(Scheduling, "one_way_conflict_blocks_until_destroyed", 1, "TestScheduleOneWayConflict", |c| {
+            Box::pin(scheduling::one_way_conflict(c))
+        }),
+        spec(Scheduling, "conflicts_in_lists_and_repeated_lines", 3, "TestScheduleMultipleConflicts", |c| {
+            Box::pin(scheduling::multiple_conflicts(c))
+        }),
+        spec(Scheduling, "replaces_moves_the_replaced_unit", 2, "TestScheduleReplace", |c| {
+            Box::pin(scheduling::replaces(c))
+        })
+        .requires(&[Capability::DeterministicReplaces]),
+        spec(Scheduling, "circular_replaces_runs_exactly_one", 2, "TestScheduleCircularReplace", |c| {
+            Box::pin(scheduling::circular_replaces(c))
+        })
+        .requires(&[Capability::DeterministicReplaces]),
+        spec(Scheduling, "machine_id_pins_each_unit", 3, "TestScheduleConditionMachineID", |c| {
+            Box::pin(scheduling::machine_id(c))
+        }),
+        spec(Scheduling, "global_unit_runs_on_every_machine", 3, "TestScheduleGlobalUnits (without status)", |c| {
+            Box::pin(scheduling::global_units(c))
+        }),
+        spec(Scheduling, "global_conflicts_keep_the_second_off", 3, "TestScheduleGlobalConflicts", |c| {
+            Box::pin(scheduling::global_conflicts(c))
+        }),
+        spec(Scheduling, "template_instances_spread_least_loaded", 3, "core issue", |c| {
+            Box::pin(scheduling::least_loaded(c))
+        }),
+        // metadata
+        spec(Metadata, "template_specifier_in_machine_metadata", 3, "TestTemplatesWithSpecifiersInMetadata", |c| {
+            Box::pin(metadata::specifiers(c))
+        }),
+        // machines
+        spec(Machines, "api_lists_machines_as_json", 1, "TestMachinesList", |c| Box::pin(machines::list(c))),
+        spec(Machines, "api_rejects_a_bad_page_token", 1, "TestMachinesListBadNextPageToken", |c| {
+            Box::pin(machines::bad_token(c))
+        }),
+        spec(Machines, "api_patch_adds_and_replaces_metadata", 2, "TestMachinesPatchAddModify", |c| {
+            Box::pin(machines::patch_add_modify(c))
+        }),
+        spec(Machines, "api_patch_removes_metadata", 2, "TestMachinesPatchDelete", |c| {
+            Box::pin(machines::patch_delete(c))
+        }),
+        spec(Machines, "api_patch_rejects_bad_operations", 1, "TestMachinesPatchBad", |c| {
+            Box::pin(machines::patch_bad(c))
+        }),
+        spec(Machines, "list_machines_shows_ids_addresses_metadata", 2, "core issue", |c| {
+            Box::pin(machines::list_machines(c))
+        })
+        .metadata(&[(2, "role=b")]),
+        // client_api
+        spec(ClientApi, "units_put_get_delete_status_codes", 1, "transcript 13, spec §8.6", |c| {
+            Box::pin(client_api::units_crud(c))
+        }),
+        spec(ClientApi, "errors_are_json_with_code_and_message", 1, "transcript 13, spec §8.2-8.3", |c| {
+            Box::pin(client_api::errors(c))
+        }),
+        spec(ClientApi, "put_rejects_unknown_desired_state", 1, "spec §12.2 B9", |c| {
+            Box::pin(client_api::bad_desired_state(c))
+        })
+        .requires(&[Capability::StrictApiValidation]),
+        spec(ClientApi, "state_lists_launched_units", 1, "transcript 13, spec §8.7", |c| {
+            Box::pin(client_api::states(c))
+        }),
+        // node
+        spec(Node, "shutdown_is_clean", 1, "TestShutdown", |c| Box::pin(node::shutdown(c))),
+        spec(Node, "shutdown_while_monitor_restarts_is_clean", 1, "TestShutdownVsMonitor", |c| {
+            Box::pin(node::shutdown_vs_monitor(c))
+        }),
+        spec(Node, "sighup_reloads_and_keeps_serving", 1, "TestReconfigureServer", |c| Box::pin(node::sighup(c)))
+            .requires(&[Capability::SighupReload]),
+        spec(Node, "stopped_fleet_purges_its_pinned_unit", 1, "TestNodeShutdown", |c| Box::pin(node::node_shutdown(c))),
+        spec(Node, "duplicate_machine_id_is_refused", 2, "TestDetectMachineId", |c| {
+            Box::pin(node::duplicate_machine_id(c))
+        }),
+        // cluster
+        spec(Cluster, "stopped_fleet_moves_only_its_unit", 4, "TestDynamicClusterNewMemberUnitMigration", |c| {
+            Box::pin(cluster::stopped_member_migration(c))
+        }),
+        spec(Cluster, "replaced_machine_moves_exactly_one_unit", 3, "TestDynamicClusterMemberReboot", |c| {
+            Box::pin(cluster::member_reboot(c))
+        }),
+        spec(Cluster, "killed_machine_units_rescheduled", 3, "core issue", |c| Box::pin(cluster::killed_machine(c))),
+        spec(Cluster, "scheduling_survives_each_machine_killed", 3, "core issue (engine leader takeover)", |c| {
+            Box::pin(cluster::leader_takeover(c))
+        }),
+        // connectivity
+        spec(Connectivity, "partitioned_machine_keeps_its_units", 1, "TestSingleNodeConnectivityLoss", |c| {
+            Box::pin(connectivity::single_node_loss(c))
+        }),
+        spec(Connectivity, "etcd_restart_keeps_units_and_converges", 2, "core issue", |c| {
+            Box::pin(connectivity::etcd_restart(c))
+        }),
+    ];
+    all.extend(replace::specs());
+    all
+}
+
+/// Whether all values are distinct.
+pub(crate) fn distinct<'a>(values: impl IntoIterator<Item = &'a String>) -> bool {
+    let v: Vec<&String> = values.into_iter().collect();
+    v.iter().collect::<BTreeSet<_>>().len() == v.len()
+}
+
+/// `name=machine` pairs for failure messages.
+pub(crate) fn placement(map: &BTreeMap<String, String>) -> String {
+    map.iter().map(|(u, m)| format!("{u}={}", short(m))).collect::<Vec<_>>().join(", ")
+}
+
+/// The first 8 characters of a machine ID.
+pub(crate) fn short(id: &str) -> &str {
+    &id[..id.len().min(8)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_areas_set() {
+        let all = catalogue();
+        let names: BTreeSet<String> = all.iter().map(Spec::trial_name).collect();
+        assert_eq!(names.len(), all.len());
+        assert!(all.iter().all(|s| s.machines <= 4));
+    }
+}

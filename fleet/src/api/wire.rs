@@ -1,0 +1,216 @@
+//! One place for what the API answers and decides, shared by the HTTP server and fleetctl's etcd driver so the two
+//! can never disagree: the wire form of units, unit states and machines (spec §8.5–§8.8) and the PUT decision
+//! (spec §8.6, with the recommended validation: replacements are validated like creations, unknown desired states
+//! are refused on every path, templates are never activated — bugs B9).
+
+use http::StatusCode;
+
+use super::reply::ApiError;
+use crate::model::{JobState, MachineState, UnitState};
+use crate::registry::UnitView;
+use crate::schema;
+use crate::unit::{NameInfo, Requirements, UnitFile, name, xfleet};
+
+/// A unit as the API shows it: in listings global units show `inactive` and no machine; a single GET of a global
+/// unit omits both. `None` when the stored body does not parse (the unit is invisible, spec §3.2).
+pub fn unit(view: &UnitView<'_>, single: bool) -> Option<schema::Unit> {
+    let content = match UnitFile::parse(view.body) {
+        Ok(content) => content,
+        Err(e) => {
+            tracing::warn!(unit = %view.name, hash = %view.hash, error = %e.located(), "stored unit body does not parse");
+            return None;
+        }
+    };
+    let global = Requirements::of(&content, view.name).global;
+    let (current, machine) = match (global, single) {
+        (true, true) => ("", ""),
+        (true, false) => (JobState::Inactive.as_str(), ""),
+        (false, _) => (view.current.as_str(), view.target.unwrap_or("")),
+    };
+    Some(schema::Unit {
+        current_state: current.to_string(),
+        desired_state: view.desired.as_str().to_string(),
+        machine_id: machine.to_string(),
+        name: view.name.to_string(),
+        options: content.into_options(),
+    })
+}
+
+/// A published unit state as the API shows it.
+pub fn state(s: UnitState) -> schema::UnitState {
+    schema::UnitState {
+        hash: s.hash,
+        machine_id: s.machine_id,
+        name: s.name,
+        systemd_active_state: s.active_state,
+        systemd_load_state: s.load_state,
+        systemd_sub_state: s.sub_state,
+    }
+}
+
+/// A present machine as the API shows it.
+pub fn machine(m: MachineState) -> schema::Machine {
+    schema::Machine { id: m.id, metadata: m.metadata, primary_ip: m.public_ip }
+}
+
+/// What a `PUT /units/<name>` does once [`decide_put`] accepted it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutAction {
+    /// The unit does not exist: store it with this desired state.
+    Create(JobState),
+    /// The unit exists with other content: store the new content with this desired state.
+    Replace(JobState),
+    /// The unit exists with the same content (or the request has none): change its desired state.
+    SetDesired(JobState),
+}
+
+fn reject(status: StatusCode, message: impl Into<String>) -> ApiError {
+    ApiError::new(status, message)
+}
+
+/// The PUT procedure (spec §8.6 steps 4–8) over the request `unit` (its name already reconciled with the path) and
+/// the stored unit's hash (`None`: it does not exist).
+pub fn decide_put(unit: &schema::Unit, stored_hash: Option<&str>) -> Result<PutAction, ApiError> {
+    name::validate_name(&unit.name).map_err(ApiError::bad_request)?;
+    let desired = if unit.desired_state.is_empty() {
+        None
+    } else {
+        Some(unit.desired_state.parse::<JobState>().map_err(ApiError::bad_request)?)
+    };
+    let is_template = NameInfo::parse(&unit.name).is_some_and(|i| i.is_template());
+    let not_activating_template = |state: JobState| {
+        if is_template && state != JobState::Inactive {
+            return Err(ApiError::bad_request(format!("cannot activate template {}", name::go_quote(&unit.name))));
+        }
+        Ok(state)
+    };
+    let content = UnitFile::from_options(unit.options.clone());
+    let validated = || xfleet::validate_options(&content).map_err(ApiError::bad_request);
+    match stored_hash {
+        None if unit.options.is_empty() => {
+            Err(reject(StatusCode::CONFLICT, "unit does not exist and options field empty"))
+        }
+        None => {
+            validated()?;
+            Ok(PutAction::Create(not_activating_template(desired.unwrap_or(JobState::Inactive))?))
+        }
+        Some(stored) if !unit.options.is_empty() && content.hash().to_hex() != stored => {
+            validated()?;
+            Ok(PutAction::Replace(not_activating_template(desired.unwrap_or(JobState::Inactive))?))
+        }
+        Some(_) => match desired {
+            None => Err(reject(StatusCode::CONFLICT, "must provide DesiredState to update existing unit")),
+            Some(state) => Ok(PutAction::SetDesired(not_activating_template(state)?)),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unit::UnitOption;
+
+    const HELLO: &str = "[Service]\nExecStart=/bin/sleep 100\n";
+
+    fn request(name: &str, text: &str, desired: &str) -> schema::Unit {
+        let options = UnitFile::parse(text).unwrap().into_options();
+        schema::Unit { name: name.into(), options, desired_state: desired.into(), ..Default::default() }
+    }
+
+    fn hash(text: &str) -> String {
+        UnitFile::parse(text).unwrap().hash().to_hex()
+    }
+
+    fn rejected(r: Result<PutAction, ApiError>) -> (u16, String) {
+        let e = r.expect_err("expected a rejection");
+        (e.status.as_u16(), e.message)
+    }
+
+    #[test]
+    fn new_units_are_created_inactive_unless_a_state_is_given() {
+        assert_eq!(decide_put(&request("a.service", HELLO, ""), None).unwrap(), PutAction::Create(JobState::Inactive));
+        let launched = request("a.service", HELLO, "launched");
+        assert_eq!(decide_put(&launched, None).unwrap(), PutAction::Create(JobState::Launched));
+    }
+
+    #[test]
+    fn creation_is_validated() {
+        let empty = schema::Unit { name: "empty.service".into(), ..Default::default() };
+        assert_eq!(rejected(decide_put(&empty, None)), (409, "unit does not exist and options field empty".into()));
+        assert_eq!(
+            rejected(decide_put(&request("bad name.service", HELLO, ""), None)),
+            (400, "invalid character ' ' in unit name".into())
+        );
+        let gm = request("gm.service", "[X-Fleet]\nGlobal=true\nMachineOf=a.service\n", "");
+        assert_eq!(rejected(decide_put(&gm, None)), (400, "Global cannot be used with Peers".into()));
+        assert_eq!(
+            rejected(decide_put(&request("a.service", HELLO, "running"), None)),
+            (400, "invalid value \"running\" for JobState".into())
+        );
+    }
+
+    #[test]
+    fn different_content_replaces_and_is_validated_too() {
+        let stored = hash("[Service]\nExecStart=/bin/true\n");
+        assert_eq!(
+            decide_put(&request("a.service", HELLO, ""), Some(&stored)).unwrap(),
+            PutAction::Replace(JobState::Inactive)
+        );
+        let bad = request("a.service", "[X-Fleet]\nMachineID=x\nConflicts=b.service\n", "loaded");
+        assert_eq!(rejected(decide_put(&bad, Some(&stored))), (400, "MachineID cannot be used with Conflicts".into()));
+    }
+
+    #[test]
+    fn same_or_no_content_changes_the_desired_state() {
+        let stored = hash(HELLO);
+        assert_eq!(
+            decide_put(&request("a.service", HELLO, "loaded"), Some(&stored)).unwrap(),
+            PutAction::SetDesired(JobState::Loaded)
+        );
+        let bare = schema::Unit { name: "a.service".into(), desired_state: "launched".into(), ..Default::default() };
+        assert_eq!(decide_put(&bare, Some(&stored)).unwrap(), PutAction::SetDesired(JobState::Launched));
+        let no_state = schema::Unit { desired_state: String::new(), ..bare.clone() };
+        assert_eq!(
+            rejected(decide_put(&no_state, Some(&stored))),
+            (409, "must provide DesiredState to update existing unit".into())
+        );
+        let unknown = schema::Unit { desired_state: "bogus".into(), ..bare };
+        assert_eq!(rejected(decide_put(&unknown, Some(&stored))), (400, "invalid value \"bogus\" for JobState".into()));
+    }
+
+    #[test]
+    fn templates_are_never_activated() {
+        let stored = hash(HELLO);
+        let t =
+            |state: &str| schema::Unit { name: "t@.service".into(), desired_state: state.into(), ..Default::default() };
+        for state in ["launched", "loaded"] {
+            assert_eq!(
+                rejected(decide_put(&t(state), Some(&stored))),
+                (400, "cannot activate template \"t@.service\"".into())
+            );
+        }
+        assert_eq!(decide_put(&t("inactive"), Some(&stored)).unwrap(), PutAction::SetDesired(JobState::Inactive));
+        let create = request("t@.service", HELLO, "launched");
+        assert_eq!(rejected(decide_put(&create, None)), (400, "cannot activate template \"t@.service\"".into()));
+    }
+
+    #[test]
+    fn global_units_show_no_current_state_on_get_and_inactive_in_lists() {
+        let body: std::sync::Arc<str> = "[Service]\nExecStart=/bin/true\n\n[X-Fleet]\nGlobal=true\n".into();
+        let view = UnitView {
+            name: "g.service",
+            hash: "h",
+            previous_hash: None,
+            body: &body,
+            desired: JobState::Launched,
+            target: None,
+            current: JobState::Inactive,
+        };
+        let single = unit(&view, true).unwrap();
+        assert_eq!((single.current_state.as_str(), single.desired_state.as_str()), ("", "launched"));
+        assert_eq!(single.options[1], UnitOption::new("X-Fleet", "Global", "true"));
+        assert_eq!(unit(&view, false).unwrap().current_state, "inactive");
+        let garbage: std::sync::Arc<str> = "[Unit\n".into();
+        assert!(unit(&UnitView { body: &garbage, ..view }, false).is_none());
+    }
+}
