@@ -57,6 +57,7 @@ impl std::fmt::Display for Capability {
 
 /// What this workspace's fleetd/fleetctl declare (update when a capability lands).
 pub const WORKSPACE: &[Capability] = &[
+    Capability::Ssh,
     Capability::DeterministicReplaces,
     Capability::SighupReload,
     Capability::StrictApiValidation,

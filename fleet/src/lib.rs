@@ -13,6 +13,7 @@ pub mod machine;
 pub mod model;
 pub mod registry;
 pub mod schema;
+pub mod ssh;
 pub mod systemd;
 pub mod unit;
 pub mod version;

@@ -15,6 +15,7 @@ use crate::machine::{Machine, MachineError, MachineSpec};
 use crate::network::{self, NetworkError};
 use crate::output::Output;
 use crate::reap::{self, Scope};
+use crate::ssh::{AgentError, SshAgent};
 use crate::state::{ClusterState, MachineState};
 use crate::wait::{self, Check, UnitFileState, UnitState, WaitError, WaitOptions, wait_for};
 
@@ -41,6 +42,8 @@ pub enum ClusterError {
     TempDir(std::io::Error),
     #[error("a fleet unit is active on more than one machine: {0}")]
     ActiveTwice(String),
+    #[error("ssh agent: {0}")]
+    Ssh(#[from] AgentError),
 }
 
 /// What runs as fleetd in the machines.
@@ -171,6 +174,7 @@ impl ClusterBuilder {
             // fleetctl is only needed once a test calls it; a missing one is reported then.
             None => config::locate("fleetctl", config::FLEETCTL_ENV).unwrap_or_else(|_| PathBuf::from("fleetctl")),
         };
+        let agent = SshAgent::start(tmp.path(), !self.keep)?;
         let network = format!("{run}-net");
         let place = Placement { image, run: run.clone(), keep: self.keep, network: network.clone() };
         let mut cluster = Cluster {
@@ -184,6 +188,7 @@ impl ClusterBuilder {
             wait: self.wait,
             boot: self.boot,
             tmp: Some(tmp),
+            ssh: Some(agent),
             detached: false,
         };
         tracing::info!(run = %run, machines = self.machines, "starting cluster");
@@ -230,6 +235,8 @@ pub struct Cluster {
     wait: WaitOptions,
     boot: WaitOptions,
     tmp: Option<tempfile::TempDir>,
+    /// The key authorised in every machine and the agent holding it (dropped after the machines).
+    ssh: Option<SshAgent>,
     detached: bool,
 }
 
@@ -256,7 +263,37 @@ impl Cluster {
             metadata,
             conf_overrides: self.conf.clone(),
             wait: self.boot,
+            fleetctl: Some(self.binaries.fleetctl.clone()),
+            authorized_key: self.ssh.as_ref().map(|a| a.public_key().to_string()),
         }
+    }
+
+    /// The ssh-agent holding the key every machine authorises (for `core` and `root`).
+    pub fn ssh_agent(&self) -> Option<&SshAgent> {
+        self.ssh.as_ref()
+    }
+
+    /// The known-hosts file fleetctl uses by default in this cluster's runs (`FLEETCTL_KNOWN_HOSTS_FILE`), so that
+    /// tests never touch `~/.fleetctl/known_hosts`. Not created until fleetctl records a host.
+    pub fn known_hosts_file(&self) -> PathBuf {
+        self.tmp.as_ref().map(|t| t.path().join("known_hosts")).unwrap_or_else(|| PathBuf::from("/dev/null"))
+    }
+
+    /// The environment every fleetctl run of this cluster gets: `SSH_AUTH_SOCK` (the cluster's agent) and
+    /// `FLEETCTL_KNOWN_HOSTS_FILE` ([`Self::known_hosts_file`]); flags given to fleetctl override the latter.
+    pub fn fleetctl_env(&self) -> Vec<(String, String)> {
+        let mut env = vec![("FLEETCTL_KNOWN_HOSTS_FILE".to_string(), self.known_hosts_file().display().to_string())];
+        if let Some(a) = &self.ssh {
+            env.push(("SSH_AUTH_SOCK".to_string(), a.socket().display().to_string()));
+        }
+        env
+    }
+
+    /// A fleetctl command against machine `slot` (endpoint flag, [`Self::fleetctl_env`]), not started: for tests
+    /// that stream its output or signal it.
+    pub fn fleetctl_command(&self, slot: usize, args: &[&str]) -> Result<tokio::process::Command, ClusterError> {
+        let m = self.machine(slot)?;
+        Ok(fleetctl::command(&self.binaries.fleetctl, &m.endpoint(), EndpointVia::Flag, args, &self.fleetctl_env()))
     }
 
     /// The run id labelling every object of this cluster.
@@ -333,19 +370,22 @@ impl Cluster {
     /// Runs fleetctl on the host with `--endpoint=<machine's endpoint>` (spec §11.1 `Fleetctl`).
     pub async fn fleetctl(&self, slot: usize, args: &[&str]) -> Result<Output, ClusterError> {
         let m = self.machine(slot)?;
-        Ok(fleetctl::run(&self.binaries.fleetctl, &m.endpoint(), EndpointVia::Flag, args, None).await?)
+        let env = self.fleetctl_env();
+        Ok(fleetctl::run(&self.binaries.fleetctl, &m.endpoint(), EndpointVia::Flag, args, &env, None).await?)
     }
 
     /// Runs fleetctl with `FLEETCTL_ENDPOINT` set instead of the flag (`FleetctlWithEnv`).
     pub async fn fleetctl_with_env(&self, slot: usize, args: &[&str]) -> Result<Output, ClusterError> {
         let m = self.machine(slot)?;
-        Ok(fleetctl::run(&self.binaries.fleetctl, &m.endpoint(), EndpointVia::Env, args, None).await?)
+        let env = self.fleetctl_env();
+        Ok(fleetctl::run(&self.binaries.fleetctl, &m.endpoint(), EndpointVia::Env, args, &env, None).await?)
     }
 
     /// Runs fleetctl with `input` on stdin (`FleetctlWithInput`).
     pub async fn fleetctl_with_input(&self, slot: usize, input: &str, args: &[&str]) -> Result<Output, ClusterError> {
         let m = self.machine(slot)?;
-        Ok(fleetctl::run(&self.binaries.fleetctl, &m.endpoint(), EndpointVia::Flag, args, Some(input)).await?)
+        let env = self.fleetctl_env();
+        Ok(fleetctl::run(&self.binaries.fleetctl, &m.endpoint(), EndpointVia::Flag, args, &env, Some(input)).await?)
     }
 
     /// Polls `observe` until it is ready, with this cluster's wait options.
@@ -473,6 +513,9 @@ impl Cluster {
                 .collect(),
             fleetctl: self.binaries.fleetctl.clone(),
             tmp: self.tmp.as_ref().map(|t| t.path().to_path_buf()),
+            ssh_auth_sock: self.ssh.as_ref().map(|a| a.socket().to_path_buf()),
+            ssh_agent_pid: self.ssh.as_ref().map(SshAgent::pid),
+            known_hosts_file: self.tmp.as_ref().map(|_| self.known_hosts_file()),
         }
     }
 
@@ -487,6 +530,9 @@ impl Cluster {
         }
         if let Some(e) = self.etcd.as_mut() {
             e.detach();
+        }
+        if let Some(a) = self.ssh.as_mut() {
+            a.detach();
         }
         self.detached = true;
         state

@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 pub const API_PORT: u16 = 54728;
 /// Where the fleetd binary is bind-mounted (read-only) in every machine.
 pub const FLEETD_PATH: &str = "/opt/fleet/fleetd";
+/// Where the fleetctl binary is bind-mounted (read-only) in every machine; the image links `fleetctl` on PATH to it
+/// (`fleetctl fd-forward` on a tunnel host, fleetctl run inside a machine).
+pub const FLEETCTL_PATH: &str = "/opt/fleet/fleetctl";
 /// Where fleet.conf is written in every machine.
 pub const CONF_PATH: &str = "/etc/fleet/fleet.conf";
 /// The Unix socket of `fleet.socket`.

@@ -32,31 +32,18 @@ pub enum EndpointVia {
     Env,
 }
 
-/// Runs `bin args...` against `endpoint`, feeding `stdin` when given.
-pub async fn run(
+/// The command `bin args...` against `endpoint` with `env` set, not started (for tests that stream its output or
+/// signal it).
+pub fn command(
     bin: &Path,
     endpoint: &str,
     via: EndpointVia,
     args: &[&str],
-    stdin: Option<&str>,
-) -> Result<Output, FleetctlError> {
-    run_in(bin, endpoint, via, args, stdin, None, TIMEOUT).await
-}
-
-/// Like [`run`], in working directory `cwd` when given (fleetctl finds local unit files there), killed after
-/// `timeout`.
-pub async fn run_in(
-    bin: &Path,
-    endpoint: &str,
-    via: EndpointVia,
-    args: &[&str],
-    stdin: Option<&str>,
-    cwd: Option<&Path>,
-    timeout: Duration,
-) -> Result<Output, FleetctlError> {
+    env: &[(String, String)],
+) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(bin);
-    if let Some(dir) = cwd {
-        cmd.current_dir(dir);
+    for (k, v) in env {
+        cmd.env(k, v);
     }
     let tunnelled = args.iter().any(|a| a.contains("--tunnel") || a.contains("-- "));
     match via {
@@ -68,8 +55,40 @@ pub async fn run_in(
             cmd.env("FLEETCTL_ENDPOINT", endpoint);
         }
     }
-    cmd.args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+    cmd.args(args);
+    cmd
+}
+
+/// Runs `bin args...` against `endpoint` with `env` set, feeding `stdin` when given.
+pub async fn run(
+    bin: &Path,
+    endpoint: &str,
+    via: EndpointVia,
+    args: &[&str],
+    env: &[(String, String)],
+    stdin: Option<&str>,
+) -> Result<Output, FleetctlError> {
+    run_in(bin, endpoint, via, args, env, stdin, None, TIMEOUT).await
+}
+
+/// Like [`run`], in working directory `cwd` when given (fleetctl finds local unit files there), killed after
+/// `timeout`.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_in(
+    bin: &Path,
+    endpoint: &str,
+    via: EndpointVia,
+    args: &[&str],
+    env: &[(String, String)],
+    stdin: Option<&str>,
+    cwd: Option<&Path>,
+    timeout: Duration,
+) -> Result<Output, FleetctlError> {
+    let mut cmd = command(bin, endpoint, via, args, env);
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
@@ -100,21 +119,23 @@ mod tests {
             Path::new("/bin/sh"),
             "http://1.2.3.4:54728",
             EndpointVia::Env,
-            &["-c", "cat; echo $FLEETCTL_ENDPOINT"],
+            &["-c", "cat; echo $FLEETCTL_ENDPOINT $X"],
+            &[("X".to_string(), "y".to_string())],
             Some("in\n"),
         )
         .await
         .unwrap();
-        assert_eq!(out.stdout, "in\nhttp://1.2.3.4:54728\n");
+        assert_eq!(out.stdout, "in\nhttp://1.2.3.4:54728 y\n");
         assert!(out.success());
-        let out = run(Path::new("/bin/echo"), "http://e:1", EndpointVia::Flag, &["a"], None).await.unwrap();
+        let out = run(Path::new("/bin/echo"), "http://e:1", EndpointVia::Flag, &["a"], &[], None).await.unwrap();
         assert_eq!(out.stdout, "--endpoint=http://e:1 a\n");
     }
 
     #[tokio::test]
     async fn exit_status_and_stderr_are_returned() {
-        let out =
-            run(Path::new("/bin/sh"), "x", EndpointVia::Env, &["-c", "echo oops >&2; exit 3"], None).await.unwrap();
+        let out = run(Path::new("/bin/sh"), "x", EndpointVia::Env, &["-c", "echo oops >&2; exit 3"], &[], None)
+            .await
+            .unwrap();
         assert_eq!((out.status, out.stderr.as_str()), (3, "oops\n"));
     }
 }

@@ -26,6 +26,7 @@ pub mod machine;
 pub mod network;
 pub mod output;
 pub mod reap;
+pub mod ssh;
 pub mod state;
 pub mod wait;
 

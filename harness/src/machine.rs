@@ -49,6 +49,10 @@ pub struct MachineSpec {
     pub metadata: String,
     pub conf_overrides: BTreeMap<String, String>,
     pub wait: WaitOptions,
+    /// The fleetctl binary to mount at [`config::FLEETCTL_PATH`], if it exists.
+    pub fleetctl: Option<PathBuf>,
+    /// A public key authorised for `core` and `root` over SSH.
+    pub authorized_key: Option<String>,
 }
 
 /// A running (or stopped) machine of a cluster.
@@ -79,6 +83,14 @@ impl Machine {
         }
         if let Some(fleetd) = &spec.fleetd {
             req = req.with_mount(container::read_only(fleetd, config::FLEETD_PATH));
+        }
+        if let Some(fleetctl) = spec.fleetctl.as_ref().filter(|p| p.is_file()) {
+            req = req.with_mount(container::read_only(fleetctl, config::FLEETCTL_PATH));
+        }
+        if let Some(key) = &spec.authorized_key {
+            for user in crate::ssh::USERS {
+                req = req.with_copy_to(crate::ssh::authorized_keys_path(user), format!("{key}\n").into_bytes());
+            }
         }
         let c = req.start().await.map_err(|source| MachineError::Container { name: name.clone(), source })?;
         let mut m = Machine { spec, id, ip: String::new(), container: Some(c) };

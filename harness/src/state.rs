@@ -47,6 +47,31 @@ pub struct ClusterState {
     pub machines: Vec<MachineState>,
     pub fleetctl: PathBuf,
     pub tmp: Option<PathBuf>,
+    /// The cluster's ssh-agent (`SSH_AUTH_SOCK`) and its pid, stopped by `down`.
+    #[serde(default)]
+    pub ssh_auth_sock: Option<PathBuf>,
+    #[serde(default)]
+    pub ssh_agent_pid: Option<u32>,
+    /// The known-hosts file fleetctl is pointed at (`FLEETCTL_KNOWN_HOSTS_FILE`).
+    #[serde(default)]
+    pub known_hosts_file: Option<PathBuf>,
+}
+
+impl ClusterState {
+    /// The `export` lines a shell needs for fleetctl to drive this cluster (`list-*`, `status`, `journal`, `ssh`).
+    pub fn env_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if let Some(m) = self.machines.first() {
+            lines.push(format!("export FLEETCTL_ENDPOINT={}", m.endpoint));
+        }
+        if let Some(s) = &self.ssh_auth_sock {
+            lines.push(format!("export SSH_AUTH_SOCK={}", s.display()));
+        }
+        if let Some(k) = &self.known_hosts_file {
+            lines.push(format!("export FLEETCTL_KNOWN_HOSTS_FILE={}", k.display()));
+        }
+        lines
+    }
 }
 
 impl ClusterState {

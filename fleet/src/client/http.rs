@@ -21,6 +21,9 @@ const USER_AGENT: &str = concat!("fleetctl/", env!("CARGO_PKG_VERSION"));
 pub struct HttpClient {
     endpoint: ApiEndpoint,
     timeout: Option<Duration>,
+    /// `--tunnel`: every connection is a channel of this SSH connection (declared before the runtime it lives on,
+    /// so it is dropped first).
+    tunnel: Option<crate::ssh::Session>,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -36,7 +39,22 @@ impl HttpClient {
             .enable_all()
             .build()
             .map_err(|e| BuildError::Runtime(e.to_string()))?;
-        Ok(HttpClient { endpoint, timeout, runtime })
+        Ok(HttpClient { endpoint, timeout, tunnel: None, runtime })
+    }
+
+    /// A client whose connections go through an SSH connection to `tunnel` (`host:port`, spec §9.3): for a unix
+    /// endpoint each connection is `fleetctl fd-forward <socket>` run on the tunnel host, for TCP a `direct-tcpip`
+    /// channel. The SSH connection (host key prompt included) is made here.
+    pub fn tunnelled(
+        endpoint: ApiEndpoint,
+        timeout: Option<Duration>,
+        ssh: &crate::ssh::SshConfig,
+        tunnel: &str,
+    ) -> Result<Self, BuildError> {
+        let mut client = Self::new(endpoint, timeout)?;
+        let session = client.runtime.block_on(crate::ssh::Session::connect(ssh, tunnel)).map_err(BuildError::Tunnel)?;
+        client.tunnel = Some(session);
+        Ok(client)
     }
 
     fn url(&self, path: &str, query: &[(&str, &str)]) -> (String, String) {
@@ -61,7 +79,7 @@ impl HttpClient {
         tracing::debug!(method = %method, url = %full_url, "request");
         let transport_err =
             |cause: String| ClientError::Transport { method: go_method.to_string(), url: full_url.clone(), cause };
-        let exchange = exchange(&self.endpoint.transport, method, &path_and_query, body);
+        let exchange = exchange(&self.endpoint.transport, self.tunnel.as_ref(), method, &path_and_query, body);
         let result = self.runtime.block_on(async {
             match self.timeout {
                 Some(t) => match tokio::time::timeout(t, exchange).await {
@@ -195,10 +213,30 @@ impl Client for HttpClient {
 /// Connect, send one request, read the whole answer. Errors are the cause text of a transport error.
 async fn exchange(
     transport: &Transport,
+    tunnel: Option<&crate::ssh::Session>,
     method: http::Method,
     path_and_query: &str,
     body: Option<Vec<u8>>,
 ) -> Result<Response, String> {
+    if let Some(ssh) = tunnel {
+        return match transport {
+            Transport::Tcp { host, port, authority } => {
+                let stream = ssh
+                    .open_tcp(host, *port)
+                    .await
+                    .map_err(|e| format!("dial tcp {} through the tunnel: {e}", display_addr(host, *port)))?;
+                request_over(stream, authority, method, path_and_query, body).await
+            }
+            Transport::Unix { path } => {
+                let stream = ssh
+                    .open_command(&format!("fleetctl fd-forward {path}"))
+                    .await
+                    .map_err(|e| format!("fleetctl fd-forward {path} through the tunnel: {e}"))?;
+                request_over(stream, "domain-sock", method, path_and_query, body).await
+            }
+            Transport::Unsupported { scheme } => Err(format!("unsupported protocol scheme {scheme:?}")),
+        };
+    }
     match transport {
         Transport::Tcp { host, port, authority } => {
             let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
@@ -281,7 +319,7 @@ fn display_addr(host: &str, port: u16) -> String {
 }
 
 /// An OS error as Go prints it: the lower-case strerror text without Rust's `(os error N)` suffix.
-fn go_io_error(e: &std::io::Error) -> String {
+pub(crate) fn go_io_error(e: &std::io::Error) -> String {
     let text = e.to_string();
     let text = match text.find(" (os error ") {
         Some(i) => text[..i].to_string(),

@@ -142,7 +142,10 @@ pub struct ClientConfig {
     pub etcd_key_prefix: String,
     /// `--request-timeout`; zero or negative means no timeout.
     pub request_timeout: Duration,
+    /// `--tunnel` as `host:port`, or empty.
     pub tunnel: String,
+    /// How to make SSH connections (the tunnel's).
+    pub ssh: crate::ssh::SshConfig,
     pub ca_file: String,
     pub cert_file: String,
     pub key_file: String,
@@ -157,8 +160,11 @@ pub enum BuildError {
     Endpoint(#[from] endpoint::EndpointError),
     #[error("{0}")]
     Etcd(String),
-    #[error("SSH tunnels (--tunnel) are not implemented yet")]
+    #[error("SSH tunnels (--tunnel) are not supported with --driver=etcd yet")]
     TunnelNotImplemented,
+    /// The SSH connection to the tunnel host failed.
+    #[error("{0}")]
+    Tunnel(crate::ssh::SshError),
     #[error("cannot start the HTTP client runtime: {0}")]
     Runtime(String),
 }
@@ -176,15 +182,17 @@ impl ClientConfig {
 /// Build the client the flags ask for.
 pub fn build(config: &ClientConfig) -> Result<Box<dyn Client>, BuildError> {
     let driver = config.driver()?;
-    if !config.tunnel.is_empty() {
-        return Err(BuildError::TunnelNotImplemented);
-    }
     match driver {
         Driver::Api => {
             let ep = endpoint::ApiEndpoint::parse(&config.endpoint)?;
             let timeout = (!config.request_timeout.is_zero()).then_some(config.request_timeout);
-            Ok(Box::new(http::HttpClient::new(ep, timeout)?))
+            if config.tunnel.is_empty() {
+                Ok(Box::new(http::HttpClient::new(ep, timeout)?))
+            } else {
+                Ok(Box::new(http::HttpClient::tunnelled(ep, timeout, &config.ssh, &config.tunnel)?))
+            }
         }
+        Driver::Etcd if !config.tunnel.is_empty() => Err(BuildError::TunnelNotImplemented),
         Driver::Etcd => {
             if [&config.ca_file, &config.cert_file, &config.key_file].iter().any(|f| !f.is_empty()) {
                 return Err(BuildError::Etcd(
@@ -207,6 +215,13 @@ mod tests {
             etcd_key_prefix: "/_coreos.com/fleet/".into(),
             request_timeout: Duration::from_secs(3),
             tunnel: String::new(),
+            ssh: crate::ssh::SshConfig {
+                user: "core".into(),
+                timeout: Duration::from_secs(1),
+                known_hosts: None,
+                agent_sock: None,
+                forward_agent: false,
+            },
             ca_file: String::new(),
             cert_file: String::new(),
             key_file: String::new(),
@@ -228,6 +243,15 @@ mod tests {
         assert!(build(&config("etcd", "http://127.0.0.1:1,http://127.0.0.1:2")).is_ok());
         let err = build(&config("etcd", "https://127.0.0.1:2379")).err().unwrap();
         assert!(err.to_string().contains("TLS"), "{err}");
+    }
+
+    #[test]
+    fn a_tunnel_needs_the_agent_first() {
+        let mut c = config("API", "unix:///var/run/fleet.sock");
+        c.tunnel = "127.0.0.1:1".into();
+        assert_eq!(build(&c).err().unwrap().to_string(), crate::ssh::NO_AGENT);
+        c.driver = "etcd".into();
+        assert!(matches!(build(&c).err().unwrap(), BuildError::TunnelNotImplemented));
     }
 
     #[test]

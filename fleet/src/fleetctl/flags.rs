@@ -468,7 +468,7 @@ mod tests {
     #[test]
     fn flag_errors_use_pflag_messages() {
         assert_eq!(err(&["list-units", "--bogus-flag"]), "unknown flag: --bogus-flag");
-        assert_eq!(err(&["journal", "--machine=x"]), "unknown flag: --machine");
+        assert_eq!(err(&["journal", "--bogus=x"]), "unknown flag: --bogus");
         assert_eq!(err(&["list-units", "--fields"]), "flag needs an argument: --fields");
         assert_eq!(
             err(&["start", "--block-attempts=x"]),

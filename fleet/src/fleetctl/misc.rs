@@ -1,5 +1,4 @@
-//! Small commands: `version`, `help`, the deprecated `verify`, and the SSH-based commands (`ssh`, `status`,
-//! `journal`, `fd-forward`) that are parsed like the original's but not implemented yet.
+//! Small commands: `version`, `help` and the deprecated `verify`.
 
 use std::io::Write;
 
@@ -39,12 +38,4 @@ pub fn help(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
 pub fn verify(err: &mut dyn Write) -> i32 {
     let _ = writeln!(err, "WARNING: The signed/verified units feature is DEPRECATED and cannot be used.");
     2
-}
-
-pub fn not_implemented(name: &str, err: &mut dyn Write) -> i32 {
-    let _ = writeln!(
-        err,
-        "fleetctl {name}: not implemented yet (the SSH-based commands ssh, status, journal and fd-forward come in a later release)"
-    );
-    1
 }

@@ -3,8 +3,8 @@
 //! Code map: `flags` (flag table + parser), `commands` (command table and help texts), `help` (help layouts),
 //! `table` (the tab-writer and machine legends), `list` (list-machines, list-units, list-unit-files), `create` (the
 //! creation step of submit/load/start/restart and the `--replace` decision table), `wait` (blocking semantics),
-//! `units` (submit, load, start, stop, unload, destroy, restart, cat), `misc` (version, verify and the SSH-based
-//! commands that are not implemented yet).
+//! `units` (submit, load, start, stop, unload, destroy, restart, cat), `remote` (ssh, status, journal, fd-forward:
+//! machines reached over SSH), `misc` (version, help, verify).
 //!
 //! Exit codes: 0 on success, 1 on every error — including parse errors and unknown commands, where the original
 //! exits 0 (B11) — and 2 for the deprecated `verify`, like the original.
@@ -16,6 +16,7 @@ pub mod help;
 pub mod list;
 pub mod misc;
 pub mod parallel;
+pub mod remote;
 pub mod table;
 pub mod units;
 pub mod wait;
@@ -42,6 +43,8 @@ pub struct Env<'a> {
     pub timing: wait::Timing,
     /// Whether to install the stderr log subscriber (only the real binary does).
     pub init_logging: bool,
+    /// How machines are reached (`ssh`, `status`, `journal`).
+    pub remote: &'a dyn remote::Remote,
 }
 
 /// What a command needs while it runs.
@@ -150,6 +153,7 @@ pub fn main() -> i32 {
         connect: &client::build,
         timing: wait::Timing::default(),
         init_logging: true,
+        remote: &remote::SshRemote,
     };
     let code = run(&args, &mut env);
     let _ = env.out.flush();
@@ -188,7 +192,7 @@ fn check_version(client: &dyn Client, err: &mut dyn Write) {
     }
 }
 
-fn client_config(flags: &Flags) -> ClientConfig {
+fn client_config(flags: &Flags, getenv: &dyn Fn(&str) -> Option<String>) -> ClientConfig {
     let secs = flags.float("request-timeout");
     let request_timeout = if secs > 0.0 { Duration::from_secs_f64(secs.min(1e9)) } else { Duration::ZERO };
     let pick =
@@ -198,7 +202,8 @@ fn client_config(flags: &Flags) -> ClientConfig {
         endpoint: flags.str("endpoint").to_string(),
         etcd_key_prefix: flags.str("etcd-key-prefix").to_string(),
         request_timeout,
-        tunnel: flags.str("tunnel").to_string(),
+        tunnel: remote::tunnel_addr(flags).unwrap_or_default(),
+        ssh: remote::ssh_config(flags, getenv),
         ca_file: pick("ca-file", "etcd-cafile"),
         cert_file: pick("cert-file", "etcd-certfile"),
         key_file: pick("key-file", "etcd-keyfile"),
@@ -264,10 +269,10 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> i32 {
         "help" => return misc::help(&inv.args, env.out, env.err),
         "version" => return misc::version(env.out),
         "verify" => return misc::verify(env.err),
-        "ssh" | "status" | "journal" | "fd-forward" => return misc::not_implemented(cmd.name, env.err),
+        "fd-forward" => return remote::fd_forward(&inv.args, env.err),
         _ => {}
     }
-    let config = client_config(&inv.flags);
+    let config = client_config(&inv.flags, env.getenv);
     let client = match (env.connect)(&config) {
         Ok(c) => c,
         Err(e) => {
@@ -292,6 +297,9 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> i32 {
         "destroy" => units::destroy(&mut ctx, args),
         "restart" => units::restart(&mut ctx, args),
         "cat" => units::cat(&mut ctx, args),
+        "status" => remote::status(&mut ctx, env.remote, args),
+        "journal" => remote::journal(&mut ctx, env.remote, args),
+        "ssh" => remote::ssh(&mut ctx, env.remote, args),
         other => {
             ctx.warn(&format!("{other}: not implemented"));
             1
@@ -316,6 +324,20 @@ pub(crate) mod testing {
 
     /// Run `args` against `fake` with instant polling and the given environment.
     pub fn run_with(fake: &Arc<FakeClient>, args: &[&str], vars: &[(&str, &str)]) -> Outcome {
+        run_full(fake, &super::remote::fake::FakeRemote::default(), args, vars)
+    }
+
+    /// Run `args` against `fake`, reaching machines through `remote`.
+    pub fn run_remote(fake: &Arc<FakeClient>, remote: &dyn super::remote::Remote, args: &[&str]) -> Outcome {
+        run_full(fake, remote, args, &[])
+    }
+
+    fn run_full(
+        fake: &Arc<FakeClient>,
+        remote: &dyn super::remote::Remote,
+        args: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Outcome {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         let mut out = Vec::new();
         let mut err = Vec::new();
@@ -333,6 +355,7 @@ pub(crate) mod testing {
             connect: &connect,
             timing: wait::Timing::instant(),
             init_logging: false,
+            remote,
         };
         let code = super::run(&args, &mut env);
         Outcome {
@@ -483,13 +506,10 @@ mod tests {
     }
 
     #[test]
-    fn ssh_family_is_not_implemented_yet() {
+    fn status_accepts_no_block_like_the_functional_tests_use_it() {
         let c = cluster();
-        for cmd in ["ssh", "status", "journal", "fd-forward"] {
-            let o = run(&c, &[cmd, "x"]);
-            assert_eq!(o.code, 1, "{cmd}");
-            assert!(o.err.contains("not implemented yet"), "{cmd}: {}", o.err);
-        }
-        assert_eq!(run(&c, &["status", "--no-block", "global.service"]).code, 1);
+        c.insert_unit("global.service", "[Service]\nExecStart=/bin/true\n[X-Fleet]\nGlobal=true\n", "launched");
+        let o = run(&c, &["status", "--no-block", "global.service"]);
+        assert_eq!(o.code, 0, "{}", o.err);
     }
 }

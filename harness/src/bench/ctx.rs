@@ -54,7 +54,7 @@ impl Ctx {
         let endpoint = self.cluster.machine(1).map_err(|e| e.to_string())?.endpoint();
         let t = Instant::now();
         let cwd = cwd.unwrap_or(self.dir.path());
-        let out = fleetctl::run_in(bin, &endpoint, EndpointVia::Flag, args, None, Some(cwd), self.command_timeout)
+        let out = fleetctl::run_in(bin, &endpoint, EndpointVia::Flag, args, &[], None, Some(cwd), self.command_timeout)
             .await
             .map_err(|e| short(&e.to_string()))?;
         Ok((out, t.elapsed()))

@@ -212,8 +212,8 @@ async fn up(
     for m in &state.machines {
         println!("  {}  {}  {}  {}", m.name, m.id, m.ip, m.endpoint);
     }
-    if let Some(m) = state.machines.first() {
-        println!("export FLEETCTL_ENDPOINT={}", m.endpoint);
+    for line in state.env_lines() {
+        println!("{line}");
     }
     Ok(())
 }
@@ -245,8 +245,8 @@ async fn status(name: &str) -> Result<(), Error> {
         };
         println!("{}\t{}\t{}\t{systemd}\t\t{fleet}", m.name, m.id, m.ip);
     }
-    if let Some(m) = state.machines.first() {
-        println!("export FLEETCTL_ENDPOINT={}", m.endpoint);
+    for line in state.env_lines() {
+        println!("{line}");
     }
     Ok(())
 }
@@ -261,6 +261,9 @@ fn down(name: &str) -> Result<(), Error> {
         Err(e) => return Err(e.into()),
     };
     let r = reap::reap(&Scope::Run(state.run.clone()))?;
+    if let Some(pid) = state.ssh_agent_pid {
+        fleet_harness::ssh::stop_detached(pid);
+    }
     if let Some(tmp) = &state.tmp {
         let _ = std::fs::remove_dir_all(tmp);
     }
