@@ -73,6 +73,11 @@ async fn ctl(c: &Cluster, slot: usize, args: &[&str]) -> Result<Output, String> 
     if out.success() { Ok(out) } else { Err(format!("fleetctl {}: {}", args.join(" "), out.describe())) }
 }
 
+/// A machine to run fleetctl through: slot 1 unless a spec removed it.
+fn any_slot(c: &Cluster) -> Result<usize, String> {
+    c.machines().first().map(|m| m.slot()).ok_or_else(|| "the cluster has no machine left".to_string())
+}
+
 /// A directory of unit files, removed on drop.
 struct Dir(tempfile::TempDir);
 
@@ -99,7 +104,8 @@ struct Row {
 }
 
 async fn list_units(c: &Cluster) -> Result<BTreeMap<String, Vec<Row>>, String> {
-    let out = ctl(c, 1, &["list-units", "--no-legend", "--full", "--fields", "unit,machine,hash,active"]).await?;
+    let out =
+        ctl(c, any_slot(c)?, &["list-units", "--no-legend", "--full", "--fields", "unit,machine,hash,active"]).await?;
     let mut rows: BTreeMap<String, Vec<Row>> = BTreeMap::new();
     for line in out.stdout.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -113,7 +119,7 @@ async fn list_units(c: &Cluster) -> Result<BTreeMap<String, Vec<Row>>, String> {
 
 /// unit → full hash of the registry copy.
 async fn unit_hashes(c: &Cluster) -> Result<BTreeMap<String, String>, String> {
-    let out = ctl(c, 1, &["list-unit-files", "--no-legend", "--full", "--fields", "unit,hash"]).await?;
+    let out = ctl(c, any_slot(c)?, &["list-unit-files", "--no-legend", "--full", "--fields", "unit,hash"]).await?;
     Ok(out
         .stdout
         .lines()

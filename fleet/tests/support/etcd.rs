@@ -114,7 +114,8 @@ impl TestEtcd {
         let config = EtcdConfig {
             endpoints: vec![self.endpoint()],
             prefix: prefix.to_string(),
-            request_timeout: Duration::from_secs(2),
+            // Generous: these tests judge behaviour, and a loaded 2-core machine can stall an fsync for seconds.
+            request_timeout: Duration::from_secs(10),
             user: None,
         };
         Registry::connect(&config).await.expect("connect to test etcd")
