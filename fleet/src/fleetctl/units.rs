@@ -157,22 +157,55 @@ pub fn start(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     load_or_start(ctx, args, JobState::Launched)
 }
 
-pub fn stop(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
+/// The existing units `args` name (stop, unload, destroy, restart), or the exit code after the original's message:
+/// `No units given` / `Units not found in registry` (0), a listing error (1).
+fn existing_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<Vec<Unit>, i32> {
     if args.is_empty() {
         ctx.warn("No units given");
-        return 0;
+        return Err(0);
     }
-    let units = match find_units(ctx, args) {
-        Ok(u) => u,
+    match find_units(ctx, args) {
+        Ok(units) if units.is_empty() => {
+            ctx.warn("Units not found in registry");
+            Err(0)
+        }
+        Ok(units) => Ok(units),
         Err(e) => {
             ctx.warn(&e);
-            return 1;
+            Err(1)
         }
-    };
-    if units.is_empty() {
-        ctx.warn("Units not found in registry");
-        return 0;
     }
+}
+
+/// The end of `stop` and `unload`: print `Triggered unit <n> <verb>` (`--no-block`) or wait for `target`, wait for
+/// the global units, then report `Successfully <past> units [...]`.
+fn finish(ctx: &mut Ctx<'_>, waiting: &[String], globals: &[String], target: JobState, verb: &str, past: &str) -> i32 {
+    match ctx.block_attempts() {
+        None => {
+            for n in waiting {
+                ctx.say(&format!("Triggered unit {n} {verb}"));
+            }
+        }
+        Some(attempts) => {
+            if let Err(e) = wait_for_unit_states(ctx, waiting, target, attempts) {
+                ctx.warn(&format!("Failed to {verb} units {}. err: {e}", go_list(waiting)));
+                return 1;
+            }
+        }
+    }
+    if let Err(e) = wait_globals(ctx, globals, target) {
+        ctx.warn(&format!("Failed to {verb} units {}. err: {e}", go_list(globals)));
+        return 1;
+    }
+    ctx.warn(&format!("Successfully {past} units {}.", go_list(waiting)));
+    0
+}
+
+pub fn stop(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
+    let units = match existing_units(ctx, args) {
+        Ok(units) => units,
+        Err(code) => return code,
+    };
     let mut stopping = Vec::new();
     let mut globals = Vec::new();
     for u in &units {
@@ -200,43 +233,14 @@ pub fn stop(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
         }
         stopping.push(u.name.clone());
     }
-    match ctx.block_attempts() {
-        None => {
-            for n in &stopping {
-                ctx.say(&format!("Triggered unit {n} stop"));
-            }
-        }
-        Some(attempts) => {
-            if let Err(e) = wait_for_unit_states(ctx, &stopping, JobState::Loaded, attempts) {
-                ctx.warn(&format!("Failed to stop units {}. err: {e}", go_list(&stopping)));
-                return 1;
-            }
-        }
-    }
-    if let Err(e) = wait_globals(ctx, &globals, JobState::Loaded) {
-        ctx.warn(&format!("Failed to stop units {}. err: {e}", go_list(&globals)));
-        return 1;
-    }
-    ctx.warn(&format!("Successfully stopped units {}.", go_list(&stopping)));
-    0
+    finish(ctx, &stopping, &globals, JobState::Loaded, "stop", "stopped")
 }
 
 pub fn unload(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
-    if args.is_empty() {
-        ctx.warn("No units given");
-        return 0;
-    }
-    let units = match find_units(ctx, args) {
-        Ok(u) => u,
-        Err(e) => {
-            ctx.warn(&e);
-            return 1;
-        }
+    let units = match existing_units(ctx, args) {
+        Ok(units) => units,
+        Err(code) => return code,
     };
-    if units.is_empty() {
-        ctx.warn("Units not found in registry");
-        return 0;
-    }
     let mut waiting = Vec::new();
     let mut globals = Vec::new();
     for u in &units {
@@ -255,43 +259,14 @@ pub fn unload(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
             waiting.push(u.name.clone());
         }
     }
-    match ctx.block_attempts() {
-        None => {
-            for n in &waiting {
-                ctx.say(&format!("Triggered unit {n} unload"));
-            }
-        }
-        Some(attempts) => {
-            if let Err(e) = wait_for_unit_states(ctx, &waiting, JobState::Inactive, attempts) {
-                ctx.warn(&format!("Failed to unload units {}. err: {e}", go_list(&waiting)));
-                return 1;
-            }
-        }
-    }
-    if let Err(e) = wait_globals(ctx, &globals, JobState::Inactive) {
-        ctx.warn(&format!("Failed to unload units {}. err: {e}", go_list(&globals)));
-        return 1;
-    }
-    ctx.warn(&format!("Successfully unloaded units {}.", go_list(&waiting)));
-    0
+    finish(ctx, &waiting, &globals, JobState::Inactive, "unload", "unloaded")
 }
 
 pub fn destroy(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
-    if args.is_empty() {
-        ctx.warn("No units given");
-        return 0;
-    }
-    let units = match find_units(ctx, args) {
-        Ok(u) => u,
-        Err(e) => {
-            ctx.warn(&e);
-            return 1;
-        }
+    let units = match existing_units(ctx, args) {
+        Ok(units) => units,
+        Err(code) => return code,
     };
-    if units.is_empty() {
-        ctx.warn("Units not found in registry");
-        return 0;
-    }
     let mut code = 0;
     let mut destroyed = Vec::new();
     let client = ctx.client;
