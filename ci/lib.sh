@@ -20,9 +20,12 @@ step() {
   shift
   t0=${EPOCHREALTIME/./}
   echo "==> $name"
-  "$@"
+  # Keep the command's status: callers may run `step ... || status=$?`, where `set -e` does not apply.
+  local rc=0
+  "$@" || rc=$?
   ms=$(((${EPOCHREALTIME/./} - t0) / 1000))
   printf '    (%s: %d.%02ds)\n' "$name" $((ms / 1000)) $((ms % 1000 / 10))
+  return "$rc"
 }
 
 # Removes containers and networks of harness runs whose owning process is gone
