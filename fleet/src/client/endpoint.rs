@@ -35,6 +35,16 @@ pub enum EndpointError {
     HttpsUnsupported,
 }
 
+impl Transport {
+    /// The `Host` header requests over this transport carry (Go's client sends `domain-sock` for sockets).
+    pub fn host_header(&self) -> &str {
+        match self {
+            Transport::Tcp { authority, .. } => authority,
+            Transport::Unix { .. } | Transport::Unsupported { .. } => "domain-sock",
+        }
+    }
+}
+
 impl ApiEndpoint {
     /// Parse the first of the comma-separated endpoints (the others are ignored with a warning).
     pub fn parse(endpoints: &str) -> Result<Self, EndpointError> {

@@ -1,16 +1,18 @@
 //! [`Client`] over the HTTP API v1 (spec §8, §9.3), as the original's generated Go client speaks it: `?alt=json` on
 //! every request, `nextPageToken` followed until absent, 404 on single GETs read as "not found", error bodies turned
-//! into `googleapi: ...` errors. One HTTP/1.1 connection per request over TCP or a Unix socket; a per-request timeout
-//! (`--request-timeout`, B11 Rec) bounds connect + request + body.
+//! into `googleapi: ...` errors. HTTP/1.1 over TCP or a Unix socket, connections reused between requests
+//! ([`super::pool`]); a per-request timeout (`--request-timeout`, B11 Rec) bounds connect + request + body.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 
 use super::endpoint::{ApiEndpoint, Transport};
+use super::pool::{ConnectionPool, Sender};
 use super::{BuildError, Client, ClientError, StateFilter};
 use crate::schema::{ErrorBody, Machine, MachineMetadataOp, MachinePage, Unit, UnitPage, UnitState, UnitStatePage};
 
@@ -24,8 +26,16 @@ pub struct HttpClient {
     /// `--tunnel`: every connection is a channel of this SSH connection (declared before the runtime it lives on,
     /// so it is dropped first).
     tunnel: Option<crate::ssh::Session>,
+    /// Connections kept open between requests, and the bound on requests in flight.
+    pool: ConnectionPool,
     runtime: tokio::runtime::Runtime,
 }
+
+/// Requests in flight at once over a direct connection (fleetctl's parallel commands use 16 workers).
+const MAX_IN_FLIGHT: usize = 16;
+/// Requests in flight at once through `--tunnel`: each is an SSH session channel, and sshd refuses more than
+/// `MaxSessions` (10 by default) per connection.
+const MAX_IN_FLIGHT_TUNNELLED: usize = 8;
 
 /// One finished exchange.
 struct Response {
@@ -39,7 +49,7 @@ impl HttpClient {
             .enable_all()
             .build()
             .map_err(|e| BuildError::Runtime(e.to_string()))?;
-        Ok(HttpClient { endpoint, timeout, tunnel: None, runtime })
+        Ok(HttpClient { endpoint, timeout, tunnel: None, pool: ConnectionPool::new(MAX_IN_FLIGHT), runtime })
     }
 
     /// A client whose connections go through an SSH connection to `tunnel` (`host:port`, spec §9.3): for a unix
@@ -54,6 +64,7 @@ impl HttpClient {
         let mut client = Self::new(endpoint, timeout)?;
         let session = client.runtime.block_on(crate::ssh::Session::connect(ssh, tunnel)).map_err(BuildError::Tunnel)?;
         client.tunnel = Some(session);
+        client.pool = ConnectionPool::new(MAX_IN_FLIGHT_TUNNELLED);
         Ok(client)
     }
 
@@ -79,7 +90,7 @@ impl HttpClient {
         tracing::debug!(method = %method, url = %full_url, "request");
         let transport_err =
             |cause: String| ClientError::Transport { method: go_method.to_string(), url: full_url.clone(), cause };
-        let exchange = exchange(&self.endpoint.transport, self.tunnel.as_ref(), method, &path_and_query, body);
+        let exchange = self.exchange(method, &path_and_query, body);
         let result = self.runtime.block_on(async {
             match self.timeout {
                 Some(t) => match tokio::time::timeout(t, exchange).await {
@@ -210,85 +221,113 @@ impl Client for HttpClient {
     }
 }
 
-/// Connect, send one request, read the whole answer. Errors are the cause text of a transport error.
-async fn exchange(
-    transport: &Transport,
-    tunnel: Option<&crate::ssh::Session>,
-    method: http::Method,
-    path_and_query: &str,
-    body: Option<Vec<u8>>,
-) -> Result<Response, String> {
-    if let Some(ssh) = tunnel {
-        return match transport {
-            Transport::Tcp { host, port, authority } => {
+impl HttpClient {
+    /// Send one request and read the whole answer, on an idle connection when one is usable, else on a new one.
+    /// Errors are the cause text of a transport error.
+    async fn exchange(
+        &self,
+        method: http::Method,
+        path_and_query: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Response, String> {
+        let _slot = self.pool.slot().await;
+        let mut request = build_request(method, path_and_query, self.endpoint.transport.host_header(), body)?;
+        while let Some(mut sender) = self.pool.take_idle() {
+            if sender.ready().await.is_err() {
+                continue;
+            }
+            match sender.try_send_request(request).await {
+                Ok(answer) => return self.finish(sender, answer).await,
+                // The server closed the idle connection before the request went out: it was not sent, so it is
+                // safe to send it on another connection.
+                Err(mut failed) => match failed.take_message() {
+                    Some(unsent) => request = unsent,
+                    None => return Err(describe(failed.error())),
+                },
+            }
+        }
+        let mut sender = self.connect().await?;
+        let answer = sender.send_request(request).await.map_err(|e| describe(&e))?;
+        self.finish(sender, answer).await
+    }
+
+    /// Reads the answer's body, then returns the connection to the pool.
+    async fn finish(&self, sender: Sender, answer: http::Response<Incoming>) -> Result<Response, String> {
+        let status = answer.status().as_u16();
+        let body = answer.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes().to_vec();
+        self.pool.give_back(sender);
+        Ok(Response { status, body })
+    }
+
+    /// A new connection to the API: directly, or as a channel of the `--tunnel` SSH connection.
+    async fn connect(&self) -> Result<Sender, String> {
+        match (&self.endpoint.transport, self.tunnel.as_ref()) {
+            (Transport::Tcp { host, port, .. }, Some(ssh)) => {
                 let stream = ssh
                     .open_tcp(host, *port)
                     .await
                     .map_err(|e| format!("dial tcp {} through the tunnel: {e}", display_addr(host, *port)))?;
-                request_over(stream, authority, method, path_and_query, body).await
+                handshake(stream).await
             }
-            Transport::Unix { path } => {
+            (Transport::Unix { path }, Some(ssh)) => {
                 let stream = ssh
                     .open_command(&format!("fleetctl fd-forward {path}"))
                     .await
                     .map_err(|e| format!("fleetctl fd-forward {path} through the tunnel: {e}"))?;
-                request_over(stream, "domain-sock", method, path_and_query, body).await
+                handshake(stream).await
             }
-            Transport::Unsupported { scheme } => Err(format!("unsupported protocol scheme {scheme:?}")),
-        };
-    }
-    match transport {
-        Transport::Tcp { host, port, authority } => {
-            let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
-                .await
-                .map_err(|e| format!("dial tcp {}: connect: {}", display_addr(host, *port), go_io_error(&e)))?;
-            request_over(stream, authority, method, path_and_query, body).await
+            (Transport::Tcp { host, port, .. }, None) => {
+                let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+                    .await
+                    .map_err(|e| format!("dial tcp {}: connect: {}", display_addr(host, *port), go_io_error(&e)))?;
+                handshake(stream).await
+            }
+            (Transport::Unix { path }, None) => {
+                let stream = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(|e| format!("dial unix {path}: connect: {}", go_io_error(&e)))?;
+                handshake(stream).await
+            }
+            (Transport::Unsupported { scheme }, _) => Err(format!("unsupported protocol scheme {scheme:?}")),
         }
-        Transport::Unix { path } => {
-            let stream = tokio::net::UnixStream::connect(path)
-                .await
-                .map_err(|e| format!("dial unix {path}: connect: {}", go_io_error(&e)))?;
-            request_over(stream, "domain-sock", method, path_and_query, body).await
-        }
-        Transport::Unsupported { scheme } => Err(format!("unsupported protocol scheme {scheme:?}")),
     }
 }
 
-async fn request_over<S>(
-    stream: S,
-    host: &str,
-    method: http::Method,
-    path_and_query: &str,
-    body: Option<Vec<u8>>,
-) -> Result<Response, String>
+/// HTTP/1.1 over `stream`; the connection task runs on the client's runtime until either side closes.
+async fn handshake<S>(stream: S) -> Result<Sender, String>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut sender, conn) =
+    let (sender, connection) =
         hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
-    let conn_task = tokio::spawn(async move {
-        if let Err(e) = conn.await {
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
             tracing::debug!(error = %e, "connection closed with error");
         }
     });
+    Ok(sender)
+}
+
+fn build_request(
+    method: http::Method,
+    path_and_query: &str,
+    host: &str,
+    body: Option<Vec<u8>>,
+) -> Result<http::Request<Full<Bytes>>, String> {
     let mut builder = http::Request::builder()
         .method(method)
         .uri(path_and_query)
         .header(http::header::HOST, host)
         .header(http::header::USER_AGENT, USER_AGENT);
-    let has_body = body.is_some();
-    if has_body {
+    if body.is_some() {
         builder = builder.header(http::header::CONTENT_TYPE, "application/json");
     }
-    let req = builder.body(Full::new(Bytes::from(body.unwrap_or_default()))).map_err(|e| e.to_string())?;
-    let resp = sender
-        .send_request(req)
-        .await
-        .map_err(|e| if e.is_incomplete_message() { "EOF".to_string() } else { e.to_string() })?;
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes().to_vec();
-    conn_task.abort();
-    Ok(Response { status, body })
+    builder.body(Full::new(Bytes::from(body.unwrap_or_default()))).map_err(|e| e.to_string())
+}
+
+/// A failed exchange as Go's client words the common case: a connection closed before the answer is `EOF`.
+fn describe(e: &hyper::Error) -> String {
+    if e.is_incomplete_message() { "EOF".to_string() } else { e.to_string() }
 }
 
 fn error_from(status: u16, body: &[u8]) -> ClientError {
@@ -429,6 +468,63 @@ mod tests {
         let seen = seen.lock().unwrap();
         assert!(seen[0].starts_with("GET /fleet/v1/machines?alt=json HTTP/1.1"), "{seen:?}");
         assert!(seen[1].starts_with("GET /fleet/v1/machines?alt=json&nextPageToken=ZAACAA%3D%3D HTTP/1.1"), "{seen:?}");
+    }
+
+    /// A keep-alive server: answers every request on every connection with 200 `{}` and counts connections.
+    fn serve_keep_alive() -> (String, Arc<Mutex<usize>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(Mutex::new(0usize));
+        let counter = accepted.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                *counter.lock().unwrap() += 1;
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        loop {
+                            let mut h = String::new();
+                            reader.read_line(&mut h).unwrap();
+                            if h == "\r\n" || h.is_empty() {
+                                break;
+                            }
+                        }
+                        let resp = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+                        if stream.write_all(resp.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (format!("http://{addr}"), accepted)
+    }
+
+    #[test]
+    fn sequential_requests_reuse_one_connection() {
+        let (url, accepted) = serve_keep_alive();
+        let c = client(&url);
+        for _ in 0..5 {
+            assert!(c.unit_states(&StateFilter::default()).unwrap().is_empty());
+        }
+        assert_eq!(*accepted.lock().unwrap(), 1);
+        assert_eq!(c.pool.idle_count(), 1);
+    }
+
+    #[test]
+    fn parallel_requests_open_at_most_the_in_flight_bound() {
+        let (url, accepted) = serve_keep_alive();
+        let c = client(&url);
+        let items: Vec<u32> = (0..200).collect();
+        let results = crate::fleetctl::parallel::map(&items, |_| c.unit_states(&StateFilter::default()));
+        assert!(results.iter().all(|r| r.as_ref().is_ok_and(|states| states.is_empty())));
+        let opened = *accepted.lock().unwrap();
+        assert!((1..=MAX_IN_FLIGHT).contains(&opened), "{opened} connections");
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod endpoint;
 pub mod etcd;
 pub mod fake;
 pub mod http;
+mod pool;
 
 use std::time::Duration;
 
