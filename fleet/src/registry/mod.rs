@@ -170,6 +170,7 @@ impl Registry {
                 let change = Change::Put { value: kv.value(), mod_revision: kv.mod_revision(), lease: kv.lease() };
                 snapshot.apply(&self.keys, kv.key(), change);
             }
+            snapshot.count_raw_keys(resp.kvs().len() as u64, 0);
             match resp.kvs().last() {
                 Some(last) if resp.more() => {
                     // Next page starts right after the last key returned.

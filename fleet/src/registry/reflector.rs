@@ -8,15 +8,21 @@
 //!
 //! Revisions: after applying a batch, the snapshot's revision is that of the last event applied (a watch
 //! response's header revision can be ahead of events still to come while the watcher catches up), or the header
-//! revision of a progress notification (sent only when the watcher is in sync). So "snapshot revision ≥ R" means
-//! every change up to R is in the snapshot, which is what [`Reflector::wait_for_revision`] relies on.
+//! revision H of a watch progress notification once confirmed. So "snapshot revision ≥ R" means every change up
+//! to R is in the snapshot, which is what [`Reflector::wait_for_revision`] relies on.
+//!
+//! Progress notifications are requested only while someone waits for a revision the snapshot has not reached
+//! (one with no event under the prefix, e.g. a failed compare-and-swap's). They are not trusted on their own:
+//! etcd before 3.4.25/3.5.8 can send one ahead of events still queued for the watcher (etcd issue #15220; Debian
+//! ships 3.4.23). H is taken only when etcd confirms that the prefix at H is what the snapshot holds: no key
+//! alive at H was written after the snapshot's revision, and as many keys exist (so none was deleted).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{EventType, WatchOptions};
 use futures::FutureExt;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
@@ -34,7 +40,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 pub struct Reflector {
     registry: Registry,
     rx: watch::Receiver<Arc<Snapshot>>,
-    progress: mpsc::Sender<()>,
+    /// The highest revision a caller of [`Reflector::wait_for_revision`] asked for.
+    wanted: watch::Sender<i64>,
     task: JoinHandle<()>,
 }
 
@@ -54,9 +61,9 @@ impl Reflector {
 
     fn spawn(registry: &Registry, resume_from: Option<Snapshot>) -> Reflector {
         let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
-        let (progress, progress_rx) = mpsc::channel(1);
-        let task = tokio::spawn(run(registry.clone(), tx, progress_rx, resume_from));
-        Reflector { registry: registry.clone(), rx, progress, task }
+        let (wanted, wanted_rx) = watch::channel(0);
+        let task = tokio::spawn(run(registry.clone(), tx, wanted_rx, resume_from));
+        Reflector { registry: registry.clone(), rx, wanted, task }
     }
 
     /// A receiver that is notified on every published snapshot (cheap `Arc` clones; `borrow()` it, or clone the
@@ -107,7 +114,13 @@ impl Reflector {
     /// read-your-writes.
     pub async fn wait_for_revision(&self, revision: i64, limit: Duration) -> Result<Arc<Snapshot>> {
         let what = format!("registry view to reach revision {revision}");
-        let _ = self.progress.try_send(());
+        self.wanted.send_if_modified(|wanted| {
+            let raise = revision > *wanted;
+            if raise {
+                *wanted = revision;
+            }
+            raise
+        });
         self.wait_for(limit, &what, |s| (s.revision() >= revision).then(|| Arc::new(s.clone()))).await
     }
 
@@ -155,13 +168,13 @@ enum End {
 async fn run(
     registry: Registry,
     tx: watch::Sender<Arc<Snapshot>>,
-    mut progress: mpsc::Receiver<()>,
+    mut wanted: watch::Receiver<i64>,
     mut resume_from: Option<Snapshot>,
 ) {
     let mut backoff = MIN_BACKOFF;
     loop {
         let started = Instant::now();
-        match list_and_watch(&registry, &tx, &mut progress, resume_from.take()).await {
+        match list_and_watch(&registry, &tx, &mut wanted, resume_from.take()).await {
             End::Compacted(revision) => {
                 tracing::info!(compacted = revision, "registry watch fell behind compaction; re-listing");
                 backoff = MIN_BACKOFF;
@@ -190,7 +203,7 @@ async fn run(
 async fn list_and_watch(
     registry: &Registry,
     tx: &watch::Sender<Arc<Snapshot>>,
-    progress: &mut mpsc::Receiver<()>,
+    wanted: &mut watch::Receiver<i64>,
     resume_from: Option<Snapshot>,
 ) -> End {
     let listed = match resume_from {
@@ -218,14 +231,16 @@ async fn list_and_watch(
         Ok(s) => s,
         Err(e) => return End::Failed(format!("watch {prefix}: {e}")),
     };
+    // A new watch needs its own progress request for whoever already waits.
+    wanted.mark_changed();
     loop {
         let first = tokio::select! {
             message = stream.message() => message,
-            Some(()) = progress.recv() => {
-                // Someone waits for a revision that may have no event under the prefix: ask etcd to confirm
-                // how far this watcher is in sync.
-                if let Err(e) = stream.request_progress().await {
-                    return End::Failed(format!("watch progress request: {e}"));
+            Ok(()) = wanted.changed() => {
+                if *wanted.borrow_and_update() > tx.borrow().revision() {
+                    if let Err(e) = stream.request_progress().await {
+                        return End::Failed(format!("watch progress request: {e}"));
+                    }
                 }
                 continue;
             }
@@ -248,6 +263,7 @@ async fn list_and_watch(
                 next = stream.message().now_or_never();
             }
         }
+        let mut progress_at = None;
         tx.send_if_modified(|shared| {
             let mut changed = false;
             let snapshot = Arc::make_mut(shared);
@@ -260,20 +276,21 @@ async fn list_and_watch(
                     continue;
                 }
                 if resp.events().is_empty() {
-                    // Progress notification: everything up to the header revision has been delivered.
-                    if let Some(h) = resp.header().filter(|h| h.revision() > snapshot.revision()) {
-                        snapshot.set_revision(h.revision());
-                        changed = true;
-                    }
+                    // A progress notification: confirmed below before its revision is taken.
+                    progress_at = progress_at.max(resp.header().map(|h| h.revision()));
                     continue;
                 }
                 for event in resp.events() {
                     let Some(kv) = event.kv() else { continue };
                     let change = match event.event_type() {
                         EventType::Put => {
+                            snapshot.count_raw_keys(u64::from(kv.version() == 1), 0);
                             Change::Put { value: kv.value(), mod_revision: kv.mod_revision(), lease: kv.lease() }
                         }
-                        EventType::Delete => Change::Delete,
+                        EventType::Delete => {
+                            snapshot.count_raw_keys(0, 1);
+                            Change::Delete
+                        }
                     };
                     snapshot.apply(keys, kv.key(), change);
                     snapshot.set_revision(snapshot.revision().max(kv.mod_revision()));
@@ -282,5 +299,51 @@ async fn list_and_watch(
             }
             changed
         });
+        let (revision, raw_keys) = {
+            let snapshot = tx.borrow();
+            (snapshot.revision(), snapshot.raw_keys())
+        };
+        let wanted_revision = *wanted.borrow();
+        if revision >= wanted_revision {
+            continue;
+        }
+        if let Some(at) = progress_at.filter(|at| *at > revision) {
+            match progress_confirmed(registry, revision, raw_keys, at).await {
+                Ok(true) => {
+                    tx.send_if_modified(|shared| {
+                        let behind = shared.revision() < at;
+                        if behind {
+                            Arc::make_mut(shared).set_revision(at);
+                        }
+                        behind
+                    });
+                    if at >= wanted_revision {
+                        continue;
+                    }
+                }
+                Ok(false) => tracing::debug!(revision, progress = at, "watch progress ahead of its events"),
+                Err(e) => return End::Failed(format!("confirming watch progress: {e}")),
+            }
+        }
+        // Still behind what a caller waits for: ask again (etcd answers only while the watcher is in sync).
+        if let Err(e) = stream.request_progress().await {
+            return End::Failed(format!("watch progress request: {e}"));
+        }
     }
+}
+
+/// True when the prefix at revision `at` is what a snapshot at `revision` holding `raw_keys` keys holds: no key
+/// alive at `at` was written after `revision`, and as many keys exist, so none was deleted either.
+async fn progress_confirmed(registry: &Registry, revision: i64, raw_keys: u64, at: i64) -> Result<bool> {
+    let prefix = registry.keys().prefix();
+    let mut kv = registry.client().kv_client();
+    let at_progress = || etcd_client::GetOptions::new().with_prefix().with_revision(at);
+    let newer = at_progress().with_min_mod_revision(revision + 1).with_keys_only().with_limit(1);
+    let newer = kv.get(prefix, Some(newer)).await.map_err(RegistryError::etcd("get", prefix))?;
+    if !newer.kvs().is_empty() {
+        return Ok(false);
+    }
+    let total =
+        kv.get(prefix, Some(at_progress().with_count_only())).await.map_err(RegistryError::etcd("get", prefix))?;
+    Ok(u64::try_from(total.count()).is_ok_and(|count| count == raw_keys))
 }

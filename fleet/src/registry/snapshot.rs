@@ -16,6 +16,9 @@ use crate::model::JobState;
 pub struct Snapshot {
     revision: i64,
     connected: bool,
+    /// How many etcd keys the snapshot was built from (those outside the layout included): lets the reflector
+    /// confirm a watch progress notification against etcd (see `reflector.rs`).
+    raw_keys: u64,
     layout_version: Option<u32>,
     engine_version: Option<u32>,
     leader: Option<LeaderRecord>,
@@ -172,6 +175,15 @@ impl Snapshot {
 
     pub(crate) fn set_revision(&mut self, revision: i64) {
         self.revision = revision;
+    }
+
+    pub(crate) fn raw_keys(&self) -> u64 {
+        self.raw_keys
+    }
+
+    /// Counts keys read by a range (`added` of them) or created/deleted by watch events.
+    pub(crate) fn count_raw_keys(&mut self, added: u64, removed: u64) {
+        self.raw_keys = (self.raw_keys + added).saturating_sub(removed);
     }
 
     pub(crate) fn set_connected(&mut self, connected: bool) {

@@ -480,3 +480,41 @@ async fn scoped_reads_hold_only_their_part_and_derive_current_state() {
     assert_eq!(machines.units().count(), 0);
     lease.revoke().await.unwrap();
 }
+
+/// A revision with no event under the prefix (a write elsewhere, a failed compare-and-swap) is reached through a
+/// watch progress notification, which the reflector confirms against etcd before taking its revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revisions_without_events_under_the_prefix_are_reached_through_confirmed_progress() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/progress").await;
+    let refl = connected(&reg).await;
+    let v1 = version("[Service]\nExecStart=/bin/true\n");
+    let rev = reg.create_unit(&put("a.service", &v1, JobState::Loaded)).await.unwrap();
+    assert!(refl.wait_for_revision(rev, WAIT).await.unwrap().unit("a.service").is_some());
+
+    let mut raw = reg.client();
+    let outside = raw.put("/elsewhere/key", "x", None).await.unwrap().header().unwrap().revision();
+    let snap = refl.wait_for_revision(outside, WAIT).await.unwrap();
+    assert!(snap.revision() >= outside && snap.unit("a.service").is_some());
+
+    // A failed create writes nothing; its revision is etcd's current one.
+    let err = reg.create_unit(&put("a.service", &v1, JobState::Loaded)).await.unwrap_err();
+    assert!(matches!(err, RegistryError::UnitExists { .. }), "{err}");
+    let outside = raw.put("/elsewhere/key", "y", None).await.unwrap().header().unwrap().revision();
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.revision() >= outside);
+
+    // Interleaved writes inside and outside the prefix: every wait sees its own write.
+    for i in 0..50 {
+        let name = format!("u{i}.service");
+        let rev = reg.create_unit(&put(&name, &v1, JobState::Inactive)).await.unwrap();
+        raw.put(format!("/elsewhere/{i}"), "z", None).await.unwrap();
+        let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
+        assert!(snap.unit(&name).is_some(), "{name} missing at revision {}", snap.revision());
+        if i % 10 == 0 {
+            raw.delete(format!("/elsewhere/{i}"), None).await.unwrap();
+            let snap = refl.sync(WAIT).await.unwrap();
+            assert!(snap.unit(&name).is_some());
+        }
+    }
+}
