@@ -13,8 +13,10 @@
 //! reconcile retries. Losing etcd never reaches this code as a stop: only a plan does.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use futures::stream::{self, StreamExt};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
@@ -24,6 +26,10 @@ use super::publisher::unit_states;
 use super::units_dir::UnitsDir;
 use crate::model::{JobState, UnitState};
 use crate::systemd::{JobResult, SystemdOps};
+
+/// Start, stop and unload jobs of one batch in flight at once. systemd runs jobs in parallel; issuing one and
+/// waiting for it before the next made a batch of hundreds of units take seconds per machine.
+pub const CONCURRENT_JOBS: usize = 32;
 
 /// Time limits of the executor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,29 +223,64 @@ impl<S: SystemdOps> Executor<S> {
         self.run(planned, desired).await
     }
 
-    /// Run `planned` in order. `desired` supplies the text of units to load.
+    /// Run `planned` in order. `desired` supplies the text of units to load. Consecutive tasks of one type (the
+    /// plan groups them) run as a batch whose systemd jobs overlap ([`CONCURRENT_JOBS`]); the batch ends before
+    /// the next type's tasks begin, so every stop still finishes before any file is deleted or any start issued.
     pub async fn run(&mut self, planned: Vec<Planned>, desired: &BTreeMap<String, Desired>) -> Vec<TaskReport> {
         let mut failed: BTreeSet<String> = BTreeSet::new();
         let mut reports = Vec::with_capacity(planned.len());
-        for p in planned {
-            let outcome = match p.task.unit() {
-                Some(unit) if failed.contains(unit) => Ok(Outcome::Skipped("an earlier task of this unit failed")),
-                _ => self.execute(&p.task, desired).await,
-            };
-            let kind = p.task.kind();
-            let job = p.task.unit().unwrap_or("");
-            match &outcome {
-                Ok(o) => {
-                    info!(unit = %job, outcome = ?o, "AgentReconciler completed task: type={kind} job={job} reason=\"{}\"", p.reason)
-                }
-                Err(e) => {
-                    warn!(unit = %job, "AgentReconciler task failed: type={kind} job={job} reason=\"{}\" err={e}", p.reason);
-                    failed.insert(job.to_string());
-                }
+        let mut rest = planned.into_iter().peekable();
+        while let Some(first) = rest.next() {
+            let mut batch = vec![first];
+            while let Some(next) = rest.next_if(|p| p.task.kind() == batch[0].task.kind()) {
+                batch.push(next);
             }
-            reports.push(TaskReport { planned: p, outcome });
+            let runnable: Vec<&Task> =
+                batch.iter().map(|p| &p.task).filter(|t| t.unit().is_none_or(|unit| !failed.contains(unit))).collect();
+            let mut outcomes = self.execute_batch(&runnable, desired).await.into_iter();
+            for p in batch {
+                let outcome = match p.task.unit() {
+                    Some(unit) if failed.contains(unit) => Ok(Outcome::Skipped("an earlier task of this unit failed")),
+                    _ => outcomes.next().unwrap_or(Ok(Outcome::Skipped("not run"))),
+                };
+                let kind = p.task.kind();
+                let job = p.task.unit().unwrap_or("");
+                match &outcome {
+                    Ok(o) => {
+                        info!(unit = %job, outcome = ?o, "AgentReconciler completed task: type={kind} job={job} reason=\"{}\"", p.reason)
+                    }
+                    Err(e) => {
+                        warn!(unit = %job, "AgentReconciler task failed: type={kind} job={job} reason=\"{}\" err={e}", p.reason);
+                        failed.insert(job.to_string());
+                    }
+                }
+                reports.push(TaskReport { planned: p, outcome });
+            }
         }
         reports
+    }
+
+    /// Runs tasks of one type; outcomes in task order.
+    async fn execute_batch(
+        &mut self,
+        tasks: &[&Task],
+        desired: &BTreeMap<String, Desired>,
+    ) -> Vec<Result<Outcome, AgentError>> {
+        let names: Vec<&str> = tasks.iter().filter_map(|t| t.unit()).collect();
+        match tasks.first() {
+            Some(Task::Stop(_)) => self.stop_all(&names).await,
+            Some(Task::Unload(_)) => self.unload_all(&names).await,
+            Some(Task::Start(_)) => self.start_all(&names).await,
+            Some(Task::Load(..)) => self.load_all(tasks, desired).await,
+            Some(Task::Reload) => {
+                let mut outcomes = Vec::with_capacity(tasks.len());
+                for _ in tasks {
+                    outcomes.push(self.reload().await);
+                }
+                outcomes
+            }
+            None => Vec::new(),
+        }
     }
 
     /// Unload every unit file in the units directory, repeating every second until none is left or `deadline`
@@ -278,71 +319,128 @@ impl<S: SystemdOps> Executor<S> {
         reports
     }
 
-    async fn execute(&mut self, task: &Task, desired: &BTreeMap<String, Desired>) -> Result<Outcome, AgentError> {
-        match task {
-            Task::Stop(name) => self.stop(name).await,
-            Task::Unload(name) => self.unload(name).await,
-            Task::Load(name, hash) => match desired.get(name).filter(|d| d.hash == *hash) {
-                Some(d) => self.load(name, d).await,
-                None => Err(AgentError::MissingUnit(name.clone())),
-            },
-            Task::Reload => self.reload().await,
-            Task::Start(name) => self.start(name).await,
+    /// Writes every file, then links (and enables) them concurrently.
+    async fn load_all(
+        &mut self,
+        tasks: &[&Task],
+        desired: &BTreeMap<String, Desired>,
+    ) -> Vec<Result<Outcome, AgentError>> {
+        let mut written: Vec<Result<(String, PathBuf, bool, bool), AgentError>> = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            let Task::Load(name, hash) = task else {
+                written.push(Err(AgentError::MissingUnit(task.unit().unwrap_or_default().to_string())));
+                continue;
+            };
+            let Some(unit) = desired.get(name).filter(|d| d.hash == *hash) else {
+                written.push(Err(AgentError::MissingUnit(name.clone())));
+                continue;
+            };
+            let file = self.units.write(name, &unit.text).and_then(|changed| Ok((self.units.path_of(name)?, changed)));
+            written.push(file.map(|(path, changed)| (name.clone(), path, changed, unit.install)).map_err(Into::into));
         }
-    }
-
-    async fn load(&mut self, name: &str, unit: &Desired) -> Result<Outcome, AgentError> {
-        let mut changed = self.units.write(name, &unit.text)?;
         self.loaded_changed();
-        self.reload_needed |= changed;
-        let path = self.units.path_of(name)?;
-        let linked = self.systemd.link_runtime(&path).await?;
-        changed |= !linked.is_empty();
-        if unit.install {
-            match self.systemd.enable_runtime(&path).await {
-                Ok(enabled) => changed |= !enabled.is_empty(),
-                Err(source) => {
-                    if let Err(e) = self.units.remove(name) {
+        let linked: Vec<Result<bool, crate::systemd::SystemdError>> = {
+            let this = &*self;
+            stream::iter(written.iter())
+                .map(|w| async move {
+                    let Ok((_, path, _, install)) = w else { return Ok(false) };
+                    let mut changed = !this.systemd.link_runtime(path).await?.is_empty();
+                    if *install {
+                        changed |= !this.systemd.enable_runtime(path).await?.is_empty();
+                    }
+                    Ok(changed)
+                })
+                .buffered(CONCURRENT_JOBS)
+                .collect()
+                .await
+        };
+        let mut outcomes = Vec::with_capacity(written.len());
+        for (w, link) in written.into_iter().zip(linked) {
+            let (name, _, wrote, install) = match w {
+                Ok(w) => w,
+                Err(e) => {
+                    outcomes.push(Err(e));
+                    continue;
+                }
+            };
+            self.reload_needed |= wrote;
+            match link {
+                Ok(linked) => {
+                    self.reload_needed |= linked;
+                    self.believed.insert(name, JobState::Loaded);
+                    outcomes.push(Ok(Outcome::Loaded { changed: wrote || linked }));
+                }
+                Err(source) if install => {
+                    // A failed enable leaves nothing behind: the file goes, and so does any link made.
+                    if let Err(e) = self.units.remove(&name) {
                         warn!(unit = %name, err = %e, "cannot remove the unit file after a failed enable");
                     }
                     self.loaded_changed();
-                    let _ = self.systemd.disable_runtime(name).await;
+                    let _ = self.systemd.disable_runtime(&name).await;
                     self.reload_needed = true;
-                    return Err(AgentError::Enable { name: name.to_string(), source });
+                    outcomes.push(Err(AgentError::Enable { name, source }));
                 }
+                Err(source) => outcomes.push(Err(source.into())),
             }
         }
-        self.reload_needed |= changed;
-        self.believed.insert(name.to_string(), JobState::Loaded);
-        Ok(Outcome::Loaded { changed })
+        outcomes
     }
 
-    async fn stop(&mut self, name: &str) -> Result<Outcome, AgentError> {
-        let result = self.stop_and_wait(name).await?;
-        self.pending_starts.remove(name);
-        if self.believed.contains_key(name) {
-            self.believed.insert(name.to_string(), JobState::Loaded);
+    async fn stop_all(&mut self, names: &[&str]) -> Vec<Result<Outcome, AgentError>> {
+        let results: Vec<Result<JobResult, AgentError>> = {
+            let this = &*self;
+            stream::iter(names).map(|name| this.stop_and_wait(name)).buffered(CONCURRENT_JOBS).collect().await
+        };
+        names
+            .iter()
+            .zip(results)
+            .map(|(name, result)| {
+                let result = result?;
+                self.pending_starts.remove(*name);
+                if self.believed.contains_key(*name) {
+                    self.believed.insert(name.to_string(), JobState::Loaded);
+                }
+                Ok(Outcome::Stopped(result))
+            })
+            .collect()
+    }
+
+    /// Stops, disables and resets every unit concurrently, then deletes their files.
+    async fn unload_all(&mut self, names: &[&str]) -> Vec<Result<Outcome, AgentError>> {
+        for name in names {
+            self.believed.remove(*name);
         }
-        Ok(Outcome::Stopped(result))
+        let results: Vec<Result<(), AgentError>> = {
+            let this = &*self;
+            stream::iter(names).map(|name| this.unload_in_systemd(name)).buffered(CONCURRENT_JOBS).collect().await
+        };
+        let mut outcomes = Vec::with_capacity(names.len());
+        for (name, result) in names.iter().zip(results) {
+            outcomes.push(match result {
+                Ok(()) => {
+                    self.pending_starts.remove(*name);
+                    self.units.remove(name).map(|_| Outcome::Done).map_err(Into::into)
+                }
+                Err(e) => Err(e),
+            });
+        }
+        self.loaded_changed();
+        self.reload_needed = true;
+        outcomes
     }
 
-    async fn unload(&mut self, name: &str) -> Result<Outcome, AgentError> {
-        self.believed.remove(name);
+    /// The systemd side of an unload: stop (and wait), disable the runtime link, reset-failed.
+    async fn unload_in_systemd(&self, name: &str) -> Result<(), AgentError> {
         self.stop_and_wait(name).await?;
-        self.pending_starts.remove(name);
         match self.systemd.disable_runtime(name).await {
             // A file that was never linked (e.g. left by a crash) has nothing to disable.
             Err(e) if !e.is_not_loaded() && e.dbus_name() != Some(crate::systemd::NO_SUCH_UNIT) => return Err(e.into()),
             _ => {}
         }
         match self.systemd.reset_failed(name).await {
-            Err(e) if !e.is_not_loaded() => return Err(e.into()),
-            _ => {}
+            Err(e) if !e.is_not_loaded() => Err(e.into()),
+            _ => Ok(()),
         }
-        self.units.remove(name)?;
-        self.loaded_changed();
-        self.reload_needed = true;
-        Ok(Outcome::Done)
     }
 
     /// Stop `name` and wait, within `stop_wait`, for the job and for the unit to be inactive. A unit systemd does
@@ -380,34 +478,53 @@ impl<S: SystemdOps> Executor<S> {
         Ok(Outcome::Done)
     }
 
-    async fn start(&mut self, name: &str) -> Result<Outcome, AgentError> {
+    /// Starts every unit concurrently and waits (up to `start_wait` each) for the jobs.
+    async fn start_all(&mut self, names: &[&str]) -> Vec<Result<Outcome, AgentError>> {
         if self.reload_needed {
             // Files changed but the reload has not happened (deferred or failed): starting now could run stale
             // unit definitions. Try the reload; otherwise wait for the next reconcile.
-            match self.reload().await? {
-                Outcome::Done => {}
-                _ => return Ok(Outcome::Deferred("daemon-reload pending")),
-            }
-        }
-        match tokio::time::timeout(self.config.start_wait, self.systemd.start(name)).await {
-            Ok(Ok(result)) => {
-                self.believed.insert(name.to_string(), JobState::Launched);
-                self.pending_starts.remove(name);
-                if result.is_done() {
-                    info!(unit = %name, "Triggered systemd unit start: job done");
-                } else {
-                    warn!(unit = %name, result = %result, "systemd start job did not succeed");
+            match self.reload().await {
+                Ok(Outcome::Done) => {}
+                Ok(_) => return names.iter().map(|_| Ok(Outcome::Deferred("daemon-reload pending"))).collect(),
+                // The first start reports the failure; the others wait for the next reconcile.
+                Err(e) => {
+                    let mut outcomes = vec![Err(e)];
+                    outcomes.extend(names.iter().skip(1).map(|_| Ok(Outcome::Deferred("daemon-reload failed"))));
+                    return outcomes;
                 }
-                Ok(Outcome::Started(result))
-            }
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => {
-                debug!(unit = %name, "start job still running; tracking it");
-                self.believed.insert(name.to_string(), JobState::Launched);
-                self.pending_starts.insert(name.to_string());
-                Ok(Outcome::StartPending)
             }
         }
+        let results: Vec<Option<Result<JobResult, crate::systemd::SystemdError>>> = {
+            let this = &*self;
+            stream::iter(names)
+                .map(|name| async move { tokio::time::timeout(this.config.start_wait, this.systemd.start(name)).await.ok() })
+                .buffered(CONCURRENT_JOBS)
+                .collect()
+                .await
+        };
+        let mut outcomes = Vec::with_capacity(names.len());
+        for (name, result) in names.iter().zip(results) {
+            outcomes.push(match result {
+                Some(Ok(result)) => {
+                    self.believed.insert(name.to_string(), JobState::Launched);
+                    self.pending_starts.remove(*name);
+                    if result.is_done() {
+                        info!(unit = %name, "Triggered systemd unit start: job done");
+                    } else {
+                        warn!(unit = %name, result = %result, "systemd start job did not succeed");
+                    }
+                    Ok(Outcome::Started(result))
+                }
+                Some(Err(e)) => Err(e.into()),
+                None => {
+                    debug!(unit = %name, "start job still running; tracking it");
+                    self.believed.insert(name.to_string(), JobState::Launched);
+                    self.pending_starts.insert(name.to_string());
+                    Ok(Outcome::StartPending)
+                }
+            });
+        }
+        outcomes
     }
 
     /// Whether any start job the agent left running is still running (unit `activating`).
