@@ -13,9 +13,9 @@ use std::collections::BTreeSet;
 /// An optional behaviour some specs need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Capability {
-    /// `fleetctl ssh/status/journal` and friends work against the machines (SSH round).
+    /// `fleetctl ssh/status/journal`, `--tunnel` and known hosts work against the machines (the `ssh` area).
     Ssh,
-    /// `--replace` of a template instance keeps it on its machine (later round).
+    /// `--replace --keep-machine` keeps a replaced unit on its machine (specs of the `replace` area).
     KeepMachine,
     /// `Replaces=` always moves the *replaced* unit (spec §12.2 B1); the original picks a side at random.
     DeterministicReplaces,

@@ -91,6 +91,17 @@ impl Ctx {
         Ok(out)
     }
 
+    /// Runs fleetctl with `input` on its stdin (answers to host-key prompts); otherwise like [`Self::fleetctl`].
+    pub async fn fleetctl_with_input(&self, slot: usize, input: &str, args: &[&str]) -> Result<Output, String> {
+        let out = self
+            .cluster()
+            .fleetctl_with_input(slot, input, args)
+            .await
+            .ctx(&format!("fleetctl {} (stdin {input:?})", args.join(" ")))?;
+        self.record(args, &out);
+        Ok(out)
+    }
+
     /// Runs this implementation's fleetctl without any endpoint (for `version`, `help`).
     pub async fn fleetctl_bare(&self, args: &[&str]) -> Result<Output, String> {
         let bin = fleet_harness::config::locate("fleetctl", fleet_harness::config::FLEETCTL_ENV)

@@ -51,10 +51,12 @@ pub enum Area {
     Replace,
     /// Global units: every eligible machine, MachineMetadata, machines joining and leaving, conflicts, actions.
     GlobalUnits,
+    /// The commands that reach machines over SSH: `ssh`, `status`, `journal`, `--tunnel`, known hosts.
+    Ssh,
 }
 
 impl Area {
-    pub const ALL: [Area; 11] = [
+    pub const ALL: [Area; 12] = [
         Area::UnitActions,
         Area::Scheduling,
         Area::Machines,
@@ -66,6 +68,7 @@ impl Area {
         Area::Fleetctl,
         Area::Replace,
         Area::GlobalUnits,
+        Area::Ssh,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -81,6 +84,7 @@ impl Area {
             Area::Fleetctl => "fleetctl",
             Area::Replace => "replace",
             Area::GlobalUnits => "global_units",
+            Area::Ssh => "ssh",
         }
     }
 

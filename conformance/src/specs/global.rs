@@ -333,7 +333,7 @@ pub async fn restart_gives_every_machine_a_new_process(ctx: Ctx) -> Outcome {
 
 /// `TestScheduleGlobalUnits`: two plain units and a global one make 5 active rows (3 of them global), and
 /// `restart global.service` exits 0 with 5 active afterwards. (The original's `status global.service` step needs
-/// SSH: it belongs to the SSH round.)
+/// SSH: it is `ssh::global_status`.)
 pub async fn two_units_and_a_global_make_five(ctx: Ctx) -> Outcome {
     let all = ids(&ctx, &[1, 2, 3])?;
     ctx.fleetctl_ok(1, &["start", &fixtures::path("hello.service"), &fixtures::path("goodbye.service")]).await?;

@@ -11,6 +11,7 @@ pub mod metadata;
 pub mod node;
 pub mod replace;
 pub mod scheduling;
+pub mod ssh;
 pub mod unit_actions;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -36,6 +37,7 @@ impl Spec {
 /// Every spec, in catalogue order.
 pub fn catalogue() -> Vec<Spec> {
     use Area::*;
+    const SSH: &[Capability] = &[Capability::Ssh];
     let mut all = vec![
         // fleetctl
         spec(Fleetctl, "version_prints_fleetctl_version", 0, "TestClientVersionFlag", |c| {
@@ -78,9 +80,13 @@ pub fn catalogue() -> Vec<Spec> {
         spec(UnitActions, "install_section_wanted_by_follows_the_wanting_unit", 2, "TestInstallUnit", |c| {
             Box::pin(unit_actions::install(c))
         }),
-        spec(UnitActions, "lifecycle_listings_agree_with_systemd", 2, "core issue", |c| {
-            Box::pin(unit_actions::lifecycle(c))
-        }),
+        spec(
+            UnitActions,
+            "lifecycle_listings_agree_with_systemd",
+            2,
+            "TestSystemdUnitFlow (black-box), core issue",
+            |c| Box::pin(unit_actions::lifecycle(c)),
+        ),
         // scheduling
         spec(Scheduling, "machine_of_keeps_pairs_together_when_one_moves", 3, "TestScheduleMachineOf", |c| {
             Box::pin(scheduling::machine_of(c))
@@ -105,7 +111,7 @@ pub fn catalogue() -> Vec<Spec> {
         spec(Scheduling, "machine_id_pins_each_unit", 3, "TestScheduleConditionMachineID", |c| {
             Box::pin(scheduling::machine_id(c))
         }),
-        spec(Scheduling, "global_unit_runs_on_every_machine", 3, "TestScheduleGlobalUnits (without status)", |c| {
+        spec(Scheduling, "global_unit_runs_on_every_machine", 3, "TestScheduleGlobalUnits (start step)", |c| {
             Box::pin(scheduling::global_units(c))
         }),
         spec(Scheduling, "global_conflicts_keep_the_second_off", 3, "TestScheduleGlobalConflicts", |c| {
@@ -206,12 +212,31 @@ pub fn catalogue() -> Vec<Spec> {
             GlobalUnits,
             "two_units_and_a_global_make_five_active_also_after_restart",
             3,
-            "TestScheduleGlobalUnits (status: SSH round)",
+            "TestScheduleGlobalUnits (restart step)",
             |c| Box::pin(global::two_units_and_a_global_make_five(c)),
         ),
         spec(GlobalUnits, "listings_show_global_target_and_a_row_per_machine", 3, "transcript 05", |c| {
             Box::pin(global::listings_match_the_original(c))
         }),
+        // ssh
+        spec(Ssh, "known_hosts_prompt_records_and_refuses_a_changed_key", 2, "TestKnownHostsVerification", |c| {
+            Box::pin(ssh::known_hosts(c))
+        })
+        .requires(SSH),
+        spec(Ssh, "tunnel_starts_a_batch_beyond_max_sessions", 3, "TestTunnelScheduleBatchUnits", |c| {
+            Box::pin(ssh::tunnel_batch(c))
+        })
+        .requires(SSH),
+        spec(Ssh, "ssh_runs_on_the_machine_or_units_machine_with_its_exit_status", 2, "TestUnitSSHActions", |c| {
+            Box::pin(ssh::ssh_actions(c))
+        })
+        .requires(SSH),
+        spec(Ssh, "status_shows_systemd_from_the_units_machine", 2, "TestUnitStatus", |c| Box::pin(ssh::status(c)))
+            .requires(SSH),
+        spec(Ssh, "status_of_a_global_unit_covers_every_machine", 3, "TestScheduleGlobalUnits (status step)", |c| {
+            Box::pin(ssh::global_status(c))
+        })
+        .requires(SSH),
     ];
     all.extend(replace::specs());
     all

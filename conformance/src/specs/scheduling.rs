@@ -234,7 +234,8 @@ pub async fn global_units(ctx: Ctx) -> Outcome {
         if active.len() == 5 && on == want { Ok(()) } else { Err(format!("{} active; global on {on:?}", active.len())) }
     })
     .await
-    // `status global.service` and `restart global.service` act over SSH in the machines: the SSH round adds them.
+    // The `restart` step is global_units::two_units_and_a_global_make_five_..., the `status` step
+    // ssh::status_of_a_global_unit_covers_every_machine.
 }
 
 /// Global units conflicting with each other: the first (by name) runs everywhere, the second nowhere.

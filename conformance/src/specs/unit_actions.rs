@@ -192,8 +192,44 @@ async fn wait_listed(ctx: &Ctx, active: Option<&str>) -> Outcome {
     .await
 }
 
+/// The unit files in the agent's units directory (`/run/fleet/units/`, spec §7.4) of machine `slot`, sorted.
+async fn units_dir(ctx: &Ctx, slot: usize) -> Result<Vec<String>, String> {
+    let out = ctx.exec_ok(slot, &["sh", "-c", "ls -A /run/fleet/units 2>/dev/null || true"]).await?;
+    let mut files: Vec<String> = out.stdout.lines().map(str::to_string).collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Waits until the units directory of `slot` holds exactly `files`.
+async fn wait_units_dir(ctx: &Ctx, slot: usize, files: &[&str]) -> Outcome {
+    let what = format!("/run/fleet/units in m{slot} to hold exactly {files:?}");
+    ctx.wait_for(&what, || async move {
+        match units_dir(ctx, slot).await {
+            Ok(seen) if seen == files => Check::Ready(()),
+            Ok(seen) => Check::NotYet(format!("{seen:?}")),
+            Err(e) => Check::NotYet(e),
+        }
+    })
+    .await
+}
+
+/// Requires `systemctl show` of hello.service in `slot` to be `(LoadState, ActiveState, SubState)` now.
+async fn expect_states(ctx: &Ctx, slot: usize, want: (&str, &str, &str), when: &str) -> Outcome {
+    let p = ctx.show(slot, "hello.service", &["LoadState", "ActiveState", "SubState"]).await?;
+    let get = |k: &str| p.get(k).cloned().unwrap_or_default();
+    let seen = (get("LoadState"), get("ActiveState"), get("SubState"));
+    ensure_eq(
+        &format!("(LoadState, ActiveState, SubState) of hello.service in m{slot} {when}"),
+        (want.0.to_string(), want.1.to_string(), want.2.to_string()),
+        seen,
+    )
+}
+
 /// submit → load → start → stop → unload → destroy, with `list-unit-files`, `list-units` and systemd in the
-/// machine agreeing at each step.
+/// machine agreeing at each step. This is also `TestSystemdUnitFlow` rewritten black-box: instead of driving the
+/// systemd manager directly, the agent's units directory and `systemctl show` in the machine are observed — empty
+/// before load, exactly the unit (with the registry's content) once loaded, `loaded/inactive/dead`, then
+/// `loaded/active/running`, then `loaded/inactive/dead` again, and nothing left after unload.
 pub async fn lifecycle(ctx: Ctx) -> Outcome {
     ctx.wait_for_n_machines(1, 2).await?;
     let unit = "hello.service";
@@ -210,6 +246,11 @@ pub async fn lifecycle(ctx: Ctx) -> Outcome {
             Some("not-found"),
             p.get("LoadState").map(String::as_str),
         )?;
+        ensure_eq(
+            &format!("/run/fleet/units in m{slot} after submit"),
+            Vec::<String>::new(),
+            units_dir(&ctx, slot).await?,
+        )?;
     }
 
     let out = ctx.fleetctl_ok(1, &["load", unit]).await?;
@@ -219,6 +260,16 @@ pub async fn lifecycle(ctx: Ctx) -> Outcome {
     let slot = slot_of_unit(&ctx, unit).await?;
     ctx.wait_systemd(slot, unit, "LoadState", "loaded").await?;
     ctx.wait_systemd(slot, unit, "ActiveState", "inactive").await?;
+    expect_states(&ctx, slot, ("loaded", "inactive", "dead"), "after load").await?;
+    wait_units_dir(&ctx, slot, &[unit]).await?;
+    ensure_eq(
+        &format!("/run/fleet/units in the other machine m{}", 3 - slot),
+        vec![],
+        units_dir(&ctx, 3 - slot).await?,
+    )?;
+    let written = ctx.exec_ok(slot, &["cat", "/run/fleet/units/hello.service"]).await?.stdout;
+    let cat = ctx.fleetctl_ok(1, &["cat", unit]).await?.stdout;
+    ensure_eq("/run/fleet/units/hello.service against `fleetctl cat`", cat.trim(), written.trim())?;
 
     let out = ctx.fleetctl_ok(1, &["start", unit]).await?;
     ctx.ensure(out.stdout.contains("Unit hello.service launched"), || {
@@ -229,6 +280,7 @@ pub async fn lifecycle(ctx: Ctx) -> Outcome {
     ensure_eq("machine after start", slot, slot_of_unit(&ctx, unit).await?)?;
     ctx.wait_systemd(slot, unit, "ActiveState", "active").await?;
     ctx.wait_systemd(slot, unit, "SubState", "running").await?;
+    expect_states(&ctx, slot, ("loaded", "active", "running"), "after start").await?;
     let other = 3 - slot;
     let p = ctx.show(other, unit, &["ActiveState"]).await?;
     ensure_eq(
@@ -242,11 +294,18 @@ pub async fn lifecycle(ctx: Ctx) -> Outcome {
     wait_listed(&ctx, Some("inactive")).await?;
     ctx.wait_systemd(slot, unit, "ActiveState", "inactive").await?;
     ctx.wait_systemd(slot, unit, "LoadState", "loaded").await?;
+    expect_states(&ctx, slot, ("loaded", "inactive", "dead"), "after stop").await?;
+    ensure_eq(
+        &format!("/run/fleet/units in m{slot} after stop"),
+        vec![unit.to_string()],
+        units_dir(&ctx, slot).await?,
+    )?;
 
     ctx.fleetctl_ok(1, &["unload", unit]).await?;
     wait_file(&ctx, Some(("inactive", "inactive"))).await?;
     wait_listed(&ctx, None).await?;
     ctx.wait_systemd(slot, unit, "LoadState", "not-found").await?;
+    wait_units_dir(&ctx, slot, &[]).await?;
 
     let out = ctx.fleetctl_ok(1, &["destroy", unit]).await?;
     ctx.ensure(out.stdout.contains("Destroyed hello.service"), || "destroy reports `Destroyed hello.service`".into())?;
