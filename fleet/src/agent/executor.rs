@@ -336,7 +336,7 @@ impl<S: SystemdOps> Executor<S> {
                 continue;
             };
             let file = self.units.write(name, &unit.text).and_then(|changed| Ok((self.units.path_of(name)?, changed)));
-            written.push(file.map(|(path, changed)| (name.clone(), path, changed, unit.install)).map_err(Into::into));
+            written.push(file.map(|(path, changed)| (name.clone(), path, changed, unit.install)));
         }
         self.loaded_changed();
         let linked: Vec<Result<bool, crate::systemd::SystemdError>> = {
@@ -419,7 +419,7 @@ impl<S: SystemdOps> Executor<S> {
             outcomes.push(match result {
                 Ok(()) => {
                     self.pending_starts.remove(*name);
-                    self.units.remove(name).map(|_| Outcome::Done).map_err(Into::into)
+                    self.units.remove(name).map(|_| Outcome::Done)
                 }
                 Err(e) => Err(e),
             });
