@@ -1,5 +1,8 @@
 //! One leader reconcile pass against the registry (spec §6.4): registry view → [`UnitCatalog`] → engine snapshot
 //! → [`plan_with_report`] → decisions applied in order as compare-and-swap writes → body garbage collection.
+//! Consecutive decisions for distinct units share one all-or-nothing transaction (a pass placing 1,000 units
+//! costs a handful of commits, not 1,000); when one of its compares fails, that group is applied one decision at
+//! a time, which finds the conflicting decision and keeps the order.
 //!
 //! A decision whose compare fails (the registry changed since the view was taken) ends the pass: the rest of the
 //! plan was computed from the same stale view, so the runner re-plans once the view has caught up. Every write
@@ -14,7 +17,7 @@ use tokio::time::{Instant, timeout_at};
 
 use super::catalog::UnitCatalog;
 use super::schedule::{Decision, plan_with_report};
-use crate::registry::{self, Registry, RegistryError};
+use crate::registry::{self, MAX_PLACEMENTS_PER_TXN, Placement, Registry, RegistryError};
 
 /// How a pass ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,38 +111,69 @@ impl Reconciler {
             tracing::debug!(unit = %u.unit, reason = %u.reason, "Unable to schedule Job({}): {}", u.unit, u.reason);
         }
         let limit = deadline.saturating_duration_since(started);
-        for decision in &plan.decisions {
+        let mut chunks = chunks(&plan.decisions).into_iter();
+        while report.outcome == PassOutcome::Complete {
+            let Some(chunk) = chunks.next() else { break };
             if !keep_going() {
                 report.outcome = PassOutcome::Interrupted;
                 break;
             }
-            let written = match timeout_at(deadline, apply(registry, decision)).await {
-                Ok(result) => result,
-                Err(_) => {
-                    report.outcome = PassOutcome::TimedOut { limit };
+            // The whole chunk in one transaction (one commit for many decisions); if any compare fails, nothing
+            // was written and the decisions are applied one by one to find the one that conflicts.
+            if chunk.len() > 1 {
+                let changes: Vec<Placement<'_>> = chunk.iter().map(placement).collect();
+                match timeout_at(deadline, registry.placements_at(&changes)).await {
+                    Err(_) => {
+                        report.outcome = PassOutcome::TimedOut { limit };
+                        break;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(decisions = chunk.len(), error = %e, "cannot apply scheduling decisions");
+                        report.outcome = PassOutcome::Failed { error: e.to_string() };
+                        break;
+                    }
+                    Ok(Ok(Some(revision))) => {
+                        report.applied += chunk.len();
+                        report.last_write = Some(revision);
+                        chunk.iter().for_each(|d| log_applied(d, revision));
+                        continue;
+                    }
+                    Ok(Ok(None)) => {}
+                }
+            }
+            for decision in chunk {
+                if !keep_going() {
+                    report.outcome = PassOutcome::Interrupted;
                     break;
                 }
-            };
-            match written {
-                Ok(Some(revision)) => {
-                    report.applied += 1;
-                    report.last_write = Some(revision);
-                    log_applied(decision, revision);
-                }
-                Ok(None) => {
-                    tracing::info!(
-                        unit = %decision.unit(),
-                        machine = %decision.machine(),
-                        "registry changed before `{decision}` could be applied; re-planning on the next change"
-                    );
-                    report.outcome = PassOutcome::Conflict { decision: decision.to_string() };
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(unit = %decision.unit(), machine = %decision.machine(), error = %e,
-                        "cannot apply scheduling decision");
-                    report.outcome = PassOutcome::Failed { error: e.to_string() };
-                    break;
+                let written = match timeout_at(deadline, registry.placement_at(&placement(decision))).await {
+                    Ok(result) => result,
+                    Err(_) => {
+                        report.outcome = PassOutcome::TimedOut { limit };
+                        break;
+                    }
+                };
+                match written {
+                    Ok(Some(revision)) => {
+                        report.applied += 1;
+                        report.last_write = Some(revision);
+                        log_applied(decision, revision);
+                    }
+                    Ok(None) => {
+                        tracing::info!(
+                            unit = %decision.unit(),
+                            machine = %decision.machine(),
+                            "registry changed before `{decision}` could be applied; re-planning on the next change"
+                        );
+                        report.outcome = PassOutcome::Conflict { decision: decision.to_string() };
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(unit = %decision.unit(), machine = %decision.machine(), error = %e,
+                            "cannot apply scheduling decision");
+                        report.outcome = PassOutcome::Failed { error: e.to_string() };
+                        break;
+                    }
                 }
             }
         }
@@ -174,11 +208,31 @@ impl Reconciler {
     }
 }
 
-async fn apply(registry: &Registry, decision: &Decision) -> Result<Option<i64>, RegistryError> {
+fn placement(decision: &Decision) -> Placement<'_> {
     match decision {
-        Decision::Unschedule { unit, machine, .. } => registry.unschedule_at(unit, machine).await,
-        Decision::Schedule { unit, machine, .. } => registry.schedule_at(unit, machine).await,
+        Decision::Unschedule { unit, machine, .. } => Placement::Unschedule { unit, machine },
+        Decision::Schedule { unit, machine, .. } => Placement::Schedule { unit, machine },
     }
+}
+
+/// Consecutive decisions grouped for one transaction each: in plan order, at most [`MAX_PLACEMENTS_PER_TXN`], and
+/// a new group whenever a unit comes back (a move is an unschedule then a schedule of the same key).
+fn chunks(decisions: &[Decision]) -> Vec<&[Decision]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut units: HashSet<&str> = HashSet::new();
+    for (i, decision) in decisions.iter().enumerate() {
+        if i - start == MAX_PLACEMENTS_PER_TXN || !units.insert(decision.unit()) {
+            out.push(&decisions[start..i]);
+            start = i;
+            units.clear();
+            units.insert(decision.unit());
+        }
+    }
+    if start < decisions.len() {
+        out.push(&decisions[start..]);
+    }
+    out
 }
 
 fn log_applied(decision: &Decision, revision: i64) {
@@ -189,5 +243,38 @@ fn log_applied(decision: &Decision, revision: i64) {
         Decision::Schedule { unit, machine, reason } => {
             tracing::info!(unit = %unit, machine = %machine, reason = %reason, revision, "scheduled unit");
         }
+    }
+}
+
+#[cfg(test)]
+mod chunk_tests {
+    use super::*;
+    use crate::engine::cluster::Placement as Fit;
+    use crate::engine::schedule::{ScheduleReason, UnscheduleReason};
+    use crate::model::JobState;
+
+    fn schedule(unit: &str) -> Decision {
+        let reason =
+            ScheduleReason { desired: JobState::Launched, placement: Fit::LeastLoaded { load: 0 }, replacing: vec![] };
+        Decision::Schedule { unit: unit.into(), machine: "m1".into(), reason }
+    }
+
+    fn unschedule(unit: &str) -> Decision {
+        Decision::Unschedule { unit: unit.into(), machine: "m1".into(), reason: UnscheduleReason::TargetStateInactive }
+    }
+
+    fn sizes(decisions: &[Decision]) -> Vec<usize> {
+        chunks(decisions).iter().map(|c| c.len()).collect()
+    }
+
+    #[test]
+    fn chunks_keep_order_split_at_the_limit_and_at_a_repeated_unit() {
+        assert!(chunks(&[]).is_empty());
+        let many: Vec<Decision> = (0..150).map(|i| schedule(&format!("u{i}.service"))).collect();
+        assert_eq!(sizes(&many), [64, 64, 22]);
+        let moved = [schedule("a.service"), unschedule("b.service"), schedule("b.service"), schedule("c.service")];
+        assert_eq!(sizes(&moved), [2, 2]);
+        let flat: Vec<&Decision> = chunks(&moved).into_iter().flatten().collect();
+        assert_eq!(flat, moved.iter().collect::<Vec<_>>());
     }
 }

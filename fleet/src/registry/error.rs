@@ -39,6 +39,9 @@ pub enum RegistryError {
     /// A conditional write kept failing because another writer changed the key in between.
     #[error("{op} {key}: still conflicting with concurrent writers after {attempts} attempts")]
     Conflict { op: &'static str, key: String, attempts: u32 },
+    /// A batch larger than one transaction may hold.
+    #[error("{op}: {count} changes in one transaction; at most {max} allowed")]
+    TooManyOps { op: &'static str, count: usize, max: usize },
     /// The cluster's key layout is newer than this code understands.
     #[error("{key} says registry layout version {found}; this fleet understands up to {supported}")]
     LayoutTooNew { key: String, found: u32, supported: u32 },

@@ -43,7 +43,7 @@ pub use machines::Registration;
 pub use records::{MachineObject, StateRecord, UnitObject};
 pub use reflector::Reflector;
 pub use snapshot::{BodyRecord, Change, LeaderRecord, MachineRecord, Snapshot, UnitRecord};
-pub use units::{Destroyed, PutUnit, UnitWrite};
+pub use units::{Destroyed, MAX_PLACEMENTS_PER_TXN, Placement, PutUnit, UnitWrite};
 pub use views::{UnitView, current_state};
 
 /// Keys per page when listing the prefix.

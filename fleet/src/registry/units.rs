@@ -35,6 +35,34 @@ pub struct PutUnit<'a> {
     pub reschedule: bool,
 }
 
+/// Most placement changes [`Registry::placements_at`] puts in one transaction: each brings up to two compares,
+/// and etcd refuses transactions with more than 128 compares or operations by default (`--max-txn-ops`).
+pub const MAX_PLACEMENTS_PER_TXN: usize = 64;
+
+/// An engine decision as a registry write: the unit's schedule (`target` key) set or cleared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement<'a> {
+    /// Set the unit's target to `machine` if it has none and the unit exists.
+    Schedule { unit: &'a str, machine: &'a str },
+    /// Clear the unit's target if it is still `machine`.
+    Unschedule { unit: &'a str, machine: &'a str },
+}
+
+impl Placement<'_> {
+    pub fn unit(&self) -> &str {
+        match self {
+            Placement::Schedule { unit, .. } | Placement::Unschedule { unit, .. } => unit,
+        }
+    }
+
+    fn op_name(&self) -> &'static str {
+        match self {
+            Placement::Schedule { .. } => "schedule",
+            Placement::Unschedule { .. } => "unschedule",
+        }
+    }
+}
+
 /// What [`Registry::destroy_unit`] deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Destroyed {
@@ -214,17 +242,7 @@ impl Registry {
     /// [`Registry::schedule`], returning the revision of the write (to wait for in a reflector) or `None` when
     /// the compare failed and nothing was written.
     pub async fn schedule_at(&self, name: &str, machine: &str) -> Result<Option<i64>> {
-        check_component(Component::UnitName, name)?;
-        check_component(Component::MachineId, machine)?;
-        let target = self.keys.unit_target(name);
-        let txn = Txn::new()
-            .when([
-                Compare::version(target.as_str(), CompareOp::Equal, 0),
-                Compare::version(self.keys.unit_object(name), CompareOp::Greater, 0),
-            ])
-            .and_then([TxnOp::put(target.as_str(), machine, None)]);
-        let resp = self.txn("schedule", &target, txn).await?;
-        Ok(resp.succeeded().then(|| revision_of(&resp)))
+        self.placement_at(&Placement::Schedule { unit: name, machine }).await
     }
 
     /// Engine: unschedules the unit if it is still scheduled to `machine`. `false` means it is not (any more).
@@ -234,13 +252,60 @@ impl Registry {
 
     /// [`Registry::unschedule`], returning the revision of the delete or `None` when nothing was deleted.
     pub async fn unschedule_at(&self, name: &str, machine: &str) -> Result<Option<i64>> {
-        check_component(Component::UnitName, name)?;
-        let target = self.keys.unit_target(name);
-        let txn = Txn::new()
-            .when([Compare::value(target.as_str(), CompareOp::Equal, machine)])
-            .and_then([TxnOp::delete(target.as_str(), None)]);
-        let resp = self.txn("unschedule", &target, txn).await?;
+        self.placement_at(&Placement::Unschedule { unit: name, machine }).await
+    }
+
+    /// One placement change as its own transaction; the revision of the write, or `None` when its compares failed.
+    pub async fn placement_at(&self, change: &Placement<'_>) -> Result<Option<i64>> {
+        let (compares, op) = self.placement_txn(change)?;
+        let target = self.keys.unit_target(change.unit());
+        let resp = self.txn(change.op_name(), &target, Txn::new().when(compares).and_then([op])).await?;
         Ok(resp.succeeded().then(|| revision_of(&resp)))
+    }
+
+    /// Engine: applies several placement changes in one transaction, all or nothing: the revision of the write,
+    /// or `None` when any change's compares failed (then nothing was written; apply them one by one to find out
+    /// which). At most [`MAX_PLACEMENTS_PER_TXN`] changes, each for a different unit (etcd refuses two writes of
+    /// one key in a transaction).
+    pub async fn placements_at(&self, changes: &[Placement<'_>]) -> Result<Option<i64>> {
+        if changes.len() > MAX_PLACEMENTS_PER_TXN {
+            return Err(RegistryError::TooManyOps {
+                op: "placements",
+                count: changes.len(),
+                max: MAX_PLACEMENTS_PER_TXN,
+            });
+        }
+        let mut compares = Vec::with_capacity(changes.len() * 2);
+        let mut ops = Vec::with_capacity(changes.len());
+        for change in changes {
+            let (c, op) = self.placement_txn(change)?;
+            compares.extend(c);
+            ops.push(op);
+        }
+        let key = self.keys.units_dir();
+        let resp = self.txn("placements", &key, Txn::new().when(compares).and_then(ops)).await?;
+        Ok(resp.succeeded().then(|| revision_of(&resp)))
+    }
+
+    fn placement_txn(&self, change: &Placement<'_>) -> Result<(Vec<Compare>, TxnOp)> {
+        match *change {
+            Placement::Schedule { unit, machine } => {
+                check_component(Component::UnitName, unit)?;
+                check_component(Component::MachineId, machine)?;
+                let target = self.keys.unit_target(unit);
+                let compares = vec![
+                    Compare::version(target.as_str(), CompareOp::Equal, 0),
+                    Compare::version(self.keys.unit_object(unit), CompareOp::Greater, 0),
+                ];
+                Ok((compares, TxnOp::put(target.as_str(), machine, None)))
+            }
+            Placement::Unschedule { unit, machine } => {
+                check_component(Component::UnitName, unit)?;
+                let target = self.keys.unit_target(unit);
+                let compares = vec![Compare::value(target.as_str(), CompareOp::Equal, machine)];
+                Ok((compares, TxnOp::delete(target.as_str(), None)))
+            }
+        }
     }
 
     /// Agent: records that `machine` started the unit (version `hash`), bound to the machine's lease so the
