@@ -36,7 +36,7 @@ use super::publish_loop::PublishLoop;
 use super::publisher::Publisher;
 use super::timing::{RECONCILE_INTERVAL, refresh_period};
 use super::units_dir::UnitsDir;
-use crate::registry::{Registry, Snapshot};
+use crate::registry::{MAX_MARKERS_PER_TXN, Registry, Snapshot};
 use crate::systemd::{Systemd, SystemdOps, UnitChanges};
 
 /// Registry writes in flight at once when applying markers or cleaning up.
@@ -320,20 +320,52 @@ pub(crate) fn marker_plan(
     last.into_values().chain(repairs).collect()
 }
 
-/// Writes markers (a few at a time); failures are logged and repaired by a later reconcile.
+/// Writes markers: removals first, then launches (a unit stopped and started again in one run ends marked), in
+/// transactions of many units, a few transactions at a time. A launch batch naming a unit that is gone from the
+/// registry writes nothing and is retried one unit at a time. Failures are logged and repaired by a later
+/// reconcile.
 async fn write_markers(registry: &Registry, machine: &str, lease: i64, markers: Vec<Marker>) {
-    futures::stream::iter(markers)
-        .map(|m| async move {
-            match &m {
-                Marker::Launched { unit, hash } => match registry.mark_launched(unit, machine, hash, lease).await {
-                    Ok(true) => debug!(unit = %unit, hash = %hash, "marked launched"),
-                    Ok(false) => debug!(unit = %unit, "not marked launched: the unit is gone from the registry"),
-                    Err(e) => warn!(unit = %unit, err = %e, "cannot mark unit launched; retrying later"),
-                },
-                Marker::NotLaunched(unit) => match registry.unmark_launched(unit, machine).await {
-                    Ok(()) => debug!(unit = %unit, "unmarked launched"),
-                    Err(e) => warn!(unit = %unit, err = %e, "cannot remove launched marker; retrying later"),
-                },
+    let mut launched: BTreeMap<String, String> = BTreeMap::new();
+    let mut removed: BTreeSet<String> = BTreeSet::new();
+    for marker in markers {
+        match marker {
+            Marker::Launched { unit, hash } => {
+                launched.insert(unit, hash);
+            }
+            Marker::NotLaunched(unit) => {
+                launched.remove(&unit);
+                removed.insert(unit);
+            }
+        }
+    }
+    let removed: Vec<&str> = removed.iter().map(String::as_str).collect();
+    futures::stream::iter(removed.chunks(MAX_MARKERS_PER_TXN))
+        .map(|units| async move {
+            match registry.unmark_launched_many(units, machine).await {
+                Ok(()) => debug!(units = units.len(), "unmarked launched"),
+                Err(e) => warn!(units = units.len(), err = %e, "cannot remove launched markers; retrying later"),
+            }
+        })
+        .buffer_unordered(WRITERS)
+        .collect::<Vec<()>>()
+        .await;
+    let launched: Vec<(&str, &str)> = launched.iter().map(|(u, h)| (u.as_str(), h.as_str())).collect();
+    futures::stream::iter(launched.chunks(MAX_MARKERS_PER_TXN))
+        .map(|units| async move {
+            match registry.mark_launched_many(units, machine, lease).await {
+                Ok(true) => debug!(units = units.len(), "marked launched"),
+                Ok(false) => {
+                    for (unit, hash) in units {
+                        match registry.mark_launched(unit, machine, hash, lease).await {
+                            Ok(true) => debug!(unit = %unit, hash = %hash, "marked launched"),
+                            Ok(false) => {
+                                debug!(unit = %unit, "not marked launched: the unit is gone from the registry")
+                            }
+                            Err(e) => warn!(unit = %unit, err = %e, "cannot mark unit launched; retrying later"),
+                        }
+                    }
+                }
+                Err(e) => warn!(units = units.len(), err = %e, "cannot mark units launched; retrying later"),
             }
         })
         .buffer_unordered(WRITERS)

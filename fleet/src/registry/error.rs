@@ -42,6 +42,9 @@ pub enum RegistryError {
     /// A batch larger than one transaction may hold.
     #[error("{op}: {count} changes in one transaction; at most {max} allowed")]
     TooManyOps { op: &'static str, count: usize, max: usize },
+    /// One transaction would write the same key twice (etcd refuses it).
+    #[error("{op}: {key} written twice in one transaction")]
+    DuplicateKey { op: &'static str, key: String },
     /// The cluster's key layout is newer than this code understands.
     #[error("{key} says registry layout version {found}; this fleet understands up to {supported}")]
     LayoutTooNew { key: String, found: u32, supported: u32 },

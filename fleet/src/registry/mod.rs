@@ -43,7 +43,8 @@ pub use machines::Registration;
 pub use records::{MachineObject, StateRecord, UnitObject};
 pub use reflector::Reflector;
 pub use snapshot::{BodyRecord, Change, LeaderRecord, MachineRecord, Snapshot, UnitRecord};
-pub use units::{Destroyed, MAX_PLACEMENTS_PER_TXN, Placement, PutUnit, UnitWrite};
+pub use states::{MAX_STATE_WRITES_PER_TXN, StateWrite};
+pub use units::{Destroyed, MAX_MARKERS_PER_TXN, MAX_PLACEMENTS_PER_TXN, Placement, PutUnit, UnitWrite};
 pub use views::{UnitView, current_state};
 
 /// Keys per page when listing the prefix.

@@ -39,6 +39,10 @@ pub struct PutUnit<'a> {
 /// and etcd refuses transactions with more than 128 compares or operations by default (`--max-txn-ops`).
 pub const MAX_PLACEMENTS_PER_TXN: usize = 64;
 
+/// Most launched markers one transaction of [`Registry::mark_launched_many`] writes (etcd's default
+/// `--max-txn-ops` is 128 compares and 128 operations).
+pub const MAX_MARKERS_PER_TXN: usize = 128;
+
 /// An engine decision as a registry write: the unit's schedule (`target` key) set or cleared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Placement<'a> {
@@ -319,6 +323,51 @@ impl Registry {
             .when([Compare::version(self.keys.unit_object(name), CompareOp::Greater, 0)])
             .and_then([TxnOp::put(key.as_str(), hash, Some(PutOptions::new().with_lease(lease)))]);
         Ok(self.txn("mark launched", &key, txn).await?.succeeded())
+    }
+
+    /// Agent: [`Registry::mark_launched`] for several units (unit, hash) in one transaction, all or nothing:
+    /// `false` when any of the units is gone (then nothing was written; mark them one by one). At most
+    /// [`MAX_MARKERS_PER_TXN`] units, each once.
+    pub async fn mark_launched_many(&self, units: &[(&str, &str)], machine: &str, lease: i64) -> Result<bool> {
+        if units.len() > MAX_MARKERS_PER_TXN {
+            return Err(RegistryError::TooManyOps {
+                op: "mark launched",
+                count: units.len(),
+                max: MAX_MARKERS_PER_TXN,
+            });
+        }
+        check_component(Component::MachineId, machine)?;
+        let mut compares = Vec::with_capacity(units.len());
+        let mut ops = Vec::with_capacity(units.len());
+        for (name, hash) in units {
+            check_component(Component::UnitName, name)?;
+            let key = self.keys.unit_launched(name, machine);
+            compares.push(Compare::version(self.keys.unit_object(name), CompareOp::Greater, 0));
+            ops.push(TxnOp::put(key.as_str(), *hash, Some(PutOptions::new().with_lease(lease))));
+        }
+        let key = self.keys.units_dir();
+        Ok(self.txn("mark launched", &key, Txn::new().when(compares).and_then(ops)).await?.succeeded())
+    }
+
+    /// Agent: removes this machine's launched markers of several units in one transaction (at most
+    /// [`MAX_MARKERS_PER_TXN`], each once).
+    pub async fn unmark_launched_many(&self, units: &[&str], machine: &str) -> Result<()> {
+        if units.len() > MAX_MARKERS_PER_TXN {
+            return Err(RegistryError::TooManyOps {
+                op: "unmark launched",
+                count: units.len(),
+                max: MAX_MARKERS_PER_TXN,
+            });
+        }
+        check_component(Component::MachineId, machine)?;
+        let mut ops = Vec::with_capacity(units.len());
+        for name in units {
+            check_component(Component::UnitName, name)?;
+            ops.push(TxnOp::delete(self.keys.unit_launched(name, machine).as_str(), None));
+        }
+        let key = self.keys.units_dir();
+        self.txn("unmark launched", &key, Txn::new().and_then(ops)).await?;
+        Ok(())
     }
 
     /// Agent: removes this machine's launched marker (only its own key).

@@ -560,3 +560,40 @@ async fn placements_in_one_transaction_are_all_or_nothing() {
     let err = reg.placements_at(&too_many).await.unwrap_err();
     assert!(matches!(err, RegistryError::TooManyOps { .. }), "{err}");
 }
+
+/// Agents write states and launched markers of many units in one transaction each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_state_and_marker_writes() {
+    use fleet::registry::StateWrite;
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/batched").await;
+    let refl = connected(&reg).await;
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(30)).await.unwrap();
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    for name in ["a.service", "b.service"] {
+        reg.create_unit(&put(name, &v, JobState::Launched)).await.unwrap();
+    }
+    let (a, b) = (state("a.service", "m1", &v.hash), state("b.service", "m1", &v.hash));
+    reg.write_states(&[StateWrite::Publish(&a), StateWrite::Publish(&b)], lease.id()).await.unwrap();
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.state_record("a.service", "m1").is_some() && snap.state_record("b.service", "m1").is_some());
+    let twice = [StateWrite::Publish(&a), StateWrite::Remove { unit: "a.service", machine: "m1" }];
+    let err = reg.write_states(&twice, lease.id()).await.unwrap_err();
+    assert!(matches!(err, RegistryError::DuplicateKey { .. }), "{err}");
+    reg.write_states(&[StateWrite::Remove { unit: "a.service", machine: "m1" }], lease.id()).await.unwrap();
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.state_record("a.service", "m1").is_none() && snap.state_record("b.service", "m1").is_some());
+
+    let hash = v.hash.as_str();
+    let with_missing = [("a.service", hash), ("gone.service", hash)];
+    assert!(!reg.mark_launched_many(&with_missing, "m1", lease.id()).await.unwrap(), "gone.service does not exist");
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.unit_record("a.service").unwrap().launched.is_empty(), "all or nothing");
+    assert!(reg.mark_launched_many(&[("a.service", hash), ("b.service", hash)], "m1", lease.id()).await.unwrap());
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert_eq!(snap.unit_record("b.service").unwrap().launched.get("m1").map(String::as_str), Some(hash));
+    reg.unmark_launched_many(&["a.service", "b.service"], "m1").await.unwrap();
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.unit_record("a.service").unwrap().launched.is_empty());
+    assert!(snap.unit_record("b.service").unwrap().launched.is_empty());
+}
