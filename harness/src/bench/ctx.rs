@@ -39,6 +39,7 @@ impl Ctx {
         let cluster = Cluster::builder()
             .machines(opts.machines)
             .agent_ttl(&opts.agent_ttl)
+            .config("verbosity", &opts.verbosity.to_string())
             .start()
             .await
             .map_err(|e| format!("cluster: {e}"))?;

@@ -48,6 +48,8 @@ pub struct Options {
     pub runs: usize,
     /// fleet.conf `agent_ttl` (fleet's own default is 30s; the test clusters use 3s).
     pub agent_ttl: String,
+    /// fleet.conf `verbosity` of the bench clusters (0: fleet's default).
+    pub verbosity: u8,
     /// Interval between list-units polls.
     pub poll: Duration,
     /// Length of the idle windows (CPU, etcd rates).
@@ -74,6 +76,7 @@ impl Default for Options {
             scenario: Scenario::All,
             runs: 1,
             agent_ttl: "30s".into(),
+            verbosity: 0,
             poll: Duration::from_millis(50),
             idle: Duration::from_secs(10),
             settle: Duration::from_secs(3),

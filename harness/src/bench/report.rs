@@ -54,6 +54,7 @@ pub struct RunReport {
 pub struct BenchReport {
     pub machines: usize,
     pub agent_ttl: String,
+    pub verbosity: u8,
     pub poll_ms: u64,
     pub idle_window_s: f64,
     pub fleetd: String,
@@ -69,6 +70,7 @@ impl BenchReport {
         BenchReport {
             machines: opts.machines,
             agent_ttl: opts.agent_ttl.clone(),
+            verbosity: opts.verbosity,
             poll_ms: opts.poll.as_millis() as u64,
             idle_window_s: opts.idle.as_secs_f64(),
             fleetd: bin("fleetd", config::FLEETD_ENV),
@@ -91,8 +93,8 @@ impl BenchReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "fleet bench: {} machines, agent_ttl {}, list-units polled every {} ms, idle windows {} s",
-            self.machines, self.agent_ttl, self.poll_ms, self.idle_window_s
+            "fleet bench: {} machines, agent_ttl {}, verbosity {}, list-units polled every {} ms, idle windows {} s",
+            self.machines, self.agent_ttl, self.verbosity, self.poll_ms, self.idle_window_s
         );
         let _ = writeln!(s, "fleetd {}\nfleetctl {}", self.fleetd, self.fleetctl);
         let ctx = |c: &Context| {

@@ -66,6 +66,10 @@ enum Command {
         /// fleet.conf agent_ttl (fleet's default 30s; the test clusters use 3s).
         #[arg(long, default_value = "30s")]
         agent_ttl: String,
+        /// fleet.conf verbosity (0 = info, fleet's default; the test clusters log at debug, 1). Debug logging costs
+        /// fleetd and journald CPU on every unit.
+        #[arg(long, default_value_t = 0)]
+        verbosity: u8,
         /// list-units poll interval while waiting, in ms.
         #[arg(long, default_value_t = 50)]
         poll_ms: u64,
@@ -126,6 +130,7 @@ async fn main() -> ExitCode {
             scenario,
             runs,
             agent_ttl,
+            verbosity,
             poll_ms,
             idle_secs,
             list_runs,
@@ -144,6 +149,7 @@ async fn main() -> ExitCode {
                 },
                 runs,
                 agent_ttl,
+                verbosity,
                 poll: Duration::from_millis(poll_ms),
                 idle: Duration::from_secs(idle_secs),
                 list_runs,
