@@ -294,9 +294,12 @@ async fn bodies_of_destroyed_and_replaced_units_are_garbage_collected() {
     reg.destroy_unit("gone.service").await.unwrap();
     // Replaced: v2 stays as the previous hash of v3 (rollback), so only v1 is garbage.
     create(&reg, "kept.service", v3, JobState::Launched).await;
-    view.wait_for(WAIT, "the destroyed unit's body to be collected", |s| s.body(&h1).is_none().then_some(()))
-        .await
-        .unwrap();
+    // The engine may collect v1 before the replacement's write reaches the view: wait for both.
+    view.wait_for(WAIT, "the destroyed unit's body collected and the replacement visible", |s| {
+        (s.body(&h1).is_none() && s.unit("kept.service").is_some_and(|u| u.hash == h3.as_str())).then_some(())
+    })
+    .await
+    .unwrap();
     let s = view.snapshot();
     assert!(s.body(&h2).is_some(), "the previous body of a replaced unit is kept for rollback");
     assert!(s.body(&h3).is_some());
