@@ -210,7 +210,7 @@ fn expected_machines(client: &dyn Client, name: &str) -> Option<BTreeSet<String>
 
 /// Global units (the original never waited for them): wait until every machine expected to hold the unit
 /// ([`expected_machines`]) and every machine that publishes a state for it runs the unit's current content in the
-/// state `target` asks for — `launched`: active; `loaded`: loaded and not active; `inactive`: no machine reports
+/// state `target` asks for — `launched`: active; `loaded`: loaded and inactive or failed; `inactive`: no machine reports
 /// it any more. Without the expected set (machines or units unreadable) `launched`/`loaded` need at least one
 /// report and every report good.
 pub fn wait_for_global(ctx: &mut Ctx<'_>, name: &str, target: JobState, attempts: u64) -> Result<(), String> {
@@ -266,7 +266,8 @@ pub fn global_progress(
             && s.systemd_load_state == "loaded"
             && match target {
                 JobState::Launched => s.systemd_active_state == "active",
-                _ => s.systemd_active_state != "active",
+                // Stopped means its stop hooks have run: `deactivating` (ExecStop still running) is not yet.
+                _ => matches!(s.systemd_active_state.as_str(), "inactive" | "failed"),
             }
     };
     let mut machines: std::collections::BTreeSet<&str> = expected.iter().map(String::as_str).collect();
@@ -320,6 +321,18 @@ mod tests {
         );
         // Nothing known about which machines should run it: every reporting machine.
         assert_eq!(p(&[state("m1", "new", "active"), state("m2", "new", "activating")], &[]), (1, 2));
+    }
+
+    #[test]
+    fn a_global_unit_is_stopped_only_once_inactive_or_failed_everywhere() {
+        let all = ["m1".to_string(), "m2".to_string()];
+        let stopped = |states: &[crate::schema::UnitState]| {
+            let g = global_progress(states, &all, JobState::Loaded, "");
+            (g.good, g.expected)
+        };
+        // Its stop hooks are still running on m2.
+        assert_eq!(stopped(&[state("m1", "h", "inactive"), state("m2", "h", "deactivating")]), (1, 2));
+        assert_eq!(stopped(&[state("m1", "h", "inactive"), state("m2", "h", "failed")]), (2, 2));
     }
 
     #[test]
