@@ -21,7 +21,7 @@ use tracing::{debug, warn};
 use super::debug::DebugHandle;
 use super::publisher::{PublishOp, Publisher, unit_states};
 use crate::model::UnitState;
-use crate::registry::{MAX_STATE_WRITES_PER_TXN, Registry, Snapshot, StateRecord, StateWrite};
+use crate::registry::{MAX_STATE_WRITES_PER_TXN, Registry, Snapshot, StateRecord, StateWrite, txn_batches};
 use crate::systemd::{Systemd, UnitChange, UnitChanges};
 
 /// Delay before repeating failed registry writes or a failed systemd read.
@@ -147,22 +147,23 @@ impl PublishLoop<'_> {
             return true;
         }
         let (registry, machine, lease) = (self.registry, self.machine, self.lease);
-        let results: Vec<(PublishOp, Result<(), String>)> = futures::stream::iter(chunks(ops))
-            .map(|chunk| async move {
-                let writes: Vec<StateWrite<'_>> = chunk
-                    .iter()
-                    .map(|op| match op {
-                        PublishOp::Publish(s) => StateWrite::Publish(s),
-                        PublishOp::Remove(name) => StateWrite::Remove { unit: name, machine },
-                    })
-                    .collect();
-                let result = registry.write_states(&writes, lease).await.map_err(|e| e.to_string());
-                chunk.into_iter().map(|op| (op, result.clone())).collect::<Vec<_>>()
-            })
-            .buffer_unordered(WRITERS)
-            .flat_map(futures::stream::iter)
-            .collect()
-            .await;
+        let results: Vec<(PublishOp, Result<(), String>)> =
+            futures::stream::iter(txn_batches(&ops, MAX_STATE_WRITES_PER_TXN, PublishOp::unit))
+                .map(|chunk| async move {
+                    let writes: Vec<StateWrite<'_>> = chunk
+                        .iter()
+                        .map(|op| match op {
+                            PublishOp::Publish(s) => StateWrite::Publish(s),
+                            PublishOp::Remove(name) => StateWrite::Remove { unit: name, machine },
+                        })
+                        .collect();
+                    let result = registry.write_states(&writes, lease).await.map_err(|e| e.to_string());
+                    chunk.iter().map(|op| (op.clone(), result.clone())).collect::<Vec<_>>()
+                })
+                .buffer_unordered(WRITERS)
+                .flat_map(futures::stream::iter)
+                .collect()
+                .await;
         let mut pending: BTreeMap<String, Option<UnitState>> = BTreeMap::new();
         for (op, result) in results {
             match (&op, result) {
@@ -184,45 +185,5 @@ impl PublishLoop<'_> {
         let ok = pending.is_empty();
         self.debug.set_published(self.publisher.published(), pending);
         ok
-    }
-}
-
-/// `ops` grouped for one transaction each: at most [`MAX_STATE_WRITES_PER_TXN`], a unit at most once per group.
-fn chunks(ops: Vec<PublishOp>) -> Vec<Vec<PublishOp>> {
-    let mut out: Vec<Vec<PublishOp>> = Vec::new();
-    let mut units: BTreeSet<String> = BTreeSet::new();
-    for op in ops {
-        let unit = match &op {
-            PublishOp::Publish(s) => s.name.clone(),
-            PublishOp::Remove(name) => name.clone(),
-        };
-        let full = out.last().is_none_or(|c| c.len() == MAX_STATE_WRITES_PER_TXN);
-        if full || units.contains(&unit) {
-            out.push(Vec::new());
-            units.clear();
-        }
-        units.insert(unit);
-        if let Some(current) = out.last_mut() {
-            current.push(op);
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod chunk_tests {
-    use super::*;
-
-    #[test]
-    fn chunks_hold_each_unit_once_and_respect_the_limit() {
-        assert!(chunks(Vec::new()).is_empty());
-        let ops: Vec<PublishOp> = (0..300).map(|i| PublishOp::Remove(format!("u{i}.service"))).collect();
-        assert_eq!(chunks(ops).iter().map(Vec::len).collect::<Vec<_>>(), [128, 128, 44]);
-        let ops = vec![
-            PublishOp::Remove("a.service".into()),
-            PublishOp::Remove("b.service".into()),
-            PublishOp::Remove("a.service".into()),
-        ];
-        assert_eq!(chunks(ops).iter().map(Vec::len).collect::<Vec<_>>(), [2, 1]);
     }
 }

@@ -17,6 +17,16 @@ pub enum PublishOp {
     Remove(String),
 }
 
+impl PublishOp {
+    /// The unit this write is about.
+    pub fn unit(&self) -> &str {
+        match self {
+            PublishOp::Publish(state) => &state.name,
+            PublishOp::Remove(name) => name,
+        }
+    }
+}
+
 /// The states to publish for the units the agent has loaded: systemd's load/active/sub state joined with the hash
 /// recorded for the unit file. Units systemd did not report are left out.
 pub fn unit_states(

@@ -17,7 +17,7 @@ use tokio::time::{Instant, timeout_at};
 
 use super::catalog::UnitCatalog;
 use super::schedule::{Decision, plan_with_report};
-use crate::registry::{self, MAX_PLACEMENTS_PER_TXN, Placement, Registry, RegistryError};
+use crate::registry::{self, MAX_PLACEMENTS_PER_TXN, PlacementWrite, Registry, RegistryError};
 
 /// How a pass ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +111,7 @@ impl Reconciler {
             tracing::debug!(unit = %u.unit, reason = %u.reason, "Unable to schedule Job({}): {}", u.unit, u.reason);
         }
         let limit = deadline.saturating_duration_since(started);
-        let mut chunks = chunks(&plan.decisions).into_iter();
+        let mut chunks = registry::txn_batches(&plan.decisions, MAX_PLACEMENTS_PER_TXN, Decision::unit).into_iter();
         while report.outcome == PassOutcome::Complete {
             let Some(chunk) = chunks.next() else { break };
             if !keep_going() {
@@ -121,7 +121,7 @@ impl Reconciler {
             // The whole chunk in one transaction (one commit for many decisions); if any compare fails, nothing
             // was written and the decisions are applied one by one to find the one that conflicts.
             if chunk.len() > 1 {
-                let changes: Vec<Placement<'_>> = chunk.iter().map(placement).collect();
+                let changes: Vec<PlacementWrite<'_>> = chunk.iter().map(placement).collect();
                 match timeout_at(deadline, registry.placements_at(&changes)).await {
                     Err(_) => {
                         report.outcome = PassOutcome::TimedOut { limit };
@@ -208,31 +208,11 @@ impl Reconciler {
     }
 }
 
-fn placement(decision: &Decision) -> Placement<'_> {
+fn placement(decision: &Decision) -> PlacementWrite<'_> {
     match decision {
-        Decision::Unschedule { unit, machine, .. } => Placement::Unschedule { unit, machine },
-        Decision::Schedule { unit, machine, .. } => Placement::Schedule { unit, machine },
+        Decision::Unschedule { unit, machine, .. } => PlacementWrite::Unschedule { unit, machine },
+        Decision::Schedule { unit, machine, .. } => PlacementWrite::Schedule { unit, machine },
     }
-}
-
-/// Consecutive decisions grouped for one transaction each: in plan order, at most [`MAX_PLACEMENTS_PER_TXN`], and
-/// a new group whenever a unit comes back (a move is an unschedule then a schedule of the same key).
-fn chunks(decisions: &[Decision]) -> Vec<&[Decision]> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    let mut units: HashSet<&str> = HashSet::new();
-    for (i, decision) in decisions.iter().enumerate() {
-        if i - start == MAX_PLACEMENTS_PER_TXN || !units.insert(decision.unit()) {
-            out.push(&decisions[start..i]);
-            start = i;
-            units.clear();
-            units.insert(decision.unit());
-        }
-    }
-    if start < decisions.len() {
-        out.push(&decisions[start..]);
-    }
-    out
 }
 
 fn log_applied(decision: &Decision, revision: i64) {
@@ -243,38 +223,5 @@ fn log_applied(decision: &Decision, revision: i64) {
         Decision::Schedule { unit, machine, reason } => {
             tracing::info!(unit = %unit, machine = %machine, reason = %reason, revision, "scheduled unit");
         }
-    }
-}
-
-#[cfg(test)]
-mod chunk_tests {
-    use super::*;
-    use crate::engine::cluster::Placement as Fit;
-    use crate::engine::schedule::{ScheduleReason, UnscheduleReason};
-    use crate::model::JobState;
-
-    fn schedule(unit: &str) -> Decision {
-        let reason =
-            ScheduleReason { desired: JobState::Launched, placement: Fit::LeastLoaded { load: 0 }, replacing: vec![] };
-        Decision::Schedule { unit: unit.into(), machine: "m1".into(), reason }
-    }
-
-    fn unschedule(unit: &str) -> Decision {
-        Decision::Unschedule { unit: unit.into(), machine: "m1".into(), reason: UnscheduleReason::TargetStateInactive }
-    }
-
-    fn sizes(decisions: &[Decision]) -> Vec<usize> {
-        chunks(decisions).iter().map(|c| c.len()).collect()
-    }
-
-    #[test]
-    fn chunks_keep_order_split_at_the_limit_and_at_a_repeated_unit() {
-        assert!(chunks(&[]).is_empty());
-        let many: Vec<Decision> = (0..150).map(|i| schedule(&format!("u{i}.service"))).collect();
-        assert_eq!(sizes(&many), [64, 64, 22]);
-        let moved = [schedule("a.service"), unschedule("b.service"), schedule("b.service"), schedule("c.service")];
-        assert_eq!(sizes(&moved), [2, 2]);
-        let flat: Vec<&Decision> = chunks(&moved).into_iter().flatten().collect();
-        assert_eq!(flat, moved.iter().collect::<Vec<_>>());
     }
 }

@@ -8,6 +8,7 @@
 //!   wherever two writers could race: `units` (create/replace/desired/destroy/schedule/launched), `bodies` (body
 //!   GC), `states` (unit state publishing), `machines` (presence, metadata), `engine` (leader lease, engine
 //!   version), `layout` (layout version).
+//! * `batch` — [`txn_batches`]: how batched writers split their work into transactions.
 //! * `lease` — [`LeaseKeeper`]: grant, manual keep-alive, loss notification, revoke.
 //! * Reads: `snapshot` ([`Snapshot`], the typed image at one revision), `reflector` ([`Reflector`]: list + watch →
 //!   `watch::Receiver<Arc<Snapshot>>`), `views` (derived views: current state, sort orders, GC candidates),
@@ -18,6 +19,7 @@
 //!
 //! Architecture invariant: nothing outside this module builds an etcd key or decodes a stored value.
 
+mod batch;
 mod bodies;
 mod engine;
 mod error;
@@ -35,6 +37,7 @@ mod views;
 
 use std::time::Duration;
 
+pub use batch::txn_batches;
 pub use engine::{Campaign, EngineVersionCheck};
 pub use error::{RegistryError, Result};
 pub use keys::{Component, DEFAULT_PREFIX, InvalidComponent, Key, Keys, LAYOUT_VERSION, check_component};
@@ -44,7 +47,7 @@ pub use records::{MachineObject, StateRecord, UnitObject};
 pub use reflector::Reflector;
 pub use snapshot::{BodyRecord, Change, LeaderRecord, MachineRecord, Snapshot, UnitRecord};
 pub use states::{MAX_STATE_WRITES_PER_TXN, StateWrite};
-pub use units::{Destroyed, MAX_MARKERS_PER_TXN, MAX_PLACEMENTS_PER_TXN, Placement, PutUnit, UnitWrite};
+pub use units::{Destroyed, MAX_MARKERS_PER_TXN, MAX_PLACEMENTS_PER_TXN, PlacementWrite, PutUnit, UnitWrite};
 pub use views::{UnitView, current_state};
 
 /// Keys per page when listing the prefix.

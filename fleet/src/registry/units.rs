@@ -45,24 +45,24 @@ pub const MAX_MARKERS_PER_TXN: usize = 128;
 
 /// An engine decision as a registry write: the unit's schedule (`target` key) set or cleared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement<'a> {
+pub enum PlacementWrite<'a> {
     /// Set the unit's target to `machine` if it has none and the unit exists.
     Schedule { unit: &'a str, machine: &'a str },
     /// Clear the unit's target if it is still `machine`.
     Unschedule { unit: &'a str, machine: &'a str },
 }
 
-impl Placement<'_> {
+impl PlacementWrite<'_> {
     pub fn unit(&self) -> &str {
         match self {
-            Placement::Schedule { unit, .. } | Placement::Unschedule { unit, .. } => unit,
+            PlacementWrite::Schedule { unit, .. } | PlacementWrite::Unschedule { unit, .. } => unit,
         }
     }
 
     fn op_name(&self) -> &'static str {
         match self {
-            Placement::Schedule { .. } => "schedule",
-            Placement::Unschedule { .. } => "unschedule",
+            PlacementWrite::Schedule { .. } => "schedule",
+            PlacementWrite::Unschedule { .. } => "unschedule",
         }
     }
 }
@@ -246,7 +246,7 @@ impl Registry {
     /// [`Registry::schedule`], returning the revision of the write (to wait for in a reflector) or `None` when
     /// the compare failed and nothing was written.
     pub async fn schedule_at(&self, name: &str, machine: &str) -> Result<Option<i64>> {
-        self.placement_at(&Placement::Schedule { unit: name, machine }).await
+        self.placement_at(&PlacementWrite::Schedule { unit: name, machine }).await
     }
 
     /// Engine: unschedules the unit if it is still scheduled to `machine`. `false` means it is not (any more).
@@ -256,11 +256,11 @@ impl Registry {
 
     /// [`Registry::unschedule`], returning the revision of the delete or `None` when nothing was deleted.
     pub async fn unschedule_at(&self, name: &str, machine: &str) -> Result<Option<i64>> {
-        self.placement_at(&Placement::Unschedule { unit: name, machine }).await
+        self.placement_at(&PlacementWrite::Unschedule { unit: name, machine }).await
     }
 
     /// One placement change as its own transaction; the revision of the write, or `None` when its compares failed.
-    pub async fn placement_at(&self, change: &Placement<'_>) -> Result<Option<i64>> {
+    pub async fn placement_at(&self, change: &PlacementWrite<'_>) -> Result<Option<i64>> {
         let (compares, op) = self.placement_txn(change)?;
         let target = self.keys.unit_target(change.unit());
         let resp = self.txn(change.op_name(), &target, Txn::new().when(compares).and_then([op])).await?;
@@ -271,7 +271,7 @@ impl Registry {
     /// or `None` when any change's compares failed (then nothing was written; apply them one by one to find out
     /// which). At most [`MAX_PLACEMENTS_PER_TXN`] changes, each for a different unit (etcd refuses two writes of
     /// one key in a transaction).
-    pub async fn placements_at(&self, changes: &[Placement<'_>]) -> Result<Option<i64>> {
+    pub async fn placements_at(&self, changes: &[PlacementWrite<'_>]) -> Result<Option<i64>> {
         if changes.len() > MAX_PLACEMENTS_PER_TXN {
             return Err(RegistryError::TooManyOps {
                 op: "placements",
@@ -291,9 +291,9 @@ impl Registry {
         Ok(resp.succeeded().then(|| revision_of(&resp)))
     }
 
-    fn placement_txn(&self, change: &Placement<'_>) -> Result<(Vec<Compare>, TxnOp)> {
+    fn placement_txn(&self, change: &PlacementWrite<'_>) -> Result<(Vec<Compare>, TxnOp)> {
         match *change {
-            Placement::Schedule { unit, machine } => {
+            PlacementWrite::Schedule { unit, machine } => {
                 check_component(Component::UnitName, unit)?;
                 check_component(Component::MachineId, machine)?;
                 let target = self.keys.unit_target(unit);
@@ -303,7 +303,7 @@ impl Registry {
                 ];
                 Ok((compares, TxnOp::put(target.as_str(), machine, None)))
             }
-            Placement::Unschedule { unit, machine } => {
+            PlacementWrite::Unschedule { unit, machine } => {
                 check_component(Component::UnitName, unit)?;
                 let target = self.keys.unit_target(unit);
                 let compares = vec![Compare::value(target.as_str(), CompareOp::Equal, machine)];

@@ -522,7 +522,7 @@ async fn revisions_without_events_under_the_prefix_are_reached_through_confirmed
 /// The engine's batched placement writes are all or nothing: one failing compare writes none of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn placements_in_one_transaction_are_all_or_nothing() {
-    use fleet::registry::{MAX_PLACEMENTS_PER_TXN, Placement};
+    use fleet::registry::{MAX_PLACEMENTS_PER_TXN, PlacementWrite};
     let etcd = TestEtcd::start().await;
     let reg = etcd.registry("/test/placements").await;
     let refl = connected(&reg).await;
@@ -532,9 +532,9 @@ async fn placements_in_one_transaction_are_all_or_nothing() {
     }
     assert!(reg.schedule("b.service", "m2").await.unwrap());
     let batch = [
-        Placement::Schedule { unit: "a.service", machine: "m1" },
-        Placement::Schedule { unit: "b.service", machine: "m1" },
-        Placement::Schedule { unit: "c.service", machine: "m1" },
+        PlacementWrite::Schedule { unit: "a.service", machine: "m1" },
+        PlacementWrite::Schedule { unit: "b.service", machine: "m1" },
+        PlacementWrite::Schedule { unit: "c.service", machine: "m1" },
     ];
     assert_eq!(reg.placements_at(&batch).await.unwrap(), None, "b is already scheduled");
     let snap = refl.sync(WAIT).await.unwrap();
@@ -547,16 +547,17 @@ async fn placements_in_one_transaction_are_all_or_nothing() {
     assert_eq!(targets(&snap), [None, Some("m2".to_string()), None]);
 
     let batch = [
-        Placement::Schedule { unit: "a.service", machine: "m1" },
-        Placement::Unschedule { unit: "b.service", machine: "m2" },
-        Placement::Schedule { unit: "c.service", machine: "m3" },
+        PlacementWrite::Schedule { unit: "a.service", machine: "m1" },
+        PlacementWrite::Unschedule { unit: "b.service", machine: "m2" },
+        PlacementWrite::Schedule { unit: "c.service", machine: "m3" },
     ];
     let rev = reg.placements_at(&batch).await.unwrap().expect("every compare holds");
     let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
     assert_eq!(targets(&snap), [Some("m1".to_string()), None, Some("m3".to_string())]);
 
     let names: Vec<String> = (0..=MAX_PLACEMENTS_PER_TXN).map(|i| format!("u{i}.service")).collect();
-    let too_many: Vec<Placement<'_>> = names.iter().map(|n| Placement::Schedule { unit: n, machine: "m1" }).collect();
+    let too_many: Vec<PlacementWrite<'_>> =
+        names.iter().map(|n| PlacementWrite::Schedule { unit: n, machine: "m1" }).collect();
     let err = reg.placements_at(&too_many).await.unwrap_err();
     assert!(matches!(err, RegistryError::TooManyOps { .. }), "{err}");
 }
