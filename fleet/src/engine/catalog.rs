@@ -20,14 +20,6 @@ use super::snapshot::{Snapshot, SnapshotError, UnitSpec};
 use crate::registry;
 use crate::unit::{Requirements, UnitFile};
 
-impl From<Requirements> for Constraints {
-    /// Field for field: both are already specifier-expanded and split into single values.
-    fn from(r: Requirements) -> Constraints {
-        let Requirements { machine_id, machine_of, machine_metadata, conflicts, global, replaces } = r;
-        Constraints { machine_id, machine_of, machine_metadata, conflicts, global, replaces }
-    }
-}
-
 /// A parsed body, or the fact that it did not parse (already warned about).
 #[derive(Debug, Clone)]
 enum Parsed {
@@ -99,7 +91,7 @@ impl UnitCatalog {
             }
         });
         let Parsed::Ok(file) = parsed else { return None };
-        let constraints = Constraints::from(Requirements::of(file, name));
+        let constraints = Requirements::of(file, name);
         self.constraints.insert(name.to_string(), (hash.to_string(), constraints.clone()));
         Some(constraints)
     }
@@ -112,8 +104,6 @@ impl UnitCatalog {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
     use crate::model::JobState;
     use crate::registry::{Change, Keys};
@@ -152,25 +142,6 @@ mod tests {
 
     fn machine(id: &str, metadata: &str) -> (String, String) {
         (format!("machines/{id}/object"), format!(r#"{{"id":"{id}","metadata":{metadata}}}"#))
-    }
-
-    #[test]
-    fn requirements_map_field_for_field() {
-        let r = Requirements {
-            machine_id: Some("abc".into()),
-            machine_of: vec!["peer.service".into()],
-            machine_metadata: BTreeMap::from([("role".into(), vec!["web".into(), "db".into()])]),
-            conflicts: vec!["c*.service".into()],
-            global: true,
-            replaces: vec!["old.service".into()],
-        };
-        let c = Constraints::from(r.clone());
-        assert_eq!(c.machine_id, r.machine_id);
-        assert_eq!(c.machine_of, r.machine_of);
-        assert_eq!(c.machine_metadata, r.machine_metadata);
-        assert_eq!(c.conflicts, r.conflicts);
-        assert_eq!(c.global, r.global);
-        assert_eq!(c.replaces, r.replaces);
     }
 
     #[test]

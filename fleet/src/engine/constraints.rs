@@ -1,29 +1,14 @@
 //! A unit's `[X-Fleet]` placement constraints as the scheduler sees them (spec §5), and the relations between two
 //! units that depend only on their constraints: conflicts (§6.8) and replacements (§6.10).
 //!
-//! Values arrive already specifier-expanded; the integrator maps `unit::Requirements` onto [`Constraints`].
-
-use std::collections::BTreeMap;
+//! Values arrive already specifier-expanded: [`Constraints`] is `unit::Requirements`, read once per (name, hash).
 
 use crate::model::MachineState;
 use crate::unit::glob::Pattern;
 
-/// Where a unit may run, from its `[X-Fleet]` section.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Constraints {
-    /// `MachineID=`: the full or 8-character short ID of the only machine allowed.
-    pub machine_id: Option<String>,
-    /// `MachineOf=`: units that must all be present on the machine (exact names).
-    pub machine_of: Vec<String>,
-    /// `MachineMetadata=`: key → accepted values (one of them per key; every key required).
-    pub machine_metadata: BTreeMap<String, Vec<String>>,
-    /// `Conflicts=`: glob patterns of units that may not share the machine (checked in both directions).
-    pub conflicts: Vec<String>,
-    /// `Global=`: runs on every machine that satisfies metadata and conflicts; never scheduled by the engine.
-    pub global: bool,
-    /// `Replaces=`: glob patterns of units this one displaces from its machine.
-    pub replaces: Vec<String>,
-}
+/// Where a unit may run: the unit file's `[X-Fleet]` requirements, already specifier-expanded and split into single
+/// values. One struct serves the parser and the scheduler; the scheduler's checks are the `impl` below.
+pub use crate::unit::Requirements as Constraints;
 
 /// Why a machine's metadata fails a unit's `MachineMetadata=`: the first required key (in key order) not satisfied.
 #[derive(Debug, Clone, PartialEq, Eq)]

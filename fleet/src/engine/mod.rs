@@ -12,7 +12,7 @@
 //! | `runner` | the async shell: wake-ups, leadership, passes, shutdown ([`Engine`]) |
 //! | `leadership` | leadership glue: registry view → [`leader::decide`] |
 //! | `reconcile` | one leader pass against the registry: plan, CAS writes, body GC |
-//! | `catalog` | registry view → scheduler snapshot; parsed-body cache; `Requirements` → [`Constraints`] |
+//! | `catalog` | registry view → scheduler snapshot; parsed-body cache; each unit's [`Constraints`] (the parser's `Requirements`) |
 //! | `constraints` | a unit's `[X-Fleet]` constraints; conflict and replace relations |
 //! | `snapshot` | the scheduler's input, built once per pass |
 //! | `cluster` | the per-machine view during a pass: presence, loads, fit of a unit on a machine |

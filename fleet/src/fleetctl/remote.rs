@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::Ctx;
 use super::flags::Flags;
 use super::list::unit_is_global;
-use crate::schema::{Machine, Unit};
+use crate::schema::Machine;
 use crate::ssh::{self, Ended, Input, KnownHosts, Session, SshConfig, SshError};
 use crate::unit::name as unitf;
 
@@ -222,37 +222,36 @@ fn global_machines(ctx: &mut Ctx<'_>, name: &str, pick: &str) -> Result<Vec<Stri
     Ok(ids)
 }
 
+/// The machines a remote command about unit `name` goes to: those that should run a global unit (or the one chosen
+/// with `--machine`), or the machine of any other unit. `Err` is the message to print: `retrieving` prefixes an API
+/// error, `inactive_means` completes the original's "does not appear to be ..." for a unit on no machine.
+fn unit_machines(ctx: &mut Ctx<'_>, name: &str, retrieving: &str, inactive_means: &str) -> Result<Vec<String>, String> {
+    let unit = match ctx.client.unit(name) {
+        Err(e) => return Err(format!("{retrieving}: {e}")),
+        Ok(None) => return Err(format!("Unit {name} does not exist.")),
+        Ok(Some(unit)) => unit,
+    };
+    if unit_is_global(&unit) {
+        let pick = ctx.flags.str("machine").to_string();
+        return global_machines(ctx, name, &pick);
+    }
+    if unit.current_state == "inactive" {
+        return Err(format!("Unit {name} does not appear to be {inactive_means}."));
+    }
+    Ok(vec![unit.machine_id])
+}
+
 /// `fleetctl status UNIT...`.
 pub fn status(ctx: &mut Ctx<'_>, remote: &dyn Remote, args: &[String]) -> i32 {
     let mut first = true;
-    let pick = ctx.flags.str("machine").to_string();
     for arg in args {
         let name = unitf::mangle(arg);
-        let u = match ctx.client.unit(&name) {
-            Err(e) => {
-                ctx.warn(&format!("Error retrieving unit: {e}"));
+        let machines = match unit_machines(ctx, &name, "Error retrieving unit", "loaded") {
+            Ok(ids) => ids,
+            Err(msg) => {
+                ctx.warn(&msg);
                 return 1;
             }
-            Ok(None) => {
-                ctx.warn(&format!("Unit {name} does not exist."));
-                return 1;
-            }
-            Ok(Some(u)) => u,
-        };
-        let machines = if unit_is_global(&u) {
-            match global_machines(ctx, &name, &pick) {
-                Ok(ids) => ids,
-                Err(msg) => {
-                    ctx.warn(&msg);
-                    return 1;
-                }
-            }
-        } else {
-            if u.current_state == "inactive" {
-                ctx.warn(&format!("Unit {name} does not appear to be loaded."));
-                return 1;
-            }
-            vec![u.machine_id.clone()]
         };
         for m in machines {
             if !first {
@@ -277,40 +276,20 @@ pub fn journal(ctx: &mut Ctx<'_>, remote: &dyn Remote, args: &[String]) -> i32 {
         return 1;
     }
     let name = unitf::mangle(&args[0]);
-    let u: Unit = match ctx.client.unit(&name) {
-        Err(e) => {
-            ctx.warn(&format!("Error retrieving unit {name}: {e}"));
-            return 1;
-        }
-        Ok(None) => {
-            ctx.warn(&format!("Unit {name} does not exist."));
-            return 1;
-        }
-        Ok(Some(u)) => u,
-    };
     let follow = ctx.flags.bool("follow") || ctx.flags.bool("f");
-    let machines = if unit_is_global(&u) {
-        let pick = ctx.flags.str("machine").to_string();
-        match global_machines(ctx, &name, &pick) {
-            Ok(ids) if follow && ids.len() > 1 => {
-                ctx.warn(&format!(
-                    "Unit {name} is global and runs on {} machines: choose one with --machine to follow its journal.",
-                    ids.len()
-                ));
-                return 1;
-            }
-            Ok(ids) => ids,
-            Err(msg) => {
-                ctx.warn(&msg);
-                return 1;
-            }
-        }
-    } else {
-        if u.current_state == "inactive" {
-            ctx.warn(&format!("Unit {name} does not appear to be running."));
+    let machines = match unit_machines(ctx, &name, &format!("Error retrieving unit {name}"), "running") {
+        Ok(ids) if follow && ids.len() > 1 => {
+            ctx.warn(&format!(
+                "Unit {name} is global and runs on {} machines: choose one with --machine to follow its journal.",
+                ids.len()
+            ));
             return 1;
         }
-        vec![u.machine_id.clone()]
+        Ok(ids) => ids,
+        Err(msg) => {
+            ctx.warn(&msg);
+            return 1;
+        }
     };
     let mut argv: Vec<String> = vec![
         "journalctl".into(),

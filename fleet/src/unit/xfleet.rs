@@ -1,6 +1,7 @@
 //! `[X-Fleet]` scheduling requirements (spec §5): which keys mean what, which value wins, the deprecated aliases,
 //! and the API's validation of option combinations (spec §5.1) with the original's messages. Also the pairwise
-//! `Conflicts`/`Replaces` relations the engine and agent evaluate (spec §6.8, §6.10).
+//! `Conflicts` relation the agent evaluates on raw patterns (spec §6.8); the engine compiles patterns once and
+//! evaluates `Conflicts`/`Replaces` in `engine::constraints`.
 
 use std::collections::BTreeMap;
 
@@ -175,29 +176,6 @@ pub fn validate_options(unit: &UnitFile) -> Result<(), OptionsError> {
 pub fn conflicts_between(a_name: &str, a: &Requirements, b_name: &str, b: &Requirements) -> bool {
     a_name != b_name
         && (a.conflicts.iter().any(|p| glob_match(p, b_name)) || b.conflicts.iter().any(|p| glob_match(p, a_name)))
-}
-
-/// Whether unit `a` replaces unit `b` (one of `a`'s `Replaces` patterns matches `b`'s name; never itself).
-pub fn replaces(a_name: &str, a: &Requirements, b_name: &str) -> bool {
-    a_name != b_name && a.replaces.iter().any(|p| glob_match(p, b_name))
-}
-
-/// The replace relation between a candidate `x` and a unit `u` already on a machine (spec §6.10).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReplaceRelation {
-    /// `x` replaces `u`: `u` is the one to move.
-    CandidateReplacesPresent,
-    /// `u` replaces `x`: `x` is the one to move.
-    PresentReplacesCandidate,
-}
-
-/// `Some` when exactly one of the two replaces the other; mutual ("circular") or no relation is `None`.
-pub fn replace_relation(x_name: &str, x: &Requirements, u_name: &str, u: &Requirements) -> Option<ReplaceRelation> {
-    match (replaces(x_name, x, u_name), replaces(u_name, u, x_name)) {
-        (true, false) => Some(ReplaceRelation::CandidateReplacesPresent),
-        (false, true) => Some(ReplaceRelation::PresentReplacesCandidate),
-        _ => None,
-    }
 }
 
 #[cfg(test)]
@@ -390,26 +368,5 @@ mod tests {
         assert!(!conflicts_between("x.service", &one_way, "other.service", &none));
         let malformed = reqs("Conflicts=[\n", "x.service");
         assert!(!conflicts_between("x.service", &malformed, "[", &none));
-    }
-
-    #[test]
-    fn replace_relations() {
-        let kick = reqs("Replaces=replace.*.service\n", "replace-kick0.service");
-        let none = Requirements::default();
-        assert!(replaces("replace-kick0.service", &kick, "replace.0.service"));
-        assert!(!replaces("replace.0.service", &none, "replace-kick0.service"));
-        assert_eq!(
-            replace_relation("replace-kick0.service", &kick, "replace.0.service", &none),
-            Some(ReplaceRelation::CandidateReplacesPresent)
-        );
-        assert_eq!(
-            replace_relation("replace.0.service", &none, "replace-kick0.service", &kick),
-            Some(ReplaceRelation::PresentReplacesCandidate)
-        );
-        let a = reqs("Replaces=b.service\n", "a.service");
-        let b = reqs("Replaces=a.service\n", "b.service");
-        assert_eq!(replace_relation("a.service", &a, "b.service", &b), None);
-        let me = reqs("Replaces=*\n", "a.service");
-        assert!(!replaces("a.service", &me, "a.service"));
     }
 }
