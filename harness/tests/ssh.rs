@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use fleet_harness::{Cluster, Output};
+use fleet_harness::{Check, Cluster, Output, WaitOptions, wait_for};
 use tokio::io::AsyncReadExt;
 
 const HELLO: &str = "[Unit]\nDescription=Hello World\n\n[Service]\nExecStart=/bin/sh -c \"while true; do echo Hello, World!; sleep 1; done\"\n";
@@ -35,6 +35,28 @@ fn ok(out: &Output, what: &str) {
     assert!(out.success(), "{what}: {}", out.describe());
 }
 
+/// Runs fleetctl on slot 1 (with `input` for any host-key prompt) until `accept` takes its result, and returns that
+/// result; panics with the last output when it never does. A unit's log lines reach the journal some time after
+/// systemd reports it running, so checks on them must wait rather than look once.
+async fn fleetctl_until(
+    c: &Cluster,
+    input: &str,
+    args: &[&str],
+    what: &str,
+    accept: impl Fn(&Output) -> bool,
+) -> Output {
+    let accept = &accept;
+    wait_for(WaitOptions::default(), what, || async move {
+        match c.fleetctl_with_input(1, input, args).await {
+            Ok(out) if accept(&out) => Check::Ready(out),
+            Ok(out) => Check::NotYet(out.describe()),
+            Err(e) => Check::NotYet(e.to_string()),
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
 async fn cluster(n: usize) -> Cluster {
     let c = Cluster::builder().machines(n).agent_ttl("3s").start().await.unwrap();
     c.wait_for_n_machines(1, n).await.unwrap();
@@ -55,21 +77,24 @@ async fn status_and_journal_show_systemd_from_the_units_machine() {
     ok(&c.fleetctl(1, &["start", &arg(&dir, "hello.service")]).await.unwrap(), "start");
     let active = c.wait_for_n_active_units(1, 1).await.unwrap();
     let host = hostname_of(&c, &active["hello.service"]);
-    // Let the unit log a few lines.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let from_host = format!(" {host} sh[");
+    // Three log lines of the unit in its machine's journal (status and journal below look only once).
+    let three = |o: &Output| o.success() && o.stdout.lines().filter(|l| l.contains(&from_host)).count() == 3;
+    fleetctl_until(&c, "", &[NO_CHECK, "journal", "--lines=3", "hello.service"], "3 log lines from the unit", three)
+        .await;
 
     let st = c.fleetctl(1, &[NO_CHECK, "status", "hello.service"]).await.unwrap();
     ok(&st, "status");
     assert!(st.stdout.starts_with("● hello.service - Hello World\n"), "{}", st.stdout);
     assert!(st.stdout.contains("Loaded: loaded"), "{}", st.stdout);
     assert!(st.stdout.contains("Active: active (running)"), "{}", st.stdout);
-    assert!(st.stdout.contains(&format!(" {host} sh[")), "status not from {host}: {}", st.stdout);
+    assert!(st.stdout.contains(&from_host), "status not from {host}: {}", st.stdout);
 
     let j = c.fleetctl(1, &[NO_CHECK, "journal", "--lines=3", "hello.service"]).await.unwrap();
     ok(&j, "journal");
     let lines: Vec<&str> = j.stdout.lines().collect();
     assert_eq!(lines.len(), 3, "{}", j.stdout);
-    assert!(lines.iter().all(|l| l.contains(&format!(" {host} sh[")) && l.ends_with("Hello, World!")), "{lines:?}");
+    assert!(lines.iter().all(|l| l.contains(&from_host) && l.ends_with("Hello, World!")), "{lines:?}");
     let j =
         c.fleetctl(1, &[NO_CHECK, "journal", "--sudo", "--lines=2", "--output=cat", "hello.service"]).await.unwrap();
     ok(&j, "journal --sudo --output=cat");
@@ -107,7 +132,14 @@ async fn status_and_journal_of_a_global_unit_cover_every_machine_or_the_chosen_o
         assert!(t0.elapsed() < Duration::from_secs(15), "global unit not active on 2 machines: {}", o.describe());
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Two log lines on each machine (the journal checks below take two lines of m2 and one of each).
+    for (slot, m) in c.machines().iter().enumerate() {
+        let id = m.id()[..8].to_string();
+        let args = [NO_CHECK, "journal", "--machine", &id, "--lines=2", "--output=cat", "everywhere.service"];
+        let want = format!("everywhere on {}\n", m.name()).repeat(2);
+        let what = format!("two log lines on machine {}", slot + 1);
+        fleetctl_until(&c, "", &args, &what, |o| o.success() && o.stdout == want).await;
+    }
 
     let st = c.fleetctl(1, &[NO_CHECK, "status", "everywhere.service"]).await.unwrap();
     ok(&st, "status of a global unit");
@@ -253,9 +285,11 @@ async fn tunnel_through_one_machine_drives_the_whole_cluster() {
     let (unit, on) = active.iter().find(|(_, m)| *m != c.machine(1).unwrap().id()).expect("a unit off the bastion");
     let args = with(&["status", unit]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let o = c.fleetctl_with_input(1, "yes\n", &args).await.unwrap();
-    ok(&o, "status through the tunnel");
-    assert!(o.stdout.contains(&format!(" {} sh[", hostname_of(&c, on))), "{}", o.stdout);
+    // The first call also answers the host-key prompt; the unit's first log line may still be on its way.
+    let from_host = format!(" {} sh[", hostname_of(&c, on));
+    let what = format!("status through the tunnel with a log line from {on}");
+    let o = fleetctl_until(&c, "yes\n", &args, &what, |o| o.success() && o.stdout.contains(&from_host)).await;
+    assert!(o.stdout.contains("Active: active (running)"), "{}", o.stdout);
     let args = with(&["ssh", on, "hostname"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let o = c.fleetctl(1, &args).await.unwrap();
