@@ -147,7 +147,7 @@ impl PublishLoop<'_> {
             return true;
         }
         let (registry, machine, lease) = (self.registry, self.machine, self.lease);
-        let results: Vec<(PublishOp, Result<(), String>)> =
+        let results: Vec<(&[PublishOp], Result<(), String>)> =
             futures::stream::iter(txn_batches(&ops, MAX_STATE_WRITES_PER_TXN, PublishOp::unit))
                 .map(|chunk| async move {
                     let writes: Vec<StateWrite<'_>> = chunk
@@ -158,26 +158,25 @@ impl PublishLoop<'_> {
                         })
                         .collect();
                     let result = registry.write_states(&writes, lease).await.map_err(|e| e.to_string());
-                    chunk.iter().map(|op| (op.clone(), result.clone())).collect::<Vec<_>>()
+                    (chunk, result)
                 })
                 .buffer_unordered(WRITERS)
-                .flat_map(futures::stream::iter)
                 .collect()
                 .await;
         let mut pending: BTreeMap<String, Option<UnitState>> = BTreeMap::new();
-        for (op, result) in results {
-            match (&op, result) {
+        for (op, result) in results.iter().flat_map(|(chunk, result)| chunk.iter().map(move |op| (op, result))) {
+            match (op, result) {
                 (PublishOp::Publish(s), Ok(())) => {
                     debug!(unit = %s.name, active = %s.active_state, sub = %s.sub_state, hash = %s.hash, "published unit state")
                 }
                 (PublishOp::Remove(name), Ok(())) => debug!(unit = %name, "removed unit state"),
                 (_, Err(e)) => {
-                    let (name, state) = match &op {
+                    let (name, state) = match op {
                         PublishOp::Publish(s) => (s.name.clone(), Some(s.clone())),
                         PublishOp::Remove(n) => (n.clone(), None),
                     };
                     warn!(unit = %name, err = %e, "cannot publish unit state; retrying");
-                    self.publisher.failed(&op);
+                    self.publisher.failed(op);
                     pending.insert(name, state);
                 }
             }
