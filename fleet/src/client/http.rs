@@ -183,6 +183,7 @@ impl Client for HttpClient {
             name: unit.name.clone(),
             options: unit.options.clone(),
             desired_state: unit.desired_state.clone(),
+            reschedule: unit.reschedule,
             ..Default::default()
         };
         self.put_unit(&body)
