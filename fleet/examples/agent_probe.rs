@@ -186,7 +186,10 @@ async fn wait<T>(r: &Reflector, what: &str, f: impl FnMut(&Snapshot) -> Option<T
 
 async fn put(registry: &Registry, name: &str, text: &str, desired: JobState) {
     let h = hash(text);
-    registry.put_unit(&PutUnit { name, text, hash: &h, desired, reschedule: false }).await.expect("put unit");
+    registry
+        .put_unit(&PutUnit { name, text, hash: &h, desired, reschedule: false, no_restart: false })
+        .await
+        .expect("put unit");
 }
 
 async fn drive(url: &str, m1: &str, m2: &str) {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleet::agent::executor::{Executor, ExecutorConfig, Outcome, markers};
-use fleet::agent::plan::Desired;
+use fleet::agent::plan::{Desired, Update};
 use fleet::agent::units_dir::UnitsDir;
 use fleet::model::JobState;
 use fleet::systemd::{Bus, JobResult, Systemd, UnitChange};
@@ -34,7 +34,16 @@ fn desired(units: &[(&str, JobState, &str, bool)]) -> BTreeMap<String, Desired> 
     units
         .iter()
         .map(|(n, s, t, i)| {
-            (n.to_string(), Desired { state: *s, hash: UnitHash::of(t).to_hex(), text: Arc::from(*t), install: *i })
+            (
+                n.to_string(),
+                Desired {
+                    state: *s,
+                    hash: UnitHash::of(t).to_hex(),
+                    text: Arc::from(*t),
+                    install: *i,
+                    update: Update::Restart,
+                },
+            )
         })
         .collect()
 }

@@ -34,6 +34,11 @@ pub struct Unit {
     /// `--keep-machine`). Servers that don't know it ignore it and keep the unit on its machine.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reschedule: bool,
+    /// Extension of this implementation, only meaningful on a PUT that replaces the content: every machine holding
+    /// the unit writes the new file and runs `daemon-reload`, but a running unit keeps its process (and is
+    /// reloaded when the new version has `ExecReload=`). Cannot be combined with `reschedule`.
+    #[serde(rename = "noRestart", default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_restart: bool,
 }
 
 /// One page of `GET /units`.
@@ -61,6 +66,11 @@ pub struct UnitState {
     pub systemd_load_state: String,
     #[serde(rename = "systemdSubState", default, skip_serializing_if = "String::is_empty")]
     pub systemd_sub_state: String,
+    /// Extension of this implementation: 40-hex hash of the version whose process the machine runs (the version
+    /// it last started), which lags `hash` (the file on disk) after a replace without restart. Omitted when the
+    /// machine has not started the unit.
+    #[serde(rename = "runningHash", default, skip_serializing_if = "String::is_empty")]
+    pub running_hash: String,
 }
 
 /// One page of `GET /state`.
@@ -404,6 +414,7 @@ mod tests {
                 opt("X-Fleet", "MachineMetadata", "role=b"),
             ],
             reschedule: false,
+            no_restart: false,
         };
         // Transcript 13, GET /fleet/v1/units/meta-b.service. UnitOption's own field order is owned by `unit`, so the
         // comparison is on the parsed value plus the top-level order.

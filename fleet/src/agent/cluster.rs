@@ -18,6 +18,8 @@ struct Parsed {
     file: Option<UnitFile>,
     /// Has an `[Install]` section (spec §4.6).
     install: bool,
+    /// Has `ExecReload=` in `[Service]`: a replace without restart reloads the running unit.
+    reloadable: bool,
 }
 
 /// Parsed bodies by hash and requirements by unit name, kept for the hashes and names the last snapshot held.
@@ -59,7 +61,9 @@ impl UnitCache {
                 }
             };
             let install = file.as_ref().is_some_and(|f| f.has_section("Install"));
-            Arc::new(Parsed { file, install })
+            let reloadable =
+                file.as_ref().is_some_and(|f| f.values("Service", "ExecReload").iter().any(|v| !v.is_empty()));
+            Arc::new(Parsed { file, install, reloadable })
         }));
         let requirements = match self.requirements.get(view.name) {
             Some((hash, r)) if hash == view.hash => Arc::clone(r),
@@ -75,6 +79,8 @@ impl UnitCache {
             hash: view.hash.to_string(),
             text: Arc::clone(view.body),
             install: parsed.install,
+            reloadable: parsed.reloadable,
+            no_restart: view.no_restart,
             target: view.target.map(str::to_string),
             requirements,
         }

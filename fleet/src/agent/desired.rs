@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::error::AgentError;
-use super::plan::Desired;
+use super::plan::{Desired, Update};
 use crate::model::JobState;
 use crate::unit::Requirements;
 use crate::unit::xfleet::conflicts_between;
@@ -21,6 +21,10 @@ pub struct ClusterUnit {
     pub text: Arc<str>,
     /// Whether the unit has an `[Install]` section (enabled on load, spec §4.6).
     pub install: bool,
+    /// Whether the unit has `ExecReload=` (reloaded, not restarted, by a replace without restart).
+    pub reloadable: bool,
+    /// This version was stored without restart: update the file in place, keep a running process.
+    pub no_restart: bool,
     /// Machine the engine scheduled it to (`None` for unscheduled and global units).
     pub target: Option<String>,
     /// `[X-Fleet]` requirements, specifier-expanded with the unit's name (the agent uses `global`,
@@ -73,8 +77,13 @@ pub fn desired_units(units: &[ClusterUnit], me: &ThisMachine) -> Result<BTreeMap
     Ok(accepted
         .into_iter()
         .map(|u| {
-            let desired =
-                Desired { state: u.desired, hash: u.hash.clone(), text: Arc::clone(&u.text), install: u.install };
+            let desired = Desired {
+                state: u.desired,
+                hash: u.hash.clone(),
+                text: Arc::clone(&u.text),
+                install: u.install,
+                update: if u.no_restart { Update::InPlace { reload: u.reloadable } } else { Update::Restart },
+            };
             (u.name.clone(), desired)
         })
         .collect())
@@ -94,6 +103,8 @@ mod tests {
             hash: format!("hash-of-{name}"),
             text: Arc::from(""),
             install: false,
+            reloadable: false,
+            no_restart: false,
             target: target.map(str::to_string),
             requirements: Arc::new(Requirements::default()),
         }

@@ -8,6 +8,9 @@
 //! * Reload = one daemon-reload, only when files or links changed, and never while one of the agent's own start
 //!   jobs is still running (then the reload and the starts after it wait for the next reconcile).
 //! * Start = start and wait for the job result (up to `start_wait`; a longer job is left running and tracked).
+//! * Update = overwrite a loaded unit's file with the new version, no stop (a replace without restart); the
+//!   version the unit runs stays the one it was started with until it is started again.
+//! * ReloadUnit = `systemctl reload` (the new version's `ExecReload=`), after the daemon-reload.
 //!
 //! A failing task is logged and skips only the later tasks of the same unit; everything else goes on, and the next
 //! reconcile retries. Losing etcd never reaches this code as a stop: only a plan does.
@@ -57,6 +60,8 @@ pub enum Outcome {
     Stopped(JobResult),
     /// The start job finished with this result (a failed unit is still "launched": fleet never restarts units).
     Started(JobResult),
+    /// The reload job finished with this result.
+    Reloaded(JobResult),
     /// The start job is still running after `start_wait`; it is tracked and the unit counts as launched.
     StartPending,
     /// Nothing to do (e.g. a Reload when no file changed).
@@ -120,6 +125,8 @@ pub struct Executor<S> {
     believed: BTreeMap<String, JobState>,
     /// Start jobs that outlived `start_wait`.
     pending_starts: BTreeSet<String>,
+    /// Launched units → hash of the version they were started with (lags the file after an Update).
+    running: BTreeMap<String, String>,
     /// Files or links changed since the last daemon-reload.
     reload_needed: bool,
     /// The loaded set (unit → recorded hash), re-sent whenever a file is written or removed, so state publishing
@@ -136,6 +143,7 @@ impl<S: SystemdOps> Executor<S> {
             config,
             believed: BTreeMap::new(),
             pending_starts: BTreeSet::new(),
+            running: BTreeMap::new(),
             reload_needed: false,
             loaded_tx,
         }
@@ -196,11 +204,17 @@ impl<S: SystemdOps> Executor<S> {
     }
 
     /// Units the agent believes it launched, with the hash of the file it started (what their markers hold).
+    /// Launched units → hash of the version each runs (the one it was started with; the file's own hash for a
+    /// unit adopted without a start of this agent's).
     pub fn launched_hashes(&self) -> BTreeMap<String, String> {
         self.believed
             .iter()
             .filter(|(_, s)| **s == JobState::Launched)
-            .map(|(n, _)| (n.clone(), self.units.hash_of(n).unwrap_or_default().to_string()))
+            .map(|(n, _)| {
+                let hash =
+                    self.running.get(n).map(String::as_str).or_else(|| self.units.hash_of(n)).unwrap_or_default();
+                (n.clone(), hash.to_string())
+            })
             .collect()
     }
 
@@ -271,7 +285,9 @@ impl<S: SystemdOps> Executor<S> {
             Some(Task::Stop(_)) => self.stop_all(&names).await,
             Some(Task::Unload(_)) => self.unload_all(&names).await,
             Some(Task::Start(_)) => self.start_all(&names).await,
+            Some(Task::ReloadUnit(_)) => self.reload_units(&names).await,
             Some(Task::Load(..)) => self.load_all(tasks, desired).await,
+            Some(Task::Update(..)) => self.update_all(tasks, desired),
             Some(Task::Reload) => {
                 let mut outcomes = Vec::with_capacity(tasks.len());
                 for _ in tasks {
@@ -386,6 +402,49 @@ impl<S: SystemdOps> Executor<S> {
         outcomes
     }
 
+    /// Overwrites the files of loaded units with their new versions; nothing is stopped.
+    fn update_all(&mut self, tasks: &[&Task], desired: &BTreeMap<String, Desired>) -> Vec<Result<Outcome, AgentError>> {
+        let mut outcomes = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            let Task::Update(name, hash) = task else {
+                outcomes.push(Err(AgentError::MissingUnit(task.unit().unwrap_or_default().to_string())));
+                continue;
+            };
+            let Some(unit) = desired.get(name).filter(|d| d.hash == *hash) else {
+                outcomes.push(Err(AgentError::MissingUnit(name.clone())));
+                continue;
+            };
+            outcomes.push(self.units.write(name, &unit.text).map(|changed| {
+                self.reload_needed |= changed;
+                self.believed.entry(name.clone()).or_insert(JobState::Loaded);
+                info!(unit = %name, hash = %hash, "updated unit file in place; the running process is kept");
+                Outcome::Loaded { changed }
+            }));
+        }
+        self.loaded_changed();
+        outcomes
+    }
+
+    /// Reloads running units (`ExecReload=`) once the daemon-reload their new files need has happened.
+    async fn reload_units(&mut self, names: &[&str]) -> Vec<Result<Outcome, AgentError>> {
+        if let Some(not_yet) = self.reload_before(names.len()).await {
+            return not_yet;
+        }
+        let results: Vec<Result<JobResult, crate::systemd::SystemdError>> = {
+            let this = &*self;
+            stream::iter(names).map(|name| this.systemd.reload(name)).buffered(CONCURRENT_JOBS).collect().await
+        };
+        names
+            .iter()
+            .zip(results)
+            .map(|(name, result)| {
+                let result = result?;
+                info!(unit = %name, result = %result, "Reloaded unit");
+                Ok(Outcome::Reloaded(result))
+            })
+            .collect()
+    }
+
     async fn stop_all(&mut self, names: &[&str]) -> Vec<Result<Outcome, AgentError>> {
         let results: Vec<Result<JobResult, AgentError>> = {
             let this = &*self;
@@ -397,6 +456,7 @@ impl<S: SystemdOps> Executor<S> {
             .map(|(name, result)| {
                 let result = result?;
                 self.pending_starts.remove(*name);
+                self.running.remove(*name);
                 if self.believed.contains_key(*name) {
                     self.believed.insert(name.to_string(), JobState::Loaded);
                 }
@@ -409,6 +469,7 @@ impl<S: SystemdOps> Executor<S> {
     async fn unload_all(&mut self, names: &[&str]) -> Vec<Result<Outcome, AgentError>> {
         for name in names {
             self.believed.remove(*name);
+            self.running.remove(*name);
         }
         let results: Vec<Result<(), AgentError>> = {
             let this = &*self;
@@ -478,21 +539,30 @@ impl<S: SystemdOps> Executor<S> {
         Ok(Outcome::Done)
     }
 
+    /// The daemon-reload that `n` starts or unit reloads need before they run: `None` when done (or not needed),
+    /// else their outcomes.
+    async fn reload_before(&mut self, n: usize) -> Option<Vec<Result<Outcome, AgentError>>> {
+        if !self.reload_needed {
+            return None;
+        }
+        // Files changed but the reload has not happened (deferred or failed): starting now could run stale unit
+        // definitions. Try the reload; otherwise wait for the next reconcile.
+        match self.reload().await {
+            Ok(Outcome::Done) => None,
+            Ok(_) => Some((0..n).map(|_| Ok(Outcome::Deferred("daemon-reload pending"))).collect()),
+            // The first task reports the failure; the others wait for the next reconcile.
+            Err(e) => {
+                let mut outcomes = vec![Err(e)];
+                outcomes.extend((1..n).map(|_| Ok(Outcome::Deferred("daemon-reload failed"))));
+                Some(outcomes)
+            }
+        }
+    }
+
     /// Starts every unit concurrently and waits (up to `start_wait` each) for the jobs.
     async fn start_all(&mut self, names: &[&str]) -> Vec<Result<Outcome, AgentError>> {
-        if self.reload_needed {
-            // Files changed but the reload has not happened (deferred or failed): starting now could run stale
-            // unit definitions. Try the reload; otherwise wait for the next reconcile.
-            match self.reload().await {
-                Ok(Outcome::Done) => {}
-                Ok(_) => return names.iter().map(|_| Ok(Outcome::Deferred("daemon-reload pending"))).collect(),
-                // The first start reports the failure; the others wait for the next reconcile.
-                Err(e) => {
-                    let mut outcomes = vec![Err(e)];
-                    outcomes.extend(names.iter().skip(1).map(|_| Ok(Outcome::Deferred("daemon-reload failed"))));
-                    return outcomes;
-                }
-            }
+        if let Some(not_yet) = self.reload_before(names.len()).await {
+            return not_yet;
         }
         let results: Vec<Option<Result<JobResult, crate::systemd::SystemdError>>> = {
             let this = &*self;
@@ -507,6 +577,7 @@ impl<S: SystemdOps> Executor<S> {
             outcomes.push(match result {
                 Some(Ok(result)) => {
                     self.believed.insert(name.to_string(), JobState::Launched);
+                    self.note_running(name);
                     self.pending_starts.remove(*name);
                     if result.is_done() {
                         info!(unit = %name, "Triggered systemd unit start: job done");
@@ -519,12 +590,21 @@ impl<S: SystemdOps> Executor<S> {
                 None => {
                     debug!(unit = %name, "start job still running; tracking it");
                     self.believed.insert(name.to_string(), JobState::Launched);
+                    self.note_running(name);
                     self.pending_starts.insert(name.to_string());
                     Ok(Outcome::StartPending)
                 }
             });
         }
         outcomes
+    }
+
+    /// Records that `name` now runs the version on disk, unless it already ran before this start (a start of an
+    /// active unit is a no-op for systemd: the version it runs does not change).
+    fn note_running(&mut self, name: &str) {
+        if let Some(hash) = self.units.hash_of(name) {
+            self.running.entry(name.to_string()).or_insert_with(|| hash.to_string());
+        }
     }
 
     /// Whether any start job the agent left running is still running (unit `activating`).

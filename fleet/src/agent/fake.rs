@@ -54,6 +54,10 @@ impl SystemdOps for Fake {
         let r = self.record("stop", name);
         async move { r.map(|_| JobResult::Done) }
     }
+    fn reload(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
+        let r = self.record("reload_unit", name);
+        async move { r.map(|_| JobResult::Done) }
+    }
     fn wait_inactive(&self, name: &str) -> impl Future<Output = crate::systemd::Result<String>> + Send {
         let r = self.record("wait_inactive", name);
         async move { r.map(|_| "inactive".to_string()) }
@@ -99,6 +103,9 @@ impl SystemdOps for Arc<Fake> {
     }
     fn stop(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
         self.as_ref().stop(name)
+    }
+    fn reload(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
+        self.as_ref().reload(name)
     }
     fn wait_inactive(&self, name: &str) -> impl Future<Output = crate::systemd::Result<String>> + Send {
         self.as_ref().wait_inactive(name)

@@ -1,10 +1,14 @@
 //! What the agent must do so that this machine matches what the registry wants of it: a pure function from the
 //! desired units and the machine's actual units to an ordered task list (spec §7.3 with its Recs).
 //!
-//! Ordering is by task type, then unit name: **Stop < Unload < Load < Reload < Start**. The executor waits for
+//! Ordering is by task type, then unit name: **Stop < Unload < Load < Update < Reload < Start < ReloadUnit**. The executor waits for
 //! every stop job (and for the unit to be inactive) before it goes on, so a replaced unit's old version has run its
 //! stop hooks before its file is deleted and before the new version's start is issued (§10.4 Rec). One Reload is
 //! planned per batch, and only when unit files are added, removed or changed.
+//!
+//! A version stored "without restart" ([`Update::InPlace`]) replaces the file in place (Update), reloads systemd
+//! and, when the new version has `ExecReload=`, reloads the running unit (ReloadUnit) instead of stopping it: its
+//! process keeps running, and what it runs lags the file until a later restart.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -23,6 +27,18 @@ pub struct Desired {
     pub text: Arc<str>,
     /// Whether the unit has an `[Install]` section (enabled at load, §4.6).
     pub install: bool,
+    /// How a machine holding another version of the unit changes to this one.
+    pub update: Update,
+}
+
+/// How a machine that holds another version of a unit changes to the desired one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Update {
+    /// Stop the old version (its stop hooks run), replace the file, start the new version (fleet's default).
+    Restart,
+    /// Replace the file and reload systemd; a running unit keeps its process and, when `reload` (the new version
+    /// has `ExecReload=`), is reloaded (`--no-restart`).
+    InPlace { reload: bool },
 }
 
 /// What this machine has of one unit.
@@ -50,10 +66,14 @@ pub enum Task {
     Unload(String),
     /// Write the file with this hash's text, link it (and enable it if it has `[Install]`).
     Load(String, String),
+    /// Overwrite the file of a loaded unit with this hash's text, keeping the unit running (no stop).
+    Update(String, String),
     /// One daemon-reload for the batch.
     Reload,
     /// Start the unit and wait for the job result.
     Start(String),
+    /// Reload the running unit (`ExecReload=`) and wait for the job result.
+    ReloadUnit(String),
 }
 
 impl Task {
@@ -63,8 +83,10 @@ impl Task {
             Task::Stop(_) => 0,
             Task::Unload(_) => 1,
             Task::Load(..) => 2,
-            Task::Reload => 3,
-            Task::Start(_) => 4,
+            Task::Update(..) => 3,
+            Task::Reload => 4,
+            Task::Start(_) => 5,
+            Task::ReloadUnit(_) => 6,
         }
     }
 
@@ -74,15 +96,22 @@ impl Task {
             Task::Stop(_) => "StopUnit",
             Task::Unload(_) => "UnloadUnit",
             Task::Load(..) => "LoadUnit",
+            Task::Update(..) => "UpdateUnit",
             Task::Reload => "ReloadUnitFiles",
             Task::Start(_) => "StartUnit",
+            Task::ReloadUnit(_) => "ReloadUnit",
         }
     }
 
     /// The unit the task acts on (`None` for Reload).
     pub fn unit(&self) -> Option<&str> {
         match self {
-            Task::Stop(n) | Task::Unload(n) | Task::Load(n, _) | Task::Start(n) => Some(n),
+            Task::Stop(n)
+            | Task::Unload(n)
+            | Task::Load(n, _)
+            | Task::Update(n, _)
+            | Task::Start(n)
+            | Task::ReloadUnit(n) => Some(n),
             Task::Reload => None,
         }
     }
@@ -97,6 +126,7 @@ pub enum Reason {
     DesiredLaunched,
     DesiredLoaded,
     UnitFilesChanged,
+    ReplacedWithoutRestart,
 }
 
 impl fmt::Display for Reason {
@@ -108,6 +138,7 @@ impl fmt::Display for Reason {
             Reason::DesiredLaunched => "unit currently loaded but desired state is launched",
             Reason::DesiredLoaded => "unit currently launched but desired state is loaded",
             Reason::UnitFilesChanged => "unit files changed",
+            Reason::ReplacedWithoutRestart => "unit replaced without restart",
         })
     }
 }
@@ -143,6 +174,22 @@ pub fn plan(desired: &BTreeMap<String, Desired>, actual: &BTreeMap<String, Actua
                 files_change = true;
                 if launch {
                     push(Task::Start(name.clone()), Reason::DesiredLaunched);
+                }
+            }
+            Some(hash) if *hash != want.hash && want.update != Update::Restart => {
+                let Update::InPlace { reload } = want.update else { unreachable!("checked by the guard") };
+                push(Task::Update(name.clone(), want.hash.clone()), Reason::ReplacedWithoutRestart);
+                files_change = true;
+                match (launch, have.believed) {
+                    (true, JobState::Launched) if reload => {
+                        push(Task::ReloadUnit(name.clone()), Reason::ReplacedWithoutRestart)
+                    }
+                    (true, JobState::Launched) => {}
+                    // Not started by this agent (or not known to be, after a fleetd restart): starting a running
+                    // unit is a no-op for systemd, so this adopts it without a restart.
+                    (true, _) => push(Task::Start(name.clone()), Reason::DesiredLaunched),
+                    (false, JobState::Launched) => push(Task::Stop(name.clone()), Reason::DesiredLoaded),
+                    (false, _) => {}
                 }
             }
             Some(hash) if *hash != want.hash => {
@@ -192,7 +239,7 @@ mod tests {
     }
 
     fn want(state: JobState, hash: &str) -> Desired {
-        Desired { state, hash: hash.into(), text: Arc::from(""), install: false }
+        Desired { state, hash: hash.into(), text: Arc::from(""), install: false, update: Update::Restart }
     }
     fn launched(hash: &str) -> Desired {
         want(Launched, hash)
@@ -230,6 +277,56 @@ mod tests {
             tasks,
             [Task::Stop(a()), Task::Unload(a()), Task::Load(a(), HASH_B.into()), Task::Reload, Task::Start(a())]
         );
+    }
+
+    fn in_place(state: JobState, hash: &str, reload: bool) -> Desired {
+        Desired { update: Update::InPlace { reload }, ..want(state, hash) }
+    }
+
+    #[test]
+    fn replace_without_restart_updates_the_file_and_keeps_the_process() {
+        // (desired, actual, tasks): never a Stop or Unload of a running unit, whatever it believed.
+        let rows: Vec<(Desired, Actual, Vec<Task>)> = vec![
+            (in_place(Launched, HASH_B, false), running(HASH_A), vec![Task::Update(a(), HASH_B.into()), Task::Reload]),
+            (
+                in_place(Launched, HASH_B, true),
+                running(HASH_A),
+                vec![Task::Update(a(), HASH_B.into()), Task::Reload, Task::ReloadUnit(a())],
+            ),
+            // After a fleetd restart the agent does not know it runs the unit: a start adopts it (no-op if active).
+            (
+                in_place(Launched, HASH_B, true),
+                have(Some(HASH_A), Inactive),
+                vec![Task::Update(a(), HASH_B.into()), Task::Reload, Task::Start(a())],
+            ),
+            (
+                in_place(Launched, HASH_B, false),
+                have(Some(HASH_A), Loaded),
+                vec![Task::Update(a(), HASH_B.into()), Task::Reload, Task::Start(a())],
+            ),
+            (
+                in_place(Loaded, HASH_B, false),
+                have(Some(HASH_A), Loaded),
+                vec![Task::Update(a(), HASH_B.into()), Task::Reload],
+            ),
+            // Desired loaded: the unit is stopped as it would be without a replace.
+            (
+                in_place(Loaded, HASH_B, true),
+                running(HASH_A),
+                vec![Task::Stop(a()), Task::Update(a(), HASH_B.into()), Task::Reload],
+            ),
+            // Nothing on disk yet, or the same version: as without the flag.
+            (
+                in_place(Launched, HASH_B, true),
+                Actual::default(),
+                vec![Task::Load(a(), HASH_B.into()), Task::Reload, Task::Start(a())],
+            ),
+            (in_place(Launched, HASH_B, true), running(HASH_B), vec![]),
+        ];
+        for (i, (d, ac, expected)) in rows.into_iter().enumerate() {
+            let got = run(&desired([("a.service", d.clone())]), &actual([("a.service", ac.clone())]));
+            assert_eq!(got, expected, "row {i}: desired {d:?}, actual {ac:?}");
+        }
     }
 
     #[test]

@@ -28,7 +28,10 @@ impl Api {
         }
         .into_iter()
         .filter(|s| machine.is_none_or(|m| s.machine_id == m))
-        .map(wire::state)
+        .map(|s| {
+            let running = snapshot.running_hash(&s.name, &s.machine_id).map(str::to_string);
+            wire::state(s, running.as_deref())
+        })
         .collect();
         let (items, next) = page.slice(&states);
         reply::json(&schema::UnitStatePage {
@@ -38,8 +41,12 @@ impl Api {
     }
 
     pub(super) fn get_state(&self, name: &str) -> Response<Bytes> {
-        match self.snapshot().unit_states_of(name).next() {
-            Some(state) => reply::json(&wire::state(state)),
+        let snapshot = self.snapshot();
+        match snapshot.unit_states_of(name).next() {
+            Some(state) => {
+                let running = snapshot.running_hash(&state.name, &state.machine_id);
+                reply::json(&wire::state(state.clone(), running))
+            }
             None => reply::error(StatusCode::NOT_FOUND, "unit state does not exist"),
         }
     }

@@ -7,7 +7,7 @@ use http::{Request, Response, StatusCode};
 use super::handler::{Api, internal};
 use super::query;
 use super::reply::{self, ApiError};
-use super::wire::{self, PutAction};
+use super::wire::{self, PutAction, StoreOptions};
 use crate::registry::{PutUnit, RegistryError};
 use crate::schema;
 use crate::unit::UnitFile;
@@ -77,14 +77,14 @@ impl Api {
         };
         let result = match action.clone() {
             PutAction::Create(desired) | PutAction::Replace(desired) => {
-                let reschedule = request.reschedule && matches!(action, PutAction::Replace(_));
+                let StoreOptions { reschedule, no_restart } = StoreOptions::of(&request, &action);
                 let file = UnitFile::from_options(request.options);
                 let (text, hash) = (file.canonical(), file.hash().to_hex());
-                let stored =
-                    self.registry.put_unit(&PutUnit { name, text: &text, hash: &hash, desired, reschedule }).await;
+                let put = PutUnit { name, text: &text, hash: &hash, desired, reschedule, no_restart };
+                let stored = self.registry.put_unit(&put).await;
                 match stored {
                     Ok(write) => {
-                        tracing::info!(unit = %name, hash = %&hash[..7], %desired, "stored unit");
+                        tracing::info!(unit = %name, hash = %&hash[..7], %desired, no_restart, "stored unit");
                         Ok((write.revision(), StatusCode::CREATED))
                     }
                     Err(err) => Err(err),

@@ -34,12 +34,15 @@ pub fn unit(view: &UnitView<'_>, single: bool) -> Option<schema::Unit> {
         name: view.name.to_string(),
         options: content.into_options(),
         reschedule: false,
+        no_restart: false,
     })
 }
 
-/// A published unit state as the API shows it.
-pub fn state(s: UnitState) -> schema::UnitState {
+/// A published unit state as the API shows it; `running_hash` is the version the machine last started
+/// ([`crate::registry::Snapshot::running_hash`]).
+pub fn state(s: UnitState, running_hash: Option<&str>) -> schema::UnitState {
     schema::UnitState {
+        running_hash: running_hash.unwrap_or_default().to_string(),
         hash: s.hash,
         machine_id: s.machine_id,
         name: s.name,
@@ -65,6 +68,21 @@ pub enum PutAction {
     SetDesired(JobState),
 }
 
+/// How an accepted PUT stores a new version: the request's `reschedule` and `noRestart` apply only when it
+/// replaces the content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreOptions {
+    pub reschedule: bool,
+    pub no_restart: bool,
+}
+
+impl StoreOptions {
+    pub fn of(unit: &schema::Unit, action: &PutAction) -> StoreOptions {
+        let replacing = matches!(action, PutAction::Replace(_));
+        StoreOptions { reschedule: unit.reschedule && replacing, no_restart: unit.no_restart && replacing }
+    }
+}
+
 fn reject(status: StatusCode, message: impl Into<String>) -> ApiError {
     ApiError::new(status, message)
 }
@@ -73,6 +91,10 @@ fn reject(status: StatusCode, message: impl Into<String>) -> ApiError {
 /// the stored unit's hash (`None`: it does not exist).
 pub fn decide_put(unit: &schema::Unit, stored_hash: Option<&str>) -> Result<PutAction, ApiError> {
     name::validate_name(&unit.name).map_err(ApiError::bad_request)?;
+    if unit.no_restart && unit.reschedule {
+        // Moving a unit to another machine cannot keep its process.
+        return Err(ApiError::bad_request("noRestart and reschedule cannot be combined"));
+    }
     let desired = if unit.desired_state.is_empty() {
         None
     } else {
@@ -162,6 +184,28 @@ mod tests {
     }
 
     #[test]
+    fn reschedule_and_no_restart_apply_only_to_a_replace_and_never_together() {
+        let stored = hash("[Service]\nExecStart=/bin/true\n");
+        let flagged =
+            |reschedule, no_restart| schema::Unit { reschedule, no_restart, ..request("a.service", HELLO, "launched") };
+        let replace = decide_put(&flagged(false, true), Some(&stored)).unwrap();
+        assert_eq!(
+            StoreOptions::of(&flagged(false, true), &replace),
+            StoreOptions { reschedule: false, no_restart: true }
+        );
+        assert_eq!(
+            StoreOptions::of(&flagged(true, false), &replace),
+            StoreOptions { reschedule: true, no_restart: false }
+        );
+        let create = decide_put(&flagged(false, true), None).unwrap();
+        assert_eq!(StoreOptions::of(&flagged(true, true), &create), StoreOptions::default(), "nothing to keep or move");
+        assert_eq!(
+            rejected(decide_put(&flagged(true, true), Some(&stored))),
+            (400, "noRestart and reschedule cannot be combined".into())
+        );
+    }
+
+    #[test]
     fn same_or_no_content_changes_the_desired_state() {
         let stored = hash(HELLO);
         assert_eq!(
@@ -206,6 +250,7 @@ mod tests {
             desired: JobState::Launched,
             target: None,
             current: JobState::Inactive,
+            no_restart: false,
         };
         let single = unit(&view, true).unwrap();
         assert_eq!((single.current_state.as_str(), single.desired_state.as_str()), ("", "launched"));

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use super::{BuildError, Client, ClientError, StateFilter};
 use crate::api::ApiError;
-use crate::api::wire::{self, PutAction};
+use crate::api::wire::{self, PutAction, StoreOptions};
 use crate::model::JobState;
 use crate::registry::{EtcdConfig, PutUnit, Registry, RegistryError, Snapshot, UnitWrite};
 use crate::schema::{Machine, Unit, UnitState};
@@ -82,9 +82,16 @@ impl EtcdClient {
     }
 
     /// Stores `unit`, returning whether an earlier version was replaced.
-    fn store(&self, name: &str, unit: &UnitFile, desired: JobState, reschedule: bool) -> Result<bool, ClientError> {
+    fn store(
+        &self,
+        name: &str,
+        unit: &UnitFile,
+        desired: JobState,
+        options: StoreOptions,
+    ) -> Result<bool, ClientError> {
         let (text, hash) = (unit.canonical(), unit.hash().to_hex());
-        let put = PutUnit { name, text: &text, hash: &hash, desired, reschedule };
+        let StoreOptions { reschedule, no_restart } = options;
+        let put = PutUnit { name, text: &text, hash: &hash, desired, reschedule, no_restart };
         Ok(matches!(self.run(self.registry.put_unit(&put))?, UnitWrite::Replaced { .. }))
     }
 }
@@ -132,9 +139,9 @@ impl Client for EtcdClient {
         let action = wire::decide_put(unit, stored_hash).map_err(rejected)?;
         match action {
             PutAction::Create(desired) | PutAction::Replace(desired) => {
-                let reschedule = unit.reschedule && matches!(action, PutAction::Replace(_));
+                let options = StoreOptions::of(unit, &action);
                 let content = UnitFile::from_options(unit.options.clone());
-                if self.store(&unit.name, &content, desired, reschedule)? {
+                if self.store(&unit.name, &content, desired, options)? {
                     self.collect_garbage();
                 }
             }
@@ -167,7 +174,10 @@ impl Client for EtcdClient {
             .unit_states()
             .filter(|s| filter.machine_id.as_ref().is_none_or(|m| &s.machine_id == m))
             .filter(|s| unit.is_none_or(|n| s.name == n))
-            .map(wire::state)
+            .map(|s| {
+                let running = snapshot.running_hash(&s.name, &s.machine_id).map(str::to_string);
+                wire::state(s, running.as_deref())
+            })
             .collect())
     }
 

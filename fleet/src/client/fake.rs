@@ -191,6 +191,7 @@ impl FakeClient {
                     systemd_active_state: active.into(),
                     systemd_load_state: "loaded".into(),
                     systemd_sub_state: sub.into(),
+                    running_hash: if active == "active" { hash.clone() } else { String::new() },
                 });
             }
         }

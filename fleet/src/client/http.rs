@@ -184,6 +184,7 @@ impl Client for HttpClient {
             options: unit.options.clone(),
             desired_state: unit.desired_state.clone(),
             reschedule: unit.reschedule,
+            no_restart: unit.no_restart,
             ..Default::default()
         };
         self.put_unit(&body)

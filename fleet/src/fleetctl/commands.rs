@@ -39,6 +39,12 @@ const KEEP_MACHINE: FlagSpec = FlagSpec::new(
     "false",
     "With --replace: keep each replaced unit on the machine it is scheduled to, as long as its constraints allow it there.",
 );
+const NO_RESTART: FlagSpec = FlagSpec::new(
+    "no-restart",
+    Kind::Bool,
+    "false",
+    "With --replace: write the new version on every machine holding the unit and reload systemd, but keep running units running (reloaded when the new version has ExecReload=). Implies --keep-machine.",
+);
 const SIGN: FlagSpec = FlagSpec::new("sign", Kind::Bool, "false", "DEPRECATED - this option cannot be used");
 const FULL: FlagSpec = FlagSpec::new("full", Kind::Bool, "false", "Do not ellipsize fields on output");
 const L: FlagSpec = FlagSpec::new("l", Kind::Bool, "false", "Shorthand for --full");
@@ -48,6 +54,8 @@ const SSH_PORT: FlagSpec =
 
 /// Valid `--fields` of list-units, in help order.
 pub const LIST_UNITS_FIELDS: &str = "active,hash,load,machine,sub,unit";
+/// `--fields` of list-units that this fleetctl adds (accepted, not listed in the original's help text).
+pub const LIST_UNITS_EXTENSION_FIELDS: &str = "running-hash";
 /// Valid `--fields` of list-unit-files, in help order.
 pub const LIST_UNIT_FILES_FIELDS: &str = "desc,dstate,global,hash,state,target,tmachine,unit";
 /// Valid `--fields` of list-machines, in help order.
@@ -211,6 +219,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 "false",
                 "Do not wait until the jobs have been loaded before exiting. Always the case for global units.",
             ),
+            NO_RESTART,
             KEEP_MACHINE,
             FlagSpec::new(
                 "replace",
@@ -256,11 +265,12 @@ pub static COMMANDS: &[CommandSpec] = &[
         name: "start",
         use_line: "start [--no-block|--block-attempts=N] UNIT...",
         short: "Instruct systemd to start one or more units in the cluster, first submitting and loading if necessary.",
-        long: "Start one or many units on the cluster. Select units to start by glob matching\nfor units in the current working directory or matching names of previously\nsubmitted units.\n\nFor units which are not global, start operations are performed synchronously,\nwhich means fleetctl will block until it detects that the unit(s) have\ntransitioned to a started state. This behaviour can be configured with the\nrespective --block-attempts and --no-block options. Start operations on global\nunits are always non-blocking.\n\nStart a single unit:\nfleetctl start foo.service\n\nStart an entire directory of units with glob matching:\nfleetctl start myservice/*\n\nYou may filter suitable hosts based on metadata provided by the machine.\nMachine metadata is located in the fleet configuration file.\n\nReplace running units with new versions (the old version of each is stopped\nbefore the new one starts). Without --keep-machine a replaced unit is\nrescheduled and may move to another machine; with it, it stays where it runs\nunless its constraints no longer allow it there:\n\tfleetctl start --replace --keep-machine foo.service foo@{1..10}.service",
+        long: "Start one or many units on the cluster. Select units to start by glob matching\nfor units in the current working directory or matching names of previously\nsubmitted units.\n\nFor units which are not global, start operations are performed synchronously,\nwhich means fleetctl will block until it detects that the unit(s) have\ntransitioned to a started state. This behaviour can be configured with the\nrespective --block-attempts and --no-block options. Start operations on global\nunits are always non-blocking.\n\nStart a single unit:\nfleetctl start foo.service\n\nStart an entire directory of units with glob matching:\nfleetctl start myservice/*\n\nYou may filter suitable hosts based on metadata provided by the machine.\nMachine metadata is located in the fleet configuration file.\n\nReplace running units with new versions (the old version of each is stopped\nbefore the new one starts). Without --keep-machine a replaced unit is\nrescheduled and may move to another machine; with it, it stays where it runs\nunless its constraints no longer allow it there:\n\tfleetctl start --replace --keep-machine foo.service foo@{1..10}.service\n\nReplace without restarting: every machine holding the unit gets the new file\nand a daemon-reload; running units keep their processes until restarted:\n\tfleetctl start --replace --no-restart db.service",
         flags: &[
             BLOCK_ATTEMPTS_START,
             KEEP_MACHINE,
             NO_BLOCK_START,
+            NO_RESTART,
             FlagSpec::new(
                 "replace",
                 Kind::Bool,

@@ -78,18 +78,32 @@ pub enum ReplacementMode {
     Rescheduled(JobState),
     /// `--keep-machine`: new content and this desired state in one request; the unit keeps its machine.
     InPlace(JobState),
+    /// `--no-restart`: as `InPlace`, and machines keep a running unit's process (the request's `noRestart`).
+    NoRestart(JobState),
+}
+
+/// The replace-related flags of one command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplaceFlags {
+    pub creator: Creator,
+    pub replace: bool,
+    pub keep_machine: bool,
+    pub no_restart: bool,
 }
 
 /// How `creator` replaces a unit whose desired state is `desired` (§10.3, plus `--keep-machine`). In place only
 /// for `load`/`start` with `--keep-machine` of a unit that is `loaded` or `launched` (an `inactive` unit has no
 /// machine to keep); `launched` is only kept by `start` (`load --replace` does not replace launched units).
-pub fn replacement_mode(creator: Creator, keep_machine: bool, desired: Option<JobState>) -> ReplacementMode {
+pub fn replacement_mode(flags: ReplaceFlags, desired: Option<JobState>) -> ReplacementMode {
+    let ReplaceFlags { creator, keep_machine, no_restart, .. } = flags;
     let state = match creator {
         Creator::Load => JobState::Loaded,
         Creator::Start => JobState::Launched,
         Creator::Submit | Creator::Restart => return ReplacementMode::ThroughInactive,
     };
     match desired {
+        // A unit that is not scheduled runs nowhere: there is no process to keep.
+        Some(JobState::Loaded | JobState::Launched) if no_restart => ReplacementMode::NoRestart(state),
         Some(JobState::Loaded | JobState::Launched) if keep_machine => ReplacementMode::InPlace(state),
         Some(JobState::Loaded | JobState::Launched) => ReplacementMode::Rescheduled(state),
         _ => ReplacementMode::ThroughInactive,
@@ -225,7 +239,7 @@ fn prepare_unit(
     name: &str,
     uf: UnitFile,
     desired: Option<JobState>,
-    reschedule: bool,
+    mode: Option<ReplacementMode>,
 ) -> Result<Unit, String> {
     unitf::validate_name(name).map_err(|e| e.to_string())?;
     xfleet::validate_options(&uf).map_err(|e| e.to_string())?;
@@ -240,7 +254,8 @@ fn prepare_unit(
         name: name.to_string(),
         options: uf.options().to_vec(),
         desired_state: desired.map(|d| d.to_string()).unwrap_or_default(),
-        reschedule,
+        reschedule: matches!(mode, Some(ReplacementMode::Rescheduled(_))),
+        no_restart: matches!(mode, Some(ReplacementMode::NoRestart(_))),
         ..Default::default()
     })
 }
@@ -260,9 +275,15 @@ fn send_units(ctx: &Ctx<'_>, pending: &mut Vec<Unit>) -> Result<(), String> {
 /// The creation step for all arguments. Any error aborts (units created before stay created); the caller prints
 /// `Error creating units: <err>`.
 pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), String> {
-    let creator = Creator::of(ctx.command);
-    let replace = ctx.flags.bool("replace");
-    let keep_machine = ctx.flags.bool("keep-machine");
+    let flags = ReplaceFlags {
+        creator: Creator::of(ctx.command),
+        replace: ctx.flags.bool("replace"),
+        keep_machine: ctx.flags.bool("keep-machine"),
+        no_restart: ctx.flags.bool("no-restart"),
+    };
+    if flags.no_restart && !flags.replace {
+        return Err("--no-restart applies only with --replace".into());
+    }
     let mut created = Vec::new();
     // Every lookup at once; creations are batched and sent in parallel, in argument order, before anything that
     // needs them (an error sends what was decided before it: units created earlier stay created).
@@ -280,20 +301,11 @@ pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), Strin
             let existing = lookup.map_err(|e| format!("error retrieving Unit({name}) from Registry: {e}"))?;
             let Some(existing) = existing else {
                 let uf = unit_file_for(ctx, arg, &path, name)?;
-                pending.push(prepare_unit(ctx, name, uf, None, false)?);
+                pending.push(prepare_unit(ctx, name, uf, None, None)?);
                 created.push(name.clone());
                 continue;
             };
-            replace_existing(
-                ctx,
-                arg,
-                &path,
-                name,
-                &existing,
-                &mut pending,
-                &mut created,
-                (creator, replace, keep_machine),
-            )?;
+            replace_existing(ctx, arg, &path, name, &existing, &mut pending, &mut created, flags)?;
         }
         Ok(())
     })();
@@ -321,8 +333,9 @@ fn replace_existing(
     existing: &Unit,
     pending: &mut Vec<Unit>,
     created: &mut Vec<String>,
-    (creator, replace, keep_machine): (Creator, bool, bool),
+    flags: ReplaceFlags,
 ) -> Result<(), String> {
+    let ReplaceFlags { creator, replace, .. } = flags;
     let name = name.to_string();
     {
         let cmp = compare(ctx, arg, path, &name, existing, replace);
@@ -339,11 +352,12 @@ fn replace_existing(
                 let uf = replacement_for(ctx, arg, path, &name)?;
                 // The hash the registry (and every agent) will give the stored content.
                 let hash = UnitFile::from_options(uf.options().to_vec()).hash().to_hex();
-                let mode = replacement_mode(creator, keep_machine, desired);
+                let mode = replacement_mode(flags, desired);
                 pending.push(match mode {
-                    ReplacementMode::ThroughInactive => prepare_unit(ctx, &name, uf, None, false)?,
-                    ReplacementMode::Rescheduled(state) => prepare_unit(ctx, &name, uf, Some(state), true)?,
-                    ReplacementMode::InPlace(state) => prepare_unit(ctx, &name, uf, Some(state), false)?,
+                    ReplacementMode::ThroughInactive => prepare_unit(ctx, &name, uf, None, None)?,
+                    ReplacementMode::Rescheduled(state)
+                    | ReplacementMode::InPlace(state)
+                    | ReplacementMode::NoRestart(state) => prepare_unit(ctx, &name, uf, Some(state), Some(mode))?,
                 });
                 tracing::debug!(unit = %name, hash = %&hash[..7], ?mode, "replaced unit");
                 ctx.replaced.insert(name.clone(), hash);
@@ -444,7 +458,27 @@ mod tests {
             (Creator::Load, false, Some(Loaded), Rescheduled(Loaded)),
         ];
         for (c, keep, d, want) in table {
-            assert_eq!(replacement_mode(c, keep, d), want, "{c:?} keep={keep} {d:?}");
+            let flags = ReplaceFlags { creator: c, replace: true, keep_machine: keep, no_restart: false };
+            assert_eq!(replacement_mode(flags, d), want, "{c:?} keep={keep} {d:?}");
+        }
+    }
+
+    #[test]
+    fn no_restart_replaces_scheduled_units_in_place_without_restart() {
+        use ReplacementMode::*;
+        // (creator, keep, desired before, expected): --no-restart implies --keep-machine.
+        let table = [
+            (Creator::Start, false, Some(Launched), NoRestart(Launched)),
+            (Creator::Start, true, Some(Launched), NoRestart(Launched)),
+            (Creator::Start, false, Some(Loaded), NoRestart(Launched)),
+            (Creator::Load, false, Some(Loaded), NoRestart(Loaded)),
+            // Nothing runs an unscheduled unit: replaced as without the flag.
+            (Creator::Start, false, Some(Inactive), ThroughInactive),
+            (Creator::Submit, false, Some(Inactive), ThroughInactive),
+        ];
+        for (c, keep, d, want) in table {
+            let flags = ReplaceFlags { creator: c, replace: true, keep_machine: keep, no_restart: true };
+            assert_eq!(replacement_mode(flags, d), want, "{c:?} keep={keep} {d:?}");
         }
     }
 

@@ -163,7 +163,8 @@ mod tests {
     /// `start` as the original defines it: without `--keep-machine` and the paragraph on replacing.
     fn original_start() -> &'static CommandSpec {
         let ours = command("start").unwrap();
-        let flags: Vec<FlagSpec> = ours.flags.iter().filter(|f| f.name != "keep-machine").cloned().collect();
+        let ours_only = ["keep-machine", "no-restart"];
+        let flags: Vec<FlagSpec> = ours.flags.iter().filter(|f| !ours_only.contains(&f.name)).cloned().collect();
         let long = ours.long.split("\n\nReplace running units").next().unwrap();
         Box::leak(Box::new(CommandSpec { flags: Box::leak(flags.into_boxed_slice()), long, ..*ours }))
     }

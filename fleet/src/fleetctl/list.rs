@@ -2,7 +2,7 @@
 //! table output.
 
 use super::Ctx;
-use super::commands::{LIST_MACHINES_FIELDS, LIST_UNIT_FILES_FIELDS, LIST_UNITS_FIELDS};
+use super::commands::{LIST_MACHINES_FIELDS, LIST_UNIT_FILES_FIELDS, LIST_UNITS_EXTENSION_FIELDS, LIST_UNITS_FIELDS};
 use super::table::{location_legend, machine_id_legend, render};
 use crate::client::StateFilter;
 use crate::schema::{Machine, Unit, UnitState};
@@ -81,12 +81,23 @@ pub fn unit_state_cell(s: &UnitState, field: &str, machines: &[Machine], full: b
         "hash" if s.hash.is_empty() => "-".into(),
         "hash" if full => s.hash.clone(),
         "hash" => s.hash.chars().take(7).collect(),
+        "running-hash" if s.running_hash.is_empty() => "-".into(),
+        "running-hash" if full => s.running_hash.clone(),
+        "running-hash" => s.running_hash.chars().take(7).collect(),
         _ => String::new(),
     }
 }
 
+/// Whether a machine runs an older version of the unit than the file it holds (replaced with `--no-restart` and
+/// not restarted since).
+pub fn runs_older_version(s: &UnitState) -> bool {
+    !s.running_hash.is_empty() && !s.hash.is_empty() && s.running_hash != s.hash
+}
+
 pub fn list_units(ctx: &mut Ctx<'_>) -> i32 {
-    let Some(fields) = selected_fields(ctx, LIST_UNITS_FIELDS) else { return 1 };
+    let Some(fields) = selected_fields(ctx, &format!("{LIST_UNITS_FIELDS},{LIST_UNITS_EXTENSION_FIELDS}")) else {
+        return 1;
+    };
     let mut states = match ctx.client.unit_states(&StateFilter::default()) {
         Ok(s) => s,
         Err(e) => {
@@ -99,7 +110,25 @@ pub fn list_units(ctx: &mut Ctx<'_>) -> i32 {
     let machines = if fields.iter().any(|f| f == "machine") { ctx.machines().to_vec() } else { Vec::new() };
     let rows = states.iter().map(|s| fields.iter().map(|f| unit_state_cell(s, f, &machines, full)).collect()).collect();
     print_table(ctx, &fields, rows);
+    // On stderr, so stdout stays the original's table; only units replaced with --no-restart can lag.
+    let lagging: Vec<String> = states
+        .iter()
+        .filter(|s| runs_older_version(s))
+        .map(|s| format!("{} on {}", s.name, short_id(&s.machine_id)))
+        .collect();
+    if !lagging.is_empty() {
+        ctx.warn(&format!(
+            "{} unit(s) run an older version than their unit file (replaced with --no-restart): {}; \
+             see --fields=unit,machine,hash,running-hash, restart to run the new version",
+            lagging.len(),
+            lagging.join(", ")
+        ));
+    }
     0
+}
+
+fn short_id(machine: &str) -> &str {
+    machine.get(..8).unwrap_or(machine)
 }
 
 /// The unit as the registry hands it back (spec App. C.10): what `cat` prints and whose hash `list-unit-files`
@@ -293,6 +322,55 @@ mod tests {
     }
 
     #[test]
+    fn running_hash_field_and_lag_note_only_when_a_machine_runs_an_older_version() {
+        let c = cluster();
+        let state = |name: &str, hash: &str, running: &str| UnitState {
+            hash: hash.into(),
+            machine_id: "ffffffffffffffffffffffffffffffff".into(),
+            name: name.into(),
+            systemd_active_state: "active".into(),
+            systemd_load_state: "loaded".into(),
+            systemd_sub_state: "running".into(),
+            running_hash: running.into(),
+        };
+        let new = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+        let old = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+        c.push_state(state("level.service", new, new));
+        c.push_state(state("stopped.service", new, ""));
+        let o = run(&c, &["list-units", "--no-legend", "--fields=unit,hash,running-hash"]);
+        assert_eq!(
+            o.out,
+            "level.service	bbbbbbb	bbbbbbb
+stopped.service	bbbbbbb	-
+"
+        );
+        assert_eq!(o.err, "", "nothing lags");
+        c.push_state(state("db.service", new, old));
+        let o = run(&c, &["list-units", "--no-legend", "--full", "--fields=unit,running-hash"]);
+        assert!(
+            o.out.starts_with(&format!(
+                "db.service	{old}
+"
+            )),
+            "{}",
+            o.out
+        );
+        assert!(o.err.contains("1 unit(s) run an older version than their unit file"), "{}", o.err);
+        assert!(o.err.contains("db.service on ffffffff"), "{}", o.err);
+        // The default table is the original's, whatever lags.
+        let o = run(&c, &["list-units", "--no-legend"]);
+        assert!(
+            o.out.starts_with(
+                "db.service	ffffffff...	active	running
+"
+            ),
+            "{}",
+            o.out
+        );
+        assert_eq!(run(&c, &["list-units", "--fields=unit,nope"]).code, 1);
+    }
+
+    #[test]
     fn list_units_machine_without_known_machine_has_no_ip() {
         let c = cluster();
         c.push_state(UnitState {
@@ -302,6 +380,7 @@ mod tests {
             systemd_active_state: "active".into(),
             systemd_load_state: "loaded".into(),
             systemd_sub_state: "running".into(),
+            running_hash: String::new(),
         });
         let o = run(&c, &["list-units", "--no-legend", "--fields=unit,machine,hash"]);
         assert_eq!(o.out, "x.service\tffffffff...\t-\n");

@@ -491,6 +491,7 @@ mod tests {
             systemd_active_state: "active".into(),
             systemd_load_state: "loaded".into(),
             systemd_sub_state: "running".into(),
+            running_hash: String::new(),
         });
         let o = run(&c, &["start", "--block-attempts=1", "global.service"]);
         assert_eq!(o.code, 1, "{}", o.out);

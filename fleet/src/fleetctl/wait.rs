@@ -191,6 +191,8 @@ fn expected_machines(client: &dyn Client, name: &str) -> Option<BTreeSet<String>
                 hash: String::new(),
                 text: Arc::from(""),
                 install: false,
+                reloadable: false,
+                no_restart: false,
                 target,
                 requirements,
             })
@@ -298,6 +300,7 @@ mod tests {
             systemd_active_state: active.into(),
             systemd_load_state: "loaded".into(),
             systemd_sub_state: String::new(),
+            running_hash: String::new(),
         }
     }
 

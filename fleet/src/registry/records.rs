@@ -19,6 +19,10 @@ pub struct UnitObject {
     /// Hash before the last replacement; its body is kept (not garbage-collected) so a rollback can use it.
     #[serde(rename = "previousHash", default, skip_serializing_if = "Option::is_none")]
     pub previous_hash: Option<String>,
+    /// This version was stored "without restart": machines that hold an earlier version write the new file and
+    /// reload systemd, but keep a running unit's process (`--no-restart`).
+    #[serde(rename = "noRestart", default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_restart: bool,
 }
 
 /// `P/states/<name>/<machine>`: systemd's view of a unit on the publishing machine (name and machine are in the
@@ -142,11 +146,14 @@ mod tests {
 
     #[test]
     fn unit_object_round_trips_and_omits_missing_previous_hash() {
-        let o = UnitObject { name: "a.service".into(), hash: "ab".into(), previous_hash: None };
+        let o = UnitObject { name: "a.service".into(), hash: "ab".into(), previous_hash: None, no_restart: false };
         assert_eq!(encode_json(&o), r#"{"name":"a.service","hash":"ab"}"#);
         assert_eq!(decode_json::<UnitObject>("k", "unit object", encode_json(&o).as_bytes()).unwrap(), o);
         let o = UnitObject { previous_hash: Some("cd".into()), ..o };
         assert_eq!(encode_json(&o), r#"{"name":"a.service","hash":"ab","previousHash":"cd"}"#);
+        assert_eq!(decode_json::<UnitObject>("k", "unit object", encode_json(&o).as_bytes()).unwrap(), o);
+        let o = UnitObject { no_restart: true, ..o };
+        assert_eq!(encode_json(&o), r#"{"name":"a.service","hash":"ab","previousHash":"cd","noRestart":true}"#);
         assert_eq!(decode_json::<UnitObject>("k", "unit object", encode_json(&o).as_bytes()).unwrap(), o);
     }
 

@@ -26,15 +26,17 @@ impl Registry {
 
     /// Published unit states: every unit's, or only `unit`'s.
     pub async fn read_states_snapshot(&self, unit: Option<&str>) -> Result<Snapshot> {
-        let range = match unit {
+        let (states, units) = match unit {
             Some(name) => {
                 check_component(Component::UnitName, name)?;
-                self.keys.unit_states_dir(name)
+                (self.keys.unit_states_dir(name), self.keys.unit_dir(name))
             }
-            None => self.keys.states_dir(),
+            None => (self.keys.states_dir(), self.keys.units_dir()),
         };
         let mut snapshot = Snapshot::default();
-        let revision = self.read_range_into(&mut snapshot, &range, 0).await?;
+        let revision = self.read_range_into(&mut snapshot, &states, 0).await?;
+        // The launched markers, at the same revision: they say which version each machine runs.
+        self.read_range_into(&mut snapshot, &units, revision).await?;
         Ok(finish(snapshot, revision))
     }
 

@@ -33,6 +33,8 @@ pub struct PutUnit<'a> {
     /// Drop the unit's schedule (`target`) in the same transaction, so the engine places the new version afresh
     /// (the default `--replace`: the unit may move). One transaction keeps an interrupted client harmless.
     pub reschedule: bool,
+    /// Store the version "without restart" ([`UnitObject::no_restart`]).
+    pub no_restart: bool,
 }
 
 /// Most placement changes [`Registry::placements_at`] puts in one transaction: each brings up to two compares,
@@ -125,7 +127,12 @@ impl PutUnit<'_> {
 impl Registry {
     fn unit_write_ops(&self, unit: &PutUnit<'_>, previous: Option<String>) -> Vec<TxnOp> {
         let k = &self.keys;
-        let object = UnitObject { name: unit.name.to_string(), hash: unit.hash.to_string(), previous_hash: previous };
+        let object = UnitObject {
+            name: unit.name.to_string(),
+            hash: unit.hash.to_string(),
+            previous_hash: previous,
+            no_restart: unit.no_restart,
+        };
         let mut ops = vec![
             TxnOp::put(k.body(unit.hash), unit.text, None),
             TxnOp::put(k.unit_object(unit.name), encode_json(&object), None),
@@ -401,6 +408,7 @@ mod tests {
             hash: "1c6fb6f3684bafb0c173d8b8b957ceff031180c1",
             desired: JobState::Inactive,
             reschedule: false,
+            no_restart: false,
         };
         ok.check().unwrap();
         let err = PutUnit { hash: "a0f275d46bc6ee0eca06be7c339913c07d99c0c7", ..ok }.check().unwrap_err();

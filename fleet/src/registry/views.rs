@@ -22,6 +22,8 @@ pub struct UnitView<'a> {
     pub target: Option<&'a str>,
     /// Derived current state (§7.2). Callers show `inactive` for global units regardless.
     pub current: JobState,
+    /// The version was stored without restart (`UnitObject::no_restart`).
+    pub no_restart: bool,
 }
 
 /// Current state of a non-global unit (spec §7.2): `inactive` without a target or without a state published by
@@ -60,7 +62,13 @@ impl Snapshot {
             desired: r.desired.unwrap_or(JobState::Inactive),
             target: r.target.as_deref(),
             current: self.current_state_of(name, r),
+            no_restart: object.no_restart,
         })
+    }
+
+    /// Hash of the version `machine` last started of `unit` (its launched marker), if it runs it.
+    pub fn running_hash(&self, unit: &str, machine: &str) -> Option<&str> {
+        self.unit_record(unit)?.launched.get(machine).map(String::as_str).filter(|h| !h.is_empty())
     }
 
     /// Every readable unit, in name order.

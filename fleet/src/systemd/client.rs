@@ -70,6 +70,15 @@ impl Systemd {
         self.wait_job(&mut removed, &job, name).await
     }
 
+    /// `ReloadUnit(name, "replace")` (= `systemctl reload`, runs `ExecReload=`) and wait for the job's result.
+    pub async fn reload(&self, name: &str) -> Result<JobResult> {
+        let mut removed = self.events.subscribe();
+        let job =
+            self.manager.reload_unit(name, "replace").await.map_err(|e| SystemdError::call("ReloadUnit", name, e))?;
+        debug!(unit = %name, job = %job.as_str(), "reload job queued");
+        self.wait_job(&mut removed, &job, name).await
+    }
+
     /// `StopUnit(name, "replace")` and wait for the job's result. A unit systemd does not know is an error for which
     /// `is_not_loaded()` is true.
     pub async fn stop(&self, name: &str) -> Result<JobResult> {

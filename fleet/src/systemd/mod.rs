@@ -28,6 +28,7 @@ pub use types::{Bus, FileChange, JobResult, UnitChange, UnitStatus, unit_name_fr
 pub trait SystemdOps: Send + Sync {
     fn start(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send;
     fn stop(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send;
+    fn reload(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send;
     fn wait_inactive(&self, name: &str) -> impl Future<Output = Result<String>> + Send;
     fn link_runtime(&self, path: &Path) -> impl Future<Output = Result<Vec<FileChange>>> + Send;
     fn enable_runtime(&self, path: &Path) -> impl Future<Output = Result<Vec<FileChange>>> + Send;
@@ -43,6 +44,9 @@ impl SystemdOps for Systemd {
     }
     fn stop(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send {
         Systemd::stop(self, name)
+    }
+    fn reload(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send {
+        Systemd::reload(self, name)
     }
     fn wait_inactive(&self, name: &str) -> impl Future<Output = Result<String>> + Send {
         Systemd::wait_inactive(self, name)

@@ -22,6 +22,8 @@ pub(crate) trait Manager {
 
     fn stop_unit(&self, name: &str, mode: &str) -> Result<OwnedObjectPath>;
 
+    fn reload_unit(&self, name: &str, mode: &str) -> Result<OwnedObjectPath>;
+
     fn link_unit_files(&self, files: &[&str], runtime: bool, force: bool) -> Result<Vec<FileChangeTuple>>;
 
     fn enable_unit_files(&self, files: &[&str], runtime: bool, force: bool) -> Result<(bool, Vec<FileChangeTuple>)>;

@@ -86,8 +86,10 @@ async fn register(reg: &Registry, id: &str, metadata: &[(&str, &str)]) -> Machin
 
 async fn create(reg: &Registry, name: &str, text: &str, desired: JobState) -> i64 {
     let hash = UnitHash::of(text).to_hex();
-    let written =
-        reg.put_unit(&PutUnit { name, text, hash: &hash, desired, reschedule: false }).await.expect("put unit");
+    let written = reg
+        .put_unit(&PutUnit { name, text, hash: &hash, desired, reschedule: false, no_restart: false })
+        .await
+        .expect("put unit");
     written.revision().expect("unit written")
 }
 

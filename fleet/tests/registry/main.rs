@@ -34,7 +34,7 @@ fn version(text: &str) -> Version {
 }
 
 fn put<'a>(name: &'a str, v: &'a Version, desired: JobState) -> PutUnit<'a> {
-    PutUnit { name, text: &v.text, hash: &v.hash, desired, reschedule: false }
+    PutUnit { name, text: &v.text, hash: &v.hash, desired, reschedule: false, no_restart: false }
 }
 
 async fn connected(reg: &Registry) -> Reflector {

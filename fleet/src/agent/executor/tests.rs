@@ -41,6 +41,7 @@ fn desired(units: &[(&str, JobState, &str, bool)]) -> BTreeMap<String, Desired> 
                 hash: crate::unit::UnitHash::of(text).to_hex(),
                 text: Arc::from(*text),
                 install: *install,
+                update: crate::agent::plan::Update::Restart,
             };
             (n.to_string(), d)
         })
@@ -103,6 +104,31 @@ async fn replacing_a_launched_unit_stops_and_waits_before_deleting_and_starting(
             Marker::Launched { unit: "a.service".into(), hash: hash(V2) }
         ]
     );
+}
+
+#[tokio::test]
+async fn replace_without_restart_rewrites_the_file_reloads_and_keeps_the_running_version() {
+    let mut s = setup();
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    s.fake.calls();
+    let mut d = desired(&[("a.service", JobState::Launched, V2, false)]);
+    d.get_mut("a.service").unwrap().update = crate::agent::plan::Update::InPlace { reload: true };
+    let reports = s.exec.reconcile(&d).await;
+    assert!(reports.iter().all(|r| r.outcome.is_ok()), "{:?}", outcomes(&reports));
+    assert_eq!(s.fake.calls(), ["reload ", "reload_unit a.service"], "no stop, no start");
+    assert_eq!(std::fs::read_to_string(s.dir.join("a.service")).unwrap(), V2);
+    assert_eq!(s.exec.loaded().get("a.service"), Some(&hash(V2)), "the file on disk is the new version");
+    assert_eq!(
+        s.exec.launched_hashes().get("a.service"),
+        Some(&hash(V1)),
+        "the process still runs the version it was started with"
+    );
+    assert!(markers(&reports, s.exec.loaded()).is_empty(), "the launched marker keeps the running version");
+    // Converged, and a later stop and start brings the running version level.
+    assert!(s.exec.reconcile(&d).await.is_empty());
+    s.exec.reconcile(&desired(&[("a.service", JobState::Loaded, V2, false)])).await;
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V2, false)])).await;
+    assert_eq!(s.exec.launched_hashes().get("a.service"), Some(&hash(V2)));
 }
 
 #[tokio::test]
