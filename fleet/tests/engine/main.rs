@@ -175,8 +175,12 @@ async fn units_are_scheduled_least_loaded_onto_registered_machines() {
     let s = view.snapshot();
     let loads = loads(&s);
     assert!(loads.values().all(|&n| n == 8 / 3 || n == 8 / 3 + 1), "least-loaded spreads evenly: {loads:?}");
-    wait_status(&engine, "a pass with nothing left to do", |s| s.last_pass.as_ref().is_some_and(|p| p.planned == 0))
-        .await;
+    // The targets can be visible before the pass that wrote the last of them has counted it (and a pass that ran
+    // before that write may have planned nothing): wait for the count, then for a pass with nothing left to do.
+    wait_status(&engine, "8 decisions applied, then a pass with nothing left to do", |s| {
+        s.applied >= 8 && s.last_pass.as_ref().is_some_and(|p| p.planned == 0)
+    })
+    .await;
     assert_eq!(engine.status.borrow().applied, 8, "every unit was scheduled exactly once");
     engine.stop().await;
 }
