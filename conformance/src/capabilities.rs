@@ -23,15 +23,19 @@ pub enum Capability {
     SighupReload,
     /// The API answers a unit PUT with an unknown desired state with 400 (spec §12.2 B9; the original: 500).
     StrictApiValidation,
+    /// `--replace --no-restart` rewrites unit files and reloads systemd without restarting running units, and
+    /// `list-units --fields=...,running-hash` shows the version each machine runs (issue 12).
+    NoRestart,
 }
 
 impl Capability {
-    pub const ALL: [Capability; 5] = [
+    pub const ALL: [Capability; 6] = [
         Capability::Ssh,
         Capability::KeepMachine,
         Capability::DeterministicReplaces,
         Capability::SighupReload,
         Capability::StrictApiValidation,
+        Capability::NoRestart,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -41,6 +45,7 @@ impl Capability {
             Capability::DeterministicReplaces => "deterministic_replaces",
             Capability::SighupReload => "sighup_reload",
             Capability::StrictApiValidation => "strict_api_validation",
+            Capability::NoRestart => "no_restart",
         }
     }
 
@@ -62,6 +67,7 @@ pub const WORKSPACE: &[Capability] = &[
     Capability::SighupReload,
     Capability::StrictApiValidation,
     Capability::KeepMachine,
+    Capability::NoRestart,
 ];
 
 /// What the original Go fleet (v1.0.0) would declare: `sighup_reload` only.

@@ -53,10 +53,12 @@ pub enum Area {
     GlobalUnits,
     /// The commands that reach machines over SSH: `ssh`, `status`, `journal`, `--tunnel`, known hosts.
     Ssh,
+    /// Changing a running service without an outage: replace without restart.
+    Rollout,
 }
 
 impl Area {
-    pub const ALL: [Area; 12] = [
+    pub const ALL: [Area; 13] = [
         Area::UnitActions,
         Area::Scheduling,
         Area::Machines,
@@ -69,6 +71,7 @@ impl Area {
         Area::Replace,
         Area::GlobalUnits,
         Area::Ssh,
+        Area::Rollout,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -85,6 +88,7 @@ impl Area {
             Area::Replace => "replace",
             Area::GlobalUnits => "global_units",
             Area::Ssh => "ssh",
+            Area::Rollout => "rollout",
         }
     }
 

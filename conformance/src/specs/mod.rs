@@ -10,6 +10,7 @@ pub mod machines;
 pub mod metadata;
 pub mod node;
 pub mod replace;
+pub mod rollout;
 pub mod scheduling;
 pub mod ssh;
 pub mod unit_actions;
@@ -237,6 +238,11 @@ pub fn catalogue() -> Vec<Spec> {
             Box::pin(ssh::global_status(c))
         })
         .requires(SSH),
+        // rollout
+        spec(Rollout, "replace_without_restart_keeps_every_process", 3, "issue 12", |c| {
+            Box::pin(rollout::replace_without_restart_keeps_every_process(c))
+        })
+        .requires(&[Capability::NoRestart]),
     ];
     all.extend(replace::specs());
     all
