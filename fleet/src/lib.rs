@@ -12,6 +12,7 @@ pub mod fleetd;
 pub mod machine;
 pub mod model;
 pub mod registry;
+pub mod rollout;
 pub mod schema;
 pub mod ssh;
 pub mod systemd;

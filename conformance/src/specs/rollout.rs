@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 use crate::check::ensure_eq;
 use crate::fixtures::TempDir;
-use fleet_harness::wait::Check;
 use crate::{Ctx, Outcome};
+use fleet_harness::wait::Check;
 
 const UNIT: &str = "db-no-restart.service";
 

@@ -1,0 +1,230 @@
+use std::collections::BTreeMap;
+
+use super::*;
+
+const OLD: &str = "1111111111111111111111111111111111111111";
+const NEW: &str = "2222222222222222222222222222222222222222";
+
+/// A cluster as a table: (unit, machine) → observation; holders are the machines listed for a unit.
+#[derive(Default)]
+struct Table(BTreeMap<(String, String), Observed>);
+
+impl Table {
+    fn with(machines: &[&str], hash: &str) -> Table {
+        let mut t = Table::default();
+        for m in machines {
+            t.set(m, hash, "active");
+        }
+        t
+    }
+    fn set(&mut self, machine: &str, hash: &str, active: &str) {
+        self.0.insert(
+            ("db.service".into(), machine.into()),
+            Observed {
+                present: true,
+                hash: Some(hash.into()),
+                running: Some(hash.into()),
+                active_state: active.into(),
+                sub_state: if active == "active" { "running".into() } else { "dead".into() },
+                restarted_for: None,
+            },
+        );
+    }
+    fn restarted(&mut self, machine: &str, id: &str) {
+        self.0.get_mut(&("db.service".into(), machine.into())).unwrap().restarted_for = Some(id.into());
+    }
+    fn leave(&mut self, machine: &str) {
+        self.0.get_mut(&("db.service".into(), machine.into())).unwrap().present = false;
+    }
+}
+
+impl Cluster for Table {
+    fn observe(&self, unit: &str, machine: &str) -> Observed {
+        self.0.get(&(unit.to_string(), machine.to_string())).cloned().unwrap_or_default()
+    }
+    fn holders(&self, unit: &str) -> Vec<String> {
+        // Reversed on purpose: steps must come out in machine-ID order whatever the cluster's order.
+        self.0.keys().filter(|(u, _)| u == unit).map(|(_, m)| m.clone()).rev().collect()
+    }
+}
+
+fn spec(kind: RolloutKind, max_unavailable: u32, min_healthy_ms: u64, on_failure: OnFailure) -> RolloutSpec {
+    let to = if kind == RolloutKind::Replace { NEW } else { OLD };
+    RolloutSpec {
+        id: "r1".into(),
+        kind,
+        units: vec![RolloutUnit { name: "db.service".into(), from: OLD.into(), to: to.into() }],
+        max_unavailable,
+        min_healthy_ms,
+        health_timeout_ms: 60_000,
+        on_failure,
+        created_ms: 0,
+    }
+}
+
+fn rollout(spec: RolloutSpec) -> Rollout {
+    Rollout { spec, control: Control::default(), progress: None }
+}
+
+fn phases(r: &Rollout) -> Vec<(&str, &str)> {
+    r.progress.as_ref().unwrap().steps.iter().map(|s| (s.machine.as_str(), s.phase.as_str())).collect()
+}
+
+/// Applies `advance` at `now` and stores its progress, as the engine does.
+fn step(r: &mut Rollout, cluster: &Table, now: u64) -> Advanced {
+    let a = advance(r, cluster, now);
+    r.progress = Some(a.progress.clone());
+    a
+}
+
+#[test]
+fn a_replace_goes_machine_by_machine_in_id_order_waiting_for_min_healthy() {
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 10_000, OnFailure::Pause));
+    let a = step(&mut r, &c, 1_000);
+    assert_eq!(phases(&r), [("m1", "updating"), ("m2", "pending"), ("m3", "pending")]);
+    assert_eq!(a.wake_at_ms, Some(61_000), "the release's health deadline");
+    // Pending machines keep the old version; the released one follows the unit's (new) version.
+    assert_eq!(pinned_hash([&r], "db.service", "m1"), None);
+    assert_eq!(pinned_hash([&r], "db.service", "m2"), Some(OLD));
+    // Nothing changes until m1 runs the new version and is active.
+    c.set("m1", NEW, "activating");
+    step(&mut r, &c, 2_000);
+    assert_eq!(phases(&r)[0], ("m1", "updating"));
+    c.set("m1", NEW, "active");
+    let a = step(&mut r, &c, 3_000);
+    assert_eq!(phases(&r)[0], ("m1", "healthy"));
+    assert_eq!(a.wake_at_ms, Some(13_000), "min healthy ends before the timeout");
+    step(&mut r, &c, 12_999);
+    assert_eq!(phases(&r)[..2], [("m1", "healthy"), ("m2", "pending")]);
+    step(&mut r, &c, 13_000);
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "updating"), ("m3", "pending")]);
+    for (m, t) in [("m2", 20_000), ("m3", 40_000)] {
+        c.set(m, NEW, "active");
+        step(&mut r, &c, t);
+        step(&mut r, &c, t + 10_000);
+    }
+    assert_eq!(r.state(), RolloutState::Done);
+    assert_eq!(pinned_hash([&r], "db.service", "m3"), None, "a finished rollout pins nothing");
+}
+
+#[test]
+fn max_unavailable_bounds_the_machines_in_flight() {
+    let c = Table::with(&["m1", "m2", "m3", "m4", "m5"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 2, 0, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    let in_flight = |r: &Rollout| phases(r).iter().filter(|(_, p)| *p == "updating").count();
+    assert_eq!(in_flight(&r), 2);
+    step(&mut r, &c, 1);
+    assert_eq!(in_flight(&r), 2, "nothing arrived, nothing more released");
+}
+
+#[test]
+fn a_failed_health_check_pauses_and_keeps_the_others_on_the_old_version() {
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 10_000, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 1_000);
+    c.set("m1", NEW, "failed");
+    let a = step(&mut r, &c, 3_000);
+    assert_eq!(r.state(), RolloutState::Paused);
+    assert!(
+        a.progress.reason.contains("db.service on m1: the new version stopped being active after 2 s"),
+        "{}",
+        a.progress.reason
+    );
+    assert!(a.progress.reason.contains("activeState=failed"), "{}", a.progress.reason);
+    assert!(a.roll_back.is_empty());
+    assert_eq!(pinned_hash([&r], "db.service", "m2"), Some(OLD));
+    // Still paused later; a resume releases the failed machine again.
+    step(&mut r, &c, 100_000);
+    assert_eq!(phases(&r), [("m1", "failed"), ("m2", "pending"), ("m3", "pending")]);
+    r.control.resumes = 1;
+    step(&mut r, &c, 101_000);
+    assert_eq!(r.state(), RolloutState::Running);
+    assert_eq!(phases(&r)[0], ("m1", "updating"));
+}
+
+#[test]
+fn a_failure_with_rollback_returns_every_unit_to_its_old_version() {
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Rollback));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "failed");
+    let a = step(&mut r, &c, 61_000);
+    assert_eq!(r.state(), RolloutState::RolledBack);
+    assert!(
+        a.progress.reason.starts_with("rolled back: db.service on m1: not healthy within 60 s"),
+        "{}",
+        a.progress.reason
+    );
+    assert_eq!(a.roll_back, r.spec.units);
+    assert_eq!(pinned_hash([&r], "db.service", "m2"), None, "the unit's own version (the old one again) applies");
+}
+
+#[test]
+fn a_restart_asks_each_machine_once_and_waits_for_its_marker() {
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Restart, 1, 0, OnFailure::Rollback));
+    step(&mut r, &c, 0);
+    assert_eq!(restart_token([&r], "db.service", "m1"), Some("r1"));
+    assert_eq!(restart_token([&r], "db.service", "m2"), None);
+    assert_eq!(pinned_hash([&r], "db.service", "m2"), None, "a restart pins no version");
+    step(&mut r, &c, 1);
+    assert_eq!(phases(&r)[0], ("m1", "updating"), "same hash is not enough: the restart marker is");
+    c.restarted("m1", "r1");
+    step(&mut r, &c, 2);
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "updating")]);
+    assert_eq!(restart_token([&r], "db.service", "m1"), None, "done: no second restart");
+    c.set("m2", OLD, "failed");
+    c.restarted("m2", "r1");
+    let a = step(&mut r, &c, 61_000);
+    assert_eq!(r.state(), RolloutState::Paused, "a restart has no old version to roll back to");
+    assert!(a.roll_back.is_empty());
+}
+
+#[test]
+fn machines_that_leave_are_skipped_and_abort_is_final() {
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    c.leave("m1");
+    step(&mut r, &c, 1);
+    assert_eq!(phases(&r), [("m1", "skipped"), ("m2", "updating"), ("m3", "pending")]);
+    r.control.action = Action::Abort;
+    step(&mut r, &c, 2);
+    assert_eq!(r.state(), RolloutState::Aborted);
+    assert_eq!(pinned_hash([&r], "db.service", "m3"), Some(OLD), "an aborted rollout leaves m3 on the old version");
+    r.control.action = Action::Run;
+    step(&mut r, &c, 3);
+    assert_eq!(r.state(), RolloutState::Aborted, "final");
+}
+
+#[test]
+fn pause_by_request_stops_releasing_and_run_continues() {
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    r.control.action = Action::Pause;
+    step(&mut r, &c, 0);
+    assert_eq!(r.state(), RolloutState::Paused);
+    assert_eq!(phases(&r), [("m1", "pending"), ("m2", "pending")]);
+    r.control.action = Action::Run;
+    step(&mut r, &c, 1);
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 2);
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "updating")]);
+}
+
+#[test]
+fn stored_shapes_are_stable() {
+    let s = spec(RolloutKind::Replace, 1, 10_000, OnFailure::Pause);
+    let json = serde_json::to_string(&s).unwrap();
+    assert_eq!(
+        json,
+        format!(
+            r#"{{"id":"r1","kind":"replace","units":[{{"name":"db.service","from":"{OLD}","to":"{NEW}"}}],"maxUnavailable":1,"minHealthyMs":10000,"healthTimeoutMs":60000,"onFailure":"pause","createdMs":0}}"#
+        )
+    );
+    assert_eq!(serde_json::to_string(&Control::default()).unwrap(), r#"{"action":"run","resumes":0}"#);
+}
