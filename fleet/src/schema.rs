@@ -10,7 +10,78 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::rollout::{Action, OnFailure, Phase, RolloutKind, RolloutState, RolloutUnit, Step};
 pub use crate::unit::UnitOption;
+
+/// One unit of a rollout request: its name and, for a replace, the new version's options.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RolloutRequestUnit {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<UnitOption>,
+}
+
+/// `PUT /fleet/v1/rollouts/<id>` (an extension of this implementation): start a rolling replace (every unit with
+/// its new options) or a rolling restart (names only) of existing units.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolloutRequest {
+    pub kind: RolloutKind,
+    pub units: Vec<RolloutRequestUnit>,
+    #[serde(rename = "maxUnavailable", default = "one")]
+    pub max_unavailable: u32,
+    #[serde(rename = "minHealthyMs", default)]
+    pub min_healthy_ms: u64,
+    #[serde(rename = "healthTimeoutMs", default = "five_minutes")]
+    pub health_timeout_ms: u64,
+    #[serde(rename = "onFailure", default)]
+    pub on_failure: OnFailure,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn five_minutes() -> u64 {
+    300_000
+}
+
+/// A rollout as the API shows it (`GET /fleet/v1/rollouts[/<id>]`): its spec, the user's last action and the
+/// engine's progress (`state` is `running` with no steps until the engine leader has taken it up).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rollout {
+    pub id: String,
+    pub kind: RolloutKind,
+    pub units: Vec<RolloutUnit>,
+    #[serde(rename = "maxUnavailable")]
+    pub max_unavailable: u32,
+    #[serde(rename = "minHealthyMs")]
+    pub min_healthy_ms: u64,
+    #[serde(rename = "healthTimeoutMs")]
+    pub health_timeout_ms: u64,
+    #[serde(rename = "onFailure")]
+    pub on_failure: OnFailure,
+    #[serde(rename = "createdMs")]
+    pub created_ms: u64,
+    pub action: Action,
+    pub state: RolloutState,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default)]
+    pub steps: Vec<Step>,
+}
+
+/// `GET /fleet/v1/rollouts`: newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RolloutList {
+    #[serde(default)]
+    pub rollouts: Vec<Rollout>,
+}
+
+/// `PATCH /fleet/v1/rollouts/<id>`: `run` (resume; failed steps are tried again), `pause` or `abort`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolloutControl {
+    pub action: Action,
+}
 
 /// A unit as the API shows it (`GET /units`, `GET /units/<name>`) and accepts it (`PUT /units/<name>`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -30,6 +30,13 @@ pub enum RegistryError {
     UnitNotFound { unit: String },
     #[error("unit {unit:?} already exists (hash {hash})")]
     UnitExists { unit: String, hash: String },
+    #[error("rollout {id:?} already exists")]
+    RolloutExists { id: String },
+    #[error("rollout {id:?} does not exist")]
+    RolloutNotFound { id: String },
+    /// A unit of a new rollout changed between the caller's read and the write.
+    #[error("unit {unit:?} changed while the rollout was being created; try again")]
+    UnitChanged { unit: String },
     /// Another live fleetd holds this machine ID (spec §6.6, `TestDetectMachineId`).
     #[error(
         "machine ID {machine} is already registered by another fleetd (lease {lease:x}); \

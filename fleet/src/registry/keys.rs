@@ -17,6 +17,10 @@
 //! | `P/machines/<id>/metadata/<key>` | plain string; `""` is a tombstone hiding a config key (§3.3) | — | API `PATCH /machines` | all |
 //! | `P/engine/leader` | machine ID of the engine leader | engine lease (`5×EIV`) | engine (create-if-absent; resign = delete-if-ours) | engines, API |
 //! | `P/engine/version` | cluster engine version, decimal | — | engine (check-and-set) | engines |
+//! | `P/units/<name>/restarted/<machine>` | ID of the rollout the machine last restarted the unit for | that machine's lease | agent of `<machine>` | engine |
+//! | `P/rollouts/<id>/spec` | JSON `rollout::RolloutSpec` | — | API (create-if-absent, with the new unit versions in the same txn) | all |
+//! | `P/rollouts/<id>/control` | JSON `rollout::Control` | — | API (pause / resume / abort) | engine, API |
+//! | `P/rollouts/<id>/progress` | JSON `rollout::RolloutProgress` | — | engine leader (CAS on its mod revision, fenced to the leader key) | all |
 //!
 //! Why this shape (differences from the original v2 layout, spec §3):
 //! * Presence, unit states and launched markers are bound to the publishing machine's **lease** instead of TTL
@@ -58,6 +62,10 @@ pub enum Key {
     MachineMetadata { machine: String, key: String },
     EngineLeader,
     EngineVersion,
+    UnitRestarted { unit: String, machine: String },
+    RolloutSpec { id: String },
+    RolloutControl { id: String },
+    RolloutProgress { id: String },
 }
 
 /// What kind of identifier a key component is; used in validation errors.
@@ -67,6 +75,7 @@ pub enum Component {
     MachineId,
     Hash,
     MetadataKey,
+    RolloutId,
 }
 
 impl fmt::Display for Component {
@@ -76,6 +85,7 @@ impl fmt::Display for Component {
             Component::MachineId => "machine ID",
             Component::Hash => "unit hash",
             Component::MetadataKey => "metadata key",
+            Component::RolloutId => "rollout ID",
         })
     }
 }
@@ -102,6 +112,12 @@ pub fn check_component(what: Component, value: &str) -> Result<(), InvalidCompon
         Component::Hash => {
             if value.len() != 40 || !value.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
                 return fail("expected 40 lowercase hex characters");
+            }
+        }
+        Component::RolloutId => {
+            if value.len() > 64 || !value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+            {
+                return fail("at most 64 of A-Z a-z 0-9 _ . -");
             }
         }
         Component::MetadataKey => {
@@ -218,6 +234,26 @@ impl Keys {
         self.key(&["engine", "version"])
     }
 
+    pub fn unit_restarted(&self, unit: &str, machine: &str) -> String {
+        self.key(&["units", unit, "restarted", machine])
+    }
+
+    pub fn rollouts_dir(&self) -> String {
+        self.key(&["rollouts", ""])
+    }
+
+    pub fn rollout_spec(&self, id: &str) -> String {
+        self.key(&["rollouts", id, "spec"])
+    }
+
+    pub fn rollout_control(&self, id: &str) -> String {
+        self.key(&["rollouts", id, "control"])
+    }
+
+    pub fn rollout_progress(&self, id: &str) -> String {
+        self.key(&["rollouts", id, "progress"])
+    }
+
     /// Parses a full key back into what it addresses; `None` for keys outside the prefix or unknown to this
     /// layout version (readers ignore those, so a newer fleet may add keys).
     pub fn parse(&self, key: &[u8]) -> Option<Key> {
@@ -240,6 +276,10 @@ impl Keys {
             ["machines", machine, "metadata", key] => Key::MachineMetadata { machine: s(machine), key: s(key) },
             ["engine", "leader"] => Key::EngineLeader,
             ["engine", "version"] => Key::EngineVersion,
+            ["units", unit, "restarted", machine] => Key::UnitRestarted { unit: s(unit), machine: s(machine) },
+            ["rollouts", id, "spec"] => Key::RolloutSpec { id: s(id) },
+            ["rollouts", id, "control"] => Key::RolloutControl { id: s(id) },
+            ["rollouts", id, "progress"] => Key::RolloutProgress { id: s(id) },
             _ => return None,
         })
     }
@@ -258,6 +298,10 @@ impl Keys {
             Key::MachineMetadata { machine, key } => self.machine_metadata(machine, key),
             Key::EngineLeader => self.engine_leader(),
             Key::EngineVersion => self.engine_version(),
+            Key::UnitRestarted { unit, machine } => self.unit_restarted(unit, machine),
+            Key::RolloutSpec { id } => self.rollout_spec(id),
+            Key::RolloutControl { id } => self.rollout_control(id),
+            Key::RolloutProgress { id } => self.rollout_progress(id),
         }
     }
 }
@@ -292,6 +336,12 @@ mod tests {
         assert_eq!(k.machine_metadata("m1", "role"), "/p/machines/m1/metadata/role");
         assert_eq!(k.engine_leader(), "/p/engine/leader");
         assert_eq!(k.engine_version(), "/p/engine/version");
+        assert_eq!(k.unit_restarted("a.service", "m1"), "/p/units/a.service/restarted/m1");
+        assert_eq!(k.rollout_spec("r1"), "/p/rollouts/r1/spec");
+        assert_eq!(k.rollout_control("r1"), "/p/rollouts/r1/control");
+        assert_eq!(k.rollout_progress("r1"), "/p/rollouts/r1/progress");
+        assert!(check_component(Component::RolloutId, "r-1a.b_c").is_ok());
+        assert!(check_component(Component::RolloutId, "r/1").is_err());
     }
 
     #[test]
@@ -309,6 +359,10 @@ mod tests {
             Key::MachineMetadata { machine: "m".into(), key: "role".into() },
             Key::EngineLeader,
             Key::EngineVersion,
+            Key::UnitRestarted { unit: "a.service".into(), machine: "m".into() },
+            Key::RolloutSpec { id: "r-1".into() },
+            Key::RolloutControl { id: "r-1".into() },
+            Key::RolloutProgress { id: "r-1".into() },
         ];
         for key in all {
             assert_eq!(k.parse(k.build(&key).as_bytes()), Some(key.clone()), "{key:?}");

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use super::keys::{Key, Keys};
 use super::records::{MachineObject, StateRecord, UnitObject, decode_job_state, decode_json, decode_text, decode_u32};
 use crate::model::JobState;
+use crate::rollout::{Control, Rollout, RolloutProgress, RolloutSpec};
 
 /// Everything fleet stores, at [`Snapshot::revision`].
 #[derive(Debug, Clone, Default)]
@@ -26,6 +27,32 @@ pub struct Snapshot {
     bodies: Arc<BTreeMap<String, BodyRecord>>,
     states: Arc<BTreeMap<String, BTreeMap<String, StateRecord>>>,
     machines: Arc<BTreeMap<String, MachineRecord>>,
+    rollouts: Arc<BTreeMap<String, RolloutRecord>>,
+}
+
+/// The keys of one rollout under `P/rollouts/<id>/`; without a spec it is ignored.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RolloutRecord {
+    pub spec: Option<RolloutSpec>,
+    pub control: Option<Control>,
+    pub progress: Option<RolloutProgress>,
+    /// Mod revision of the progress key (0 when absent): the engine's compare-and-swap guard.
+    pub progress_revision: i64,
+}
+
+impl RolloutRecord {
+    fn is_empty(&self) -> bool {
+        self.spec.is_none() && self.control.is_none() && self.progress.is_none()
+    }
+
+    /// The rollout, if its spec is readable.
+    pub fn rollout(&self) -> Option<Rollout> {
+        Some(Rollout {
+            spec: self.spec.clone()?,
+            control: self.control.unwrap_or_default(),
+            progress: self.progress.clone(),
+        })
+    }
 }
 
 /// The keys of one unit under `P/units/<name>/`. A record without `object` is an orphan (readers skip it).
@@ -38,11 +65,17 @@ pub struct UnitRecord {
     pub target: Option<String>,
     /// Machines whose agent started the unit → hash they started.
     pub launched: BTreeMap<String, String>,
+    /// Machines whose agent restarted the unit for a rollout → that rollout's ID.
+    pub restarted: BTreeMap<String, String>,
 }
 
 impl UnitRecord {
     fn is_empty(&self) -> bool {
-        self.object.is_none() && self.desired.is_none() && self.target.is_none() && self.launched.is_empty()
+        self.object.is_none()
+            && self.desired.is_none()
+            && self.target.is_none()
+            && self.launched.is_empty()
+            && self.restarted.is_empty()
     }
 }
 
@@ -152,6 +185,11 @@ impl Snapshot {
         self.states.get(unit).and_then(|m| m.get(machine))
     }
 
+    /// Every rollout record, by ID.
+    pub fn rollout_records(&self) -> &BTreeMap<String, RolloutRecord> {
+        &self.rollouts
+    }
+
     /// Every machine record (including machines with only metadata left), by ID.
     pub fn machine_records(&self) -> &BTreeMap<String, MachineRecord> {
         &self.machines
@@ -167,6 +205,7 @@ impl Snapshot {
         Arc::ptr_eq(&self.units, &earlier.units)
             && Arc::ptr_eq(&self.bodies, &earlier.bodies)
             && Arc::ptr_eq(&self.machines, &earlier.machines)
+            && Arc::ptr_eq(&self.rollouts, &earlier.rollouts)
             && self.leader == earlier.leader
             && self.engine_version == earlier.engine_version
             && self.layout_version == earlier.layout_version
@@ -281,6 +320,29 @@ impl Snapshot {
                     m.lease = 0;
                 }
             }),
+            Key::UnitRestarted { unit, machine } => self.update_unit(unit, |u| {
+                match value.map(|v| decode_text(&full(), "restarted marker", v)) {
+                    Some(Ok(id)) => u.restarted.insert(machine, id),
+                    Some(Err(e)) => {
+                        warn(e);
+                        u.restarted.remove(&machine)
+                    }
+                    None => u.restarted.remove(&machine),
+                };
+            }),
+            Key::RolloutSpec { id } => self.update_rollout(id, |r| {
+                r.spec = value.and_then(|v| decode_json(&full(), "rollout spec", v).map_err(warn).ok())
+            }),
+            Key::RolloutControl { id } => self.update_rollout(id, |r| {
+                r.control = value.and_then(|v| decode_json(&full(), "rollout control", v).map_err(warn).ok())
+            }),
+            Key::RolloutProgress { id } => self.update_rollout(id, |r| {
+                r.progress = value.and_then(|v| decode_json(&full(), "rollout progress", v).map_err(warn).ok());
+                r.progress_revision = match change {
+                    Change::Put { mod_revision, .. } => mod_revision,
+                    Change::Delete => 0,
+                };
+            }),
             Key::MachineMetadata { machine, key } => self.update_machine(machine, |m| {
                 match value.map(|v| decode_text(&full(), "metadata value", v)) {
                     Some(Ok(v)) => m.metadata.insert(key, v),
@@ -291,6 +353,15 @@ impl Snapshot {
                     None => m.metadata.remove(&key),
                 };
             }),
+        }
+    }
+
+    fn update_rollout(&mut self, id: String, f: impl FnOnce(&mut RolloutRecord)) {
+        let rollouts = Arc::make_mut(&mut self.rollouts);
+        let record = rollouts.entry(id.clone()).or_default();
+        f(record);
+        if record.is_empty() {
+            rollouts.remove(&id);
         }
     }
 

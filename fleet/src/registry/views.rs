@@ -66,6 +66,14 @@ impl Snapshot {
         })
     }
 
+    /// Every rollout with a readable spec, newest first (by creation time, then ID).
+    pub fn rollouts(&self) -> Vec<crate::rollout::Rollout> {
+        let mut all: Vec<crate::rollout::Rollout> =
+            self.rollout_records().values().filter_map(|r| r.rollout()).collect();
+        all.sort_by(|a, b| (b.spec.created_ms, &b.spec.id).cmp(&(a.spec.created_ms, &a.spec.id)));
+        all
+    }
+
     /// Hash of the version `machine` last started of `unit` (its launched marker), if it runs it.
     pub fn running_hash(&self, unit: &str, machine: &str) -> Option<&str> {
         self.unit_record(unit)?.launched.get(machine).map(String::as_str).filter(|h| !h.is_empty())
@@ -123,6 +131,10 @@ impl Snapshot {
             .values()
             .filter_map(|r| r.object.as_ref())
             .flat_map(|o| std::iter::once(o.hash.as_str()).chain(o.previous_hash.as_deref()))
+            .chain(crate::rollout::needed_hashes(self.rollouts().iter()).into_iter().map(|h| {
+                // needed_hashes borrows from the rollouts vector; look the hash up in the bodies to outlive it.
+                self.bodies().get_key_value(h).map_or("", |(k, _)| k.as_str())
+            }))
             .collect();
         self.bodies()
             .iter()

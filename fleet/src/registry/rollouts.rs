@@ -1,0 +1,136 @@
+//! Rollout writes: create (API, with the new unit versions in the same transaction), control (API), progress and
+//! rollback (engine leader, fenced to its leadership), restarted markers (agents). Layout and meaning: `keys.rs`
+//! and the `rollout` module.
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+
+use super::Registry;
+use super::error::{RegistryError, Result};
+use super::keys::{Component, check_component};
+use super::records::{UnitObject, encode_json};
+use crate::rollout::{Control, RolloutProgress, RolloutSpec, RolloutUnit};
+
+/// A new version a rollout stores for one of its units.
+#[derive(Debug, Clone)]
+pub struct RolloutBody<'a> {
+    pub unit: &'a RolloutUnit,
+    /// Canonical text of `unit.to`.
+    pub text: &'a str,
+    /// Mod revision of the unit's object as the caller read it: the write fails if the unit changed since.
+    pub object_revision: i64,
+}
+
+/// Most units one rollout may name: each brings a compare and two puts to one transaction (etcd's default
+/// `--max-txn-ops` is 128).
+pub const MAX_ROLLOUT_UNITS: usize = 40;
+
+impl Registry {
+    /// Stores a new rollout: its spec and control, and for a replace every unit's new version (object and body,
+    /// the old hash kept as `previousHash`), all in one transaction that fails if the rollout exists or a unit
+    /// changed since it was read. Returns the write's revision.
+    pub async fn create_rollout(&self, spec: &RolloutSpec, bodies: &[RolloutBody<'_>]) -> Result<i64> {
+        check_component(Component::RolloutId, &spec.id)?;
+        if spec.units.len() > MAX_ROLLOUT_UNITS {
+            return Err(RegistryError::TooManyOps {
+                op: "create rollout",
+                count: spec.units.len(),
+                max: MAX_ROLLOUT_UNITS,
+            });
+        }
+        let k = &self.keys;
+        let spec_key = k.rollout_spec(&spec.id);
+        let mut compares = vec![Compare::version(spec_key.as_str(), CompareOp::Equal, 0)];
+        let mut ops = vec![
+            TxnOp::put(spec_key.as_str(), encode_json(spec), None),
+            TxnOp::put(k.rollout_control(&spec.id), encode_json(&Control::default()), None),
+        ];
+        for body in bodies {
+            let unit = body.unit;
+            check_component(Component::UnitName, &unit.name)?;
+            check_component(Component::Hash, &unit.to)?;
+            compares.push(Compare::mod_revision(k.unit_object(&unit.name), CompareOp::Equal, body.object_revision));
+            let object = UnitObject {
+                name: unit.name.clone(),
+                hash: unit.to.clone(),
+                previous_hash: Some(unit.from.clone()),
+                no_restart: false,
+            };
+            ops.push(TxnOp::put(k.body(&unit.to), body.text, None));
+            ops.push(TxnOp::put(k.unit_object(&unit.name), encode_json(&object), None));
+        }
+        let resp = self.txn("create rollout", &spec_key, Txn::new().when(compares).and_then(ops)).await?;
+        if resp.succeeded() {
+            return Ok(resp.header().map_or(0, |h| h.revision()));
+        }
+        // Tell the two refusals apart with a read (rare path).
+        let existing =
+            self.client.clone().get(spec_key.as_str(), None).await.map_err(RegistryError::etcd("get", &spec_key))?;
+        if !existing.kvs().is_empty() {
+            return Err(RegistryError::RolloutExists { id: spec.id.clone() });
+        }
+        let unit = bodies.first().map(|b| b.unit.name.clone()).unwrap_or_default();
+        Err(RegistryError::UnitChanged { unit })
+    }
+
+    /// Stores a user's control of an existing rollout. Returns the write's revision.
+    pub async fn set_rollout_control(&self, id: &str, control: &Control) -> Result<i64> {
+        check_component(Component::RolloutId, id)?;
+        let k = &self.keys;
+        let txn = Txn::new()
+            .when([Compare::version(k.rollout_spec(id), CompareOp::Greater, 0)])
+            .and_then([TxnOp::put(k.rollout_control(id), encode_json(control), None)]);
+        let key = k.rollout_control(id);
+        let resp = self.txn("control rollout", &key, txn).await?;
+        if resp.succeeded() {
+            Ok(resp.header().map_or(0, |h| h.revision()))
+        } else {
+            Err(RegistryError::RolloutNotFound { id: id.to_string() })
+        }
+    }
+
+    /// Engine leader: stores a rollout's progress if it is still at `revision` (0: absent) and `leader` still holds
+    /// the engine leader key, with the rollback's unit objects (`hash` back to `from`) in the same transaction.
+    /// `false` when a compare failed (another writer, or leadership lost): nothing was written.
+    pub async fn write_rollout_progress(
+        &self,
+        id: &str,
+        progress: &RolloutProgress,
+        revision: i64,
+        leader: &str,
+        roll_back: &[RolloutUnit],
+    ) -> Result<bool> {
+        check_component(Component::RolloutId, id)?;
+        let k = &self.keys;
+        let key = k.rollout_progress(id);
+        let guard = if revision == 0 {
+            Compare::version(key.as_str(), CompareOp::Equal, 0)
+        } else {
+            Compare::mod_revision(key.as_str(), CompareOp::Equal, revision)
+        };
+        let mut ops = vec![TxnOp::put(key.as_str(), encode_json(progress), None)];
+        for unit in roll_back {
+            check_component(Component::UnitName, &unit.name)?;
+            let object = UnitObject {
+                name: unit.name.clone(),
+                hash: unit.from.clone(),
+                previous_hash: Some(unit.to.clone()),
+                no_restart: false,
+            };
+            ops.push(TxnOp::put(k.unit_object(&unit.name), encode_json(&object), None));
+        }
+        let txn = Txn::new().when([guard, Compare::value(k.engine_leader(), CompareOp::Equal, leader)]).and_then(ops);
+        Ok(self.txn("write rollout progress", &key, txn).await?.succeeded())
+    }
+
+    /// Agent: records that `machine` restarted `unit` for rollout `id` (bound to the machine's lease).
+    pub async fn mark_restarted(&self, unit: &str, machine: &str, id: &str, lease: i64) -> Result<bool> {
+        check_component(Component::UnitName, unit)?;
+        check_component(Component::MachineId, machine)?;
+        check_component(Component::RolloutId, id)?;
+        let key = self.keys.unit_restarted(unit, machine);
+        let txn = Txn::new()
+            .when([Compare::version(self.keys.unit_object(unit), CompareOp::Greater, 0)])
+            .and_then([TxnOp::put(key.as_str(), id, Some(PutOptions::new().with_lease(lease)))]);
+        Ok(self.txn("mark restarted", &key, txn).await?.succeeded())
+    }
+}
