@@ -42,6 +42,7 @@ fn desired(units: &[(&str, JobState, &str, bool)]) -> BTreeMap<String, Desired> 
                     text: Arc::from(*t),
                     install: *i,
                     update: Update::Restart,
+                    restart: None,
                 },
             )
         })

@@ -9,6 +9,7 @@ use tracing::warn;
 
 use super::desired::ClusterUnit;
 use crate::registry::{Snapshot, UnitView};
+use crate::rollout;
 use crate::unit::{Requirements, UnitFile};
 
 /// What the agent needs from one parsed body.
@@ -35,10 +36,28 @@ impl UnitCache {
         UnitCache::default()
     }
 
-    /// Every readable unit of `snapshot`, in name order, with its requirements; entries for hashes and names the
-    /// snapshot no longer holds are dropped.
-    pub fn cluster_units(&mut self, snapshot: &Snapshot) -> Vec<ClusterUnit> {
-        let units: Vec<ClusterUnit> = snapshot.units().map(|u| self.unit(&u)).collect();
+    /// Every readable unit of `snapshot`, in name order, with its requirements, as machine `me` must run it: a
+    /// replace rollout that has not reached `me` yet keeps the unit's old version here, and a restart rollout's
+    /// step on `me` carries its restart token (see the `rollout` module). Entries for hashes and names the snapshot
+    /// no longer holds are dropped.
+    pub fn cluster_units(&mut self, snapshot: &Snapshot, me: &str) -> Vec<ClusterUnit> {
+        let rollouts = snapshot.rollouts();
+        let units: Vec<ClusterUnit> = snapshot
+            .units()
+            .map(|view| {
+                let pinned = rollout::pinned_hash(&rollouts, view.name, me)
+                    .filter(|h| *h != view.hash)
+                    .and_then(|h| snapshot.bodies().get_key_value(h));
+                let mut unit = match pinned {
+                    Some((hash, body)) => {
+                        self.unit(&UnitView { hash: hash.as_str(), body: &body.text, no_restart: false, ..view })
+                    }
+                    None => self.unit(&view),
+                };
+                unit.restart = rollout::restart_token(&rollouts, &unit.name, me).map(str::to_string);
+                unit
+            })
+            .collect();
         let hashes: BTreeMap<&str, ()> = units.iter().map(|u| (u.hash.as_str(), ())).collect();
         self.parsed.retain(|h, _| hashes.contains_key(h.as_str()));
         let names: BTreeMap<&str, ()> = units.iter().map(|u| (u.name.as_str(), ())).collect();
@@ -81,6 +100,7 @@ impl UnitCache {
             install: parsed.install,
             reloadable: parsed.reloadable,
             no_restart: view.no_restart,
+            restart: None,
             target: view.target.map(str::to_string),
             requirements,
         }
@@ -119,7 +139,7 @@ mod tests {
     fn units_carry_parsed_requirements_and_install() {
         let s = snapshot(&[("g@1.service", GLOBAL, "launched", None), ("p.service", PLAIN, "loaded", Some("m1"))]);
         let mut cache = UnitCache::new();
-        let units = cache.cluster_units(&s);
+        let units = cache.cluster_units(&s, "m1");
         assert_eq!(units.len(), 2);
         let g = &units[0];
         assert_eq!((g.name.as_str(), g.desired, g.install), ("g@1.service", JobState::Launched, false));
@@ -138,12 +158,12 @@ mod tests {
             ("g@2.service", GLOBAL, "launched", None),
             ("p.service", PLAIN, "loaded", None),
         ]);
-        let units = cache.cluster_units(&s);
+        let units = cache.cluster_units(&s, "m1");
         assert_eq!(cache.bodies(), 2, "instances share one parsed body");
         assert_eq!(units[1].requirements.conflicts, ["other-2.service"]);
-        let again = cache.cluster_units(&s);
+        let again = cache.cluster_units(&s, "m1");
         assert!(Arc::ptr_eq(&units[0].requirements, &again[0].requirements), "requirements are reused");
-        cache.cluster_units(&snapshot(&[("p.service", PLAIN, "loaded", None)]));
+        cache.cluster_units(&snapshot(&[("p.service", PLAIN, "loaded", None)]), "m1");
         assert_eq!((cache.bodies(), cache.requirements.len()), (1, 1));
     }
 
@@ -151,7 +171,7 @@ mod tests {
     fn an_unparsable_body_still_yields_the_unit_without_requirements() {
         let bad = format!("[Service]\nExecStart={}\n", "x".repeat(3000));
         let s = snapshot(&[("bad.service", &bad, "launched", Some("m1"))]);
-        let units = UnitCache::new().cluster_units(&s);
+        let units = UnitCache::new().cluster_units(&s, "m1");
         assert_eq!(units.len(), 1);
         assert_eq!(*units[0].requirements, Requirements::default());
         assert!(!units[0].install);

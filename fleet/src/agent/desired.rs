@@ -25,6 +25,8 @@ pub struct ClusterUnit {
     pub reloadable: bool,
     /// This version was stored without restart: update the file in place, keep a running process.
     pub no_restart: bool,
+    /// A restart rollout asks this machine to restart the unit once, for the rollout with this ID.
+    pub restart: Option<String>,
     /// Machine the engine scheduled it to (`None` for unscheduled and global units).
     pub target: Option<String>,
     /// `[X-Fleet]` requirements, specifier-expanded with the unit's name (the agent uses `global`,
@@ -83,6 +85,7 @@ pub fn desired_units(units: &[ClusterUnit], me: &ThisMachine) -> Result<BTreeMap
                 text: Arc::clone(&u.text),
                 install: u.install,
                 update: if u.no_restart { Update::InPlace { reload: u.reloadable } } else { Update::Restart },
+                restart: u.restart.clone(),
             };
             (u.name.clone(), desired)
         })
@@ -105,6 +108,7 @@ mod tests {
             install: false,
             reloadable: false,
             no_restart: false,
+            restart: None,
             target: target.map(str::to_string),
             requirements: Arc::new(Requirements::default()),
         }

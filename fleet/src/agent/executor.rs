@@ -12,6 +12,9 @@
 //!   version the unit runs stays the one it was started with until it is started again.
 //! * ReloadUnit = `systemctl reload` (the new version's `ExecReload=`), after the daemon-reload.
 //!
+//! A start of a unit whose desired state carries a rolling restart's token records the token (kept in
+//! `.rollout-restarts` in the units directory, so a fleetd restart does not restart the unit a second time).
+//!
 //! A failing task is logged and skips only the later tasks of the same unit; everything else goes on, and the next
 //! reconcile retries. Losing etcd never reaches this code as a stop: only a plan does.
 
@@ -116,6 +119,9 @@ pub fn marker_diff(want: &BTreeMap<String, String>, have: &BTreeMap<String, Stri
         .collect()
 }
 
+/// Where the rolling-restart tokens live, in the units directory (hidden files are not units).
+pub const RESTARTS_FILE: &str = ".rollout-restarts";
+
 /// Drives systemd for this machine and remembers what it did.
 pub struct Executor<S> {
     systemd: S,
@@ -127,6 +133,8 @@ pub struct Executor<S> {
     pending_starts: BTreeSet<String>,
     /// Launched units → hash of the version they were started with (lags the file after an Update).
     running: BTreeMap<String, String>,
+    /// Unit → the last rolling restart's token it was (re)started for; persisted in [`RESTARTS_FILE`].
+    restarts: BTreeMap<String, String>,
     /// Files or links changed since the last daemon-reload.
     reload_needed: bool,
     /// The loaded set (unit → recorded hash), re-sent whenever a file is written or removed, so state publishing
@@ -137,6 +145,7 @@ pub struct Executor<S> {
 impl<S: SystemdOps> Executor<S> {
     pub fn new(systemd: S, units: UnitsDir, config: ExecutorConfig) -> Self {
         let (loaded_tx, _) = watch::channel(units.hashes().clone());
+        let restarts = read_restarts(&units.dir().join(RESTARTS_FILE));
         Executor {
             systemd,
             units,
@@ -144,6 +153,7 @@ impl<S: SystemdOps> Executor<S> {
             believed: BTreeMap::new(),
             pending_starts: BTreeSet::new(),
             running: BTreeMap::new(),
+            restarts,
             reload_needed: false,
             loaded_tx,
         }
@@ -190,12 +200,41 @@ impl<S: SystemdOps> Executor<S> {
             .units
             .hashes()
             .iter()
-            .map(|(n, h)| (n.clone(), Actual { hash: Some(h.clone()), believed: JobState::Inactive }))
+            .map(|(n, h)| (n.clone(), Actual { hash: Some(h.clone()), ..Actual::default() }))
             .collect();
         for (n, s) in &self.believed {
             out.entry(n.clone()).or_default().believed = *s;
         }
+        for (n, token) in &self.restarts {
+            if let Some(a) = out.get_mut(n) {
+                a.restarted = Some(token.clone());
+            }
+        }
         out
+    }
+
+    /// Unit → the rolling restart's token it was last (re)started for.
+    pub fn restarts(&self) -> &BTreeMap<String, String> {
+        &self.restarts
+    }
+
+    /// Records the restart tokens of the units just started, and forgets those of units no longer on disk.
+    fn note_restarts(&mut self, started: &[&str], desired: &BTreeMap<String, Desired>) {
+        let before = self.restarts.clone();
+        for name in started {
+            if let Some(token) = desired.get(*name).and_then(|d| d.restart.clone()) {
+                self.restarts.insert(name.to_string(), token);
+            }
+        }
+        let on_disk = self.units.hashes();
+        self.restarts.retain(|n, _| on_disk.contains_key(n));
+        if self.restarts != before {
+            let path = self.units.dir().join(RESTARTS_FILE);
+            let text = serde_json::to_string(&self.restarts).unwrap_or_default();
+            if let Err(e) = std::fs::write(&path, text) {
+                warn!(path = %path.display(), err = %e, "cannot record rolling-restart tokens; a fleetd restart may restart those units again");
+            }
+        }
     }
 
     /// Units the agent believes it launched (the job-state heartbeat refreshes their markers).
@@ -284,7 +323,17 @@ impl<S: SystemdOps> Executor<S> {
         match tasks.first() {
             Some(Task::Stop(_)) => self.stop_all(&names).await,
             Some(Task::Unload(_)) => self.unload_all(&names).await,
-            Some(Task::Start(_)) => self.start_all(&names).await,
+            Some(Task::Start(_)) => {
+                let outcomes = self.start_all(&names).await;
+                let started: Vec<&str> = names
+                    .iter()
+                    .zip(&outcomes)
+                    .filter(|(_, o)| matches!(o, Ok(Outcome::Started(_) | Outcome::StartPending)))
+                    .map(|(n, _)| *n)
+                    .collect();
+                self.note_restarts(&started, desired);
+                outcomes
+            }
             Some(Task::ReloadUnit(_)) => self.reload_units(&names).await,
             Some(Task::Load(..)) => self.load_all(tasks, desired).await,
             Some(Task::Update(..)) => self.update_all(tasks, desired),
@@ -626,6 +675,12 @@ impl<S: SystemdOps> Executor<S> {
             }
         }
     }
+}
+
+/// The recorded rolling-restart tokens; none when the file is missing or unreadable (then a unit in a rolling
+/// restart may be restarted once more, never skipped).
+fn read_restarts(path: &std::path::Path) -> BTreeMap<String, String> {
+    std::fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -29,6 +29,8 @@ pub struct Desired {
     pub install: bool,
     /// How a machine holding another version of the unit changes to this one.
     pub update: Update,
+    /// A rolling restart's token: restart the unit once unless it was (re)started for this token already.
+    pub restart: Option<String>,
 }
 
 /// How a machine that holds another version of a unit changes to the desired one.
@@ -49,11 +51,13 @@ pub struct Actual {
     /// What the agent believes it did: `launched` if it started the unit, `loaded` if it loaded or stopped it,
     /// `inactive` when it does not know (e.g. after a fleetd restart).
     pub believed: JobState,
+    /// The last rolling restart's token this machine (re)started the unit for.
+    pub restarted: Option<String>,
 }
 
 impl Default for Actual {
     fn default() -> Self {
-        Actual { hash: None, believed: JobState::Inactive }
+        Actual { hash: None, believed: JobState::Inactive, restarted: None }
     }
 }
 
@@ -127,6 +131,7 @@ pub enum Reason {
     DesiredLoaded,
     UnitFilesChanged,
     ReplacedWithoutRestart,
+    RollingRestart,
 }
 
 impl fmt::Display for Reason {
@@ -139,6 +144,7 @@ impl fmt::Display for Reason {
             Reason::DesiredLoaded => "unit currently launched but desired state is loaded",
             Reason::UnitFilesChanged => "unit files changed",
             Reason::ReplacedWithoutRestart => "unit replaced without restart",
+            Reason::RollingRestart => "rolling restart reached this machine",
         })
     }
 }
@@ -214,6 +220,12 @@ pub fn plan(desired: &BTreeMap<String, Desired>, actual: &BTreeMap<String, Actua
                 }
                 (JobState::Launched, JobState::Loaded) => push(Task::Start(name.clone()), Reason::DesiredLaunched),
                 (JobState::Loaded, JobState::Launched) => push(Task::Stop(name.clone()), Reason::DesiredLoaded),
+                (JobState::Launched, JobState::Launched)
+                    if want.restart.is_some() && have.restarted != want.restart =>
+                {
+                    push(Task::Stop(name.clone()), Reason::RollingRestart);
+                    push(Task::Start(name.clone()), Reason::RollingRestart);
+                }
                 _ => {}
             },
         }
@@ -239,7 +251,14 @@ mod tests {
     }
 
     fn want(state: JobState, hash: &str) -> Desired {
-        Desired { state, hash: hash.into(), text: Arc::from(""), install: false, update: Update::Restart }
+        Desired {
+            state,
+            hash: hash.into(),
+            text: Arc::from(""),
+            install: false,
+            update: Update::Restart,
+            restart: None,
+        }
     }
     fn launched(hash: &str) -> Desired {
         want(Launched, hash)
@@ -249,7 +268,7 @@ mod tests {
     }
 
     fn have(hash: Option<&str>, believed: JobState) -> Actual {
-        Actual { hash: hash.map(str::to_string), believed }
+        Actual { hash: hash.map(str::to_string), believed, restarted: None }
     }
     fn running(hash: &str) -> Actual {
         have(Some(hash), Launched)
@@ -327,6 +346,24 @@ mod tests {
             let got = run(&desired([("a.service", d.clone())]), &actual([("a.service", ac.clone())]));
             assert_eq!(got, expected, "row {i}: desired {d:?}, actual {ac:?}");
         }
+    }
+
+    #[test]
+    fn a_rolling_restart_token_restarts_a_running_unit_once() {
+        let token = |t: &str| Desired { restart: Some(t.into()), ..launched(HASH_A) };
+        let restarted = |t: Option<&str>| Actual { restarted: t.map(str::to_string), ..running(HASH_A) };
+        let stop_start = vec![Task::Stop(a()), Task::Start(a())];
+        assert_eq!(run(&desired([("a.service", token("r1"))]), &actual([("a.service", restarted(None))])), stop_start);
+        let none: Vec<Task> = vec![];
+        assert_eq!(run(&desired([("a.service", token("r1"))]), &actual([("a.service", restarted(Some("r1")))])), none);
+        assert_eq!(
+            run(&desired([("a.service", token("r2"))]), &actual([("a.service", restarted(Some("r1")))])),
+            stop_start
+        );
+        // Not running: the token asks for no start of its own.
+        let stopped = Actual { restarted: None, ..have(Some(HASH_A), Loaded) };
+        let want_loaded = Desired { restart: Some("r1".into()), ..loaded(HASH_A) };
+        assert_eq!(run(&desired([("a.service", want_loaded)]), &actual([("a.service", stopped)])), none);
     }
 
     #[test]

@@ -279,7 +279,7 @@ fn prepare<S: SystemdOps>(
         return Err(Skip::Disconnected);
     }
     let machine = snapshot.machine(me).ok_or(Skip::OwnMachineMissing)?;
-    let units = cache.cluster_units(snapshot);
+    let units = cache.cluster_units(snapshot, me);
     let this = ThisMachine { id: me.to_string(), metadata: machine.metadata };
     let desired = desired_units(&units, &this).map_err(|_| Skip::OwnMachineMissing)?;
     let global: BTreeSet<&str> = units.iter().filter(|u| u.requirements.global).map(|u| u.name.as_str()).collect();
@@ -373,6 +373,31 @@ async fn write_markers(registry: &Registry, machine: &str, lease: i64, markers: 
         .await;
 }
 
+/// The restarted markers this machine has not published yet: (unit, rollout ID) for every unit the executor
+/// (re)started for a rolling restart whose marker in `snapshot` says otherwise.
+pub(crate) fn restarted_markers_missing(
+    restarts: &BTreeMap<String, String>,
+    snapshot: &Snapshot,
+    me: &str,
+) -> Vec<(String, String)> {
+    restarts
+        .iter()
+        .filter(|(unit, id)| snapshot.unit_record(unit).is_some_and(|r| r.restarted.get(me) != Some(*id)))
+        .map(|(unit, id)| (unit.clone(), id.clone()))
+        .collect()
+}
+
+/// Writes restarted markers (few: one per unit of a rolling restart reaching this machine). Failures are logged;
+/// the next reconcile writes what is still missing.
+async fn write_restarted_markers(registry: &Registry, machine: &str, lease: i64, markers: Vec<(String, String)>) {
+    for (unit, id) in markers {
+        match registry.mark_restarted(&unit, machine, &id, lease).await {
+            Ok(_) => debug!(unit = %unit, rollout = %id, "marked restarted"),
+            Err(e) => warn!(unit = %unit, rollout = %id, err = %e, "cannot mark unit restarted; retrying later"),
+        }
+    }
+}
+
 /// The reconcile half of a run.
 struct ReconcileLoop<'a> {
     registry: &'a Registry,
@@ -437,6 +462,9 @@ impl ReconcileLoop<'_> {
                 }
                 self.log_held(&done.held);
                 write_markers(self.registry, self.machine, self.lease, done.markers).await;
+                let snapshot = latest();
+                let missing = restarted_markers_missing(self.executor.restarts(), &snapshot, self.machine);
+                write_restarted_markers(self.registry, self.machine, self.lease, missing).await;
             }
         }
         self.debug.set_target_states(self.executor.believed());

@@ -193,6 +193,7 @@ fn expected_machines(client: &dyn Client, name: &str) -> Option<BTreeSet<String>
                 install: false,
                 reloadable: false,
                 no_restart: false,
+                restart: None,
                 target,
                 requirements,
             })

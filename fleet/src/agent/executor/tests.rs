@@ -42,6 +42,7 @@ fn desired(units: &[(&str, JobState, &str, bool)]) -> BTreeMap<String, Desired> 
                 text: Arc::from(*text),
                 install: *install,
                 update: crate::agent::plan::Update::Restart,
+                restart: None,
             };
             (n.to_string(), d)
         })
