@@ -1,4 +1,7 @@
 //! A fleet cluster: its own network, etcd, N machines; fleetctl against them; wait helpers; cleanup on drop.
+//!
+//! A cluster is handed out (and a machine is back after a restart or a replacement) only once the API of every
+//! machine running fleetd answers a unit list, so the first command never meets a starting fleetd's `503`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -68,6 +71,8 @@ pub struct ClusterBuilder {
     machines: usize,
     metadata: BTreeMap<usize, String>,
     config: BTreeMap<String, String>,
+    machine_config: BTreeMap<usize, BTreeMap<String, String>>,
+    machine_ids: BTreeMap<usize, String>,
     fleet: Fleet,
     fleetctl: Option<PathBuf>,
     wait: WaitOptions,
@@ -81,6 +86,8 @@ impl Default for ClusterBuilder {
             machines: 1,
             metadata: BTreeMap::new(),
             config: BTreeMap::new(),
+            machine_config: BTreeMap::new(),
+            machine_ids: BTreeMap::new(),
             fleet: Fleet::Default,
             fleetctl: None,
             wait: WaitOptions::default(),
@@ -106,6 +113,19 @@ impl ClusterBuilder {
     /// Sets any fleet.conf key (overriding the cluster's own, e.g. `agent_ttl`).
     pub fn config(mut self, key: &str, value: &str) -> Self {
         self.config.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    /// Sets a fleet.conf key of machine `slot` only (over the cluster-wide value), e.g. a `public_ip` to publish.
+    pub fn machine_config(mut self, slot: usize, key: &str, value: &str) -> Self {
+        self.machine_config.entry(slot).or_default().insert(key.to_string(), value.to_string());
+        self
+    }
+
+    /// The machine-id of machine `slot` (32 hex digits) instead of a random one, e.g. to reproduce a recorded
+    /// cluster; a replacement of that machine still gets a fresh one.
+    pub fn machine_id(mut self, slot: usize, id: &str) -> Self {
+        self.machine_ids.insert(slot, id.to_string());
         self
     }
 
@@ -154,8 +174,8 @@ impl ClusterBuilder {
         self
     }
 
-    /// Starts network, etcd and the machines (in parallel) and waits until each machine runs systemd.
-    /// On error everything started so far is removed.
+    /// Starts network, etcd and the machines (in parallel) and waits until each machine runs systemd and, where
+    /// fleetd runs, until its API answers a unit list. On error everything started so far is removed.
     pub async fn start(self) -> Result<Cluster, ClusterError> {
         let image = image::ensure_present().await?;
         let run = RunId::random();
@@ -185,6 +205,9 @@ impl ClusterBuilder {
             binaries: Binaries { fleetd: fleetd.clone().unwrap_or_default(), fleetctl },
             fleetd,
             conf: self.config.clone(),
+            machine_conf: self.machine_config.clone(),
+            machine_ids: self.machine_ids.clone(),
+            serves_api: matches!(self.fleet, Fleet::Default | Fleet::Binary(_)),
             wait: self.wait,
             boot: self.boot,
             tmp: Some(tmp),
@@ -232,6 +255,12 @@ pub struct Cluster {
     binaries: Binaries,
     fleetd: Option<PathBuf>,
     conf: BTreeMap<String, String>,
+    /// Per-slot fleet.conf keys over `conf`.
+    machine_conf: BTreeMap<usize, BTreeMap<String, String>>,
+    /// Chosen machine-ids by slot.
+    machine_ids: BTreeMap<usize, String>,
+    /// Whether fleetd serves the API (this workspace's or a given binary; not a stand-in).
+    serves_api: bool,
     wait: WaitOptions,
     boot: WaitOptions,
     tmp: Option<tempfile::TempDir>,
@@ -252,16 +281,20 @@ impl Cluster {
             metadata = format!("{metadata},{extra}");
         }
         let etcd = self.etcd.as_ref().expect("etcd starts before machines");
+        let mut conf_overrides = self.conf.clone();
+        conf_overrides.extend(self.machine_conf.get(&slot).cloned().unwrap_or_default());
         MachineSpec {
             place: self.place.clone(),
             slot,
             container_name: format!("{}-{hostname}", self.run),
             hostname,
             fleetd: self.fleetd.clone(),
+            serves_api: self.serves_api,
+            machine_id: self.machine_ids.get(&slot).cloned(),
             etcd_url: etcd.url(),
             key_prefix: format!("/fleet_harness/{}/", self.run),
             metadata,
-            conf_overrides: self.conf.clone(),
+            conf_overrides,
             wait: self.boot,
             fleetctl: Some(self.binaries.fleetctl.clone()),
             authorized_key: self.ssh.as_ref().map(|a| a.public_key().to_string()),
@@ -329,7 +362,7 @@ impl Cluster {
         self.wait
     }
 
-    /// Adds a machine in the next free slot, with extra metadata; returns its slot.
+    /// Adds a machine in the next free slot, with extra metadata; returns its slot once its API answers.
     pub async fn add_machine(&mut self, metadata: Option<&str>) -> Result<usize, ClusterError> {
         let slot = self.machines.iter().map(Machine::slot).max().unwrap_or(0) + 1;
         let m = Machine::create(self.spec(slot, metadata), None).await?;
@@ -338,11 +371,11 @@ impl Cluster {
     }
 
     /// Replaces the machine in `slot` by a new one with the same address and a new machine-id, like the original's
-    /// `ReplaceMember`: graceful stop, removal, creation.
+    /// `ReplaceMember`: graceful stop, removal, creation; returns once the new machine's API answers.
     pub async fn replace_machine(&mut self, slot: usize) -> Result<&Machine, ClusterError> {
         let i = self.machines.iter().position(|m| m.slot() == slot).ok_or(ClusterError::NoSuchMachine(slot))?;
         let old = &mut self.machines[i];
-        let (spec, ip) = (old.spec().clone(), old.ip().to_string());
+        let (spec, ip) = (MachineSpec { machine_id: None, ..old.spec().clone() }, old.ip().to_string());
         old.stop().await?;
         old.remove().await;
         self.machines[i] = Machine::create(spec, Some(ip)).await?;

@@ -1,10 +1,14 @@
 //! One fleet machine: a container booting systemd, with its own machine-id, fleet's units and fleet.conf, and the
 //! fleetd binary bind-mounted read-only. Operations a test needs on it: exec, systemd properties, files, stop,
 //! kill, start again, cut off from the cluster network and heal.
+//!
+//! A machine whose fleetd serves the API counts as up only once that API answers a real request (a unit list,
+//! `200`) from the host: fleetd answers `503` until its components run (spec §8.1), so creating, restarting or
+//! replacing a machine returns only after that, and a command sent right after never meets the `503`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 use testcontainers::runners::AsyncRunner;
@@ -27,6 +31,8 @@ pub enum MachineError {
     Docker { name: String, source: DockerError },
     #[error("machine {name} did not boot: {source}")]
     Boot { name: String, source: crate::wait::WaitError },
+    #[error("machine {name}: fleet's API never answered: {source}")]
+    ApiNotReady { name: String, source: crate::wait::WaitError },
     #[error("machine {name}: `{cmd}` failed: {output}")]
     Command { name: String, cmd: String, output: String },
     #[error("machine {name} has no container (removed)")]
@@ -43,6 +49,10 @@ pub struct MachineSpec {
     pub container_name: String,
     /// The fleetd binary, or `None` for a machine without fleet.
     pub fleetd: Option<PathBuf>,
+    /// Whether that fleetd serves the API (a stand-in does not): then the machine is up only once the API answers.
+    pub serves_api: bool,
+    /// The machine-id to give the machine instead of a random one (a replacement always gets a fresh one).
+    pub machine_id: Option<String>,
     pub etcd_url: String,
     pub key_prefix: String,
     /// fleet.conf `metadata` (the cluster puts `hostname=<hostname>` first).
@@ -61,6 +71,28 @@ pub struct Machine {
     id: String,
     ip: String,
     container: Option<ContainerAsync<GenericImage>>,
+    /// How long the API took to answer after fleet was started, at the last (re)start.
+    api_ready_after: Option<Duration>,
+}
+
+/// How long one API probe may take (connect, request, answer).
+const API_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Judges a raw HTTP answer to a unit list: `Ok` for `200` with a JSON object body; otherwise what was seen, for
+/// the wait's timeout message (status line and body).
+pub fn unit_list_answer(raw: &[u8]) -> Result<(), String> {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status_line = head.lines().next().unwrap_or_default();
+    let status = status_line.split_whitespace().nth(1).and_then(|s| s.parse::<u16>().ok());
+    let body = body.trim();
+    match status {
+        Some(200) if serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(body).is_ok() => Ok(()),
+        Some(200) => Err(format!("200 with a body that is not a JSON object: {body:?}")),
+        Some(_) => Err(format!("{status_line}: {body}")),
+        None if raw.is_empty() => Err("connection closed without an answer".to_string()),
+        None => Err(format!("not an HTTP answer: {:?}", text.chars().take(200).collect::<String>())),
+    }
 }
 
 /// A fresh machine ID: 32 random hex digits (a UUID without dashes, like the original's `NewMachineID`).
@@ -73,7 +105,7 @@ impl Machine {
     /// Creates the container, boots it to systemd `running`, pins its address (to `pin_ip` when given, e.g. when
     /// replacing a machine), writes fleet.conf and starts fleet.
     pub async fn create(spec: MachineSpec, pin_ip: Option<String>) -> Result<Self, MachineError> {
-        let id = new_machine_id();
+        let id = spec.machine_id.clone().unwrap_or_else(new_machine_id);
         let name = spec.container_name.clone();
         let mut req = container::systemd_options(container::request(&spec.place, &name, "machine"))
             .with_hostname(spec.hostname.clone())
@@ -93,18 +125,19 @@ impl Machine {
             }
         }
         let c = req.start().await.map_err(|source| MachineError::Container { name: name.clone(), source })?;
-        let mut m = Machine { spec, id, ip: String::new(), container: Some(c) };
+        let mut m = Machine { spec, id, ip: String::new(), container: Some(c), api_ready_after: None };
         m.ip = match pin_ip {
             Some(ip) => ip,
             None => m.current_ip().await?.unwrap_or_default(),
         };
-        m.boot().await?;
+        m.api_ready_after = m.boot().await?;
         tracing::info!(machine = %m.spec.hostname, id = %m.id, ip = %m.ip, "machine up");
         Ok(m)
     }
 
-    /// After the container (re)started: same address as before, systemd running, fleet configured and started.
-    async fn boot(&self) -> Result<(), MachineError> {
+    /// After the container (re)started: same address as before, systemd running, fleet configured and started, and
+    /// its API answering when it serves one. Returns how long the API took to answer after fleet was started.
+    async fn boot(&self) -> Result<Option<Duration>, MachineError> {
         self.pin_ip().await?;
         self.wait_running(self.spec.wait).await?;
         if self.spec.fleetd.is_some() {
@@ -116,9 +149,53 @@ impl Machine {
                 &self.spec.conf_overrides,
             );
             self.write_file(config::CONF_PATH, &conf.render()).await?;
+            let started = Instant::now();
             self.exec_ok(&["systemctl", "start", "fleet.socket", "fleet-tcp.socket", "fleet.service"]).await?;
+            if self.spec.serves_api {
+                self.wait_api(self.spec.wait).await?;
+                return Ok(Some(started.elapsed()));
+            }
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// Waits until fleet's API on this machine answers a unit list (`GET /fleet/v1/units`) with `200`; a timeout
+    /// names the last answer (e.g. the `503` of a fleetd that cannot reach etcd, or a refused connection).
+    pub async fn wait_api(&self, wait: WaitOptions) -> Result<(), MachineError> {
+        let what = format!("the fleet API of {} ({}) to answer a unit list", self.spec.hostname, self.endpoint());
+        let wait = wait.with_poll(Duration::from_millis(50));
+        wait_for(wait, &what, || async {
+            match self.list_units_over_api().await {
+                Ok(()) => Check::Ready(()),
+                Err(seen) => Check::NotYet(seen),
+            }
+        })
+        .await
+        .map_err(|source| MachineError::ApiNotReady { name: self.spec.hostname.clone(), source })
+    }
+
+    /// One `GET /fleet/v1/units?alt=json` from the host, as fleetctl would send it; `Err` describes the answer.
+    pub async fn list_units_over_api(&self) -> Result<(), String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = format!("{}:{}", self.ip, config::API_PORT);
+        let exchange = async {
+            let mut stream = tokio::net::TcpStream::connect(&addr).await.map_err(|e| format!("connect {addr}: {e}"))?;
+            let request = format!("GET /fleet/v1/units?alt=json HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+            stream.write_all(request.as_bytes()).await.map_err(|e| format!("send to {addr}: {e}"))?;
+            let mut answer = Vec::new();
+            stream.read_to_end(&mut answer).await.map_err(|e| format!("read from {addr}: {e}"))?;
+            Ok::<_, String>(answer)
+        };
+        let answer = tokio::time::timeout(API_PROBE_TIMEOUT, exchange)
+            .await
+            .map_err(|_| format!("no answer from {addr} within {API_PROBE_TIMEOUT:?}"))??;
+        unit_list_answer(&answer)
+    }
+
+    /// How long the API took to answer after fleet was started when the machine was created (`None` without an
+    /// API).
+    pub fn api_ready_after(&self) -> Option<Duration> {
+        self.api_ready_after
     }
 
     /// Hostname, e.g. `m1`.
@@ -260,13 +337,17 @@ impl Machine {
         docker::kill(&self.spec.container_name).await.map_err(self.docker_err())
     }
 
-    /// Starts a stopped or killed machine again: same machine-id and address, systemd running, fleet started.
+    /// Starts a stopped or killed machine again: same machine-id and address, systemd running, fleet started and
+    /// its API answering.
     pub async fn start(&self) -> Result<(), MachineError> {
         self.container()?
             .start()
             .await
             .map_err(|source| MachineError::Container { name: self.spec.hostname.clone(), source })?;
-        self.boot().await
+        if let Some(took) = self.boot().await? {
+            tracing::info!(machine = %self.spec.hostname, api_ready_after = ?took, "machine started again");
+        }
+        Ok(())
     }
 
     /// Whether the container is running.
@@ -316,5 +397,29 @@ impl std::fmt::Debug for Machine {
             .field("id", &self.id)
             .field("ip", &self.ip)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unit_list_answer;
+
+    #[test]
+    fn only_a_200_with_a_json_object_is_an_answering_api() {
+        let ok = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+        assert_eq!(unit_list_answer(ok.as_bytes()), Ok(()));
+        let units = "HTTP/1.1 200 OK\r\n\r\n{\"units\":[{\"name\":\"a.service\"}]}";
+        assert_eq!(unit_list_answer(units.as_bytes()), Ok(()));
+        let starting = "HTTP/1.1 503 Service Unavailable\r\nserver: fleetd/v1\r\n\r\n{\"error\":{\"code\":503,\"message\":\"fleet server unable to communicate with etcd\"}}";
+        assert_eq!(
+            unit_list_answer(starting.as_bytes()),
+            Err("HTTP/1.1 503 Service Unavailable: {\"error\":{\"code\":503,\"message\":\"fleet server unable to communicate with etcd\"}}".into())
+        );
+        assert_eq!(
+            unit_list_answer(b"HTTP/1.1 200 OK\r\n\r\nnot json"),
+            Err("200 with a body that is not a JSON object: \"not json\"".into())
+        );
+        assert_eq!(unit_list_answer(b""), Err("connection closed without an answer".into()));
+        assert!(unit_list_answer(b"SSH-2.0-OpenSSH").unwrap_err().starts_with("not an HTTP answer"));
     }
 }

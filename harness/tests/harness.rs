@@ -206,6 +206,33 @@ async fn stand_in_fleetd_runs_as_the_original_was_deployed() {
     tear_down(cluster);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chosen_machine_ids_and_per_machine_config_reproduce_a_recorded_cluster() {
+    const ID1: &str = "8363165e6276f500b71169eca9b3f76b";
+    let mut cluster = Cluster::builder()
+        .machines(2)
+        .fleet(Fleet::StandIn)
+        .machine_id(1, ID1)
+        .machine_config(1, "public_ip", "172.17.0.2")
+        .start()
+        .await
+        .unwrap();
+    let (m1, m2) = (cluster.machine(1).unwrap(), cluster.machine(2).unwrap());
+    assert_eq!(m1.id(), ID1);
+    assert_eq!(m1.read_file("/etc/machine-id").await.unwrap().trim(), ID1);
+    assert_ne!(m2.id(), ID1);
+    let conf1 = m1.read_file("/etc/fleet/fleet.conf").await.unwrap();
+    assert!(conf1.contains("public_ip=172.17.0.2\n"), "slot 1 publishes the chosen address:\n{conf1}");
+    let conf2 = m2.read_file("/etc/fleet/fleet.conf").await.unwrap();
+    assert!(conf2.contains(&format!("public_ip={}\n", m2.ip())), "slot 2 keeps its own address:\n{conf2}");
+    // A stand-in serves no API, so nothing waited for one.
+    assert_eq!(m1.api_ready_after(), None);
+    // A replacement gets a fresh machine-id, as the original's ReplaceMember.
+    let replaced = cluster.replace_machine(1).await.unwrap();
+    assert_ne!(replaced.id(), ID1);
+    tear_down(cluster);
+}
+
 /// A stand-in fleetctl: prints its endpoint (flag or env) and, for `list-machines`, the lines of $FAKE_MACHINES.
 const FAKE_FLEETCTL: &str = r#"#!/bin/sh
 case "$*" in

@@ -1,14 +1,18 @@
-//! An in-memory [`Client`]: a pretend cluster for command tests. It applies the API's PUT rules (§8.6) and, when
-//! `converge` is on, makes every unit reach its desired state after `lag` observations, scheduled on the first
-//! machine (or the one named by `MachineID=`), with systemd states to match. Every mutating call is logged.
+//! An in-memory [`Client`]: a pretend cluster for command tests. Every write is decided by the API's own PUT
+//! procedure ([`crate::api::wire::decide_put`], spec §8.6), so the fake accepts and refuses exactly what fleetd
+//! does; when `converge` is on, every unit reaches its desired state after `lag` observations, scheduled on the
+//! first machine (or the one named by `MachineID=`), with systemd states to match. Every mutating call is logged,
+//! including whether a replacement asked to be rescheduled.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use super::{Client, ClientError, StateFilter};
+use crate::api::ApiError;
+use crate::api::wire::{PutAction, decide_put};
 use crate::schema::{Machine, Unit, UnitState};
 use crate::unit::UnitOption;
-use crate::unit::{NameInfo, Requirements, UnitFile};
+use crate::unit::{Requirements, UnitFile};
 use crate::version::SemVer;
 
 #[derive(Debug, Clone)]
@@ -111,7 +115,8 @@ impl FakeClient {
         self.lock().states.push(s);
     }
 
-    /// Mutating calls so far (`create <name> [<state>]`, `set <name> <state>`, `destroy <name>`, `meta ...`).
+    /// Mutating calls so far: `create <name> <state>`, `replace <name> <state>` (with ` reschedule` when the
+    /// request asked for it), `set <name> <state>`, `destroy <name>`, `meta ...`.
     pub fn log(&self) -> Vec<String> {
         self.lock().log.clone()
     }
@@ -199,6 +204,34 @@ impl FakeClient {
         out.sort_by(|a, b| (&a.name, &a.machine_id).cmp(&(&b.name, &b.machine_id)));
         out
     }
+    /// One `PUT /units/<name>`, decided as the API decides it.
+    fn put(st: &mut State, unit: &Unit) -> Result<(), ClientError> {
+        let stored = st.units.get(&unit.name).map(|u| opts_hash(&u.options));
+        let action = decide_put(unit, stored.as_deref()).map_err(api_error)?;
+        let name = unit.name.clone();
+        match action {
+            PutAction::Create(desired) | PutAction::Replace(desired) => {
+                let verb = if matches!(action, PutAction::Create(_)) { "create" } else { "replace" };
+                let reschedule = if unit.reschedule && verb == "replace" { " reschedule" } else { "" };
+                st.log.push(format!("{verb} {name} {desired}{reschedule}"));
+                let stored = FakeUnit { options: unit.options.clone(), desired: desired.to_string(), seen: 0 };
+                st.units.insert(name, stored);
+            }
+            PutAction::SetDesired(desired) => {
+                if let Some(u) = st.units.get_mut(&name) {
+                    u.desired = desired.to_string();
+                    u.seen = 0;
+                }
+                st.log.push(format!("set {name} {desired}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The error the HTTP client reports for an API refusal.
+fn api_error(e: ApiError) -> ClientError {
+    ClientError::Api { code: e.status.as_u16(), message: e.message }
 }
 
 impl Client for FakeClient {
@@ -235,42 +268,13 @@ impl Client for FakeClient {
     fn create_unit(&self, unit: &Unit) -> Result<(), ClientError> {
         let mut st = self.lock();
         Self::check_fail(&st)?;
-        let api = |code: u16, m: &str| Err(ClientError::Api { code, message: m.to_string() });
-        let desired = if unit.desired_state.is_empty() { "inactive".to_string() } else { unit.desired_state.clone() };
-        match st.units.get(&unit.name) {
-            None if unit.options.is_empty() => return api(409, "unit does not exist and options field empty"),
-            Some(existing) if unit.options.is_empty() || opts_hash(&existing.options) == opts_hash(&unit.options) => {
-                if unit.desired_state.is_empty() {
-                    return api(409, "must provide DesiredState to update existing unit");
-                }
-                if NameInfo::parse(&unit.name).is_some_and(|i| i.is_template()) && unit.desired_state != "inactive" {
-                    return api(400, &format!("cannot activate template {:?}", unit.name));
-                }
-                let name = unit.name.clone();
-                if let Some(u) = st.units.get_mut(&name) {
-                    u.desired = desired.clone();
-                    u.seen = 0;
-                }
-                st.log.push(format!("set {name} {desired}"));
-                return Ok(());
-            }
-            _ => {}
-        }
-        st.log.push(format!("create {} {desired}", unit.name));
-        st.units.insert(unit.name.clone(), FakeUnit { options: unit.options.clone(), desired, seen: 0 });
-        Ok(())
+        Self::put(&mut st, unit)
     }
 
     fn set_unit_target_state(&self, name: &str, state: &str) -> Result<(), ClientError> {
         let mut st = self.lock();
         Self::check_fail(&st)?;
-        let Some(u) = st.units.get_mut(name) else {
-            return Err(ClientError::Api { code: 404, message: "unit does not exist".into() });
-        };
-        u.desired = state.to_string();
-        u.seen = 0;
-        st.log.push(format!("set {name} {state}"));
-        Ok(())
+        Self::put(&mut st, &Unit { name: name.to_string(), desired_state: state.to_string(), ..Default::default() })
     }
 
     fn destroy_unit(&self, name: &str) -> Result<(), ClientError> {
@@ -323,5 +327,52 @@ impl Client for FakeClient {
         let st = self.lock();
         Self::check_fail(&st)?;
         Ok(st.daemon_version.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V1: &str = "[Service]\nExecStart=/bin/sleep 100\n";
+    const V2: &str = "[Service]\nExecStart=/bin/sleep 200\n";
+
+    fn unit(name: &str, text: &str, desired: &str, reschedule: bool) -> Unit {
+        let options = UnitFile::parse(text).unwrap().into_options();
+        Unit { name: name.into(), options, desired_state: desired.into(), reschedule, ..Default::default() }
+    }
+
+    #[test]
+    fn writes_are_logged_with_what_the_request_asked_for() {
+        let c = FakeClient::with_machines(&[("m1", "10.0.0.1")]);
+        c.create_unit(&unit("a.service", V1, "", false)).unwrap();
+        c.set_unit_target_state("a.service", "launched").unwrap();
+        c.create_unit(&unit("a.service", V2, "launched", true)).unwrap();
+        c.create_unit(&unit("a.service", V1, "launched", false)).unwrap();
+        // Same content: only the desired state changes, and reschedule means nothing then (as in the API).
+        c.create_unit(&unit("a.service", V1, "loaded", true)).unwrap();
+        assert_eq!(
+            c.log(),
+            [
+                "create a.service inactive",
+                "set a.service launched",
+                "replace a.service launched reschedule",
+                "replace a.service launched",
+                "set a.service loaded",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_fake_refuses_what_the_api_refuses() {
+        let c = FakeClient::with_machines(&[("m1", "10.0.0.1")]);
+        let err = c.set_unit_target_state("missing.service", "launched").unwrap_err();
+        assert_eq!(err.to_string(), "googleapi: Error 409: unit does not exist and options field empty");
+        c.create_unit(&unit("t@.service", V1, "", false)).unwrap();
+        let err = c.set_unit_target_state("t@.service", "launched").unwrap_err();
+        assert_eq!(err.to_string(), "googleapi: Error 400: cannot activate template \"t@.service\"");
+        let err = c.create_unit(&unit("b.service", V1, "running", false)).unwrap_err();
+        assert_eq!(err.to_string(), "googleapi: Error 400: invalid value \"running\" for JobState");
+        assert_eq!(c.log(), ["create t@.service inactive"]);
     }
 }

@@ -2,8 +2,14 @@
 //! every request, `nextPageToken` followed until absent, 404 on single GETs read as "not found", error bodies turned
 //! into `googleapi: ...` errors. HTTP/1.1 over TCP or a Unix socket, connections reused between requests
 //! ([`super::pool`]); a per-request timeout (`--request-timeout`, B11 Rec) bounds connect + request + body.
+//!
+//! A fleetd that is starting, reloading or restarting its components answers every request `503` until they run
+//! (spec §8.1). Such an answer is tried again after a short back-off ([`retry_delay`]) for as long as the request
+//! timeout allows, so a command run right after fleetd (or its machine) starts waits it out instead of failing;
+//! a fleetd still unavailable when the time is up is reported as [`ClientError::Unavailable`]. No other answer
+//! and no transport error is retried.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -41,6 +47,23 @@ const MAX_IN_FLIGHT_TUNNELLED: usize = 8;
 struct Response {
     status: u16,
     body: Vec<u8>,
+}
+
+/// How long `503` answers are retried when no `--request-timeout` bounds a request (the flag's default).
+pub const UNAVAILABLE_RETRY_WITHOUT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Back-off before the first retry of a `503`; it doubles with every retry up to [`MAX_RETRY_BACKOFF`].
+const FIRST_RETRY_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_RETRY_BACKOFF: Duration = Duration::from_millis(500);
+
+/// Whether an answer with `status` is worth sending again, and after how long: only `503` (fleetd's "unavailable
+/// until my components run", spec §8.1), and only while the back-off ends before `budget` (the request timeout)
+/// is spent, counted from the first attempt (`elapsed` ago). `retries` is how many retries were made already.
+pub fn retry_delay(status: u16, retries: u32, elapsed: Duration, budget: Duration) -> Option<Duration> {
+    if status != 503 {
+        return None;
+    }
+    let backoff = FIRST_RETRY_BACKOFF.saturating_mul(1u32 << retries.min(16)).min(MAX_RETRY_BACKOFF);
+    (elapsed + backoff < budget).then_some(backoff)
 }
 
 impl HttpClient {
@@ -87,22 +110,48 @@ impl HttpClient {
     ) -> Result<Response, ClientError> {
         let (path_and_query, full_url) = self.url(path, query);
         let go_method = go_method_name(&method);
-        tracing::debug!(method = %method, url = %full_url, "request");
         let transport_err =
             |cause: String| ClientError::Transport { method: go_method.to_string(), url: full_url.clone(), cause };
-        let exchange = self.exchange(method, &path_and_query, body);
-        let result = self.runtime.block_on(async {
-            match self.timeout {
-                Some(t) => match tokio::time::timeout(t, exchange).await {
-                    Ok(r) => r,
-                    Err(_) => Err(format!("context deadline exceeded (Client.Timeout of {} exceeded)", format_secs(t))),
-                },
-                None => exchange.await,
+        let started = Instant::now();
+        let budget = self.timeout.unwrap_or(UNAVAILABLE_RETRY_WITHOUT_TIMEOUT);
+        let mut retries = 0u32;
+        loop {
+            tracing::debug!(method = %method, url = %full_url, "request");
+            // Every attempt (and the back-off between them) fits in the one request timeout.
+            let left = self.timeout.map(|t| t.saturating_sub(started.elapsed()));
+            let exchange = self.exchange(method.clone(), &path_and_query, body.clone());
+            let result = self.runtime.block_on(async {
+                match (self.timeout, left) {
+                    (Some(t), Some(left)) => match tokio::time::timeout(left, exchange).await {
+                        Ok(r) => r,
+                        Err(_) => {
+                            Err(format!("context deadline exceeded (Client.Timeout of {} exceeded)", format_secs(t)))
+                        }
+                    },
+                    _ => exchange.await,
+                }
+            });
+            let resp = result.map_err(transport_err)?;
+            tracing::debug!(status = resp.status, url = %full_url, "response");
+            if resp.status != 503 {
+                return Ok(resp);
             }
-        });
-        let resp = result.map_err(transport_err)?;
-        tracing::debug!(status = resp.status, url = %full_url, "response");
-        Ok(resp)
+            match retry_delay(resp.status, retries, started.elapsed(), budget) {
+                Some(delay) => {
+                    tracing::debug!(url = %full_url, retries, delay = ?delay, "fleet API unavailable (503), retrying");
+                    self.runtime.block_on(async { tokio::time::sleep(delay).await });
+                    retries += 1;
+                }
+                None if retries == 0 => return Ok(resp),
+                None => {
+                    let message = match error_from(resp.status, &resp.body) {
+                        ClientError::Api { message, .. } => message,
+                        _ => String::from_utf8_lossy(&resp.body).into_owned(),
+                    };
+                    return Err(ClientError::Unavailable { message, attempts: retries + 1, waited: started.elapsed() });
+                }
+            }
+        }
     }
 
     fn check(&self, resp: Response) -> Result<Response, ClientError> {
@@ -553,6 +602,66 @@ mod tests {
             seen[0],
             "PUT /fleet/v1/units/hello@1.service?alt=json HTTP/1.1 {\"desiredState\":\"launched\",\"name\":\"hello@1.service\"}"
         );
+    }
+
+    const UNAVAILABLE: &str = r#"{"error":{"code":503,"message":"fleet server unable to communicate with etcd"}}"#;
+
+    #[test]
+    fn only_503_is_retried_with_a_growing_back_off_inside_the_budget() {
+        let ms = Duration::from_millis;
+        let budget = Duration::from_secs(3);
+        // (status, retries so far, elapsed) -> delay
+        let table: [(u16, u32, Duration, Option<Duration>); 10] = [
+            (503, 0, ms(0), Some(ms(50))),
+            (503, 1, ms(60), Some(ms(100))),
+            (503, 2, ms(200), Some(ms(200))),
+            (503, 3, ms(450), Some(ms(400))),
+            (503, 4, ms(900), Some(ms(500))),
+            (503, 30, ms(2000), Some(ms(500))),
+            (503, 5, ms(2500), None), // 2.5 s + 0.5 s reaches the budget
+            (500, 0, ms(0), None),
+            (404, 0, ms(0), None),
+            (502, 0, ms(0), None),
+        ];
+        for (status, retries, elapsed, want) in table {
+            assert_eq!(retry_delay(status, retries, elapsed, budget), want, "{status} after {retries} at {elapsed:?}");
+        }
+        assert_eq!(retry_delay(503, 0, ms(0), ms(40)), None, "no time for even one back-off");
+    }
+
+    #[test]
+    fn a_starting_fleetd_is_waited_out_and_the_request_sent_again_unchanged() {
+        let (url, seen) = serve(vec![(503, UNAVAILABLE), (503, UNAVAILABLE), (204, "")]);
+        client(&url).set_unit_target_state("a.service", "launched").unwrap();
+        let seen = seen.lock().unwrap();
+        let put =
+            "PUT /fleet/v1/units/a.service?alt=json HTTP/1.1 {\"desiredState\":\"launched\",\"name\":\"a.service\"}";
+        assert_eq!(*seen, [put, put, put]);
+    }
+
+    #[test]
+    fn a_fleetd_that_stays_unavailable_fails_within_the_timeout_with_the_servers_message() {
+        let (url, seen) = serve(vec![(503, UNAVAILABLE); 64]);
+        let c = HttpClient::new(ApiEndpoint::parse(&url).unwrap(), Some(Duration::from_millis(400))).unwrap();
+        let err = c.units().unwrap_err();
+        let ClientError::Unavailable { attempts, .. } = &err else { panic!("not an Unavailable error: {err:?}") };
+        assert!(*attempts > 1, "{err}");
+        assert_eq!(*attempts as usize, seen.lock().unwrap().len());
+        let text = err.to_string();
+        assert!(
+            text.starts_with("googleapi: Error 503: fleet server unable to communicate with etcd (the fleet API was still unavailable after "),
+            "{text}"
+        );
+        assert!(text.ends_with("fleetd is starting, reloading or cannot reach etcd)"), "{text}");
+    }
+
+    #[test]
+    fn other_errors_are_not_retried() {
+        for status in [500u16, 502, 404, 409, 400] {
+            let (url, seen) = serve(vec![(status, r#"{"error":{"code":1,"message":"no"}}"#), (200, "{}")]);
+            assert!(client(&url).units().is_err(), "{status}");
+            assert_eq!(seen.lock().unwrap().len(), 1, "{status} was sent again");
+        }
     }
 
     #[test]

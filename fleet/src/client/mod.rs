@@ -96,6 +96,14 @@ pub enum ClientError {
     /// Non-2xx answer with an error entity.
     #[error("googleapi: Error {code}: {message}")]
     Api { code: u16, message: String },
+    /// The API answered `503` (fleetd starting, reloading, or cut off from etcd) to every attempt until the
+    /// request timeout was spent. `message` is the server's; the original's text stays a prefix of the line.
+    #[error(
+        "googleapi: Error 503: {message} (the fleet API was still unavailable after {attempts} attempts in {:.1}s; \
+         fleetd is starting, reloading or cannot reach etcd)",
+        waited.as_secs_f64()
+    )]
+    Unavailable { message: String, attempts: u32, waited: Duration },
     /// Non-2xx answer without a decodable error entity.
     #[error("googleapi: got HTTP response code {code} with body: {body}")]
     Status { code: u16, body: String },

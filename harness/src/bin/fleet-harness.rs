@@ -19,7 +19,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Start a long-lived cluster and print how to point fleetctl at it.
+    /// Start a long-lived cluster and print how to point fleetctl at it. Returns once every machine's fleet API
+    /// answers a unit list.
     Up {
         /// Number of machines.
         #[arg(long, default_value_t = 3)]
@@ -211,9 +212,15 @@ async fn up(
     });
     let cluster = b.start().await?;
     let took = t0.elapsed();
+    let api_ready = cluster.machines().iter().filter_map(|m| m.api_ready_after()).max();
     let state = cluster.detach();
     let path = state.save(name)?;
     println!("cluster `{name}` up in {took:.1?} (run {}, state {})", state.run, path.display());
+    if let Some(slowest) = api_ready {
+        println!(
+            "every machine's fleet API answers (a unit list, 200); the slowest answered {slowest:.1?} after fleet started"
+        );
+    }
     println!("etcd: {} (http://{}:2379 inside the cluster network)", state.etcd, state.etcd);
     for m in &state.machines {
         println!("  {}  {}  {}  {}", m.name, m.id, m.ip, m.endpoint);
