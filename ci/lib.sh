@@ -53,3 +53,18 @@ reap_leftovers() {
   done
   echo "    removed $n object(s)"
 }
+
+mirror() {
+  # The Debian mirror this machine's apt already uses (deb822 .sources files first, then sources.list).
+  local codename=$1 uri
+  uri=$(awk -v s="$codename" '
+      /^URIs:/   { u = $2 }
+      /^Suites:/ { for (i = 2; i <= NF; i++) if ($i == s) found = u }
+      /^$/       { if (found) { print found; exit } u = "" }
+      END        { if (found) print found }' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
+  if [[ -z $uri && -f /etc/apt/sources.list ]]; then
+    uri=$(awk -v s="$codename" '$1 == "deb" && $3 == s { print $2; exit }' /etc/apt/sources.list)
+  fi
+  [[ -n $uri ]] || { echo "error: no apt source for '$codename' found in /etc/apt" >&2; exit 1; }
+  echo "$uri"
+}

@@ -87,8 +87,12 @@ pub struct Binaries {
 /// A binary could not be found.
 #[derive(Debug, thiserror::Error)]
 pub enum BinaryError {
-    #[error("{env}={path} does not name an existing file")]
-    BadOverride { env: &'static str, path: String },
+    #[error("{env} is set but empty; unset it or name the binary's file")]
+    EmptyOverride { env: &'static str },
+    #[error("{env}={path} does not name an existing file (looked at {})", resolved.display())]
+    BadOverride { env: &'static str, path: String, resolved: PathBuf },
+    #[error("{env}={path} is relative, and the current directory to resolve it against is unknown: {source}")]
+    NoCurrentDir { env: &'static str, path: String, source: std::io::Error },
     #[error("no `{name}` binary found (looked in: {looked}); run `cargo build --workspace` or set {env}")]
     NotBuilt { name: &'static str, env: &'static str, looked: String },
 }
@@ -100,12 +104,23 @@ impl Binaries {
     }
 }
 
-/// Finds a binary: `$env` if set; else next to the running executable (`target/<profile>/` or its `deps/`);
-/// else `$CARGO_TARGET_DIR/debug`; else `<workspace>/target/debug`.
+/// Finds a binary: `$env` if set (a relative path is resolved against the current directory); else next to the
+/// running executable (`target/<profile>/` or its `deps/`); else `$CARGO_TARGET_DIR/debug`; else
+/// `<workspace>/target/debug`. The path returned is absolute: Docker bind-mounts it into the machines, and Docker
+/// refuses relative mount sources ("mount path must be absolute").
 pub fn locate(name: &'static str, env: &'static str) -> Result<PathBuf, BinaryError> {
-    if let Ok(path) = std::env::var(env) {
-        let p = PathBuf::from(&path);
-        return if p.is_file() { Ok(p) } else { Err(BinaryError::BadOverride { env, path }) };
+    if let Some(value) = std::env::var_os(env) {
+        let value = PathBuf::from(value);
+        let cwd = if value.is_absolute() {
+            PathBuf::new()
+        } else {
+            std::env::current_dir().map_err(|source| BinaryError::NoCurrentDir {
+                env,
+                path: value.display().to_string(),
+                source,
+            })?
+        };
+        return resolve_override(env, &value, &cwd);
     }
     let candidates = candidate_dirs();
     for dir in &candidates {
@@ -116,6 +131,20 @@ pub fn locate(name: &'static str, env: &'static str) -> Result<PathBuf, BinaryEr
     }
     let looked = candidates.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
     Err(BinaryError::NotBuilt { name, env, looked })
+}
+
+/// The file an override such as `FLEETD_BIN=target/release/fleetd` names, as an absolute path without `.`, `..`
+/// or symlinks: `value` itself when absolute, else `value` resolved against `cwd`. It must be an existing file.
+pub fn resolve_override(env: &'static str, value: &Path, cwd: &Path) -> Result<PathBuf, BinaryError> {
+    if value.as_os_str().is_empty() {
+        return Err(BinaryError::EmptyOverride { env });
+    }
+    let resolved = cwd.join(value);
+    let bad = || BinaryError::BadOverride { env, path: value.display().to_string(), resolved: resolved.clone() };
+    if !resolved.is_file() {
+        return Err(bad());
+    }
+    std::fs::canonicalize(&resolved).map_err(|_| bad())
 }
 
 fn candidate_dirs() -> Vec<PathBuf> {
@@ -129,7 +158,8 @@ fn candidate_dirs() -> Vec<PathBuf> {
         dirs.push(dir.to_path_buf());
     }
     if let Ok(target) = std::env::var("CARGO_TARGET_DIR") {
-        dirs.push(PathBuf::from(target).join("debug"));
+        // A relative CARGO_TARGET_DIR (e.g. `target`) is relative to the current directory; made absolute here.
+        dirs.extend(std::path::absolute(PathBuf::from(target).join("debug")));
     }
     dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug"));
     dirs
@@ -148,6 +178,52 @@ mod tests {
             "agent_ttl=5s\netcd_key_prefix=/p\netcd_servers=http://etcd:2379\nmetadata=hostname=m1\n\
              public_ip=10.1.2.3\nverbosity=1\n"
         );
+    }
+
+    /// A directory holding `target/release/fleetd`, as a workspace with a release build does.
+    fn workspace_with_release_fleetd() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("target/release")).unwrap();
+        std::fs::write(dir.path().join("target/release/fleetd"), "#!/bin/sh\n").unwrap();
+        dir
+    }
+
+    #[test]
+    fn relative_override_is_resolved_against_the_current_directory() {
+        let ws = workspace_with_release_fleetd();
+        let resolved = resolve_override(FLEETD_ENV, Path::new("target/release/fleetd"), ws.path())
+            .unwrap_or_else(|e| panic!("relative to {}: {e}", ws.path().display()));
+        assert!(resolved.is_absolute(), "Docker refuses relative mount sources, got {}", resolved.display());
+        assert_eq!(resolved, ws.path().canonicalize().unwrap().join("target/release/fleetd"));
+        let dotted = resolve_override(FLEETD_ENV, Path::new("./target/../target/release/fleetd"), ws.path())
+            .unwrap_or_else(|e| panic!("relative to {}: {e}", ws.path().display()));
+        assert_eq!(dotted, resolved, "`.` and `..` are resolved too");
+    }
+
+    #[test]
+    fn absolute_override_is_used_as_it_is() {
+        let ws = workspace_with_release_fleetd();
+        let file = ws.path().canonicalize().unwrap().join("target/release/fleetd");
+        assert_eq!(resolve_override(FLEETD_ENV, &file, Path::new("/nonexistent")).unwrap(), file);
+    }
+
+    #[test]
+    fn missing_override_names_the_variable_and_where_it_looked() {
+        let ws = workspace_with_release_fleetd();
+        let err = resolve_override(FLEETCTL_ENV, Path::new("target/release/fleetctl"), ws.path()).unwrap_err();
+        let expected = format!(
+            "FLEETCTL_BIN=target/release/fleetctl does not name an existing file (looked at {})",
+            ws.path().join("target/release/fleetctl").display()
+        );
+        assert_eq!(err.to_string(), expected);
+        let dir = resolve_override(FLEETD_ENV, Path::new("target/release"), ws.path()).unwrap_err();
+        assert!(matches!(dir, BinaryError::BadOverride { .. }), "a directory is not a binary: {dir}");
+    }
+
+    #[test]
+    fn empty_override_is_an_error_naming_the_variable() {
+        let err = resolve_override(FLEETD_ENV, Path::new(""), Path::new("/")).unwrap_err();
+        assert_eq!(err.to_string(), "FLEETD_BIN is set but empty; unset it or name the binary's file");
     }
 
     #[test]

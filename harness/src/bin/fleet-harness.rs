@@ -11,7 +11,12 @@ use fleet_harness::state::ClusterState;
 use fleet_harness::{Cluster, Fleet, container, labels};
 
 #[derive(Parser)]
-#[command(name = "fleet-harness", version, about = "Local fleet clusters in Docker: etcd plus systemd machines")]
+#[command(
+    name = "fleet-harness",
+    version,
+    about = "Local fleet clusters in Docker: etcd plus systemd machines",
+    after_help = "Binaries: FLEETD_BIN and FLEETCTL_BIN (a relative path is resolved against the current directory), else this workspace's build."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
