@@ -97,6 +97,11 @@ pub struct Unit {
     pub machine_id: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
+    /// Extension of this implementation, only meaningful on a PUT that replaces the content: every machine holding
+    /// the unit writes the new file and runs `daemon-reload`, but a running unit keeps its process (and is
+    /// reloaded when the new version has `ExecReload=`). Cannot be combined with `reschedule`.
+    #[serde(rename = "noRestart", default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_restart: bool,
     /// The unit file as an ordered option list (duplicates kept).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub options: Vec<UnitOption>,
@@ -105,11 +110,6 @@ pub struct Unit {
     /// `--keep-machine`). Servers that don't know it ignore it and keep the unit on its machine.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reschedule: bool,
-    /// Extension of this implementation, only meaningful on a PUT that replaces the content: every machine holding
-    /// the unit writes the new file and runs `daemon-reload`, but a running unit keeps its process (and is
-    /// reloaded when the new version has `ExecReload=`). Cannot be combined with `reschedule`.
-    #[serde(rename = "noRestart", default, skip_serializing_if = "std::ops::Not::not")]
-    pub no_restart: bool,
 }
 
 /// One page of `GET /units`.
@@ -131,17 +131,17 @@ pub struct UnitState {
     pub machine_id: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
+    /// Extension of this implementation: 40-hex hash of the version whose process the machine runs (the version
+    /// it last started), which lags `hash` (the file on disk) after a replace without restart. Omitted when the
+    /// machine has not started the unit.
+    #[serde(rename = "runningHash", default, skip_serializing_if = "String::is_empty")]
+    pub running_hash: String,
     #[serde(rename = "systemdActiveState", default, skip_serializing_if = "String::is_empty")]
     pub systemd_active_state: String,
     #[serde(rename = "systemdLoadState", default, skip_serializing_if = "String::is_empty")]
     pub systemd_load_state: String,
     #[serde(rename = "systemdSubState", default, skip_serializing_if = "String::is_empty")]
     pub systemd_sub_state: String,
-    /// Extension of this implementation: 40-hex hash of the version whose process the machine runs (the version
-    /// it last started), which lags `hash` (the file on disk) after a replace without restart. Omitted when the
-    /// machine has not started the unit.
-    #[serde(rename = "runningHash", default, skip_serializing_if = "String::is_empty")]
-    pub running_hash: String,
 }
 
 /// One page of `GET /state`.

@@ -100,6 +100,7 @@ impl Stored {
             systemd_active_state: active.to_string(),
             systemd_load_state: "loaded".to_string(),
             systemd_sub_state: sub.to_string(),
+            running_hash: if active == "active" { self.hash.clone() } else { String::new() },
         })
     }
 
@@ -114,6 +115,7 @@ impl Stored {
             desired: self.desired,
             target,
             current: current_state(target, published, self.desired == JobState::Launched),
+            no_restart: false,
         }
     }
 }
@@ -419,6 +421,20 @@ async fn replace_reschedules_in_the_same_request_unless_keep_machine() {
         ep.fleetctl(&["start", "--replace", "--keep-machine", "hello.service"]).await,
         [replace("hello.service", "launched", HELLO_V2_OPTIONS, false)]
     );
+
+    // --no-restart (load and start): the new content with noRestart, never reschedule (it implies --keep-machine).
+    for (command, state) in [("start", JobState::Launched), ("load", JobState::Loaded)] {
+        let ep = Endpoint::start().await;
+        ep.given("hello.service", HELLO, state).file("hello.service", HELLO_V2);
+        let body = format!(
+            r#"{{"desiredState":"{state}","name":"hello.service","noRestart":true,"options":{HELLO_V2_OPTIONS}}}"#
+        );
+        assert_eq!(
+            ep.fleetctl(&[command, "--replace", "--no-restart", "hello.service"]).await,
+            [put("hello.service", &body)],
+            "{command} --replace --no-restart must carry \"noRestart\":true and no reschedule"
+        );
+    }
 
     // load --replace of a loaded unit, with and without --keep-machine.
     for (keep, reschedule) in [(false, true), (true, false)] {
