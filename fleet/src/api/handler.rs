@@ -74,6 +74,10 @@ impl ApiHandler for Api {
             Ok(Route::ListStates) => self.list_states(query.as_deref()),
             Ok(Route::GetState(name)) => self.get_state(&name),
             Ok(Route::Metrics) => self.metrics(),
+            Ok(Route::ListRollouts) => self.list_rollouts(),
+            Ok(Route::GetRollout(id)) => self.get_rollout(&id),
+            Ok(Route::PutRollout(id)) => self.put_rollout(&id, &request).await,
+            Ok(Route::PatchRollout(id)) => self.patch_rollout(&id, &request).await,
             Err(RouteError::Redirect(to)) => {
                 let location = match &query {
                     Some(q) => format!("{to}?{q}"),

@@ -6,6 +6,7 @@ pub mod listen;
 mod machines;
 pub mod query;
 mod reply;
+mod rollouts;
 pub mod route;
 pub mod serve;
 mod states;

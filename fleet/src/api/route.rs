@@ -16,6 +16,11 @@ pub enum Route {
     ListStates,
     GetState(String),
     Metrics,
+    /// Extensions of this implementation (rollouts, issue 12).
+    ListRollouts,
+    GetRollout(String),
+    PutRollout(String),
+    PatchRollout(String),
 }
 
 /// A request the API refuses before any handler runs.
@@ -66,6 +71,10 @@ pub fn route(method: &Method, raw_path: &str) -> Result<Route, RouteError> {
             Method::GET => Ok(Route::ListStates),
             _ => Err(RouteError::MethodNotAllowed("only GET supported against this resource")),
         },
+        "/rollouts" => match *method {
+            Method::GET => Ok(Route::ListRollouts),
+            _ => Err(RouteError::MethodNotAllowed("only GET supported against this resource")),
+        },
         _ => {
             if let Some(name) = single_segment(rest, "/units/") {
                 let name = decode_segment(name).ok_or(RouteError::NotFound)?;
@@ -74,6 +83,15 @@ pub fn route(method: &Method, raw_path: &str) -> Result<Route, RouteError> {
                     Method::PUT => Ok(Route::PutUnit(name)),
                     Method::DELETE => Ok(Route::DeleteUnit(name)),
                     _ => Err(RouteError::MethodNotAllowed("only GET, PUT and DELETE supported against this resource")),
+                };
+            }
+            if let Some(id) = single_segment(rest, "/rollouts/") {
+                let id = decode_segment(id).ok_or(RouteError::NotFound)?;
+                return match *method {
+                    Method::GET => Ok(Route::GetRollout(id)),
+                    Method::PUT => Ok(Route::PutRollout(id)),
+                    Method::PATCH => Ok(Route::PatchRollout(id)),
+                    _ => Err(RouteError::MethodNotAllowed("only GET, PUT and PATCH supported against this resource")),
                 };
             }
             if let Some(name) = single_segment(rest, "/state/") {

@@ -128,6 +128,126 @@ pub fn decide_put(unit: &schema::Unit, stored_hash: Option<&str>) -> Result<PutA
     }
 }
 
+/// A rollout as the API shows it: spec, the user's last action, the engine's progress.
+pub fn rollout(r: &crate::rollout::Rollout) -> schema::Rollout {
+    let spec = &r.spec;
+    let progress = r.progress.clone().unwrap_or_default();
+    schema::Rollout {
+        id: spec.id.clone(),
+        kind: spec.kind,
+        units: spec.units.clone(),
+        max_unavailable: spec.max_unavailable,
+        min_healthy_ms: spec.min_healthy_ms,
+        health_timeout_ms: spec.health_timeout_ms,
+        on_failure: spec.on_failure,
+        created_ms: spec.created_ms,
+        action: r.control.action,
+        state: r.state(),
+        reason: progress.reason,
+        steps: progress.steps,
+    }
+}
+
+/// What an accepted rollout request stores: the spec, and for a replace each unit's new text with the object
+/// revision it was decided on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolloutPlan {
+    pub spec: crate::rollout::RolloutSpec,
+    /// (unit name, canonical text of the new version, object revision it replaces).
+    pub bodies: Vec<(String, String, i64)>,
+}
+
+/// The decision for `PUT /rollouts/<id>` over the registry `snapshot`: every named unit must exist, be launched,
+/// not be a template and not be in another rollout that is not final; a replace brings new, valid, different
+/// content for each, a restart brings none.
+pub fn decide_rollout(
+    id: &str,
+    request: &schema::RolloutRequest,
+    snapshot: &crate::registry::Snapshot,
+    now_ms: u64,
+) -> Result<RolloutPlan, ApiError> {
+    use crate::rollout::{RolloutKind, RolloutSpec, RolloutUnit};
+    crate::registry::check_component(crate::registry::Component::RolloutId, id).map_err(ApiError::bad_request)?;
+    if snapshot.rollout_records().contains_key(id) {
+        return Err(reject(StatusCode::CONFLICT, format!("rollout {id:?} already exists")));
+    }
+    if request.units.is_empty() {
+        return Err(ApiError::bad_request("a rollout needs at least one unit"));
+    }
+    if request.units.len() > crate::registry::MAX_ROLLOUT_UNITS {
+        return Err(ApiError::bad_request(format!(
+            "a rollout takes at most {} units, got {}",
+            crate::registry::MAX_ROLLOUT_UNITS,
+            request.units.len()
+        )));
+    }
+    if request.max_unavailable == 0 {
+        return Err(ApiError::bad_request("maxUnavailable must be at least 1"));
+    }
+    if request.health_timeout_ms == 0 {
+        return Err(ApiError::bad_request("healthTimeoutMs must be positive"));
+    }
+    let rollouts = snapshot.rollouts();
+    let mut units = Vec::with_capacity(request.units.len());
+    let mut bodies = Vec::new();
+    for (i, u) in request.units.iter().enumerate() {
+        name::validate_name(&u.name).map_err(ApiError::bad_request)?;
+        if request.units[..i].iter().any(|earlier| earlier.name == u.name) {
+            return Err(ApiError::bad_request(format!("unit {} is named twice", name::go_quote(&u.name))));
+        }
+        let quoted = name::go_quote(&u.name);
+        let (Some(view), Some(record)) = (snapshot.unit(&u.name), snapshot.unit_record(&u.name)) else {
+            return Err(reject(StatusCode::NOT_FOUND, format!("unit {quoted} does not exist")));
+        };
+        if view.desired != JobState::Launched {
+            return Err(reject(
+                StatusCode::CONFLICT,
+                format!("unit {quoted} is {} (a rollout changes launched units)", view.desired),
+            ));
+        }
+        if let Some(other) = crate::rollout::active_for(&rollouts, &u.name) {
+            return Err(reject(
+                StatusCode::CONFLICT,
+                format!("unit {quoted} is in rollout {:?} ({})", other.spec.id, other.state()),
+            ));
+        }
+        let from = view.hash.to_string();
+        let to = match request.kind {
+            RolloutKind::Restart => {
+                if !u.options.is_empty() {
+                    return Err(ApiError::bad_request(format!("a restart takes no options (unit {quoted})")));
+                }
+                from.clone()
+            }
+            RolloutKind::Replace => {
+                if u.options.is_empty() {
+                    return Err(ApiError::bad_request(format!("a replace needs the new options of unit {quoted}")));
+                }
+                let content = UnitFile::from_options(u.options.clone());
+                xfleet::validate_options(&content).map_err(ApiError::bad_request)?;
+                let to = content.hash().to_hex();
+                if to == from {
+                    return Err(reject(StatusCode::CONFLICT, format!("unit {quoted} already has this content")));
+                }
+                bodies.push((u.name.clone(), content.canonical(), record.object_revision));
+                to
+            }
+        };
+        units.push(RolloutUnit { name: u.name.clone(), from, to });
+    }
+    let spec = RolloutSpec {
+        id: id.to_string(),
+        kind: request.kind,
+        units,
+        max_unavailable: request.max_unavailable,
+        min_healthy_ms: request.min_healthy_ms,
+        health_timeout_ms: request.health_timeout_ms,
+        on_failure: request.on_failure,
+        created_ms: now_ms,
+    };
+    Ok(RolloutPlan { spec, bodies })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

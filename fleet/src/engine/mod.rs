@@ -30,6 +30,7 @@ pub mod fit;
 pub mod leader;
 pub mod leadership;
 pub mod reconcile;
+pub mod rollouts;
 pub mod runner;
 pub mod schedule;
 pub mod simulate;

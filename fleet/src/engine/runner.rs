@@ -22,6 +22,9 @@
 //!   aside (and resign if it led).
 //! * **Passes**: only while leading and while the view is connected; each is bounded by the lease TTL and
 //!   followed by a wait until the view shows the pass's own writes.
+//! * **Rollouts**: while leading, every tick (unit-state changes included, which skip the scheduling pass) drives
+//!   the rollouts that are not final (`rollouts::drive`); a rollout waiting for a time (min-healthy, a health
+//!   timeout) sets a timer that wakes the loop then.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use super::leader::{ENGINE_VERSION, LeaderChange, LeadershipStep, StandAsideReason, lease_ttl};
 use super::leadership::{step, view_shows_lease};
 use super::reconcile::{PassOutcome, PassReport, Reconciler};
+use super::rollouts;
 use crate::registry::{self, Campaign, EngineVersionCheck, LeaseKeeper, LeaseStatus, Registry};
 
 /// A pass starts once the view has not changed for this long after a change...
@@ -119,6 +123,7 @@ impl Engine {
             standing_aside: None,
             last_leader: None,
             last_pass_view: None,
+            rollout_wake_ms: None,
         };
         tracing::info!(machine = %runner.config.machine_id, interval = ?runner.config.reconcile_interval,
             lease_ttl = ?ttl, "engine started");
@@ -131,6 +136,8 @@ impl Engine {
 enum Wake {
     Changed,
     Resync,
+    /// A rollout's min-healthy time or health timeout is due.
+    RolloutTimer,
     LeaseLost(String),
     ViewClosed,
     Cancelled,
@@ -155,6 +162,8 @@ struct Runner {
     last_leader: Option<String>,
     /// The view of the last complete pass: a change that touched none of its inputs needs no pass.
     last_pass_view: Option<Arc<registry::Snapshot>>,
+    /// When a rollout waits for a time (Unix ms), not for the cluster.
+    rollout_wake_ms: Option<u64>,
 }
 
 impl Runner {
@@ -164,12 +173,14 @@ impl Runner {
         loop {
             // The first resync tick is immediate: one tick at start.
             let lease_status = self.leading.then(|| self.lease.as_ref().map(LeaseKeeper::status)).flatten();
+            let rollout_timer = rollout_timer(self.rollout_wake_ms);
             let wake = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => Wake::Cancelled,
                 reason = lease_lost(lease_status) => Wake::LeaseLost(reason),
                 changed = self.view.changed() => if changed.is_ok() { Wake::Changed } else { Wake::ViewClosed },
                 _ = resync.tick() => Wake::Resync,
+                () = rollout_timer => Wake::RolloutTimer,
             };
             let forced = matches!(wake, Wake::Resync);
             match wake {
@@ -183,7 +194,7 @@ impl Runner {
                     self.step_down();
                 }
                 Wake::Changed => self.settle().await,
-                Wake::Resync => {}
+                Wake::Resync | Wake::RolloutTimer => {}
             }
             self.tick(cancel, forced).await;
             resync.reset();
@@ -263,11 +274,13 @@ impl Runner {
                     if forced || !unchanged {
                         self.reconcile(&view, cancel).await;
                     }
+                    self.drive_rollouts().await;
                 }
                 LeadershipStep::Campaign => {
                     if self.campaign(cancel).await {
                         let view = self.view.borrow_and_update().clone();
                         self.reconcile(&view, cancel).await;
+                        self.drive_rollouts().await;
                     }
                 }
                 LeadershipStep::TakeOver { from, .. } => {
@@ -400,6 +413,16 @@ impl Runner {
         }
     }
 
+    /// Advances the rollouts on the newest view (the pass before may have waited for its own writes).
+    async fn drive_rollouts(&mut self) {
+        let view = self.view.borrow().clone();
+        self.rollout_wake_ms = if view.rollout_records().is_empty() {
+            None
+        } else {
+            rollouts::drive(&self.registry, &view, &self.config.machine_id).await
+        };
+    }
+
     /// Stops leading (keeps a live lease for the next campaign; drops a lost one).
     fn step_down(&mut self) {
         self.leading = false;
@@ -435,6 +458,14 @@ impl Runner {
 }
 
 /// Resolves with the reason once the lease is lost; never when there is no lease to watch.
+/// Resolves at `wake_ms` (Unix ms), or never.
+async fn rollout_timer(wake_ms: Option<u64>) {
+    match wake_ms {
+        Some(at) => tokio::time::sleep(Duration::from_millis(at.saturating_sub(rollouts::now_ms()))).await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn lease_lost(status: Option<watch::Receiver<LeaseStatus>>) -> String {
     let Some(mut status) = status else { return std::future::pending().await };
     loop {

@@ -59,6 +59,8 @@ impl RolloutRecord {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UnitRecord {
     pub object: Option<UnitObject>,
+    /// Mod revision of the object key (0 when absent): a guard for writes that must not race a replace.
+    pub object_revision: i64,
     /// `None` when the key is missing or unreadable; views read that as `inactive` (§3.2).
     pub desired: Option<JobState>,
     /// Machine the engine scheduled the unit to.
@@ -258,7 +260,11 @@ impl Snapshot {
                 }
             }
             Key::UnitObject { unit } => self.update_unit(unit, |u| {
-                u.object = value.and_then(|v| decode_json(&full(), "unit object", v).map_err(warn).ok())
+                u.object = value.and_then(|v| decode_json(&full(), "unit object", v).map_err(warn).ok());
+                u.object_revision = match change {
+                    Change::Put { mod_revision, .. } => mod_revision,
+                    Change::Delete => 0,
+                };
             }),
             Key::UnitDesired { unit } => self
                 .update_unit(unit, |u| u.desired = value.and_then(|v| decode_job_state(&full(), v).map_err(warn).ok())),

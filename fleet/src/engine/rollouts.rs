@@ -1,0 +1,142 @@
+//! The engine leader's side of rollouts: on every view change (unit states included) and when a rollout's next
+//! deadline comes, each rollout that is not final is advanced by the pure [`rollout::advance`] over what the view
+//! shows, and a changed progress is stored (compare-and-swap on its revision, fenced to this engine's leader key,
+//! with a rollback's unit objects in the same transaction). A failed compare is not an error: the next view
+//! carries whatever won, and the decision is made again from it.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::registry::{Registry, Snapshot};
+use crate::rollout::{self, Observed};
+
+/// The cluster as [`rollout::advance`] sees it, read from a registry snapshot.
+pub struct SnapshotCluster<'a>(pub &'a Snapshot);
+
+impl rollout::Cluster for SnapshotCluster<'_> {
+    fn observe(&self, unit: &str, machine: &str) -> Observed {
+        let s = self.0;
+        let present = s.machine_records().get(machine).is_some_and(|m| m.object.is_some());
+        let record = s.unit_record(unit);
+        let state = s.state_record(unit, machine);
+        Observed {
+            present,
+            hash: state.map(|st| st.hash.clone()),
+            running: record.and_then(|r| r.launched.get(machine).cloned()),
+            active_state: state.map(|st| st.active_state.clone()).unwrap_or_default(),
+            sub_state: state.map(|st| st.sub_state.clone()).unwrap_or_default(),
+            restarted_for: record.and_then(|r| r.restarted.get(machine).cloned()),
+        }
+    }
+
+    /// Present machines that publish a state of the unit (every machine running a global unit; a scheduled unit's
+    /// machine), else the unit's scheduled machine.
+    fn holders(&self, unit: &str) -> Vec<String> {
+        let s = self.0;
+        let present = |m: &str| s.machine_records().get(m).is_some_and(|r| r.object.is_some());
+        let publishing: Vec<String> = s
+            .state_records()
+            .get(unit)
+            .into_iter()
+            .flat_map(|per_machine| per_machine.keys())
+            .filter(|m| present(m))
+            .cloned()
+            .collect();
+        if !publishing.is_empty() {
+            return publishing;
+        }
+        s.unit_record(unit).and_then(|r| r.target.clone()).filter(|m| present(m)).into_iter().collect()
+    }
+}
+
+/// Wall-clock time in Unix milliseconds (rollout times are stored, so they must mean the same to the next leader).
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Advances every rollout of `view` that is not final and stores what changed. Returns when to look again (Unix
+/// ms), if a rollout waits for a time rather than for the cluster.
+pub async fn drive(registry: &Registry, view: &Snapshot, leader: &str) -> Option<u64> {
+    let now = now_ms();
+    let cluster = SnapshotCluster(view);
+    let mut wake: Option<u64> = None;
+    for (id, record) in view.rollout_records() {
+        let Some(current) = record.rollout() else { continue };
+        if current.state().is_final() {
+            continue;
+        }
+        let advanced = rollout::advance(&current, &cluster, now);
+        if let Some(at) = advanced.wake_at_ms {
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
+        if current.progress.as_ref() == Some(&advanced.progress) {
+            continue;
+        }
+        let progress = &advanced.progress;
+        match registry.write_rollout_progress(id, progress, record.progress_revision, leader, &advanced.roll_back).await
+        {
+            Ok(true) => {
+                let counts = rollout::phase_counts(progress);
+                tracing::info!(rollout = %id, state = %progress.state, reason = %progress.reason, steps = ?counts,
+                    "rollout progressed");
+                if !advanced.roll_back.is_empty() {
+                    tracing::warn!(rollout = %id, units = advanced.roll_back.len(), "rollout rolled back");
+                }
+            }
+            Ok(false) => tracing::debug!(rollout = %id, "rollout progress changed meanwhile (or leadership moved)"),
+            Err(e) => {
+                tracing::warn!(rollout = %id, error = %e, "cannot store rollout progress; retrying on the next change")
+            }
+        }
+    }
+    wake
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{Change, Keys};
+    use crate::rollout::Cluster as _;
+
+    #[test]
+    fn observations_and_holders_come_from_states_markers_and_presence() {
+        let keys = Keys::new("/p");
+        let kv = [
+            (keys.machine_object("m1"), r#"{"id":"m1"}"#.to_string()),
+            (keys.machine_object("m2"), r#"{"id":"m2"}"#.to_string()),
+            (keys.unit_object("db.service"), r#"{"name":"db.service","hash":"h2"}"#.to_string()),
+            (
+                keys.state("db.service", "m1"),
+                r#"{"hash":"h2","loadState":"loaded","activeState":"active","subState":"running"}"#.to_string(),
+            ),
+            (
+                keys.state("db.service", "m2"),
+                r#"{"hash":"h1","loadState":"loaded","activeState":"active","subState":"running"}"#.to_string(),
+            ),
+            (
+                keys.state("db.service", "gone"),
+                r#"{"hash":"h1","loadState":"loaded","activeState":"active","subState":"running"}"#.to_string(),
+            ),
+            (keys.unit_launched("db.service", "m1"), "h2".to_string()),
+            (keys.unit_restarted("db.service", "m1"), "r1".to_string()),
+        ];
+        let changes =
+            kv.iter().map(|(k, v)| (k.as_bytes(), Change::Put { value: v.as_bytes(), mod_revision: 3, lease: 0 }));
+        let snapshot = Snapshot::from_kvs(&keys, 3, changes);
+        let c = SnapshotCluster(&snapshot);
+        assert_eq!(c.holders("db.service"), ["m1", "m2"], "the machine that left is not a holder");
+        let m1 = c.observe("db.service", "m1");
+        assert_eq!(
+            (
+                m1.present,
+                m1.hash.as_deref(),
+                m1.running.as_deref(),
+                m1.active_state.as_str(),
+                m1.restarted_for.as_deref()
+            ),
+            (true, Some("h2"), Some("h2"), "active", Some("r1"))
+        );
+        let gone = c.observe("db.service", "gone");
+        assert!(!gone.present);
+        assert_eq!(c.observe("db.service", "m2").running, None);
+    }
+}
