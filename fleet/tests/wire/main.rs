@@ -393,10 +393,10 @@ async fn stop_unload_and_restart_send_only_desired_states() {
 async fn destroy_sends_a_bare_delete_per_unit() {
     let ep = Endpoint::start().await;
     ep.given("hello.service", HELLO, JobState::Launched).given("t@.service", TEMPLATE, JobState::Inactive);
-    assert_eq!(
-        ep.fleetctl(&["destroy", "hello.service", "t@.service"]).await,
-        [delete("hello.service"), delete("t@.service")]
-    );
+    // fleetctl deletes the units in parallel: their order on the wire is not defined.
+    let mut sent = ep.fleetctl(&["destroy", "hello.service", "t@.service"]).await;
+    sent.sort();
+    assert_eq!(sent, [delete("hello.service"), delete("t@.service")]);
     ep.given("hello.service", HELLO, JobState::Launched);
     assert_eq!(ep.fleetctl(&["destroy", "--no-block", "hello.service"]).await, [delete("hello.service")]);
 }
