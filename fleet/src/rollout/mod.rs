@@ -11,7 +11,9 @@
 //! The engine releases at most `maxUnavailable` steps at a time. An agent runs the old version of a unit (the
 //! spec's `from`) on its machine while its step is still `pending` (a *replace* rollout), and restarts the unit
 //! once when its step is `updating` (a *restart* rollout); everything else follows the unit's stored version as
-//! usual, so a machine that joins during a rollout gets the new version at once. Times are the engine's wall clock
+//! usual, so a machine that joins during a rollout gets the new version at once. A unit is in at most one rollout
+//! that is not final (the API refuses a second), and a replace that ends otherwise than `done` (rolled back or
+//! aborted) returns the unit to its old version everywhere, so a unit always ends as one version. Times are the engine's wall clock
 //! in Unix milliseconds, so a new leader continues where the old one stopped.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -115,7 +117,8 @@ pub enum RolloutState {
     Paused,
     /// Every step is done or skipped.
     Done,
-    /// A user aborted it: machines not yet changed keep the old version.
+    /// A user aborted it: a replace returned every unit to its old version (as a rollback does); a restart
+    /// restarts no further machine.
     Aborted,
     /// A step failed with `onFailure=rollback`: every unit is back on its old version.
     RolledBack,
@@ -124,7 +127,7 @@ pub enum RolloutState {
 impl RolloutState {
     /// Whether the rollout still decides what machines run (its pending machines keep the old version).
     pub fn holds_machines(self) -> bool {
-        matches!(self, RolloutState::Running | RolloutState::Paused | RolloutState::Aborted)
+        matches!(self, RolloutState::Running | RolloutState::Paused)
     }
 
     /// Whether nothing will change it any more.
@@ -279,7 +282,14 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
     }
     if rollout.control.action == Action::Abort {
         progress.state = RolloutState::Aborted;
-        progress.reason = "aborted by request".into();
+        if spec.kind == RolloutKind::Replace {
+            // Machines that were not reached keep running the old version; the others return to it, so the unit
+            // is one version everywhere again.
+            progress.reason = "aborted by request: every machine returns to the old version".into();
+            roll_back = spec.units.clone();
+        } else {
+            progress.reason = "aborted by request".into();
+        }
         return Advanced { progress, roll_back, wake_at_ms: None };
     }
     if rollout.control.resumes > progress.resumes {

@@ -193,9 +193,10 @@ fn machines_that_leave_are_skipped_and_abort_is_final() {
     step(&mut r, &c, 1);
     assert_eq!(phases(&r), [("m1", "skipped"), ("m2", "updating"), ("m3", "pending")]);
     r.control.action = Action::Abort;
-    step(&mut r, &c, 2);
+    let a = step(&mut r, &c, 2);
     assert_eq!(r.state(), RolloutState::Aborted);
-    assert_eq!(pinned_hash([&r], "db.service", "m3"), Some(OLD), "an aborted rollout leaves m3 on the old version");
+    assert_eq!(a.roll_back, r.spec.units, "an aborted replace returns every unit to its old version");
+    assert_eq!(pinned_hash([&r], "db.service", "m3"), None, "the unit's own version (the old one again) applies");
     r.control.action = Action::Run;
     step(&mut r, &c, 3);
     assert_eq!(r.state(), RolloutState::Aborted, "final");
