@@ -26,16 +26,20 @@ pub enum Capability {
     /// `--replace --no-restart` rewrites unit files and reloads systemd without restarting running units, and
     /// `list-units --fields=...,running-hash` shows the version each machine runs (issue 12).
     NoRestart,
+    /// Rolling replace and restart driven by the cluster: `start --replace --rolling`, `restart --rolling`,
+    /// `rollout-status`, `rollout-abort` (issue 12).
+    Rollout,
 }
 
 impl Capability {
-    pub const ALL: [Capability; 6] = [
+    pub const ALL: [Capability; 7] = [
         Capability::Ssh,
         Capability::KeepMachine,
         Capability::DeterministicReplaces,
         Capability::SighupReload,
         Capability::StrictApiValidation,
         Capability::NoRestart,
+        Capability::Rollout,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -46,6 +50,7 @@ impl Capability {
             Capability::SighupReload => "sighup_reload",
             Capability::StrictApiValidation => "strict_api_validation",
             Capability::NoRestart => "no_restart",
+            Capability::Rollout => "rollout",
         }
     }
 
@@ -68,6 +73,7 @@ pub const WORKSPACE: &[Capability] = &[
     Capability::StrictApiValidation,
     Capability::KeepMachine,
     Capability::NoRestart,
+    Capability::Rollout,
 ];
 
 /// What the original Go fleet (v1.0.0) would declare: `sighup_reload` only.

@@ -242,7 +242,19 @@ pub fn catalogue() -> Vec<Spec> {
         spec(Rollout, "replace_without_restart_keeps_every_process", 3, "issue 12", |c| {
             Box::pin(rollout::replace_without_restart_keeps_every_process(c))
         })
-        .requires(&[Capability::NoRestart]),
+        .requires(&[Capability::NoRestart, Capability::Rollout]),
+        spec(Rollout, "rolling_replace_keeps_the_others_serving", 3, "issue 12", |c| {
+            Box::pin(rollout::rolling_replace_keeps_the_others_serving(c))
+        })
+        .requires(&[Capability::Rollout]),
+        spec(Rollout, "failing_version_pauses_or_rolls_back", 3, "issue 12", |c| {
+            Box::pin(rollout::failing_version_pauses_or_rolls_back(c))
+        })
+        .requires(&[Capability::Rollout]),
+        spec(Rollout, "rolling_replace_survives_killed_client_and_etcd_restart", 3, "issue 12", |c| {
+            Box::pin(rollout::rolling_replace_survives_killed_client_and_etcd_restart(c))
+        })
+        .requires(&[Capability::Rollout]),
     ];
     all.extend(replace::specs());
     all

@@ -122,15 +122,15 @@ pub async fn replace_without_restart_keeps_every_process(ctx: Ctx) -> Outcome {
     ensure_eq("MainPID of every machine after the reloads", &before, &main_pids(&ctx).await?)
         .map_err(|e| ctx.fail(e))?;
 
-    // A restart brings every machine level: new processes, running the file's version.
-    ctx.fleetctl_ok(1, &["restart", UNIT]).await?;
+    // A rolling restart brings every machine level: new processes, running the file's version.
+    ctx.fleetctl_ok(1, &["restart", "--rolling", "--min-healthy=0s", UNIT]).await?;
     let restarted = main_pids(&ctx).await?;
     for slot in SLOTS {
         ctx.ensure(restarted[&slot] != before[&slot], || {
-            format!("m{slot}: MainPID {} unchanged after restart", before[&slot])
+            format!("m{slot}: MainPID {} unchanged after restart --rolling", before[&slot])
         })?;
     }
-    let what = "every machine to list running-hash = hash (v2) after restart";
+    let what = "every machine to list running-hash = hash (v2) after restart --rolling";
     let (ctx, v2) = (&ctx, &v2);
     ctx.wait_for(what, || async move {
         match versions(ctx).await {
@@ -140,4 +140,288 @@ pub async fn replace_without_restart_keeps_every_process(ctx: Ctx) -> Outcome {
         }
     })
     .await
+}
+
+// ---- Rolling replace and restart, driven by the cluster ----
+
+const DB: &str = "db-rolling.service";
+const LOG: &str = "/run/db-rolling.log";
+
+/// A global unit whose hooks log `<hook> <version> <ns since epoch>` to [`LOG`] in its machine; `exit_after`
+/// makes the service exit with an error that many seconds after it started.
+fn db_unit(version: &str, exit_after: Option<u32>) -> String {
+    let log = |hook: &str| format!("/bin/sh -c 'echo {hook} {version} $(date +%%s%%N) >> {LOG}'");
+    let main = match exit_after {
+        Some(s) => format!("/bin/sh -c 'sleep {s}; exit 1'"),
+        None => "/bin/sh -c 'while true; do sleep 1; done'".to_string(),
+    };
+    format!(
+        "[Unit]\nDescription=db {version}\n\n[Service]\nExecStartPre={}\nExecStart={main}\nExecStopPost={}\n\n[X-Fleet]\nGlobal=true\n",
+        log("start-pre"),
+        log("stop-post")
+    )
+}
+
+/// The hook lines of machine `slot`: (hook, version, ns).
+async fn hook_log(ctx: &Ctx, slot: usize) -> Result<Vec<(String, String, u128)>, String> {
+    let out = ctx.exec(slot, &["cat", LOG]).await?;
+    Ok(out
+        .stdout
+        .lines()
+        .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [hook, version, ns] => Some((hook.to_string(), version.to_string(), ns.parse().ok()?)),
+            _ => None,
+        })
+        .collect())
+}
+
+fn count(log: &[(String, String, u128)], hook: &str, version: &str) -> usize {
+    log.iter().filter(|(h, v, _)| h == hook && v == version).count()
+}
+
+/// On every machine the old version's ExecStopPost ran exactly once and finished before the new version's
+/// ExecStartPre, which also ran exactly once.
+async fn expect_each_machine_changed_once_in_order(ctx: &Ctx, slots: &[usize], old: &str, new: &str) -> Outcome {
+    for &slot in slots {
+        let log = hook_log(ctx, slot).await?;
+        let stop = log.iter().find(|(h, v, _)| h == "stop-post" && v == old).map(|l| l.2);
+        let start = log.iter().find(|(h, v, _)| h == "start-pre" && v == new).map(|l| l.2);
+        let ok = count(&log, "stop-post", old) == 1
+            && count(&log, "start-pre", new) == 1
+            && matches!((stop, start), (Some(s), Some(n)) if s < n);
+        ctx.ensure(ok, || {
+            format!(
+                "m{slot}: expected {old}'s ExecStopPost once, then {new}'s ExecStartPre once, in that order; hook log: {log:?}"
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Starts a sampler inside each machine: every 100 ms a line `<ns> <ActiveState>` of [`DB`] to /run/samples.
+async fn start_samplers(ctx: &Ctx, slots: &[usize]) -> Outcome {
+    let script = format!(
+        "nohup sh -c 'while [ ! -e /run/samples.stop ]; do echo $(date +%s%N) $(systemctl is-active {DB}); sleep 0.1; done' >/run/samples 2>/dev/null &"
+    );
+    for &slot in slots {
+        ctx.exec_ok(slot, &["sh", "-c", &script]).await?;
+    }
+    Ok(())
+}
+
+/// Stops the samplers and returns, per slot, the samples (ns, active).
+async fn stop_samplers(ctx: &Ctx, slots: &[usize]) -> Result<BTreeMap<usize, Vec<(u128, bool)>>, String> {
+    let mut all = BTreeMap::new();
+    for &slot in slots {
+        ctx.exec_ok(slot, &["touch", "/run/samples.stop"]).await?;
+    }
+    for &slot in slots {
+        let out = ctx.exec_ok(slot, &["cat", "/run/samples"]).await?;
+        let samples: Vec<(u128, bool)> = out
+            .stdout
+            .lines()
+            .filter_map(|l| {
+                let (ns, state) = l.split_once(' ')?;
+                Some((ns.parse().ok()?, state.trim() == "active"))
+            })
+            .collect();
+        all.insert(slot, samples);
+    }
+    Ok(all)
+}
+
+/// From the samples of every machine: the most machines seen without an active copy at the same time (each
+/// machine's latest sample at every sample instant), the longest gap between two samples of one machine (ms), and
+/// which machines were ever seen without one.
+fn unavailability(samples: &BTreeMap<usize, Vec<(u128, bool)>>) -> (usize, u128, Vec<usize>) {
+    let mut instants: Vec<u128> = samples.values().flatten().map(|(t, _)| *t).collect();
+    instants.sort_unstable();
+    let mut worst = 0;
+    for t in instants {
+        let down = samples
+            .values()
+            .filter(|s| s.iter().take_while(|(at, _)| *at <= t).last().is_some_and(|(_, active)| !active))
+            .count();
+        worst = worst.max(down);
+    }
+    let gap = samples.values().flat_map(|s| s.windows(2).map(|w| (w[1].0 - w[0].0) / 1_000_000)).max().unwrap_or(0);
+    let touched = samples.iter().filter(|(_, s)| s.iter().any(|(_, a)| !a)).map(|(slot, _)| *slot).collect();
+    (worst, gap, touched)
+}
+
+/// Which version of [`DB`] each machine runs now (its Description), with its ActiveState.
+async fn running_versions(ctx: &Ctx, slots: &[usize]) -> Result<BTreeMap<usize, (String, String)>, String> {
+    let mut out = BTreeMap::new();
+    for &slot in slots {
+        let p = ctx.show(slot, DB, &["Description", "ActiveState"]).await?;
+        out.insert(
+            slot,
+            (p.get("Description").cloned().unwrap_or_default(), p.get("ActiveState").cloned().unwrap_or_default()),
+        );
+    }
+    Ok(out)
+}
+
+async fn start_v1(ctx: &Ctx, dir: &TempDir, slots: &[usize]) -> Result<String, String> {
+    let path = dir.write(DB, &db_unit("v1", None))?;
+    ctx.fleetctl_ok(1, &["start", &path]).await?;
+    for &slot in slots {
+        ctx.wait_systemd(slot, DB, "ActiveState", "active").await?;
+    }
+    Ok(path)
+}
+
+/// A rolling replace of a global unit on 3 machines: sampled from inside every machine every 100 ms, at most one
+/// machine is ever without an active copy; on each, the old stop hooks finish before the new start hooks; the
+/// command returns only once every machine runs the new version.
+pub async fn rolling_replace_keeps_the_others_serving(ctx: Ctx) -> Outcome {
+    let slots = [1, 2, 3];
+    let dir = TempDir::new()?;
+    let path = start_v1(&ctx, &dir, &slots).await?;
+    dir.write(DB, &db_unit("v2", None))?;
+    start_samplers(&ctx, &slots).await?;
+    let out =
+        ctx.fleetctl(1, &["start", "--replace", "--rolling", "--max-unavailable=1", "--min-healthy=1s", &path]).await?;
+    let after = running_versions(&ctx, &slots).await?;
+    let samples = stop_samplers(&ctx, &slots).await?;
+    ctx.ensure(out.success(), || format!("the rolling replace failed: {}", out.describe()))?;
+    ctx.ensure(after.values().all(|(d, a)| d == "db v2" && a == "active"), || {
+        format!("right after the rolling replace returned, expected every machine active on v2; observed {after:?}")
+    })?;
+    let (worst, gap, touched) = unavailability(&samples);
+    ctx.ensure(worst <= 1, || {
+        format!("max-unavailable=1 but {worst} machines were without an active copy at the same time")
+    })?;
+    ctx.ensure(gap <= 1_000, || format!("the samplers stalled ({gap} ms between two samples): no proof"))?;
+    ctx.ensure(touched.len() == 3, || {
+        format!("every machine must have been restarted (seen inactive at least once); seen: {touched:?}")
+    })?;
+    expect_each_machine_changed_once_in_order(&ctx, &slots, "v1", "v2").await
+}
+
+/// A new version that fails (exits after 2 s) pauses the rollout after the first machine, the others keep the
+/// old version and their processes, and `rollout-status` names the machine and why; with
+/// `--on-failure=rollback` the first machine returns to the old version too.
+pub async fn failing_version_pauses_or_rolls_back(ctx: Ctx) -> Outcome {
+    let slots = [1, 2, 3];
+    for (policy, code) in [("pause", 2), ("rollback", 3)] {
+        let dir = TempDir::new()?;
+        let path = start_v1(&ctx, &dir, &slots).await?;
+        let before = running_versions(&ctx, &slots).await?;
+        let pids: BTreeMap<usize, String> = {
+            let mut p = BTreeMap::new();
+            for slot in slots {
+                p.insert(slot, ctx.show(slot, DB, &["MainPID"]).await?.remove("MainPID").unwrap_or_default());
+            }
+            p
+        };
+        dir.write(DB, &db_unit("v2", Some(2)))?;
+        let out = ctx
+            .fleetctl(
+                1,
+                &[
+                    "start",
+                    "--replace",
+                    "--rolling",
+                    "--min-healthy=6s",
+                    "--health-timeout=60s",
+                    &format!("--on-failure={policy}"),
+                    &path,
+                ],
+            )
+            .await?;
+        ctx.ensure(out.status == code, || {
+            format!("--on-failure={policy}: expected exit status {code}, got {}", out.describe())
+        })?;
+        let status = ctx.fleetctl(1, &["rollout-status", "--no-block", DB]).await?;
+        let text = format!("{}{}", status.stdout, status.stderr);
+        ctx.ensure(text.contains("stopped being active") && text.contains("failed"), || {
+            format!("rollout-status must say which machine failed and why: {}", status.describe())
+        })?;
+        let now = running_versions(&ctx, &slots).await?;
+        // Machines are taken in machine-ID order: the first one is the smallest ID.
+        let mut by_id: Vec<(String, usize)> = Vec::new();
+        for slot in slots {
+            by_id.push((ctx.id(slot)?, slot));
+        }
+        by_id.sort();
+        let first = by_id[0].1;
+        for &slot in &slots {
+            if slot == first && policy == "pause" {
+                continue;
+            }
+            let want = ("db v1".to_string(), "active".to_string());
+            if slot == first {
+                // Rolled back: v1 again, active (a new process).
+                let (slot_ctx, want) = (&ctx, &want);
+                ctx.wait_for(&format!("m{slot} back on v1 after the rollback"), || async move {
+                    match running_versions(slot_ctx, &[slot]).await {
+                        Ok(v) if v[&slot] == *want => Check::Ready(()),
+                        Ok(v) => Check::NotYet(format!("{:?}", v[&slot])),
+                        Err(e) => Check::NotYet(e),
+                    }
+                })
+                .await?;
+                continue;
+            }
+            ctx.ensure(now[&slot] == before[&slot], || {
+                format!("--on-failure={policy}: m{slot} must keep v1 active; observed {:?}", now[&slot])
+            })?;
+            let pid = ctx.show(slot, DB, &["MainPID"]).await?.remove("MainPID").unwrap_or_default();
+            ctx.ensure(pid == pids[&slot], || {
+                format!("--on-failure={policy}: m{slot} was restarted (MainPID {} -> {pid})", pids[&slot])
+            })?;
+        }
+        // Next round from a clean slate.
+        if policy == "pause" {
+            ctx.fleetctl_ok(1, &["rollout-abort", DB]).await?;
+        }
+        ctx.fleetctl_ok(1, &["destroy", DB]).await?;
+        for slot in slots {
+            ctx.exec_ok(slot, &["rm", "-f", LOG]).await?;
+            ctx.wait_systemd(slot, DB, "ActiveState", "inactive").await?;
+        }
+    }
+    Ok(())
+}
+
+/// The rollout lives in the cluster: fleetctl killed after the first machine, then etcd stopped and started, and
+/// the rollout still completes, each machine changed exactly once, and `rollout-status` reports it done.
+pub async fn rolling_replace_survives_killed_client_and_etcd_restart(ctx: Ctx) -> Outcome {
+    let slots = [1, 2, 3];
+    let dir = TempDir::new()?;
+    let path = start_v1(&ctx, &dir, &slots).await?;
+    dir.write(DB, &db_unit("v2", None))?;
+    let c = ctx.cluster();
+    let m = c.machine(1).map_err(|e| e.to_string())?;
+    let mut child = tokio::process::Command::new(&c.binaries().fleetctl)
+        .arg(format!("--endpoint={}", m.endpoint()))
+        .args(["start", "--replace", "--rolling", "--min-healthy=3s", &path])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("spawn fleetctl: {e}"))?;
+    let cref = &ctx;
+    ctx.wait_for("the first machine to run v2", || async move {
+        match running_versions(cref, &[1, 2, 3]).await {
+            Ok(v) if v.values().any(|(d, a)| d == "db v2" && a == "active") => Check::Ready(()),
+            Ok(v) => Check::NotYet(format!("{v:?}")),
+            Err(e) => Check::NotYet(e),
+        }
+    })
+    .await?;
+    child.kill().await.map_err(|e| format!("kill fleetctl: {e}"))?;
+    c.stop_etcd().await.map_err(|e| e.to_string())?;
+    ctx.hold(std::time::Duration::from_secs(3)).await;
+    c.start_etcd().await.map_err(|e| e.to_string())?;
+    ctx.wait_api(1).await?;
+    let status = ctx.fleetctl(1, &["rollout-status", DB]).await?;
+    ctx.ensure(status.success(), || format!("rollout-status after the faults: {}", status.describe()))?;
+    let after = running_versions(&ctx, &slots).await?;
+    ctx.ensure(after.values().all(|(d, a)| d == "db v2" && a == "active"), || {
+        format!("expected every machine active on v2 once rollout-status returned; observed {after:?}")
+    })?;
+    expect_each_machine_changed_once_in_order(&ctx, &slots, "v1", "v2").await
 }
