@@ -321,7 +321,10 @@ mod tests {
         let rows = report.by_profile();
         let get = |n: &str| rows.iter().find(|r| r.0 == n).cloned().unwrap();
         assert_eq!(get("base").1, Counts { passed: 1, failed: 1, skipped: 0 });
-        assert_eq!(get("keep_machine"), ("keep_machine".into(), Counts { passed: 1, failed: 0, skipped: 1 }, "needs cross_machine_handover".into()));
+        assert_eq!(
+            get("keep_machine"),
+            ("keep_machine".into(), Counts { passed: 1, failed: 0, skipped: 1 }, "needs cross_machine_handover".into())
+        );
         assert_eq!(get("cross_machine_handover").2, "not declared");
         assert_eq!(get("ssh").2, "needs global_ssh_commands");
         assert!(!rows.iter().any(|r| r.0 == "sighup_reload"), "rows without specs are left out");

@@ -21,7 +21,9 @@ use std::time::Instant;
 use fleet_harness::Cluster;
 use fleet_harness::wait::Check;
 
-use super::replace::{Dir, cluster, cluster_with, ctl, err, list_units, summary, unit_hashes, wait_runs_once};
+use super::replace::{
+    Dir, cluster, cluster_with, ctl, err, list_units_via, summary, unit_hashes_via, wait_runs_once_via,
+};
 use crate::capabilities::Capability;
 use crate::{Area, Ctx, Outcome, Spec, SpecFuture};
 
@@ -284,8 +286,9 @@ fn describe(via: Via, keep_machine: bool) -> &'static str {
     }
 }
 
-async fn hash_of(c: &Cluster, unit: &str) -> Result<String, String> {
-    unit_hashes(c).await?.remove(unit).ok_or_else(|| format!("{unit} is not listed by list-unit-files"))
+/// The registry hash of `unit`, through machine `slot`'s API.
+async fn hash_of(c: &Cluster, slot: usize, unit: &str) -> Result<String, String> {
+    unit_hashes_via(c, slot).await?.remove(unit).ok_or_else(|| format!("{unit} is not listed by list-unit-files"))
 }
 
 /// The name (`m<slot>`, also its `hostname` metadata) of the machine with ID `id`.
@@ -304,7 +307,7 @@ async fn moved_by_constraints(keep_machine: bool) -> Outcome {
     let unit = "moving.service";
     dir.write(unit, &HookUnit::plain(1, "").text())?;
     ctl(&c, 1, &["start", &dir.path(unit)]).await?;
-    let mut home = wait_runs_once(&c, unit, &hash_of(&c, unit).await?).await?;
+    let mut home = wait_runs_once_via(&c, 1, unit, &hash_of(&c, 1, unit).await?).await?;
     let mut durations = Vec::new();
     let mut moves = 0;
     for round in 1..=ROUNDS {
@@ -322,7 +325,7 @@ async fn moved_by_constraints(keep_machine: bool) -> Outcome {
             .await
             .map_err(|e| format!("round {round} ({}): {e}", describe(via, keep_machine)))?;
         durations.push(t.elapsed());
-        let went = wait_runs_once(&c, unit, &hash_of(&c, unit).await?)
+        let went = wait_runs_once_via(&c, 1, unit, &hash_of(&c, 1, unit).await?)
             .await
             .map_err(|e| format!("round {round} ({}): {e}", describe(via, keep_machine)))?;
         if went == home {
@@ -389,11 +392,11 @@ async fn instances_whose_pins_rotate() -> Outcome {
             replace(&c, 1, via, false, &dir, &units).await.map_err(|e| format!("round {round}: {e}"))?;
             durations.push(t.elapsed());
         }
-        let hashes = unit_hashes(&c).await?;
+        let hashes = unit_hashes_via(&c, 1).await?;
         for (i, unit) in units.iter().enumerate() {
             let want = c.machine(rotation_slot(i + 1, (v - 1) % 3)).map_err(err)?;
             let hash = hashes.get(*unit).ok_or_else(|| format!("{unit} not listed"))?;
-            let went = wait_runs_once(&c, unit, hash).await.map_err(|e| format!("round {round}: {e}"))?;
+            let went = wait_runs_once_via(&c, 1, unit, hash).await.map_err(|e| format!("round {round}: {e}"))?;
             if went != want.id() {
                 return Err(format!(
                     "round {round}: {unit} v{v} runs on {}, but its pin r{}={} selects {}",
@@ -409,8 +412,7 @@ async fn instances_whose_pins_rotate() -> Outcome {
         }
         let ev = events(&c).await?;
         for unit in units {
-            check_handover(&ev, unit, v)
-                .map_err(|e| format!("round {round} ({}): {e}", describe(via, false)))?;
+            check_handover(&ev, unit, v).map_err(|e| format!("round {round} ({}): {e}", describe(via, false)))?;
         }
     }
     eprintln!(
@@ -460,8 +462,8 @@ async fn global_unit_moved_by_metadata() -> Outcome {
             expected.entry(c.machine(s).map_err(err)?.name().to_string()).or_default().push(v);
         }
         let when = format!("round {round}: when `start{}` returned", if round > 0 { " --replace" } else { "" });
-        let hash = hash_of(&c, unit).await?;
-        let rows = list_units(&c).await?.remove(unit).unwrap_or_default();
+        let hash = hash_of(&c, 1, unit).await?;
+        let rows = list_units_via(&c, 1).await?.remove(unit).unwrap_or_default();
         let mut on: Vec<String> = rows.iter().map(|r| name_of(&c, &r.machine)).collect();
         on.sort();
         let want: Vec<String> = selected.iter().map(|s| format!("m{s}")).collect();
@@ -501,7 +503,8 @@ async fn global_unit_moved_by_metadata() -> Outcome {
 /// Version 1's `ExecStopPost` kills its machine's fleetd (SIGKILL; systemd restarts it after `RestartSec=10s`)
 /// and then takes 0.5 s, less than the 3 s TTL of that fleetd's lease: what it published (the unit still
 /// deactivating) must keep the new machine from starting version 2 until it has finished. The moved unit runs
-/// once; the restarted fleetd starts nothing, removes its stale copy, and takes the unit back in round 2.
+/// once; the restarted fleetd starts nothing, removes its stale copy, and takes the unit back in round 2. fleetctl
+/// talks to a machine whose fleetd stays up.
 async fn fleetd_killed_during_stop_hooks() -> Outcome {
     let c = cluster(3).await?;
     let dir = Dir::new()?;
@@ -514,7 +517,7 @@ async fn fleetd_killed_during_stop_hooks() -> Outcome {
     let v1 = HookUnit { version: 1, before_stop_post: &kill, stop_sleep: "0.5", xfleet: "" };
     dir.write(unit, &v1.text())?;
     ctl(&c, 1, &["start", &dir.path(unit)]).await?;
-    let old = wait_runs_once(&c, unit, &hash_of(&c, unit).await?).await?;
+    let old = wait_runs_once_via(&c, 1, unit, &hash_of(&c, 1, unit).await?).await?;
     let old_m = c.machines().iter().find(|m| m.id() == old).ok_or("unknown machine")?;
     let via = c.machines().iter().map(|m| m.slot()).find(|s| *s != old_m.slot()).ok_or("no other machine")?;
     let restarts_before = restarts(&c, old_m.slot()).await?;
@@ -530,7 +533,8 @@ async fn fleetd_killed_during_stop_hooks() -> Outcome {
     let t = Instant::now();
     ctl(&c, via, &["start", "--replace", &dir.path(unit)]).await.map_err(|e| format!("round 1: {e}"))?;
     let took = t.elapsed();
-    let new = wait_runs_once(&c, unit, &hash_of(&c, unit).await?).await.map_err(|e| format!("round 1: {e}"))?;
+    let new =
+        wait_runs_once_via(&c, via, unit, &hash_of(&c, via, unit).await?).await.map_err(|e| format!("round 1: {e}"))?;
     let ev = events(&c).await?;
     if !of_unit(&ev, unit).iter().any(|e| e.hook == "fleetd-killed" && e.machine == old_m.name()) {
         return Err(format!(
@@ -577,8 +581,8 @@ async fn fleetd_killed_during_stop_hooks() -> Outcome {
     })
     .await
     .map_err(err)?;
-    let hash = hash_of(&c, unit).await?;
-    let still = wait_runs_once(&c, unit, &hash).await?;
+    let hash = hash_of(&c, via, unit).await?;
+    let still = wait_runs_once_via(&c, via, unit, &hash).await?;
     if still != new {
         return Err(format!(
             "after fleetd on {} came back: {unit} moved from {} to {}",
@@ -591,7 +595,8 @@ async fn fleetd_killed_during_stop_hooks() -> Outcome {
     // Round 2: v3 is pinned to the machine whose fleetd was restarted; it must take the unit over in order.
     dir.write(unit, &HookUnit::plain(3, &format!("MachineMetadata=hostname={}\n", old_m.name())).text())?;
     ctl(&c, via, &["start", "--replace", &dir.path(unit)]).await.map_err(|e| format!("round 2: {e}"))?;
-    let back = wait_runs_once(&c, unit, &hash_of(&c, unit).await?).await.map_err(|e| format!("round 2: {e}"))?;
+    let back =
+        wait_runs_once_via(&c, via, unit, &hash_of(&c, via, unit).await?).await.map_err(|e| format!("round 2: {e}"))?;
     if back != old {
         return Err(format!("round 2: v3 runs on {}, but it is pinned to {}", name_of(&c, &back), old_m.name()));
     }
@@ -636,7 +641,7 @@ async fn replace_default(keep_machine: bool) -> Outcome {
     let unit = "r.service";
     dir.write(unit, &looping(1, ""))?;
     ctl(&c, 1, &["start", &dir.path(unit)]).await?;
-    let home = wait_runs_once(&c, unit, &hash_of(&c, unit).await?).await?;
+    let home = wait_runs_once_via(&c, 1, unit, &hash_of(&c, 1, unit).await?).await?;
     let pinned = ["pinned-1.service", "pinned-2.service"];
     for p in pinned {
         dir.write(p, &looping(1, &format!("MachineID={home}\n")))?;
@@ -664,7 +669,7 @@ async fn replace_default(keep_machine: bool) -> Outcome {
     let path = dir.path(unit);
     args.push(&path);
     ctl(&c, 1, &args).await?;
-    let went = wait_runs_once(&c, unit, &hash_of(&c, unit).await?).await?;
+    let went = wait_runs_once_via(&c, 1, unit, &hash_of(&c, 1, unit).await?).await?;
     let placed = c.wait_for_n_active_units(1, 3).await.map_err(err)?;
     for p in pinned {
         if placed.get(p) != Some(&home) {

@@ -120,8 +120,12 @@ pub(super) struct Row {
 }
 
 pub(super) async fn list_units(c: &Cluster) -> Result<BTreeMap<String, Vec<Row>>, String> {
-    let out =
-        ctl(c, any_slot(c)?, &["list-units", "--no-legend", "--full", "--fields", "unit,machine,hash,active"]).await?;
+    list_units_via(c, any_slot(c)?).await
+}
+
+/// `list-units` through machine `slot`'s API: unit → rows.
+pub(super) async fn list_units_via(c: &Cluster, slot: usize) -> Result<BTreeMap<String, Vec<Row>>, String> {
+    let out = ctl(c, slot, &["list-units", "--no-legend", "--full", "--fields", "unit,machine,hash,active"]).await?;
     let mut rows: BTreeMap<String, Vec<Row>> = BTreeMap::new();
     for line in out.stdout.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -135,7 +139,12 @@ pub(super) async fn list_units(c: &Cluster) -> Result<BTreeMap<String, Vec<Row>>
 
 /// unit → full hash of the registry copy.
 pub(super) async fn unit_hashes(c: &Cluster) -> Result<BTreeMap<String, String>, String> {
-    let out = ctl(c, any_slot(c)?, &["list-unit-files", "--no-legend", "--full", "--fields", "unit,hash"]).await?;
+    unit_hashes_via(c, any_slot(c)?).await
+}
+
+/// unit → full hash of the registry copy, through machine `slot`'s API.
+pub(super) async fn unit_hashes_via(c: &Cluster, slot: usize) -> Result<BTreeMap<String, String>, String> {
+    let out = ctl(c, slot, &["list-unit-files", "--no-legend", "--full", "--fields", "unit,hash"]).await?;
     Ok(out
         .stdout
         .lines()
@@ -149,7 +158,15 @@ pub(super) async fn unit_hashes(c: &Cluster) -> Result<BTreeMap<String, String>,
 /// The cluster's view and systemd's agree that `unit` runs exactly once, with content `hash`: one `list-units`
 /// row, active, with that hash; systemd active on that machine and not active on any other. Returns the machine.
 pub(super) async fn runs_once(c: &Cluster, unit: &str, hash: &str) -> Check<String> {
-    let rows = match list_units(c).await {
+    match any_slot(c) {
+        Ok(slot) => runs_once_via(c, slot, unit, hash).await,
+        Err(e) => Check::NotYet(e),
+    }
+}
+
+/// [`runs_once`], asking machine `slot`'s API.
+pub(super) async fn runs_once_via(c: &Cluster, slot: usize, unit: &str, hash: &str) -> Check<String> {
+    let rows = match list_units_via(c, slot).await {
         Ok(r) => r,
         Err(e) => return Check::NotYet(e),
     };
@@ -173,9 +190,13 @@ pub(super) async fn runs_once(c: &Cluster, unit: &str, hash: &str) -> Check<Stri
 }
 
 pub(super) async fn wait_runs_once(c: &Cluster, unit: &str, hash: &str) -> Result<String, String> {
-    c.wait_for(&format!("{unit} to run once with hash {}", &hash[..7.min(hash.len())]), || runs_once(c, unit, hash))
-        .await
-        .map_err(err)
+    wait_runs_once_via(c, any_slot(c)?, unit, hash).await
+}
+
+/// [`wait_runs_once`], asking machine `slot`'s API.
+pub(super) async fn wait_runs_once_via(c: &Cluster, slot: usize, unit: &str, hash: &str) -> Result<String, String> {
+    let what = format!("{unit} to run once with hash {}", &hash[..7.min(hash.len())]);
+    c.wait_for(&what, || runs_once_via(c, slot, unit, hash)).await.map_err(err)
 }
 
 // ---------------------------------------------------------------------------------------------------------------
