@@ -228,7 +228,12 @@ fn xml_escape(s: &str) -> String {
 }
 
 fn xml_unescape(s: &str) -> String {
-    s.replace("&quot;", "\"").replace("&lt;", "<").replace("&gt;", ">").replace("&#10;", " ").replace("&amp;", "&")
+    s.replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&#10;", " ")
+        .replace("&amp;", "&")
 }
 
 /// Reads nextest's JUnit XML: each `<testcase name="<area>::<spec>" ...>` of the conformance binary, failed when it
@@ -250,7 +255,8 @@ pub fn parse_junit(xml: &str) -> BTreeMap<String, JunitResult> {
         let r = if self_closing {
             JunitResult::Passed
         } else if let Some(at) = body.find("<failure").or_else(|| body.find("<error")) {
-            JunitResult::Failed(attr(&body[at..], "message").map(xml_unescape).unwrap_or_default())
+            let message = attr(&body[at..], "message").map(xml_unescape).filter(|m| !m.is_empty());
+            JunitResult::Failed(message.unwrap_or_else(|| libtest_failure(body, name)))
         } else if body.contains("<skipped") {
             JunitResult::Skipped
         } else {
@@ -259,6 +265,16 @@ pub fn parse_junit(xml: &str) -> BTreeMap<String, JunitResult> {
         results.insert(name.to_string(), r);
     }
     results
+}
+
+/// The first line of a failed trial's message in its captured output (libtest prints `---- <name> ----` and then
+/// the message), or empty.
+fn libtest_failure(body: &str, name: &str) -> String {
+    let marker = format!("---- {} ----", xml_escape(name));
+    body.split_once(&marker)
+        .and_then(|(_, rest)| rest.lines().map(str::trim).find(|l| !l.is_empty()))
+        .map(xml_unescape)
+        .unwrap_or_default()
 }
 
 /// The value of attribute `name` in the (start of a) tag `tag`: `name="..."` at the start or after white space.
@@ -288,15 +304,24 @@ mod tests {
         let xml = r#"<testsuite><testcase name="scheduling::a" classname="fleet-conformance::conformance" time="1"></testcase>
 <testcase name="scheduling::tests::unit_test_of_another_binary" classname="fleet" time="0"/>
 <testcase name="scheduling::b" time="1"><failure message="round 3: &quot;x&quot; moved" type="test failure"/></testcase>
+<testcase name="scheduling::c" time="1"><failure type="test failure with exit code 101"/><system-out>
+running 1 test
+---- scheduling::c ----
+round 3 (m1 -&gt; m2): v4&apos;s ExecStartPre ran early; events:
+</system-out></testcase>
 <testcase name="node::c" time="0"><skipped/></testcase>
 <testcase name="node::d"/>
 <testcase name="other_test" time="1"></testcase></testsuite>"#;
         let r = parse_junit(xml);
         assert_eq!(r["scheduling::a"], JunitResult::Passed);
         assert_eq!(r["scheduling::b"], JunitResult::Failed("round 3: \"x\" moved".into()));
+        assert_eq!(
+            r["scheduling::c"],
+            JunitResult::Failed("round 3 (m1 -> m2): v4's ExecStartPre ran early; events:".into())
+        );
         assert_eq!(r["node::c"], JunitResult::Skipped);
         assert_eq!(r["node::d"], JunitResult::Passed);
-        assert_eq!(r.len(), 4);
+        assert_eq!(r.len(), 5);
     }
 
     #[test]

@@ -366,15 +366,21 @@ fn rotation_slot(instance: usize, k: usize) -> usize {
 }
 
 /// Three instances `pinned@1..3`, each with a file of its own whose `MachineMetadata=r<k>=%i` pin changes every
-/// round, so that all three move at once, each to the machine the previous one leaves.
+/// round, so that all three move at once, each to the machine the previous one leaves. Every machine stops one
+/// instance and starts another in the same round; the stop hooks take 1, 2 and 3 s, so in every round some machine
+/// is free to start its new instance while that instance's old machine is still stopping it.
 async fn instances_whose_pins_rotate() -> Outcome {
     let c = cluster_with(3, ROTATION).await?;
     let dir = Dir::new()?;
     let units = ["pinned@1.service", "pinned@2.service", "pinned@3.service"];
+    // Instance i's ExecStopPost takes i seconds: around the rotation some machine always finishes stopping its own
+    // old instance a second or more before the machine it takes an instance from has stopped that one.
     let write = |v: usize| -> Result<(), String> {
         let pin = format!("MachineMetadata=r{}=%i\n", (v - 1) % 3);
-        for u in units {
-            dir.write(u, &HookUnit::plain(v, &pin).text())?;
+        for (i, u) in units.iter().enumerate() {
+            let sleep = (i + 1).to_string();
+            let text = HookUnit { version: v, before_stop_post: "", stop_sleep: &sleep, xfleet: &pin }.text();
+            dir.write(u, &text)?;
         }
         Ok(())
     };
@@ -500,9 +506,10 @@ async fn global_unit_moved_by_metadata() -> Outcome {
 // ---------------------------------------------------------------------------------------------------------------
 // The old machine's fleetd killed while the old version's stop hooks run
 
-/// Version 1's `ExecStopPost` kills its machine's fleetd (SIGKILL; systemd restarts it after `RestartSec=10s`)
-/// and then takes 0.5 s, less than the 3 s TTL of that fleetd's lease: what it published (the unit still
-/// deactivating) must keep the new machine from starting version 2 until it has finished. The moved unit runs
+/// Version 1's `ExecStopPost` sleeps 2 s (the new machine would start version 2 long before, were it not held
+/// back), kills its machine's fleetd (SIGKILL; systemd restarts it after `RestartSec=10s`) and takes 0.5 s more,
+/// less than the 3 s TTL of that fleetd's lease (renewed every second): what the killed fleetd published (the unit
+/// still deactivating) must keep the new machine from starting version 2 until the old one has finished. The moved unit runs
 /// once; the restarted fleetd starts nothing, removes its stale copy, and takes the unit back in round 2. fleetctl
 /// talks to a machine whose fleetd stays up.
 async fn fleetd_killed_during_stop_hooks() -> Outcome {
@@ -510,7 +517,7 @@ async fn fleetd_killed_during_stop_hooks() -> Outcome {
     let dir = Dir::new()?;
     let unit = "handover.service";
     let kill = format!(
-        "{}systemctl kill --signal=SIGKILL fleet.service; {}",
+        "sleep 2; {}systemctl kill --signal=SIGKILL fleet.service; {}",
         log_line("killing-fleetd", 1),
         log_line("fleetd-killed", 1)
     );
