@@ -1,61 +1,91 @@
-//! What the implementation under test declares it supports. Specs that need a capability it does not declare are
-//! skipped (reported as ignored), never failed.
+//! Profiles and capabilities: what an implementation under test claims.
+//!
+//! The **base** profile is what fleet v1 promised: every spec that requires no capability, which the original Go
+//! fleet passes. Each stronger guarantee is a named **capability**; a spec that needs a capability the
+//! implementation does not declare is skipped (reported as ignored, with the missing capabilities as the reason),
+//! never failed. So `FLEET_CAPABILITIES` names exactly what an implementation claims beyond fleet v1.
+//!
+//! Every capability is one row of the table in [`capabilities!`] below (its name and the promise it stands for);
+//! adding one is adding a row.
 //!
 //! Declared by, in order of precedence:
 //! 1. `FLEET_CAPABILITIES=cap1,cap2,...` (comma or space separated; `all` = every known capability, `none` or empty
 //!    = none);
 //! 2. `FLEET_CAPABILITIES_FILE=<path>`: one capability per line, `#` starts a comment;
-//! 3. otherwise: this workspace's own set ([`WORKSPACE`]) when neither `FLEETD_BIN` nor `FLEETCTL_BIN` is set (we are
-//!    testing our own build), and no capability at all when they are (a third party must declare).
+//! 3. otherwise: this workspace's own set ([`WORKSPACE`], every capability) when neither `FLEETD_BIN` nor
+//!    `FLEETCTL_BIN` is set (we are testing our own build), and no capability at all when they are (a third party
+//!    runs the base profile unless it declares more).
 
 use std::collections::BTreeSet;
 
-/// An optional behaviour some specs need.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Capability {
-    /// `fleetctl ssh/status/journal`, `--tunnel` and known hosts work against the machines (the `ssh` area).
-    Ssh,
-    /// `--replace --keep-machine` keeps a replaced unit on its machine (specs of the `replace` area).
-    KeepMachine,
-    /// `Replaces=` always moves the *replaced* unit (spec §12.2 B1); the original picks a side at random.
-    DeterministicReplaces,
-    /// fleetd reloads on SIGHUP and logs `Reloading configuration` (the original's test skips itself otherwise).
-    SighupReload,
-    /// The API answers a unit PUT with an unknown desired state with 400 (spec §12.2 B9; the original: 500).
-    StrictApiValidation,
-    /// `--replace --no-restart` rewrites unit files and reloads systemd without restarting running units, and
-    /// `list-units --fields=...,running-hash` shows the version each machine runs (issue 12).
-    NoRestart,
-    /// Rolling replace and restart driven by the cluster: `start --replace --rolling`, `restart --rolling`,
-    /// `rollout-status`, `rollout-abort` (issue 12).
-    Rollout,
+/// Defines [`Capability`] and its table from rows `Variant = "name": "promise"`.
+macro_rules! capabilities {
+    ($( $(#[$doc:meta])* $variant:ident = $name:literal : $promise:literal, )+) => {
+        /// A guarantee beyond fleet v1's that some specs need (see the module doc).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Capability {
+            $( $(#[$doc])* $variant, )+
+        }
+
+        impl Capability {
+            /// Every capability, in table order.
+            pub const ALL: &'static [Capability] = &[$( Capability::$variant, )+];
+
+            /// The name used in `FLEET_CAPABILITIES` and in the summary.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $( Capability::$variant => $name, )+
+                }
+            }
+
+            /// What an implementation promises when it declares this capability.
+            pub fn promise(self) -> &'static str {
+                match self {
+                    $( Capability::$variant => $promise, )+
+                }
+            }
+        }
+    };
+}
+
+capabilities! {
+    Ssh = "ssh":
+        "fleetctl ssh/status/journal, --tunnel and known hosts work against sshd in the machines",
+    KeepMachine = "keep_machine":
+        "`--replace --keep-machine` replaces a loaded/launched unit in place, on its machine",
+    DeterministicReplaces = "deterministic_replaces":
+        "`Replaces=` always moves the replaced unit, and of a circular pair exactly one runs (B1, B2)",
+    SighupReload = "sighup_reload":
+        "fleetd reloads its configuration on SIGHUP and logs `Reloading configuration`",
+    StrictApiValidation = "strict_api_validation":
+        "a unit PUT with an unknown desired state is refused with 400 (B9)",
+    GlobalWait = "global_wait":
+        "start/stop/unload of a global unit (also start --replace) return once every machine that should act is done",
+    GlobalRestart = "global_restart":
+        "restart of a global unit gives every machine's copy a new process (L2)",
+    GlobalYieldsToScheduledUnits = "global_yields_to_scheduled_units":
+        "a global unit skips the machine of a scheduled unit it conflicts with, whatever their names",
+    GlobalSshCommands = "global_ssh_commands":
+        "status and journal of a global unit cover every machine that runs it, or the one given with --machine",
+    ReplaceWaitsForNewVersion = "replace_waits_for_new_version":
+        "start --replace returns only once the new version runs, exactly once",
+    ReplaceSurvivesClientKill = "replace_survives_client_kill":
+        "a replacement is one request: a fleetctl killed right after sending it still gets the new version running",
+    LocalTemplateInstances = "local_template_instances":
+        "start --replace foo@1.service builds the instance from the local template foo@.service (#1691)",
+    EtcdOutageUntouched = "etcd_outage_untouched":
+        "an etcd outage beyond the TTL stops no unit, and every machine is back with the same placement",
+    CrossMachineHandover = "cross_machine_handover":
+        "a replaced unit that moves starts on its new machine only after its old copy stopped (ExecStopPost done)",
+    NoRestart = "no_restart":
+        "--replace --no-restart rewrites the unit file and reloads systemd on every machine without restarting running units; list-units --fields=...,running-hash shows the version each machine runs",
+    Rollout = "rollout":
+        "start --replace --rolling and restart --rolling change a unit machine by machine, driven by the cluster (max-unavailable, min-healthy, pause/rollback), with rollout-status/-pause/-resume/-abort",
 }
 
 impl Capability {
-    pub const ALL: [Capability; 7] = [
-        Capability::Ssh,
-        Capability::KeepMachine,
-        Capability::DeterministicReplaces,
-        Capability::SighupReload,
-        Capability::StrictApiValidation,
-        Capability::NoRestart,
-        Capability::Rollout,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Capability::Ssh => "ssh",
-            Capability::KeepMachine => "keep_machine",
-            Capability::DeterministicReplaces => "deterministic_replaces",
-            Capability::SighupReload => "sighup_reload",
-            Capability::StrictApiValidation => "strict_api_validation",
-            Capability::NoRestart => "no_restart",
-            Capability::Rollout => "rollout",
-        }
-    }
-
     pub fn parse(s: &str) -> Option<Capability> {
-        Capability::ALL.into_iter().find(|c| c.as_str() == s)
+        Capability::ALL.iter().copied().find(|c| c.as_str() == s)
     }
 }
 
@@ -65,19 +95,14 @@ impl std::fmt::Display for Capability {
     }
 }
 
-/// What this workspace's fleetd/fleetctl declare (update when a capability lands).
-pub const WORKSPACE: &[Capability] = &[
-    Capability::Ssh,
-    Capability::DeterministicReplaces,
-    Capability::SighupReload,
-    Capability::StrictApiValidation,
-    Capability::KeepMachine,
-    Capability::NoRestart,
-    Capability::Rollout,
-];
+/// The name of the profile of specs that need no capability.
+pub const BASE: &str = "base";
 
-/// What the original Go fleet (v1.0.0) would declare: `sighup_reload` only.
-pub const ORIGINAL: &[Capability] = &[Capability::SighupReload];
+/// What this workspace's fleetd/fleetctl declare: every capability.
+pub const WORKSPACE: &[Capability] = Capability::ALL;
+
+/// What the original Go fleet (v1.0.0) declares: its SSH commands work and it reloads on SIGHUP.
+pub const ORIGINAL: &[Capability] = &[Capability::Ssh, Capability::SighupReload];
 
 pub const ENV: &str = "FLEET_CAPABILITIES";
 pub const FILE_ENV: &str = "FLEET_CAPABILITIES_FILE";
@@ -102,10 +127,10 @@ impl Capabilities {
             let line = line.split('#').next().unwrap_or_default();
             for word in line.split(|c: char| c == ',' || c.is_whitespace()).filter(|w| !w.is_empty()) {
                 match word {
-                    "all" => set.extend(Capability::ALL),
+                    "all" => set.extend(Capability::ALL.iter().copied()),
                     "none" => {}
                     w => {
-                        let known = Capability::ALL.map(Capability::as_str).join(", ");
+                        let known = Capability::ALL.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ");
                         set.insert(
                             Capability::parse(w)
                                 .ok_or_else(|| format!("unknown capability {w:?} (known: {known}, all, none)"))?,
@@ -135,6 +160,14 @@ impl Capabilities {
     pub fn iter(&self) -> impl Iterator<Item = Capability> + '_ {
         self.0.iter().copied()
     }
+
+    /// `ssh,keep_machine` (table order), or `none`.
+    pub fn render(&self) -> String {
+        if self.0.is_empty() {
+            return "none".into();
+        }
+        Capability::ALL.iter().filter(|c| self.has(**c)).map(|c| c.as_str()).collect::<Vec<_>>().join(",")
+    }
 }
 
 #[cfg(test)]
@@ -146,7 +179,7 @@ mod tests {
         let c = Capabilities::parse("ssh, keep_machine # later\nsighup_reload\n").unwrap();
         assert!(c.has(Capability::Ssh) && c.has(Capability::KeepMachine) && c.has(Capability::SighupReload));
         assert!(!c.has(Capability::DeterministicReplaces));
-        assert_eq!(Capabilities::parse("all").unwrap(), Capabilities::of(&Capability::ALL));
+        assert_eq!(Capabilities::parse("all").unwrap(), Capabilities::of(Capability::ALL));
         assert_eq!(Capabilities::parse("none").unwrap(), Capabilities::default());
         assert_eq!(Capabilities::parse("").unwrap(), Capabilities::default());
     }
@@ -155,5 +188,24 @@ mod tests {
     fn unknown_names_are_errors_that_list_the_known_ones() {
         let err = Capabilities::parse("ssh,teleport").unwrap_err();
         assert!(err.contains("\"teleport\"") && err.contains("keep_machine"), "{err}");
+    }
+
+    #[test]
+    fn every_row_has_a_distinct_name_that_parses_back() {
+        let names: BTreeSet<&str> = Capability::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(names.len(), Capability::ALL.len());
+        for c in Capability::ALL {
+            assert_eq!(Capability::parse(c.as_str()), Some(*c));
+            assert!(!c.promise().is_empty());
+            assert!(c.as_str() != BASE && c.as_str() != "all" && c.as_str() != "none");
+        }
+    }
+
+    #[test]
+    fn render_is_table_ordered_and_parses_back() {
+        let c = Capabilities::parse("sighup_reload ssh").unwrap();
+        assert_eq!(c.render(), "ssh,sighup_reload");
+        assert_eq!(Capabilities::parse(&c.render()).unwrap(), c);
+        assert_eq!(Capabilities::default().render(), "none");
     }
 }

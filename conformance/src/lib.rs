@@ -25,75 +25,61 @@ pub type Outcome = Result<(), String>;
 /// The boxed future a spec's run function returns.
 pub type SpecFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
 
-/// The behaviour a spec covers (also the prefix of its trial name: `<area>::<name>`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Area {
+/// Defines [`Area`] and its table from rows `Variant = "name"` (each with its doc): adding an area is adding a row.
+macro_rules! areas {
+    ($( $(#[$doc:meta])* $variant:ident = $name:literal, )+) => {
+        /// The behaviour a spec covers (also the prefix of its trial name: `<area>::<name>`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Area {
+            $( $(#[$doc])* $variant, )+
+        }
+
+        impl Area {
+            /// Every area, in table order.
+            pub const ALL: &'static [Area] = &[$( Area::$variant, )+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $( Area::$variant => $name, )+
+                }
+            }
+        }
+    };
+}
+
+areas! {
     /// submit / load / start / stop / unload / destroy / restart / cat, agreement with systemd.
-    UnitActions,
+    UnitActions = "unit_actions",
     /// The engine's placement: least-loaded, Conflicts, MachineOf, MachineID, Replaces, global units.
-    Scheduling,
+    Scheduling = "scheduling",
     /// Machine presence and the machines API (list, metadata PATCH).
-    Machines,
+    Machines = "machines",
     /// MachineMetadata and `%i` specifiers.
-    Metadata,
+    Metadata = "metadata",
     /// Loss of etcd: units keep running, the cluster converges afterwards.
-    Connectivity,
+    Connectivity = "connectivity",
     /// The HTTP API v1 (raw requests: status codes, content types, error bodies).
-    ClientApi,
+    ClientApi = "client_api",
     /// One fleetd's life: shutdown, SIGHUP reload, duplicate machine IDs, monitor restarts.
-    Node,
+    Node = "node",
     /// Machines joining, leaving, rebooting, dying; engine leadership changes.
-    Cluster,
+    Cluster = "cluster",
     /// The fleetctl command line itself: version, help, environment, listing order.
-    Fleetctl,
-    /// `--replace` and `--keep-machine`: serialization of stop and start hooks, template moves, global units,
-    /// interrupted replacements.
-    Replace,
+    Fleetctl = "fleetctl",
+    /// `--replace` and `--keep-machine`: serialization of stop and start hooks on one machine and across machines,
+    /// template moves, global units, interrupted replacements.
+    Replace = "replace",
     /// Global units: every eligible machine, MachineMetadata, machines joining and leaving, conflicts, actions.
-    GlobalUnits,
+    GlobalUnits = "global_units",
     /// The commands that reach machines over SSH: `ssh`, `status`, `journal`, `--tunnel`, known hosts.
-    Ssh,
-    /// Changing a running service without an outage: replace without restart.
-    Rollout,
+    Ssh = "ssh",
+    /// Changing a running service without an outage: replace without restart, rolling replace and restart.
+    Rollout = "rollout",
 }
 
 impl Area {
-    pub const ALL: [Area; 13] = [
-        Area::UnitActions,
-        Area::Scheduling,
-        Area::Machines,
-        Area::Metadata,
-        Area::Connectivity,
-        Area::ClientApi,
-        Area::Node,
-        Area::Cluster,
-        Area::Fleetctl,
-        Area::Replace,
-        Area::GlobalUnits,
-        Area::Ssh,
-        Area::Rollout,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Area::UnitActions => "unit_actions",
-            Area::Scheduling => "scheduling",
-            Area::Machines => "machines",
-            Area::Metadata => "metadata",
-            Area::Connectivity => "connectivity",
-            Area::ClientApi => "client_api",
-            Area::Node => "node",
-            Area::Cluster => "cluster",
-            Area::Fleetctl => "fleetctl",
-            Area::Replace => "replace",
-            Area::GlobalUnits => "global_units",
-            Area::Ssh => "ssh",
-            Area::Rollout => "rollout",
-        }
-    }
-
     pub fn parse(s: &str) -> Option<Area> {
-        Area::ALL.into_iter().find(|a| a.as_str() == s)
+        Area::ALL.iter().copied().find(|a| a.as_str() == s)
     }
 }
 
@@ -123,6 +109,15 @@ impl Spec {
     /// The trial name: `<area>::<name>`.
     pub fn trial_name(&self) -> String {
         format!("{}::{}", self.area, self.name)
+    }
+
+    /// `base` when the spec needs no capability, else the capabilities it needs joined by `+`.
+    pub fn profile(&self) -> String {
+        if self.requires.is_empty() {
+            capabilities::BASE.to_string()
+        } else {
+            self.requires.iter().map(|c| c.as_str()).collect::<Vec<_>>().join("+")
+        }
     }
 
     /// The capabilities this spec needs that `caps` lacks.

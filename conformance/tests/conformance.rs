@@ -1,11 +1,13 @@
 //! The conformance suite as one libtest-mimic binary: one trial per spec, named `<area>::<spec>`
 //! (`cargo nextest run -p fleet-conformance`). Specs needing a capability the implementation under test does not
-//! declare are ignored (skipped). When the whole catalogue runs in this one process (`cargo test`), a per-area
-//! summary follows libtest's; under nextest (one process per trial) run `conformance-summary` on the JUnit report.
+//! declare are ignored (skipped). When the whole catalogue runs in this one process (`cargo test`), the summary per
+//! area and per profile follows libtest's; under nextest (one process per trial) run `conformance-summary` on the
+//! JUnit report.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use fleet_conformance::summary::{self, Summary};
+use fleet_conformance::summary::{JunitResult, Report};
 use fleet_conformance::{Capabilities, all, execute};
 use libtest_mimic::{Arguments, Failed, Trial};
 
@@ -18,43 +20,34 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let results = Arc::new(Mutex::new(Summary::default()));
-    let specs = all();
-    let mut skipped = Summary::default();
-    let trials: Vec<Trial> = specs
+    let results: Arc<Mutex<BTreeMap<String, JunitResult>>> = Arc::default();
+    let trials: Vec<Trial> = all()
         .into_iter()
         .map(|spec| {
             let name = spec.trial_name();
-            let area = spec.area.to_string();
-            let missing = spec.missing(&caps);
-            if !missing.is_empty() {
-                skipped.add(&area, summary::Result::Skipped);
-            }
+            let ignored = !spec.missing(&caps).is_empty();
             let results = Arc::clone(&results);
-            let ignored = !missing.is_empty();
-            Trial::test(name, move || {
+            Trial::test(name.clone(), move || {
                 let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
                 let outcome = rt.block_on(execute(&spec));
-                let r = if outcome.is_ok() { summary::Result::Passed } else { summary::Result::Failed };
-                results.lock().unwrap().add(&area, r);
+                let r = match &outcome {
+                    Ok(()) => JunitResult::Passed,
+                    Err(e) => JunitResult::Failed(e.clone()),
+                };
+                results.lock().unwrap().insert(name, r);
                 outcome.map_err(Failed::from)
             })
             .with_ignored_flag(ignored)
         })
         .collect();
     let whole_catalogue = args.filter.is_none() && args.skip.is_empty() && !args.list && !args.ignored;
+    let include_ignored = args.include_ignored;
     let conclusion = libtest_mimic::run(&args, trials);
     let ran = conclusion.num_passed + conclusion.num_failed;
     if whole_catalogue && ran > 1 {
-        let mut s = results.lock().unwrap().clone();
-        if !args.include_ignored {
-            for (area, r) in skipped.entries() {
-                for _ in 0..r {
-                    s.add(&area, summary::Result::Skipped);
-                }
-            }
-        }
-        println!("{}", s.render());
+        // With --include-ignored every spec ran: report them as declared-all.
+        let declared = if include_ignored { Capabilities::of(fleet_conformance::Capability::ALL) } else { caps };
+        println!("{}", Report::new(&all(), &declared, &results.lock().unwrap()).render());
     }
     conclusion.exit();
 }

@@ -20,92 +20,112 @@ pub fn specs() -> Vec<Spec> {
     fn spec(name: &'static str, origin: &'static str, run: fn(Ctx) -> SpecFuture) -> Spec {
         Spec { name, area: Area::Replace, machines: 0, metadata: &[], requires: &[], origin, run }
     }
-    const KEEP: &[Capability] = &[Capability::KeepMachine];
+    use Capability::*;
+    // `--keep-machine` specs that also require fleetctl to return only once the new version runs.
+    const KEEP_WAITS: &[Capability] = &[KeepMachine, ReplaceWaitsForNewVersion];
     vec![
-        spec("replace_decision_table_on_a_cluster", "spec §10.2-§10.3", |_| Box::pin(decision_table())).requires(KEEP),
+        spec("replace_decision_table_on_a_cluster", "spec §10.2-§10.3", |_| Box::pin(decision_table()))
+            .requires(KEEP_WAITS),
         spec("replace_stop_post_precedes_start_pre_20_rounds", "TestReplaceSerialization (removed upstream)", |_| {
             Box::pin(serialization(20))
         })
-        .requires(KEEP),
+        .requires(KEEP_WAITS),
         spec("replaced_template_instance_may_move_without_pin", "PR #1509", |_| {
             Box::pin(template_instances(Pin::None))
         }),
         spec("replaced_template_instance_stays_with_metadata_pin", "PR #1509", |_| {
             Box::pin(template_instances(Pin::Metadata))
-        }),
+        })
+        .requires(&[ReplaceWaitsForNewVersion]),
         spec("template_instance_keeps_machine_with_keep_machine_flag", "issue 5", |_| {
             Box::pin(template_instances(Pin::KeepMachine))
         })
-        .requires(KEEP),
-        spec("r1691_replace_instance_uses_local_template", "upstream #1691", |_| Box::pin(local_template())),
-        spec("global_unit_replaced_on_every_machine_stop_before_start", "upstream #960", |_| Box::pin(global_unit())),
+        .requires(KEEP_WAITS),
+        spec("r1691_replace_instance_uses_local_template", "upstream #1691", |_| Box::pin(local_template()))
+            .requires(&[LocalTemplateInstances]),
+        spec("global_unit_replaced_on_every_machine_stop_before_start", "upstream #960", |_| Box::pin(global_unit()))
+            .requires(&[GlobalWait]),
         spec("replace_converges_after_fleetctl_is_killed", "issue 5", |_| {
             Box::pin(interrupted(Interruption::KillFleetctl, false))
-        }),
+        })
+        .requires(&[ReplaceSurvivesClientKill]),
         spec("replace_keep_machine_converges_after_fleetctl_is_killed", "issue 5", |_| {
             Box::pin(interrupted(Interruption::KillFleetctl, true))
         })
-        .requires(KEEP),
+        .requires(&[KeepMachine, ReplaceSurvivesClientKill]),
         spec("replace_converges_after_old_machine_dies", "issue 5", |_| {
             Box::pin(interrupted(Interruption::KillOldMachine, true))
         })
-        .requires(KEEP),
+        .requires(&[KeepMachine]),
         spec("replace_converges_across_etcd_restart", "issue 5", |_| {
             Box::pin(interrupted(Interruption::EtcdRestart, true))
         })
-        .requires(KEEP),
+        .requires(&[KeepMachine]),
     ]
 }
 
-fn err<E: std::fmt::Display>(e: E) -> String {
+pub(super) fn err<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
 }
 
-async fn cluster(machines: usize) -> Result<Cluster, String> {
-    let cluster = Cluster::builder().machines(machines).agent_ttl("3s").start().await.map_err(err)?;
+pub(super) async fn cluster(machines: usize) -> Result<Cluster, String> {
+    cluster_with(machines, &[]).await
+}
+
+/// A cluster of `machines` (agent_ttl 3 s) with extra metadata per slot, once every machine is listed.
+pub(super) async fn cluster_with(machines: usize, metadata: &[(usize, &str)]) -> Result<Cluster, String> {
+    let mut b = Cluster::builder().machines(machines).agent_ttl("3s");
+    for (slot, md) in metadata {
+        b = b.metadata(*slot, md);
+    }
+    let cluster = b.start().await.map_err(err)?;
     cluster.wait_for_n_machines(1, machines).await.map_err(err)?;
     Ok(cluster)
 }
 
 /// Runs fleetctl via machine `slot`; a non-zero exit is an error showing the output.
-async fn ctl(c: &Cluster, slot: usize, args: &[&str]) -> Result<Output, String> {
+pub(super) async fn ctl(c: &Cluster, slot: usize, args: &[&str]) -> Result<Output, String> {
     let out = c.fleetctl(slot, args).await.map_err(err)?;
     if out.success() { Ok(out) } else { Err(format!("fleetctl {}: {}", args.join(" "), out.describe())) }
 }
 
 /// A machine to run fleetctl through: slot 1 unless a spec removed it.
-fn any_slot(c: &Cluster) -> Result<usize, String> {
+pub(super) fn any_slot(c: &Cluster) -> Result<usize, String> {
     c.machines().first().map(|m| m.slot()).ok_or_else(|| "the cluster has no machine left".to_string())
 }
 
 /// A directory of unit files, removed on drop.
-struct Dir(tempfile::TempDir);
+pub(super) struct Dir(tempfile::TempDir);
 
 impl Dir {
-    fn new() -> Result<Dir, String> {
+    pub(super) fn new() -> Result<Dir, String> {
         tempfile::tempdir().map(Dir).map_err(err)
     }
-    fn write(&self, name: &str, text: &str) -> Result<String, String> {
+    pub(super) fn write(&self, name: &str, text: &str) -> Result<String, String> {
         let p: PathBuf = self.0.path().join(name);
         std::fs::write(&p, text).map_err(err)?;
         Ok(p.display().to_string())
     }
-    fn path(&self, name: &str) -> String {
+    pub(super) fn path(&self, name: &str) -> String {
         self.0.path().join(name).display().to_string()
     }
 }
 
 /// One row of `list-units --full`: machine ID, full hash, active state.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Row {
-    machine: String,
-    hash: String,
-    active: String,
+pub(super) struct Row {
+    pub(super) machine: String,
+    pub(super) hash: String,
+    pub(super) active: String,
 }
 
-async fn list_units(c: &Cluster) -> Result<BTreeMap<String, Vec<Row>>, String> {
-    let out =
-        ctl(c, any_slot(c)?, &["list-units", "--no-legend", "--full", "--fields", "unit,machine,hash,active"]).await?;
+pub(super) async fn list_units(c: &Cluster) -> Result<BTreeMap<String, Vec<Row>>, String> {
+    list_units_via(c, any_slot(c)?).await
+}
+
+/// `list-units` through machine `slot`'s API: unit → rows.
+pub(super) async fn list_units_via(c: &Cluster, slot: usize) -> Result<BTreeMap<String, Vec<Row>>, String> {
+    let out = ctl(c, slot, &["list-units", "--no-legend", "--full", "--fields", "unit,machine,hash,active"]).await?;
     let mut rows: BTreeMap<String, Vec<Row>> = BTreeMap::new();
     for line in out.stdout.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -118,8 +138,13 @@ async fn list_units(c: &Cluster) -> Result<BTreeMap<String, Vec<Row>>, String> {
 }
 
 /// unit → full hash of the registry copy.
-async fn unit_hashes(c: &Cluster) -> Result<BTreeMap<String, String>, String> {
-    let out = ctl(c, any_slot(c)?, &["list-unit-files", "--no-legend", "--full", "--fields", "unit,hash"]).await?;
+pub(super) async fn unit_hashes(c: &Cluster) -> Result<BTreeMap<String, String>, String> {
+    unit_hashes_via(c, any_slot(c)?).await
+}
+
+/// unit → full hash of the registry copy, through machine `slot`'s API.
+pub(super) async fn unit_hashes_via(c: &Cluster, slot: usize) -> Result<BTreeMap<String, String>, String> {
+    let out = ctl(c, slot, &["list-unit-files", "--no-legend", "--full", "--fields", "unit,hash"]).await?;
     Ok(out
         .stdout
         .lines()
@@ -132,8 +157,16 @@ async fn unit_hashes(c: &Cluster) -> Result<BTreeMap<String, String>, String> {
 
 /// The cluster's view and systemd's agree that `unit` runs exactly once, with content `hash`: one `list-units`
 /// row, active, with that hash; systemd active on that machine and not active on any other. Returns the machine.
-async fn runs_once(c: &Cluster, unit: &str, hash: &str) -> Check<String> {
-    let rows = match list_units(c).await {
+pub(super) async fn runs_once(c: &Cluster, unit: &str, hash: &str) -> Check<String> {
+    match any_slot(c) {
+        Ok(slot) => runs_once_via(c, slot, unit, hash).await,
+        Err(e) => Check::NotYet(e),
+    }
+}
+
+/// [`runs_once`], asking machine `slot`'s API.
+pub(super) async fn runs_once_via(c: &Cluster, slot: usize, unit: &str, hash: &str) -> Check<String> {
+    let rows = match list_units_via(c, slot).await {
         Ok(r) => r,
         Err(e) => return Check::NotYet(e),
     };
@@ -156,10 +189,14 @@ async fn runs_once(c: &Cluster, unit: &str, hash: &str) -> Check<String> {
     Check::Ready(row.machine.clone())
 }
 
-async fn wait_runs_once(c: &Cluster, unit: &str, hash: &str) -> Result<String, String> {
-    c.wait_for(&format!("{unit} to run once with hash {}", &hash[..7.min(hash.len())]), || runs_once(c, unit, hash))
-        .await
-        .map_err(err)
+pub(super) async fn wait_runs_once(c: &Cluster, unit: &str, hash: &str) -> Result<String, String> {
+    wait_runs_once_via(c, any_slot(c)?, unit, hash).await
+}
+
+/// [`wait_runs_once`], asking machine `slot`'s API.
+pub(super) async fn wait_runs_once_via(c: &Cluster, slot: usize, unit: &str, hash: &str) -> Result<String, String> {
+    let what = format!("{unit} to run once with hash {}", &hash[..7.min(hash.len())]);
+    c.wait_for(&what, || runs_once_via(c, slot, unit, hash)).await.map_err(err)
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -350,7 +387,7 @@ async fn serialization(rounds: usize) -> Outcome {
     Ok(())
 }
 
-fn summary(d: &[Duration]) -> String {
+pub(super) fn summary(d: &[Duration]) -> String {
     let mut s: Vec<f64> = d.iter().map(Duration::as_secs_f64).collect();
     s.sort_by(f64::total_cmp);
     if s.is_empty() {
@@ -560,7 +597,7 @@ enum Interruption {
 }
 
 /// Spawns fleetctl against machine `slot` (not waited for).
-fn spawn_fleetctl(c: &Cluster, slot: usize, args: &[&str]) -> Result<tokio::process::Child, String> {
+pub(super) fn spawn_fleetctl(c: &Cluster, slot: usize, args: &[&str]) -> Result<tokio::process::Child, String> {
     let m = c.machine(slot).map_err(err)?;
     tokio::process::Command::new(&c.binaries().fleetctl)
         .arg(format!("--endpoint={}", m.endpoint()))
