@@ -70,6 +70,27 @@ pub struct Rollout {
     pub steps: Vec<Step>,
 }
 
+/// One stored version of a unit (`GET /fleet/v1/units/<name>/history`, an extension of this implementation).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct UnitVersion {
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub current: bool,
+    pub hash: String,
+    /// The version's unit file; empty when its body is gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<UnitOption>,
+    /// When it was stored (Unix ms; 0 when not known).
+    #[serde(rename = "storedMs", default)]
+    pub stored_ms: u64,
+}
+
+/// `GET /fleet/v1/units/<name>/history`: the unit's versions, newest (current) first.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct UnitHistory {
+    #[serde(default)]
+    pub versions: Vec<UnitVersion>,
+}
+
 /// `GET /fleet/v1/rollouts`: newest first.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RolloutList {

@@ -74,6 +74,7 @@ impl ApiHandler for Api {
             Ok(Route::ListStates) => self.list_states(query.as_deref()),
             Ok(Route::GetState(name)) => self.get_state(&name),
             Ok(Route::Metrics) => self.metrics(),
+            Ok(Route::UnitHistory(name)) => self.unit_history(&name),
             Ok(Route::ListRollouts) => self.list_rollouts(),
             Ok(Route::GetRollout(id)) => self.get_rollout(&id),
             Ok(Route::PutRollout(id)) => self.put_rollout(&id, &request).await,

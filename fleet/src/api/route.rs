@@ -17,6 +17,8 @@ pub enum Route {
     GetState(String),
     Metrics,
     /// Extensions of this implementation (rollouts, issue 12).
+    /// The stored versions of a unit, newest first.
+    UnitHistory(String),
     ListRollouts,
     GetRollout(String),
     PutRollout(String),
@@ -84,6 +86,15 @@ pub fn route(method: &Method, raw_path: &str) -> Result<Route, RouteError> {
                     Method::DELETE => Ok(Route::DeleteUnit(name)),
                     _ => Err(RouteError::MethodNotAllowed("only GET, PUT and DELETE supported against this resource")),
                 };
+            }
+            if let Some(name) = rest.strip_prefix("/units/").and_then(|r| r.strip_suffix("/history")) {
+                if !name.is_empty() && !name.contains('/') {
+                    let name = decode_segment(name).ok_or(RouteError::NotFound)?;
+                    return match *method {
+                        Method::GET => Ok(Route::UnitHistory(name)),
+                        _ => Err(RouteError::MethodNotAllowed("only GET supported against this resource")),
+                    };
+                }
             }
             if let Some(id) = single_segment(rest, "/rollouts/") {
                 let id = decode_segment(id).ok_or(RouteError::NotFound)?;

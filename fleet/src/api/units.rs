@@ -53,6 +53,15 @@ impl Api {
         }
     }
 
+    /// The unit's stored versions, newest first (the current one marked), with their unit files.
+    pub(super) fn unit_history(&self, name: &str) -> Response<Bytes> {
+        let snapshot = self.snapshot();
+        let Some(object) = snapshot.unit_record(name).and_then(|r| r.object.as_ref()) else {
+            return reply::error(StatusCode::NOT_FOUND, "unit does not exist");
+        };
+        reply::json(&wire::history(object, |hash| snapshot.body(hash).cloned()))
+    }
+
     /// The decision procedure of spec §8.6, steps 1–8.
     pub(super) async fn put_unit(&self, path_name: &str, request: &Request<Bytes>) -> Response<Bytes> {
         if let Err(err) = check_content_type(request) {

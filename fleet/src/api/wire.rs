@@ -128,6 +128,34 @@ pub fn decide_put(unit: &schema::Unit, stored_hash: Option<&str>) -> Result<PutA
     }
 }
 
+/// A unit's versions as the API shows them, newest first; `body` finds a version's stored text.
+pub fn history(
+    object: &crate::registry::UnitObject,
+    body: impl Fn(&str) -> Option<std::sync::Arc<str>>,
+) -> schema::UnitHistory {
+    let mut versions: Vec<crate::registry::Version> = object.history.clone();
+    if versions.first().is_none_or(|v| v.hash != object.hash) {
+        // An object stored before history was kept: what it knows is its hash and the previous one.
+        versions = std::iter::once(crate::registry::Version { hash: object.hash.clone(), stored_ms: 0 })
+            .chain(object.previous_hash.iter().map(|h| crate::registry::Version { hash: h.clone(), stored_ms: 0 }))
+            .collect();
+    }
+    let versions = versions
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| schema::UnitVersion {
+            current: i == 0,
+            options: body(&v.hash)
+                .and_then(|text| UnitFile::parse(&text).ok())
+                .map(UnitFile::into_options)
+                .unwrap_or_default(),
+            hash: v.hash,
+            stored_ms: v.stored_ms,
+        })
+        .collect();
+    schema::UnitHistory { versions }
+}
+
 /// A rollout as the API shows it: spec, the user's last action, the engine's progress.
 pub fn rollout(r: &crate::rollout::Rollout) -> schema::Rollout {
     let spec = &r.spec;
@@ -323,6 +351,23 @@ mod tests {
             rejected(decide_put(&flagged(true, true), Some(&stored))),
             (400, "noRestart and reschedule cannot be combined".into())
         );
+    }
+
+    #[test]
+    fn history_lists_versions_newest_first_with_their_files() {
+        use crate::registry::UnitObject;
+        let (v1, v2) = (hash(HELLO), hash("[Service]\nExecStart=/bin/true\n"));
+        let o1 = UnitObject::next(None, "a.service", &v1, false, 1);
+        let o2 = UnitObject::next(Some(&o1), "a.service", &v2, false, 2);
+        let body = |h: &str| (h == v1).then(|| std::sync::Arc::from(HELLO));
+        let h = history(&o2, body);
+        let got: Vec<(bool, &str, u64, usize)> =
+            h.versions.iter().map(|v| (v.current, v.hash.as_str(), v.stored_ms, v.options.len())).collect();
+        assert_eq!(got, [(true, v2.as_str(), 2, 0), (false, v1.as_str(), 1, 1)], "v2's body is gone: no options");
+        // An object from before history was kept still shows its current and previous hash.
+        let legacy = UnitObject { history: Vec::new(), ..o2 };
+        let got: Vec<String> = history(&legacy, body).versions.into_iter().map(|v| v.hash).collect();
+        assert_eq!(got, [v2, v1]);
     }
 
     #[test]

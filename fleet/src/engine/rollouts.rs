@@ -72,8 +72,7 @@ pub async fn drive(registry: &Registry, view: &Snapshot, leader: &str) -> Option
             continue;
         }
         let progress = &advanced.progress;
-        match registry.write_rollout_progress(id, progress, record.progress_revision, leader, &advanced.roll_back).await
-        {
+        match registry.write_rollout_progress(view, id, progress, leader, &advanced.roll_back).await {
             Ok(true) => {
                 let counts = rollout::phase_counts(progress);
                 tracing::info!(rollout = %id, state = %progress.state, reason = %progress.reason, steps = ?counts,

@@ -44,7 +44,7 @@ pub use error::{RegistryError, Result};
 pub use keys::{Component, DEFAULT_PREFIX, InvalidComponent, Key, Keys, LAYOUT_VERSION, check_component};
 pub use lease::{LeaseKeeper, LeaseStatus};
 pub use machines::Registration;
-pub use records::{MachineObject, StateRecord, UnitObject};
+pub use records::{HISTORY_LEN, MachineObject, StateRecord, UnitObject, Version};
 pub use reflector::Reflector;
 pub use rollouts::{MAX_ROLLOUT_UNITS, RolloutBody};
 pub use snapshot::{BodyRecord, Change, LeaderRecord, MachineRecord, RolloutRecord, Snapshot, UnitRecord};

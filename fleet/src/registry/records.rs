@@ -23,6 +23,43 @@ pub struct UnitObject {
     /// reload systemd, but keep a running unit's process (`--no-restart`).
     #[serde(rename = "noRestart", default, skip_serializing_if = "std::ops::Not::not")]
     pub no_restart: bool,
+    /// The unit's versions, newest (the current one) first, at most [`HISTORY_LEN`]; their bodies are kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Version>,
+}
+
+/// How many versions of a unit [`UnitObject::history`] keeps.
+pub const HISTORY_LEN: usize = 10;
+
+/// One stored version of a unit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Version {
+    pub hash: String,
+    /// When it was stored (Unix ms; 0 when not known, for versions stored before history was kept).
+    #[serde(rename = "storedMs", default)]
+    pub stored_ms: u64,
+}
+
+impl UnitObject {
+    /// The object that stores version `hash` of unit `name` after `old` (`None`: a new unit): `old`'s hash becomes
+    /// the previous one and the history gains the new version at its front.
+    pub fn next(old: Option<&UnitObject>, name: &str, hash: &str, no_restart: bool, now_ms: u64) -> UnitObject {
+        let mut history = vec![Version { hash: hash.to_string(), stored_ms: now_ms }];
+        if let Some(old) = old {
+            if old.history.is_empty() {
+                history.push(Version { hash: old.hash.clone(), stored_ms: 0 });
+            }
+            history.extend(old.history.iter().cloned());
+        }
+        history.truncate(HISTORY_LEN);
+        UnitObject {
+            name: name.to_string(),
+            hash: hash.to_string(),
+            previous_hash: old.map(|o| o.hash.clone()),
+            no_restart,
+            history,
+        }
+    }
 }
 
 /// `P/states/<name>/<machine>`: systemd's view of a unit on the publishing machine (name and machine are in the
@@ -146,7 +183,13 @@ mod tests {
 
     #[test]
     fn unit_object_round_trips_and_omits_missing_previous_hash() {
-        let o = UnitObject { name: "a.service".into(), hash: "ab".into(), previous_hash: None, no_restart: false };
+        let o = UnitObject {
+            name: "a.service".into(),
+            hash: "ab".into(),
+            previous_hash: None,
+            no_restart: false,
+            history: Vec::new(),
+        };
         assert_eq!(encode_json(&o), r#"{"name":"a.service","hash":"ab"}"#);
         assert_eq!(decode_json::<UnitObject>("k", "unit object", encode_json(&o).as_bytes()).unwrap(), o);
         let o = UnitObject { previous_hash: Some("cd".into()), ..o };
@@ -155,6 +198,25 @@ mod tests {
         let o = UnitObject { no_restart: true, ..o };
         assert_eq!(encode_json(&o), r#"{"name":"a.service","hash":"ab","previousHash":"cd","noRestart":true}"#);
         assert_eq!(decode_json::<UnitObject>("k", "unit object", encode_json(&o).as_bytes()).unwrap(), o);
+    }
+
+    #[test]
+    fn history_keeps_the_newest_versions_first_and_seeds_from_objects_without_one() {
+        let legacy = UnitObject { history: Vec::new(), ..UnitObject::next(None, "a.service", "h0", false, 5) };
+        let mut o = UnitObject::next(Some(&legacy), "a.service", "h1", true, 10);
+        assert_eq!((o.hash.as_str(), o.previous_hash.as_deref(), o.no_restart), ("h1", Some("h0"), true));
+        assert_eq!(
+            o.history,
+            [Version { hash: "h1".into(), stored_ms: 10 }, Version { hash: "h0".into(), stored_ms: 0 }]
+        );
+        for i in 2..20 {
+            o = UnitObject::next(Some(&o), "a.service", &format!("h{i}"), false, 10 * i);
+        }
+        assert_eq!(o.history.len(), HISTORY_LEN);
+        assert_eq!(o.history[0].hash, "h19");
+        assert_eq!(o.history[HISTORY_LEN - 1].hash, "h10");
+        let json = encode_json(&UnitObject::next(None, "b.service", "h", false, 7));
+        assert_eq!(json, r#"{"name":"b.service","hash":"h","history":[{"hash":"h","storedMs":7}]}"#);
     }
 
     #[test]

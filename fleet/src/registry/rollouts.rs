@@ -8,6 +8,7 @@ use super::Registry;
 use super::error::{RegistryError, Result};
 use super::keys::{Component, check_component};
 use super::records::{UnitObject, encode_json};
+use super::snapshot::Snapshot;
 use crate::rollout::{Control, RolloutProgress, RolloutSpec, RolloutUnit};
 
 /// A new version a rollout stores for one of its units.
@@ -18,6 +19,8 @@ pub struct RolloutBody<'a> {
     pub text: &'a str,
     /// Mod revision of the unit's object as the caller read it: the write fails if the unit changed since.
     pub object_revision: i64,
+    /// The unit's object as read (its history continues in the new one).
+    pub object: Option<&'a UnitObject>,
 }
 
 /// Most units one rollout may name: each brings a compare and two puts to one transaction (etcd's default
@@ -49,12 +52,7 @@ impl Registry {
             check_component(Component::UnitName, &unit.name)?;
             check_component(Component::Hash, &unit.to)?;
             compares.push(Compare::mod_revision(k.unit_object(&unit.name), CompareOp::Equal, body.object_revision));
-            let object = UnitObject {
-                name: unit.name.clone(),
-                hash: unit.to.clone(),
-                previous_hash: Some(unit.from.clone()),
-                no_restart: false,
-            };
+            let object = UnitObject::next(body.object, &unit.name, &unit.to, false, spec.created_ms);
             ops.push(TxnOp::put(k.body(&unit.to), body.text, None));
             ops.push(TxnOp::put(k.unit_object(&unit.name), encode_json(&object), None));
         }
@@ -88,19 +86,21 @@ impl Registry {
         }
     }
 
-    /// Engine leader: stores a rollout's progress if it is still at `revision` (0: absent) and `leader` still holds
-    /// the engine leader key, with the rollback's unit objects (`hash` back to `from`) in the same transaction.
-    /// `false` when a compare failed (another writer, or leadership lost): nothing was written.
+    /// Engine leader: stores a rollout's progress if it is still at the revision `view` shows (absent there: still
+    /// absent) and `leader` still holds the engine leader key, with the rollback's unit objects (`hash` back to
+    /// `from`, history continued from `view`) in the same transaction. `false` when a compare failed (another
+    /// writer, or leadership lost): nothing was written.
     pub async fn write_rollout_progress(
         &self,
+        view: &Snapshot,
         id: &str,
         progress: &RolloutProgress,
-        revision: i64,
         leader: &str,
         roll_back: &[RolloutUnit],
     ) -> Result<bool> {
         check_component(Component::RolloutId, id)?;
         let k = &self.keys;
+        let revision = view.rollout_records().get(id).map_or(0, |r| r.progress_revision);
         let key = k.rollout_progress(id);
         let guard = if revision == 0 {
             Compare::version(key.as_str(), CompareOp::Equal, 0)
@@ -110,12 +110,12 @@ impl Registry {
         let mut ops = vec![TxnOp::put(key.as_str(), encode_json(progress), None)];
         for unit in roll_back {
             check_component(Component::UnitName, &unit.name)?;
-            let object = UnitObject {
-                name: unit.name.clone(),
-                hash: unit.from.clone(),
-                previous_hash: Some(unit.to.clone()),
-                no_restart: false,
-            };
+            let old = view.unit_record(&unit.name).and_then(|r| r.object.as_ref());
+            let object = UnitObject::next(old, &unit.name, &unit.from, false, super::units::now_ms());
+            // Bodies are re-put with their object, as on every write, so a concurrent GC cannot take them.
+            if let Some(text) = view.body(&unit.from) {
+                ops.push(TxnOp::put(k.body(&unit.from), text.as_ref(), None));
+            }
             ops.push(TxnOp::put(k.unit_object(&unit.name), encode_json(&object), None));
         }
         let txn = Txn::new().when([guard, Compare::value(k.engine_leader(), CompareOp::Equal, leader)]).and_then(ops);

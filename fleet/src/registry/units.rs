@@ -16,6 +16,11 @@ use super::keys::{Component, check_component};
 use super::records::{UnitObject, decode_json, encode_json};
 use crate::model::JobState;
 
+/// Wall-clock time in Unix milliseconds (when a version was stored).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 /// How many times a read-then-conditional-write is retried when another writer keeps winning.
 const MAX_ATTEMPTS: u32 = 5;
 
@@ -125,14 +130,9 @@ impl PutUnit<'_> {
 }
 
 impl Registry {
-    fn unit_write_ops(&self, unit: &PutUnit<'_>, previous: Option<String>) -> Vec<TxnOp> {
+    fn unit_write_ops(&self, unit: &PutUnit<'_>, old: Option<&UnitObject>) -> Vec<TxnOp> {
         let k = &self.keys;
-        let object = UnitObject {
-            name: unit.name.to_string(),
-            hash: unit.hash.to_string(),
-            previous_hash: previous,
-            no_restart: unit.no_restart,
-        };
+        let object = UnitObject::next(old, unit.name, unit.hash, unit.no_restart, now_ms());
         let mut ops = vec![
             TxnOp::put(k.body(unit.hash), unit.text, None),
             TxnOp::put(k.unit_object(unit.name), encode_json(&object), None),
@@ -190,8 +190,9 @@ impl Registry {
                 None => Compare::version(key.as_str(), CompareOp::Equal, 0),
             };
             let existed = current.is_some();
-            let previous = current.and_then(|(o, _)| o).map(|o| o.hash);
-            let txn = Txn::new().when([guard]).and_then(self.unit_write_ops(unit, previous.clone()));
+            let old = current.and_then(|(o, _)| o);
+            let previous = old.as_ref().map(|o| o.hash.clone());
+            let txn = Txn::new().when([guard]).and_then(self.unit_write_ops(unit, old.as_ref()));
             let resp = self.txn("put unit", &key, txn).await?;
             if resp.succeeded() {
                 let revision = revision_of(&resp);

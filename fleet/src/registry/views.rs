@@ -130,7 +130,11 @@ impl Snapshot {
             .unit_records()
             .values()
             .filter_map(|r| r.object.as_ref())
-            .flat_map(|o| std::iter::once(o.hash.as_str()).chain(o.previous_hash.as_deref()))
+            .flat_map(|o| {
+                std::iter::once(o.hash.as_str())
+                    .chain(o.previous_hash.as_deref())
+                    .chain(o.history.iter().map(|v| v.hash.as_str()))
+            })
             .chain(crate::rollout::needed_hashes(self.rollouts().iter()).into_iter().map(|h| {
                 // needed_hashes borrows from the rollouts vector; look the hash up in the bodies to outlive it.
                 self.bodies().get_key_value(h).map_or("", |(k, _)| k.as_str())
