@@ -9,6 +9,9 @@
 //!   replacements and desired states), so a unit this driver stores is one the API would have stored. Unlike the
 //!   original's etcd driver, creating a unit without options is refused like the API refuses it.
 //! * After a replace or destroy, unreferenced unit bodies are garbage-collected (the original leaked them, L9).
+//! * Rollouts are decided as the API decides them ([`wire::decide_rollout`] over a whole-registry read, then
+//!   [`Registry::create_rollout`]; [`super::decide_control`] then [`Registry::set_rollout_control`]) and shown as the
+//!   API shows them ([`wire::rollout`]). The engine leader of the cluster drives them as usual.
 //!
 //! The trait is synchronous: the client owns one single-threaded tokio runtime and blocks on it per call. The etcd
 //! connection is established lazily by the first request, so an unreachable etcd surfaces as that command's error
@@ -21,8 +24,9 @@ use super::{BuildError, Client, ClientError, StateFilter};
 use crate::api::ApiError;
 use crate::api::wire::{self, PutAction, StoreOptions};
 use crate::model::JobState;
-use crate::registry::{EtcdConfig, PutUnit, Registry, RegistryError, Snapshot, UnitWrite};
-use crate::schema::{Machine, Unit, UnitState};
+use crate::registry::{EtcdConfig, PutUnit, Registry, RegistryError, RolloutBody, Snapshot, UnitWrite};
+use crate::rollout::{Action, Control};
+use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitState};
 use crate::unit::{UnitFile, name};
 use crate::version::SemVer;
 
@@ -103,6 +107,13 @@ fn client_error(e: RegistryError) -> ClientError {
             ClientError::Rejected { code: 404, message: "unit does not exist".into() }
         }
         RegistryError::InvalidComponent(e) => ClientError::Rejected { code: 400, message: e.to_string() },
+        RegistryError::RolloutNotFound { .. } => {
+            ClientError::Rejected { code: 404, message: "rollout does not exist".into() }
+        }
+        RegistryError::RolloutExists { id } => {
+            ClientError::Rejected { code: 409, message: format!("rollout {id:?} already exists") }
+        }
+        e @ RegistryError::UnitChanged { .. } => ClientError::Rejected { code: 409, message: e.to_string() },
         other => ClientError::Other(other.to_string()),
     }
 }
@@ -201,4 +212,43 @@ impl Client for EtcdClient {
         let snapshot = self.run(self.registry.read_machines_snapshot())?;
         Ok(snapshot.machines().filter_map(|m| SemVer::parse(&m.version)).max())
     }
+
+    fn create_rollout(&self, id: &str, request: &RolloutRequest) -> Result<Rollout, ClientError> {
+        let snapshot = self.run(self.registry.read_snapshot())?;
+        let plan = wire::decide_rollout(id, request, &snapshot, now_ms()).map_err(rejected)?;
+        let mut bodies = Vec::with_capacity(plan.bodies.len());
+        for (name, text, object_revision) in &plan.bodies {
+            let unit = plan.spec.unit(name).ok_or_else(|| {
+                ClientError::Other(format!("rollout decision has a body for {name}, which it does not name"))
+            })?;
+            bodies.push(RolloutBody { unit, text, object_revision: *object_revision });
+        }
+        self.run(self.registry.create_rollout(&plan.spec, &bodies))?;
+        let stored = crate::rollout::Rollout { spec: plan.spec, control: Control::default(), progress: None };
+        Ok(wire::rollout(&stored))
+    }
+
+    fn rollouts(&self) -> Result<Vec<Rollout>, ClientError> {
+        let snapshot = self.run(self.registry.read_snapshot())?;
+        Ok(snapshot.rollouts().iter().map(wire::rollout).collect())
+    }
+
+    fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError> {
+        let snapshot = self.run(self.registry.read_snapshot())?;
+        Ok(snapshot.rollout_records().get(id).and_then(|r| r.rollout()).map(|r| wire::rollout(&r)))
+    }
+
+    fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError> {
+        let snapshot = self.run(self.registry.read_snapshot())?;
+        let Some(rollout) = snapshot.rollout_records().get(id).and_then(|r| r.rollout()) else {
+            return Err(reject(404, "rollout does not exist"));
+        };
+        let control = super::decide_control(&rollout, action).map_err(rejected)?;
+        self.run(self.registry.set_rollout_control(id, &control)).map(drop)
+    }
+}
+
+/// Wall-clock time in Unix milliseconds: a rollout's creation time, as the API stamps it.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }

@@ -3,14 +3,22 @@
 //! does; when `converge` is on, every unit reaches its desired state after `lag` observations, scheduled on the
 //! first machine (or the one named by `MachineID=`), with systemd states to match. Every mutating call is logged,
 //! including whether a replacement asked to be rescheduled.
+//!
+//! Rollouts go through the same pure code as in a real cluster (see [`cluster`]): the API's
+//! [`crate::api::wire::decide_rollout`] over a registry image of the fake, the engine's [`crate::rollout::advance`]
+//! over that image (each read of a rollout is one engine pass), and the agents' [`crate::rollout::pinned_hash`] /
+//! [`crate::rollout::restart_token`] for what each machine runs.
 
-use std::collections::BTreeMap;
+mod cluster;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use super::{Client, ClientError, StateFilter};
 use crate::api::ApiError;
-use crate::api::wire::{PutAction, decide_put};
-use crate::schema::{Machine, Unit, UnitState};
+use crate::api::wire::{self, PutAction, decide_put};
+use crate::rollout::{Action, Control};
+use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitState};
 use crate::unit::UnitOption;
 use crate::unit::{Requirements, UnitFile};
 use crate::version::SemVer;
@@ -34,6 +42,17 @@ struct State {
     log: Vec<String>,
     fail: Option<ClientError>,
     daemon_version: Option<SemVer>,
+    /// Options of every version a rollout replaced, by hash (what a rollback returns to).
+    bodies: BTreeMap<String, Vec<UnitOption>>,
+    rollouts: BTreeMap<String, crate::rollout::Rollout>,
+    /// (unit, machine) → the rollout the machine last restarted the unit for (the agents' restarted markers).
+    restarted: BTreeMap<(String, String), String>,
+    /// Versions (hashes) that fail on every machine that starts them.
+    unhealthy: BTreeSet<String>,
+    /// While set, the pretend engine leaves rollouts alone.
+    rollouts_frozen: bool,
+    /// The pretend engine's clock (Unix ms).
+    clock_ms: u64,
 }
 
 /// The fake cluster. Cheap to build; share it by reference.
@@ -65,6 +84,7 @@ impl FakeClient {
                 .map(|(id, ip)| Machine { id: id.to_string(), primary_ip: ip.to_string(), ..Default::default() })
                 .collect();
             st.converge = true;
+            st.clock_ms = cluster::START_MS;
         }
         fc
     }
@@ -115,8 +135,29 @@ impl FakeClient {
         self.lock().states.push(s);
     }
 
+    /// Make every machine that starts the version `text` of a unit report it `failed` (a new version that does
+    /// not come up).
+    pub fn set_unhealthy(&self, text: &str) {
+        let hash = UnitFile::parse(text).map(|u| u.hash().to_hex()).unwrap_or_default();
+        self.lock().unhealthy.insert(hash);
+    }
+
+    /// Stop (`true`) or let (`false`) the pretend engine advance rollouts.
+    pub fn freeze_rollouts(&self, frozen: bool) {
+        self.lock().rollouts_frozen = frozen;
+    }
+
+    /// The stored rollouts (as the engine left them), newest first.
+    pub fn stored_rollouts(&self) -> Vec<crate::rollout::Rollout> {
+        let st = self.lock();
+        let mut all: Vec<crate::rollout::Rollout> = st.rollouts.values().cloned().collect();
+        all.sort_by(|a, b| (b.spec.created_ms, &b.spec.id).cmp(&(a.spec.created_ms, &a.spec.id)));
+        all
+    }
+
     /// Mutating calls so far: `create <name> <state>`, `replace <name> <state>` (with ` reschedule` when the
-    /// request asked for it), `set <name> <state>`, `destroy <name>`, `meta ...`.
+    /// request asked for it), `set <name> <state>`, `destroy <name>`, `meta ...`, `rollout <id> <kind> <units>`,
+    /// `rollout <id> <action>`.
     pub fn log(&self) -> Vec<String> {
         self.lock().log.clone()
     }
@@ -189,14 +230,16 @@ impl FakeClient {
                 }
             };
             for m in on {
+                // A machine a replace rollout has not reached yet keeps the old version.
+                let hash = crate::rollout::pinned_hash(st.rollouts.values(), &name, &m).unwrap_or(&hash).to_string();
                 out.push(UnitState {
-                    hash: hash.clone(),
+                    running_hash: if active == "active" { hash.clone() } else { String::new() },
+                    hash,
                     machine_id: m,
                     name: name.clone(),
                     systemd_active_state: active.into(),
                     systemd_load_state: "loaded".into(),
                     systemd_sub_state: sub.into(),
-                    running_hash: if active == "active" { hash.clone() } else { String::new() },
                 });
             }
         }
@@ -327,6 +370,59 @@ impl Client for FakeClient {
         let st = self.lock();
         Self::check_fail(&st)?;
         Ok(st.daemon_version.clone())
+    }
+
+    fn create_rollout(&self, id: &str, request: &RolloutRequest) -> Result<Rollout, ClientError> {
+        let mut st = self.lock();
+        Self::check_fail(&st)?;
+        let view = cluster::registry_view(&st);
+        let plan = wire::decide_rollout(id, request, &view, st.clock_ms).map_err(api_error)?;
+        // Like the API: the new versions are stored with the rollout; the old ones are kept for a rollback.
+        for unit in &plan.spec.units {
+            let Some(stored) = st.units.get(&unit.name).cloned() else { continue };
+            if let Some(new) = request.units.iter().find(|u| u.name == unit.name && !u.options.is_empty()) {
+                st.bodies.insert(unit.from.clone(), stored.options);
+                if let Some(u) = st.units.get_mut(&unit.name) {
+                    u.options = new.options.clone();
+                }
+            }
+        }
+        let names: Vec<&str> = plan.spec.units.iter().map(|u| u.name.as_str()).collect();
+        let kind = match plan.spec.kind {
+            crate::rollout::RolloutKind::Replace => "replace",
+            crate::rollout::RolloutKind::Restart => "restart",
+        };
+        st.log.push(format!("rollout {id} {kind} {}", names.join(",")));
+        let stored = crate::rollout::Rollout { spec: plan.spec, control: Control::default(), progress: None };
+        let shown = wire::rollout(&stored);
+        st.rollouts.insert(id.to_string(), stored);
+        Ok(shown)
+    }
+
+    fn rollouts(&self) -> Result<Vec<Rollout>, ClientError> {
+        let mut st = self.lock();
+        Self::check_fail(&st)?;
+        cluster::engine_pass(&mut st);
+        drop(st);
+        Ok(self.stored_rollouts().iter().map(wire::rollout).collect())
+    }
+
+    fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError> {
+        let mut st = self.lock();
+        Self::check_fail(&st)?;
+        cluster::engine_pass(&mut st);
+        Ok(st.rollouts.get(id).map(wire::rollout))
+    }
+
+    fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError> {
+        let mut st = self.lock();
+        Self::check_fail(&st)?;
+        let Some(rollout) = st.rollouts.get_mut(id) else {
+            return Err(ClientError::Api { code: 404, message: "rollout does not exist".into() });
+        };
+        rollout.control = super::decide_control(rollout, action).map_err(api_error)?;
+        st.log.push(format!("rollout {id} {}", action.as_str()));
+        Ok(())
     }
 }
 

@@ -20,7 +20,11 @@ use serde::de::DeserializeOwned;
 use super::endpoint::{ApiEndpoint, Transport};
 use super::pool::{ConnectionPool, Sender};
 use super::{BuildError, Client, ClientError, StateFilter};
-use crate::schema::{ErrorBody, Machine, MachineMetadataOp, MachinePage, Unit, UnitPage, UnitState, UnitStatePage};
+use crate::rollout::Action;
+use crate::schema::{
+    ErrorBody, Machine, MachineMetadataOp, MachinePage, Rollout, RolloutControl, RolloutList, RolloutRequest, Unit,
+    UnitPage, UnitState, UnitStatePage,
+};
 
 const API_PREFIX: &str = "/fleet/v1";
 const USER_AGENT: &str = concat!("fleetctl/", env!("CARGO_PKG_VERSION"));
@@ -269,6 +273,27 @@ impl Client for HttpClient {
 
     fn delete_machine_metadata(&self, machine_id: &str, key: &str) -> Result<(), ClientError> {
         self.patch_machines(&[MachineMetadataOp::remove(machine_id, key)])
+    }
+
+    fn create_rollout(&self, id: &str, request: &RolloutRequest) -> Result<Rollout, ClientError> {
+        let body = serde_json::to_vec(request).map_err(|e| ClientError::Other(e.to_string()))?;
+        let path = format!("/rollouts/{}", escape_path(id));
+        let resp = self.check(self.send(http::Method::PUT, &path, &[], Some(body))?)?;
+        decode(&resp.body, &self.url(&path, &[]).1)
+    }
+
+    fn rollouts(&self) -> Result<Vec<Rollout>, ClientError> {
+        self.get_json::<RolloutList>("/rollouts", &[]).map(|list| list.rollouts)
+    }
+
+    fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError> {
+        self.get_optional(&format!("/rollouts/{}", escape_path(id)))
+    }
+
+    fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError> {
+        let body = serde_json::to_vec(&RolloutControl { action }).map_err(|e| ClientError::Other(e.to_string()))?;
+        let path = format!("/rollouts/{}", escape_path(id));
+        self.check(self.send(http::Method::PATCH, &path, &[], Some(body))?).map(|_| ())
     }
 }
 

@@ -4,6 +4,10 @@
 //! [`etcd::EtcdClient`] directly over etcd (`--driver=etcd`, built on the registry module, answering like the API).
 //! [`fake::FakeClient`] is an in-memory cluster for tests. The trait is synchronous: implementations
 //! that need async I/O own their runtime, so command logic stays plain code and is easy to test.
+//!
+//! Rollouts (issue 12, an extension of this implementation): every implementation decides a new rollout with the
+//! API's own [`crate::api::wire::decide_rollout`] and a user's action on one with [`decide_control`], and shows
+//! rollouts with [`crate::api::wire::rollout`].
 
 pub mod endpoint;
 pub mod etcd;
@@ -13,7 +17,9 @@ mod pool;
 
 use std::time::Duration;
 
-use crate::schema::{Machine, Unit, UnitState};
+use crate::api::ApiError;
+use crate::rollout::{Action, Control, Rollout as StoredRollout};
+use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitState};
 use crate::version::SemVer;
 
 /// Everything fleetctl does to a cluster. Names and semantics follow the original's `client.API`.
@@ -43,6 +49,14 @@ pub trait Client: Send + Sync {
     fn latest_daemon_version(&self) -> Result<Option<SemVer>, ClientError> {
         Ok(None)
     }
+    /// Start a rolling replace or restart under the ID `id` (`PUT /rollouts/<id>`); the rollout as stored.
+    fn create_rollout(&self, id: &str, request: &RolloutRequest) -> Result<Rollout, ClientError>;
+    /// Every rollout, newest first (`GET /rollouts`).
+    fn rollouts(&self) -> Result<Vec<Rollout>, ClientError>;
+    /// One rollout, or `None` when it does not exist (`GET /rollouts/<id>`).
+    fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError>;
+    /// Pause, resume (`run`) or abort a rollout that is not final (`PATCH /rollouts/<id>`).
+    fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError>;
 }
 
 /// A shared client is a client (lets tests keep a handle on the fake they hand out).
@@ -80,6 +94,39 @@ impl<T: Client + ?Sized> Client for std::sync::Arc<T> {
     fn latest_daemon_version(&self) -> Result<Option<SemVer>, ClientError> {
         (**self).latest_daemon_version()
     }
+    fn create_rollout(&self, id: &str, request: &RolloutRequest) -> Result<Rollout, ClientError> {
+        (**self).create_rollout(id, request)
+    }
+    fn rollouts(&self) -> Result<Vec<Rollout>, ClientError> {
+        (**self).rollouts()
+    }
+    fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError> {
+        (**self).rollout(id)
+    }
+    fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError> {
+        (**self).control_rollout(id, action)
+    }
+}
+
+/// The control a user's `action` leaves on `rollout` (`PATCH /rollouts/<id>`): refused once the rollout is final;
+/// `run` counts one more resume, which releases the steps a failure paused once more.
+///
+/// This is the rule the API's `patch_rollout` applies inline (`api/rollouts.rs`); the etcd driver and the fake
+/// decide with this function.
+pub fn decide_control(rollout: &StoredRollout, action: Action) -> Result<Control, ApiError> {
+    let state = rollout.state();
+    if state.is_final() {
+        return Err(ApiError::new(
+            ::http::StatusCode::CONFLICT,
+            format!("rollout {:?} is {state}: nothing to {}", rollout.spec.id, action.as_str()),
+        ));
+    }
+    let mut control = rollout.control;
+    if action == Action::Run {
+        control.resumes += 1;
+    }
+    control.action = action;
+    Ok(control)
 }
 
 /// Optional exact-match filters of `GET /state`.

@@ -8,6 +8,9 @@
 //! the command's desired state, so the unit keeps its machine and that machine's agent stops the old version
 //! before it starts the new one. Either way every replaced unit is recorded in [`Ctx::replaced`] so that the
 //! command's waits are satisfied only by the new content.
+//!
+//! `start --replace --rolling` locates the new versions the same way ([`rolling_replacements`]) but sends them all
+//! in one rollout request instead (`fleetctl::rollout`).
 
 use std::path::{Path, PathBuf};
 
@@ -15,7 +18,7 @@ use super::Ctx;
 use super::parallel;
 use super::wait::wait_for_unit_states;
 use crate::model::JobState;
-use crate::schema::Unit;
+use crate::schema::{RolloutRequestUnit, Unit};
 use crate::unit::name as unitf;
 use crate::unit::xfleet;
 use crate::unit::{NameInfo, UnitFile};
@@ -321,6 +324,40 @@ pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), Strin
         return Err("One or more errors creating units".into());
     }
     Ok(())
+}
+
+/// For `start --replace --rolling`: the new version of each argument's unit, located and validated exactly as
+/// `--replace` does (local file, else local template, else registry template). Units whose content is the same are
+/// reported as `--replace` reports them (`Found same Unit(..) in Registry, nothing to do`) and left out. A unit that
+/// does not exist is an error: a rollout changes running units. Nothing is sent.
+pub fn rolling_replacements(ctx: &mut Ctx<'_>, args: &[String]) -> Result<Vec<RolloutRequestUnit>, String> {
+    let names: Vec<String> = args.iter().map(|a| unitf::mangle(a)).collect();
+    let client = ctx.client;
+    let lookups = parallel::map(&names, |name| client.unit(name));
+    let mut seen = std::collections::HashSet::new();
+    let mut replacements = Vec::new();
+    for ((arg, name), lookup) in args.iter().zip(&names).zip(lookups) {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let path = PathBuf::from(unitf::append_default_type(arg));
+        let existing = lookup.map_err(|e| format!("error retrieving Unit({name}) from Registry: {e}"))?;
+        let Some(existing) = existing else {
+            return Err(format!(
+                "unit {name} does not exist: a rolling replace changes launched units (start it first)"
+            ));
+        };
+        match compare(ctx, arg, &path, name, &existing, true) {
+            Comparison::Same => ctx.say(&format!("Found same Unit({name}) in Registry, nothing to do")),
+            Comparison::Failed(e) => return Err(e),
+            Comparison::Different => {
+                let uf = replacement_for(ctx, arg, &path, name)?;
+                let unit = prepare_unit(ctx, name, uf, None, None)?;
+                replacements.push(RolloutRequestUnit { name: unit.name, options: unit.options });
+            }
+        }
+    }
+    Ok(replacements)
 }
 
 /// The `--replace` decision for one argument whose unit exists (spec §10.2), queuing the replacement if any.

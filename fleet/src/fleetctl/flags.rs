@@ -4,9 +4,11 @@
 //! environment for global flags. Deliberate differences (B11 Rec): `-l`, `-f` and `-A` are accepted as the long
 //! flags `--l`, `--f`, `--A`, and `--debug` works on the command line.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use super::commands::{COMMANDS, CommandSpec};
+use crate::fleetd::duration::parse_go_duration;
 
 /// Value type of a flag (also what help shows after the name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +17,8 @@ pub enum Kind {
     Str,
     Int,
     Float,
+    /// Go's `time.Duration` syntax (`10s`, `1m30s`, `500ms`, `0`), as pflag's duration flags.
+    Duration,
 }
 
 /// One flag: name (without dashes), type, default (as text) and usage line.
@@ -124,6 +128,7 @@ pub enum Value {
     Str(String),
     Int(i64),
     Float(f64),
+    Duration(Duration),
 }
 
 /// Why the command line could not be parsed. Messages are pflag's / cobra's.
@@ -147,6 +152,8 @@ pub enum ParseError {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Flags {
     values: BTreeMap<&'static str, Value>,
+    /// Flags given on the command line or in the environment (not left at their default).
+    given: BTreeSet<&'static str>,
 }
 
 impl Flags {
@@ -160,7 +167,7 @@ impl Flags {
                 }
             }
         }
-        Flags { values }
+        Flags { values, given: BTreeSet::new() }
     }
 
     pub fn bool(&self, name: &str) -> bool {
@@ -188,9 +195,21 @@ impl Flags {
         }
     }
 
+    pub fn duration(&self, name: &str) -> Duration {
+        match self.values.get(name) {
+            Some(Value::Duration(d)) => *d,
+            _ => Duration::ZERO,
+        }
+    }
+
     /// Whether the command defines this flag.
     pub fn has(&self, name: &str) -> bool {
         self.values.contains_key(name)
+    }
+
+    /// Whether the flag was given (on the command line or in the environment), even with its default value.
+    pub fn is_given(&self, name: &str) -> bool {
+        self.given.contains(name)
     }
 }
 
@@ -233,6 +252,7 @@ fn parse_value(spec: &FlagSpec, text: &str) -> Result<Value, String> {
             .filter(|f| f.is_finite())
             .map(Value::Float)
             .ok_or_else(|| format!("strconv.ParseFloat: parsing {text:?}: invalid syntax")),
+        Kind::Duration => parse_go_duration(text).map(Value::Duration).map_err(|e| e.to_string()),
     }
 }
 
@@ -328,6 +348,7 @@ pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<In
             let v = parse_value(spec, &text)
                 .map_err(|reason| fail(ParseError::InvalidEnv { var: var.clone(), value: text.clone(), reason }))?;
             flags.values.insert(spec.name, v);
+            flags.given.insert(spec.name);
         }
     }
 
@@ -391,6 +412,7 @@ pub fn parse(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<In
             fail(ParseError::InvalidValue { flag: spec.name.to_string(), value: text.clone(), reason })
         })?;
         flags.values.insert(spec.name, v);
+        flags.given.insert(spec.name);
     }
     Ok(Invocation { command, flags, args: positional })
 }
@@ -478,6 +500,33 @@ mod tests {
             err(&["start", "--no-block=maybe"]),
             "invalid argument \"maybe\" for \"--no-block\" flag: strconv.ParseBool: parsing \"maybe\": invalid syntax"
         );
+    }
+
+    #[test]
+    fn duration_flags_take_go_durations() {
+        let a = ok(&["restart", "--rolling", "--min-healthy=1m30s", "--health-timeout", "500ms", "a"]);
+        assert_eq!(a.flags.duration("min-healthy"), Duration::from_secs(90));
+        assert_eq!(a.flags.duration("health-timeout"), Duration::from_millis(500));
+        let defaults = ok(&["restart", "a"]);
+        assert_eq!(defaults.flags.duration("min-healthy"), Duration::from_secs(10));
+        assert_eq!(defaults.flags.duration("health-timeout"), Duration::from_secs(300));
+        assert_eq!(ok(&["restart", "--min-healthy=0", "a"]).flags.duration("min-healthy"), Duration::ZERO);
+        assert_eq!(
+            err(&["restart", "--min-healthy=10"]),
+            "invalid argument \"10\" for \"--min-healthy\" flag: time: invalid duration \"10\""
+        );
+        assert_eq!(
+            err(&["start", "--health-timeout=-1s"]),
+            "invalid argument \"-1s\" for \"--health-timeout\" flag: time: invalid duration \"-1s\""
+        );
+    }
+
+    #[test]
+    fn flags_given_are_told_apart_from_defaults() {
+        let a = ok(&["restart", "--max-unavailable=1", "a"]);
+        assert!(a.flags.is_given("max-unavailable"), "given with its default value");
+        assert!(!a.flags.is_given("min-healthy"));
+        assert!(!a.flags.is_given("rolling"));
     }
 
     #[test]

@@ -21,10 +21,15 @@ pub fn flag_usages(specs: &[FlagSpec]) -> String {
                 Kind::Str => " string",
                 Kind::Int => " int",
                 Kind::Float => " float",
+                Kind::Duration => " duration",
             };
             let left = format!("      --{}{}", s.name, type_name);
             let default = match (s.kind, s.default) {
-                (Kind::Bool, "false") | (Kind::Str, "") | (Kind::Int, "0") | (Kind::Float, "0") => String::new(),
+                (Kind::Bool, "false")
+                | (Kind::Str, "")
+                | (Kind::Int, "0")
+                | (Kind::Float, "0")
+                | (Kind::Duration, "0s") => String::new(),
                 (Kind::Str, d) => format!(" (default {d:?})"),
                 (_, d) => format!(" (default {d})"),
             };
@@ -96,7 +101,7 @@ pub fn bare_usage() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleetctl::commands::command;
+    use crate::fleetctl::commands::{EXTENSION_COMMANDS, ROLLING_FLAGS, command};
 
     /// Extract the stdout section of `$ <cmd>` from a reference transcript, with the reference version replaced.
     pub(crate) fn transcript_stdout(file: &str, cmd: &str) -> Option<String> {
@@ -139,15 +144,51 @@ mod tests {
         let expected = format!(
             "NAME:\n\tfleetctl - fleetctl is a command-line interface to fleet, the cluster-wide CoreOS init system.\n\nUSAGE:\n\tfleetctl\n\nVERSION:\n\t{VERSION}\n\nCOMMANDS:\n\tcat\t\tOutput the contents of a submitted unit\n\tdestroy\t\tDestroy one or more units in the cluster\n\tfd-forward\tProxy stdin and stdout to a unix domain socket\n\thelp\t\tHelp about any command\n\tjournal\t\tPrint the journal of a unit in the cluster to stdout\n\tlist-machines\tEnumerate the current hosts in the cluster\n\tlist-unit-files\tList the units that exist in the cluster.\n\tlist-units\tList the current state of units in the cluster\n\tload\t\tSchedule one or more units in the cluster, first submitting them if necessary.\n\trestart\t\tInstruct systemd to rolling restart one or more units in the cluster.\n\tssh\t\tOpen interactive shell on a machine in the cluster\n\tstart\t\tInstruct systemd to start one or more units in the cluster, first submitting and loading if necessary.\n\tstatus\t\tOutput the status of one or more units in the cluster\n\tstop\t\tInstruct systemd to stop one or more units in the cluster.\n\tsubmit\t\tUpload one or more units to the cluster without starting them\n\tunload\t\tUnschedule one or more units in the cluster.\n\tverify\t\t\n\tversion\t\tPrint the version and exit\n\nOPTIONS:\n{GLOBAL_OPTIONS}\n"
         );
-        assert_eq!(global_help(), expected);
+        assert_eq!(original_global_help(), expected);
         if let Some(t) = transcript_stdout("01-version-help.txt", "fleetctl help") {
-            assert_eq!(global_help(), t);
+            assert_eq!(original_global_help(), t);
         }
+    }
+
+    /// `fleetctl help` without the commands this fleetctl adds (their lines only: the others keep their layout).
+    fn original_global_help() -> String {
+        let ours = |line: &str| EXTENSION_COMMANDS.iter().any(|c| line.starts_with(&format!("\t{c}\t")));
+        global_help().split_inclusive('\n').filter(|l| !ours(l)).collect()
+    }
+
+    /// Bare `fleetctl` without the commands this fleetctl adds.
+    fn original_bare_usage() -> String {
+        let ours = |line: &str| EXTENSION_COMMANDS.iter().any(|c| line.starts_with(&format!("  {c} ")));
+        bare_usage().split_inclusive('\n').filter(|l| !ours(l)).collect()
+    }
+
+    #[test]
+    fn help_lists_the_rollout_commands_in_name_order() {
+        let help = global_help();
+        let listed: Vec<&str> =
+            help.lines().filter_map(|l| l.strip_prefix('\t')).filter_map(|l| l.split('\t').next()).collect();
+        let pos = |name: &str| listed.iter().position(|c| *c == name).unwrap_or_else(|| panic!("{name} not listed"));
+        assert!(pos("restart") < pos("rollout-abort") && pos("rollout-status") < pos("ssh"), "{listed:?}");
+        assert!(help.contains(
+            "\trollout-status\tShow a rolling replace or restart machine by machine and wait until it ends\n"
+        ));
+        let bare = bare_usage();
+        for c in EXTENSION_COMMANDS {
+            assert!(bare.contains(&format!("\n  {c:<15} ")), "{c} in bare usage:\n{bare}");
+        }
+        let status = command_help(command("rollout-status").unwrap());
+        assert!(status.contains("\tExit codes: 0 done, 1 error, 2 paused"), "{status}");
+        let start = command_help(command("start").unwrap());
+        assert!(start.contains("\t3 rolled back, 4 aborted.\n"), "{start}");
+        assert!(
+            start.contains("\n      --min-healthy duration      With --rolling: how long the new version must stay")
+        );
+        assert!(start.contains("(default 10s)\n") && start.contains("(default 5m0s)\n"), "{start}");
     }
 
     #[test]
     fn bare_usage_matches_transcript_01() {
-        let out = bare_usage();
+        let out = original_bare_usage();
         assert!(out.starts_with("fleetctl is a command-line interface to fleet, the cluster-wide CoreOS init system.\n\nUsage:\n  fleetctl [flags]\n  fleetctl [command]\n\nAvailable Commands:\n  cat             Output the contents of a submitted unit\n"));
         assert!(out.contains("  list-unit-files List the units that exist in the cluster.\n"));
         assert!(!out.contains("  help "));
@@ -163,7 +204,7 @@ mod tests {
     /// `start` as the original defines it: without `--keep-machine` and the paragraph on replacing.
     fn original_start() -> &'static CommandSpec {
         let ours = command("start").unwrap();
-        let ours_only = ["keep-machine", "no-restart"];
+        let ours_only = [&["keep-machine", "no-restart"][..], &ROLLING_FLAGS].concat();
         let flags: Vec<FlagSpec> = ours.flags.iter().filter(|f| !ours_only.contains(&f.name)).cloned().collect();
         let long = ours.long.split("\n\nReplace running units").next().unwrap();
         Box::leak(Box::new(CommandSpec { flags: Box::leak(flags.into_boxed_slice()), long, ..*ours }))
@@ -172,7 +213,9 @@ mod tests {
     #[test]
     fn start_help_documents_keep_machine() {
         let out = command_help(command("start").unwrap());
-        assert!(out.contains("\n      --keep-machine         With --replace: keep each replaced unit on the machine"));
+        assert!(
+            out.contains("\n      --keep-machine              With --replace: keep each replaced unit on the machine")
+        );
         assert!(out.contains("\tfleetctl start --replace --keep-machine foo.service"));
         assert!(command_help(command("load").unwrap()).contains("\n      --keep-machine "));
     }

@@ -3,11 +3,13 @@
 //! Code map: `flags` (flag table + parser), `commands` (command table and help texts), `help` (help layouts),
 //! `table` (the tab-writer and machine legends), `list` (list-machines, list-units, list-unit-files), `create` (the
 //! creation step of submit/load/start/restart and the `--replace` decision table), `wait` (blocking semantics),
-//! `units` (submit, load, start, stop, unload, destroy, restart, cat), `remote` (ssh, status, journal, fd-forward:
-//! machines reached over SSH), `misc` (version, help, verify).
+//! `units` (submit, load, start, stop, unload, destroy, restart, cat), `rollout` (`start --replace --rolling`,
+//! `restart --rolling`, rollout-status, rollout-pause, rollout-resume, rollout-abort), `remote` (ssh, status,
+//! journal, fd-forward: machines reached over SSH), `misc` (version, help, verify).
 //!
 //! Exit codes: 0 on success, 1 on every error — including parse errors and unknown commands, where the original
-//! exits 0 (B11) — and 2 for the deprecated `verify`, like the original.
+//! exits 0 (B11) — and 2 for the deprecated `verify`, like the original. Commands that wait for a rollout exit 2
+//! when it paused, 3 when it rolled back and 4 when it was aborted (`rollout`).
 
 pub mod commands;
 pub mod create;
@@ -17,6 +19,7 @@ pub mod list;
 pub mod misc;
 pub mod parallel;
 pub mod remote;
+pub mod rollout;
 pub mod table;
 pub mod units;
 pub mod wait;
@@ -297,6 +300,10 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> i32 {
         "destroy" => units::destroy(&mut ctx, args),
         "restart" => units::restart(&mut ctx, args),
         "cat" => units::cat(&mut ctx, args),
+        "rollout-status" => rollout::status(&mut ctx, args),
+        "rollout-pause" => rollout::control(&mut ctx, args, crate::rollout::Action::Pause),
+        "rollout-resume" => rollout::control(&mut ctx, args, crate::rollout::Action::Run),
+        "rollout-abort" => rollout::control(&mut ctx, args, crate::rollout::Action::Abort),
         "status" => remote::status(&mut ctx, env.remote, args),
         "journal" => remote::journal(&mut ctx, env.remote, args),
         "ssh" => remote::ssh(&mut ctx, env.remote, args),

@@ -1,11 +1,13 @@
 //! The unit commands (spec §9.7): `submit`, `load`, `start`, `stop`, `unload`, `destroy`, `restart`, `cat`.
 //! Messages are the original's (Appendix A); waiting follows §9.6 with the B3/B4/B5 Recs, and global units are
-//! waited for on every machine that reports them (the original never waited for them).
+//! waited for on every machine that reports them (the original never waited for them). `start --replace --rolling`
+//! and `restart --rolling` hand over to `rollout`.
 
 use super::Ctx;
 use super::create::lazy_create_units;
 use super::list::unit_is_global;
 use super::parallel;
+use super::rollout;
 use super::wait::{wait_for_destroyed, wait_for_global, wait_for_systemd_active, wait_for_unit_states};
 use crate::model::JobState;
 use crate::schema::Unit;
@@ -110,6 +112,14 @@ fn load_or_start(ctx: &mut Ctx<'_>, args: &[String], target: JobState) -> i32 {
     if args.is_empty() {
         ctx.warn("No units given");
         return 0;
+    }
+    match rollout::rolling(ctx.flags, ctx.command) {
+        Ok(true) => return rollout::start_rolling(ctx, args),
+        Ok(false) => {}
+        Err(e) => {
+            ctx.warn(&format!("Error creating units: {e}"));
+            return 1;
+        }
     }
     if let Err(e) = lazy_create_units(ctx, args) {
         ctx.warn(&format!("Error creating units: {e}"));
@@ -300,6 +310,14 @@ pub fn restart(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     if args.is_empty() {
         ctx.warn("No units given");
         return 0;
+    }
+    match rollout::rolling(ctx.flags, ctx.command) {
+        Ok(true) => return rollout::restart_rolling(ctx, args),
+        Ok(false) => {}
+        Err(e) => {
+            ctx.warn(&format!("Error restarting units: {e}"));
+            return 1;
+        }
     }
     let units = match find_units(ctx, args) {
         Ok(u) => u,

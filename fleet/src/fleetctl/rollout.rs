@@ -1,0 +1,368 @@
+//! Rolling replace and restart as fleetctl drives them (issue 12, an extension of this implementation):
+//! `start --replace --rolling`, `restart --rolling`, `rollout-status`, `rollout-pause`, `rollout-resume` and
+//! `rollout-abort`.
+//!
+//! The cluster drives a rollout (the engine leader advances it, the agents follow it); fleetctl only creates one
+//! (`PUT /fleet/v1/rollouts/<id>`, all units in one request), shows and waits for one (polling `GET`), and sends a
+//! user's action (`PATCH`). So a fleetctl that is interrupted leaves the rollout going; `rollout-status` picks it up.
+//!
+//! Exit codes of the commands that wait ([`exit_code`]): 0 done, 1 error, 2 paused (a failed step, or paused by
+//! request), 3 rolled back, 4 aborted.
+
+use std::time::Duration;
+
+use super::Ctx;
+use super::flags::Flags;
+use super::table::{location_legend, render};
+use crate::rollout::{Action, OnFailure, RolloutKind, RolloutState};
+use crate::schema::{Machine, Rollout, RolloutRequest, RolloutRequestUnit};
+use crate::unit::name as unitf;
+
+/// Exit code: the rollout is done (also `--no-block` while it runs).
+pub const EXIT_DONE: i32 = 0;
+/// Exit code: an error (no such unit or rollout, a refused request, the API unreachable while waiting).
+pub const EXIT_ERROR: i32 = 1;
+/// Exit code: the rollout is paused: a step failed, or a user paused it.
+pub const EXIT_PAUSED: i32 = 2;
+/// Exit code: a step failed with `--on-failure=rollback`; every unit is back on its old version.
+pub const EXIT_ROLLED_BACK: i32 = 3;
+/// Exit code: a user aborted the rollout.
+pub const EXIT_ABORTED: i32 = 4;
+
+/// Polls in a row that may fail (API unreachable, e.g. while the endpoint's fleetd restarts) before a wait gives
+/// up; about a minute at the 250 ms cadence, longer when requests time out.
+const MAX_FAILED_POLLS: u32 = 240;
+
+/// The exit code a rollout in `state` ends a wait with; `None` while it runs (keep waiting).
+pub fn exit_code(state: RolloutState) -> Option<i32> {
+    match state {
+        RolloutState::Running => None,
+        RolloutState::Done => Some(EXIT_DONE),
+        RolloutState::Paused => Some(EXIT_PAUSED),
+        RolloutState::RolledBack => Some(EXIT_ROLLED_BACK),
+        RolloutState::Aborted => Some(EXIT_ABORTED),
+    }
+}
+
+/// How fast a rollout goes, from `--max-unavailable`, `--min-healthy`, `--health-timeout`, `--on-failure`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    pub max_unavailable: u32,
+    pub min_healthy: Duration,
+    pub health_timeout: Duration,
+    pub on_failure: OnFailure,
+}
+
+/// The pace the flags ask for, or what is wrong with them.
+pub fn pace(flags: &Flags) -> Result<Pace, String> {
+    let max = flags.int("max-unavailable");
+    if max < 1 {
+        return Err(format!("--max-unavailable must be at least 1, got {max}"));
+    }
+    let max_unavailable = u32::try_from(max).map_err(|_| format!("--max-unavailable is too large: {max}"))?;
+    let health_timeout = flags.duration("health-timeout");
+    if health_timeout.is_zero() {
+        return Err("--health-timeout must be longer than 0".into());
+    }
+    let on_failure = match flags.str("on-failure") {
+        "pause" => OnFailure::Pause,
+        "rollback" => OnFailure::Rollback,
+        other => return Err(format!("invalid --on-failure {other:?}: expected pause or rollback")),
+    };
+    Ok(Pace { max_unavailable, min_healthy: flags.duration("min-healthy"), health_timeout, on_failure })
+}
+
+/// Whether the command runs as a rollout (`--rolling`), or why its flags do not go together: `start --rolling`
+/// needs `--replace` and cannot keep processes (`--no-restart`); the pace flags (and `restart --no-block`) need
+/// `--rolling`.
+pub fn rolling(flags: &Flags, command: &str) -> Result<bool, String> {
+    let rolling = flags.bool("rolling");
+    if rolling {
+        if command == "start" && !flags.bool("replace") {
+            return Err("--rolling applies only with --replace".into());
+        }
+        if flags.bool("no-restart") {
+            return Err("--rolling cannot be combined with --no-restart".into());
+        }
+        return Ok(true);
+    }
+    let mut rolling_only: Vec<&str> = super::commands::ROLLING_FLAGS[1..].to_vec();
+    if command == "restart" {
+        rolling_only.push("no-block");
+    }
+    match rolling_only.into_iter().find(|f| flags.is_given(f)) {
+        Some(flag) => Err(format!("--{flag} applies only with --rolling")),
+        None => Ok(false),
+    }
+}
+
+/// A rollout ID for units whose first is `first_unit`, made at `now_ms`: `<unit name without type>-<now_ms>`,
+/// characters the registry does not take in IDs replaced by `_`, at most 64 characters.
+pub fn rollout_id(first_unit: &str, now_ms: u64) -> String {
+    let stem = first_unit.rsplit_once('.').map_or(first_unit, |(stem, _)| stem);
+    let suffix = format!("-{now_ms}");
+    let stem: String = stem
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') { c } else { '_' })
+        .take(64 - suffix.len())
+        .collect();
+    let stem = if stem.is_empty() { "rollout".to_string() } else { stem };
+    format!("{stem}{suffix}")
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+fn kind_name(kind: RolloutKind) -> &'static str {
+    match kind {
+        RolloutKind::Replace => "replace",
+        RolloutKind::Restart => "restart",
+    }
+}
+
+/// What `rollout-status` prints for `rollout`: a header line (`Rollout <id> <kind> <state>[: <reason>]`), then the
+/// steps in order as a table `MACHINE UNIT PHASE DETAIL` (machines as in list-units: `id8.../ip`).
+pub fn render_status(rollout: &Rollout, machines: &[Machine], full: bool, legend: bool) -> String {
+    let mut out = format!("Rollout {} {} {}", rollout.id, kind_name(rollout.kind), rollout.state);
+    if !rollout.reason.is_empty() {
+        out.push_str(&format!(": {}", rollout.reason));
+    }
+    out.push('\n');
+    let mut rows: Vec<Vec<String>> = Vec::with_capacity(rollout.steps.len() + 1);
+    if legend {
+        rows.push(["MACHINE", "UNIT", "PHASE", "DETAIL"].map(str::to_string).to_vec());
+    }
+    for step in &rollout.steps {
+        rows.push(vec![
+            location_legend(&step.machine, machines, full),
+            step.unit.clone(),
+            step.phase.as_str().to_string(),
+            if step.detail.is_empty() { "-".to_string() } else { step.detail.clone() },
+        ]);
+    }
+    out.push_str(&render(&rows));
+    out
+}
+
+/// The rollout `arg` names: the rollout with that ID, else the newest rollout of the unit `arg` names (only those
+/// that have not ended when `in_progress`).
+fn find(ctx: &Ctx<'_>, arg: &str, in_progress: bool) -> Result<Rollout, String> {
+    let all = ctx.client.rollouts().map_err(|e| format!("Error retrieving rollouts: {e}"))?;
+    if let Some(r) = all.iter().find(|r| r.id == arg) {
+        return Ok(r.clone());
+    }
+    let unit = unitf::mangle(arg);
+    let mut of_unit = all.into_iter().filter(|r| r.units.iter().any(|u| u.name == unit));
+    let found = if in_progress { of_unit.find(|r| !r.state.is_final()) } else { of_unit.next() };
+    found.ok_or_else(|| match in_progress {
+        true => format!("No rollout of unit {unit} is in progress (and no rollout has the ID {arg:?})"),
+        false => format!("No rollout of unit {unit} found (and no rollout has the ID {arg:?})"),
+    })
+}
+
+/// Print the rollout whenever it changes until it is no longer running; the exit code of how it ended.
+fn wait(ctx: &mut Ctx<'_>, mut rollout: Rollout) -> i32 {
+    let full = ctx.flags.bool("full") || ctx.flags.bool("l");
+    let legend = !ctx.flags.bool("no-legend");
+    let mut machines: Vec<Machine> = ctx.machines().to_vec();
+    let mut shown = String::new();
+    let mut failed_polls = 0u32;
+    loop {
+        // A machine that joined during the rollout gets its address once it appears in a step.
+        if rollout.steps.iter().any(|s| !machines.iter().any(|m| m.id == s.machine)) {
+            if let Ok(now) = ctx.client.machines() {
+                machines = now;
+            }
+        }
+        let text = render_status(&rollout, &machines, full, legend);
+        if text != shown {
+            let _ = ctx.out.write_all(text.as_bytes());
+            shown = text;
+        }
+        if let Some(code) = exit_code(rollout.state) {
+            report_end(ctx, &rollout);
+            return code;
+        }
+        if !ctx.timing.interval.is_zero() {
+            std::thread::sleep(ctx.timing.interval);
+        }
+        match ctx.client.rollout(&rollout.id) {
+            Ok(Some(now)) => {
+                rollout = now;
+                failed_polls = 0;
+            }
+            Ok(None) => {
+                ctx.warn(&format!("Error waiting for rollout {}: it no longer exists", rollout.id));
+                return EXIT_ERROR;
+            }
+            Err(e) => {
+                failed_polls += 1;
+                if failed_polls == 1 {
+                    ctx.warn(&format!("Error retrieving rollout {}: {e} (still waiting)", rollout.id));
+                }
+                if failed_polls >= MAX_FAILED_POLLS {
+                    ctx.warn(&format!(
+                        "Error waiting for rollout {}: {e} ({failed_polls} requests in a row failed; last seen: {}; \
+                         the rollout goes on in the cluster, see fleetctl rollout-status {})",
+                        rollout.id, rollout.state, rollout.id
+                    ));
+                    return EXIT_ERROR;
+                }
+            }
+        }
+    }
+}
+
+/// On stderr, how a rollout that is not done ended, and what to do about a paused one.
+fn report_end(ctx: &mut Ctx<'_>, rollout: &Rollout) {
+    let id = &rollout.id;
+    match rollout.state {
+        RolloutState::Running | RolloutState::Done => {}
+        RolloutState::Paused => ctx.warn(&format!(
+            "Rollout {id} is paused ({}): resume it with fleetctl rollout-resume {id}, or abort it with fleetctl \
+             rollout-abort {id}",
+            rollout.reason
+        )),
+        RolloutState::RolledBack | RolloutState::Aborted => {
+            ctx.warn(&format!("Rollout {id} {}: {}", rollout.state, rollout.reason))
+        }
+    }
+}
+
+/// Sends the rollout and waits for it (unless `--no-block`).
+fn launch(ctx: &mut Ctx<'_>, kind: RolloutKind, units: Vec<RolloutRequestUnit>, pace: Pace) -> i32 {
+    let Some(first) = units.first() else { return EXIT_DONE };
+    let id = rollout_id(&first.name, now_ms());
+    let names: Vec<String> = units.iter().map(|u| u.name.clone()).collect();
+    let request = RolloutRequest {
+        kind,
+        units,
+        max_unavailable: pace.max_unavailable,
+        min_healthy_ms: u64::try_from(pace.min_healthy.as_millis()).unwrap_or(u64::MAX),
+        health_timeout_ms: u64::try_from(pace.health_timeout.as_millis()).unwrap_or(u64::MAX),
+        on_failure: pace.on_failure,
+    };
+    let created = match ctx.client.create_rollout(&id, &request) {
+        Ok(created) => created,
+        Err(e) => {
+            ctx.warn(&format!("Error starting rollout: {e}"));
+            return EXIT_ERROR;
+        }
+    };
+    tracing::debug!(rollout = %id, ?kind, units = names.len(), "rollout created");
+    ctx.say(&format!("Rollout {id} started: {} {}", kind_name(kind), names.join(" ")));
+    if ctx.flags.bool("no-block") {
+        return EXIT_DONE;
+    }
+    wait(ctx, created)
+}
+
+/// `start --replace --rolling UNIT...`: one replace rollout of every unit whose local version differs.
+pub fn start_rolling(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
+    let result = pace(ctx.flags).and_then(|pace| Ok((pace, super::create::rolling_replacements(ctx, args)?)));
+    match result {
+        Ok((pace, units)) => launch(ctx, RolloutKind::Replace, units, pace),
+        Err(e) => {
+            ctx.warn(&format!("Error starting rollout: {e}"));
+            EXIT_ERROR
+        }
+    }
+}
+
+/// `restart --rolling UNIT...`: one restart rollout of the named units, which must exist.
+pub fn restart_rolling(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
+    let pace = match pace(ctx.flags) {
+        Ok(pace) => pace,
+        Err(e) => {
+            ctx.warn(&format!("Error starting rollout: {e}"));
+            return EXIT_ERROR;
+        }
+    };
+    let mut names: Vec<String> = Vec::new();
+    for arg in args {
+        let name = unitf::mangle(arg);
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    let client = ctx.client;
+    let found = super::parallel::map(&names, |name| client.unit(name));
+    for (name, found) in names.iter().zip(found) {
+        let problem = match found {
+            Ok(Some(_)) => continue,
+            Ok(None) => format!("unit {name} does not exist: a rolling restart changes launched units"),
+            Err(e) => format!("error retrieving Unit({name}) from Registry: {e}"),
+        };
+        ctx.warn(&format!("Error starting rollout: {problem}"));
+        return EXIT_ERROR;
+    }
+    let units = names.into_iter().map(|name| RolloutRequestUnit { name, options: Vec::new() }).collect();
+    launch(ctx, RolloutKind::Restart, units, pace)
+}
+
+/// The one argument of the rollout commands, or the exit code after saying what is wrong.
+fn one_argument<'a>(ctx: &mut Ctx<'_>, args: &'a [String]) -> Result<&'a str, i32> {
+    match args {
+        [arg] => Ok(arg),
+        _ => {
+            ctx.warn("One unit or rollout ID must be given");
+            Err(EXIT_ERROR)
+        }
+    }
+}
+
+/// `rollout-status {UNIT|ROLLOUT-ID} [--no-block]`.
+pub fn status(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
+    let arg = match one_argument(ctx, args) {
+        Ok(arg) => arg,
+        Err(code) => return code,
+    };
+    let rollout = match find(ctx, arg, false) {
+        Ok(r) => r,
+        Err(e) => {
+            ctx.warn(&e);
+            return EXIT_ERROR;
+        }
+    };
+    if ctx.flags.bool("no-block") {
+        let machines = ctx.machines().to_vec();
+        let full = ctx.flags.bool("full") || ctx.flags.bool("l");
+        let text = render_status(&rollout, &machines, full, !ctx.flags.bool("no-legend"));
+        let _ = ctx.out.write_all(text.as_bytes());
+        report_end(ctx, &rollout);
+        return exit_code(rollout.state).unwrap_or(EXIT_DONE);
+    }
+    wait(ctx, rollout)
+}
+
+/// `rollout-pause`, `rollout-resume` (`run`) and `rollout-abort` of the newest rollout in progress of a unit (or the
+/// rollout with that ID).
+pub fn control(ctx: &mut Ctx<'_>, args: &[String], action: Action) -> i32 {
+    let arg = match one_argument(ctx, args) {
+        Ok(arg) => arg,
+        Err(code) => return code,
+    };
+    let rollout = match find(ctx, arg, true) {
+        Ok(r) => r,
+        Err(e) => {
+            ctx.warn(&e);
+            return EXIT_ERROR;
+        }
+    };
+    let (verb, done) = match action {
+        Action::Pause => ("pausing", "paused"),
+        Action::Run => ("resuming", "resumed"),
+        Action::Abort => ("aborting", "aborted"),
+    };
+    match ctx.client.control_rollout(&rollout.id, action) {
+        Ok(()) => {
+            ctx.say(&format!("Rollout {} {done}", rollout.id));
+            EXIT_DONE
+        }
+        Err(e) => {
+            ctx.warn(&format!("Error {verb} rollout {}: {e}", rollout.id));
+            EXIT_ERROR
+        }
+    }
+}
