@@ -221,7 +221,8 @@ impl Client for EtcdClient {
             let unit = plan.spec.unit(name).ok_or_else(|| {
                 ClientError::Other(format!("rollout decision has a body for {name}, which it does not name"))
             })?;
-            bodies.push(RolloutBody { unit, text, object_revision: *object_revision });
+            let object = snapshot.unit_record(name).and_then(|r| r.object.as_ref());
+            bodies.push(RolloutBody { unit, text, object_revision: *object_revision, object });
         }
         self.run(self.registry.create_rollout(&plan.spec, &bodies))?;
         let stored = crate::rollout::Rollout { spec: plan.spec, control: Control::default(), progress: None };

@@ -68,7 +68,7 @@ pub(super) fn registry_view(st: &State) -> Snapshot {
     for (name, u) in &st.units {
         let hash = opts_hash(&u.options);
         kvs.push((keys.body(&hash), UnitFile::from_options(u.options.clone()).canonical().into_bytes()));
-        let object = UnitObject { name: name.clone(), hash: hash.clone(), previous_hash: None, no_restart: false };
+        let object = UnitObject::next(None, name, &hash, false, 0);
         kvs.push((keys.unit_object(name), json(&object)));
         kvs.push((keys.unit_desired(name), u.desired.clone().into_bytes()));
         let machines = holders(st, name);
