@@ -28,6 +28,10 @@ impl rollout::Cluster for SnapshotCluster<'_> {
         }
     }
 
+    fn exists(&self, unit: &str) -> bool {
+        self.0.unit_record(unit).is_some_and(|r| r.object.is_some())
+    }
+
     /// Present machines that publish a state of the unit (every machine running a global unit; a scheduled unit's
     /// machine), else the unit's scheduled machine.
     fn holders(&self, unit: &str) -> Vec<String> {

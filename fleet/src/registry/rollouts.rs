@@ -107,10 +107,15 @@ impl Registry {
         } else {
             Compare::mod_revision(key.as_str(), CompareOp::Equal, revision)
         };
+        let mut compares = vec![guard, Compare::value(k.engine_leader(), CompareOp::Equal, leader)];
         let mut ops = vec![TxnOp::put(key.as_str(), encode_json(progress), None)];
         for unit in roll_back {
             check_component(Component::UnitName, &unit.name)?;
-            let old = view.unit_record(&unit.name).and_then(|r| r.object.as_ref());
+            // A unit destroyed meanwhile stays destroyed: only units the view shows are written back, and only if
+            // they are still as the view shows them.
+            let Some(record) = view.unit_record(&unit.name).filter(|r| r.object.is_some()) else { continue };
+            compares.push(Compare::mod_revision(k.unit_object(&unit.name), CompareOp::Equal, record.object_revision));
+            let old = record.object.as_ref();
             let object = UnitObject::next(old, &unit.name, &unit.from, false, super::units::now_ms());
             // Bodies are re-put with their object, as on every write, so a concurrent GC cannot take them.
             if let Some(text) = view.body(&unit.from) {
@@ -118,7 +123,7 @@ impl Registry {
             }
             ops.push(TxnOp::put(k.unit_object(&unit.name), encode_json(&object), None));
         }
-        let txn = Txn::new().when([guard, Compare::value(k.engine_leader(), CompareOp::Equal, leader)]).and_then(ops);
+        let txn = Txn::new().when(compares).and_then(ops);
         Ok(self.txn("write rollout progress", &key, txn).await?.succeeded())
     }
 

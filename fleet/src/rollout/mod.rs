@@ -259,6 +259,8 @@ pub trait Cluster {
     /// Machines that should change when the rollout starts: for a global unit every present machine that holds it,
     /// for another unit its scheduled machine.
     fn holders(&self, unit: &str) -> Vec<String>;
+    /// Whether the unit still exists (a destroyed unit ends its part of the rollout).
+    fn exists(&self, unit: &str) -> bool;
 }
 
 /// The outcome of one [`advance`].
@@ -300,11 +302,21 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
             step.detail.clear();
         }
     }
+    if !spec.units.iter().any(|u| cluster.exists(&u.name)) {
+        progress.state = RolloutState::Aborted;
+        progress.reason = "its units were destroyed".into();
+        return Advanced { progress, roll_back, wake_at_ms: None };
+    }
     let mut wake: Option<u64> = None;
     let mut soonest = |t: u64| wake = Some(wake.map_or(t, |w: u64| w.min(t)));
     for step in progress.steps.iter_mut().filter(|s| s.phase.in_flight()) {
         let unit = spec.unit(&step.unit).expect("steps are made from the spec's units");
         let seen = cluster.observe(&step.unit, &step.machine);
+        if !cluster.exists(&step.unit) {
+            step.phase = Phase::Skipped;
+            step.detail = "the unit was destroyed".into();
+            continue;
+        }
         if !seen.present {
             step.phase = Phase::Skipped;
             step.detail = "the machine left the cluster".into();
@@ -371,9 +383,16 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
             if in_flight >= spec.max_unavailable.max(1) as usize {
                 break;
             }
-            if !cluster.observe(&step.unit, &step.machine).present {
+            let gone = if !cluster.exists(&step.unit) {
+                Some("the unit was destroyed")
+            } else if !cluster.observe(&step.unit, &step.machine).present {
+                Some("the machine left the cluster")
+            } else {
+                None
+            };
+            if let Some(why) = gone {
                 step.phase = Phase::Skipped;
-                step.detail = "the machine left the cluster".into();
+                step.detail = why.into();
                 continue;
             }
             step.phase = Phase::Updating;

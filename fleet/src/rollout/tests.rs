@@ -42,6 +42,9 @@ impl Cluster for Table {
     fn observe(&self, unit: &str, machine: &str) -> Observed {
         self.0.get(&(unit.to_string(), machine.to_string())).cloned().unwrap_or_default()
     }
+    fn exists(&self, unit: &str) -> bool {
+        self.0.keys().any(|(u, _)| u == unit)
+    }
     fn holders(&self, unit: &str) -> Vec<String> {
         // Reversed on purpose: steps must come out in machine-ID order whatever the cluster's order.
         self.0.keys().filter(|(u, _)| u == unit).map(|(_, m)| m.clone()).rev().collect()
@@ -200,6 +203,17 @@ fn machines_that_leave_are_skipped_and_abort_is_final() {
     r.control.action = Action::Run;
     step(&mut r, &c, 3);
     assert_eq!(r.state(), RolloutState::Aborted, "final");
+}
+
+#[test]
+fn a_rollout_whose_units_were_destroyed_ends() {
+    let c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    let a = step(&mut r, &Table::default(), 1);
+    assert_eq!(r.state(), RolloutState::Aborted);
+    assert_eq!(a.progress.reason, "its units were destroyed");
+    assert!(a.roll_back.is_empty());
 }
 
 #[test]

@@ -609,3 +609,57 @@ async fn batched_state_and_marker_writes() {
     assert!(snap.unit_record("a.service").unwrap().launched.is_empty());
     assert!(snap.unit_record("b.service").unwrap().launched.is_empty());
 }
+
+/// A rollout's progress write is fenced to the engine leader and never brings a destroyed unit back: its rollback
+/// objects are conditional on the unit being as the engine's view showed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_progress_is_fenced_and_a_rollback_never_resurrects_a_destroyed_unit() {
+    use fleet::registry::RolloutBody;
+    use fleet::rollout::{OnFailure, RolloutKind, RolloutProgress, RolloutSpec, RolloutState, RolloutUnit};
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/rollouts").await;
+    let refl = connected(&reg).await;
+    let (v1, v2) = (version("[Service]\nExecStart=/bin/true\n"), version("[Service]\nExecStart=/bin/false\n"));
+    let rev = reg.create_unit(&put("db.service", &v1, JobState::Launched)).await.unwrap();
+    let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
+    let unit = RolloutUnit { name: "db.service".into(), from: v1.hash.clone(), to: v2.hash.clone() };
+    let spec = RolloutSpec {
+        id: "r1".into(),
+        kind: RolloutKind::Replace,
+        units: vec![unit.clone()],
+        max_unavailable: 1,
+        min_healthy_ms: 0,
+        health_timeout_ms: 1000,
+        on_failure: OnFailure::Pause,
+        created_ms: 1,
+    };
+    let record = snap.unit_record("db.service").unwrap();
+    let body = RolloutBody {
+        unit: &unit,
+        text: &v2.text,
+        object_revision: record.object_revision,
+        object: record.object.as_ref(),
+    };
+    let rev = reg.create_rollout(&spec, &[body.clone()]).await.unwrap();
+    assert!(matches!(reg.create_rollout(&spec, &[body]).await, Err(RegistryError::RolloutExists { .. })));
+    let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
+    assert_eq!(snap.unit("db.service").unwrap().hash, v2.hash, "the new version is stored with the rollout");
+
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(10)).await.unwrap();
+    assert!(matches!(reg.campaign("m1", lease.id()).await.unwrap(), Campaign::Leader));
+    let aborted = RolloutProgress { state: RolloutState::Aborted, ..Default::default() };
+    assert!(
+        !reg.write_rollout_progress(&snap, "r1", &aborted, "m2", &[unit.clone()]).await.unwrap(),
+        "an engine that does not hold the leader key writes nothing"
+    );
+    reg.destroy_unit("db.service").await.unwrap();
+    assert!(
+        !reg.write_rollout_progress(&snap, "r1", &aborted, "m1", &[unit.clone()]).await.unwrap(),
+        "a view that still shows the destroyed unit cannot write it back"
+    );
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(reg.write_rollout_progress(&snap, "r1", &aborted, "m1", &[unit]).await.unwrap());
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.unit_record("db.service").is_none(), "the destroyed unit stays destroyed");
+    assert_eq!(snap.rollouts()[0].state(), RolloutState::Aborted);
+}
