@@ -640,7 +640,7 @@ async fn rollout_progress_is_fenced_and_a_rollback_never_resurrects_a_destroyed_
         object_revision: record.object_revision,
         object: record.object.as_ref(),
     };
-    let rev = reg.create_rollout(&spec, &[body.clone()]).await.unwrap();
+    let rev = reg.create_rollout(&spec, std::slice::from_ref(&body)).await.unwrap();
     assert!(matches!(reg.create_rollout(&spec, &[body]).await, Err(RegistryError::RolloutExists { .. })));
     let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
     assert_eq!(snap.unit("db.service").unwrap().hash, v2.hash, "the new version is stored with the rollout");
@@ -649,12 +649,12 @@ async fn rollout_progress_is_fenced_and_a_rollback_never_resurrects_a_destroyed_
     assert!(matches!(reg.campaign("m1", lease.id()).await.unwrap(), Campaign::Leader));
     let aborted = RolloutProgress { state: RolloutState::Aborted, ..Default::default() };
     assert!(
-        !reg.write_rollout_progress(&snap, "r1", &aborted, "m2", &[unit.clone()]).await.unwrap(),
+        !reg.write_rollout_progress(&snap, "r1", &aborted, "m2", std::slice::from_ref(&unit)).await.unwrap(),
         "an engine that does not hold the leader key writes nothing"
     );
     reg.destroy_unit("db.service").await.unwrap();
     assert!(
-        !reg.write_rollout_progress(&snap, "r1", &aborted, "m1", &[unit.clone()]).await.unwrap(),
+        !reg.write_rollout_progress(&snap, "r1", &aborted, "m1", std::slice::from_ref(&unit)).await.unwrap(),
         "a view that still shows the destroyed unit cannot write it back"
     );
     let snap = refl.sync(WAIT).await.unwrap();
