@@ -110,6 +110,15 @@ pub fn rollout_id(first_unit: &str, now_ms: u64) -> String {
     format!("{stem}{suffix}")
 }
 
+/// The first [`rollout_id`] from `now_ms` on that no rollout has (`taken`): two commands within one millisecond
+/// (a script) get different IDs.
+pub fn unused_rollout_id(first_unit: &str, now_ms: u64, taken: &[String]) -> String {
+    (now_ms..)
+        .map(|ms| rollout_id(first_unit, ms))
+        .find(|id| !taken.contains(id))
+        .unwrap_or_else(|| rollout_id(first_unit, now_ms))
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
@@ -233,7 +242,14 @@ fn report_end(ctx: &mut Ctx<'_>, rollout: &Rollout) {
 /// Sends the rollout and waits for it (unless `--no-block`).
 fn launch(ctx: &mut Ctx<'_>, kind: RolloutKind, units: Vec<RolloutRequestUnit>, pace: Pace) -> i32 {
     let Some(first) = units.first() else { return EXIT_DONE };
-    let id = rollout_id(&first.name, now_ms());
+    let taken: Vec<String> = match ctx.client.rollouts() {
+        Ok(all) => all.into_iter().map(|r| r.id).collect(),
+        Err(e) => {
+            ctx.warn(&format!("Error starting rollout: error retrieving rollouts: {e}"));
+            return EXIT_ERROR;
+        }
+    };
+    let id = unused_rollout_id(&first.name, now_ms(), &taken);
     let names: Vec<String> = units.iter().map(|u| u.name.clone()).collect();
     let request = RolloutRequest {
         kind,
@@ -366,3 +382,6 @@ pub fn control(ctx: &mut Ctx<'_>, args: &[String], action: Action) -> i32 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
