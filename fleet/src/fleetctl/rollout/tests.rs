@@ -549,6 +549,49 @@ fn rollout_ids_are_the_first_unit_and_the_time_in_the_registry_alphabet() {
 }
 
 #[test]
+fn a_wait_goes_on_while_the_engine_has_not_taken_up_a_resume_or_an_abort() {
+    use crate::rollout::Phase;
+    let step = |phase| crate::rollout::Step {
+        unit: "db.service".into(),
+        machine: "m1".into(),
+        phase,
+        released_ms: 0,
+        healthy_since_ms: 0,
+        detail: String::new(),
+    };
+    let shown = |state, action, phases: &[Phase]| Rollout {
+        id: "db-1".into(),
+        kind: RolloutKind::Replace,
+        units: Vec::new(),
+        max_unavailable: 1,
+        min_healthy_ms: 0,
+        health_timeout_ms: 1,
+        on_failure: OnFailure::Pause,
+        created_ms: 0,
+        action,
+        state,
+        reason: String::new(),
+        steps: phases.iter().map(|p| step(*p)).collect(),
+    };
+    use Action::{Abort, Pause, Run};
+    use Phase::{Failed, Pending, Updating};
+    let table: [(RolloutState, Action, &[Phase], Option<i32>); 9] = [
+        (RolloutState::Running, Run, &[Updating, Pending], None),
+        (RolloutState::Running, Pause, &[Updating, Pending], None),
+        (RolloutState::Paused, Pause, &[Phase::Done, Pending], Some(EXIT_PAUSED)),
+        (RolloutState::Paused, Run, &[Phase::Done, Pending], None),
+        (RolloutState::Paused, Abort, &[Failed, Pending], None),
+        (RolloutState::Paused, Run, &[Failed, Pending], Some(EXIT_PAUSED)),
+        (RolloutState::Done, Run, &[Phase::Done], Some(EXIT_DONE)),
+        (RolloutState::Aborted, Abort, &[Phase::Done, Pending], Some(EXIT_ABORTED)),
+        (RolloutState::RolledBack, Run, &[Failed, Pending], Some(EXIT_ROLLED_BACK)),
+    ];
+    for (state, action, phases, want) in table {
+        assert_eq!(wait_outcome(&shown(state, action, phases)), want, "{state} {action:?} {phases:?}");
+    }
+}
+
+#[test]
 fn exit_codes_say_how_a_rollout_ended() {
     assert_eq!(exit_code(RolloutState::Running), None);
     assert_eq!(exit_code(RolloutState::Done), Some(0));
