@@ -6,7 +6,8 @@
 //!
 //! Rollouts go through the same pure code as in a real cluster (see [`cluster`]): the API's
 //! [`crate::api::wire::decide_rollout`] over a registry image of the fake, the engine's [`crate::rollout::advance`]
-//! over that image (each read of a rollout is one engine pass), and the agents' [`crate::rollout::pinned_hash`] /
+//! over that image (each read of rollouts shows them as stored, then the engine makes one pass, so a read right
+//! after a user's action shows the rollout before the engine took it up, as a real cluster may), and the agents' [`crate::rollout::pinned_hash`] /
 //! [`crate::rollout::restart_token`] for what each machine runs.
 
 mod cluster;
@@ -156,7 +157,10 @@ impl FakeClient {
 
     /// The stored rollouts (as the engine left them), newest first.
     pub fn stored_rollouts(&self) -> Vec<crate::rollout::Rollout> {
-        let st = self.lock();
+        Self::stored_rollouts_of(&self.lock())
+    }
+
+    fn stored_rollouts_of(st: &State) -> Vec<crate::rollout::Rollout> {
         let mut all: Vec<crate::rollout::Rollout> = st.rollouts.values().cloned().collect();
         all.sort_by(|a, b| (b.spec.created_ms, &b.spec.id).cmp(&(a.spec.created_ms, &a.spec.id)));
         all
@@ -407,11 +411,13 @@ impl Client for FakeClient {
     }
 
     fn rollouts(&self) -> Result<Vec<Rollout>, ClientError> {
-        let mut st = self.lock();
-        Self::check_fail(&st)?;
-        cluster::engine_pass(&mut st);
-        drop(st);
-        Ok(self.stored_rollouts().iter().map(wire::rollout).collect())
+        let shown = {
+            let st = self.lock();
+            Self::check_fail(&st)?;
+            Self::stored_rollouts_of(&st)
+        };
+        cluster::engine_pass(&mut self.lock());
+        Ok(shown.iter().map(wire::rollout).collect())
     }
 
     fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError> {
@@ -423,8 +429,9 @@ impl Client for FakeClient {
                 return Err(err);
             }
         }
+        let shown = st.rollouts.get(id).map(wire::rollout);
         cluster::engine_pass(&mut st);
-        Ok(st.rollouts.get(id).map(wire::rollout))
+        Ok(shown)
     }
 
     fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError> {

@@ -420,11 +420,17 @@ fn an_aborted_rollout_ends_the_wait_with_4_and_status_shows_the_newest() {
     assert_eq!(o.code, EXIT_DONE);
     assert!(o.out.starts_with(&format!("Rollout {first} restart done\n")), "{}", o.out);
 
+    // Paused by request, then aborted: the first read after the abort still shows it paused (the engine has not
+    // taken the abort up); the wait goes on until it is aborted.
+    assert_eq!(run(&c, &["rollout-pause", "db"]).code, 0);
+    c.freeze_rollouts(false);
+    assert_eq!(run(&c, &["rollout-status", "--no-block", "db"]).code, EXIT_DONE, "shown before the engine's pass");
+    assert_eq!(run(&c, &["rollout-status", "--no-block", "db"]).code, EXIT_PAUSED, "paused by the engine now");
     let o = run(&c, &["rollout-abort", "db.service"]);
     assert_eq!((o.code, o.out.clone()), (0, format!("Rollout {second} aborted\n")));
-    c.freeze_rollouts(false);
     let o = run(&c, &["rollout-status", "db"]);
     assert_eq!(o.code, EXIT_ABORTED, "{}", o.out);
+    assert_eq!(shown(&o.out)[0].header, format!("Rollout {second} restart paused: paused by request"), "{}", o.out);
     assert_eq!(shown(&o.out).pop().unwrap().header, format!("Rollout {second} restart aborted: aborted by request"));
     assert_eq!(o.err, format!("Rollout {second} aborted: aborted by request\n"));
 }
