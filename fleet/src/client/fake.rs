@@ -6,9 +6,9 @@
 //!
 //! Rollouts go through the same pure code as in a real cluster (see [`cluster`]): the API's
 //! [`crate::api::wire::decide_rollout`] over a registry image of the fake, the engine's [`crate::rollout::advance`]
-//! over that image (each read of rollouts shows them as stored, then the engine makes one pass, so a read right
-//! after a user's action shows the rollout before the engine took it up, as a real cluster may), and the agents' [`crate::rollout::pinned_hash`] /
-//! [`crate::rollout::restart_token`] for what each machine runs.
+//! over that image, and the agents' [`crate::rollout::pinned_hash`] / [`crate::rollout::restart_token`] for what
+//! each machine runs. A read of rollouts shows them as stored, then the engine makes one pass: a read right after
+//! a user's action shows the rollout before the engine took it up, as in a real cluster.
 
 mod cluster;
 
