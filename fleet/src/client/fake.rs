@@ -6,8 +6,9 @@
 //!
 //! Rollouts go through the same pure code as in a real cluster (see [`cluster`]): the API's
 //! [`crate::api::wire::decide_rollout`] over a registry image of the fake, the engine's [`crate::rollout::advance`]
-//! over that image (each read of a rollout is one engine pass), and the agents' [`crate::rollout::pinned_hash`] /
-//! [`crate::rollout::restart_token`] for what each machine runs.
+//! over that image, and the agents' [`crate::rollout::pinned_hash`] / [`crate::rollout::restart_token`] for what
+//! each machine runs. A read of rollouts shows them as stored, then the engine makes one pass: a read right after
+//! a user's action shows the rollout before the engine took it up, as in a real cluster.
 
 mod cluster;
 
@@ -53,6 +54,8 @@ struct State {
     rollouts_frozen: bool,
     /// The pretend engine's clock (Unix ms).
     clock_ms: u64,
+    /// How many of the next single-rollout reads fail, and with what.
+    failing_rollout_reads: Option<(u32, ClientError)>,
 }
 
 /// The fake cluster. Cheap to build; share it by reference.
@@ -147,9 +150,17 @@ impl FakeClient {
         self.lock().rollouts_frozen = frozen;
     }
 
+    /// Make the next `reads` reads of one rollout (`rollout(id)`, what a wait polls) fail with `err`.
+    pub fn fail_rollout_reads(&self, reads: u32, err: ClientError) {
+        self.lock().failing_rollout_reads = Some((reads, err));
+    }
+
     /// The stored rollouts (as the engine left them), newest first.
     pub fn stored_rollouts(&self) -> Vec<crate::rollout::Rollout> {
-        let st = self.lock();
+        Self::stored_rollouts_of(&self.lock())
+    }
+
+    fn stored_rollouts_of(st: &State) -> Vec<crate::rollout::Rollout> {
         let mut all: Vec<crate::rollout::Rollout> = st.rollouts.values().cloned().collect();
         all.sort_by(|a, b| (b.spec.created_ms, &b.spec.id).cmp(&(a.spec.created_ms, &a.spec.id)));
         all
@@ -400,18 +411,27 @@ impl Client for FakeClient {
     }
 
     fn rollouts(&self) -> Result<Vec<Rollout>, ClientError> {
-        let mut st = self.lock();
-        Self::check_fail(&st)?;
-        cluster::engine_pass(&mut st);
-        drop(st);
-        Ok(self.stored_rollouts().iter().map(wire::rollout).collect())
+        let shown = {
+            let st = self.lock();
+            Self::check_fail(&st)?;
+            Self::stored_rollouts_of(&st)
+        };
+        cluster::engine_pass(&mut self.lock());
+        Ok(shown.iter().map(wire::rollout).collect())
     }
 
     fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError> {
         let mut st = self.lock();
         Self::check_fail(&st)?;
+        if let Some((left, err)) = st.failing_rollout_reads.take() {
+            if left > 0 {
+                st.failing_rollout_reads = Some((left - 1, err.clone()));
+                return Err(err);
+            }
+        }
+        let shown = st.rollouts.get(id).map(wire::rollout);
         cluster::engine_pass(&mut st);
-        Ok(st.rollouts.get(id).map(wire::rollout))
+        Ok(shown)
     }
 
     fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError> {
@@ -456,6 +476,67 @@ mod tests {
                 "replace a.service launched",
                 "set a.service loaded",
             ]
+        );
+    }
+
+    fn rollout_request(kind: crate::rollout::RolloutKind, units: &[(&str, &str)]) -> RolloutRequest {
+        RolloutRequest {
+            kind,
+            units: units
+                .iter()
+                .map(|(name, text)| crate::schema::RolloutRequestUnit {
+                    name: name.to_string(),
+                    options: if text.is_empty() { Vec::new() } else { UnitFile::parse(text).unwrap().into_options() },
+                })
+                .collect(),
+            max_unavailable: 1,
+            min_healthy_ms: 0,
+            health_timeout_ms: 1000,
+            on_failure: crate::rollout::OnFailure::Pause,
+        }
+    }
+
+    #[test]
+    fn rollouts_are_refused_as_the_api_refuses_them() {
+        use crate::rollout::RolloutKind::{Replace, Restart};
+        let c = FakeClient::with_machines(&[("m1", "10.0.0.1")]);
+        c.insert_unit("a.service", V1, "launched");
+        c.insert_unit("b.service", V1, "loaded");
+        let refused = |id: &str, request: RolloutRequest| c.create_rollout(id, &request).unwrap_err().to_string();
+        assert_eq!(
+            refused("r1", rollout_request(Replace, &[("x.service", V2)])),
+            "googleapi: Error 404: unit \"x.service\" does not exist"
+        );
+        assert_eq!(
+            refused("r1", rollout_request(Replace, &[("a.service", V1)])),
+            "googleapi: Error 409: unit \"a.service\" already has this content"
+        );
+        assert_eq!(
+            refused("r1", rollout_request(Restart, &[("a.service", V2)])),
+            "googleapi: Error 400: a restart takes no options (unit \"a.service\")"
+        );
+        assert_eq!(
+            refused("r1", rollout_request(Restart, &[("b.service", "")])),
+            "googleapi: Error 409: unit \"b.service\" is loaded (a rollout changes launched units)"
+        );
+        assert_eq!(
+            refused("bad id", rollout_request(Restart, &[("a.service", "")])),
+            "googleapi: Error 400: invalid rollout ID \"bad id\": at most 64 of A-Z a-z 0-9 _ . -"
+        );
+        assert!(c.log().is_empty());
+        let created = c.create_rollout("r1", &rollout_request(Replace, &[("a.service", V2)])).unwrap();
+        assert_eq!(
+            (created.id.as_str(), created.state, created.steps.len()),
+            ("r1", crate::rollout::RolloutState::Running, 0)
+        );
+        assert_eq!(c.unit_text("a.service").unwrap(), V2, "the new version is stored with the rollout");
+        assert_eq!(
+            refused("r1", rollout_request(Restart, &[("a.service", "")])),
+            "googleapi: Error 409: rollout \"r1\" already exists"
+        );
+        assert_eq!(
+            c.control_rollout("r2", Action::Pause).unwrap_err().to_string(),
+            "googleapi: Error 404: rollout does not exist"
         );
     }
 

@@ -284,6 +284,43 @@ mod tests {
         }
     }
 
+    fn rollout(progress: Option<crate::rollout::RolloutState>) -> StoredRollout {
+        use crate::rollout::{OnFailure, RolloutKind, RolloutProgress, RolloutSpec};
+        StoredRollout {
+            spec: RolloutSpec {
+                id: "db-1".into(),
+                kind: RolloutKind::Restart,
+                units: Vec::new(),
+                max_unavailable: 1,
+                min_healthy_ms: 0,
+                health_timeout_ms: 1,
+                on_failure: OnFailure::Pause,
+                created_ms: 0,
+            },
+            control: Control { action: Action::Pause, resumes: 2 },
+            progress: progress.map(|state| RolloutProgress { state, ..Default::default() }),
+        }
+    }
+
+    #[test]
+    fn a_resume_counts_and_a_final_rollout_takes_no_action() {
+        use crate::rollout::RolloutState;
+        let paused = rollout(Some(RolloutState::Paused));
+        assert_eq!(decide_control(&paused, Action::Run).unwrap(), Control { action: Action::Run, resumes: 3 });
+        assert_eq!(decide_control(&paused, Action::Abort).unwrap(), Control { action: Action::Abort, resumes: 2 });
+        assert_eq!(
+            decide_control(&rollout(None), Action::Pause).unwrap(),
+            Control { action: Action::Pause, resumes: 2 }
+        );
+        for (state, action) in [(RolloutState::Done, Action::Abort), (RolloutState::RolledBack, Action::Run)] {
+            let refused = decide_control(&rollout(Some(state)), action).unwrap_err();
+            assert_eq!(
+                (refused.status.as_u16(), refused.message),
+                (409, format!("rollout \"db-1\" is {state}: nothing to {}", action.as_str()))
+            );
+        }
+    }
+
     #[test]
     fn unknown_driver_is_rejected_with_the_original_message() {
         let err = build(&config("bogus", "unix:///var/run/fleet.sock")).err().unwrap();

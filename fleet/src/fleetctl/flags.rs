@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::commands::{COMMANDS, CommandSpec};
+use super::commands::{COMMANDS, CommandSpec, EXTENSION_COMMANDS};
 use crate::fleetd::duration::parse_go_duration;
 
 /// Value type of a flag (also what help shows after the name).
@@ -261,15 +261,29 @@ pub fn env_name(flag: &str) -> String {
     format!("FLEETCTL_{}", flag.to_ascii_uppercase().replace('-', "_"))
 }
 
-/// Resolve a (possibly abbreviated) subcommand name: exact match, else a unique prefix.
+/// Resolve a (possibly abbreviated) subcommand name: exact match, else a unique prefix among the original's
+/// commands (so the commands added here take no abbreviation away: `r` is still `restart`), else a unique prefix
+/// among the added ones.
 pub fn lookup_command(word: &str) -> Option<&'static CommandSpec> {
     if let Some(c) = COMMANDS.iter().find(|c| c.name == word) {
         return Some(c);
     }
-    let mut matches = COMMANDS.iter().filter(|c| !word.is_empty() && c.name.starts_with(word));
+    let added = |c: &CommandSpec| EXTENSION_COMMANDS.contains(&c.name);
+    match commands_starting_with(word, |c| !added(c)) {
+        Ok(Some(c)) => Some(c),
+        Ok(None) => commands_starting_with(word, added).ok().flatten(),
+        Err(()) => None,
+    }
+}
+
+/// The one command among those `pick` selects whose name starts with `word`: `Ok(None)` when none does, `Err` when
+/// several do.
+fn commands_starting_with(word: &str, pick: impl Fn(&CommandSpec) -> bool) -> Result<Option<&'static CommandSpec>, ()> {
+    let mut matches = COMMANDS.iter().filter(|c| pick(c) && !word.is_empty() && c.name.starts_with(word));
     match (matches.next(), matches.next()) {
-        (Some(c), None) => Some(c),
-        _ => None,
+        (Some(c), None) => Ok(Some(c)),
+        (None, _) => Ok(None),
+        _ => Err(()),
     }
 }
 
@@ -446,6 +460,16 @@ mod tests {
         assert_eq!(err(&["s", "a"]), "unknown command \"s\" for \"fleetctl\"");
         assert_eq!(err(&["list"]), "unknown command \"list\" for \"fleetctl\"");
         assert_eq!(err(&["bogus-command"]), "unknown command \"bogus-command\" for \"fleetctl\"");
+    }
+
+    #[test]
+    fn added_commands_take_no_abbreviation_of_the_original_away() {
+        assert_eq!(ok(&["r", "a"]).command.unwrap().name, "restart");
+        assert_eq!(ok(&["re", "a"]).command.unwrap().name, "restart");
+        assert_eq!(ok(&["rollout-s", "a"]).command.unwrap().name, "rollout-status");
+        assert_eq!(ok(&["rollout-r", "a"]).command.unwrap().name, "rollout-resume");
+        assert_eq!(err(&["ro"]), "unknown command \"ro\" for \"fleetctl\"");
+        assert_eq!(err(&["rollout-"]), "unknown command \"rollout-\" for \"fleetctl\"");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::Ctx;
 use super::flags::Flags;
 use super::table::{location_legend, render};
-use crate::rollout::{Action, OnFailure, RolloutKind, RolloutState};
+use crate::rollout::{Action, OnFailure, Phase, RolloutKind, RolloutState};
 use crate::schema::{Machine, Rollout, RolloutRequest, RolloutRequestUnit};
 use crate::unit::name as unitf;
 
@@ -41,6 +41,21 @@ pub fn exit_code(state: RolloutState) -> Option<i32> {
         RolloutState::Paused => Some(EXIT_PAUSED),
         RolloutState::RolledBack => Some(EXIT_ROLLED_BACK),
         RolloutState::Aborted => Some(EXIT_ABORTED),
+    }
+}
+
+/// Whether a wait for `rollout` as shown is over, and with which exit code. A user's action the engine has not
+/// taken up yet is not an end: a paused rollout whose action is `abort` is about to be aborted, and one whose
+/// action is `run` without a failed step was paused by request and is about to run again (`rollout-resume` followed
+/// at once by `rollout-status`). A rollout paused by a failure and then resumed shows `run` with its failed step
+/// until the engine releases that step again, which cannot be told apart from the step failing again: that ends
+/// the wait (2).
+pub fn wait_outcome(rollout: &Rollout) -> Option<i32> {
+    let failed = rollout.steps.iter().any(|s| s.phase == Phase::Failed);
+    match (rollout.state, rollout.action) {
+        (RolloutState::Paused, Action::Abort) => None,
+        (RolloutState::Paused, Action::Run) if !failed => None,
+        (state, _) => exit_code(state),
     }
 }
 
@@ -108,6 +123,15 @@ pub fn rollout_id(first_unit: &str, now_ms: u64) -> String {
         .collect();
     let stem = if stem.is_empty() { "rollout".to_string() } else { stem };
     format!("{stem}{suffix}")
+}
+
+/// The first [`rollout_id`] from `now_ms` on that no rollout has (`taken`): two commands within one millisecond
+/// (a script) get different IDs.
+pub fn unused_rollout_id(first_unit: &str, now_ms: u64, taken: &[String]) -> String {
+    (now_ms..)
+        .map(|ms| rollout_id(first_unit, ms))
+        .find(|id| !taken.contains(id))
+        .unwrap_or_else(|| rollout_id(first_unit, now_ms))
 }
 
 fn now_ms() -> u64 {
@@ -180,7 +204,7 @@ fn wait(ctx: &mut Ctx<'_>, mut rollout: Rollout) -> i32 {
             let _ = ctx.out.write_all(text.as_bytes());
             shown = text;
         }
-        if let Some(code) = exit_code(rollout.state) {
+        if let Some(code) = wait_outcome(&rollout) {
             report_end(ctx, &rollout);
             return code;
         }
@@ -233,7 +257,14 @@ fn report_end(ctx: &mut Ctx<'_>, rollout: &Rollout) {
 /// Sends the rollout and waits for it (unless `--no-block`).
 fn launch(ctx: &mut Ctx<'_>, kind: RolloutKind, units: Vec<RolloutRequestUnit>, pace: Pace) -> i32 {
     let Some(first) = units.first() else { return EXIT_DONE };
-    let id = rollout_id(&first.name, now_ms());
+    let taken: Vec<String> = match ctx.client.rollouts() {
+        Ok(all) => all.into_iter().map(|r| r.id).collect(),
+        Err(e) => {
+            ctx.warn(&format!("Error starting rollout: error retrieving rollouts: {e}"));
+            return EXIT_ERROR;
+        }
+    };
+    let id = unused_rollout_id(&first.name, now_ms(), &taken);
     let names: Vec<String> = units.iter().map(|u| u.name.clone()).collect();
     let request = RolloutRequest {
         kind,
@@ -366,3 +397,6 @@ pub fn control(ctx: &mut Ctx<'_>, args: &[String], action: Action) -> i32 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -246,3 +246,64 @@ fn unreachable_etcd_fails_the_command_after_logging_the_version_check() {
         )
         .unwrap());
 }
+
+#[test]
+fn rollouts_are_decided_stored_shown_and_controlled_on_the_registry() {
+    use fleet::rollout::{Action, Control, RolloutKind};
+    let c = Cluster::start();
+    c.write("hello.service", HELLO);
+    c.fleetctl(&["start", "--no-block", "hello.service"]).assert().success();
+    c.write("hello.service", HELLO_V2);
+    let stored = |id: &str| {
+        let snapshot = c.runtime.block_on(c.registry().read_snapshot()).expect("read registry");
+        snapshot.rollout_records().get(id).and_then(|r| r.rollout()).unwrap_or_else(|| panic!("rollout {id} stored"))
+    };
+
+    // No fleetd runs here: the rollout is stored as the API would store it, and stays as stored.
+    let out = c
+        .fleetctl(&["start", "--replace", "--rolling", "--no-block", "--max-unavailable=2", "hello.service"])
+        .assert()
+        .success()
+        .stderr("")
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).expect("utf-8");
+    let id = out.strip_prefix("Rollout ").and_then(|r| r.split(' ').next()).expect("rollout ID").to_string();
+    assert_eq!(out, format!("Rollout {id} started: replace hello.service\n"));
+    let rollout = stored(&id);
+    let v2 = fleet::unit::UnitFile::parse(HELLO_V2).expect("parses").hash().to_hex();
+    let unit = &rollout.spec.units[0];
+    assert_eq!(
+        (rollout.spec.kind, rollout.spec.max_unavailable, rollout.spec.min_healthy_ms, unit.from.as_str(), &unit.to),
+        (RolloutKind::Replace, 2, 10_000, HELLO_HASH, &v2)
+    );
+    c.fleetctl(&["cat", "hello.service"]).assert().success().stdout(HELLO_V2);
+    assert!(c.bodies().contains(&HELLO_HASH.to_string()), "the old version is kept for the machines not yet changed");
+
+    c.fleetctl(&["rollout-status", "--no-block", "hello"])
+        .assert()
+        .success()
+        .stdout(format!("Rollout {id} replace running\nMACHINE\tUNIT\tPHASE\tDETAIL\n"));
+    // A unit in a rollout that has not ended takes no other (the API's rule, without the HTTP prefix).
+    c.fleetctl(&["restart", "--rolling", "--no-block", "hello.service"])
+        .assert()
+        .code(1)
+        .stderr(format!("Error starting rollout: unit \"hello.service\" is in rollout {id:?} (running)\n"));
+
+    c.fleetctl(&["rollout-pause", "hello"]).assert().success().stdout(format!("Rollout {id} paused\n"));
+    assert_eq!(stored(&id).control, Control { action: Action::Pause, resumes: 0 });
+    c.fleetctl(&["rollout-resume", &id]).assert().success().stdout(format!("Rollout {id} resumed\n"));
+    assert_eq!(stored(&id).control, Control { action: Action::Run, resumes: 1 });
+    c.fleetctl(&["rollout-abort", "hello.service"]).assert().success().stdout(format!("Rollout {id} aborted\n"));
+    assert_eq!(stored(&id).control, Control { action: Action::Abort, resumes: 1 });
+
+    c.fleetctl(&["restart", "--rolling", "nope.service"])
+        .assert()
+        .code(1)
+        .stderr("Error starting rollout: unit nope.service does not exist: a rolling restart changes launched units\n");
+    c.fleetctl(&["rollout-pause", "nope"])
+        .assert()
+        .code(1)
+        .stderr("No rollout of unit nope.service is in progress (and no rollout has the ID \"nope\")\n");
+}

@@ -8,6 +8,11 @@
 //! ([`current_state`]); it does not re-implement any of them. What the engine and agents would do is reduced to
 //! "at once": a unit that should run is scheduled on the one machine, which publishes a systemd state for its
 //! current content — so fleetctl's waits end and the test sees every request of a complete command.
+//!
+//! Rollouts (issue 12) likewise: a `PUT /rollouts/<id>` is decided by the API's [`wire::decide_rollout`] over a
+//! registry image of the recorder's units ([`registry_image`]), a `PATCH` by [`decide_control`], and while the
+//! pretend engine runs, every read of a rollout advances it with the engine's own [`rollout::advance`] over that
+//! image until it no longer changes (at one instant: a rollout given `--min-healthy=0` completes).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -18,8 +23,11 @@ use fleet::api::listen::{ListenAddress, bind};
 use fleet::api::route::{self, Route};
 use fleet::api::serve::{ApiHandler, error_response, serve};
 use fleet::api::wire::{self, PutAction};
+use fleet::client::decide_control;
+use fleet::engine::rollouts::SnapshotCluster;
 use fleet::model::JobState;
-use fleet::registry::{UnitView, current_state};
+use fleet::registry::{Change, Keys, MachineObject, Snapshot, StateRecord, UnitObject, UnitView, current_state};
+use fleet::rollout::{self, Rollout};
 use fleet::schema;
 use fleet::unit::{Requirements, UnitFile};
 use http::{Request, Response, StatusCode};
@@ -125,6 +133,93 @@ impl Stored {
 struct Recorder {
     units: Mutex<BTreeMap<String, Stored>>,
     requests: Mutex<Vec<Recorded>>,
+    rollouts: Mutex<Rollouts>,
+}
+
+/// The rollouts the recorder holds, the agent's restarted markers and whether the pretend engine drives them.
+#[derive(Default)]
+struct Rollouts {
+    stored: BTreeMap<String, Rollout>,
+    /// Unit → the rollout the machine last restarted it for.
+    restarted: BTreeMap<String, String>,
+    engine_stopped: bool,
+}
+
+/// When the recorder's clock starts (Unix ms); each request moves it by one.
+const CLOCK_START_MS: u64 = 1_700_000_000_000;
+
+fn record<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("registry records serialise")
+}
+
+/// The registry as it would hold the recorder's units (each published by the one machine as `Stored::published`
+/// says) and rollouts: what the API's and the engine's rollout decisions read.
+fn registry_image(units: &BTreeMap<String, Stored>, rollouts: &Rollouts) -> Snapshot {
+    let keys = Keys::new("/wire/");
+    let machine = MachineObject { id: MACHINE.into(), public_ip: MACHINE_IP.into(), ..Default::default() };
+    let mut kvs: Vec<(String, String)> = vec![(keys.machine_object(MACHINE), record(&machine))];
+    for (name, u) in units {
+        let object = UnitObject { name: name.clone(), hash: u.hash.clone(), previous_hash: None, no_restart: false };
+        kvs.push((keys.body(&u.hash), u.body.to_string()));
+        kvs.push((keys.unit_object(name), record(&object)));
+        kvs.push((keys.unit_desired(name), u.desired.as_str().to_string()));
+        if let Some(target) = &u.target {
+            kvs.push((keys.unit_target(name), target.clone()));
+        }
+        if let Some(state) = u.published(name) {
+            let published = StateRecord {
+                hash: state.hash,
+                load_state: state.systemd_load_state,
+                active_state: state.systemd_active_state,
+                sub_state: state.systemd_sub_state,
+            };
+            kvs.push((keys.state(name, MACHINE), record(&published)));
+            if !state.running_hash.is_empty() {
+                kvs.push((keys.unit_launched(name, MACHINE), state.running_hash));
+            }
+        }
+    }
+    for (unit, id) in &rollouts.restarted {
+        kvs.push((keys.unit_restarted(unit, MACHINE), id.clone()));
+    }
+    for (id, r) in &rollouts.stored {
+        kvs.push((keys.rollout_spec(id), record(&r.spec)));
+        kvs.push((keys.rollout_control(id), record(&r.control)));
+        if let Some(progress) = &r.progress {
+            kvs.push((keys.rollout_progress(id), record(progress)));
+        }
+    }
+    let changes =
+        kvs.iter().map(|(k, v)| (k.as_bytes(), Change::Put { value: v.as_bytes(), mod_revision: 1, lease: 0 }));
+    Snapshot::from_kvs(&keys, 1, changes)
+}
+
+/// The pretend engine and agent at `now_ms`: the agent restarts what a restart rollout asks of it, the engine
+/// advances every rollout, until nothing changes any more.
+fn drive_rollouts(units: &BTreeMap<String, Stored>, rollouts: &mut Rollouts, now_ms: u64) {
+    if rollouts.engine_stopped {
+        return;
+    }
+    loop {
+        for unit in units.keys() {
+            if let Some(id) = rollout::restart_token(rollouts.stored.values(), unit, MACHINE) {
+                rollouts.restarted.insert(unit.clone(), id.to_string());
+            }
+        }
+        let image = registry_image(units, rollouts);
+        let cluster = SnapshotCluster(&image);
+        let mut changed = false;
+        for r in rollouts.stored.values_mut().filter(|r| !r.state().is_final()) {
+            let advanced = rollout::advance(r, &cluster, now_ms);
+            if r.progress.as_ref() != Some(&advanced.progress) {
+                r.progress = Some(advanced.progress);
+                changed = true;
+            }
+        }
+        if !changed {
+            return;
+        }
+    }
 }
 
 fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<Bytes> {
@@ -141,6 +236,11 @@ fn empty(status: StatusCode) -> Response<Bytes> {
 }
 
 impl Recorder {
+    /// The recorder's clock: one millisecond per request so far.
+    fn now_ms(&self) -> u64 {
+        CLOCK_START_MS + self.requests.lock().unwrap().len() as u64
+    }
+
     fn answer(&self, request: &Request<Bytes>) -> Response<Bytes> {
         let mut units = self.units.lock().unwrap();
         let not_found = || error_response(StatusCode::NOT_FOUND, "unit does not exist");
@@ -207,6 +307,59 @@ impl Recorder {
                 units.get_mut(&name).expect("just stored").converge(&name);
                 empty(status)
             }
+            Ok(Route::ListRollouts) => {
+                let mut rollouts = self.rollouts.lock().unwrap();
+                drive_rollouts(&units, &mut rollouts, self.now_ms());
+                let image = registry_image(&units, &rollouts);
+                let all = image.rollouts().iter().map(wire::rollout).collect();
+                json(StatusCode::OK, &schema::RolloutList { rollouts: all })
+            }
+            Ok(Route::GetRollout(id)) => {
+                let mut rollouts = self.rollouts.lock().unwrap();
+                drive_rollouts(&units, &mut rollouts, self.now_ms());
+                match rollouts.stored.get(&id) {
+                    Some(r) => json(StatusCode::OK, &wire::rollout(r)),
+                    None => error_response(StatusCode::NOT_FOUND, "rollout does not exist"),
+                }
+            }
+            Ok(Route::PutRollout(id)) => {
+                let body: schema::RolloutRequest = match serde_json::from_slice(request.body()) {
+                    Ok(body) => body,
+                    Err(e) => return error_response(StatusCode::BAD_REQUEST, &format!("unable to decode body: {e}")),
+                };
+                let mut rollouts = self.rollouts.lock().unwrap();
+                let image = registry_image(&units, &rollouts);
+                let plan = match wire::decide_rollout(&id, &body, &image, self.now_ms()) {
+                    Ok(plan) => plan,
+                    Err(refused) => return refused.response(),
+                };
+                for (name, text, _) in &plan.bodies {
+                    let mut stored = Stored::new(text, JobState::Launched);
+                    stored.converge(name);
+                    units.insert(name.clone(), stored);
+                }
+                let stored = Rollout { spec: plan.spec, control: Default::default(), progress: None };
+                let shown = wire::rollout(&stored);
+                rollouts.stored.insert(id, stored);
+                json(StatusCode::CREATED, &shown)
+            }
+            Ok(Route::PatchRollout(id)) => {
+                let body: schema::RolloutControl = match serde_json::from_slice(request.body()) {
+                    Ok(body) => body,
+                    Err(e) => return error_response(StatusCode::BAD_REQUEST, &format!("unable to decode body: {e}")),
+                };
+                let mut rollouts = self.rollouts.lock().unwrap();
+                let Some(r) = rollouts.stored.get_mut(&id) else {
+                    return error_response(StatusCode::NOT_FOUND, "rollout does not exist");
+                };
+                match decide_control(r, body.action) {
+                    Ok(control) => {
+                        r.control = control;
+                        empty(StatusCode::NO_CONTENT)
+                    }
+                    Err(refused) => refused.response(),
+                }
+            }
             Ok(other) => error_response(StatusCode::NOT_IMPLEMENTED, &format!("not served here: {other:?}")),
             Err(e) => error_response(StatusCode::NOT_FOUND, &format!("no route: {e:?}")),
         }
@@ -249,6 +402,12 @@ impl Endpoint {
         let mut stored = Stored::new(text, desired);
         stored.converge(name);
         self.recorder.units.lock().unwrap().insert(name.to_string(), stored);
+        self
+    }
+
+    /// Stops (or starts again) the pretend engine: rollouts stay as they are.
+    fn engine_running(&self, running: bool) -> &Self {
+        self.recorder.rollouts.lock().unwrap().engine_stopped = !running;
         self
     }
 
@@ -538,4 +697,121 @@ async fn global_units_and_escaped_names() {
             put(path, &format!(r#"{{"desiredState":"loaded","name":"{json_name}"}}"#)),
         ]
     );
+}
+
+/// The rollout ID in the path of a recorded `PUT|PATCH /fleet/v1/rollouts/<id>?alt=json ...` line.
+fn rollout_id_of(line: &str) -> String {
+    let rest = line.split("/fleet/v1/rollouts/").nth(1).unwrap_or_else(|| panic!("not a rollout request: {line}"));
+    rest.split('?').next().unwrap().to_string()
+}
+
+fn put_rollout(id: &str, body: &str) -> String {
+    format!("PUT /fleet/v1/rollouts/{id}?alt=json {body}")
+}
+
+fn patch_rollout(id: &str, action: &str) -> String {
+    format!(r#"PATCH /fleet/v1/rollouts/{id}?alt=json {{"action":"{action}"}}"#)
+}
+
+/// A generated rollout ID: the first unit's name without its type (characters outside `A-Za-z0-9_.-` as `_`),
+/// `-`, Unix milliseconds.
+fn assert_generated_id(id: &str, stem: &str) {
+    let ms = id.strip_prefix(&format!("{stem}-")).unwrap_or_else(|| panic!("{id} does not start with {stem}-"));
+    assert!(ms.len() == 13 && ms.bytes().all(|b| b.is_ascii_digit()), "{id}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_replace_sends_one_rollout_with_every_changed_unit_and_the_default_pace() {
+    let ep = Endpoint::start().await;
+    ep.given("hello@.service", TEMPLATE, JobState::Inactive)
+        .given("hello@1.service", TEMPLATE, JobState::Launched)
+        .given("hello@2.service", TEMPLATE, JobState::Launched)
+        .file("hello@.service", TEMPLATE_V2);
+    let sent =
+        ep.fleetctl(&["start", "--replace", "--rolling", "--no-block", "hello@1.service", "hello@2.service"]).await;
+    let id = rollout_id_of(&sent[0]);
+    assert_generated_id(&id, "hello_1");
+    assert_eq!(
+        sent,
+        [put_rollout(
+            &id,
+            &format!(
+                r#"{{"kind":"replace","units":[{{"name":"hello@1.service","options":{TEMPLATE_V2_OPTIONS}}},{{"name":"hello@2.service","options":{TEMPLATE_V2_OPTIONS}}}],"maxUnavailable":1,"minHealthyMs":10000,"healthTimeoutMs":300000,"onFailure":"pause"}}"#
+            )
+        )],
+        "one PUT with every unit's new options and the defaults (max-unavailable 1, min-healthy 10s, \
+         health-timeout 5m, on-failure pause); no unit PUT"
+    );
+    // The new versions are stored: nothing differs any more, nothing is sent.
+    assert_eq!(
+        ep.fleetctl(&["start", "--replace", "--rolling", "hello@1.service", "hello@2.service"]).await,
+        Vec::<String>::new()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_replace_carries_the_pace_flags_and_waits_without_writing() {
+    let ep = Endpoint::start().await;
+    ep.given("global.service", GLOBAL, JobState::Launched)
+        .file("global.service", GLOBAL.replace("1000", "2000").as_str());
+    let options = r#"[{"name":"ExecStart","section":"Service","value":"/bin/sleep 2000"},{"name":"Global","section":"X-Fleet","value":"true"}]"#;
+    // The pretend engine completes it (min-healthy 0), so the command waits and exits 0 with no other write.
+    let sent = ep
+        .fleetctl(&[
+            "start",
+            "--replace",
+            "--rolling",
+            "--max-unavailable=3",
+            "--min-healthy=0",
+            "--health-timeout=1m30s",
+            "--on-failure=rollback",
+            "global.service",
+        ])
+        .await;
+    let id = rollout_id_of(&sent[0]);
+    assert_generated_id(&id, "global");
+    assert_eq!(
+        sent,
+        [put_rollout(
+            &id,
+            &format!(
+                r#"{{"kind":"replace","units":[{{"name":"global.service","options":{options}}}],"maxUnavailable":3,"minHealthyMs":0,"healthTimeoutMs":90000,"onFailure":"rollback"}}"#
+            )
+        )]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restart_sends_names_only() {
+    let ep = Endpoint::start().await;
+    ep.given("hello.service", HELLO, JobState::Launched).given("global.service", GLOBAL, JobState::Launched);
+    let sent =
+        ep.fleetctl(&["restart", "--rolling", "--min-healthy=500ms", "--no-block", "hello", "global.service"]).await;
+    let id = rollout_id_of(&sent[0]);
+    assert_generated_id(&id, "hello");
+    assert_eq!(
+        sent,
+        [put_rollout(
+            &id,
+            r#"{"kind":"restart","units":[{"name":"hello.service"},{"name":"global.service"}],"maxUnavailable":1,"minHealthyMs":500,"healthTimeoutMs":300000,"onFailure":"pause"}"#
+        )],
+        "a restart rollout: unit names, no options, no desired-state PUTs (plain restart's loaded/launched)"
+    );
+    // Waiting: the pretend engine and agent restart it, the command ends with no other write.
+    let ep = Endpoint::start().await;
+    ep.given("hello.service", HELLO, JobState::Launched);
+    let sent = ep.fleetctl(&["restart", "--rolling", "--min-healthy=0", "hello.service"]).await;
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(sent[0].contains(r#"{"kind":"restart","units":[{"name":"hello.service"}]"#), "{sent:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_pause_resume_and_abort_patch_the_newest_rollout_in_progress() {
+    let ep = Endpoint::start().await;
+    ep.given("hello.service", HELLO, JobState::Launched).file("hello.service", HELLO_V2).engine_running(false);
+    let id = rollout_id_of(&ep.fleetctl(&["start", "--replace", "--rolling", "--no-block", "hello.service"]).await[0]);
+    assert_eq!(ep.fleetctl(&["rollout-pause", "hello.service"]).await, [patch_rollout(&id, "pause")]);
+    assert_eq!(ep.fleetctl(&["rollout-resume", "hello"]).await, [patch_rollout(&id, "run")]);
+    assert_eq!(ep.fleetctl(&["rollout-status", "--no-block", &id]).await, Vec::<String>::new(), "status only reads");
+    assert_eq!(ep.fleetctl(&["rollout-abort", &id]).await, [patch_rollout(&id, "abort")]);
 }

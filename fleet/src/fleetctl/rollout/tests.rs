@@ -1,0 +1,607 @@
+//! The rollout commands against the fake cluster, whose rollouts are decided by the API's `decide_rollout` and
+//! driven by the engine's `rollout::advance` (see `client::fake`).
+
+use std::path::Path;
+
+use super::*;
+use crate::client::{Client, ClientError};
+use crate::fleetctl::testing::{cluster, run};
+
+const GLOBAL: &str = "[Service]\nExecStart=/bin/sleep 1000\n\n[X-Fleet]\nGlobal=true\n";
+const GLOBAL_V2: &str = "[Service]\nExecStart=/bin/sleep 2000\n\n[X-Fleet]\nGlobal=true\n";
+const TEMPLATE: &str = "[Service]\nExecStart=/bin/sleep 1000 %i\n";
+const TEMPLATE_V2: &str = "[Service]\nExecStart=/bin/sleep 2000 %i\n";
+const M1: &str = "8363165e.../172.17.0.2";
+const M2: &str = "8606e1a2.../172.17.0.3";
+const M3: &str = "d91d98fc.../172.17.0.4";
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+/// The ID in `Rollout <id> started: ...`.
+fn started_id(out: &str) -> String {
+    let line = out.lines().find(|l| l.contains(" started: ")).unwrap_or_else(|| panic!("no start line in:\n{out}"));
+    line.trim_start_matches("Rollout ").split(' ').next().unwrap().to_string()
+}
+
+/// A printed rollout: its header line and its step rows (cells), legend left out.
+#[derive(Debug, Clone, PartialEq)]
+struct Shown {
+    header: String,
+    rows: Vec<Vec<String>>,
+}
+
+impl Shown {
+    fn phases(&self) -> Vec<&str> {
+        self.rows.iter().map(|r| r[2].as_str()).collect()
+    }
+}
+
+/// Every rollout table printed in `out`, in order.
+fn shown(out: &str) -> Vec<Shown> {
+    let mut all: Vec<Shown> = Vec::new();
+    for line in out.lines() {
+        if line.starts_with("Rollout ") && !line.contains(" started: ") {
+            all.push(Shown { header: line.to_string(), rows: Vec::new() });
+        } else if let Some(last) = all.last_mut() {
+            let cells: Vec<String> = line.split('\t').filter(|c| !c.is_empty()).map(str::to_string).collect();
+            if cells.first().map(String::as_str) != Some("MACHINE") {
+                last.rows.push(cells);
+            }
+        }
+    }
+    all
+}
+
+fn row(machine: &str, unit: &str, phase: &str, detail: &str) -> Vec<String> {
+    vec![machine.into(), unit.into(), phase.into(), detail.into()]
+}
+
+#[test]
+fn rolling_replace_of_a_global_unit_takes_one_machine_at_a_time_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster();
+    c.insert_unit("db.service", GLOBAL, "launched");
+    let f = write(dir.path(), "db.service", GLOBAL_V2);
+    let o = run(&c, &["start", "--replace", "--rolling", &f]);
+    assert_eq!((o.code, o.err.as_str()), (0, ""), "{}", o.out);
+    let id = started_id(&o.out);
+    assert!(id.starts_with("db-") && id.len() == "db-".len() + 13, "{id}");
+    assert!(o.out.starts_with(&format!("Rollout {id} started: replace db.service\n")), "{}", o.out);
+    let tables = shown(&o.out);
+    let phases: Vec<Vec<&str>> = tables.iter().map(Shown::phases).collect();
+    assert_eq!(
+        phases,
+        [
+            vec![],
+            vec!["updating", "pending", "pending"],
+            vec!["healthy", "pending", "pending"],
+            vec!["done", "updating", "pending"],
+            vec!["done", "healthy", "pending"],
+            vec!["done", "done", "updating"],
+            vec!["done", "done", "healthy"],
+            vec!["done", "done", "done"],
+        ],
+        "{}",
+        o.out
+    );
+    let last = tables.last().unwrap();
+    assert_eq!(last.header, format!("Rollout {id} replace done"));
+    assert_eq!(
+        last.rows,
+        [row(M1, "db.service", "done", "-"), row(M2, "db.service", "done", "-"), row(M3, "db.service", "done", "-")]
+    );
+    assert!(tables[..tables.len() - 1].iter().all(|t| t.header == format!("Rollout {id} replace running")));
+    let stored = &c.stored_rollouts()[0].spec;
+    assert_eq!(
+        (stored.max_unavailable, stored.min_healthy_ms, stored.health_timeout_ms, stored.on_failure),
+        (1, 10_000, 300_000, OnFailure::Pause),
+        "the defaults"
+    );
+    assert_eq!(c.unit_text("db.service").unwrap(), GLOBAL_V2);
+    assert_eq!(c.log(), [format!("rollout {id} replace db.service")]);
+}
+
+#[test]
+fn rolling_replace_of_instances_uses_the_local_template_and_the_pace_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster();
+    c.insert_unit("hello@.service", TEMPLATE, "inactive");
+    for i in 1..=3 {
+        c.insert_unit(&format!("hello@{i}.service"), TEMPLATE, "launched");
+    }
+    write(dir.path(), "hello@.service", TEMPLATE_V2);
+    let args: Vec<String> =
+        (1..=2).map(|i| dir.path().join(format!("hello@{i}.service")).display().to_string()).collect();
+    let o = run(
+        &c,
+        &[
+            "start",
+            "--replace",
+            "--rolling",
+            "--max-unavailable=2",
+            "--min-healthy=0",
+            "--health-timeout=1m30s",
+            "--on-failure=rollback",
+            &args[0],
+            &args[1],
+        ],
+    );
+    assert_eq!((o.code, o.err.as_str()), (0, ""), "{}", o.out);
+    let id = started_id(&o.out);
+    assert!(id.starts_with("hello_1-"), "{id}");
+    assert!(o.out.starts_with(&format!("Rollout {id} started: replace hello@1.service hello@2.service\n")));
+    let tables = shown(&o.out);
+    let phases: Vec<Vec<&str>> = tables.iter().map(Shown::phases).collect();
+    assert_eq!(phases, [vec![], vec!["updating", "updating"], vec!["done", "done"]], "{}", o.out);
+    let spec = &c.stored_rollouts()[0].spec;
+    assert_eq!(
+        (spec.max_unavailable, spec.min_healthy_ms, spec.health_timeout_ms, spec.on_failure),
+        (2, 0, 90_000, OnFailure::Rollback)
+    );
+    assert_eq!(c.unit_text("hello@1.service").unwrap(), TEMPLATE_V2);
+    assert_eq!(c.unit_text("hello@3.service").unwrap(), TEMPLATE, "not named: untouched");
+}
+
+#[test]
+fn units_with_the_same_content_are_found_same_and_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster();
+    c.insert_unit("db.service", GLOBAL, "launched");
+    let f = write(dir.path(), "db.service", GLOBAL);
+    let o = run(&c, &["start", "--replace", "--rolling", &f]);
+    assert_eq!(
+        (o.code, o.out.as_str(), o.err.as_str()),
+        (0, "Found same Unit(db.service) in Registry, nothing to do\n", "")
+    );
+    assert!(c.stored_rollouts().is_empty() && c.log().is_empty(), "no rollout when nothing differs");
+
+    c.insert_unit("hello@1.service", TEMPLATE, "launched");
+    c.insert_unit("hello@2.service", TEMPLATE_V2, "launched");
+    write(dir.path(), "hello@.service", TEMPLATE_V2);
+    let i1 = dir.path().join("hello@1.service").display().to_string();
+    let i2 = dir.path().join("hello@2.service").display().to_string();
+    let o = run(&c, &["start", "--replace", "--rolling", "--no-block", &i1, &i2]);
+    assert_eq!(o.code, 0, "{}", o.err);
+    let id = started_id(&o.out);
+    assert_eq!(
+        o.out,
+        format!(
+            "Found same Unit(hello@2.service) in Registry, nothing to do\nRollout {id} started: replace hello@1.service\n"
+        )
+    );
+}
+
+#[test]
+fn a_new_version_that_fails_pauses_after_the_first_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster();
+    c.insert_unit("db.service", GLOBAL, "launched");
+    c.set_unhealthy(GLOBAL_V2);
+    let f = write(dir.path(), "db.service", GLOBAL_V2);
+    let o = run(&c, &["start", "--replace", "--rolling", &f]);
+    assert_eq!(o.code, EXIT_PAUSED, "{}\n{}", o.out, o.err);
+    let id = started_id(&o.out);
+    let detail = "not healthy within 300 s of its release: activeState=failed subState=failed";
+    let reason = format!("paused: db.service on 8363165e: {detail}");
+    let last = shown(&o.out).pop().unwrap();
+    assert_eq!(last.header, format!("Rollout {id} replace paused: {reason}"));
+    assert_eq!(
+        last.rows,
+        [
+            row(M1, "db.service", "failed", detail),
+            row(M2, "db.service", "pending", "-"),
+            row(M3, "db.service", "pending", "-")
+        ]
+    );
+    assert_eq!(
+        o.err,
+        format!(
+            "Rollout {id} is paused ({reason}): resume it with fleetctl rollout-resume {id}, or abort it with \
+             fleetctl rollout-abort {id}\n"
+        )
+    );
+    assert_eq!(c.unit_text("db.service").unwrap(), GLOBAL_V2, "the failed machine keeps the new version");
+    // The other machines still run the old version.
+    let old = crate::unit::UnitFile::parse(GLOBAL).unwrap().hash().to_hex();
+    let states = c.unit_states(&Default::default()).unwrap();
+    let runs_old: Vec<&str> = states.iter().filter(|s| s.hash == old).map(|s| &s.machine_id[..8]).collect();
+    assert_eq!(runs_old, ["8606e1a2", "d91d98fc"]);
+}
+
+#[test]
+fn with_on_failure_rollback_every_machine_returns_to_the_old_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster();
+    c.insert_unit("db.service", GLOBAL, "launched");
+    c.set_unhealthy(GLOBAL_V2);
+    let f = write(dir.path(), "db.service", GLOBAL_V2);
+    let o = run(&c, &["start", "--replace", "--rolling", "--on-failure=rollback", &f]);
+    assert_eq!(o.code, EXIT_ROLLED_BACK, "{}\n{}", o.out, o.err);
+    let id = started_id(&o.out);
+    let reason = "rolled back: db.service on 8363165e: not healthy within 300 s of its release: activeState=failed \
+                  subState=failed";
+    assert_eq!(shown(&o.out).pop().unwrap().header, format!("Rollout {id} replace rolled_back: {reason}"));
+    assert_eq!(o.err, format!("Rollout {id} rolled_back: {reason}\n"));
+    assert_eq!(c.unit_text("db.service").unwrap(), GLOBAL, "back to the old version");
+}
+
+#[test]
+fn rolling_restart_restarts_machine_by_machine() {
+    let c = cluster();
+    c.insert_unit("db.service", GLOBAL, "launched");
+    let o = run(&c, &["restart", "--rolling", "--min-healthy=0", "db"]);
+    assert_eq!((o.code, o.err.as_str()), (0, ""), "{}", o.out);
+    let id = started_id(&o.out);
+    assert!(o.out.starts_with(&format!("Rollout {id} started: restart db.service\n")));
+    let tables = shown(&o.out);
+    let phases: Vec<Vec<&str>> = tables.iter().map(Shown::phases).collect();
+    assert_eq!(
+        phases,
+        [
+            vec![],
+            vec!["updating", "pending", "pending"],
+            vec!["done", "updating", "pending"],
+            vec!["done", "done", "updating"],
+            vec!["done", "done", "done"],
+        ],
+        "{}",
+        o.out
+    );
+    assert_eq!(shown(&o.out).pop().unwrap().header, format!("Rollout {id} restart done"));
+    assert_eq!(c.log(), [format!("rollout {id} restart db.service")], "names only: no content is stored");
+    assert_eq!(c.unit_text("db.service").unwrap(), GLOBAL);
+}
+
+#[test]
+fn wrong_flags_and_missing_units_are_refused_before_anything_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster();
+    c.insert_unit("db.service", GLOBAL, "launched");
+    let f = write(dir.path(), "db.service", GLOBAL_V2);
+    let nope = write(dir.path(), "nope.service", GLOBAL);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["start", "--rolling", &f], "Error creating units: --rolling applies only with --replace\n"),
+        (
+            vec!["start", "--replace", "--rolling", "--no-restart", &f],
+            "Error creating units: --rolling cannot be combined with --no-restart\n",
+        ),
+        (
+            vec!["start", "--max-unavailable=1", &f],
+            "Error creating units: --max-unavailable applies only with --rolling\n",
+        ),
+        (
+            vec!["restart", "--min-healthy=1s", "db"],
+            "Error restarting units: --min-healthy applies only with --rolling\n",
+        ),
+        (vec!["restart", "--no-block", "db"], "Error restarting units: --no-block applies only with --rolling\n"),
+        (
+            vec!["restart", "--rolling", "--max-unavailable=0", "db"],
+            "Error starting rollout: --max-unavailable must be at least 1, got 0\n",
+        ),
+        (
+            vec!["restart", "--rolling", "--health-timeout=0", "db"],
+            "Error starting rollout: --health-timeout must be longer than 0\n",
+        ),
+        (
+            vec!["restart", "--rolling", "--on-failure=retry", "db"],
+            "Error starting rollout: invalid --on-failure \"retry\": expected pause or rollback\n",
+        ),
+        (
+            vec!["restart", "--rolling", "db", "nope"],
+            "Error starting rollout: unit nope.service does not exist: a rolling restart changes launched units\n",
+        ),
+        (
+            vec!["start", "--replace", "--rolling", &f, &nope],
+            "Error starting rollout: unit nope.service does not exist: a rolling replace changes launched units \
+             (start it first)\n",
+        ),
+        (
+            vec!["start", "--replace", "--rolling", "/nonexistent/db.service"],
+            "Error starting rollout: error Unit /nonexistent/db.service does not seem to be a template unit\n",
+        ),
+    ];
+    for (args, err) in cases {
+        let o = run(&c, &args);
+        assert_eq!((o.code, o.err.as_str(), o.out.as_str()), (EXIT_ERROR, err, ""), "{args:?}");
+    }
+    for (flag, value, reason) in [
+        ("min-healthy", "10", "time: invalid duration \"10\""),
+        ("health-timeout", "-1s", "time: invalid duration \"-1s\""),
+        ("max-unavailable", "two", "strconv.ParseInt: parsing \"two\": invalid syntax"),
+    ] {
+        let arg = format!("--{flag}={value}");
+        let o = run(&c, &["restart", "--rolling", &arg, "db"]);
+        assert_eq!(o.code, EXIT_ERROR);
+        assert!(
+            o.err.starts_with(&format!("Error: invalid argument {value:?} for \"--{flag}\" flag: {reason}\n")),
+            "{}",
+            o.err
+        );
+    }
+    assert!(c.log().is_empty(), "{:?}", c.log());
+}
+
+#[test]
+fn the_api_refuses_units_that_are_not_launched_or_already_rolling() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster();
+    c.insert_unit("idle.service", GLOBAL, "loaded");
+    let f = write(dir.path(), "idle.service", GLOBAL_V2);
+    let o = run(&c, &["start", "--replace", "--rolling", &f]);
+    assert_eq!(
+        (o.code, o.err.as_str()),
+        (
+            EXIT_ERROR,
+            "Error starting rollout: googleapi: Error 409: unit \"idle.service\" is loaded (a rollout changes launched \
+             units)\n"
+        )
+    );
+    c.insert_unit("db.service", GLOBAL, "launched");
+    c.freeze_rollouts(true);
+    let first = started_id(&run(&c, &["restart", "--rolling", "--no-block", "db.service"]).out);
+    let o = run(&c, &["restart", "--rolling", "db.service"]);
+    assert_eq!(
+        (o.code, o.err.as_str()),
+        (
+            EXIT_ERROR,
+            format!(
+                "Error starting rollout: googleapi: Error 409: unit \"db.service\" is in rollout {first:?} (running)\n"
+            )
+            .as_str()
+        )
+    );
+}
+
+#[test]
+fn pause_resume_and_status_of_a_rollout_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster();
+    c.insert_unit("db.service", GLOBAL, "launched");
+    let f = write(dir.path(), "db.service", GLOBAL_V2);
+    c.freeze_rollouts(true);
+    let o = run(&c, &["start", "--replace", "--rolling", "--no-block", "--min-healthy=0", &f]);
+    let id = started_id(&o.out);
+    assert_eq!((o.code, o.out.clone()), (0, format!("Rollout {id} started: replace db.service\n")));
+    let o = run(&c, &["rollout-status", "--no-block", "db.service"]);
+    assert_eq!((o.code, o.out.clone()), (0, format!("Rollout {id} replace running\nMACHINE\tUNIT\tPHASE\tDETAIL\n")));
+    let o = run(&c, &["rollout-pause", "db"]);
+    assert_eq!((o.code, o.out.clone(), o.err.as_str()), (0, format!("Rollout {id} paused\n"), ""));
+
+    c.freeze_rollouts(false);
+    let o = run(&c, &["rollout-status", "db.service"]);
+    assert_eq!(o.code, EXIT_PAUSED, "{}", o.out);
+    let last = shown(&o.out).pop().unwrap();
+    assert_eq!(last.header, format!("Rollout {id} replace paused: paused by request"));
+    assert_eq!(last.phases(), ["pending", "pending", "pending"], "nothing released while paused");
+    assert!(o.err.starts_with(&format!("Rollout {id} is paused (paused by request): resume it with")), "{}", o.err);
+
+    let o = run(&c, &["rollout-resume", &id]);
+    assert_eq!((o.code, o.out.clone()), (0, format!("Rollout {id} resumed\n")));
+    let o = run(&c, &["rollout-status", &id]);
+    assert_eq!((o.code, o.err.as_str()), (EXIT_DONE, ""), "{}", o.out);
+    assert_eq!(shown(&o.out).pop().unwrap().phases(), ["done", "done", "done"]);
+
+    // Nothing in progress any more: by unit there is nothing to act on; by ID the API refuses.
+    let o = run(&c, &["rollout-abort", "db.service"]);
+    assert_eq!(
+        (o.code, o.err.as_str()),
+        (EXIT_ERROR, "No rollout of unit db.service is in progress (and no rollout has the ID \"db.service\")\n")
+    );
+    let o = run(&c, &["rollout-abort", &id]);
+    assert_eq!(
+        (o.code, o.err.clone()),
+        (
+            EXIT_ERROR,
+            format!("Error aborting rollout {id}: googleapi: Error 409: rollout {id:?} is done: nothing to abort\n")
+        )
+    );
+    assert_eq!(
+        c.log(),
+        [format!("rollout {id} replace db.service"), format!("rollout {id} pause"), format!("rollout {id} run")]
+    );
+}
+
+#[test]
+fn an_aborted_rollout_ends_the_wait_with_4_and_status_shows_the_newest() {
+    let c = cluster();
+    c.insert_unit("db.service", GLOBAL, "launched");
+    let first = started_id(&run(&c, &["restart", "--rolling", "--min-healthy=0", "db"]).out);
+    c.freeze_rollouts(true);
+    // The clock of the fake engine moved on: the second rollout is the newer one.
+    let second = started_id(&run(&c, &["restart", "--rolling", "--no-block", "db"]).out);
+    assert_ne!(first, second);
+    let o = run(&c, &["rollout-status", "--no-block", "db"]);
+    assert!(o.out.starts_with(&format!("Rollout {second} restart running\n")), "{}", o.out);
+    let o = run(&c, &["rollout-status", "--no-block", &first]);
+    assert_eq!(o.code, EXIT_DONE);
+    assert!(o.out.starts_with(&format!("Rollout {first} restart done\n")), "{}", o.out);
+
+    // Paused by request, then aborted: the first read after the abort still shows it paused (the engine has not
+    // taken the abort up); the wait goes on until it is aborted.
+    assert_eq!(run(&c, &["rollout-pause", "db"]).code, 0);
+    c.freeze_rollouts(false);
+    assert_eq!(run(&c, &["rollout-status", "--no-block", "db"]).code, EXIT_DONE, "shown before the engine's pass");
+    assert_eq!(run(&c, &["rollout-status", "--no-block", "db"]).code, EXIT_PAUSED, "paused by the engine now");
+    let o = run(&c, &["rollout-abort", "db.service"]);
+    assert_eq!((o.code, o.out.clone()), (0, format!("Rollout {second} aborted\n")));
+    let o = run(&c, &["rollout-status", "db"]);
+    assert_eq!(o.code, EXIT_ABORTED, "{}", o.out);
+    assert_eq!(shown(&o.out)[0].header, format!("Rollout {second} restart paused: paused by request"), "{}", o.out);
+    assert_eq!(shown(&o.out).pop().unwrap().header, format!("Rollout {second} restart aborted: aborted by request"));
+    assert_eq!(o.err, format!("Rollout {second} aborted: aborted by request\n"));
+}
+
+#[test]
+fn status_and_actions_need_one_known_unit_or_rollout() {
+    let c = cluster();
+    c.insert_unit("db.service", GLOBAL, "launched");
+    for cmd in ["rollout-status", "rollout-pause", "rollout-resume", "rollout-abort"] {
+        for args in [vec![cmd], vec![cmd, "a", "b"]] {
+            let o = run(&c, &args);
+            assert_eq!((o.code, o.err.as_str()), (EXIT_ERROR, "One unit or rollout ID must be given\n"), "{args:?}");
+        }
+    }
+    let o = run(&c, &["rollout-status", "db"]);
+    assert_eq!(
+        (o.code, o.err.as_str(), o.out.as_str()),
+        (EXIT_ERROR, "No rollout of unit db.service found (and no rollout has the ID \"db\")\n", "")
+    );
+    let o = run(&c, &["rollout-pause", "no-such.service"]);
+    assert_eq!(
+        (o.code, o.err.as_str()),
+        (
+            EXIT_ERROR,
+            "No rollout of unit no-such.service is in progress (and no rollout has the ID \"no-such.service\")\n"
+        )
+    );
+    c.fail_all(Some(ClientError::Other("connection refused".into())));
+    let o = run(&c, &["rollout-status", "db"]);
+    assert_eq!((o.code, o.err.as_str()), (EXIT_ERROR, "Error retrieving rollouts: connection refused\n"));
+}
+
+#[test]
+fn a_wait_rides_out_failed_reads_and_gives_up_after_many_in_a_row() {
+    let c = cluster();
+    c.insert_unit("db.service", GLOBAL, "launched");
+    c.freeze_rollouts(true);
+    let id = started_id(&run(&c, &["restart", "--rolling", "--no-block", "--min-healthy=0", "db"]).out);
+    c.freeze_rollouts(false);
+    c.fail_rollout_reads(3, ClientError::Other("connection refused".into()));
+    let o = run(&c, &["rollout-status", "db"]);
+    assert_eq!(o.code, EXIT_DONE, "{}\n{}", o.out, o.err);
+    assert_eq!(o.err, format!("Error retrieving rollout {id}: connection refused (still waiting)\n"));
+
+    c.freeze_rollouts(true);
+    let id = started_id(&run(&c, &["restart", "--rolling", "--no-block", "db"]).out);
+    c.fail_rollout_reads(u32::MAX, ClientError::Other("connection refused".into()));
+    let o = run(&c, &["rollout-status", "db"]);
+    assert_eq!(o.code, EXIT_ERROR);
+    assert_eq!(
+        o.err,
+        format!(
+            "Error retrieving rollout {id}: connection refused (still waiting)\nError waiting for rollout {id}: \
+             connection refused (240 requests in a row failed; last seen: running; the rollout goes on in the \
+             cluster, see fleetctl rollout-status {id})\n"
+        )
+    );
+}
+
+#[test]
+fn the_status_table_shows_machines_like_list_units() {
+    let machines = [Machine {
+        id: "8363165e6276f500b71169eca9b3f76b".into(),
+        primary_ip: "172.17.0.2".into(),
+        ..Default::default()
+    }];
+    let step = |machine: &str, phase, detail: &str| crate::rollout::Step {
+        unit: "db.service".into(),
+        machine: machine.into(),
+        phase,
+        released_ms: 0,
+        healthy_since_ms: 0,
+        detail: detail.into(),
+    };
+    let rollout = Rollout {
+        id: "db-1".into(),
+        kind: RolloutKind::Replace,
+        units: Vec::new(),
+        max_unavailable: 1,
+        min_healthy_ms: 0,
+        health_timeout_ms: 1,
+        on_failure: OnFailure::Pause,
+        created_ms: 0,
+        action: Action::Run,
+        state: RolloutState::Paused,
+        reason: "paused: db.service on 8363165e: boom".into(),
+        steps: vec![
+            step("8363165e6276f500b71169eca9b3f76b", crate::rollout::Phase::Failed, "boom"),
+            step("d91d98fca203da3cb89fb5c100ed0823", crate::rollout::Phase::Pending, ""),
+        ],
+    };
+    assert_eq!(
+        render_status(&rollout, &machines, false, true),
+        "Rollout db-1 replace paused: paused: db.service on 8363165e: boom\n\
+         MACHINE\t\t\tUNIT\t\tPHASE\tDETAIL\n\
+         8363165e.../172.17.0.2\tdb.service\tfailed\tboom\n\
+         d91d98fc...\t\tdb.service\tpending\t-\n"
+    );
+    assert_eq!(
+        render_status(&rollout, &machines, true, false),
+        "Rollout db-1 replace paused: paused: db.service on 8363165e: boom\n\
+         8363165e6276f500b71169eca9b3f76b/172.17.0.2\tdb.service\tfailed\tboom\n\
+         d91d98fca203da3cb89fb5c100ed0823\t\tdb.service\tpending\t-\n"
+    );
+}
+
+#[test]
+fn rollout_ids_are_the_first_unit_and_the_time_in_the_registry_alphabet() {
+    assert_eq!(rollout_id("db.service", 1_700_000_000_000), "db-1700000000000");
+    assert_eq!(rollout_id("hello@1.service", 5), "hello_1-5");
+    assert_eq!(rollout_id(r"esc@a\x2db:c.service", 5), "esc_a_x2db_c-5");
+    assert_eq!(rollout_id(".service", 5), "rollout-5");
+    let long = rollout_id(&format!("{}.service", "a".repeat(80)), 1_700_000_000_000);
+    assert_eq!(long.len(), 64);
+    assert!(long.ends_with("a-1700000000000"), "{long}");
+    let taken = ["db-7".to_string(), "db-8".to_string()];
+    assert_eq!(unused_rollout_id("db.service", 7, &taken), "db-9");
+    assert_eq!(unused_rollout_id("db.service", 6, &taken), "db-6");
+    for id in [long, rollout_id("x y/z.service", 1)] {
+        crate::registry::check_component(crate::registry::Component::RolloutId, &id).unwrap();
+    }
+}
+
+#[test]
+fn a_wait_goes_on_while_the_engine_has_not_taken_up_a_resume_or_an_abort() {
+    use crate::rollout::Phase;
+    let step = |phase| crate::rollout::Step {
+        unit: "db.service".into(),
+        machine: "m1".into(),
+        phase,
+        released_ms: 0,
+        healthy_since_ms: 0,
+        detail: String::new(),
+    };
+    let shown = |state, action, phases: &[Phase]| Rollout {
+        id: "db-1".into(),
+        kind: RolloutKind::Replace,
+        units: Vec::new(),
+        max_unavailable: 1,
+        min_healthy_ms: 0,
+        health_timeout_ms: 1,
+        on_failure: OnFailure::Pause,
+        created_ms: 0,
+        action,
+        state,
+        reason: String::new(),
+        steps: phases.iter().map(|p| step(*p)).collect(),
+    };
+    use Action::{Abort, Pause, Run};
+    use Phase::{Failed, Pending, Updating};
+    let table: [(RolloutState, Action, &[Phase], Option<i32>); 9] = [
+        (RolloutState::Running, Run, &[Updating, Pending], None),
+        (RolloutState::Running, Pause, &[Updating, Pending], None),
+        (RolloutState::Paused, Pause, &[Phase::Done, Pending], Some(EXIT_PAUSED)),
+        (RolloutState::Paused, Run, &[Phase::Done, Pending], None),
+        (RolloutState::Paused, Abort, &[Failed, Pending], None),
+        (RolloutState::Paused, Run, &[Failed, Pending], Some(EXIT_PAUSED)),
+        (RolloutState::Done, Run, &[Phase::Done], Some(EXIT_DONE)),
+        (RolloutState::Aborted, Abort, &[Phase::Done, Pending], Some(EXIT_ABORTED)),
+        (RolloutState::RolledBack, Run, &[Failed, Pending], Some(EXIT_ROLLED_BACK)),
+    ];
+    for (state, action, phases, want) in table {
+        assert_eq!(wait_outcome(&shown(state, action, phases)), want, "{state} {action:?} {phases:?}");
+    }
+}
+
+#[test]
+fn exit_codes_say_how_a_rollout_ended() {
+    assert_eq!(exit_code(RolloutState::Running), None);
+    assert_eq!(exit_code(RolloutState::Done), Some(0));
+    assert_eq!(exit_code(RolloutState::Paused), Some(2));
+    assert_eq!(exit_code(RolloutState::RolledBack), Some(3));
+    assert_eq!(exit_code(RolloutState::Aborted), Some(4));
+}
