@@ -63,6 +63,12 @@ pub struct Rollout {
     #[serde(rename = "createdMs")]
     pub created_ms: u64,
     pub action: Action,
+    /// How many times a user resumed it, and how many of those the engine has taken up: while they differ, a
+    /// resume is on its way (a pause shown then is the old one).
+    #[serde(default)]
+    pub resumes: u32,
+    #[serde(rename = "resumesTaken", default)]
+    pub resumes_taken: u32,
     pub state: RolloutState,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,

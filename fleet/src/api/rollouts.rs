@@ -9,7 +9,7 @@ use super::handler::{Api, internal};
 use super::reply;
 use super::wire;
 use crate::registry::{RegistryError, RolloutBody};
-use crate::rollout::{Action, Control};
+use crate::rollout::Control;
 use crate::schema;
 
 impl Api {
@@ -70,18 +70,10 @@ impl Api {
         let Some(record) = self.snapshot().rollout_records().get(id).and_then(|r| r.rollout()) else {
             return reply::error(StatusCode::NOT_FOUND, "rollout does not exist");
         };
-        if record.state().is_final() {
-            return reply::error(
-                StatusCode::CONFLICT,
-                &format!("rollout {id:?} is {}: nothing to {}", record.state(), body.action.as_str()),
-            );
-        }
-        let mut control = record.control;
-        // `run` on a rollout that a failure paused releases its failed machines again (one more resume).
-        if body.action == Action::Run {
-            control.resumes += 1;
-        }
-        control.action = body.action;
+        let control = match wire::decide_control(&record, body.action) {
+            Ok(control) => control,
+            Err(err) => return err.response(),
+        };
         match self.registry.set_rollout_control(id, &control).await {
             Ok(revision) => {
                 tracing::info!(rollout = %id, action = body.action.as_str(), "rollout control");

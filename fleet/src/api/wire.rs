@@ -170,10 +170,34 @@ pub fn rollout(r: &crate::rollout::Rollout) -> schema::Rollout {
         on_failure: spec.on_failure,
         created_ms: spec.created_ms,
         action: r.control.action,
+        resumes: r.control.resumes,
+        resumes_taken: r.progress.as_ref().map_or(0, |p| p.resumes),
         state: r.state(),
         reason: progress.reason,
         steps: progress.steps,
     }
+}
+
+/// The control a user's `action` leaves on `rollout` (`PATCH /rollouts/<id>`): refused once the rollout is final;
+/// `run` counts one more resume, which releases the steps a failure paused once more.
+/// The API's `patch_rollout`, fleetctl's etcd driver and the test fake all decide with this function.
+pub fn decide_control(
+    rollout: &crate::rollout::Rollout,
+    action: crate::rollout::Action,
+) -> Result<crate::rollout::Control, ApiError> {
+    let state = rollout.state();
+    if state.is_final() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("rollout {:?} is {state}: nothing to {}", rollout.spec.id, action.as_str()),
+        ));
+    }
+    let mut control = rollout.control;
+    if action == crate::rollout::Action::Run {
+        control.resumes += 1;
+    }
+    control.action = action;
+    Ok(control)
 }
 
 /// What an accepted rollout request stores: the spec, and for a replace each unit's new text with the object

@@ -17,8 +17,7 @@ mod pool;
 
 use std::time::Duration;
 
-use crate::api::ApiError;
-use crate::rollout::{Action, Control, Rollout as StoredRollout};
+use crate::rollout::Action;
 use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitState};
 use crate::version::SemVer;
 
@@ -108,26 +107,7 @@ impl<T: Client + ?Sized> Client for std::sync::Arc<T> {
     }
 }
 
-/// The control a user's `action` leaves on `rollout` (`PATCH /rollouts/<id>`): refused once the rollout is final;
-/// `run` counts one more resume, which releases the steps a failure paused once more.
-///
-/// This is the rule the API's `patch_rollout` applies inline (`api/rollouts.rs`); the etcd driver and the fake
-/// decide with this function.
-pub fn decide_control(rollout: &StoredRollout, action: Action) -> Result<Control, ApiError> {
-    let state = rollout.state();
-    if state.is_final() {
-        return Err(ApiError::new(
-            ::http::StatusCode::CONFLICT,
-            format!("rollout {:?} is {state}: nothing to {}", rollout.spec.id, action.as_str()),
-        ));
-    }
-    let mut control = rollout.control;
-    if action == Action::Run {
-        control.resumes += 1;
-    }
-    control.action = action;
-    Ok(control)
-}
+pub use crate::api::wire::decide_control;
 
 /// Optional exact-match filters of `GET /state`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -263,6 +243,7 @@ pub fn build(config: &ClientConfig) -> Result<Box<dyn Client>, BuildError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rollout::{Control, Rollout as StoredRollout};
 
     fn config(driver: &str, endpoint: &str) -> ClientConfig {
         ClientConfig {

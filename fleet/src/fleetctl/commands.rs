@@ -297,8 +297,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: "rollout-abort",
         use_line: "rollout-abort {UNIT|ROLLOUT-ID}",
-        short: "Abort the rollout in progress of a unit; machines not yet changed keep the old version",
-        long: "Abort a rolling replace or restart: no further machine is changed. Machines already\nchanged keep the new version, the others keep the old one.\n\nThe argument is a rollout ID or a unit: the newest rollout of that unit that has not ended.\n\tfleetctl rollout-abort db.service",
+        short: "Abort the rollout in progress of a unit; a replace returns every machine to the old version",
+        long: "Abort a rolling replace or restart: no further machine is changed. A replace returns\nthe machines it already changed to the old version, so the unit is one version again;\na restart leaves every machine as it is.\n\nThe argument is a rollout ID or a unit: the newest rollout of that unit that has not ended.\n\tfleetctl rollout-abort db.service",
         flags: &[],
         listed: true,
         deprecated: None,

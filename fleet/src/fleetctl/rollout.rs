@@ -47,14 +47,14 @@ pub fn exit_code(state: RolloutState) -> Option<i32> {
 /// Whether a wait for `rollout` as shown is over, and with which exit code. A user's action the engine has not
 /// taken up yet is not an end: a paused rollout whose action is `abort` is about to be aborted, and one whose
 /// action is `run` without a failed step was paused by request and is about to run again (`rollout-resume` followed
-/// at once by `rollout-status`). A rollout paused by a failure and then resumed shows `run` with its failed step
-/// until the engine releases that step again, which cannot be told apart from the step failing again: that ends
-/// the wait (2).
+/// at once by `rollout-status`), and one with a resume the engine has not taken up (`resumes` > `resumesTaken`)
+/// is about to release its failed steps again.
 pub fn wait_outcome(rollout: &Rollout) -> Option<i32> {
     let failed = rollout.steps.iter().any(|s| s.phase == Phase::Failed);
+    let resume_pending = rollout.resumes > rollout.resumes_taken;
     match (rollout.state, rollout.action) {
         (RolloutState::Paused, Action::Abort) => None,
-        (RolloutState::Paused, Action::Run) if !failed => None,
+        (RolloutState::Paused, Action::Run) if !failed || resume_pending => None,
         (state, _) => exit_code(state),
     }
 }

@@ -159,7 +159,7 @@ fn registry_image(units: &BTreeMap<String, Stored>, rollouts: &Rollouts) -> Snap
     let machine = MachineObject { id: MACHINE.into(), public_ip: MACHINE_IP.into(), ..Default::default() };
     let mut kvs: Vec<(String, String)> = vec![(keys.machine_object(MACHINE), record(&machine))];
     for (name, u) in units {
-        let object = UnitObject { name: name.clone(), hash: u.hash.clone(), previous_hash: None, no_restart: false };
+        let object = UnitObject::next(None, name, &u.hash, false, 0);
         kvs.push((keys.body(&u.hash), u.body.to_string()));
         kvs.push((keys.unit_object(name), record(&object)));
         kvs.push((keys.unit_desired(name), u.desired.as_str().to_string()));

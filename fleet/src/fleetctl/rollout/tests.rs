@@ -515,6 +515,8 @@ fn the_status_table_shows_machines_like_list_units() {
         on_failure: OnFailure::Pause,
         created_ms: 0,
         action: Action::Run,
+        resumes: 0,
+        resumes_taken: 0,
         state: RolloutState::Paused,
         reason: "paused: db.service on 8363165e: boom".into(),
         steps: vec![
@@ -565,7 +567,7 @@ fn a_wait_goes_on_while_the_engine_has_not_taken_up_a_resume_or_an_abort() {
         healthy_since_ms: 0,
         detail: String::new(),
     };
-    let shown = |state, action, phases: &[Phase]| Rollout {
+    let shown = |state, action, phases: &[Phase], resumed: (u32, u32)| Rollout {
         id: "db-1".into(),
         kind: RolloutKind::Replace,
         units: Vec::new(),
@@ -575,25 +577,33 @@ fn a_wait_goes_on_while_the_engine_has_not_taken_up_a_resume_or_an_abort() {
         on_failure: OnFailure::Pause,
         created_ms: 0,
         action,
+        resumes: resumed.0,
+        resumes_taken: resumed.1,
         state,
         reason: String::new(),
         steps: phases.iter().map(|p| step(*p)).collect(),
     };
     use Action::{Abort, Pause, Run};
     use Phase::{Failed, Pending, Updating};
-    let table: [(RolloutState, Action, &[Phase], Option<i32>); 9] = [
-        (RolloutState::Running, Run, &[Updating, Pending], None),
-        (RolloutState::Running, Pause, &[Updating, Pending], None),
-        (RolloutState::Paused, Pause, &[Phase::Done, Pending], Some(EXIT_PAUSED)),
-        (RolloutState::Paused, Run, &[Phase::Done, Pending], None),
-        (RolloutState::Paused, Abort, &[Failed, Pending], None),
-        (RolloutState::Paused, Run, &[Failed, Pending], Some(EXIT_PAUSED)),
-        (RolloutState::Done, Run, &[Phase::Done], Some(EXIT_DONE)),
-        (RolloutState::Aborted, Abort, &[Phase::Done, Pending], Some(EXIT_ABORTED)),
-        (RolloutState::RolledBack, Run, &[Failed, Pending], Some(EXIT_ROLLED_BACK)),
+    let table: [(RolloutState, Action, &[Phase], (u32, u32), Option<i32>); 10] = [
+        (RolloutState::Running, Run, &[Updating, Pending], (0, 0), None),
+        (RolloutState::Running, Pause, &[Updating, Pending], (0, 0), None),
+        (RolloutState::Paused, Pause, &[Phase::Done, Pending], (0, 0), Some(EXIT_PAUSED)),
+        (RolloutState::Paused, Run, &[Phase::Done, Pending], (1, 0), None),
+        (RolloutState::Paused, Abort, &[Failed, Pending], (0, 0), None),
+        // Failed, and resumed: paused again once the engine took the resume up, still waiting before.
+        (RolloutState::Paused, Run, &[Failed, Pending], (1, 1), Some(EXIT_PAUSED)),
+        (RolloutState::Paused, Run, &[Failed, Pending], (2, 1), None),
+        (RolloutState::Done, Run, &[Phase::Done], (0, 0), Some(EXIT_DONE)),
+        (RolloutState::Aborted, Abort, &[Phase::Done, Pending], (0, 0), Some(EXIT_ABORTED)),
+        (RolloutState::RolledBack, Run, &[Failed, Pending], (0, 0), Some(EXIT_ROLLED_BACK)),
     ];
-    for (state, action, phases, want) in table {
-        assert_eq!(wait_outcome(&shown(state, action, phases)), want, "{state} {action:?} {phases:?}");
+    for (state, action, phases, resumed, want) in table {
+        assert_eq!(
+            wait_outcome(&shown(state, action, phases, resumed)),
+            want,
+            "{state} {action:?} {phases:?} {resumed:?}"
+        );
     }
 }
 
