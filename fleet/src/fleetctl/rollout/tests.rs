@@ -585,7 +585,9 @@ fn a_wait_goes_on_while_the_engine_has_not_taken_up_a_resume_or_an_abort() {
     };
     use Action::{Abort, Pause, Run};
     use Phase::{Failed, Pending, Updating};
-    let table: [(RolloutState, Action, &[Phase], (u32, u32), Option<i32>); 10] = [
+    /// (state, action, phases, (resumes, resumes taken), exit code)
+    type Row = (RolloutState, Action, &'static [Phase], (u32, u32), Option<i32>);
+    let table: [Row; 10] = [
         (RolloutState::Running, Run, &[Updating, Pending], (0, 0), None),
         (RolloutState::Running, Pause, &[Updating, Pending], (0, 0), None),
         (RolloutState::Paused, Pause, &[Phase::Done, Pending], (0, 0), Some(EXIT_PAUSED)),
