@@ -26,7 +26,7 @@ use crate::api::wire::{self, PutAction, StoreOptions};
 use crate::model::JobState;
 use crate::registry::{EtcdConfig, PutUnit, Registry, RegistryError, RolloutBody, Snapshot, UnitWrite};
 use crate::rollout::{Action, Control};
-use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitState};
+use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitHistory, UnitState};
 use crate::unit::{UnitFile, name};
 use crate::version::SemVer;
 
@@ -232,6 +232,14 @@ impl Client for EtcdClient {
     fn rollouts(&self) -> Result<Vec<Rollout>, ClientError> {
         let snapshot = self.run(self.registry.read_snapshot())?;
         Ok(snapshot.rollouts().iter().map(wire::rollout).collect())
+    }
+
+    fn unit_history(&self, name: &str) -> Result<Option<UnitHistory>, ClientError> {
+        let snapshot = self.read_unit(name)?;
+        let Some(object) = snapshot.unit_record(name).and_then(|r| r.object.as_ref()) else { return Ok(None) };
+        // Only the current body is in a single-unit read: fetch the others' bodies from a full read.
+        let full = self.run(self.registry.read_snapshot())?;
+        Ok(Some(wire::history(object, |hash| full.body(hash).cloned())))
     }
 
     fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError> {

@@ -19,7 +19,7 @@ use super::{Client, ClientError, StateFilter};
 use crate::api::ApiError;
 use crate::api::wire::{self, PutAction, decide_put};
 use crate::rollout::{Action, Control};
-use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitState};
+use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitHistory, UnitState};
 use crate::unit::UnitOption;
 use crate::unit::{Requirements, UnitFile};
 use crate::version::SemVer;
@@ -27,6 +27,8 @@ use crate::version::SemVer;
 #[derive(Debug, Clone)]
 struct FakeUnit {
     options: Vec<UnitOption>,
+    /// The registry object's version history (newest first), kept as the registry keeps it.
+    history: Vec<crate::registry::Version>,
     desired: String,
     /// How often the unit was observed since its desired state last changed.
     seen: u32,
@@ -130,7 +132,8 @@ impl FakeClient {
     /// Put a unit into the registry as-is (no log entry).
     pub fn insert_unit(&self, name: &str, text: &str, desired: &str) {
         let options = UnitFile::parse(text).map(|u| u.options().to_vec()).unwrap_or_default();
-        self.lock().units.insert(name.into(), FakeUnit { options, desired: desired.into(), seen: u32::MAX });
+        let history = vec![crate::registry::Version { hash: opts_hash(&options), stored_ms: 0 }];
+        self.lock().units.insert(name.into(), FakeUnit { options, history, desired: desired.into(), seen: u32::MAX });
     }
 
     /// Add a published state that is not derived from a unit (e.g. for list-units tests).
@@ -259,6 +262,34 @@ impl FakeClient {
         out
     }
     /// One `PUT /units/<name>`, decided as the API decides it.
+    /// The history after `old` (if any) gains the version `options`, as [`crate::registry::UnitObject::next`]
+    /// continues it; the old version's options are kept for the history and rollbacks.
+    fn next_history(st: &mut State, old: Option<&FakeUnit>, options: &[UnitOption]) -> Vec<crate::registry::Version> {
+        let hash = opts_hash(options);
+        let old_object = old.map(|o| {
+            st.bodies.insert(opts_hash(&o.options), o.options.clone());
+            crate::registry::UnitObject {
+                name: String::new(),
+                hash: opts_hash(&o.options),
+                previous_hash: None,
+                no_restart: false,
+                history: o.history.clone(),
+            }
+        });
+        let clock = st.clock_ms;
+        crate::registry::UnitObject::next(old_object.as_ref(), "", &hash, false, clock).history
+    }
+
+    /// Stores `options` as the unit's new version (rollouts and rollbacks), continuing its history.
+    fn store_version(st: &mut State, name: &str, options: Vec<UnitOption>) {
+        let Some(old) = st.units.get(name).cloned() else { return };
+        let history = Self::next_history(st, Some(&old), &options);
+        if let Some(u) = st.units.get_mut(name) {
+            u.options = options;
+            u.history = history;
+        }
+    }
+
     fn put(st: &mut State, unit: &Unit) -> Result<(), ClientError> {
         let stored = st.units.get(&unit.name).map(|u| opts_hash(&u.options));
         let action = decide_put(unit, stored.as_deref()).map_err(api_error)?;
@@ -268,7 +299,9 @@ impl FakeClient {
                 let verb = if matches!(action, PutAction::Create(_)) { "create" } else { "replace" };
                 let reschedule = if unit.reschedule && verb == "replace" { " reschedule" } else { "" };
                 st.log.push(format!("{verb} {name} {desired}{reschedule}"));
-                let stored = FakeUnit { options: unit.options.clone(), desired: desired.to_string(), seen: 0 };
+                let old = st.units.remove(&name);
+                let history = Self::next_history(st, old.as_ref(), &unit.options);
+                let stored = FakeUnit { options: unit.options.clone(), history, desired: desired.to_string(), seen: 0 };
                 st.units.insert(name, stored);
             }
             PutAction::SetDesired(desired) => {
@@ -393,9 +426,7 @@ impl Client for FakeClient {
             let Some(stored) = st.units.get(&unit.name).cloned() else { continue };
             if let Some(new) = request.units.iter().find(|u| u.name == unit.name && !u.options.is_empty()) {
                 st.bodies.insert(unit.from.clone(), stored.options);
-                if let Some(u) = st.units.get_mut(&unit.name) {
-                    u.options = new.options.clone();
-                }
+                Self::store_version(&mut st, &unit.name, new.options.clone());
             }
         }
         let names: Vec<&str> = plan.spec.units.iter().map(|u| u.name.as_str()).collect();
@@ -408,6 +439,24 @@ impl Client for FakeClient {
         let shown = wire::rollout(&stored);
         st.rollouts.insert(id.to_string(), stored);
         Ok(shown)
+    }
+
+    fn unit_history(&self, name: &str) -> Result<Option<UnitHistory>, ClientError> {
+        let st = self.lock();
+        Self::check_fail(&st)?;
+        let Some(u) = st.units.get(name) else { return Ok(None) };
+        let object = crate::registry::UnitObject {
+            name: name.to_string(),
+            hash: opts_hash(&u.options),
+            previous_hash: None,
+            no_restart: false,
+            history: u.history.clone(),
+        };
+        let body = |hash: &str| {
+            let options = if hash == object.hash { Some(&u.options) } else { st.bodies.get(hash) };
+            options.map(|o| std::sync::Arc::from(UnitFile::from_options(o.clone()).canonical()))
+        };
+        Ok(Some(wire::history(&object, body)))
     }
 
     fn rollouts(&self) -> Result<Vec<Rollout>, ClientError> {

@@ -23,7 +23,7 @@ use super::{BuildError, Client, ClientError, StateFilter};
 use crate::rollout::Action;
 use crate::schema::{
     ErrorBody, Machine, MachineMetadataOp, MachinePage, Rollout, RolloutControl, RolloutList, RolloutRequest, Unit,
-    UnitPage, UnitState, UnitStatePage,
+    UnitHistory, UnitPage, UnitState, UnitStatePage,
 };
 
 const API_PREFIX: &str = "/fleet/v1";
@@ -284,6 +284,10 @@ impl Client for HttpClient {
 
     fn rollouts(&self) -> Result<Vec<Rollout>, ClientError> {
         self.get_json::<RolloutList>("/rollouts", &[]).map(|list| list.rollouts)
+    }
+
+    fn unit_history(&self, name: &str) -> Result<Option<UnitHistory>, ClientError> {
+        self.get_optional(&format!("/units/{}/history", escape_path(name)))
     }
 
     fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError> {

@@ -18,7 +18,7 @@ mod pool;
 use std::time::Duration;
 
 use crate::rollout::Action;
-use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitState};
+use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitHistory, UnitState};
 use crate::version::SemVer;
 
 /// Everything fleetctl does to a cluster. Names and semantics follow the original's `client.API`.
@@ -52,6 +52,8 @@ pub trait Client: Send + Sync {
     fn create_rollout(&self, id: &str, request: &RolloutRequest) -> Result<Rollout, ClientError>;
     /// Every rollout, newest first (`GET /rollouts`).
     fn rollouts(&self) -> Result<Vec<Rollout>, ClientError>;
+    /// The unit's stored versions, newest first (`GET /units/<name>/history`); `None` if the unit does not exist.
+    fn unit_history(&self, name: &str) -> Result<Option<UnitHistory>, ClientError>;
     /// One rollout, or `None` when it does not exist (`GET /rollouts/<id>`).
     fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError>;
     /// Pause, resume (`run`) or abort a rollout that is not final (`PATCH /rollouts/<id>`).
@@ -98,6 +100,9 @@ impl<T: Client + ?Sized> Client for std::sync::Arc<T> {
     }
     fn rollouts(&self) -> Result<Vec<Rollout>, ClientError> {
         (**self).rollouts()
+    }
+    fn unit_history(&self, name: &str) -> Result<Option<UnitHistory>, ClientError> {
+        (**self).unit_history(name)
     }
     fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError> {
         (**self).rollout(id)

@@ -57,6 +57,12 @@ const ROLLING_RESTART: FlagSpec = FlagSpec::new(
     "false",
     "Restart launched units machine by machine, driven by the cluster, and wait like rollout-status (unless --no-block).",
 );
+const ROLLING_ROLLBACK: FlagSpec = FlagSpec::new(
+    "rolling",
+    Kind::Bool,
+    "false",
+    "Return a launched unit to the earlier version machine by machine (default: every machine at once).",
+);
 const NO_BLOCK_ROLLING: FlagSpec =
     FlagSpec::new("no-block", Kind::Bool, "false", "With --rolling: do not wait for the rollout to end.");
 const MAX_UNAVAILABLE: FlagSpec =
@@ -90,7 +96,8 @@ const SSH_PORT: FlagSpec =
 
 /// Commands this fleetctl adds to the original's (rollouts, issue 12); help tests leave them out when comparing
 /// with the original's listings.
-pub const EXTENSION_COMMANDS: [&str; 4] = ["rollout-abort", "rollout-pause", "rollout-resume", "rollout-status"];
+pub const EXTENSION_COMMANDS: [&str; 6] =
+    ["history", "rollback", "rollout-abort", "rollout-pause", "rollout-resume", "rollout-status"];
 
 /// Valid `--fields` of list-units, in help order.
 pub const LIST_UNITS_FIELDS: &str = "active,hash,load,machine,sub,unit";
@@ -150,6 +157,15 @@ pub static COMMANDS: &[CommandSpec] = &[
         long: "Help provides help for any command in the application.\nSimply type fleetctl help [path to command] for full details.",
         flags: &[],
         listed: false,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "history",
+        use_line: "history [-l|--full] [--no-legend] UNIT",
+        short: "List the stored versions of a unit, newest first",
+        long: "List the versions of a unit the registry keeps (the last 10), newest (current) first:\nHASH, when it was STORED (UTC; - for versions stored before history was kept), and\nCURRENT. rollback returns to one of them.\n\tfleetctl history db.service",
+        flags: &[FULL, L, NO_LEGEND],
+        listed: true,
         deprecated: None,
     },
     CommandSpec {
@@ -290,6 +306,28 @@ pub static COMMANDS: &[CommandSpec] = &[
             MIN_HEALTHY,
             HEALTH_TIMEOUT,
             ON_FAILURE,
+        ],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "rollback",
+        use_line: "rollback [--to=HASH] [--rolling ...] UNIT",
+        short: "Return a unit to an earlier version from its history",
+        long: "Return a unit to an earlier version stored in its history (see history): by default the\nversion before the current one, or the one whose hash starts with --to.\n\nA launched unit is rolled back as a rollout (see rollout-status): on every machine the\ncurrent version's stop hooks finish before the earlier version's start hooks. Without\n--rolling every machine changes at once; with --rolling machine by machine, paced by\n--max-unavailable, --min-healthy, --health-timeout and --on-failure. A unit that is not\nlaunched gets the earlier version stored in place, on its machine.\n\nExit codes as rollout-status: 0 done, 1 error, 2 paused, 3 rolled back, 4 aborted.\n\tfleetctl rollback db.service\n\tfleetctl rollback --to=5d8ed85 --rolling --min-healthy=30s db.service",
+        flags: &[
+            HEALTH_TIMEOUT,
+            MAX_UNAVAILABLE,
+            MIN_HEALTHY,
+            NO_BLOCK_ROLLING,
+            ON_FAILURE,
+            ROLLING_ROLLBACK,
+            FlagSpec::new(
+                "to",
+                Kind::Str,
+                "",
+                "The version to return to: a hash, or a unique prefix of one, from history.",
+            ),
         ],
         listed: true,
         deprecated: None,

@@ -301,6 +301,8 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> i32 {
         "restart" => units::restart(&mut ctx, args),
         "cat" => units::cat(&mut ctx, args),
         "rollout-status" => rollout::status(&mut ctx, args),
+        "history" => rollout::history(&mut ctx, args),
+        "rollback" => rollout::rollback(&mut ctx, args),
         "rollout-pause" => rollout::control(&mut ctx, args, crate::rollout::Action::Pause),
         "rollout-resume" => rollout::control(&mut ctx, args, crate::rollout::Action::Run),
         "rollout-abort" => rollout::control(&mut ctx, args, crate::rollout::Action::Abort),

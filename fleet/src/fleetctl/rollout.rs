@@ -15,7 +15,7 @@ use super::Ctx;
 use super::flags::Flags;
 use super::table::{location_legend, render};
 use crate::rollout::{Action, OnFailure, Phase, RolloutKind, RolloutState};
-use crate::schema::{Machine, Rollout, RolloutRequest, RolloutRequestUnit};
+use crate::schema::{Machine, Rollout, RolloutRequest, RolloutRequestUnit, UnitHistory, UnitVersion};
 use crate::unit::name as unitf;
 
 /// Exit code: the rollout is done (also `--no-block` while it runs).
@@ -330,6 +330,154 @@ pub fn restart_rolling(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     }
     let units = names.into_iter().map(|name| RolloutRequestUnit { name, options: Vec::new() }).collect();
     launch(ctx, RolloutKind::Restart, units, pace)
+}
+
+/// `YYYY-MM-DD HH:MM:SS` (UTC) of Unix milliseconds; `-` for 0 (not known).
+pub fn utc(ms: u64) -> String {
+    if ms == 0 {
+        return "-".into();
+    }
+    let secs = ms / 1000;
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}", rest / 3600, rest % 3600 / 60, rest % 60)
+}
+
+/// The history table: HASH, STORED, CURRENT.
+pub fn render_history(history: &UnitHistory, full: bool, legend: bool) -> String {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    if legend {
+        rows.push(vec!["HASH".into(), "STORED".into(), "CURRENT".into()]);
+    }
+    for v in &history.versions {
+        let hash = if full { v.hash.clone() } else { v.hash.chars().take(7).collect() };
+        rows.push(vec![hash, utc(v.stored_ms), if v.current { "*".into() } else { String::new() }]);
+    }
+    render(&rows)
+}
+
+/// `history UNIT`: the unit's stored versions, newest first.
+pub fn history(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
+    let name = match args {
+        [arg] => unitf::mangle(arg),
+        _ => {
+            ctx.warn("One unit must be given");
+            return EXIT_ERROR;
+        }
+    };
+    match ctx.client.unit_history(&name) {
+        Ok(Some(history)) => {
+            let full = ctx.flags.bool("full") || ctx.flags.bool("l");
+            let text = render_history(&history, full, !ctx.flags.bool("no-legend"));
+            let _ = ctx.out.write_all(text.as_bytes());
+            EXIT_DONE
+        }
+        Ok(None) => {
+            ctx.warn(&format!("Unit {name} does not exist."));
+            EXIT_ERROR
+        }
+        Err(e) => {
+            ctx.warn(&format!("Error retrieving history of unit {name}: {e}"));
+            EXIT_ERROR
+        }
+    }
+}
+
+/// The version `rollback` returns to: the one whose hash starts with `to`, or the one before the current.
+pub fn rollback_target<'a>(history: &'a UnitHistory, to: &str) -> Result<&'a UnitVersion, String> {
+    // A version stored again (e.g. after a rollback) is listed more than once; the newest entry stands for it.
+    let current = history.versions.iter().find(|v| v.current).map(|v| v.hash.as_str());
+    let target = if to.is_empty() {
+        history
+            .versions
+            .iter()
+            .find(|v| Some(v.hash.as_str()) != current)
+            .ok_or_else(|| "the unit has no earlier version in its history".to_string())?
+    } else {
+        let mut matching: Vec<&UnitVersion> = Vec::new();
+        for v in history.versions.iter().filter(|v| v.hash.starts_with(to)) {
+            if !matching.iter().any(|m| m.hash == v.hash) {
+                matching.push(v);
+            }
+        }
+        match matching[..] {
+            [one] if Some(one.hash.as_str()) == current => return Err(format!("{to} is the current version")),
+            [one] => one,
+            [] => return Err(format!("no version of the unit's history starts with {to:?}")),
+            _ => return Err(format!("{to:?} matches {} versions: give more of the hash", matching.len())),
+        }
+    };
+    if target.options.is_empty() {
+        return Err(format!(
+            "the unit file of version {} is no longer stored",
+            &target.hash[..7.min(target.hash.len())]
+        ));
+    }
+    Ok(target)
+}
+
+/// `rollback [--to=HASH] [--rolling ...] UNIT`: a launched unit returns to the earlier version through a replace
+/// rollout (every machine at once unless `--rolling`); another unit gets it stored in place.
+pub fn rollback(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
+    let name = match args {
+        [arg] => unitf::mangle(arg),
+        _ => {
+            ctx.warn("One unit must be given");
+            return EXIT_ERROR;
+        }
+    };
+    let fail = |ctx: &mut Ctx<'_>, e: String| {
+        ctx.warn(&format!("Error rolling back unit {name}: {e}"));
+        EXIT_ERROR
+    };
+    let rolling = ctx.flags.bool("rolling");
+    if !rolling {
+        if let Some(flag) = super::commands::ROLLING_FLAGS[1..].iter().find(|f| ctx.flags.is_given(f)) {
+            return fail(ctx, format!("--{flag} applies only with --rolling"));
+        }
+    }
+    let (unit, history) = match (ctx.client.unit(&name), ctx.client.unit_history(&name)) {
+        (Ok(Some(unit)), Ok(Some(history))) => (unit, history),
+        (Ok(None), _) | (_, Ok(None)) => return fail(ctx, "the unit does not exist".into()),
+        (Err(e), _) | (_, Err(e)) => return fail(ctx, e.to_string()),
+    };
+    let to = ctx.flags.str("to").to_string();
+    let target = match rollback_target(&history, &to) {
+        Ok(target) => target.clone(),
+        Err(e) => return fail(ctx, e),
+    };
+    if unit.desired_state != crate::model::JobState::Launched.as_str() {
+        let request = crate::schema::Unit {
+            name: name.clone(),
+            options: target.options,
+            desired_state: unit.desired_state.clone(),
+            ..Default::default()
+        };
+        if let Err(e) = ctx.client.create_unit(&request) {
+            return fail(ctx, e.to_string());
+        }
+        ctx.say(&format!("Unit {name} rolled back to {}", &target.hash[..7]));
+        return EXIT_DONE;
+    }
+    let mut pace = match pace(ctx.flags) {
+        Ok(pace) => pace,
+        Err(e) => return fail(ctx, e),
+    };
+    if !rolling {
+        // Every machine at once, done as soon as each runs the earlier version.
+        pace.max_unavailable = u32::MAX;
+        pace.min_healthy = Duration::ZERO;
+    }
+    launch(ctx, RolloutKind::Replace, vec![RolloutRequestUnit { name, options: target.options }], pace)
 }
 
 /// The one argument of the rollout commands, or the exit code after saying what is wrong.

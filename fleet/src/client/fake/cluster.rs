@@ -68,7 +68,13 @@ pub(super) fn registry_view(st: &State) -> Snapshot {
     for (name, u) in &st.units {
         let hash = opts_hash(&u.options);
         kvs.push((keys.body(&hash), UnitFile::from_options(u.options.clone()).canonical().into_bytes()));
-        let object = UnitObject::next(None, name, &hash, false, 0);
+        let object = UnitObject {
+            name: name.clone(),
+            hash: hash.clone(),
+            previous_hash: u.history.get(1).map(|v| v.hash.clone()),
+            no_restart: false,
+            history: u.history.clone(),
+        };
         kvs.push((keys.unit_object(name), json(&object)));
         kvs.push((keys.unit_desired(name), u.desired.clone().into_bytes()));
         let machines = holders(st, name);
@@ -135,9 +141,8 @@ pub(super) fn engine_pass(st: &mut State) {
         }
     }
     for unit in roll_back {
-        let old = st.bodies.get(&unit.from).cloned();
-        if let (Some(options), Some(stored)) = (old, st.units.get_mut(&unit.name)) {
-            stored.options = options;
+        if let Some(options) = st.bodies.get(&unit.from).cloned() {
+            super::FakeClient::store_version(st, &unit.name, options);
         }
     }
     match wake {

@@ -6,6 +6,7 @@ use std::path::Path;
 use super::*;
 use crate::client::{Client, ClientError};
 use crate::fleetctl::testing::{cluster, run};
+use crate::unit::UnitFile;
 
 const GLOBAL: &str = "[Service]\nExecStart=/bin/sleep 1000\n\n[X-Fleet]\nGlobal=true\n";
 const GLOBAL_V2: &str = "[Service]\nExecStart=/bin/sleep 2000\n\n[X-Fleet]\nGlobal=true\n";
@@ -616,4 +617,75 @@ fn exit_codes_say_how_a_rollout_ended() {
     assert_eq!(exit_code(RolloutState::Paused), Some(2));
     assert_eq!(exit_code(RolloutState::RolledBack), Some(3));
     assert_eq!(exit_code(RolloutState::Aborted), Some(4));
+}
+
+#[test]
+fn utc_formats_unix_milliseconds() {
+    assert_eq!(utc(0), "-");
+    assert_eq!(utc(1), "1970-01-01 00:00:00");
+    assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
+    assert_eq!(utc(1_796_090_342_609), "2026-12-01 01:59:02", "as `date -u -d @1796090342` prints it");
+}
+
+#[test]
+fn history_lists_versions_and_rollback_returns_to_the_previous_one_through_a_rollout() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster();
+    c.insert_unit("db.service", GLOBAL, "launched");
+    let f = write(dir.path(), "db.service", GLOBAL_V2);
+    assert_eq!(run(&c, &["start", "--replace", "--rolling", "--min-healthy=0", &f]).code, 0);
+    let (v1, v2) =
+        (UnitFile::parse(GLOBAL).unwrap().hash().to_hex(), UnitFile::parse(GLOBAL_V2).unwrap().hash().to_hex());
+    let o = run(&c, &["history", "--no-legend", "--full", "db.service"]);
+    assert_eq!(o.code, 0, "{}", o.err);
+    let rows: Vec<Vec<&str>> = o.out.lines().map(|l| l.split('\t').filter(|c| !c.is_empty()).collect()).collect();
+    assert_eq!((rows.len(), rows[0][0], rows[1][0]), (2, v2.as_str(), v1.as_str()), "{}", o.out);
+    assert_eq!(rows[0].last(), Some(&"*"), "the current version is marked: {}", o.out);
+    assert!(run(&c, &["history", "db.service"]).out.starts_with("HASH\tSTORED"), "legend");
+
+    // Back to v1 through a replace rollout of every machine at once.
+    let o = run(&c, &["rollback", "db.service"]);
+    assert_eq!(o.code, 0, "{}{}", o.out, o.err);
+    assert!(o.out.contains("started: replace db.service"), "{}", o.out);
+    assert_eq!(c.unit_text("db.service").as_deref(), Some(UnitFile::parse(GLOBAL).unwrap().canonical().as_str()));
+    let rollouts = c.stored_rollouts();
+    let last = rollouts.iter().max_by_key(|r| r.spec.created_ms).unwrap();
+    assert_eq!((last.spec.units[0].from.as_str(), last.spec.units[0].to.as_str()), (v2.as_str(), v1.as_str()));
+    assert!(last.spec.max_unavailable > 3 && last.spec.min_healthy_ms == 0, "all at once: {:?}", last.spec);
+
+    // --to picks a version by prefix; the current one, unknown and ambiguous prefixes are refused.
+    let o = run(&c, &["rollback", "--to", &v1[..7], "db.service"]);
+    assert!(o.err.contains(&format!("{} is the current version", &v1[..7])), "{}", o.err);
+    let o = run(&c, &["rollback", "--to=ffffffff", "db.service"]);
+    assert!(o.err.contains("no version of the unit's history starts with \"ffffffff\""), "{}", o.err);
+    let o = run(&c, &["rollback", "--to", &v2[..7], "--rolling", "--max-unavailable=2", "db.service"]);
+    assert_eq!(o.code, 0, "{}", o.err);
+    let rollouts = c.stored_rollouts();
+    let last = rollouts.iter().max_by_key(|r| r.spec.created_ms).unwrap();
+    assert_eq!((last.spec.units[0].to.as_str(), last.spec.max_unavailable), (v2.as_str(), 2));
+    assert_eq!(run(&c, &["rollback", "--min-healthy=1s", "db.service"]).code, 1, "pace needs --rolling");
+    assert!(
+        run(&c, &["rollback", "nope.service"])
+            .err
+            .contains("Error rolling back unit nope.service: the unit does not exist")
+    );
+}
+
+#[test]
+fn rollback_of_a_unit_that_is_not_launched_stores_the_earlier_version_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cluster();
+    c.insert_unit("t.service", TEMPLATE, "loaded");
+    let f = write(dir.path(), "t.service", TEMPLATE_V2);
+    assert_eq!(run(&c, &["load", "--replace", "--keep-machine", &f]).code, 0);
+    let o = run(&c, &["rollback", "t.service"]);
+    assert_eq!(
+        (o.code, o.out.trim()),
+        (0, &*format!("Unit t.service rolled back to {}", &UnitFile::parse(TEMPLATE).unwrap().hash().to_hex()[..7])),
+        "{}",
+        o.err
+    );
+    assert_eq!(c.unit_text("t.service").as_deref(), Some(UnitFile::parse(TEMPLATE).unwrap().canonical().as_str()));
+    assert_eq!(c.desired("t.service").as_deref(), Some("loaded"));
+    assert!(c.stored_rollouts().is_empty());
 }
