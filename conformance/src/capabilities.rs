@@ -80,7 +80,7 @@ capabilities! {
     NoRestart = "no_restart":
         "--replace --no-restart rewrites the unit file and reloads systemd on every machine without restarting running units; list-units --fields=...,running-hash shows the version each machine runs",
     Rollout = "rollout":
-        "start --replace --rolling and restart --rolling change a unit machine by machine, driven by the cluster (max-unavailable, min-healthy, pause/rollback), with rollout-status/-pause/-resume/-abort",
+        "start --replace --rolling and restart --rolling change a unit machine by machine, driven by the cluster (max-unavailable, min-healthy, pause/rollback), with rollout-status/-pause/-resume/-abort, history and rollback",
 }
 
 impl Capability {

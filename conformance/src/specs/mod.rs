@@ -261,6 +261,10 @@ pub fn catalogue() -> Vec<Spec> {
             Box::pin(rollout::rolling_replace_survives_killed_client_and_etcd_restart(c))
         })
         .requires(&[Capability::Rollout]),
+        spec(Rollout, "history_and_rollback_restore_the_previous_version", 3, "issue 12", |c| {
+            Box::pin(rollout::history_and_rollback_restore_the_previous_version(c))
+        })
+        .requires(&[Capability::Rollout]),
     ];
     all.extend(replace::specs());
     all.extend(moves::specs());

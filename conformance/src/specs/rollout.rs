@@ -425,3 +425,42 @@ pub async fn rolling_replace_survives_killed_client_and_etcd_restart(ctx: Ctx) -
     })?;
     expect_each_machine_changed_once_in_order(&ctx, &slots, "v1", "v2").await
 }
+
+/// `history` lists a unit's versions newest first, and `rollback` returns every machine to the previous one, the
+/// new version's stop hooks finishing before the old version's start hooks on each.
+pub async fn history_and_rollback_restore_the_previous_version(ctx: Ctx) -> Outcome {
+    let slots = [1, 2, 3];
+    let dir = TempDir::new()?;
+    let path = start_v1(&ctx, &dir, &slots).await?;
+    let v1 = ctx.fleetctl_ok(1, &["cat", DB]).await?.stdout;
+    dir.write(DB, &db_unit("v2", None))?;
+    ctx.fleetctl_ok(1, &["start", "--replace", "--rolling", "--min-healthy=0s", &path]).await?;
+    let history = ctx.fleetctl_ok(1, &["history", "--no-legend", "--full", DB]).await?;
+    let hashes: Vec<String> =
+        history.stdout.lines().filter_map(|l| l.split_whitespace().next().map(str::to_string)).collect();
+    ctx.ensure(
+        hashes.len() == 2 && history.stdout.lines().next().is_some_and(|l| l.trim_end().ends_with('*')),
+        || format!("history must list v2 (current, marked *) then v1: {}", history.describe()),
+    )?;
+    let out = ctx.fleetctl(1, &["rollback", DB]).await?;
+    ctx.ensure(out.success(), || format!("rollback failed: {}", out.describe()))?;
+    let after = running_versions(&ctx, &slots).await?;
+    ctx.ensure(after.values().all(|(d, a)| d == "db v1" && a == "active"), || {
+        format!("right after rollback returned, expected every machine active on v1; observed {after:?}")
+    })?;
+    ensure_eq(
+        "fleetctl cat after the rollback (the registry's version)",
+        v1.as_str(),
+        ctx.fleetctl_ok(1, &["cat", DB]).await?.stdout.as_str(),
+    )
+    .map_err(|e| ctx.fail(e))?;
+    for &slot in &slots {
+        let log = hook_log(&ctx, slot).await?;
+        let stop_v2 = log.iter().find(|(h, v, _)| h == "stop-post" && v == "v2").map(|l| l.2);
+        let start_v1_again = log.iter().filter(|(h, v, _)| h == "start-pre" && v == "v1").nth(1).map(|l| l.2);
+        ctx.ensure(matches!((stop_v2, start_v1_again), (Some(s), Some(n)) if s < n), || {
+            format!("m{slot}: v2's ExecStopPost must finish before v1's ExecStartPre runs again; hook log: {log:?}")
+        })?;
+    }
+    Ok(())
+}
