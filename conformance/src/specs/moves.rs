@@ -11,9 +11,10 @@
 //!
 //! The proof is read inside the machines: every version's `ExecStartPre` and `ExecStopPost` append
 //! `<ns since epoch> <hook> v<version> <unit>` to `/root/sync.log` on their machine (the containers share the host's
-//! clock), and the old version's `ExecStopPost` (which sleeps 1 s first) must have finished before the new version's
-//! `ExecStartPre` started, wherever the two ran. Each spec prints `timing: ...; machine changes: N`; a round that
-//! does not move fails.
+//! clock), and the old version's `ExecStopPost` (which sleeps first: 1 s, for the instances 1–3 s) must have
+//! finished before the new version's `ExecStartPre` started, wherever the two ran. Each spec prints
+//! `timing: ...; machine changes: N`; a round that does not move fails. The sleeps are what makes a missing
+//! hand-over visible (the new machine would start within them); no spec waits on them.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
