@@ -310,13 +310,7 @@ pub fn restart_rolling(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
             return EXIT_ERROR;
         }
     };
-    let mut names: Vec<String> = Vec::new();
-    for arg in args {
-        let name = unitf::mangle(arg);
-        if !names.contains(&name) {
-            names.push(name);
-        }
-    }
+    let names = super::units::unique_unit_names(args);
     let client = ctx.client;
     let found = super::parallel::map(&names, |name| client.unit(name));
     for (name, found) in names.iter().zip(found) {
