@@ -161,10 +161,13 @@ impl Capabilities {
         self.0.iter().copied()
     }
 
-    /// `ssh,keep_machine` (table order), or `none`.
+    /// `ssh,keep_machine` (table order), `all` or `none`.
     pub fn render(&self) -> String {
         if self.0.is_empty() {
             return "none".into();
+        }
+        if self.0.len() == Capability::ALL.len() {
+            return "all".into();
         }
         Capability::ALL.iter().filter(|c| self.has(**c)).map(|c| c.as_str()).collect::<Vec<_>>().join(",")
     }
@@ -207,5 +210,6 @@ mod tests {
         assert_eq!(c.render(), "ssh,sighup_reload");
         assert_eq!(Capabilities::parse(&c.render()).unwrap(), c);
         assert_eq!(Capabilities::default().render(), "none");
+        assert_eq!(Capabilities::of(Capability::ALL).render(), "all");
     }
 }
