@@ -20,7 +20,7 @@ mod api {
             active_state: "active".into(),
             sub_state: "running".into(),
         };
-        let json = serde_json::to_value(wire::state(state)).unwrap();
+        let json = serde_json::to_value(wire::state(state.clone(), None)).unwrap();
         assert_eq!(
             json,
             serde_json::json!({
@@ -32,6 +32,10 @@ mod api {
                 "systemdSubState": "running",
             })
         );
+        // The version the machine runs, when it started one, goes along (this implementation's extension).
+        let running = "a1b2c3d4a1b2c3d4a1b2c3d4a1b2c3d4a1b2c3d4";
+        let json = serde_json::to_value(wire::state(state, Some(running))).unwrap();
+        assert_eq!(json["runningHash"], running);
     }
 
     /// A present machine reaches the API with its ID, metadata and public IP (spec §8.8); the version and
