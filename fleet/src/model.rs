@@ -98,6 +98,11 @@ pub struct UnitState {
     pub load_state: String,
     pub active_state: String,
     pub sub_state: String,
+    /// systemd's restart counter of a service (`NRestarts`: automatic restarts by `Restart=` since the unit was
+    /// last started by request), published while the service is active or activating; `None` otherwise, for
+    /// other unit types, and from agents that do not publish it. Rollouts use it to notice a crash that systemd
+    /// repaired between two published states.
+    pub restarts: Option<u32>,
 }
 
 #[cfg(test)]

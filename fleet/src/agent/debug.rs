@@ -86,6 +86,7 @@ mod tests {
             load_state: "loaded".into(),
             active_state: "active".into(),
             sub_state: "running".into(),
+            restarts: None,
         };
         h.set_published(&[("a.service".to_string(), s)].into(), [("b.service".to_string(), None)].into());
         h.set_subscribed(["a.service".to_string()]);

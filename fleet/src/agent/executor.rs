@@ -263,11 +263,11 @@ impl<S: SystemdOps> Executor<S> {
     }
 
     /// The unit states to publish for this machine: systemd's view of every unit with a file here, with the hash
-    /// recorded for the file (spec §7.5).
+    /// recorded for the file (spec §7.5), without restart counters (the publish loop reads those).
     pub async fn current_states(&self, machine_id: &str) -> Result<BTreeMap<String, UnitState>, AgentError> {
         let names: Vec<String> = self.units.hashes().keys().cloned().collect();
         let statuses = self.systemd.states(&names).await?;
-        Ok(unit_states(machine_id, &statuses, self.units.hashes()))
+        Ok(unit_states(machine_id, &statuses, self.units.hashes(), &BTreeMap::new()))
     }
 
     /// Plan against `desired` and run the plan.

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::debug::DebugHandle;
-use super::publisher::{PublishOp, Publisher, unit_states};
+use super::publisher::{PublishOp, Publisher, counts_restarts, restart_counts_to_read, unit_states};
 use crate::model::UnitState;
 use crate::registry::{MAX_STATE_WRITES_PER_TXN, Registry, Snapshot, StateRecord, StateWrite, txn_batches};
 use crate::systemd::{Systemd, UnitChange, UnitChanges};
@@ -28,6 +28,13 @@ use crate::systemd::{Systemd, UnitChange, UnitChanges};
 pub const RETRY: Duration = Duration::from_secs(1);
 /// Registry writes in flight at once.
 const WRITERS: usize = 8;
+
+/// The restart counters (`NRestarts`) last read per service, and which to read again.
+struct RestartCounters {
+    known: BTreeMap<String, u32>,
+    changed: BTreeSet<String>,
+    all: bool,
+}
 
 /// Everything one publishing run needs; the caches it updates outlive it (they belong to the agent).
 pub(crate) struct PublishLoop<'a> {
@@ -59,11 +66,14 @@ impl PublishLoop<'_> {
         let mut dirty = true;
         let mut dbus_open = true;
         let mut resync = interval_at(Instant::now() + self.period, self.period);
+        // Restart counters: read again for the units named in change notifications since the last read (all of
+        // them at the start, after missed notifications and on resync), kept otherwise.
+        let mut counters = RestartCounters { known: BTreeMap::new(), changed: BTreeSet::new(), all: true };
         loop {
             if dirty {
                 dirty = false;
-                self.drain_changes();
-                if !self.publish_current().await {
+                self.drain_changes(&mut counters);
+                if !self.publish_current(&mut counters).await {
                     retry_at = retry_at.or(Some(Instant::now() + RETRY));
                 }
             }
@@ -75,8 +85,16 @@ impl PublishLoop<'_> {
                     Err(_) => return,
                 },
                 change = self.changes.recv(), if dbus_open => match change {
-                    Some(UnitChange::Unit(name)) => dirty |= self.loaded.borrow().contains_key(&name),
-                    Some(UnitChange::Missed) => dirty = true,
+                    Some(UnitChange::Unit(name)) => {
+                        if self.loaded.borrow().contains_key(&name) {
+                            counters.changed.insert(name);
+                            dirty = true;
+                        }
+                    }
+                    Some(UnitChange::Missed) => {
+                        counters.all = true;
+                        dirty = true;
+                    }
                     None => {
                         warn!("systemd change notifications ended; publishing on the resync period only");
                         dbus_open = false;
@@ -86,6 +104,7 @@ impl PublishLoop<'_> {
                     if !self.repair().await {
                         retry_at = retry_at.or(Some(Instant::now() + RETRY));
                     }
+                    counters.all = true;
                     dirty = true;
                 }
                 _ = sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
@@ -96,13 +115,22 @@ impl PublishLoop<'_> {
         }
     }
 
-    /// Drops change notifications already queued: the read that follows covers them.
-    fn drain_changes(&mut self) {
-        while let Some(Some(_)) = self.changes.recv().now_or_never() {}
+    /// Takes the change notifications already queued (the read that follows covers them), noting which units
+    /// changed for their restart counters.
+    fn drain_changes(&mut self, counters: &mut RestartCounters) {
+        while let Some(Some(change)) = self.changes.recv().now_or_never() {
+            match change {
+                UnitChange::Unit(name) => {
+                    counters.changed.insert(name);
+                }
+                UnitChange::Missed => counters.all = true,
+            }
+        }
     }
 
-    /// Reads the loaded units' states and writes what changed. False if anything failed.
-    async fn publish_current(&mut self) -> bool {
+    /// Reads the loaded units' states (and the restart counters of the services that changed) and writes what
+    /// changed. False if anything failed.
+    async fn publish_current(&mut self, counters: &mut RestartCounters) -> bool {
         let hashes = self.loaded.borrow_and_update().clone();
         let names: Vec<String> = hashes.keys().cloned().collect();
         let statuses = match self.systemd.states(&names).await {
@@ -112,7 +140,15 @@ impl PublishLoop<'_> {
                 return false;
             }
         };
-        let now = unit_states(self.machine, &statuses, &hashes);
+        let read = restart_counts_to_read(&statuses, &counters.changed, counters.all, &counters.known);
+        counters.changed.clear();
+        counters.all = false;
+        counters.known.retain(|name, _| statuses.iter().any(|s| &s.name == name && counts_restarts(s)));
+        for name in &read {
+            counters.known.remove(name);
+        }
+        counters.known.extend(self.systemd.restart_counts(&read).await);
+        let now = unit_states(self.machine, &statuses, &hashes, &counters.known);
         let ops = self.publisher.changes(&now);
         let ok = self.write(ops).await;
         self.debug.set_subscribed(names);

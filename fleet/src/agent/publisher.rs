@@ -28,11 +28,13 @@ impl PublishOp {
 }
 
 /// The states to publish for the units the agent has loaded: systemd's load/active/sub state joined with the hash
-/// recorded for the unit file. Units systemd did not report are left out.
+/// recorded for the unit file and, for a service that [`counts_restarts`], its restart counter from `restarts`.
+/// Units systemd did not report are left out.
 pub fn unit_states(
     machine_id: &str,
     statuses: &[UnitStatus],
     hashes: &BTreeMap<String, String>,
+    restarts: &BTreeMap<String, u32>,
 ) -> BTreeMap<String, UnitState> {
     statuses
         .iter()
@@ -45,9 +47,35 @@ pub fn unit_states(
                 load_state: s.load_state.clone(),
                 active_state: s.active_state.clone(),
                 sub_state: s.sub_state.clone(),
+                restarts: if counts_restarts(s) { restarts.get(&s.name).copied() } else { None },
             };
             Some((s.name.clone(), state))
         })
+        .collect()
+}
+
+/// Whether the unit's restart counter (`NRestarts`) is published with its state: a loaded service that is active or
+/// on its way there (a restart by systemd passes through `activating`).
+pub fn counts_restarts(s: &UnitStatus) -> bool {
+    s.name.ends_with(".service")
+        && s.load_state == "loaded"
+        && matches!(s.active_state.as_str(), "active" | "activating" | "reloading")
+}
+
+/// The services whose restart counter must be read from systemd now: those that [`counts_restarts`] and either
+/// changed since the last read (`changed`; every unit when `all`, e.g. after missed notifications) or have no
+/// known counter in `known`. The counter only moves together with a change notification of its unit, so a
+/// unit that did not change keeps its known counter and costs no D-Bus call.
+pub fn restart_counts_to_read(
+    statuses: &[UnitStatus],
+    changed: &BTreeSet<String>,
+    all: bool,
+    known: &BTreeMap<String, u32>,
+) -> Vec<String> {
+    statuses
+        .iter()
+        .filter(|s| counts_restarts(s) && (all || changed.contains(&s.name) || !known.contains_key(&s.name)))
+        .map(|s| s.name.clone())
         .collect()
 }
 
@@ -175,7 +203,12 @@ mod tests {
             load_state: "loaded".into(),
             active_state: active.into(),
             sub_state: if active == "active" { "running".into() } else { "dead".into() },
+            restarts: None,
         }
+    }
+
+    fn status(name: &str, load: &str, active: &str) -> UnitStatus {
+        UnitStatus { name: name.into(), load_state: load.into(), active_state: active.into(), sub_state: String::new() }
     }
 
     fn map(states: &[UnitState]) -> BTreeMap<String, UnitState> {
@@ -289,6 +322,46 @@ mod tests {
             },
         ];
         let hashes: BTreeMap<String, String> = [("a.service".to_string(), "h1".to_string())].into();
-        assert_eq!(unit_states(M, &statuses, &hashes), map(&[state("a.service", "active", "h1")]));
+        assert_eq!(unit_states(M, &statuses, &hashes, &BTreeMap::new()), map(&[state("a.service", "active", "h1")]));
+        let restarts: BTreeMap<String, u32> = [("a.service".to_string(), 3)].into();
+        let with_counter = unit_states(M, &statuses, &hashes, &restarts);
+        assert_eq!(with_counter["a.service"].restarts, Some(3), "an active service publishes its restart counter");
+    }
+
+    #[test]
+    fn restart_counter_is_published_only_for_active_or_activating_services() {
+        let restarts: BTreeMap<String, u32> = [("a.service", 2), ("b.service", 2), ("c.socket", 2), ("d.service", 2)]
+            .map(|(n, c)| (n.to_string(), c))
+            .into();
+        let statuses = [
+            status("a.service", "loaded", "activating"),
+            status("b.service", "loaded", "inactive"),
+            status("c.socket", "loaded", "active"),
+            status("d.service", "not-found", "active"),
+        ];
+        let hashes: BTreeMap<String, String> = restarts.keys().map(|n| (n.clone(), "h".to_string())).collect();
+        let states = unit_states(M, &statuses, &hashes, &restarts);
+        let published: Vec<(&str, Option<u32>)> = states.iter().map(|(n, s)| (n.as_str(), s.restarts)).collect();
+        assert_eq!(published, [("a.service", Some(2)), ("b.service", None), ("c.socket", None), ("d.service", None)]);
+    }
+
+    #[test]
+    fn restart_counters_are_read_for_changed_or_unknown_active_services_only() {
+        let statuses = [
+            status("changed.service", "loaded", "active"),
+            status("known.service", "loaded", "active"),
+            status("new.service", "loaded", "activating"),
+            status("stopped.service", "loaded", "inactive"),
+            status("sock.socket", "loaded", "active"),
+        ];
+        let known: BTreeMap<String, u32> =
+            [("changed.service", 0), ("known.service", 1)].map(|(n, c)| (n.to_string(), c)).into();
+        let changed: BTreeSet<String> = ["changed.service".to_string(), "stopped.service".to_string()].into();
+        assert_eq!(restart_counts_to_read(&statuses, &changed, false, &known), ["changed.service", "new.service"]);
+        assert_eq!(
+            restart_counts_to_read(&statuses, &BTreeSet::new(), true, &known),
+            ["changed.service", "known.service", "new.service"],
+            "after missed notifications every active service is read again"
+        );
     }
 }

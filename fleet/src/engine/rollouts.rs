@@ -24,6 +24,7 @@ impl rollout::Cluster for SnapshotCluster<'_> {
             running: record.and_then(|r| r.launched.get(machine).cloned()),
             active_state: state.map(|st| st.active_state.clone()).unwrap_or_default(),
             sub_state: state.map(|st| st.sub_state.clone()).unwrap_or_default(),
+            restarts: state.and_then(|st| st.restarts),
             restarted_for: record.and_then(|r| r.restarted.get(machine).cloned()),
         }
     }
@@ -109,7 +110,8 @@ mod tests {
             (keys.unit_object("db.service"), r#"{"name":"db.service","hash":"h2"}"#.to_string()),
             (
                 keys.state("db.service", "m1"),
-                r#"{"hash":"h2","loadState":"loaded","activeState":"active","subState":"running"}"#.to_string(),
+                r#"{"hash":"h2","loadState":"loaded","activeState":"active","subState":"running","nRestarts":4}"#
+                    .to_string(),
             ),
             (
                 keys.state("db.service", "m2"),
@@ -139,7 +141,9 @@ mod tests {
             (true, Some("h2"), Some("h2"), "active", Some("r1"))
         );
         let gone = c.observe("db.service", "gone");
+        assert_eq!(m1.restarts, Some(4), "the published restart counter");
         assert!(!gone.present);
+        assert_eq!(c.observe("db.service", "m2").restarts, None, "a state without a counter");
         assert_eq!(c.observe("db.service", "m2").running, None);
     }
 }

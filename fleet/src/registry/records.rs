@@ -74,6 +74,10 @@ pub struct StateRecord {
     pub active_state: String,
     #[serde(rename = "subState")]
     pub sub_state: String,
+    /// Extension: the service's restart counter (`NRestarts`) while it is active or activating; absent otherwise
+    /// and from agents that do not publish it (additive: older readers ignore it).
+    #[serde(rename = "nRestarts", default, skip_serializing_if = "Option::is_none")]
+    pub restarts: Option<u32>,
 }
 
 impl StateRecord {
@@ -83,6 +87,7 @@ impl StateRecord {
             load_state: s.load_state.clone(),
             active_state: s.active_state.clone(),
             sub_state: s.sub_state.clone(),
+            restarts: s.restarts,
         }
     }
 
@@ -94,6 +99,7 @@ impl StateRecord {
             load_state: self.load_state,
             active_state: self.active_state,
             sub_state: self.sub_state,
+            restarts: self.restarts,
         }
     }
 }

@@ -200,6 +200,10 @@ pub struct Step {
     /// Why it failed or was skipped.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
+    /// systemd's restart counter (`NRestarts`) of the unit on the machine when the step became healthy, if the
+    /// machine publishes it: a step whose counter moves before `minHealthyMs` is over fails.
+    #[serde(rename = "restartsAtHealthy", default, skip_serializing_if = "Option::is_none")]
+    pub restarts_at_healthy: Option<u32>,
 }
 
 /// `P/rollouts/<id>/progress`: written by the engine leader only.
@@ -248,6 +252,9 @@ pub struct Observed {
     /// systemd's ActiveState and SubState as published.
     pub active_state: String,
     pub sub_state: String,
+    /// systemd's restart counter (`NRestarts`) as published (services that are active or activating, from agents
+    /// that publish it).
+    pub restarts: Option<u32>,
     /// The rollout the machine last restarted the unit for (its restarted marker), if any.
     pub restarted_for: Option<String>,
 }
@@ -327,9 +334,28 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
             RolloutKind::Restart => seen.restarted_for.as_deref() == Some(&spec.id),
         };
         let active = seen.active_state == "active";
+        let mut restarting = false;
         if step.phase == Phase::Updating && arrived && active {
             step.phase = Phase::Healthy;
             step.healthy_since_ms = now_ms;
+            step.restarts_at_healthy = seen.restarts;
+        } else if let Some(moved) = restart_counter_moved(step, &seen) {
+            step.phase = Phase::Failed;
+            step.detail = format!(
+                "systemd restarted it {} s after it became healthy: the restart counter moved from {} to {} \
+                 (activeState={} subState={})",
+                now_ms.saturating_sub(step.healthy_since_ms) / 1000,
+                moved.0,
+                moved.1,
+                seen.active_state,
+                seen.sub_state
+            );
+            continue;
+        } else if step.phase == Phase::Healthy && step.restarts_at_healthy.is_some() && seen.sub_state == "auto-restart"
+        {
+            // The process exited and systemd is about to restart it (`Restart=`), which moves the restart counter:
+            // the step fails then, naming the counter. Not done meanwhile; the health deadline still applies.
+            restarting = true;
         } else if step.phase == Phase::Healthy && !(arrived && active) {
             step.phase = Phase::Failed;
             step.detail = format!(
@@ -340,7 +366,7 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
             );
             continue;
         }
-        if step.phase == Phase::Healthy && now_ms >= step.healthy_since_ms + spec.min_healthy_ms {
+        if step.phase == Phase::Healthy && !restarting && now_ms >= step.healthy_since_ms + spec.min_healthy_ms {
             step.phase = Phase::Done;
             continue;
         }
@@ -356,7 +382,7 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
             continue;
         }
         soonest(deadline);
-        if step.phase == Phase::Healthy {
+        if step.phase == Phase::Healthy && !restarting {
             soonest(step.healthy_since_ms + spec.min_healthy_ms);
         }
     }
@@ -408,6 +434,18 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
     Advanced { progress, roll_back, wake_at_ms: wake }
 }
 
+/// A healthy step's restart counter as recorded when it became healthy and as published now, when they differ
+/// (systemd restarted the unit meanwhile, however briefly it was down). `None` when either is unknown.
+fn restart_counter_moved(step: &Step, seen: &Observed) -> Option<(u32, u32)> {
+    if step.phase != Phase::Healthy {
+        return None;
+    }
+    match (step.restarts_at_healthy, seen.restarts) {
+        (Some(then), Some(now)) if then != now => Some((then, now)),
+        _ => None,
+    }
+}
+
 /// The steps of a new rollout: each unit in the spec's order, its holders in machine-ID order.
 fn first_progress(spec: &RolloutSpec, cluster: &impl Cluster) -> RolloutProgress {
     let mut steps = Vec::new();
@@ -420,6 +458,7 @@ fn first_progress(spec: &RolloutSpec, cluster: &impl Cluster) -> RolloutProgress
             released_ms: 0,
             healthy_since_ms: 0,
             detail: String::new(),
+            restarts_at_healthy: None,
         }));
     }
     RolloutProgress { state: RolloutState::Running, reason: String::new(), steps, resumes: 0 }

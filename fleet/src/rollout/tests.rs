@@ -26,12 +26,20 @@ impl Table {
                 running: Some(hash.into()),
                 active_state: active.into(),
                 sub_state: if active == "active" { "running".into() } else { "dead".into() },
+                restarts: Some(0),
                 restarted_for: None,
             },
         );
     }
     fn restarted(&mut self, machine: &str, id: &str) {
         self.0.get_mut(&("db.service".into(), machine.into())).unwrap().restarted_for = Some(id.into());
+    }
+    /// systemd's view of `machine` as published: sub state and restart counter.
+    fn systemd(&mut self, machine: &str, active: &str, sub: &str, restarts: Option<u32>) {
+        let seen = self.0.get_mut(&("db.service".into(), machine.into())).unwrap();
+        seen.active_state = active.into();
+        seen.sub_state = sub.into();
+        seen.restarts = restarts;
     }
     fn leave(&mut self, machine: &str) {
         self.0.get_mut(&("db.service".into(), machine.into())).unwrap().present = false;
@@ -242,4 +250,66 @@ fn stored_shapes_are_stable() {
         )
     );
     assert_eq!(serde_json::to_string(&Control::default()).unwrap(), r#"{"action":"run","resumes":0}"#);
+}
+
+#[test]
+fn a_restart_by_systemd_within_min_healthy_fails_the_step_naming_the_restart_counter() {
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 10_000, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 1_000);
+    assert_eq!(phases(&r)[0], ("m1", "healthy"));
+    assert_eq!(r.progress.as_ref().unwrap().steps[0].restarts_at_healthy, Some(0));
+    // systemd restarted the crashed process before the agent published anything else: only the counter shows it.
+    c.systemd("m1", "active", "running", Some(1));
+    step(&mut r, &c, 3_000);
+    assert_eq!(phases(&r), [("m1", "failed"), ("m2", "pending")], "the next machine is not released");
+    assert_eq!(r.state(), RolloutState::Paused);
+    let reason = &r.progress.as_ref().unwrap().reason;
+    assert!(
+        reason
+            .contains("on m1: systemd restarted it 2 s after it became healthy: the restart counter moved from 0 to 1"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_step_waiting_for_systemds_auto_restart_is_not_done_and_fails_when_the_counter_moves() {
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 10_000, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 1_000);
+    c.systemd("m1", "activating", "auto-restart", Some(0));
+    let a = step(&mut r, &c, 11_000);
+    assert_eq!(phases(&r), [("m1", "healthy"), ("m2", "pending")], "not done while systemd restarts it");
+    assert_eq!(a.wake_at_ms, Some(60_000), "only the health deadline is left to wait for");
+    c.systemd("m1", "active", "running", Some(1));
+    step(&mut r, &c, 12_000);
+    assert_eq!(phases(&r)[0], ("m1", "failed"));
+    assert!(r.progress.as_ref().unwrap().reason.contains("the restart counter moved from 0 to 1"));
+}
+
+#[test]
+fn without_a_published_counter_a_step_fails_on_what_the_states_show() {
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 10_000, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    c.systemd("m1", "active", "running", None);
+    step(&mut r, &c, 1_000);
+    c.systemd("m1", "activating", "auto-restart", None);
+    step(&mut r, &c, 2_000);
+    assert_eq!(phases(&r)[0], ("m1", "failed"));
+    assert!(r.progress.as_ref().unwrap().reason.contains("stopped being active after 1 s"));
+    // A counter appearing later (an upgraded agent) is not a restart.
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 10_000, OnFailure::Pause));
+    c.set("m1", NEW, "active");
+    c.systemd("m1", "active", "running", None);
+    step(&mut r, &c, 0);
+    step(&mut r, &c, 1_000);
+    c.systemd("m1", "active", "running", Some(5));
+    step(&mut r, &c, 11_000);
+    assert_eq!(phases(&r)[0], ("m1", "done"));
 }

@@ -217,6 +217,31 @@ impl Systemd {
         service.result().await.map_err(|e| SystemdError::call("Get(Result)", name, e))
     }
 
+    /// systemd's restart counter (`NRestarts` of org.freedesktop.systemd1.Service) of each named service that is
+    /// loaded, in the order given; a unit whose counter cannot be read (not loaded, not a service, gone meanwhile)
+    /// is left out and logged at debug level.
+    pub async fn restart_counts(&self, names: &[String]) -> Vec<(String, u32)> {
+        let mut counts = Vec::with_capacity(names.len());
+        for name in names {
+            match self.restart_count(name).await {
+                Ok(n) => counts.push((name.clone(), n)),
+                Err(e) => tracing::debug!(unit = %name, err = %e, "cannot read the restart counter"),
+            }
+        }
+        counts
+    }
+
+    async fn restart_count(&self, name: &str) -> Result<u32> {
+        let path = self.manager.get_unit(name).await.map_err(|e| SystemdError::call("GetUnit", name, e))?;
+        let service = super::proxies::ServiceProxy::builder(&self.conn)
+            .path(path)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|e| SystemdError::call("Service", name, e))?;
+        service.n_restarts().await.map_err(|e| SystemdError::call("Get(NRestarts)", name, e))
+    }
+
     /// Notifications of changes to any unit (PropertiesChanged on unit objects, finished jobs): the trigger for
     /// re-reading states. Carries only the unit name; filter for the units you follow. A reader that falls behind
     /// gets `UnitChange::Missed` instead of stalling anything.

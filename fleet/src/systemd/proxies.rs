@@ -79,6 +79,9 @@ pub(crate) trait Unit {
 pub(crate) trait Service {
     #[zbus(property(emits_changed_signal = "false"))]
     fn result(&self) -> Result<String>;
+
+    #[zbus(property(emits_changed_signal = "false"), name = "NRestarts")]
+    fn n_restarts(&self) -> Result<u32>;
 }
 
 #[proxy(

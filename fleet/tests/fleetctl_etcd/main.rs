@@ -197,6 +197,7 @@ fn machines_states_and_current_state_come_from_the_registry() {
         load_state: "loaded".into(),
         active_state: "active".into(),
         sub_state: "running".into(),
+        restarts: None,
     };
     c.runtime.block_on(async {
         reg.register_machine(&machine, lease.id()).await.expect("register");

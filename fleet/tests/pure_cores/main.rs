@@ -19,6 +19,7 @@ mod api {
             load_state: "loaded".into(),
             active_state: "active".into(),
             sub_state: "running".into(),
+            restarts: None,
         };
         let json = serde_json::to_value(wire::state(state.clone(), None)).unwrap();
         assert_eq!(

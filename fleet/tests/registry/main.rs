@@ -61,6 +61,7 @@ fn state(unit: &str, machine: &str, hash: &str) -> UnitState {
         load_state: "loaded".into(),
         active_state: "active".into(),
         sub_state: "running".into(),
+        restarts: None,
     }
 }
 

@@ -172,6 +172,7 @@ fn registry_image(units: &BTreeMap<String, Stored>, rollouts: &Rollouts) -> Snap
                 load_state: state.systemd_load_state,
                 active_state: state.systemd_active_state,
                 sub_state: state.systemd_sub_state,
+                restarts: None,
             };
             kvs.push((keys.state(name, MACHINE), record(&published)));
             if !state.running_hash.is_empty() {

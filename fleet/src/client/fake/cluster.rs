@@ -96,6 +96,7 @@ pub(super) fn registry_view(st: &State) -> Snapshot {
                 load_state: "loaded".into(),
                 active_state: active.into(),
                 sub_state: sub.into(),
+                restarts: None,
             };
             kvs.push((keys.state(name, machine), json(&record)));
             if launched {

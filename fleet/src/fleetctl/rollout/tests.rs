@@ -505,6 +505,7 @@ fn the_status_table_shows_machines_like_list_units() {
         released_ms: 0,
         healthy_since_ms: 0,
         detail: detail.into(),
+        restarts_at_healthy: None,
     };
     let rollout = Rollout {
         id: "db-1".into(),
@@ -567,6 +568,7 @@ fn a_wait_goes_on_while_the_engine_has_not_taken_up_a_resume_or_an_abort() {
         released_ms: 0,
         healthy_since_ms: 0,
         detail: String::new(),
+        restarts_at_healthy: None,
     };
     let shown = |state, action, phases: &[Phase], resumed: (u32, u32)| Rollout {
         id: "db-1".into(),
