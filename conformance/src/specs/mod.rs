@@ -257,6 +257,10 @@ pub fn catalogue() -> Vec<Spec> {
             Box::pin(rollout::failing_version_pauses_or_rolls_back(c))
         })
         .requires(&[Capability::Rollout]),
+        spec(Rollout, "version_restarted_by_systemd_pauses_the_rollout", 3, "issue 12", |c| {
+            Box::pin(rollout::version_restarted_by_systemd_pauses_the_rollout(c))
+        })
+        .requires(&[Capability::Rollout]),
         spec(Rollout, "rolling_replace_survives_killed_client_and_etcd_restart", 3, "issue 12", |c| {
             Box::pin(rollout::rolling_replace_survives_killed_client_and_etcd_restart(c))
         })

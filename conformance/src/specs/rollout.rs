@@ -385,6 +385,62 @@ pub async fn failing_version_pauses_or_rolls_back(ctx: Ctx) -> Outcome {
     Ok(())
 }
 
+/// A new version that exits after 1 s and is restarted by systemd at once (`Restart=always`, `RestartSec=100ms`):
+/// active most of the time, but its restart counter moves within `--min-healthy`, so the rollout pauses after the
+/// first machine (in machine-ID order) and `rollout-status` names that machine and says the restart counter moved;
+/// the other machines keep v1 and their processes.
+pub async fn version_restarted_by_systemd_pauses_the_rollout(ctx: Ctx) -> Outcome {
+    let slots = [1, 2, 3];
+    let dir = TempDir::new()?;
+    let path = start_v1(&ctx, &dir, &slots).await?;
+    let mut pids = BTreeMap::new();
+    for slot in slots {
+        pids.insert(slot, ctx.show(slot, DB, &["MainPID"]).await?.remove("MainPID").unwrap_or_default());
+    }
+    let crashing = db_unit("v2", Some(1)).replace("ExecStopPost=", "Restart=always\nRestartSec=100ms\nExecStopPost=");
+    dir.write(DB, &crashing)?;
+    let out = ctx
+        .fleetctl(1, &["start", "--replace", "--rolling", "--min-healthy=8s", "--health-timeout=60s", &path])
+        .await?;
+    ctx.ensure(out.status == 2, || format!("expected exit status 2 (paused), got {}", out.describe()))?;
+    let mut by_id: Vec<(String, usize)> = Vec::new();
+    for slot in slots {
+        by_id.push((ctx.id(slot)?, slot));
+    }
+    by_id.sort();
+    let (first_id, first) = (by_id[0].0.clone(), by_id[0].1);
+    let status = ctx.fleetctl(1, &["rollout-status", "--no-block", DB]).await?;
+    let text = format!("{}{}", status.stdout, status.stderr);
+    ctx.ensure(text.contains(&first_id[..8]) && text.contains("the restart counter moved"), || {
+        format!(
+            "rollout-status must name m{first} ({}) and say its restart counter moved: {}",
+            &first_id[..8],
+            status.describe()
+        )
+    })?;
+    let restarts = ctx.show(first, DB, &["NRestarts", "Description"]).await?;
+    let counter: u32 = restarts.get("NRestarts").and_then(|n| n.parse().ok()).unwrap_or(0);
+    ctx.ensure(restarts.get("Description").map(String::as_str) == Some("db v2") && counter >= 1, || {
+        format!(
+            "m{first} (the failed machine) must keep v2, restarted by systemd, after a pause; observed {restarts:?}"
+        )
+    })?;
+    for &slot in slots.iter().filter(|s| **s != first) {
+        let now = ctx.show(slot, DB, &["MainPID", "Description", "ActiveState"]).await?;
+        let seen = |k: &str| now.get(k).cloned().unwrap_or_default();
+        ctx.ensure(
+            seen("Description") == "db v1" && seen("ActiveState") == "active" && seen("MainPID") == pids[&slot],
+            || format!("m{slot} must keep v1 active with MainPID {}; observed {now:?}", pids[&slot]),
+        )?;
+    }
+    ctx.fleetctl_ok(1, &["rollout-abort", DB]).await?;
+    ctx.fleetctl_ok(1, &["destroy", DB]).await?;
+    for slot in slots {
+        ctx.exec_ok(slot, &["rm", "-f", LOG]).await?;
+    }
+    Ok(())
+}
+
 /// The rollout lives in the cluster: fleetctl killed after the first machine, then etcd stopped and started, and
 /// the rollout still completes, each machine changed exactly once, and `rollout-status` reports it done.
 pub async fn rolling_replace_survives_killed_client_and_etcd_restart(ctx: Ctx) -> Outcome {

@@ -2,7 +2,8 @@
 //! deadline comes, each rollout that is not final is advanced by the pure [`rollout::advance`] over what the view
 //! shows, and a changed progress is stored (compare-and-swap on its revision, fenced to this engine's leader key,
 //! with a rollback's unit objects in the same transaction). A failed compare is not an error: the next view
-//! carries whatever won, and the decision is made again from it.
+//! carries whatever won, and the decision is made again from it. Finished rollouts beyond the last
+//! [`rollout::KEEP_FINISHED_PER_UNIT`] of every unit are deleted ([`rollout::expired`]), fenced the same way.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -92,7 +93,22 @@ pub async fn drive(registry: &Registry, view: &Snapshot, leader: &str) -> Option
             }
         }
     }
+    collect_finished(registry, view, leader).await;
     wake
+}
+
+/// Deletes the finished rollouts beyond the last [`rollout::KEEP_FINISHED_PER_UNIT`] of every unit. A failure is
+/// logged; the next view change tries again.
+async fn collect_finished(registry: &Registry, view: &Snapshot, leader: &str) {
+    let rollouts = view.rollouts();
+    let expired = rollout::expired(&rollouts, rollout::KEEP_FINISHED_PER_UNIT);
+    if expired.is_empty() {
+        return;
+    }
+    match registry.delete_rollouts(view, &expired, leader).await {
+        Ok(deleted) => tracing::info!(deleted, expired = expired.len(), "deleted finished rollouts"),
+        Err(e) => tracing::warn!(error = %e, "cannot delete finished rollouts; retrying on the next change"),
+    }
 }
 
 #[cfg(test)]

@@ -242,6 +242,11 @@ impl Keys {
         self.key(&["rollouts", ""])
     }
 
+    /// Every key of one rollout (spec, control, progress): a prefix.
+    pub fn rollout_dir(&self, id: &str) -> String {
+        self.key(&["rollouts", id, ""])
+    }
+
     pub fn rollout_spec(&self, id: &str) -> String {
         self.key(&["rollouts", id, "spec"])
     }

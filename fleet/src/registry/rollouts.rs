@@ -2,7 +2,7 @@
 //! rollback (engine leader, fenced to its leadership), restarted markers (agents). Layout and meaning: `keys.rs`
 //! and the `rollout` module.
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp};
 
 use super::Registry;
 use super::error::{RegistryError, Result};
@@ -26,6 +26,9 @@ pub struct RolloutBody<'a> {
 /// Most units one rollout may name: each brings a compare and two puts to one transaction (etcd's default
 /// `--max-txn-ops` is 128).
 pub const MAX_ROLLOUT_UNITS: usize = 40;
+
+/// Most rollouts one deleting transaction names (a compare and a delete each, under etcd's `--max-txn-ops`).
+const MAX_ROLLOUT_DELETES_PER_TXN: usize = 60;
 
 impl Registry {
     /// Stores a new rollout: its spec and control, and for a replace every unit's new version (object and body,
@@ -125,6 +128,41 @@ impl Registry {
         }
         let txn = Txn::new().when(compares).and_then(ops);
         Ok(self.txn("write rollout progress", &key, txn).await?.succeeded())
+    }
+
+    /// Engine leader: deletes the finished rollouts `ids` (every key of each), in transactions fenced to `leader`
+    /// still holding the engine leader key and to each rollout's progress being unchanged since `view` (so only a
+    /// rollout the view shows finished is deleted). Returns how many were deleted.
+    pub async fn delete_rollouts(&self, view: &Snapshot, ids: &[&str], leader: &str) -> Result<usize> {
+        for id in ids {
+            check_component(Component::RolloutId, id)?;
+        }
+        let k = &self.keys;
+        let mut deleted = 0;
+        for chunk in ids.chunks(MAX_ROLLOUT_DELETES_PER_TXN) {
+            let mut compares = vec![Compare::value(k.engine_leader(), CompareOp::Equal, leader)];
+            let mut ops = Vec::new();
+            for id in chunk {
+                let Some(record) = view.rollout_records().get(*id).filter(|r| r.progress_revision > 0) else {
+                    continue;
+                };
+                compares.push(Compare::mod_revision(
+                    k.rollout_progress(id),
+                    CompareOp::Equal,
+                    record.progress_revision,
+                ));
+                ops.push(TxnOp::delete(k.rollout_dir(id), Some(DeleteOptions::new().with_prefix())));
+            }
+            if ops.is_empty() {
+                continue;
+            }
+            let n = ops.len();
+            let key = k.rollouts_dir();
+            if self.txn("delete rollouts", &key, Txn::new().when(compares).and_then(ops)).await?.succeeded() {
+                deleted += n;
+            }
+        }
+        Ok(deleted)
     }
 
     /// Agent: records that `machine` restarted `unit` for rollout `id` (bound to the machine's lease).

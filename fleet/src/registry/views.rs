@@ -123,22 +123,27 @@ impl Snapshot {
         m.object.as_ref().map(|o| o.merged(&m.metadata))
     }
 
-    /// Bodies no unit object refers to (neither as current nor previous hash), with the mod revision they were
-    /// seen at; pass them to `Registry::delete_bodies`.
+    /// Bodies nothing needs, with the mod revision they were seen at; pass them to `Registry::delete_bodies`.
+    /// Needed: every version a unit object names (current, previous, history), every version a machine runs
+    /// (launched marker) or holds on disk (published state), and both versions of a rollout that still holds
+    /// machines (`rollout::needed_hashes`).
     pub fn unreferenced_bodies(&self) -> Vec<(String, i64)> {
+        let rollouts = self.rollouts();
         let referenced: std::collections::HashSet<&str> = self
             .unit_records()
             .values()
-            .filter_map(|r| r.object.as_ref())
-            .flat_map(|o| {
-                std::iter::once(o.hash.as_str())
-                    .chain(o.previous_hash.as_deref())
-                    .chain(o.history.iter().map(|v| v.hash.as_str()))
+            .flat_map(|r| {
+                let stored = r.object.iter().flat_map(|o| {
+                    std::iter::once(o.hash.as_str())
+                        .chain(o.previous_hash.as_deref())
+                        .chain(o.history.iter().map(|v| v.hash.as_str()))
+                });
+                // What machines run (launched markers), even when history has moved past it.
+                stored.chain(r.launched.values().map(String::as_str))
             })
-            .chain(crate::rollout::needed_hashes(self.rollouts().iter()).into_iter().map(|h| {
-                // needed_hashes borrows from the rollouts vector; look the hash up in the bodies to outlive it.
-                self.bodies().get_key_value(h).map_or("", |(k, _)| k.as_str())
-            }))
+            // What machines hold on disk (published states).
+            .chain(self.state_records().values().flat_map(|per_machine| per_machine.values().map(|s| s.hash.as_str())))
+            .chain(crate::rollout::needed_hashes(rollouts.iter()))
             .collect();
         self.bodies()
             .iter()

@@ -351,10 +351,10 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
                 seen.sub_state
             );
             continue;
-        } else if step.phase == Phase::Healthy && step.restarts_at_healthy.is_some() && seen.sub_state == "auto-restart"
-        {
-            // The process exited and systemd is about to restart it (`Restart=`), which moves the restart counter:
-            // the step fails then, naming the counter. Not done meanwhile; the health deadline still applies.
+        } else if step.phase == Phase::Healthy && step.restarts_at_healthy.is_some() && settling(&seen.active_state) {
+            // Between states, e.g. the process exited and systemd runs its stop hooks, then restarts it
+            // (`Restart=`, which moves the restart counter): the step fails once the unit settles, naming the
+            // counter or the state it settled in. Not done meanwhile; the health deadline still applies.
             restarting = true;
         } else if step.phase == Phase::Healthy && !(arrived && active) {
             step.phase = Phase::Failed;
@@ -434,6 +434,11 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
     Advanced { progress, roll_back, wake_at_ms: wake }
 }
 
+/// Whether systemd is moving the unit between states (it settles `active`, `inactive` or `failed`).
+fn settling(active_state: &str) -> bool {
+    matches!(active_state, "activating" | "deactivating" | "reloading")
+}
+
 /// A healthy step's restart counter as recorded when it became healthy and as published now, when they differ
 /// (systemd restarted the unit meanwhile, however briefly it was down). `None` when either is unknown.
 fn restart_counter_moved(step: &Step, seen: &Observed) -> Option<(u32, u32)> {
@@ -501,6 +506,34 @@ pub fn needed_hashes<'a>(rollouts: impl IntoIterator<Item = &'a Rollout>) -> BTr
         .filter(|r| r.state().holds_machines())
         .flat_map(|r| r.spec.units.iter().flat_map(|u| [u.from.as_str(), u.to.as_str()]))
         .collect()
+}
+
+/// How many finished rollouts (done, aborted, rolled back) of each unit the registry keeps: older ones are deleted
+/// by the engine leader ([`expired`]).
+pub const KEEP_FINISHED_PER_UNIT: usize = 5;
+
+/// The finished rollouts to delete: a finished rollout goes once every unit it names has at least `keep` newer
+/// finished rollouts (newer: later `createdMs`, ties by ID). A rollout that is not final is never expired, nor
+/// one that is among the last `keep` of any of its units, so `rollout-status` of a unit still shows its recent
+/// rollouts. Sorted by ID.
+pub fn expired<'a>(rollouts: impl IntoIterator<Item = &'a Rollout>, keep: usize) -> Vec<&'a str> {
+    let mut finished: Vec<&Rollout> = rollouts.into_iter().filter(|r| r.state().is_final()).collect();
+    finished.sort_by(|a, b| (b.spec.created_ms, &b.spec.id).cmp(&(a.spec.created_ms, &a.spec.id)));
+    let mut seen_per_unit: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut out = Vec::new();
+    for r in finished {
+        let mut kept_for_some_unit = r.spec.units.is_empty() && keep > 0;
+        for u in &r.spec.units {
+            let newer = seen_per_unit.entry(u.name.as_str()).or_insert(0);
+            kept_for_some_unit |= *newer < keep;
+            *newer += 1;
+        }
+        if !kept_for_some_unit {
+            out.push(r.spec.id.as_str());
+        }
+    }
+    out.sort_unstable();
+    out
 }
 
 /// The rollout of `unit` that is not final, if any (at most one: the API refuses a second).

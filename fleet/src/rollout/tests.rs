@@ -275,12 +275,16 @@ fn a_restart_by_systemd_within_min_healthy_fails_the_step_naming_the_restart_cou
 }
 
 #[test]
-fn a_step_waiting_for_systemds_auto_restart_is_not_done_and_fails_when_the_counter_moves() {
+fn a_healthy_step_whose_unit_is_between_states_waits_until_it_settles() {
     let mut c = Table::with(&["m1", "m2"], OLD);
     let mut r = rollout(spec(RolloutKind::Replace, 1, 10_000, OnFailure::Pause));
     step(&mut r, &c, 0);
     c.set("m1", NEW, "active");
     step(&mut r, &c, 1_000);
+    // The process exited: systemd runs the stop hooks, then restarts it (Restart=always).
+    c.systemd("m1", "deactivating", "stop-post", Some(0));
+    step(&mut r, &c, 2_000);
+    assert_eq!(phases(&r)[0], ("m1", "healthy"));
     c.systemd("m1", "activating", "auto-restart", Some(0));
     let a = step(&mut r, &c, 11_000);
     assert_eq!(phases(&r), [("m1", "healthy"), ("m2", "pending")], "not done while systemd restarts it");
@@ -289,6 +293,20 @@ fn a_step_waiting_for_systemds_auto_restart_is_not_done_and_fails_when_the_count
     step(&mut r, &c, 12_000);
     assert_eq!(phases(&r)[0], ("m1", "failed"));
     assert!(r.progress.as_ref().unwrap().reason.contains("the restart counter moved from 0 to 1"));
+
+    // Without Restart= it settles failed: the step fails on that.
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 10_000, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 1_000);
+    c.systemd("m1", "deactivating", "stop-post", Some(0));
+    step(&mut r, &c, 2_000);
+    c.systemd("m1", "failed", "failed", None);
+    step(&mut r, &c, 3_000);
+    assert_eq!(phases(&r)[0], ("m1", "failed"));
+    let reason = &r.progress.as_ref().unwrap().reason;
+    assert!(reason.contains("stopped being active after 2 s: activeState=failed"), "{reason}");
 }
 
 #[test]
@@ -312,4 +330,38 @@ fn without_a_published_counter_a_step_fails_on_what_the_states_show() {
     c.systemd("m1", "active", "running", Some(5));
     step(&mut r, &c, 11_000);
     assert_eq!(phases(&r)[0], ("m1", "done"));
+}
+
+/// A finished (or running) rollout of `units` created at `created_ms`.
+fn stored(id: &str, units: &[&str], created_ms: u64, state: RolloutState) -> Rollout {
+    let mut spec = spec(RolloutKind::Restart, 1, 0, OnFailure::Pause);
+    spec.id = id.into();
+    spec.created_ms = created_ms;
+    spec.units = units.iter().map(|u| RolloutUnit { name: (*u).into(), from: OLD.into(), to: OLD.into() }).collect();
+    Rollout { spec, control: Control::default(), progress: Some(RolloutProgress { state, ..Default::default() }) }
+}
+
+#[test]
+fn only_finished_rollouts_beyond_the_last_few_of_every_unit_expire() {
+    use RolloutState::*;
+    let all = [
+        stored("a1", &["a.service"], 1, Done),
+        stored("a2", &["a.service"], 2, Aborted),
+        stored("ab3", &["a.service", "b.service"], 3, RolledBack),
+        stored("a4", &["a.service"], 4, Done),
+        stored("a5", &["a.service"], 5, Done),
+        stored("a0-running", &["a.service"], 0, Running),
+        stored("a0-paused", &["a.service"], 0, Paused),
+    ];
+    assert_eq!(expired(&all, 2), ["a1", "a2"], "ab3 is among the last 2 of b.service; running ones never expire");
+    assert_eq!(expired(&all, 1), ["a1", "a2", "a4"]);
+    assert_eq!(expired(&all, 5), Vec::<&str>::new());
+    assert_eq!(expired(&all, 0), ["a1", "a2", "a4", "a5", "ab3"]);
+}
+
+#[test]
+fn equal_creation_times_are_ordered_by_id() {
+    let all =
+        [stored("r1", &["a.service"], 7, RolloutState::Done), stored("r2", &["a.service"], 7, RolloutState::Done)];
+    assert_eq!(expired(&all, 1), ["r1"], "r2 counts as the newer one");
 }

@@ -664,3 +664,90 @@ async fn rollout_progress_is_fenced_and_a_rollback_never_resurrects_a_destroyed_
     assert!(snap.unit_record("db.service").is_none(), "the destroyed unit stays destroyed");
     assert_eq!(snap.rollouts()[0].state(), RolloutState::Aborted);
 }
+
+/// Garbage collection never takes what is still needed: a version a machine runs (launched marker) or holds
+/// (published state) after the unit's history moved past it, and a rollout's versions while it holds machines;
+/// finished rollouts beyond the last few of every unit are deleted by the engine leader only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finished_rollouts() {
+    use fleet::registry::StateWrite;
+    use fleet::rollout::{
+        KEEP_FINISHED_PER_UNIT, OnFailure, RolloutKind, RolloutProgress, RolloutSpec, RolloutState, RolloutUnit,
+        expired,
+    };
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/rollout-gc").await;
+    let refl = connected(&reg).await;
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(30)).await.unwrap();
+    assert!(matches!(reg.campaign("m1", lease.id()).await.unwrap(), Campaign::Leader));
+    let versions: Vec<Version> = (0..13).map(|i| version(&format!("[Unit]\nDescription=v{i}\n"))).collect();
+    reg.create_unit(&put("a.service", &versions[0], JobState::Launched)).await.unwrap();
+    assert!(reg.mark_launched_many(&[("a.service", &versions[0].hash)], "m1", lease.id()).await.unwrap());
+    let held = state("a.service", "m2", &versions[1].hash);
+    reg.write_states(&[StateWrite::Publish(&held)], lease.id()).await.unwrap();
+    for v in &versions[1..12] {
+        reg.put_unit(&put("a.service", v, JobState::Launched)).await.unwrap();
+    }
+    let snap = refl.sync(WAIT).await.unwrap();
+    let history = &snap.unit_record("a.service").unwrap().object.as_ref().unwrap().history;
+    assert!(
+        !history.iter().any(|h| h.hash == versions[0].hash || h.hash == versions[1].hash),
+        "the history moved past v0 and v1"
+    );
+    assert_eq!(snap.unreferenced_bodies(), [], "m1 runs v0 and m2 holds v1");
+    assert_eq!(reg.collect_garbage().await.unwrap(), 0);
+
+    // A restart rollout of v12 (a body nothing else names) that still holds machines keeps it.
+    let v12 = &versions[12];
+    // v12's body is stored through a unit that is then destroyed, so only the rollout names it.
+    reg.create_unit(&put("b.service", v12, JobState::Inactive)).await.unwrap();
+    reg.destroy_unit("b.service").await.unwrap();
+    let spec = |id: &str, created_ms: u64, hash: &str| RolloutSpec {
+        id: id.into(),
+        kind: RolloutKind::Restart,
+        units: vec![RolloutUnit { name: "a.service".into(), from: hash.into(), to: hash.into() }],
+        max_unavailable: 1,
+        min_healthy_ms: 0,
+        health_timeout_ms: 1000,
+        on_failure: OnFailure::Pause,
+        created_ms,
+    };
+    reg.create_rollout(&spec("running", 100, &v12.hash), &[]).await.unwrap();
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert_eq!(snap.unreferenced_bodies(), [], "the running rollout needs v12");
+
+    // Machines let go of v0 and v1: both are collected, v12 is not.
+    reg.unmark_launched_many(&["a.service"], "m1").await.unwrap();
+    reg.write_states(&[StateWrite::Remove { unit: "a.service", machine: "m2" }], lease.id()).await.unwrap();
+    refl.sync(WAIT).await.unwrap();
+    assert_eq!(reg.collect_garbage().await.unwrap(), 2);
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.bodies().contains_key(&v12.hash) && !snap.bodies().contains_key(&versions[0].hash));
+
+    // Seven finished rollouts: the two oldest expire; only the leader deletes them.
+    let current = &versions[11].hash;
+    for i in 0..7u64 {
+        reg.create_rollout(&spec(&format!("done-{i}"), i, current), &[]).await.unwrap();
+    }
+    let snap = refl.sync(WAIT).await.unwrap();
+    let done = RolloutProgress { state: RolloutState::Done, ..Default::default() };
+    for i in 0..7 {
+        assert!(reg.write_rollout_progress(&snap, &format!("done-{i}"), &done, "m1", &[]).await.unwrap());
+    }
+    let snap = refl.sync(WAIT).await.unwrap();
+    let rollouts = snap.rollouts();
+    let old = expired(&rollouts, KEEP_FINISHED_PER_UNIT);
+    assert_eq!(old, ["done-0", "done-1"]);
+    assert_eq!(reg.delete_rollouts(&snap, &old, "m2").await.unwrap(), 0, "not the engine leader");
+    assert_eq!(reg.delete_rollouts(&snap, &old, "m1").await.unwrap(), 2);
+    let snap = refl.sync(WAIT).await.unwrap();
+    let ids: BTreeSet<String> = snap.rollout_records().keys().cloned().collect();
+    let want: BTreeSet<String> = ["done-2", "done-3", "done-4", "done-5", "done-6", "running"].map(String::from).into();
+    assert_eq!(ids, want, "the running rollout and the last {KEEP_FINISHED_PER_UNIT} finished ones stay");
+    assert_eq!(reg.read_snapshot().await.unwrap().rollout_records().len(), 6, "every key of the deleted ones is gone");
+
+    // Once the running rollout finishes, v12 is no longer needed.
+    assert!(reg.write_rollout_progress(&snap, "running", &done, "m1", &[]).await.unwrap());
+    refl.sync(WAIT).await.unwrap();
+    assert_eq!(reg.collect_garbage().await.unwrap(), 1, "v12 goes with the rollout that needed it");
+}
