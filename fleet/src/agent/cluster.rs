@@ -80,8 +80,7 @@ impl UnitCache {
                 }
             };
             let install = file.as_ref().is_some_and(|f| f.has_section("Install"));
-            let reloadable =
-                file.as_ref().is_some_and(|f| f.values("Service", "ExecReload").iter().any(|v| !v.is_empty()));
+            let reloadable = file.as_ref().is_some_and(reloadable);
             Arc::new(Parsed { file, install, reloadable })
         }));
         let requirements = match self.requirements.get(view.name) {
@@ -105,6 +104,11 @@ impl UnitCache {
             requirements,
         }
     }
+}
+
+/// Whether a unit file defines `ExecReload=` (a replace without restart reloads the running unit).
+pub fn reloadable(file: &UnitFile) -> bool {
+    file.values("Service", "ExecReload").iter().any(|v| !v.is_empty())
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@
 //! Losing etcd never stops a unit: with a disconnected snapshot, or without this machine's own record (B14), the
 //! agent does nothing.
 
-mod cluster;
+pub mod cluster;
 mod debug;
 pub mod desired;
 mod error;

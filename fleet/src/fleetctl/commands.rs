@@ -45,6 +45,13 @@ const NO_RESTART: FlagSpec = FlagSpec::new(
     "false",
     "With --replace: write the new version on every machine holding the unit and reload systemd, but keep running units running (reloaded when the new version has ExecReload=). Implies --keep-machine.",
 );
+const DRY_RUN: FlagSpec = FlagSpec::new(
+    "dry-run",
+    Kind::Bool,
+    "false",
+    "Change nothing: print what the command would do, machine by machine, as fleetctl plan does (exit 0 nothing would change, 2 something would, 1 error).",
+);
+const REPLACE_PLAN: FlagSpec = FlagSpec::new("replace", Kind::Bool, "false", "Plan the command with --replace.");
 const ROLLING_START: FlagSpec = FlagSpec::new(
     "rolling",
     Kind::Bool,
@@ -87,6 +94,8 @@ const ON_FAILURE: FlagSpec = FlagSpec::new(
 );
 /// The flags of `start` and `restart` that only apply with `--rolling` (extensions of this implementation).
 pub const ROLLING_FLAGS: [&str; 5] = ["rolling", "max-unavailable", "min-healthy", "health-timeout", "on-failure"];
+/// The flag of `start`, `load` and `submit` that only prints their plan (an extension of this implementation).
+pub const DRY_RUN_FLAG: &str = "dry-run";
 const SIGN: FlagSpec = FlagSpec::new("sign", Kind::Bool, "false", "DEPRECATED - this option cannot be used");
 const FULL: FlagSpec = FlagSpec::new("full", Kind::Bool, "false", "Do not ellipsize fields on output");
 const L: FlagSpec = FlagSpec::new("l", Kind::Bool, "false", "Shorthand for --full");
@@ -96,8 +105,8 @@ const SSH_PORT: FlagSpec =
 
 /// Commands this fleetctl adds to the original's (rollouts, issue 12); help tests leave them out when comparing
 /// with the original's listings.
-pub const EXTENSION_COMMANDS: [&str; 6] =
-    ["history", "rollback", "rollout-abort", "rollout-pause", "rollout-resume", "rollout-status"];
+pub const EXTENSION_COMMANDS: [&str; 7] =
+    ["history", "plan", "rollback", "rollout-abort", "rollout-pause", "rollout-resume", "rollout-status"];
 
 /// Valid `--fields` of list-units, in help order.
 pub const LIST_UNITS_FIELDS: &str = "active,hash,load,machine,sub,unit";
@@ -275,6 +284,7 @@ pub static COMMANDS: &[CommandSpec] = &[
                 "false",
                 "Do not wait until the jobs have been loaded before exiting. Always the case for global units.",
             ),
+            DRY_RUN,
             NO_RESTART,
             KEEP_MACHINE,
             FlagSpec::new(
@@ -285,6 +295,15 @@ pub static COMMANDS: &[CommandSpec] = &[
             ),
             SIGN,
         ],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "plan",
+        use_line: "plan start|load|submit [--replace] [--keep-machine|--no-restart] UNIT...",
+        short: "Print what start, load or submit would do, machine by machine, without doing it",
+        long: "Print what a start, load or submit with the same flags and units would do, machine by\nmachine, computed with the engine's scheduler and the agents' own plan on the\ncluster as it is now; nothing is changed. One line per change: UNIT, MACHINE,\nACTION (restart, reload, update, load, start, stop, move, blocked) and DETAIL (the\nversions, the scheduler's reason, or why no machine can take the unit).\nExit status: 0 nothing would change, 2 something would, 1 on errors.\n\tfleetctl plan start --replace db.service\n\tfleetctl start --replace --dry-run db.service",
+        flags: &[KEEP_MACHINE, NO_RESTART, REPLACE_PLAN],
         listed: true,
         deprecated: None,
     },
@@ -395,6 +414,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         long: "Start one or many units on the cluster. Select units to start by glob matching\nfor units in the current working directory or matching names of previously\nsubmitted units.\n\nFor units which are not global, start operations are performed synchronously,\nwhich means fleetctl will block until it detects that the unit(s) have\ntransitioned to a started state. This behaviour can be configured with the\nrespective --block-attempts and --no-block options. Start operations on global\nunits are always non-blocking.\n\nStart a single unit:\nfleetctl start foo.service\n\nStart an entire directory of units with glob matching:\nfleetctl start myservice/*\n\nYou may filter suitable hosts based on metadata provided by the machine.\nMachine metadata is located in the fleet configuration file.\n\nReplace running units with new versions (the old version of each is stopped\nbefore the new one starts). Without --keep-machine a replaced unit is\nrescheduled and may move to another machine; with it, it stays where it runs\nunless its constraints no longer allow it there:\n\tfleetctl start --replace --keep-machine foo.service foo@{1..10}.service\n\nReplace without restarting: every machine holding the unit gets the new file\nand a daemon-reload; running units keep their processes until restarted:\n\tfleetctl start --replace --no-restart db.service\n\nReplace launched units machine by machine (a global unit, or the instances named),\nwaiting until each machine runs the new version healthy for --min-healthy\nbefore the next; the cluster drives it, so interrupting fleetctl does not stop it\n(see rollout-status, rollout-pause, rollout-resume, rollout-abort):\n\tfleetctl start --replace --rolling --max-unavailable=1 --min-healthy=30s db.service\n\nWith --rolling, start ends when the rollout does. Exit codes: 0 done, 1 error,\n2 paused (a machine failed, or paused by request; the reason is printed),\n3 rolled back, 4 aborted.",
         flags: &[
             BLOCK_ATTEMPTS_START,
+            DRY_RUN,
             KEEP_MACHINE,
             NO_BLOCK_START,
             NO_RESTART,
@@ -462,6 +482,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         short: "Upload one or more units to the cluster without starting them",
         long: "Upload one or more units to the cluster without starting them. Useful\nfor validating units before they are started.\n\nThis operation is idempotent; if a named unit already exists in the cluster, it will not be resubmitted.\n\nSubmit a single unit:\nfleetctl submit foo.service\n\nSubmit a directory of units with glob matching:\nfleetctl submit myservice/*",
         flags: &[
+            DRY_RUN,
             FlagSpec::new(
                 "replace",
                 Kind::Bool,

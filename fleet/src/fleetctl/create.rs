@@ -360,6 +360,71 @@ pub fn rolling_replacements(ctx: &mut Ctx<'_>, args: &[String]) -> Result<Vec<Ro
     Ok(replacements)
 }
 
+/// What the creation step would store for one argument, decided exactly as [`lazy_create_units`] decides (the same
+/// lookups, [`decide`], [`replacement_mode`] and validation), without sending anything (`fleetctl plan`,
+/// `--dry-run`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Intended {
+    pub name: String,
+    /// The unit does not exist: it is created with `unit`'s content.
+    pub created: bool,
+    /// The unit's new content and flags as they would be sent; `None` when the unit is left as it is.
+    pub unit: Option<Unit>,
+    /// How an existing unit is replaced; `None` when it is created or left as it is.
+    pub mode: Option<ReplacementMode>,
+}
+
+/// [`Intended`] for every argument (duplicates once, argument order). Messages the command would print (`Found
+/// same Unit(..)`, refusals, warnings) go to `ctx` as the command prints them.
+pub fn intended_units(ctx: &mut Ctx<'_>, args: &[String], flags: ReplaceFlags) -> Result<Vec<Intended>, String> {
+    if flags.no_restart && !flags.replace {
+        return Err("--no-restart applies only with --replace".into());
+    }
+    let names: Vec<String> = args.iter().map(|a| unitf::mangle(a)).collect();
+    let client = ctx.client;
+    let lookups = parallel::map(&names, |name| client.unit(name));
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for ((arg, name), lookup) in args.iter().zip(&names).zip(lookups) {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let path = PathBuf::from(unitf::append_default_type(arg));
+        let existing = lookup.map_err(|e| format!("error retrieving Unit({name}) from Registry: {e}"))?;
+        let Some(existing) = existing else {
+            let uf = unit_file_for(ctx, arg, &path, name)?;
+            let unit = prepare_unit(ctx, name, uf, None, None)?;
+            out.push(Intended { name: name.clone(), created: true, unit: Some(unit), mode: None });
+            continue;
+        };
+        let cmp = compare(ctx, arg, &path, name, &existing, flags.replace);
+        let desired = existing.desired_state.parse::<JobState>().ok();
+        let mut intended = Intended { name: name.clone(), created: false, unit: None, mode: None };
+        match decide(flags.creator, flags.replace, Some((desired, &cmp))) {
+            Decision::Create | Decision::Keep => {}
+            Decision::KeepSame => ctx.say(&format!("Found same Unit({name}) in Registry, nothing to do")),
+            Decision::RefuseReplace => ctx.warn(&format!(
+                "Warning: can not replace Unit({name}) in state '{}', use the appropriate command",
+                existing.desired_state
+            )),
+            Decision::Fail(e) => return Err(e),
+            Decision::Replace => {
+                let uf = replacement_for(ctx, arg, &path, name)?;
+                let mode = replacement_mode(flags, desired);
+                intended.unit = Some(match mode {
+                    ReplacementMode::ThroughInactive => prepare_unit(ctx, name, uf, None, None)?,
+                    ReplacementMode::Rescheduled(state)
+                    | ReplacementMode::InPlace(state)
+                    | ReplacementMode::NoRestart(state) => prepare_unit(ctx, name, uf, Some(state), Some(mode))?,
+                });
+                intended.mode = Some(mode);
+            }
+        }
+        out.push(intended);
+    }
+    Ok(out)
+}
+
 /// The `--replace` decision for one argument whose unit exists (spec §10.2), queuing the replacement if any.
 #[allow(clippy::too_many_arguments)]
 fn replace_existing(

@@ -101,7 +101,7 @@ pub fn bare_usage() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleetctl::commands::{EXTENSION_COMMANDS, ROLLING_FLAGS, command};
+    use crate::fleetctl::commands::{DRY_RUN_FLAG, EXTENSION_COMMANDS, ROLLING_FLAGS, command};
 
     /// Extract the stdout section of `$ <cmd>` from a reference transcript, with the reference version replaced.
     pub(crate) fn transcript_stdout(file: &str, cmd: &str) -> Option<String> {
@@ -204,7 +204,7 @@ mod tests {
     /// `start` as the original defines it: without `--keep-machine` and the paragraph on replacing.
     fn original_start() -> &'static CommandSpec {
         let ours = command("start").unwrap();
-        let ours_only = [&["keep-machine", "no-restart"][..], &ROLLING_FLAGS].concat();
+        let ours_only = [&["keep-machine", "no-restart", DRY_RUN_FLAG][..], &ROLLING_FLAGS].concat();
         let flags: Vec<FlagSpec> = ours.flags.iter().filter(|f| !ours_only.contains(&f.name)).cloned().collect();
         let long = ours.long.split("\n\nReplace running units").next().unwrap();
         Box::leak(Box::new(CommandSpec { flags: Box::leak(flags.into_boxed_slice()), long, ..*ours }))

@@ -18,6 +18,7 @@ pub mod help;
 pub mod list;
 pub mod misc;
 pub mod parallel;
+pub mod plan;
 pub mod remote;
 pub mod rollout;
 pub mod table;
@@ -300,6 +301,7 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> i32 {
         "destroy" => units::destroy(&mut ctx, args),
         "restart" => units::restart(&mut ctx, args),
         "cat" => units::cat(&mut ctx, args),
+        "plan" => plan::plan(&mut ctx, args),
         "rollout-status" => rollout::status(&mut ctx, args),
         "history" => rollout::history(&mut ctx, args),
         "rollback" => rollout::rollback(&mut ctx, args),

@@ -4,7 +4,8 @@
 //! and `restart --rolling` hand over to `rollout`.
 
 use super::Ctx;
-use super::create::lazy_create_units;
+use super::commands::DRY_RUN_FLAG;
+use super::create::{Creator, lazy_create_units};
 use super::list::unit_is_global;
 use super::parallel;
 use super::rollout;
@@ -46,6 +47,9 @@ pub fn submit(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     if args.is_empty() {
         ctx.warn("No units given");
         return 0;
+    }
+    if ctx.flags.bool(DRY_RUN_FLAG) {
+        return super::plan::run(ctx, Creator::Submit, args);
     }
     if let Err(e) = lazy_create_units(ctx, args) {
         ctx.warn(&format!("Error creating units: {e}"));
@@ -106,6 +110,10 @@ fn load_or_start(ctx: &mut Ctx<'_>, args: &[String], target: JobState) -> i32 {
     if args.is_empty() {
         ctx.warn("No units given");
         return 0;
+    }
+    if ctx.flags.bool(DRY_RUN_FLAG) {
+        let creator = if target == JobState::Launched { Creator::Start } else { Creator::Load };
+        return super::plan::run(ctx, creator, args);
     }
     match rollout::rolling(ctx.flags, ctx.command) {
         Ok(true) => return rollout::start_rolling(ctx, args),
