@@ -79,6 +79,8 @@ capabilities! {
         "a replaced unit that moves starts on its new machine only after its old copy stopped (ExecStopPost done)",
     NoRestart = "no_restart":
         "--replace --no-restart rewrites the unit file and reloads systemd on every machine without restarting running units; list-units --fields=...,running-hash shows the version each machine runs",
+    Plan = "plan":
+        "fleetctl plan start|load|submit [--replace ...] and --dry-run print what the command would do, machine by machine (restart, reload, update, load, start, stop, move, blocked; exit 0 nothing, 2 something), and the command then does exactly that",
     Rollout = "rollout":
         "start --replace --rolling and restart --rolling change a unit machine by machine, driven by the cluster (max-unavailable, min-healthy, pause/rollback), with rollout-status/-pause/-resume/-abort, history and rollback",
 }

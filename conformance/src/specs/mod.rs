@@ -10,6 +10,7 @@ pub mod machines;
 pub mod metadata;
 pub mod moves;
 pub mod node;
+pub mod plan;
 pub mod replace;
 pub mod rollout;
 pub mod scheduling;
@@ -265,6 +266,10 @@ pub fn catalogue() -> Vec<Spec> {
             Box::pin(rollout::rolling_replace_survives_killed_client_and_etcd_restart(c))
         })
         .requires(&[Capability::Rollout]),
+        spec(Rollout, "plan_predicts_what_the_replace_does", 3, "issue 12", |c| {
+            Box::pin(plan::plan_predicts_what_the_replace_does(c))
+        })
+        .requires(&[Capability::Plan, Capability::NoRestart]),
         spec(Rollout, "history_and_rollback_restore_the_previous_version", 3, "issue 12", |c| {
             Box::pin(rollout::history_and_rollback_restore_the_previous_version(c))
         })
