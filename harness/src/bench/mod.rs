@@ -1,7 +1,8 @@
 //! `fleet-harness bench`: the performance measurements of the core and replace issues on a harness cluster —
 //! starting N template instances, list latency, destroy, fleetd memory and CPU, etcd writes while idle, and
-//! `start --replace`. Each measured N (and the replace scenario) gets a fresh cluster, removed at the end (also on
-//! error: [`crate::Cluster`]'s drop).
+//! `start --replace`, and rolling replace/restart (issue 12, [`rolling`]). Each measured N (and the replace
+//! scenario, and each machine count of the rolling one) gets a fresh cluster, removed at the end (also on error:
+//! [`crate::Cluster`]'s drop).
 
 pub mod ctx;
 pub mod idle;
@@ -10,6 +11,7 @@ pub mod poll;
 pub mod procs;
 pub mod replace;
 pub mod report;
+pub mod rolling;
 pub mod start;
 pub mod stats;
 pub mod units;
@@ -24,6 +26,7 @@ pub use report::{BenchReport, Context, RunReport};
 pub enum Scenario {
     Start,
     Replace,
+    Rolling,
     All,
 }
 
@@ -34,6 +37,10 @@ impl Scenario {
 
     pub fn replace(self) -> bool {
         matches!(self, Scenario::Replace | Scenario::All)
+    }
+
+    pub fn rolling(self) -> bool {
+        matches!(self, Scenario::Rolling | Scenario::All)
     }
 }
 
@@ -66,6 +73,8 @@ pub struct Options {
     pub blocking_max: usize,
     /// Measure an idle window before any unit exists as well.
     pub baseline: bool,
+    /// Machine counts of the rolling scenario (the largest also runs the rolling restart of 10 instances).
+    pub rolling_machines: Vec<usize>,
 }
 
 impl Default for Options {
@@ -85,6 +94,7 @@ impl Default for Options {
             destroy_timeout: Duration::from_secs(600),
             blocking_max: 100,
             baseline: true,
+            rolling_machines: vec![3, 10],
         }
     }
 }
@@ -93,7 +103,7 @@ impl Default for Options {
 pub async fn run(opts: &Options) -> BenchReport {
     let mut report = BenchReport::new(opts, Context::now().await);
     for run in 1..=opts.runs {
-        let mut r = RunReport { run, start: Vec::new(), replace: None };
+        let mut r = RunReport { run, start: Vec::new(), replace: None, rolling: Vec::new() };
         if opts.scenario.start() {
             for &n in &opts.units {
                 tracing::info!(run, units = n, "start scenario");
@@ -103,6 +113,13 @@ pub async fn run(opts: &Options) -> BenchReport {
         if opts.scenario.replace() {
             tracing::info!(run, "replace scenario");
             r.replace = Some(replace::run(opts).await);
+        }
+        if opts.scenario.rolling() {
+            let largest = opts.rolling_machines.iter().copied().max().unwrap_or(0);
+            for &machines in &opts.rolling_machines {
+                tracing::info!(run, machines, "rolling scenario");
+                r.rolling.push(rolling::run(opts, machines, machines == largest).await);
+            }
         }
         report.runs.push(r);
     }

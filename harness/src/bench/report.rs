@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::idle::Idle;
 use super::replace::{ReplaceReport, ReplaceTiming};
+use super::rolling::{RollingReport, RollingTiming};
 use super::start::{StartReport, StartTiming};
 use super::stats::Latency;
 use super::{Options, procs::ProcReport};
@@ -47,6 +48,7 @@ pub struct RunReport {
     pub run: usize,
     pub start: Vec<StartReport>,
     pub replace: Option<ReplaceReport>,
+    pub rolling: Vec<RollingReport>,
 }
 
 /// Everything measured.
@@ -84,7 +86,9 @@ impl BenchReport {
     /// Whether any scenario reported an error.
     pub fn has_errors(&self) -> bool {
         self.runs.iter().any(|r| {
-            r.start.iter().any(|s| !s.errors.is_empty()) || r.replace.as_ref().is_some_and(|x| !x.errors.is_empty())
+            r.start.iter().any(|s| !s.errors.is_empty())
+                || r.replace.as_ref().is_some_and(|x| !x.errors.is_empty())
+                || r.rolling.iter().any(|x| !x.errors.is_empty())
         })
     }
 
@@ -115,6 +119,10 @@ impl BenchReport {
             if let Some(r) = &run.replace {
                 let _ = writeln!(s, "\nrun {} — replace scenario", run.run);
                 s.push_str(&replace_table(r));
+            }
+            if !run.rolling.is_empty() {
+                let _ = writeln!(s, "\nrun {} — rolling scenario", run.run);
+                s.push_str(&rolling_table(&run.rolling));
             }
         }
         s
@@ -316,6 +324,47 @@ fn replace_table(r: &ReplaceReport) -> String {
     out
 }
 
+fn rolling_table(reports: &[RollingReport]) -> String {
+    let col = |f: &dyn Fn(&RollingReport) -> String| reports.iter().map(f).collect::<Vec<_>>();
+    let replace = |f: &dyn Fn(&RollingTiming) -> String| col(&|r| r.replace.as_ref().map_or("—".into(), f));
+    let restart = |f: &dyn Fn(&RollingTiming) -> String| col(&|r| r.restart.as_ref().map_or("—".into(), f));
+    let rows: Vec<(&str, Vec<String>, &str)> = vec![
+        ("machines", col(&|r| r.machines.to_string()), "target"),
+        ("floor: systemctl stop + start, one machine", col(&|r| opt_s(r.floor_s)), "(median of 5)"),
+        ("start --replace --rolling --min-healthy=0s", replace(&|t| format!("{:.3} s", t.command_s)), ""),
+        ("  per machine", replace(&|t| format!("{:.3} s", t.per_step_s)), ""),
+        ("  per machine / floor", col(&|r| r.ratio.map_or("—".into(), |x| format!("{x:.1}×"))), "≤ 1.5×"),
+        ("restart --rolling, 10 instances, max-unavailable=2", restart(&|t| format!("{:.3} s", t.command_s)), ""),
+        ("  per instance", restart(&|t| format!("{:.3} s", t.per_step_s)), ""),
+    ];
+    let mut out = render(&rows);
+    for r in reports {
+        for (what, t) in [("replace", &r.replace), ("restart", &r.restart)] {
+            let Some(t) = t else { continue };
+            if !t.timeline.is_empty() {
+                let steps: Vec<String> = t
+                    .timeline
+                    .iter()
+                    .map(|s| format!("{} +{}→{} ms", s.machine, s.released_ms, s.healthy_ms))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "  timeline {what} ({} machines; released→healthy after creation): {}",
+                    r.machines,
+                    steps.join(", ")
+                );
+            }
+            if let Some(e) = &t.command_error {
+                let _ = writeln!(out, "  command error ({what}, {} machines): {e}", r.machines);
+            }
+        }
+        for e in &r.errors {
+            let _ = writeln!(out, "  error ({} machines): {e}", r.machines);
+        }
+    }
+    out
+}
+
 /// Left-aligned label column, right-aligned value columns, a trailing note.
 fn render(rows: &[(&str, Vec<String>, &str)]) -> String {
     let label_w = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(0);
@@ -349,12 +398,14 @@ mod tests {
                 run: 1,
                 start: vec![StartReport { units: 100, ..Default::default() }],
                 replace: Some(ReplaceReport::default()),
+                rolling: vec![RollingReport { machines: 3, ..Default::default() }],
             }],
             ..Default::default()
         };
         let t = r.table();
         assert!(t.contains("run 1 — start scenario"), "{t}");
         assert!(t.contains("  N "), "{t}");
+        assert!(t.contains("run 1 — rolling scenario"), "{t}");
         assert!(!r.has_errors());
         serde_json::to_string(&r).unwrap();
     }

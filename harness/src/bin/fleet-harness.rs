@@ -57,7 +57,7 @@ enum Command {
         name: String,
     },
     /// Measure fleet's performance on fresh clusters (start/list/destroy of N template instances, memory, CPU,
-    /// etcd writes while idle; `start --replace`). Clusters are removed at the end.
+    /// etcd writes while idle; `start --replace`; rolling replace and restart). Clusters are removed at the end.
     Bench {
         /// Instance counts of the start scenario, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "100,1000")]
@@ -94,6 +94,9 @@ enum Command {
         /// Skip the idle window before any unit exists.
         #[arg(long)]
         no_baseline: bool,
+        /// Machine counts of the rolling scenario, comma-separated (the largest also restarts 10 instances).
+        #[arg(long, value_delimiter = ',', default_value = "3,10")]
+        rolling_machines: Vec<usize>,
         /// Print JSON on stdout (the table goes to stderr).
         #[arg(long)]
         json: bool,
@@ -109,6 +112,7 @@ enum Command {
 enum ScenarioArg {
     Start,
     Replace,
+    Rolling,
     All,
 }
 
@@ -143,6 +147,7 @@ async fn main() -> ExitCode {
             timeout_secs,
             destroy_timeout_secs,
             no_baseline,
+            rolling_machines,
             json,
         } => {
             let opts = bench::Options {
@@ -151,6 +156,7 @@ async fn main() -> ExitCode {
                 scenario: match scenario {
                     ScenarioArg::Start => bench::Scenario::Start,
                     ScenarioArg::Replace => bench::Scenario::Replace,
+                    ScenarioArg::Rolling => bench::Scenario::Rolling,
                     ScenarioArg::All => bench::Scenario::All,
                 },
                 runs,
@@ -162,6 +168,7 @@ async fn main() -> ExitCode {
                 timeout: Duration::from_secs(timeout_secs),
                 destroy_timeout: Duration::from_secs(destroy_timeout_secs),
                 baseline: !no_baseline,
+                rolling_machines,
                 ..bench::Options::default()
             };
             bench_cmd(&opts, json).await

@@ -1,0 +1,226 @@
+//! The rolling scenario (issue 12), on a fresh cluster per machine count: a global unit runs version 1 on every
+//! machine; then
+//! * the **floor**: on machine 1, `systemctl stop` then `systemctl start` of the same unit, timed inside the
+//!   machine (no fleet involved) — what one machine's change costs at least;
+//! * `fleetctl start --replace --rolling --min-healthy=0s` of version 2, timed until the command returns (it
+//!   returns when the rollout is done, every machine running version 2), per machine, and as a ratio to the floor;
+//! * the rollout's per-step timeline, read from the API (`GET /fleet/v1/rollouts/<id>`): for each machine when its
+//!   step was released and when the engine saw the new version active, so the time between steps is visible;
+//! * on the larger cluster, a rolling restart of 10 template instances with `--max-unavailable=2`.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::ctx::{Ctx, instances};
+use super::poll::{self, Progress};
+use super::stats::secs;
+use super::{Options, units};
+
+const GLOBAL: &str = "roll.service";
+/// Repetitions of the floor measurement (the median is used).
+const FLOOR_RUNS: usize = 5;
+
+/// One step of the rollout as the engine recorded it (ms relative to the rollout's creation).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct StepTiming {
+    pub machine: String,
+    pub released_ms: i64,
+    pub healthy_ms: i64,
+}
+
+/// A rolling command and what it cost.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RollingTiming {
+    /// Machines (steps) changed.
+    pub steps: usize,
+    pub command_s: f64,
+    pub per_step_s: f64,
+    pub command_error: Option<String>,
+    pub timeline: Vec<StepTiming>,
+}
+
+/// The scenario's figures for one cluster size.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RollingReport {
+    pub machines: usize,
+    /// Median of `systemctl stop` + `systemctl start` of the unit on machine 1, and every sample.
+    pub floor_s: Option<f64>,
+    pub floor_samples_s: Vec<f64>,
+    pub replace: Option<RollingTiming>,
+    /// `replace.per_step_s / floor_s` (target ≤ 1.5).
+    pub ratio: Option<f64>,
+    /// Rolling restart of 10 instances, `--max-unavailable=2` (on the larger clusters only).
+    pub restart: Option<RollingTiming>,
+    pub errors: Vec<String>,
+}
+
+/// Runs the scenario on `machines` machines; failures land in `errors`.
+pub async fn run(opts: &Options, machines: usize, with_restart: bool) -> RollingReport {
+    let mut r = RollingReport { machines, ..Default::default() };
+    let opts = Options { machines, ..opts.clone() };
+    match Ctx::new(&opts).await {
+        Ok(ctx) => {
+            if let Err(e) = scenario(&ctx, &opts, with_restart, &mut r).await {
+                r.errors.push(e);
+            }
+            ctx.finish().await;
+        }
+        Err(e) => r.errors.push(e),
+    }
+    r
+}
+
+fn global_unit(version: &str) -> String {
+    format!("{}\n[X-Fleet]\nGlobal=true\n", units::looping(&format!("rolling bench ({version})"), "roll"))
+}
+
+async fn scenario(ctx: &Ctx, opts: &Options, with_restart: bool, r: &mut RollingReport) -> Result<(), String> {
+    let io = |e: std::io::Error| e.to_string();
+    let v1 = units::write(&ctx.dir.path().join("v1"), &[(GLOBAL.into(), global_unit("v1"))]).map_err(io)?;
+    let v2 = units::write(&ctx.dir.path().join("v2"), &[(GLOBAL.into(), global_unit("v2"))]).map_err(io)?;
+    ctx.fleetctl_in(Some(&v1), &["start", GLOBAL]).await?;
+    let n = opts.machines;
+    let up = poll::until(Instant::now(), opts.poll, opts.timeout, n, || async move {
+        let count = ctx.list_units().await?.iter().filter(|row| row.unit == GLOBAL && row.running()).count();
+        Ok(Progress { count, done: count == n })
+    })
+    .await;
+    if up.done_s.is_none() {
+        return Err(format!("{GLOBAL} not active/running on {n} machines within {:?}", opts.timeout));
+    }
+
+    for _ in 0..FLOOR_RUNS {
+        r.floor_samples_s.push(floor(ctx).await?);
+    }
+    let mut sorted = r.floor_samples_s.clone();
+    sorted.sort_by(f64::total_cmp);
+    r.floor_s = sorted.get(sorted.len() / 2).copied();
+    // The floor's stop/start went behind fleet's back: wait until fleet shows the unit running everywhere again.
+    let settled = poll::until(Instant::now(), opts.poll, opts.timeout, n, || async move {
+        let count = ctx.list_units().await?.iter().filter(|row| row.unit == GLOBAL && row.running()).count();
+        Ok(Progress { count, done: count == n })
+    })
+    .await;
+    if settled.done_s.is_none() {
+        return Err(format!("{GLOBAL} not running everywhere again after the floor measurement"));
+    }
+
+    let replace = rolling(ctx, Some(&v2), &["start", "--replace", "--rolling", "--min-healthy=0s", GLOBAL], n).await?;
+    r.ratio = r.floor_s.filter(|f| *f > 0.0).map(|f| replace.per_step_s / f);
+    r.replace = Some(replace);
+
+    if with_restart {
+        let ten = instances("t", 10);
+        let dir =
+            units::write(&ctx.dir.path().join("t"), &[(units::TEMPLATE.into(), units::template("v1"))]).map_err(io)?;
+        let mut args = vec!["start"];
+        args.extend(ten.iter().map(String::as_str));
+        ctx.fleetctl_in(Some(&dir), &args).await?;
+        let ten_ref = &ten;
+        let up = poll::until(Instant::now(), opts.poll, opts.timeout, 10, || async move {
+            let count =
+                ctx.list_units().await?.iter().filter(|row| ten_ref.contains(&row.unit) && row.running()).count();
+            Ok(Progress { count, done: count == 10 })
+        })
+        .await;
+        if up.done_s.is_none() {
+            return Err(format!("10 instances not active/running within {:?}", opts.timeout));
+        }
+        let mut args = vec!["restart", "--rolling", "--max-unavailable=2", "--min-healthy=0s"];
+        args.extend(ten.iter().map(String::as_str));
+        r.restart = Some(rolling(ctx, Some(&dir), &args, 10).await?);
+    }
+    Ok(())
+}
+
+/// `systemctl stop` + `systemctl start` of the unit in machine 1, timed inside the machine, in seconds.
+async fn floor(ctx: &Ctx) -> Result<f64, String> {
+    let script = format!(
+        "t0=$(date +%s%N); systemctl stop {GLOBAL} && systemctl start {GLOBAL} && t1=$(date +%s%N) && echo $((t1 - t0))"
+    );
+    let machine = ctx.cluster.machine(1).map_err(|e| e.to_string())?;
+    let out = machine.exec(&["sh", "-c", &script]).await.map_err(|e| e.to_string())?;
+    let ns: u64 = out.stdout.trim().parse().map_err(|_| format!("floor measurement: {}", out.describe()))?;
+    Ok(ns as f64 / 1e9)
+}
+
+/// Runs a rolling fleetctl command (blocking until the rollout ends) and reads its timeline from the API.
+async fn rolling(
+    ctx: &Ctx,
+    dir: Option<&std::path::Path>,
+    args: &[&str],
+    steps: usize,
+) -> Result<RollingTiming, String> {
+    let t0 = Instant::now();
+    let res = ctx.fleetctl_in(dir, args).await;
+    let command_s = secs(t0.elapsed());
+    let command_error = match res {
+        Ok((out, _)) if out.success() => None,
+        Ok((out, _)) => Some(format!("fleetctl {}: {}", args.join(" "), out.describe())),
+        Err(e) => Some(e),
+    };
+    let timeline = match timeline(ctx).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the rollout's timeline");
+            Vec::new()
+        }
+    };
+    Ok(RollingTiming { steps, command_s, per_step_s: command_s / steps.max(1) as f64, command_error, timeline })
+}
+
+/// The newest rollout's steps from `GET /fleet/v1/rollouts` on machine 1's API (plain HTTP/1.0 on its TCP port).
+async fn timeline(ctx: &Ctx) -> Result<Vec<StepTiming>, String> {
+    let endpoint = ctx.cluster.machine(1).map_err(|e| e.to_string())?.endpoint();
+    let addr = endpoint.trim_start_matches("http://").to_string();
+    let body = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.map_err(|e| e.to_string())?;
+        let request = format!("GET /fleet/v1/rollouts HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(String::from_utf8_lossy(&raw).into_owned())
+    })
+    .await
+    .map_err(|_| "GET /fleet/v1/rollouts timed out".to_string())??;
+    let json = body.split_once("\r\n\r\n").map(|(_, b)| b).ok_or("no HTTP body")?;
+    parse_timeline(json)
+}
+
+/// The newest rollout of a `{"rollouts":[...]}` answer (newest first) as step timings.
+pub fn parse_timeline(json: &str) -> Result<Vec<StepTiming>, String> {
+    let v: serde_json::Value = serde_json::from_str(json).map_err(|e| format!("rollouts answer: {e}"))?;
+    let newest = v["rollouts"].get(0).ok_or("no rollout in the answer")?;
+    let created = newest["createdMs"].as_i64().unwrap_or(0);
+    let steps = newest["steps"].as_array().ok_or("rollout without steps")?;
+    let rel = |s: &serde_json::Value, k: &str| s[k].as_i64().filter(|t| *t > 0).map_or(-1, |t| t - created);
+    let mut out: Vec<StepTiming> = steps
+        .iter()
+        .map(|s| StepTiming {
+            machine: s["machine"].as_str().unwrap_or_default().chars().take(8).collect(),
+            released_ms: rel(s, "releasedMs"),
+            healthy_ms: rel(s, "healthySinceMs"),
+        })
+        .collect();
+    out.sort_by_key(|s| s.released_ms);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_rollouts_steps_in_release_order_relative_to_its_creation() {
+        let json = r#"{"rollouts":[{"createdMs":1000,"steps":[
+            {"machine":"bbbbbbbb2222","releasedMs":1500,"healthySinceMs":1900},
+            {"machine":"aaaaaaaa1111","releasedMs":1010,"healthySinceMs":1400}]},
+            {"createdMs":1,"steps":[]}]}"#;
+        let t = parse_timeline(json).unwrap();
+        let want = [("aaaaaaaa", 10, 400), ("bbbbbbbb", 500, 900)];
+        assert_eq!(t.iter().map(|s| (s.machine.as_str(), s.released_ms, s.healthy_ms)).collect::<Vec<_>>(), want);
+        assert!(parse_timeline(r#"{"rollouts":[]}"#).unwrap_err().contains("no rollout"));
+    }
+}
