@@ -36,6 +36,19 @@ use crate::systemd::{JobResult, SystemdOps};
 /// Start, stop and unload jobs of one batch in flight at once. systemd runs jobs in parallel; issuing one and
 /// waiting for it before the next made a batch of hundreds of units take seconds per machine.
 pub const CONCURRENT_JOBS: usize = 32;
+/// At most this many changed unit files are checked one by one with systemd ([`daemon_reload_needed`]); more
+/// take one daemon-reload, which is then cheaper than the checks.
+pub const FRESH_CHECK_MAX: usize = 8;
+
+/// Whether the unit files changed since the last daemon-reload (`changed`) need one: not when systemd already
+/// reads every one of them from disk (`current`: unit → systemd's definition is its file, asked only of units
+/// that still have a file). A unit whose file was removed (absent from `current`) or that systemd still holds in
+/// an older version needs it. systemd reads a unit file when it loads the unit, so a replaced unit that systemd
+/// dropped after its stop (or a new one) is read fresh without a reload — the common case of a replace, where a
+/// daemon-reload costs more than the stop and start together.
+pub fn daemon_reload_needed(changed: &BTreeSet<String>, current: &BTreeMap<&str, bool>) -> bool {
+    changed.iter().any(|name| current.get(name.as_str()) != Some(&true))
+}
 
 /// Time limits of the executor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +150,11 @@ pub struct Executor<S> {
     restarts: BTreeMap<String, String>,
     /// Files or links changed since the last daemon-reload.
     reload_needed: bool,
+    /// The units whose files or links changed since the last daemon-reload; if systemd already reads each of
+    /// them from disk (see [`daemon_reload_needed`]), the reload is skipped.
+    changed_files: BTreeSet<String>,
+    /// A change that always needs a daemon-reload (an `[Install]` unit enabled, a failed enable cleaned up).
+    reload_required: bool,
     /// The loaded set (unit → recorded hash), re-sent whenever a file is written or removed, so state publishing
     /// can follow it without waiting for a running plan.
     loaded_tx: watch::Sender<BTreeMap<String, String>>,
@@ -155,6 +173,8 @@ impl<S: SystemdOps> Executor<S> {
             running: BTreeMap::new(),
             restarts,
             reload_needed: false,
+            changed_files: BTreeSet::new(),
+            reload_required: false,
             loaded_tx,
         }
     }
@@ -429,9 +449,17 @@ impl<S: SystemdOps> Executor<S> {
                 }
             };
             self.reload_needed |= wrote;
+            if wrote {
+                self.changed_files.insert(name.clone());
+            }
             match link {
                 Ok(linked) => {
                     self.reload_needed |= linked;
+                    if linked {
+                        self.changed_files.insert(name.clone());
+                        // Enabling adds dependencies to other units ([Install]): only a reload applies them.
+                        self.reload_required |= install;
+                    }
                     self.believed.insert(name, JobState::Loaded);
                     outcomes.push(Ok(Outcome::Loaded { changed: wrote || linked }));
                 }
@@ -443,6 +471,7 @@ impl<S: SystemdOps> Executor<S> {
                     self.loaded_changed();
                     let _ = self.systemd.disable_runtime(&name).await;
                     self.reload_needed = true;
+                    self.reload_required = true;
                     outcomes.push(Err(AgentError::Enable { name, source }));
                 }
                 Err(source) => outcomes.push(Err(source.into())),
@@ -465,6 +494,9 @@ impl<S: SystemdOps> Executor<S> {
             };
             outcomes.push(self.units.write(name, &unit.text).map(|changed| {
                 self.reload_needed |= changed;
+                if changed {
+                    self.changed_files.insert(name.clone());
+                }
                 self.believed.entry(name.clone()).or_insert(JobState::Loaded);
                 info!(unit = %name, hash = %hash, "updated unit file in place; the running process is kept");
                 Outcome::Loaded { changed }
@@ -536,6 +568,7 @@ impl<S: SystemdOps> Executor<S> {
         }
         self.loaded_changed();
         self.reload_needed = true;
+        self.changed_files.extend(names.iter().map(|n| n.to_string()));
         outcomes
     }
 
@@ -582,10 +615,31 @@ impl<S: SystemdOps> Executor<S> {
         if self.starts_running().await {
             return Ok(Outcome::Deferred("own start jobs still running"));
         }
+        if !self.reload_required && self.changed_files.len() <= FRESH_CHECK_MAX {
+            let mut current = BTreeMap::new();
+            for name in self.changed_files.iter().filter(|n| self.units.hashes().contains_key(*n)) {
+                let is_current = self.systemd.file_is_current(name).await.unwrap_or_else(|e| {
+                    debug!(unit = %name, err = %e, "cannot ask systemd whether it reads the unit file from disk");
+                    false
+                });
+                current.insert(name.as_str(), is_current);
+            }
+            if !daemon_reload_needed(&self.changed_files, &current) {
+                info!(units = ?self.changed_files, "systemd already reads the changed unit files from disk: no daemon-reload");
+                self.clear_reload();
+                return Ok(Outcome::Skipped("systemd already reads the changed unit files"));
+            }
+        }
         info!("Instructing systemd to reload units");
         self.systemd.daemon_reload().await?;
-        self.reload_needed = false;
+        self.clear_reload();
         Ok(Outcome::Done)
+    }
+
+    fn clear_reload(&mut self) {
+        self.reload_needed = false;
+        self.reload_required = false;
+        self.changed_files.clear();
     }
 
     /// The daemon-reload that `n` starts or unit reloads need before they run: `None` when done (or not needed),
@@ -597,7 +651,7 @@ impl<S: SystemdOps> Executor<S> {
         // Files changed but the reload has not happened (deferred or failed): starting now could run stale unit
         // definitions. Try the reload; otherwise wait for the next reconcile.
         match self.reload().await {
-            Ok(Outcome::Done) => None,
+            Ok(Outcome::Done | Outcome::Skipped(_)) if !self.reload_needed => None,
             Ok(_) => Some((0..n).map(|_| Ok(Outcome::Deferred("daemon-reload pending"))).collect()),
             // The first task reports the failure; the others wait for the next reconcile.
             Err(e) => {

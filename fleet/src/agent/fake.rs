@@ -1,6 +1,6 @@
 //! A fake systemd for agent tests: records every call, answers from configurable tables.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -16,6 +16,8 @@ pub(crate) struct Fake {
     pub(crate) start_delay: Mutex<Option<Duration>>,
     /// Active state reported by `states`.
     pub(crate) active: Mutex<BTreeMap<String, String>>,
+    /// Units whose definition systemd already reads from disk (`file_is_current`); others need a daemon-reload.
+    pub(crate) current_files: Mutex<BTreeSet<String>>,
 }
 
 impl Fake {
@@ -95,6 +97,10 @@ impl SystemdOps for Fake {
             .collect();
         async move { Ok(out) }
     }
+    fn file_is_current(&self, name: &str) -> impl Future<Output = crate::systemd::Result<bool>> + Send {
+        let current = self.current_files.lock().unwrap().contains(name);
+        async move { Ok(current) }
+    }
 }
 
 impl SystemdOps for Arc<Fake> {
@@ -127,5 +133,8 @@ impl SystemdOps for Arc<Fake> {
     }
     fn states(&self, names: &[String]) -> impl Future<Output = crate::systemd::Result<Vec<UnitStatus>>> + Send {
         self.as_ref().states(names)
+    }
+    fn file_is_current(&self, name: &str) -> impl Future<Output = crate::systemd::Result<bool>> + Send {
+        self.as_ref().file_is_current(name)
     }
 }

@@ -217,6 +217,23 @@ impl Systemd {
         service.result().await.map_err(|e| SystemdError::call("Get(Result)", name, e))
     }
 
+    /// Whether systemd's definition of `name` is the unit file on disk: the unit loads (`LoadUnit`: a unit that is
+    /// not loaded is read from disk now) with `LoadState=loaded` and `NeedDaemonReload=no`. When true, a
+    /// daemon-reload would change nothing for this unit.
+    pub async fn file_is_current(&self, name: &str) -> Result<bool> {
+        let path = self.manager.load_unit(name).await.map_err(|e| SystemdError::call("LoadUnit", name, e))?;
+        let unit = UnitProxy::builder(&self.conn)
+            .path(path)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|e| SystemdError::call("Unit", name, e))?;
+        let load_state = unit.load_state().await.map_err(|e| SystemdError::call("Get(LoadState)", name, e))?;
+        let stale =
+            unit.need_daemon_reload().await.map_err(|e| SystemdError::call("Get(NeedDaemonReload)", name, e))?;
+        Ok(load_state == "loaded" && !stale)
+    }
+
     /// systemd's restart counter (`NRestarts` of org.freedesktop.systemd1.Service) of each named service that is
     /// loaded, in the order given; a unit whose counter cannot be read (not loaded, not a service, gone meanwhile)
     /// is left out and logged at debug level.

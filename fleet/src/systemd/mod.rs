@@ -36,6 +36,8 @@ pub trait SystemdOps: Send + Sync {
     fn reset_failed(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
     fn daemon_reload(&self) -> impl Future<Output = Result<()>> + Send;
     fn states(&self, names: &[String]) -> impl Future<Output = Result<Vec<UnitStatus>>> + Send;
+    /// Whether systemd's definition of the unit is its file on disk (a daemon-reload would change nothing for it).
+    fn file_is_current(&self, name: &str) -> impl Future<Output = Result<bool>> + Send;
 }
 
 impl SystemdOps for Systemd {
@@ -68,5 +70,8 @@ impl SystemdOps for Systemd {
     }
     fn states(&self, names: &[String]) -> impl Future<Output = Result<Vec<UnitStatus>>> + Send {
         Systemd::states(self, names)
+    }
+    fn file_is_current(&self, name: &str) -> impl Future<Output = Result<bool>> + Send {
+        Systemd::file_is_current(self, name)
     }
 }

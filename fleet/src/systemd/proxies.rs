@@ -69,6 +69,9 @@ pub(crate) trait Unit {
 
     #[zbus(property(emits_changed_signal = "false"))]
     fn sub_state(&self) -> Result<String>;
+
+    #[zbus(property(emits_changed_signal = "false"))]
+    fn need_daemon_reload(&self) -> Result<bool>;
 }
 
 #[proxy(

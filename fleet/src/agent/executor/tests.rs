@@ -1,6 +1,6 @@
 //! Executor tests against a fake systemd that records every call.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -307,4 +307,41 @@ fn marker_diff_repairs_missing_stale_and_extra_markers() {
         ]
     );
     assert!(marker_diff(&want, &want).is_empty());
+}
+
+#[tokio::test]
+async fn a_replace_skips_the_daemon_reload_when_systemd_reads_the_new_file_already() {
+    let mut s = setup();
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    s.fake.calls();
+    // systemd dropped the stopped unit, so loading it reads the new file.
+    s.fake.current_files.lock().unwrap().insert("a.service".into());
+    let reports = s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V2, false)])).await;
+    assert!(reports.iter().all(|r| r.outcome.is_ok()), "{:?}", outcomes(&reports));
+    let calls = s.fake.calls();
+    assert!(!calls.contains(&"reload ".to_string()), "no daemon-reload: {calls:?}");
+    assert_eq!(calls.last().map(String::as_str), Some("start a.service"));
+    assert!(!s.exec.reload_pending());
+    assert!(outcomes(&reports).iter().any(|o| o.starts_with("ReloadUnitFiles - Skipped")), "{:?}", outcomes(&reports));
+}
+
+#[tokio::test]
+async fn an_install_unit_or_a_removed_file_still_takes_a_daemon_reload() {
+    let mut s = setup();
+    s.fake.current_files.lock().unwrap().insert("a.service".into());
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, true)])).await;
+    assert!(s.fake.calls().contains(&"reload ".to_string()), "an enabled [Install] unit needs the reload");
+    s.exec.reconcile(&desired(&[])).await;
+    assert!(s.fake.calls().contains(&"reload ".to_string()), "a removed unit file needs the reload");
+}
+
+#[test]
+fn daemon_reload_is_needed_unless_systemd_reads_every_changed_file() {
+    let changed: BTreeSet<String> = ["a.service".to_string(), "b.service".to_string()].into();
+    let all: BTreeMap<&str, bool> = [("a.service", true), ("b.service", true)].into();
+    assert!(!daemon_reload_needed(&changed, &all));
+    let stale: BTreeMap<&str, bool> = [("a.service", true), ("b.service", false)].into();
+    assert!(daemon_reload_needed(&changed, &stale), "b is loaded in an older version");
+    let removed: BTreeMap<&str, bool> = [("a.service", true)].into();
+    assert!(daemon_reload_needed(&changed, &removed), "b's file was removed");
 }
