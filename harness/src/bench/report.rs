@@ -334,8 +334,12 @@ fn rolling_table(reports: &[RollingReport]) -> String {
         ("start --replace --rolling --min-healthy=0s", replace(&|t| format!("{:.3} s", t.command_s)), ""),
         ("  per machine", replace(&|t| format!("{:.3} s", t.per_step_s)), ""),
         ("  per machine / floor", col(&|r| r.ratio.map_or("—".into(), |x| format!("{x:.1}×"))), "≤ 1.5×"),
+        ("  rollout itself (engine: created → last healthy)", replace(&|t| opt_s(t.rollout_s)), ""),
+        ("    per machine", replace(&|t| opt_s(t.rollout_per_step_s)), ""),
+        ("    per machine / floor", col(&|r| r.rollout_ratio.map_or("—".into(), |x| format!("{x:.1}×"))), "≤ 1.5×"),
         ("restart --rolling, 10 instances, max-unavailable=2", restart(&|t| format!("{:.3} s", t.command_s)), ""),
         ("  per instance", restart(&|t| format!("{:.3} s", t.per_step_s)), ""),
+        ("  rollout itself (engine: created → last healthy)", restart(&|t| opt_s(t.rollout_s)), ""),
     ];
     let mut out = render(&rows);
     for r in reports {

@@ -37,6 +37,10 @@ pub struct RollingTiming {
     pub steps: usize,
     pub command_s: f64,
     pub per_step_s: f64,
+    /// From the rollout's creation until its last step was seen healthy (the engine's clock; with
+    /// `--min-healthy=0s` that is when it is done): the command without fleetctl's start-up and its 250 ms polls.
+    pub rollout_s: Option<f64>,
+    pub rollout_per_step_s: Option<f64>,
     pub command_error: Option<String>,
     pub timeline: Vec<StepTiming>,
 }
@@ -51,6 +55,8 @@ pub struct RollingReport {
     pub replace: Option<RollingTiming>,
     /// `replace.per_step_s / floor_s` (target ≤ 1.5).
     pub ratio: Option<f64>,
+    /// `replace.rollout_per_step_s / floor_s`.
+    pub rollout_ratio: Option<f64>,
     /// Rolling restart of 10 instances, `--max-unavailable=2` (on the larger clusters only).
     pub restart: Option<RollingTiming>,
     pub errors: Vec<String>,
@@ -109,6 +115,7 @@ async fn scenario(ctx: &Ctx, opts: &Options, with_restart: bool, r: &mut Rolling
 
     let replace = rolling(ctx, Some(&v2), &["start", "--replace", "--rolling", "--min-healthy=0s", GLOBAL], n).await?;
     r.ratio = r.floor_s.filter(|f| *f > 0.0).map(|f| replace.per_step_s / f);
+    r.rollout_ratio = r.floor_s.filter(|f| *f > 0.0).zip(replace.rollout_per_step_s).map(|(f, s)| s / f);
     r.replace = Some(replace);
 
     if with_restart {
@@ -168,7 +175,16 @@ async fn rolling(
             Vec::new()
         }
     };
-    Ok(RollingTiming { steps, command_s, per_step_s: command_s / steps.max(1) as f64, command_error, timeline })
+    let rollout_s = timeline.iter().map(|s| s.healthy_ms).max().filter(|ms| *ms > 0).map(|ms| ms as f64 / 1000.0);
+    Ok(RollingTiming {
+        steps,
+        command_s,
+        per_step_s: command_s / steps.max(1) as f64,
+        rollout_s,
+        rollout_per_step_s: rollout_s.map(|s| s / steps.max(1) as f64),
+        command_error,
+        timeline,
+    })
 }
 
 /// The newest rollout's steps from `GET /fleet/v1/rollouts` on machine 1's API (plain HTTP/1.0 on its TCP port).
