@@ -231,9 +231,10 @@ async fn stop_samplers(ctx: &Ctx, slots: &[usize]) -> Result<BTreeMap<usize, Vec
 }
 
 /// From the samples of every machine: the most machines seen without an active copy at the same time (each
-/// machine's latest sample at every sample instant), the longest gap between two samples of one machine (ms), and
-/// which machines were ever seen without one.
-fn unavailability(samples: &BTreeMap<usize, Vec<(u128, bool)>>) -> (usize, u128, Vec<usize>) {
+/// machine's latest sample at every sample instant), and the longest gap between two samples of one machine (ms).
+/// A machine's own change can be shorter than the sampling period, so whether a machine was restarted at all is
+/// proven by its hook log, not by a sample.
+fn unavailability(samples: &BTreeMap<usize, Vec<(u128, bool)>>) -> (usize, u128) {
     let mut instants: Vec<u128> = samples.values().flatten().map(|(t, _)| *t).collect();
     instants.sort_unstable();
     let mut worst = 0;
@@ -245,8 +246,7 @@ fn unavailability(samples: &BTreeMap<usize, Vec<(u128, bool)>>) -> (usize, u128,
         worst = worst.max(down);
     }
     let gap = samples.values().flat_map(|s| s.windows(2).map(|w| (w[1].0 - w[0].0) / 1_000_000)).max().unwrap_or(0);
-    let touched = samples.iter().filter(|(_, s)| s.iter().any(|(_, a)| !a)).map(|(slot, _)| *slot).collect();
-    (worst, gap, touched)
+    (worst, gap)
 }
 
 /// Which version of [`DB`] each machine runs now (its Description), with its ActiveState.
@@ -288,15 +288,34 @@ pub async fn rolling_replace_keeps_the_others_serving(ctx: Ctx) -> Outcome {
     ctx.ensure(after.values().all(|(d, a)| d == "db v2" && a == "active"), || {
         format!("right after the rolling replace returned, expected every machine active on v2; observed {after:?}")
     })?;
-    let (worst, gap, touched) = unavailability(&samples);
+    let (worst, gap) = unavailability(&samples);
     ctx.ensure(worst <= 1, || {
         format!("max-unavailable=1 but {worst} machines were without an active copy at the same time")
     })?;
     ctx.ensure(gap <= 1_000, || format!("the samplers stalled ({gap} ms between two samples): no proof"))?;
-    ctx.ensure(touched.len() == 3, || {
-        format!("every machine must have been restarted (seen inactive at least once); seen: {touched:?}")
-    })?;
-    expect_each_machine_changed_once_in_order(&ctx, &slots, "v1", "v2").await
+    expect_each_machine_changed_once_in_order(&ctx, &slots, "v1", "v2").await?;
+    // A change can be shorter than the sampling period: the hook logs (one host clock) bound each machine's
+    // downtime from below by [v1's ExecStopPost, v2's ExecStartPre]; with max-unavailable=1 no two may overlap.
+    let mut down: Vec<(u128, u128, usize)> = Vec::new();
+    for &slot in &slots {
+        let log = hook_log(&ctx, slot).await?;
+        let at = |hook: &str, v: &str| log.iter().find(|(h, ver, _)| h == hook && ver == v).map(|l| l.2);
+        if let (Some(stop), Some(start)) = (at("stop-post", "v1"), at("start-pre", "v2")) {
+            down.push((stop, start, slot));
+        }
+    }
+    down.sort_unstable();
+    for pair in down.windows(2) {
+        let ((_, end, a), (start, _, b)) = (pair[0], pair[1]);
+        ctx.ensure(start >= end, || {
+            format!(
+                "max-unavailable=1 but m{a} and m{b} were down at the same time: m{b}'s old version stopped {} ms \
+                 before m{a}'s new version started (hook logs: {down:?})",
+                (end - start) / 1_000_000
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// A new version that fails (exits after 2 s) pauses the rollout after the first machine, the others keep the
