@@ -457,7 +457,7 @@ pub fn run(ctx: &mut Ctx<'_>, creator: Creator, args: &[String]) -> i32 {
     match predict(&view, &intended, command_state) {
         Ok(changes) if changes.is_empty() => 0,
         Ok(changes) => {
-            ctx.say(&render(&lines(&changes, &view.machines)).trim_end_matches('\n').to_string());
+            ctx.say(render(&lines(&changes, &view.machines)).trim_end_matches('\n'));
             2
         }
         Err(e) => {
