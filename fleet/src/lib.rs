@@ -9,6 +9,7 @@ pub mod client;
 pub mod engine;
 pub mod fleetctl;
 pub mod fleetd;
+pub mod go;
 pub mod machine;
 pub mod model;
 pub mod registry;

@@ -103,7 +103,7 @@ pub fn decide_put(unit: &schema::Unit, stored_hash: Option<&str>) -> Result<PutA
     let is_template = NameInfo::parse(&unit.name).is_some_and(|i| i.is_template());
     let not_activating_template = |state: JobState| {
         if is_template && state != JobState::Inactive {
-            return Err(ApiError::bad_request(format!("cannot activate template {}", name::go_quote(&unit.name))));
+            return Err(ApiError::bad_request(format!("cannot activate template {}", crate::go::quote(&unit.name))));
         }
         Ok(state)
     };
@@ -245,9 +245,9 @@ pub fn decide_rollout(
     for (i, u) in request.units.iter().enumerate() {
         name::validate_name(&u.name).map_err(ApiError::bad_request)?;
         if request.units[..i].iter().any(|earlier| earlier.name == u.name) {
-            return Err(ApiError::bad_request(format!("unit {} is named twice", name::go_quote(&u.name))));
+            return Err(ApiError::bad_request(format!("unit {} is named twice", crate::go::quote(&u.name))));
         }
-        let quoted = name::go_quote(&u.name);
+        let quoted = crate::go::quote(&u.name);
         let (Some(view), Some(record)) = (snapshot.unit(&u.name), snapshot.unit_record(&u.name)) else {
             return Err(reject(StatusCode::NOT_FOUND, format!("unit {quoted} does not exist")));
         };

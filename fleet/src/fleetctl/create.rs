@@ -250,7 +250,7 @@ fn prepare_unit(
     if let Some(key) = xfleet::unrecognized_xfleet_keys(&uf).first() {
         ctx.log(
             "WARN",
-            &format!("Unit {name}: unrecognized requirement in [X-Fleet] section: {}", unitf::go_quote(key)),
+            &format!("Unit {name}: unrecognized requirement in [X-Fleet] section: {}", crate::go::quote(key)),
         );
     }
     Ok(Unit {

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::commands::{COMMANDS, CommandSpec, EXTENSION_COMMANDS};
-use crate::fleetd::duration::parse_go_duration;
+use crate::go::parse_duration;
 
 /// Value type of a flag (also what help shows after the name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,7 +252,7 @@ fn parse_value(spec: &FlagSpec, text: &str) -> Result<Value, String> {
             .filter(|f| f.is_finite())
             .map(Value::Float)
             .ok_or_else(|| format!("strconv.ParseFloat: parsing {text:?}: invalid syntax")),
-        Kind::Duration => parse_go_duration(text).map(Value::Duration).map_err(|e| e.to_string()),
+        Kind::Duration => parse_duration(text).map(Value::Duration).map_err(|e| e.to_string()),
     }
 }
 

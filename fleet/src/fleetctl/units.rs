@@ -13,11 +13,6 @@ use crate::model::JobState;
 use crate::schema::Unit;
 use crate::unit::name as unitf;
 
-/// Go's `%v` of a string slice: `[a b c]`.
-fn go_list(names: &[String]) -> String {
-    format!("[{}]", names.join(" "))
-}
-
 /// The units named by `args` (mangled) that exist, in argument order, from one listing. Unknown names are dropped.
 fn find_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<Vec<Unit>, String> {
     let all = ctx.client.units().map_err(|e| format!("Error retrieving list of units from repository: {e}"))?;
@@ -192,16 +187,16 @@ fn finish(ctx: &mut Ctx<'_>, waiting: &[String], globals: &[String], target: Job
         }
         Some(attempts) => {
             if let Err(e) = wait_for_unit_states(ctx, waiting, target, attempts) {
-                ctx.warn(&format!("Failed to {verb} units {}. err: {e}", go_list(waiting)));
+                ctx.warn(&format!("Failed to {verb} units {}. err: {e}", crate::go::list(waiting)));
                 return 1;
             }
         }
     }
     if let Err(e) = wait_globals(ctx, globals, target) {
-        ctx.warn(&format!("Failed to {verb} units {}. err: {e}", go_list(globals)));
+        ctx.warn(&format!("Failed to {verb} units {}. err: {e}", crate::go::list(globals)));
         return 1;
     }
-    ctx.warn(&format!("Successfully {past} units {}.", go_list(waiting)));
+    ctx.warn(&format!("Successfully {past} units {}.", crate::go::list(waiting)));
     0
 }
 
