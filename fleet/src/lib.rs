@@ -19,3 +19,4 @@ pub mod ssh;
 pub mod systemd;
 pub mod unit;
 pub mod version;
+pub mod wire;

@@ -4,8 +4,6 @@
 //! with a rollback's unit objects in the same transaction). A failed compare is not an error: the next view
 //! carries whatever won, and the decision is made again from it.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use crate::registry::{Registry, Snapshot};
 use crate::rollout::{self, Observed};
 
@@ -52,15 +50,10 @@ impl rollout::Cluster for SnapshotCluster<'_> {
     }
 }
 
-/// Wall-clock time in Unix milliseconds (rollout times are stored, so they must mean the same to the next leader).
-pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 /// Advances every rollout of `view` that is not final and stores what changed. Returns when to look again (Unix
 /// ms), if a rollout waits for a time rather than for the cluster.
 pub async fn drive(registry: &Registry, view: &Snapshot, leader: &str) -> Option<u64> {
-    let now = now_ms();
+    let now = crate::model::now_ms();
     let cluster = SnapshotCluster(view);
     let mut wake: Option<u64> = None;
     for (id, record) in view.rollout_records() {

@@ -134,10 +134,6 @@ pub fn unused_rollout_id(first_unit: &str, now_ms: u64, taken: &[String]) -> Str
         .unwrap_or_else(|| rollout_id(first_unit, now_ms))
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 fn kind_name(kind: RolloutKind) -> &'static str {
     match kind {
         RolloutKind::Replace => "replace",
@@ -264,7 +260,7 @@ fn launch(ctx: &mut Ctx<'_>, kind: RolloutKind, units: Vec<RolloutRequestUnit>, 
             return EXIT_ERROR;
         }
     };
-    let id = unused_rollout_id(&first.name, now_ms(), &taken);
+    let id = unused_rollout_id(&first.name, crate::model::now_ms(), &taken);
     let names: Vec<String> = units.iter().map(|u| u.name.clone()).collect();
     let request = RolloutRequest {
         kind,

@@ -6,8 +6,8 @@
 mod api {
     use std::collections::BTreeMap;
 
-    use fleet::api::wire;
     use fleet::model::{MachineState, UnitState};
+    use fleet::wire;
 
     /// A published unit state reaches the API with every field, under the original's JSON names (spec §8.7).
     #[test]

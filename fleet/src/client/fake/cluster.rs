@@ -1,5 +1,5 @@
 //! The fake cluster as the registry would hold it, and one pass of a pretend engine over its rollouts. Nothing here
-//! decides anything itself: the registry image is read by the API's [`crate::api::wire::decide_rollout`] and by the
+//! decides anything itself: the registry image is read by the API's [`crate::wire::decide_rollout`] and by the
 //! engine's [`SnapshotCluster`] + [`rollout::advance`]; what each machine runs comes from the agents' own
 //! [`rollout::pinned_hash`] and [`rollout::restart_token`].
 //!
