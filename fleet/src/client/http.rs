@@ -574,8 +574,13 @@ mod tests {
     fn parallel_requests_open_at_most_the_in_flight_bound() {
         let (url, accepted) = serve_keep_alive();
         let c = client(&url);
-        let items: Vec<u32> = (0..200).collect();
-        let results = crate::fleetctl::parallel::map(&items, |_| c.unit_states(&StateFilter::default()));
+        // More callers than the bound, each with several requests, so an unbounded pool would open more.
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let callers: Vec<_> = (0..4 * MAX_IN_FLIGHT)
+                .map(|_| scope.spawn(|| (0..4).map(|_| c.unit_states(&StateFilter::default())).collect::<Vec<_>>()))
+                .collect();
+            callers.into_iter().flat_map(|t| t.join().unwrap()).collect()
+        });
         assert!(results.iter().all(|r| r.as_ref().is_ok_and(|states| states.is_empty())));
         let opened = *accepted.lock().unwrap();
         assert!((1..=MAX_IN_FLIGHT).contains(&opened), "{opened} connections");
