@@ -6,8 +6,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use testcontainers::{ContainerAsync, GenericImage};
-
 use crate::config::{self, Binaries, BinaryError};
 use crate::container::Placement;
 use crate::etcd::{Etcd, EtcdError};
@@ -580,16 +578,6 @@ impl Cluster {
             e.remove().await;
         }
         // Drop sweeps the network and temp dir.
-    }
-}
-
-/// Hands a container to testcontainers' drop (which needs a Tokio runtime), or forgets it when there is none;
-/// the cluster's label sweep removes it either way.
-pub(crate) fn release(c: ContainerAsync<GenericImage>) {
-    if tokio::runtime::Handle::try_current().is_ok() && !std::thread::panicking() {
-        drop(c);
-    } else {
-        std::mem::forget(c);
     }
 }
 
