@@ -306,7 +306,7 @@ pub fn restart_rolling(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
             return EXIT_ERROR;
         }
     };
-    let names = super::units::unique_unit_names(args);
+    let names = crate::unit::name::mangle_unique(args);
     let client = ctx.client;
     let found = super::parallel::map(&names, |name| client.unit(name));
     for (name, found) in names.iter().zip(found) {

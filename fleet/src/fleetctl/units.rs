@@ -51,7 +51,7 @@ pub fn submit(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
 
 /// Set `target` on every argument unit whose desired state differs. Returns (non-global, global) triggered names.
 fn trigger(ctx: &mut Ctx<'_>, args: &[String], target: JobState) -> Result<(Vec<String>, Vec<String>), String> {
-    let names = unique_unit_names(args);
+    let names = unitf::mangle_unique(args);
     // Look every unit up first (in parallel): a missing unit aborts the command before anything changed.
     let client = ctx.client;
     let looked_up = parallel::map(&names, |name| client.unit(name));
@@ -373,18 +373,6 @@ pub fn cat(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
             0
         }
     }
-}
-
-/// The unit names of `args` (mangled: `foo` → `foo.service`), each once, in argument order.
-pub fn unique_unit_names(args: &[String]) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
-    for arg in args {
-        let name = unitf::mangle(arg);
-        if !names.contains(&name) {
-            names.push(name);
-        }
-    }
-    names
 }
 
 #[cfg(test)]

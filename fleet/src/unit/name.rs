@@ -103,6 +103,18 @@ pub fn mangle(arg: &str) -> String {
     append_default_type(go_path_base(arg))
 }
 
+/// The unit names of command-line arguments ([`mangle`]d: `foo` → `foo.service`), each once, in argument order.
+pub fn mangle_unique(args: &[String]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for arg in args {
+        let name = mangle(arg);
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
 /// Go `path.Base`: the last `/`-separated element; `.` for "", `/` for all slashes.
 fn go_path_base(path: &str) -> &str {
     if path.is_empty() {
