@@ -8,9 +8,6 @@
 //!   unscheduled, as in the original), with one warning per hash rather than one per pass.
 //! * Entries for hashes and names that left the registry are dropped after every build, so the cache never
 //!   outgrows the cluster.
-//!
-//! `--keep-machine` hook: when the registry grows a record of the machine a replaced unit should stay on, set it
-//! here with [`UnitSpec::preferring`]; the scheduler already honours it when the unit's constraints allow.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -66,7 +63,6 @@ impl UnitCatalog {
                 desired: record.desired.unwrap_or(crate::model::JobState::Inactive),
                 target,
                 constraints,
-                preferred_machine: None,
             });
         }
         self.parsed.retain(|hash, _| used_hashes.contains(hash.as_str()));

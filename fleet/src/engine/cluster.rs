@@ -16,8 +16,6 @@ pub(crate) type MachineIdx = usize;
 /// How placement picked a machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Placement {
-    /// The unit's preferred machine, which its constraints allow.
-    Preferred,
     /// The least-loaded machine able to run the unit (ties broken by machine ID), with its load before placement.
     LeastLoaded { load: usize },
 }
@@ -290,17 +288,9 @@ impl<'s> ClusterView<'s> {
         leaving
     }
 
-    /// Picks a machine for non-global unit `u` (spec §6.5): its preferred machine if acceptable, else the
-    /// least-loaded acceptable machine (ties by machine ID). `may_displace` allows machines where `u` would
+    /// Picks a machine for non-global unit `u` (spec §6.5): the least-loaded acceptable machine (ties by machine ID). `may_displace` allows machines where `u` would
     /// displace units it replaces.
     pub fn choose(&self, u: UnitIdx, may_displace: bool) -> Option<Choice> {
-        let spec = &self.snap.units[u].spec;
-        if let Some(m) = spec.preferred_machine.as_deref().and_then(|p| self.snap.machine_idx(p)) {
-            let fit = self.fit(u, m);
-            if fit.accepts(may_displace) {
-                return Some(Choice { machine: m, fit, placement: Placement::Preferred });
-            }
-        }
         let accept = |(load, m): (usize, MachineIdx)| {
             let fit = self.fit(u, m);
             fit.accepts(may_displace).then_some(Choice { machine: m, fit, placement: Placement::LeastLoaded { load } })

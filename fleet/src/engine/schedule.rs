@@ -2,8 +2,8 @@
 //!
 //! Pass 1 walks the scheduled units in name order and unschedules those that must leave their machine (desired
 //! `inactive`, machine gone, no longer able to run there). Pass 2 places every unscheduled unit whose desired
-//! state is not `inactive`, in name order, on its preferred machine when allowed, else on the least-loaded able
-//! machine (ties by machine ID). Deliberate refinements of the original, each following the spec's Rec:
+//! state is not `inactive`, in name order, on the least-loaded able machine (ties by
+//! machine ID). Deliberate refinements of the original, each following the spec's Rec:
 //! * `Replaces=` (B1): the replaced unit always moves and the replacer stays; the replaced unit's new machine
 //!   passes the normal fit check. A replacer placed next to units it replaces displaces them in the same pass.
 //! * Circular `Replaces=` (B2): a unit whose circular partner is scheduled anywhere is unschedulable.
@@ -95,7 +95,6 @@ impl fmt::Display for ScheduleReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "target state {} and unit not scheduled", self.desired)?;
         match self.placement {
-            Placement::Preferred => f.write_str("; preferred machine")?,
             Placement::LeastLoaded { load } => write!(f, "; least-loaded able machine ({load} units)")?,
         }
         if !self.replacing.is_empty() {

@@ -40,7 +40,7 @@ pub fn synthetic_snapshot(machines: usize, units: usize, seed: u64) -> Snapshot 
             },
         };
         let target = (machines > 0 && rng.below(2) == 0).then(|| machine_ids[rng.below(machines)].clone());
-        UnitSpec { name, desired: JobState::Launched, target, constraints, preferred_machine: None }
+        UnitSpec { name, desired: JobState::Launched, target, constraints }
     });
     Snapshot::new(specs.collect::<Vec<_>>(), present).expect("synthetic names are unique")
 }

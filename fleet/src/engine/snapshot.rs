@@ -18,9 +18,6 @@ pub struct UnitSpec {
     /// The machine the unit is currently scheduled to (`target`), if any. Always `None` for global units.
     pub target: Option<String>,
     pub constraints: Constraints,
-    /// A machine to place the unit on when it needs placing and its constraints allow it there (e.g. its machine
-    /// before a `--keep-machine` replacement). Otherwise it is ignored and least-loaded applies.
-    pub preferred_machine: Option<String>,
 }
 
 impl UnitSpec {
@@ -31,7 +28,6 @@ impl UnitSpec {
             desired,
             target: None,
             constraints: Constraints::default(),
-            preferred_machine: None,
         }
     }
 
@@ -42,11 +38,6 @@ impl UnitSpec {
 
     pub fn with(mut self, constraints: Constraints) -> UnitSpec {
         self.constraints = constraints;
-        self
-    }
-
-    pub fn preferring(mut self, machine: impl Into<String>) -> UnitSpec {
-        self.preferred_machine = Some(machine.into());
         self
     }
 }
