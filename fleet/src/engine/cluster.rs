@@ -134,6 +134,7 @@ impl<'s> ClusterView<'s> {
     }
 
     /// Machines in the order least-loaded placement considers them.
+    #[cfg(test)]
     pub fn machines_by_load(&self) -> impl Iterator<Item = (usize, MachineIdx)> + '_ {
         self.by_load.iter().copied()
     }

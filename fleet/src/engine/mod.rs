@@ -18,14 +18,15 @@
 //! | `cluster` | the per-machine view during a pass: presence, loads, fit of a unit on a machine |
 //! | `fit` | the fit verdict and rejection reasons |
 //! | `schedule` | the two-pass reconcile: snapshot → ordered decisions |
-//! | `explain` | each machine's verdict for one unit |
+//! | `explain` | each machine's verdict for one unit: the tests' oracle for every placement and refusal (test builds only) |
 //! | `leader` | leadership decisions per tick |
-//! | `simulate` | synthetic clusters for scale checks and benchmarks |
+//! | `simulate` | synthetic clusters for the scale test and the `schedule` bench (test builds and feature `simulate` only) |
 
 pub mod catalog;
 mod cluster;
 pub mod constraints;
-pub mod explain;
+#[cfg(test)]
+mod explain;
 pub mod fit;
 pub mod leader;
 pub mod leadership;
@@ -33,6 +34,7 @@ pub mod reconcile;
 pub mod rollouts;
 pub mod runner;
 pub mod schedule;
+#[cfg(any(test, feature = "simulate"))]
 pub mod simulate;
 pub mod snapshot;
 
@@ -42,11 +44,12 @@ mod tests;
 pub use catalog::UnitCatalog;
 pub use cluster::Placement;
 pub use constraints::Constraints;
-pub use explain::{ExplainError, Explanation, MachineVerdict, explain};
+#[cfg(test)]
+use explain::{ExplainError, explain};
 pub use fit::{Fit, Rejection};
 pub use reconcile::{PassOutcome, PassReport, Reconciler};
 pub use runner::{Engine, EngineConfig, EngineStatus};
 pub use schedule::{
-    Decision, Plan, ScheduleReason, Unplaced, UnplacedReason, UnscheduleReason, apply, plan, plan_with_report,
+    Decision, Plan, ScheduleReason, Unplaced, UnplacedReason, UnscheduleReason, plan, plan_with_report,
 };
 pub use snapshot::{Snapshot, SnapshotError, UnitSpec};

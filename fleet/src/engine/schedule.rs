@@ -10,7 +10,7 @@
 //! * Order (B17): units, globals and machines are always taken in name/ID order, so a pass is deterministic.
 //! * `MachineOf=` followers move with their peer in the same pass, whatever their names.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 use super::cluster::{ClusterView, MachineIdx, Placement, UnitIdx};
@@ -268,24 +268,5 @@ impl Pass<'_> {
     fn push_unschedule(&mut self, u: UnitIdx, machine: &str, reason: UnscheduleReason) {
         let unit = self.view.unit_name(u).to_string();
         self.decisions.push(Decision::Unschedule { unit, machine: machine.to_string(), reason });
-    }
-}
-
-/// Applies decisions to the unit list of a snapshot, as the engine shell would to the registry. Panics when a
-/// decision does not fit the state (scheduling a scheduled unit, unscheduling from another machine): that would
-/// be a scheduler bug. For tests and simulations.
-pub fn apply(units: &mut BTreeMap<String, super::snapshot::UnitSpec>, decisions: &[Decision]) {
-    for decision in decisions {
-        let unit = units.get_mut(decision.unit()).unwrap_or_else(|| panic!("unknown unit in {decision}"));
-        match decision {
-            Decision::Unschedule { machine, .. } => {
-                assert_eq!(unit.target.as_deref(), Some(machine.as_str()), "{decision}");
-                unit.target = None;
-            }
-            Decision::Schedule { machine, .. } => {
-                assert_eq!(unit.target, None, "{decision}: unit already scheduled");
-                unit.target = Some(machine.clone());
-            }
-        }
     }
 }

@@ -23,12 +23,7 @@ pub struct UnitSpec {
 impl UnitSpec {
     /// An unconstrained, unscheduled unit; adjust fields with struct update syntax or the builder methods.
     pub fn new(name: impl Into<String>, desired: JobState) -> UnitSpec {
-        UnitSpec {
-            name: name.into(),
-            desired,
-            target: None,
-            constraints: Constraints::default(),
-        }
+        UnitSpec { name: name.into(), desired, target: None, constraints: Constraints::default() }
     }
 
     pub fn on(mut self, machine: impl Into<String>) -> UnitSpec {
