@@ -428,8 +428,9 @@ impl Cluster {
         Ok(wait_for(self.wait, what, observe).await?)
     }
 
-    /// Polls a fleetctl command until `accept` takes its stdout; the timeout shows the last output.
-    async fn wait_fleetctl<T>(
+    /// Polls a fleetctl command (via machine `slot`) until it succeeds and `accept` takes its stdout; the timeout
+    /// shows the last output. Conformance specs wait through this too (`Ctx::wait_fleetctl`).
+    pub async fn wait_fleetctl<T>(
         &self,
         slot: usize,
         args: &[&str],
