@@ -297,7 +297,7 @@ impl FakeClient {
         match action {
             PutAction::Create(desired) | PutAction::Replace(desired) => {
                 let verb = if matches!(action, PutAction::Create(_)) { "create" } else { "replace" };
-                let reschedule = if unit.reschedule && verb == "replace" { " reschedule" } else { "" };
+                let reschedule = if wire::StoreOptions::of(unit, &action).reschedule { " reschedule" } else { "" };
                 st.log.push(format!("{verb} {name} {desired}{reschedule}"));
                 let old = st.units.remove(&name);
                 let history = Self::next_history(st, old.as_ref(), &unit.options);
