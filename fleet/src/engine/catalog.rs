@@ -1,5 +1,5 @@
 //! From the registry's view to the scheduler's input (spec §6.1): [`UnitCatalog`] turns a
-//! [`registry::Snapshot`](crate::registry::Snapshot) into an engine [`Snapshot`], parsing each unit body once.
+//! [`registry::Snapshot`](crate::registry::Snapshot) into an engine [`ScheduleInput`], parsing each unit body once.
 //!
 //! * Bodies are content-addressed, so parsed files are cached by hash: a template burst of N instances sharing one
 //!   body parses it once, and an unchanged cluster parses nothing. Constraints are specifier-expanded with the
@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::constraints::Constraints;
-use super::snapshot::{Snapshot, SnapshotError, UnitSpec};
+use super::schedule_input::{ScheduleInput, ScheduleInputError, UnitSpec};
 use crate::registry;
 use crate::unit::{Requirements, UnitFile};
 
@@ -41,7 +41,7 @@ impl UnitCatalog {
 
     /// The scheduler's input for one pass: every non-global unit with its desired state, target and constraints,
     /// every global unit (target ignored), and every present machine with merged metadata.
-    pub fn snapshot(&mut self, view: &registry::Snapshot) -> Result<Snapshot, SnapshotError> {
+    pub fn snapshot(&mut self, view: &registry::Snapshot) -> Result<ScheduleInput, ScheduleInputError> {
         let mut used_hashes: HashSet<&str> = HashSet::new();
         let mut missing_now: HashSet<String> = HashSet::new();
         let mut units = Vec::with_capacity(view.unit_records().len());
@@ -69,7 +69,7 @@ impl UnitCatalog {
         self.constraints
             .retain(|name, (hash, _)| view.unit_record(name).is_some() && used_hashes.contains(hash.as_str()));
         self.missing = missing_now;
-        Snapshot::new(units, view.machines())
+        ScheduleInput::new(units, view.machines())
     }
 
     /// Constraints of unit `name` with body `body` (hash `hash`); `None` when the body does not parse.

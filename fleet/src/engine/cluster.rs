@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::constraints::{ReplaceRelation, conflict_between, replace_relation};
 use super::fit::{Fit, Rejection};
-use super::snapshot::Snapshot;
+use super::schedule_input::ScheduleInput;
 use crate::model::JobState;
 
 /// Unit and machine handles are indexes into the snapshot (name order and ID order respectively).
@@ -27,7 +27,7 @@ pub(crate) struct Choice {
 }
 
 pub(crate) struct ClusterView<'s> {
-    snap: &'s Snapshot,
+    snap: &'s ScheduleInput,
     /// The machine of every non-global unit counted as present (scheduled, desired state not inactive).
     placement: Vec<Option<MachineIdx>>,
     /// Per machine: present units (non-global and global), in name order.
@@ -52,7 +52,7 @@ pub(crate) struct ClusterView<'s> {
 
 impl<'s> ClusterView<'s> {
     /// The view of the snapshot as it stands, before any decision.
-    pub fn new(snap: &'s Snapshot) -> ClusterView<'s> {
+    pub fn new(snap: &'s ScheduleInput) -> ClusterView<'s> {
         let machines = snap.machines.len();
         let units = &snap.units;
         let active_globals: Vec<UnitIdx> = (0..units.len())
@@ -328,7 +328,7 @@ impl<'s> ClusterView<'s> {
 
 /// For every non-global unit, the non-global units it is in a circular `Replaces=` with. Exact-name patterns are
 /// looked up directly, so the cost grows with glob patterns only.
-fn circular_partners(snap: &Snapshot) -> Vec<Vec<UnitIdx>> {
+fn circular_partners(snap: &ScheduleInput) -> Vec<Vec<UnitIdx>> {
     let units = &snap.units;
     let mut partners = vec![Vec::new(); units.len()];
     for (u, unit) in units.iter().enumerate() {

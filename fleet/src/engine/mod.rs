@@ -1,7 +1,7 @@
 //! The engine: the one elected fleetd that schedules units onto machines (spec §1.6, §6).
 //!
 //! A pure core (snapshot → ordered decisions; leadership decisions) inside a thin async shell ([`Engine`]): the
-//! shell watches the registry view, elects one leader, builds a [`Snapshot`] from the view, calls [`plan`], and
+//! shell watches the registry view, elects one leader, builds a [`ScheduleInput`] from the view, calls [`plan`], and
 //! applies the [`Decision`]s in order as compare-and-swap writes.
 //!
 //! Starting it (fleetd): `Engine::new(registry, reflector.subscribe(), EngineConfig { .. }).spawn(token)`;
@@ -14,7 +14,7 @@
 //! | `reconcile` | one leader pass against the registry: plan, CAS writes, body GC |
 //! | `catalog` | registry view → scheduler snapshot; parsed-body cache; each unit's [`Constraints`] (the parser's `Requirements`) |
 //! | `constraints` | a unit's `[X-Fleet]` constraints; conflict and replace relations |
-//! | `snapshot` | the scheduler's input, built once per pass |
+//! | `schedule_input` | the scheduler's input ([`ScheduleInput`]: units with constraints, present machines), built once per pass from the registry's `Snapshot` |
 //! | `cluster` | the per-machine view during a pass: presence, loads, fit of a unit on a machine |
 //! | `fit` | the fit verdict and rejection reasons |
 //! | `schedule` | the two-pass reconcile: snapshot → ordered decisions |
@@ -34,9 +34,9 @@ pub mod reconcile;
 pub mod rollouts;
 pub mod runner;
 pub mod schedule;
+pub mod schedule_input;
 #[cfg(any(test, feature = "simulate"))]
 pub mod simulate;
-pub mod snapshot;
 
 #[cfg(test)]
 mod tests;
@@ -52,4 +52,4 @@ pub use runner::{Engine, EngineConfig, EngineStatus};
 pub use schedule::{
     Decision, Plan, ScheduleReason, Unplaced, UnplacedReason, UnscheduleReason, plan, plan_with_report,
 };
-pub use snapshot::{Snapshot, SnapshotError, UnitSpec};
+pub use schedule_input::{ScheduleInput, ScheduleInputError, UnitSpec};

@@ -15,7 +15,7 @@ use std::fmt;
 
 use super::cluster::{ClusterView, MachineIdx, Placement, UnitIdx};
 use super::fit::{Fit, Rejection, UnitList};
-use super::snapshot::Snapshot;
+use super::schedule_input::ScheduleInput;
 use crate::model::JobState;
 
 /// One change to the schedule, to be applied in order.
@@ -136,12 +136,12 @@ pub struct Plan {
 }
 
 /// The decisions of one reconcile pass, in execution order.
-pub fn plan(snapshot: &Snapshot) -> Vec<Decision> {
+pub fn plan(snapshot: &ScheduleInput) -> Vec<Decision> {
     plan_with_report(snapshot).decisions
 }
 
 /// [`plan`], also reporting the units that need a machine and got none.
-pub fn plan_with_report(snapshot: &Snapshot) -> Plan {
+pub fn plan_with_report(snapshot: &ScheduleInput) -> Plan {
     let mut pass = Pass { view: ClusterView::new(snapshot), snapshot, decisions: Vec::new(), pending: BTreeSet::new() };
     pass.unschedule_misplaced();
     let unplaced = pass.place_pending();
@@ -160,7 +160,7 @@ pub fn plan_with_report(snapshot: &Snapshot) -> Plan {
 }
 
 struct Pass<'s> {
-    snapshot: &'s Snapshot,
+    snapshot: &'s ScheduleInput,
     view: ClusterView<'s>,
     decisions: Vec<Decision>,
     /// Units to place in pass 2, taken in name order.

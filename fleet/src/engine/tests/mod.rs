@@ -8,7 +8,7 @@ mod scenarios;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Constraints, Decision, Plan, Snapshot, UnitSpec, plan_with_report};
+use super::{Constraints, Decision, Plan, ScheduleInput, UnitSpec, plan_with_report};
 use crate::model::{JobState, MachineState};
 
 pub(super) fn machine(id: &str) -> MachineState {
@@ -90,8 +90,8 @@ impl Sim {
         self
     }
 
-    pub fn snapshot(&self) -> Snapshot {
-        Snapshot::new(self.units.values().cloned(), self.machines.iter().cloned()).unwrap()
+    pub fn snapshot(&self) -> ScheduleInput {
+        ScheduleInput::new(self.units.values().cloned(), self.machines.iter().cloned()).unwrap()
     }
 
     /// One reconcile pass, applied.

@@ -16,7 +16,7 @@ struct Case {
 
 fn run(cases: Vec<Case>) {
     for case in cases {
-        let snapshot = Snapshot::new(case.units, case.machines).unwrap();
+        let snapshot = ScheduleInput::new(case.units, case.machines).unwrap();
         assert_eq!(brief(&plan(&snapshot)), case.want, "case: {}", case.name);
     }
 }
@@ -435,7 +435,7 @@ fn global_units_are_never_scheduled_or_unscheduled() {
 
 #[test]
 fn reasons_read_like_the_original_task_reasons() {
-    let snapshot = Snapshot::new(
+    let snapshot = ScheduleInput::new(
         [
             UnitSpec::new("off.service", JobState::Inactive).on("a"),
             launched("lost.service").on("gone"),
@@ -490,7 +490,7 @@ fn reasons_read_like_the_original_task_reasons() {
         }
     );
 
-    let displaced = Snapshot::new(
+    let displaced = ScheduleInput::new(
         [launched("kick.service").with(replaces(&["old.service"])), launched("old.service").on("a")],
         [machine("a")],
     )
@@ -518,7 +518,7 @@ fn unplaced_units_are_reported_with_a_reason() {
 
 #[test]
 fn explain_lists_every_machine_with_its_verdict() {
-    let snapshot = Snapshot::new(
+    let snapshot = ScheduleInput::new(
         [
             launched("c.service").on("b"),
             launched("x.service").with(Constraints {
