@@ -152,6 +152,16 @@ impl Ctx {
         self.cluster().wait_for_n_active_units(slot, n).await.map_err(|e| e.to_string())
     }
 
+    /// `fleetctl start hello@1.service … hello@<n>.service` (the fixture template's instances) via machine 1, then
+    /// waits for `n` active units; returns unit → machine.
+    pub async fn start_hello_instances(&self, n: usize) -> Result<BTreeMap<String, String>, String> {
+        let paths: Vec<String> = (1..=n).map(|i| crate::fixtures::path(&format!("hello@{i}.service"))).collect();
+        let mut args = vec!["start"];
+        args.extend(paths.iter().map(String::as_str));
+        self.fleetctl_ok(1, &args).await?;
+        self.wait_for_n_active_units(1, n).await
+    }
+
     pub async fn wait_for_n_unit_files(
         &self,
         slot: usize,

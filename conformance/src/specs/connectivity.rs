@@ -116,11 +116,7 @@ async fn main_pids(ctx: &Ctx, units: &BTreeMap<String, String>) -> Result<BTreeM
 /// stopped) and the cluster converges to the same placement.
 pub async fn etcd_restart(ctx: Ctx) -> Outcome {
     ctx.wait_for_n_machines(1, 2).await?;
-    let paths: Vec<String> = (1..=4).map(|i| fixtures::path(&format!("hello@{i}.service"))).collect();
-    let mut args = vec!["start"];
-    args.extend(paths.iter().map(String::as_str));
-    ctx.fleetctl_ok(1, &args).await?;
-    let before = ctx.wait_for_n_active_units(1, 4).await?;
+    let before = ctx.start_hello_instances(4).await?;
     let pids = main_pids(&ctx, &before).await?;
     ctx.cluster().stop_etcd().await.map_err(|e| e.to_string())?;
     ctx.hold(Duration::from_secs(3 + 5 + 2)).await;

@@ -256,11 +256,7 @@ pub async fn global_conflicts(ctx: Ctx) -> Outcome {
 /// with the lowest ID among the least loaded (spec §6.5).
 pub async fn least_loaded(ctx: Ctx) -> Outcome {
     ctx.wait_for_n_machines(1, 3).await?;
-    let paths: Vec<String> = (1..=6).map(|i| fixtures::path(&format!("hello@{i}.service"))).collect();
-    let mut args = vec!["start"];
-    args.extend(paths.iter().map(String::as_str));
-    ctx.fleetctl_ok(1, &args).await?;
-    let active = ctx.wait_for_n_active_units(1, 6).await?;
+    let active = ctx.start_hello_instances(6).await?;
     let mut per: BTreeMap<&str, usize> = BTreeMap::new();
     for m in active.values() {
         *per.entry(m).or_default() += 1;

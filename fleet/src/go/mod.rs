@@ -103,8 +103,14 @@ pub fn list(names: &[String]) -> String {
 /// `YYYY/MM/DD HH:MM:SS` in UTC (Go's `log.LstdFlags` layout).
 pub fn log_time(now: std::time::SystemTime) -> String {
     let secs = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (year, month, day, h, m, s) = utc_fields(secs);
+    format!("{year:04}/{month:02}/{day:02} {h:02}:{m:02}:{s:02}")
+}
+
+/// Year, month, day, hour, minute, second (UTC) of Unix seconds: the civil date from days since 1970-01-01
+/// (Howard Hinnant's algorithm), as Go's `time` computes it.
+pub fn utc_fields(secs: u64) -> (i64, i64, i64, u64, u64, u64) {
     let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days as i64 + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -114,7 +120,7 @@ pub fn log_time(now: std::time::SystemTime) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}/{month:02}/{day:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    (year, month, day, rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 #[cfg(test)]
