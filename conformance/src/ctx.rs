@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use fleet_harness::wait::{self, Check, UnitFileState, UnitState, WaitOptions};
+use fleet_harness::wait::{self, Check, Row, UnitFileState, UnitState, WaitOptions};
 use fleet_harness::{Cluster, ClusterBuilder, Machine, Output};
 
 use crate::check::Context;
@@ -152,6 +152,16 @@ impl Ctx {
         self.cluster().wait_for_n_active_units(slot, n).await.map_err(|e| e.to_string())
     }
 
+    /// `fleetctl start hello@1.service … hello@<n>.service` (the fixture template's instances) via machine 1, then
+    /// waits for `n` active units; returns unit → machine.
+    pub async fn start_hello_instances(&self, n: usize) -> Result<BTreeMap<String, String>, String> {
+        let paths: Vec<String> = (1..=n).map(|i| crate::fixtures::path(&format!("hello@{i}.service"))).collect();
+        let mut args = vec!["start"];
+        args.extend(paths.iter().map(String::as_str));
+        self.fleetctl_ok(1, &args).await?;
+        self.wait_for_n_active_units(1, n).await
+    }
+
     pub async fn wait_for_n_unit_files(
         &self,
         slot: usize,
@@ -176,7 +186,8 @@ impl Ctx {
         Ok(wait::parse_unit_file_states(&out.stdout))
     }
 
-    /// Waits until `fleetctl <args>` succeeds and `accept` takes its stdout.
+    /// Waits until `fleetctl <args>` (via machine `slot`) succeeds and `accept` takes its stdout: the harness's
+    /// [`fleet_harness::Cluster::wait_fleetctl`], whose timeout shows the last output.
     pub async fn wait_fleetctl<T>(
         &self,
         slot: usize,
@@ -184,18 +195,69 @@ impl Ctx {
         what: &str,
         accept: impl Fn(&str) -> Result<T, String>,
     ) -> Result<T, String> {
-        let accept = &accept;
-        self.wait_for(what, || async move {
-            match self.fleetctl(slot, args).await {
-                Ok(out) if out.success() => match accept(&out.stdout) {
-                    Ok(v) => Check::Ready(v),
-                    Err(why) => Check::NotYet(format!("{why}; output: {}", wait::summarize(&out.stdout))),
-                },
-                Ok(out) => Check::NotYet(out.describe()),
-                Err(e) => Check::NotYet(e),
-            }
+        self.cluster().wait_fleetctl(slot, args, what, accept).await.map_err(|e| self.fail(e))
+    }
+
+    /// One observation of `fleetctl <command> --no-legend --full --fields <fields>` via machine `slot`, by field.
+    pub async fn table(&self, slot: usize, command: &str, fields: &[&str]) -> Result<Vec<Row>, String> {
+        let joined = fields.join(",");
+        let out = self.fleetctl_ok(slot, &wait::table_args(command, &joined)).await?;
+        Ok(wait::parse_table(&out.stdout, fields))
+    }
+
+    /// Waits until `accept` takes the table of `fleetctl <command> --no-legend --full --fields <fields>`.
+    pub async fn wait_table<T>(
+        &self,
+        slot: usize,
+        command: &str,
+        fields: &[&str],
+        what: &str,
+        accept: impl Fn(&[Row]) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let joined = fields.join(",");
+        self.wait_fleetctl(slot, &wait::table_args(command, &joined), what, |out| {
+            accept(&wait::parse_table(out, fields))
         })
         .await
+    }
+
+    /// The MainPID of `unit` in machine `slot`, which must be active with a main process.
+    pub async fn main_pid(&self, slot: usize, unit: &str) -> Result<String, String> {
+        let p = self.show(slot, unit, &["ActiveState", "MainPID"]).await?;
+        let (state, pid) =
+            (p.get("ActiveState").cloned().unwrap_or_default(), p.get("MainPID").cloned().unwrap_or_default());
+        self.ensure(state == "active" && !pid.is_empty() && pid != "0", || {
+            format!("{unit} in m{slot}: expected active with a MainPID, observed ActiveState={state} MainPID={pid}")
+        })?;
+        Ok(pid)
+    }
+
+    /// Holds for `secs`, requiring at every look (every 500 ms) that `check` accepts an observation of
+    /// `list-units` via machine `slot` (unit → rows); returns the last observation. Proves a state is stable, not a
+    /// sample taken before something else changed.
+    pub async fn holds(
+        &self,
+        slot: usize,
+        secs: u64,
+        what: &str,
+        check: impl Fn(&BTreeMap<String, Vec<UnitState>>) -> bool,
+    ) -> Result<BTreeMap<String, Vec<UnitState>>, String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let units = self.list_units(slot).await?;
+            self.ensure(check(&units), || {
+                let seen: Vec<String> = units
+                    .values()
+                    .flatten()
+                    .map(|s| format!("{} {} on {}", s.name, s.active_state, s.machine.get(..8).unwrap_or(&s.machine)))
+                    .collect();
+                format!("expected {what} to hold for {secs} s; observed {}", seen.join(", "))
+            })?;
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(units);
+            }
+            self.hold(Duration::from_millis(500)).await;
+        }
     }
 
     /// `systemctl show <unit> -p ...` in machine `slot`.

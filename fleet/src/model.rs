@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Desired ("target") or derived current state of a unit in fleet's model (spec §7.1–§7.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -103,6 +104,11 @@ pub struct UnitState {
     /// other unit types, and from agents that do not publish it. Rollouts use it to notice a crash that systemd
     /// repaired between two published states.
     pub restarts: Option<u32>,
+}
+
+/// The wall clock in Unix milliseconds, as rollouts and unit versions store times.
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

@@ -6,8 +6,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use testcontainers::{ContainerAsync, GenericImage};
-
 use crate::config::{self, Binaries, BinaryError};
 use crate::container::Placement;
 use crate::etcd::{Etcd, EtcdError};
@@ -430,8 +428,9 @@ impl Cluster {
         Ok(wait_for(self.wait, what, observe).await?)
     }
 
-    /// Polls a fleetctl command until `accept` takes its stdout; the timeout shows the last output.
-    async fn wait_fleetctl<T>(
+    /// Polls a fleetctl command (via machine `slot`) until it succeeds and `accept` takes its stdout; the timeout
+    /// shows the last output. Conformance specs wait through this too (`Ctx::wait_fleetctl`).
+    pub async fn wait_fleetctl<T>(
         &self,
         slot: usize,
         args: &[&str],
@@ -580,16 +579,6 @@ impl Cluster {
             e.remove().await;
         }
         // Drop sweeps the network and temp dir.
-    }
-}
-
-/// Hands a container to testcontainers' drop (which needs a Tokio runtime), or forgets it when there is none;
-/// the cluster's label sweep removes it either way.
-pub(crate) fn release(c: ContainerAsync<GenericImage>) {
-    if tokio::runtime::Handle::try_current().is_ok() && !std::thread::panicking() {
-        drop(c);
-    } else {
-        std::mem::forget(c);
     }
 }
 

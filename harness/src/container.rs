@@ -8,7 +8,7 @@ use testcontainers::bollard::Docker;
 use testcontainers::bollard::container::LogOutput;
 use testcontainers::bollard::exec::{CreateExecOptions, StartExecResults};
 use testcontainers::core::{AccessMode, CgroupnsMode, Mount};
-use testcontainers::{ContainerRequest, GenericImage, ImageExt};
+use testcontainers::{ContainerAsync, ContainerRequest, GenericImage, ImageExt};
 
 use crate::labels::{self, RunId};
 use crate::output::Output;
@@ -99,4 +99,14 @@ pub async fn exec(id: &str, cmd: &[&str]) -> Result<Output, ExecError> {
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
         status: status.map_or(-1, |s| s as i32),
     })
+}
+
+/// Hands a container to testcontainers' drop (which needs a Tokio runtime), or forgets it when there is none;
+/// the cluster's label sweep removes it either way.
+pub(crate) fn release(c: ContainerAsync<GenericImage>) {
+    if tokio::runtime::Handle::try_current().is_ok() && !std::thread::panicking() {
+        drop(c);
+    } else {
+        std::mem::forget(c);
+    }
 }

@@ -144,7 +144,7 @@ impl Etcd {
     /// (the cluster's label sweep removes it then).
     pub(crate) fn release(&mut self) {
         if let Some(c) = self.container.take() {
-            crate::cluster::release(c);
+            crate::container::release(c);
         }
     }
 }

@@ -385,7 +385,7 @@ impl Machine {
 
     pub(crate) fn release(&mut self) {
         if let Some(c) = self.container.take() {
-            crate::cluster::release(c);
+            crate::container::release(c);
         }
     }
 }

@@ -96,6 +96,30 @@ fn rows(out: &str, n: usize) -> impl Iterator<Item = Vec<&str>> {
     out.lines().map(|l| l.split_whitespace().collect::<Vec<_>>()).filter(move |f| f.len() == n)
 }
 
+/// One row of a `fleetctl list-… --no-legend --full --fields <f1,f2,…>` table: its cells by field name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row(BTreeMap<String, String>);
+
+impl Row {
+    /// The cell of `field`; empty when the table has no such field.
+    pub fn get(&self, field: &str) -> &str {
+        self.0.get(field).map_or("", String::as_str)
+    }
+}
+
+/// Parses a `--no-legend --full --fields <fields>` table (fields in the order asked for). Lines with another
+/// number of whitespace-separated cells are ignored, as the original's helpers did.
+pub fn parse_table(out: &str, fields: &[&str]) -> Vec<Row> {
+    rows(out, fields.len())
+        .map(|cells| Row(fields.iter().zip(cells).map(|(f, c)| (f.to_string(), c.to_string())).collect()))
+        .collect()
+}
+
+/// The arguments of `fleetctl <command> --no-legend --full --fields <fields>`.
+pub fn table_args<'a>(command: &'a str, fields: &'a str) -> [&'a str; 5] {
+    [command, "--no-legend", "--full", "--fields", fields]
+}
+
 /// Parses `list-units --fields unit,active,machine` output into unit → rows (`ParseUnitStates`).
 pub fn parse_unit_states(out: &str) -> BTreeMap<String, Vec<UnitState>> {
     let mut states: BTreeMap<String, Vec<UnitState>> = BTreeMap::new();
@@ -232,5 +256,14 @@ mod tests {
     fn summaries_are_one_line() {
         assert_eq!(summarize(""), "(empty)");
         assert_eq!(summarize("a\nb\n"), "a | b");
+    }
+
+    #[test]
+    fn tables_parse_by_field_name_and_skip_other_lines() {
+        let out = "a.service\tactive\tm1\nUNIT ACTIVE\nb.service\tfailed\t-\n";
+        let rows = parse_table(out, &["unit", "active", "machine"]);
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].get("unit"), rows[0].get("active"), rows[0].get("machine")), ("a.service", "active", "m1"));
+        assert_eq!((rows[1].get("unit"), rows[1].get("machine"), rows[1].get("hash")), ("b.service", "-", ""));
     }
 }

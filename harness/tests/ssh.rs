@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use fleet_harness::{Check, Cluster, Output, WaitOptions, wait_for};
+use fleet_harness::{Check, Cluster, Output, WaitOptions, wait, wait_for};
 use tokio::io::AsyncReadExt;
 
 const HELLO: &str = "[Unit]\nDescription=Hello World\n\n[Service]\nExecStart=/bin/sh -c \"while true; do echo Hello, World!; sleep 1; done\"\n";
@@ -123,15 +123,13 @@ async fn status_and_journal_of_a_global_unit_cover_every_machine_or_the_chosen_o
     let (_d, dir) = unit_dir(&[("everywhere.service", GLOBAL)]);
     ok(&c.fleetctl(1, &["start", &arg(&dir, "everywhere.service")]).await.unwrap(), "start");
     // Active on both machines (one unit, two rows: the single-location helper does not apply).
-    let t0 = Instant::now();
-    loop {
-        let o = c.fleetctl(1, &["list-units", "--no-legend", "--full", "--fields=unit,active"]).await.unwrap();
-        if o.stdout.lines().filter(|l| l.ends_with("\tactive")).count() == 2 {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(15), "global unit not active on 2 machines: {}", o.describe());
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let fields = ["unit", "active"];
+    c.wait_fleetctl(1, &wait::table_args("list-units", "unit,active"), "the global unit active on 2 machines", |out| {
+        let active = wait::parse_table(out, &fields).iter().filter(|r| r.get("active") == "active").count();
+        if active == 2 { Ok(()) } else { Err(format!("{active} of 2 rows active")) }
+    })
+    .await
+    .unwrap();
     // Two log lines on each machine (the journal checks below take two lines of m2 and one of each).
     for (slot, m) in c.machines().iter().enumerate() {
         let id = m.id()[..8].to_string();

@@ -69,11 +69,7 @@ pub async fn member_reboot(mut ctx: Ctx) -> Outcome {
 /// A killed machine's units are rescheduled on the others; the others' units stay where they are.
 pub async fn killed_machine(ctx: Ctx) -> Outcome {
     ctx.wait_for_n_machines(1, 3).await?;
-    let paths: Vec<String> = (1..=6).map(|i| fixtures::path(&format!("hello@{i}.service"))).collect();
-    let mut args = vec!["start"];
-    args.extend(paths.iter().map(String::as_str));
-    ctx.fleetctl_ok(1, &args).await?;
-    let before = ctx.wait_for_n_active_units(1, 6).await?;
+    let before = ctx.start_hello_instances(6).await?;
     let victim = ctx.slot_of(&before["hello@1.service"]).ok_or("hello@1 on an unknown machine")?;
     let victim_id = ctx.id(victim)?;
     ctx.machine(victim)?.kill().await.map_err(|e| e.to_string())?;

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use fleet_harness::wait::Row;
+
 use crate::check::ensure_eq;
 use crate::fixtures;
 use crate::{Ctx, Outcome};
@@ -35,37 +37,18 @@ fn expected() -> (BTreeMap<String, String>, BTreeMap<String, String>) {
 async fn fleetctl_views_match(ctx: &Ctx, when: &str) -> Outcome {
     let (files, active) = expected();
     let (files, active) = (&files, &active);
-    ctx.wait_fleetctl(
-        1,
-        &["list-unit-files", "--no-legend", "--full", "--fields", "unit,dstate"],
-        &format!("{when}: desired states"),
-        |out| {
-            let seen: BTreeMap<String, String> = out
-                .lines()
-                .filter_map(|l| {
-                    let f: Vec<&str> = l.split_whitespace().collect();
-                    (f.len() == 2).then(|| (f[0].to_string(), f[1].to_string()))
-                })
-                .collect();
-            if seen == *files { Ok(()) } else { Err(format!("{seen:?}")) }
-        },
-    )
+    let by_unit = |rows: &[Row], field: &str| -> BTreeMap<String, String> {
+        rows.iter().map(|r| (r.get("unit").to_string(), r.get(field).to_string())).collect()
+    };
+    ctx.wait_table(1, "list-unit-files", &["unit", "dstate"], &format!("{when}: desired states"), |rows| {
+        let seen = by_unit(rows, "dstate");
+        if seen == *files { Ok(()) } else { Err(format!("{seen:?}")) }
+    })
     .await?;
-    ctx.wait_fleetctl(
-        1,
-        &["list-units", "--no-legend", "--full", "--fields", "unit,active"],
-        &format!("{when}: active states"),
-        |out| {
-            let seen: BTreeMap<String, String> = out
-                .lines()
-                .filter_map(|l| {
-                    let f: Vec<&str> = l.split_whitespace().collect();
-                    (f.len() == 2).then(|| (f[0].to_string(), f[1].to_string()))
-                })
-                .collect();
-            if seen == *active { Ok(()) } else { Err(format!("{seen:?}")) }
-        },
-    )
+    ctx.wait_table(1, "list-units", &["unit", "active"], &format!("{when}: active states"), |rows| {
+        let seen = by_unit(rows, "active");
+        if seen == *active { Ok(()) } else { Err(format!("{seen:?}")) }
+    })
     .await
 }
 
@@ -119,14 +102,12 @@ pub async fn single_node_loss(ctx: Ctx) -> Outcome {
     Ok(())
 }
 
-/// The MainPID of each unit in `units` on its machine.
+/// The MainPID of each unit in `units` (unit → machine ID) on its machine.
 async fn main_pids(ctx: &Ctx, units: &BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> {
     let mut pids = BTreeMap::new();
     for (u, m) in units {
         let slot = ctx.slot_of(m).ok_or_else(|| format!("{u} on unknown machine {m}"))?;
-        let p = ctx.show(slot, u, &["MainPID", "ActiveState"]).await?;
-        ensure_eq(&format!("{u} in m{slot}"), Some("active"), p.get("ActiveState").map(String::as_str))?;
-        pids.insert(u.clone(), p.get("MainPID").cloned().unwrap_or_default());
+        pids.insert(u.clone(), ctx.main_pid(slot, u).await?);
     }
     Ok(pids)
 }
@@ -135,11 +116,7 @@ async fn main_pids(ctx: &Ctx, units: &BTreeMap<String, String>) -> Result<BTreeM
 /// stopped) and the cluster converges to the same placement.
 pub async fn etcd_restart(ctx: Ctx) -> Outcome {
     ctx.wait_for_n_machines(1, 2).await?;
-    let paths: Vec<String> = (1..=4).map(|i| fixtures::path(&format!("hello@{i}.service"))).collect();
-    let mut args = vec!["start"];
-    args.extend(paths.iter().map(String::as_str));
-    ctx.fleetctl_ok(1, &args).await?;
-    let before = ctx.wait_for_n_active_units(1, 4).await?;
+    let before = ctx.start_hello_instances(4).await?;
     let pids = main_pids(&ctx, &before).await?;
     ctx.cluster().stop_etcd().await.map_err(|e| e.to_string())?;
     ctx.hold(Duration::from_secs(3 + 5 + 2)).await;

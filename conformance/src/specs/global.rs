@@ -8,8 +8,8 @@
 //! that is what "fleetctl waits for every machine" means.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
+use fleet_harness::wait::UnitState;
 use serde_json::json;
 
 use super::scheduling::stop_fleet;
@@ -20,10 +20,17 @@ use crate::{Ctx, Outcome};
 
 const GLOBAL: &str = "global.service";
 
+/// A `list-units` observation as unit → machine ID → ACTIVE.
+fn by_machine(units: &BTreeMap<String, Vec<UnitState>>) -> BTreeMap<String, BTreeMap<String, String>> {
+    units
+        .iter()
+        .map(|(u, rows)| (u.clone(), rows.iter().map(|r| (r.machine.clone(), r.active_state.clone())).collect()))
+        .collect()
+}
+
 /// The rows of `unit` in one `list-units` observation: machine ID → ACTIVE.
 async fn rows_of(ctx: &Ctx, slot: usize, unit: &str) -> Result<BTreeMap<String, String>, String> {
-    let units = ctx.list_units(slot).await?;
-    Ok(units.get(unit).into_iter().flatten().map(|s| (s.machine.clone(), s.active_state.clone())).collect())
+    Ok(by_machine(&ctx.list_units(slot).await?).remove(unit).unwrap_or_default())
 }
 
 /// `id8=state, ...` for messages.
@@ -86,21 +93,10 @@ async fn expect_systemd(ctx: &Ctx, slots: &[usize], unit: &str, want: &str, when
     Ok(())
 }
 
-/// The MainPID of an active `unit` in machine `slot`.
-async fn main_pid(ctx: &Ctx, slot: usize, unit: &str) -> Result<String, String> {
-    let p = ctx.show(slot, unit, &["MainPID", "ActiveState"]).await?;
-    let (pid, state) =
-        (p.get("MainPID").cloned().unwrap_or_default(), p.get("ActiveState").cloned().unwrap_or_default());
-    ctx.ensure(state == "active" && !pid.is_empty() && pid != "0", || {
-        format!("{unit} in m{slot}: expected active with a MainPID, observed ActiveState={state} MainPID={pid}")
-    })?;
-    Ok(pid)
-}
-
 async fn main_pids(ctx: &Ctx, slots: &[usize], unit: &str) -> Result<BTreeMap<usize, String>, String> {
     let mut pids = BTreeMap::new();
     for &s in slots {
-        pids.insert(s, main_pid(ctx, s, unit).await?);
+        pids.insert(s, ctx.main_pid(s, unit).await?);
     }
     Ok(pids)
 }
@@ -120,20 +116,7 @@ async fn holds(
     what: &str,
     check: impl Fn(&BTreeMap<String, BTreeMap<String, String>>) -> bool,
 ) -> Outcome {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    while tokio::time::Instant::now() < deadline {
-        let units = ctx.list_units(1).await?;
-        let view: BTreeMap<String, BTreeMap<String, String>> = units
-            .iter()
-            .map(|(u, rows)| (u.clone(), rows.iter().map(|r| (r.machine.clone(), r.active_state.clone())).collect()))
-            .collect();
-        ctx.ensure(check(&view), || {
-            let seen: Vec<String> = view.iter().map(|(u, rows)| format!("{u}: {}", show_rows(rows))).collect();
-            format!("expected {what} to hold for {secs} s; observed {}", seen.join("; "))
-        })?;
-        ctx.hold(Duration::from_millis(500)).await;
-    }
-    Ok(())
+    ctx.holds(1, secs, what, |units| check(&by_machine(units))).await.map(drop)
 }
 
 /// `start` of a global unit prints the original's lines and returns only once every machine runs it.
@@ -162,7 +145,7 @@ pub async fn machine_metadata_selects_machines(ctx: Ctx) -> Outcome {
         v.get(unit).is_some_and(|rows| rows.len() == 2)
     })
     .await?;
-    let m3 = main_pid(&ctx, 3, unit).await?;
+    let m3 = ctx.main_pid(3, unit).await?;
     // m2 becomes role=a through the API: it joins.
     set_role(&ctx, 2, "a").await?;
     wait_active_on(&ctx, 1, unit, &ids(&ctx, &[1, 2, 3])?).await?;
@@ -171,7 +154,7 @@ pub async fn machine_metadata_selects_machines(ctx: Ctx) -> Outcome {
     set_role(&ctx, 1, "c").await?;
     wait_active_on(&ctx, 1, unit, &ids(&ctx, &[2, 3])?).await?;
     ctx.wait_systemd(1, unit, "ActiveState", "inactive").await?;
-    ensure_eq("MainPID in m3 (untouched by the metadata changes)", &m3, &main_pid(&ctx, 3, unit).await?)
+    ensure_eq("MainPID in m3 (untouched by the metadata changes)", &m3, &ctx.main_pid(3, unit).await?)
 }
 
 /// A machine joining later gets the global unit; machines leaving (fleet stopped, machine removed) drop their
@@ -200,7 +183,7 @@ pub async fn machines_joining_and_leaving(mut ctx: Ctx) -> Outcome {
     ctx.cluster_mut().remove_machine(new).await.map_err(|e| format!("removing m{new}: {e}"))?;
     ctx.wait_for_n_machines(1, 1).await?;
     wait_active_on(&ctx, 1, GLOBAL, &ids(&ctx, &[1])?).await.map_err(|e| format!("{e} (removed: {})", short(&gone)))?;
-    ensure_eq("MainPID of m1 after the removal", &before[&1], &main_pid(&ctx, 1, GLOBAL).await?)
+    ensure_eq("MainPID of m1 after the removal", &before[&1], &ctx.main_pid(1, GLOBAL).await?)
 }
 
 /// A non-global unit whose `Conflicts=` names a global unit running everywhere is never scheduled.
@@ -217,13 +200,13 @@ pub async fn conflicting_unit_stays_unscheduled(ctx: Ctx) -> Outcome {
             && v.get(GLOBAL).is_some_and(|rows| rows.len() == 3 && rows.values().all(|s| s == "active"))
     })
     .await?;
-    let out = ctx
-        .fleetctl_ok(1, &["list-unit-files", "--no-legend", "--full", "--fields", "unit,dstate,state,target"])
-        .await?;
-    let row: Vec<&str> =
-        out.stdout.lines().find(|l| l.starts_with(avoid)).map(|l| l.split_whitespace().collect()).unwrap_or_default();
-    ensure_eq("list-unit-files row of the unschedulable unit", vec![avoid, "launched", "inactive", "-"], row)
-        .map_err(|e| ctx.fail(e))?;
+    let row = file_row(&ctx, avoid).await?;
+    ensure_eq(
+        "list-unit-files row of the unschedulable unit",
+        vec![avoid, "launched", "inactive", "-"],
+        row.iter().map(String::as_str).collect(),
+    )
+    .map_err(|e| ctx.fail(e))?;
     expect_systemd(&ctx, &[1, 2, 3], avoid, "inactive", "the conflicting unit").await?;
     ensure_eq("MainPIDs of global.service", &pids, &main_pids(&ctx, &[1, 2, 3], GLOBAL).await?)
 }
@@ -237,7 +220,7 @@ pub async fn global_skips_the_conflicting_units_machine(ctx: Ctx) -> Outcome {
     let hello_on = placed.get("hello.service").cloned().ok_or("hello.service not active")?;
     let hello_slot = ctx.slot_of(&hello_on).ok_or("hello.service on an unknown machine")?;
     let others: Vec<usize> = (1..=3).filter(|s| *s != hello_slot).collect();
-    let pid = main_pid(&ctx, hello_slot, "hello.service").await?;
+    let pid = ctx.main_pid(hello_slot, "hello.service").await?;
     ctx.fleetctl_ok(1, &["start", &fixtures::path(g)]).await?;
     let elsewhere = ids(&ctx, &others)?;
     wait_active_on(&ctx, 1, g, &elsewhere).await?;
@@ -249,7 +232,7 @@ pub async fn global_skips_the_conflicting_units_machine(ctx: Ctx) -> Outcome {
     })
     .await?;
     expect_systemd(&ctx, &[hello_slot], g, "inactive", "on hello.service's machine").await?;
-    ensure_eq("hello.service's MainPID", &pid, &main_pid(&ctx, hello_slot, "hello.service").await?)?;
+    ensure_eq("hello.service's MainPID", &pid, &ctx.main_pid(hello_slot, "hello.service").await?)?;
     // Without hello.service the global unit runs there too.
     ctx.fleetctl_ok(1, &["destroy", "hello.service"]).await?;
     wait_active_on(&ctx, 1, g, &ids(&ctx, &[1, 2, 3])?).await
@@ -306,13 +289,24 @@ pub async fn stop_unload_destroy_everywhere(ctx: Ctx) -> Outcome {
 
 /// Requires `list-unit-files` to show global.service with DSTATE/STATE `want` and TARGET `global`.
 async fn expect_file_row(ctx: &Ctx, want: [&str; 2], when: &str) -> Outcome {
-    let out = ctx
-        .fleetctl_ok(1, &["list-unit-files", "--no-legend", "--full", "--fields", "unit,dstate,state,target"])
-        .await?;
-    let row: Vec<&str> =
-        out.stdout.lines().find(|l| l.starts_with(GLOBAL)).map(|l| l.split_whitespace().collect()).unwrap_or_default();
-    ensure_eq(&format!("list-unit-files row {when}"), vec![GLOBAL, want[0], want[1], "global"], row)
-        .map_err(|e| ctx.fail(e))
+    let row = file_row(ctx, GLOBAL).await?;
+    ensure_eq(
+        &format!("list-unit-files row {when}"),
+        vec![GLOBAL, want[0], want[1], "global"],
+        row.iter().map(String::as_str).collect(),
+    )
+    .map_err(|e| ctx.fail(e))
+}
+
+/// `unit`'s row of `list-unit-files` as UNIT, DSTATE, STATE, TARGET (empty when not listed).
+async fn file_row(ctx: &Ctx, unit: &str) -> Result<Vec<String>, String> {
+    let fields = ["unit", "dstate", "state", "target"];
+    let rows = ctx.table(1, "list-unit-files", &fields).await?;
+    Ok(rows
+        .iter()
+        .find(|r| r.get("unit") == unit)
+        .map(|r| fields.iter().map(|f| r.get(f).to_string()).collect())
+        .unwrap_or_default())
 }
 
 /// `restart` of a global unit restarts it on every machine: all active again, each with a new MainPID.

@@ -109,16 +109,18 @@ pub async fn patch_bad(ctx: Ctx) -> Outcome {
 /// `list-machines` shows each machine's ID, address and metadata; a machine whose fleet stops leaves the list.
 pub async fn list_machines(ctx: Ctx) -> Outcome {
     ctx.wait_for_n_machines(1, 2).await?;
+    // The default columns, read by name.
     let out = ctx.fleetctl_ok(1, &["list-machines", "--no-legend", "--full"]).await?;
+    let rows = fleet_harness::wait::parse_table(&out.stdout, &["machine", "ip", "metadata"]);
     for slot in 1..=2 {
         let m = ctx.machine(slot)?;
-        let row = out.stdout.lines().find(|l| l.split_whitespace().next() == Some(m.id()));
-        let fields: Vec<&str> = row.map(|r| r.split_whitespace().collect()).unwrap_or_default();
-        ctx.ensure(fields.len() == 3 && fields[1] == m.ip(), || format!("a row `{} {} <metadata>`", m.id(), m.ip()))?;
-        let md: Vec<&str> = fields[2].split(',').collect();
-        ctx.ensure(md.contains(&format!("hostname={}", m.name()).as_str()), || format!("hostname in {}", fields[2]))?;
+        let row = rows.iter().find(|r| r.get("machine") == m.id());
+        let (ip, metadata) = row.map_or(("", ""), |r| (r.get("ip"), r.get("metadata")));
+        ctx.ensure(row.is_some() && ip == m.ip(), || format!("a row `{} {} <metadata>`", m.id(), m.ip()))?;
+        let md: Vec<&str> = metadata.split(',').collect();
+        ctx.ensure(md.contains(&format!("hostname={}", m.name()).as_str()), || format!("hostname in {metadata}"))?;
         if slot == 2 {
-            ctx.ensure(md.contains(&"role=b"), || format!("role=b in {}", fields[2]))?;
+            ctx.ensure(md.contains(&"role=b"), || format!("role=b in {metadata}"))?;
         }
     }
     stop_fleet(&ctx, 2).await?;

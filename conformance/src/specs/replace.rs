@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use fleet_harness::wait::Check;
+use fleet_harness::wait::{self, Check};
 use fleet_harness::{Cluster, Output};
 
 use crate::capabilities::Capability;
@@ -125,14 +125,13 @@ pub(super) async fn list_units(c: &Cluster) -> Result<BTreeMap<String, Vec<Row>>
 
 /// `list-units` through machine `slot`'s API: unit → rows.
 pub(super) async fn list_units_via(c: &Cluster, slot: usize) -> Result<BTreeMap<String, Vec<Row>>, String> {
-    let out = ctl(c, slot, &["list-units", "--no-legend", "--full", "--fields", "unit,machine,hash,active"]).await?;
+    let fields = ["unit", "machine", "hash", "active"];
+    let out = ctl(c, slot, &wait::table_args("list-units", &fields.join(","))).await?;
     let mut rows: BTreeMap<String, Vec<Row>> = BTreeMap::new();
-    for line in out.stdout.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if let [unit, machine, hash, active] = f[..] {
-            let machine = machine.split('/').next().unwrap_or("").to_string();
-            rows.entry(unit.to_string()).or_default().push(Row { machine, hash: hash.into(), active: active.into() });
-        }
+    for r in wait::parse_table(&out.stdout, &fields) {
+        let machine = r.get("machine").split('/').next().unwrap_or("").to_string();
+        let row = Row { machine, hash: r.get("hash").into(), active: r.get("active").into() };
+        rows.entry(r.get("unit").to_string()).or_default().push(row);
     }
     Ok(rows)
 }
@@ -144,14 +143,10 @@ pub(super) async fn unit_hashes(c: &Cluster) -> Result<BTreeMap<String, String>,
 
 /// unit → full hash of the registry copy, through machine `slot`'s API.
 pub(super) async fn unit_hashes_via(c: &Cluster, slot: usize) -> Result<BTreeMap<String, String>, String> {
-    let out = ctl(c, slot, &["list-unit-files", "--no-legend", "--full", "--fields", "unit,hash"]).await?;
-    Ok(out
-        .stdout
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            Some((f.next()?.to_string(), f.next()?.to_string()))
-        })
+    let out = ctl(c, slot, &wait::table_args("list-unit-files", "unit,hash")).await?;
+    Ok(wait::parse_table(&out.stdout, &["unit", "hash"])
+        .into_iter()
+        .map(|r| (r.get("unit").to_string(), r.get("hash").to_string()))
         .collect())
 }
 

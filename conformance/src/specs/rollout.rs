@@ -26,37 +26,30 @@ const SLOTS: [usize; 3] = [1, 2, 3];
 async fn main_pids(ctx: &Ctx) -> Result<BTreeMap<usize, String>, String> {
     let mut out = BTreeMap::new();
     for slot in SLOTS {
-        let p = ctx.show(slot, UNIT, &["MainPID"]).await?;
-        let pid = p.get("MainPID").cloned().unwrap_or_default();
-        ctx.ensure(!pid.is_empty() && pid != "0", || format!("{UNIT} has no main process in m{slot}: {p:?}"))?;
-        out.insert(slot, pid);
+        out.insert(slot, ctx.main_pid(slot, UNIT).await?);
     }
     Ok(out)
 }
 
 /// `list-units` rows of the unit: machine ID → (hash, running hash), full hashes.
 async fn versions(ctx: &Ctx) -> Result<BTreeMap<String, (String, String)>, String> {
-    let out = ctx
-        .fleetctl_ok(1, &["list-units", "--no-legend", "--full", "--fields", "unit,machine,hash,running-hash"])
-        .await?;
-    let mut rows = BTreeMap::new();
-    for line in out.stdout.lines() {
-        if let [unit, machine, hash, running] = line.split_whitespace().collect::<Vec<_>>()[..] {
-            if unit == UNIT {
-                let machine = machine.split('/').next().unwrap_or_default().to_string();
-                rows.insert(machine, (hash.to_string(), running.to_string()));
-            }
-        }
-    }
-    Ok(rows)
+    let rows = ctx.table(1, "list-units", &["unit", "machine", "hash", "running-hash"]).await?;
+    Ok(rows
+        .iter()
+        .filter(|r| r.get("unit") == UNIT)
+        .map(|r| {
+            let machine = r.get("machine").split('/').next().unwrap_or_default().to_string();
+            (machine, (r.get("hash").to_string(), r.get("running-hash").to_string()))
+        })
+        .collect())
 }
 
 /// The full hash `list-unit-files` gives the registry's copy.
 async fn registry_hash(ctx: &Ctx) -> Result<String, String> {
-    let out = ctx.fleetctl_ok(1, &["list-unit-files", "--no-legend", "--full", "--fields", "unit,hash"]).await?;
-    out.stdout
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{UNIT}\t")).map(|h| h.trim().to_string()))
+    let rows = ctx.table(1, "list-unit-files", &["unit", "hash"]).await?;
+    rows.iter()
+        .find(|r| r.get("unit") == UNIT)
+        .map(|r| r.get("hash").to_string())
         .ok_or_else(|| ctx.fail(format!("{UNIT} is not in list-unit-files")))
 }
 

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fleet_harness::Check;
+use fleet_harness::wait::{self, UnitState};
 
 use super::{distinct, placement};
 use crate::check::ensure_eq;
@@ -20,32 +21,21 @@ pub(crate) fn other_slot(ctx: &Ctx, except: usize) -> usize {
     ctx.cluster().machines().iter().map(|m| m.slot()).find(|s| *s != except).unwrap_or(1)
 }
 
-/// Holds for `secs`, then requires exactly `n` active units (and returns them): proves a count is stable, not a
-/// sample taken before something else became active.
+/// Waits for exactly `n` active units, then requires that count to hold for `secs` (and returns them: unit →
+/// machine): proves a count is stable, not a sample taken before something else became active.
 pub(crate) async fn stays_n_active(
     ctx: &Ctx,
     slot: usize,
     n: usize,
     secs: u64,
 ) -> Result<BTreeMap<String, String>, String> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    let mut last = ctx.wait_for_n_active_units(slot, n).await?;
-    while tokio::time::Instant::now() < deadline {
-        ctx.hold(Duration::from_millis(500)).await;
-        let units = ctx.list_units(slot).await?;
-        let active: BTreeMap<String, String> = units
-            .values()
-            .flatten()
-            .filter(|s| s.active_state == "active")
-            .map(|s| (s.name.clone(), s.machine.clone()))
-            .collect();
-        let rows = units.values().flatten().filter(|s| s.active_state == "active").count();
-        ctx.ensure(rows == n, || {
-            format!("expected {n} active units to stay so, observed {rows}: {}", placement(&active))
-        })?;
-        last = active;
-    }
-    Ok(last)
+    ctx.wait_for_n_active_units(slot, n).await?;
+    let active = |units: &BTreeMap<String, Vec<UnitState>>| -> BTreeMap<String, String> {
+        wait::filter_active(units).into_iter().map(|s| (s.name.clone(), s.machine.clone())).collect()
+    };
+    let count = |units: &BTreeMap<String, Vec<UnitState>>| wait::filter_active(units).len();
+    let units = ctx.holds(slot, secs, &format!("exactly {n} active units"), |units| count(units) == n).await?;
+    Ok(active(&units))
 }
 
 /// `pong.N` (`MachineOf=ping.N`) runs with `ping.N`, also after `ping.1`'s machine lost its fleet.
@@ -266,11 +256,7 @@ pub async fn global_conflicts(ctx: Ctx) -> Outcome {
 /// with the lowest ID among the least loaded (spec §6.5).
 pub async fn least_loaded(ctx: Ctx) -> Outcome {
     ctx.wait_for_n_machines(1, 3).await?;
-    let paths: Vec<String> = (1..=6).map(|i| fixtures::path(&format!("hello@{i}.service"))).collect();
-    let mut args = vec!["start"];
-    args.extend(paths.iter().map(String::as_str));
-    ctx.fleetctl_ok(1, &args).await?;
-    let active = ctx.wait_for_n_active_units(1, 6).await?;
+    let active = ctx.start_hello_instances(6).await?;
     let mut per: BTreeMap<&str, usize> = BTreeMap::new();
     for m in active.values() {
         *per.entry(m).or_default() += 1;

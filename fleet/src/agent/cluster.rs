@@ -2,33 +2,18 @@
 //! parsed once per hash, and each unit's requirements computed once per (name, hash): a reconcile runs on every
 //! snapshot change, so it must cost no parsing when nothing changed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
-
-use tracing::warn;
 
 use super::desired::ClusterUnit;
 use crate::registry::{Snapshot, UnitView};
 use crate::rollout;
-use crate::unit::{Requirements, UnitFile};
+use crate::unit::{BodyCache, UnitFile};
 
-/// What the agent needs from one parsed body.
-#[derive(Debug)]
-struct Parsed {
-    /// `None` when the stored text does not parse (it is still written as is; no requirements apply).
-    file: Option<UnitFile>,
-    /// Has an `[Install]` section (spec §4.6).
-    install: bool,
-    /// Has `ExecReload=` in `[Service]`: a replace without restart reloads the running unit.
-    reloadable: bool,
-}
-
-/// Parsed bodies by hash and requirements by unit name, kept for the hashes and names the last snapshot held.
+/// The agent's [`BodyCache`], pruned to the hashes and names of the last snapshot.
 #[derive(Debug, Default)]
 pub struct UnitCache {
-    parsed: HashMap<String, Arc<Parsed>>,
-    /// name → (hash the requirements were computed for, requirements).
-    requirements: HashMap<String, (String, Arc<Requirements>)>,
+    bodies: BodyCache,
 }
 
 impl UnitCache {
@@ -58,46 +43,30 @@ impl UnitCache {
                 unit
             })
             .collect();
-        let hashes: BTreeMap<&str, ()> = units.iter().map(|u| (u.hash.as_str(), ())).collect();
-        self.parsed.retain(|h, _| hashes.contains_key(h.as_str()));
-        let names: BTreeMap<&str, ()> = units.iter().map(|u| (u.name.as_str(), ())).collect();
-        self.requirements.retain(|n, _| names.contains_key(n.as_str()));
+        let hashes: BTreeSet<&str> = units.iter().map(|u| u.hash.as_str()).collect();
+        let names: BTreeSet<&str> = units.iter().map(|u| u.name.as_str()).collect();
+        self.bodies.retain(|name, _| names.contains(name), |hash| hashes.contains(hash));
         units
     }
 
     /// Number of parsed bodies held.
     pub fn bodies(&self) -> usize {
-        self.parsed.len()
+        self.bodies.bodies()
     }
 
     fn unit(&mut self, view: &UnitView<'_>) -> ClusterUnit {
-        let parsed = Arc::clone(self.parsed.entry(view.hash.to_string()).or_insert_with(|| {
-            let file = match UnitFile::parse(view.body) {
-                Ok(file) => Some(file),
-                Err(e) => {
-                    warn!(unit = %view.name, hash = %view.hash, err = %e, "stored unit body does not parse");
-                    None
-                }
-            };
-            let install = file.as_ref().is_some_and(|f| f.has_section("Install"));
-            let reloadable = file.as_ref().is_some_and(reloadable);
-            Arc::new(Parsed { file, install, reloadable })
-        }));
-        let requirements = match self.requirements.get(view.name) {
-            Some((hash, r)) if hash == view.hash => Arc::clone(r),
-            _ => {
-                let r = Arc::new(parsed.file.as_ref().map(|f| Requirements::of(f, view.name)).unwrap_or_default());
-                self.requirements.insert(view.name.to_string(), (view.hash.to_string(), Arc::clone(&r)));
-                r
-            }
-        };
+        // A body that does not parse is still written as is; no requirements apply to it.
+        let file = self.bodies.file(view.name, view.hash, view.body);
+        let install = file.as_ref().is_some_and(|f| f.has_section("Install"));
+        let reloadable = file.as_ref().is_some_and(|f| reloadable(f));
+        let requirements = self.bodies.requirements(view.name, view.hash, view.body).unwrap_or_default();
         ClusterUnit {
             name: view.name.to_string(),
             desired: view.desired,
             hash: view.hash.to_string(),
             text: Arc::clone(view.body),
-            install: parsed.install,
-            reloadable: parsed.reloadable,
+            install,
+            reloadable,
             no_restart: view.no_restart,
             restart: None,
             target: view.target.map(str::to_string),
@@ -116,7 +85,7 @@ mod tests {
     use super::*;
     use crate::model::JobState;
     use crate::registry::{Change, Keys};
-    use crate::unit::UnitHash;
+    use crate::unit::{Requirements, UnitHash};
 
     /// A snapshot holding `units` as (name, text, desired, target).
     pub(crate) fn snapshot(units: &[(&str, &str, &str, Option<&str>)]) -> Snapshot {
@@ -168,7 +137,7 @@ mod tests {
         let again = cache.cluster_units(&s, "m1");
         assert!(Arc::ptr_eq(&units[0].requirements, &again[0].requirements), "requirements are reused");
         cache.cluster_units(&snapshot(&[("p.service", PLAIN, "loaded", None)]), "m1");
-        assert_eq!((cache.bodies(), cache.requirements.len()), (1, 1));
+        assert_eq!((cache.bodies(), cache.bodies.units()), (1, 1));
     }
 
     #[test]

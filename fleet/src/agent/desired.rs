@@ -8,7 +8,7 @@ use super::error::AgentError;
 use super::plan::{Desired, Update};
 use crate::model::JobState;
 use crate::unit::Requirements;
-use crate::unit::xfleet::conflicts_between;
+use crate::unit::xfleet::{Candidate, accepted_by_machine};
 
 /// One unit of the cluster snapshot, as the agent needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,10 +41,8 @@ pub struct ThisMachine {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// The units this machine should hold (spec §7.3): non-global units scheduled here, then global units whose
-/// `MachineMetadata` this machine satisfies, each group in unit-name order, minus those conflicting with a unit
-/// accepted before them (Go `path.Match` patterns, §6.8). Accepted units keep their desired state (global units too, even `inactive`,
-/// which then means "unload").
+/// The units this machine should hold (spec §7.3), by [`accepted_by_machine`]. Accepted units keep their desired
+/// state (global units too, even `inactive`, which then means "unload").
 ///
 /// `me` is this machine's record as read from the registry; an empty id means it is missing (B14) and the
 /// reconcile must be skipped rather than unload everything.
@@ -52,32 +50,13 @@ pub fn desired_units(units: &[ClusterUnit], me: &ThisMachine) -> Result<BTreeMap
     if me.id.is_empty() {
         return Err(AgentError::OwnMachineMissing);
     }
-    // Non-global units scheduled here come first, then global units, each in name order: the engine's view of a
-    // machine (spec §6.2: scheduled units, then the globals that do not conflict with them). A global unit never
-    // displaces a unit the engine placed here, whatever their names (the original's agent took all units in name
-    // order, so a global sorting first stopped a scheduled unit the engine still counted on this machine).
-    let mut sorted: Vec<&ClusterUnit> = units.iter().collect();
-    sorted.sort_by(|a, b| (a.requirements.global, &a.name).cmp(&(b.requirements.global, &b.name)));
-    let mut accepted: Vec<&ClusterUnit> = Vec::new();
-    for unit in sorted {
-        let here = if unit.requirements.global {
-            unit.requirements.metadata_allows(&me.metadata)
-        } else {
-            unit.target.as_deref() == Some(me.id.as_str())
-        };
-        if !here {
-            continue;
-        }
-        if let Some(other) =
-            accepted.iter().find(|u| conflicts_between(&unit.name, &unit.requirements, &u.name, &u.requirements))
-        {
-            tracing::debug!(unit = %unit.name, conflict = %other.name, "not loading: conflicts with a unit accepted here");
-            continue;
-        }
-        accepted.push(unit);
-    }
-    Ok(accepted
+    let candidates: Vec<Candidate<'_>> = units
+        .iter()
+        .map(|u| Candidate { name: &u.name, requirements: &u.requirements, target: u.target.as_deref() })
+        .collect();
+    Ok(accepted_by_machine(&candidates, &me.id, &me.metadata)
         .into_iter()
+        .map(|i| &units[i])
         .map(|u| {
             let desired = Desired {
                 state: u.desired,

@@ -7,11 +7,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 
-use super::reply::{self, ApiError};
+use super::reply;
 use super::route::{Route, RouteError, route};
 use super::serve::ApiHandler;
 use crate::registry::{Reflector, Registry, RegistryError, Snapshot};
 use crate::schema::{PageToken, TokenError};
+use crate::wire::ApiError;
 
 /// The discovery document served at `/fleet/v1/discovery` (spec §8.9).
 pub const DISCOVERY: &str = include_str!("discovery.json");

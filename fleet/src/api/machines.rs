@@ -6,8 +6,8 @@ use http::{Response, StatusCode};
 use super::handler::{Api, internal};
 use super::query;
 use super::reply;
-use super::wire;
 use crate::schema::{Machine, MachineMetadataOp, MachinePage};
+use crate::wire;
 
 /// One validated PATCH operation.
 #[derive(Debug, Clone, PartialEq, Eq)]

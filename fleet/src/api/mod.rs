@@ -11,8 +11,6 @@ pub mod route;
 pub mod serve;
 mod states;
 mod units;
-pub mod wire;
 
 pub use handler::Api;
 pub use machines::{MetadataChange, validate_ops};
-pub use reply::ApiError;

@@ -4,6 +4,8 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 use serde::Serialize;
 
+use crate::wire::ApiError;
+
 pub use super::serve::error_response as error;
 
 /// 200 with a JSON body.
@@ -42,23 +44,8 @@ pub fn text(body: String, content_type: &'static str) -> Response<Bytes> {
     response
 }
 
-/// A refused request: the status and message of the error body (spec §8.3).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{status}: {message}")]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub message: String,
-}
-
 impl ApiError {
-    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError { status, message: message.into() }
-    }
-
-    pub fn bad_request(message: impl std::fmt::Display) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, message.to_string())
-    }
-
+    /// The error body of spec §8.3 with this status.
     pub fn response(&self) -> Response<Bytes> {
         error(self.status, &self.message)
     }

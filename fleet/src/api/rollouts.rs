@@ -7,10 +7,10 @@ use http::{Request, Response, StatusCode};
 
 use super::handler::{Api, internal};
 use super::reply;
-use super::wire;
 use crate::registry::{RegistryError, RolloutBody};
 use crate::rollout::Control;
 use crate::schema;
+use crate::wire;
 
 impl Api {
     pub(super) fn list_rollouts(&self) -> Response<Bytes> {
@@ -31,7 +31,7 @@ impl Api {
             Err(err) => return reply::error(StatusCode::BAD_REQUEST, &format!("unable to decode body: {err}")),
         };
         let snapshot = self.snapshot();
-        let plan = match wire::decide_rollout(id, &body, &snapshot, crate::engine::rollouts::now_ms()) {
+        let plan = match wire::decide_rollout(id, &body, &snapshot, crate::model::now_ms()) {
             Ok(plan) => plan,
             Err(err) => return err.response(),
         };

@@ -8,9 +8,9 @@ use http::{Response, StatusCode};
 use super::handler::Api;
 use super::query;
 use super::reply;
-use super::wire;
 use crate::model::JobState;
 use crate::schema;
+use crate::wire;
 
 impl Api {
     pub(super) fn list_states(&self, query_text: Option<&str>) -> Response<Bytes> {

@@ -6,11 +6,12 @@ use http::{Request, Response, StatusCode};
 
 use super::handler::{Api, internal};
 use super::query;
-use super::reply::{self, ApiError};
-use super::wire::{self, PutAction, StoreOptions};
+use super::reply;
 use crate::registry::{PutUnit, RegistryError};
 use crate::schema;
 use crate::unit::UnitFile;
+use crate::wire::ApiError;
+use crate::wire::{self, PutAction, StoreOptions};
 
 fn bad_request(message: impl std::fmt::Display) -> Response<Bytes> {
     ApiError::bad_request(message).response()

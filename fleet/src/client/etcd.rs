@@ -10,7 +10,7 @@
 //!   original's etcd driver, creating a unit without options is refused like the API refuses it.
 //! * After a replace or destroy, unreferenced unit bodies are garbage-collected (the original leaked them, L9).
 //! * Rollouts are decided as the API decides them ([`wire::decide_rollout`] over a whole-registry read, then
-//!   [`Registry::create_rollout`]; [`super::decide_control`] then [`Registry::set_rollout_control`]) and shown as the
+//!   [`Registry::create_rollout`]; [`wire::decide_control`] then [`Registry::set_rollout_control`]) and shown as the
 //!   API shows them ([`wire::rollout`]). The engine leader of the cluster drives them as usual.
 //!
 //! The trait is synchronous: the client owns one single-threaded tokio runtime and blocks on it per call. The etcd
@@ -21,14 +21,13 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::{BuildError, Client, ClientError, StateFilter};
-use crate::api::ApiError;
-use crate::api::wire::{self, PutAction, StoreOptions};
 use crate::model::JobState;
 use crate::registry::{EtcdConfig, PutUnit, Registry, RegistryError, RolloutBody, Snapshot, UnitWrite};
 use crate::rollout::{Action, Control};
 use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitHistory, UnitState};
 use crate::unit::{UnitFile, name};
 use crate::version::SemVer;
+use crate::wire::{self, ApiError, PutAction, StoreOptions};
 
 /// fleetctl's client over etcd.
 pub struct EtcdClient {
@@ -215,7 +214,7 @@ impl Client for EtcdClient {
 
     fn create_rollout(&self, id: &str, request: &RolloutRequest) -> Result<Rollout, ClientError> {
         let snapshot = self.run(self.registry.read_snapshot())?;
-        let plan = wire::decide_rollout(id, request, &snapshot, now_ms()).map_err(rejected)?;
+        let plan = wire::decide_rollout(id, request, &snapshot, crate::model::now_ms()).map_err(rejected)?;
         let mut bodies = Vec::with_capacity(plan.bodies.len());
         for (name, text, object_revision) in &plan.bodies {
             let unit = plan.spec.unit(name).ok_or_else(|| {
@@ -252,12 +251,7 @@ impl Client for EtcdClient {
         let Some(rollout) = snapshot.rollout_records().get(id).and_then(|r| r.rollout()) else {
             return Err(reject(404, "rollout does not exist"));
         };
-        let control = super::decide_control(&rollout, action).map_err(rejected)?;
+        let control = wire::decide_control(&rollout, action).map_err(rejected)?;
         self.run(self.registry.set_rollout_control(id, &control)).map(drop)
     }
-}
-
-/// Wall-clock time in Unix milliseconds: a rollout's creation time, as the API stamps it.
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }

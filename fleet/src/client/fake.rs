@@ -1,11 +1,11 @@
 //! An in-memory [`Client`]: a pretend cluster for command tests. Every write is decided by the API's own PUT
-//! procedure ([`crate::api::wire::decide_put`], spec §8.6), so the fake accepts and refuses exactly what fleetd
+//! procedure ([`crate::wire::decide_put`], spec §8.6), so the fake accepts and refuses exactly what fleetd
 //! does; when `converge` is on, every unit reaches its desired state after `lag` observations, scheduled on the
 //! first machine (or the one named by `MachineID=`), with systemd states to match. Every mutating call is logged,
 //! including whether a replacement asked to be rescheduled.
 //!
 //! Rollouts go through the same pure code as in a real cluster (see [`cluster`]): the API's
-//! [`crate::api::wire::decide_rollout`] over a registry image of the fake, the engine's [`crate::rollout::advance`]
+//! [`crate::wire::decide_rollout`] over a registry image of the fake, the engine's [`crate::rollout::advance`]
 //! over that image, and the agents' [`crate::rollout::pinned_hash`] / [`crate::rollout::restart_token`] for what
 //! each machine runs. A read of rollouts shows them as stored, then the engine makes one pass: a read right after
 //! a user's action shows the rollout before the engine took it up, as in a real cluster.
@@ -16,13 +16,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use super::{Client, ClientError, StateFilter};
-use crate::api::ApiError;
-use crate::api::wire::{self, PutAction, decide_put};
+
 use crate::rollout::{Action, Control};
 use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitHistory, UnitState};
 use crate::unit::UnitOption;
 use crate::unit::{Requirements, UnitFile};
 use crate::version::SemVer;
+use crate::wire::{self, ApiError, PutAction, decide_put};
 
 #[derive(Debug, Clone)]
 struct FakeUnit {
@@ -297,7 +297,7 @@ impl FakeClient {
         match action {
             PutAction::Create(desired) | PutAction::Replace(desired) => {
                 let verb = if matches!(action, PutAction::Create(_)) { "create" } else { "replace" };
-                let reschedule = if unit.reschedule && verb == "replace" { " reschedule" } else { "" };
+                let reschedule = if wire::StoreOptions::of(unit, &action).reschedule { " reschedule" } else { "" };
                 st.log.push(format!("{verb} {name} {desired}{reschedule}"));
                 let old = st.units.remove(&name);
                 let history = Self::next_history(st, old.as_ref(), &unit.options);
@@ -489,7 +489,7 @@ impl Client for FakeClient {
         let Some(rollout) = st.rollouts.get_mut(id) else {
             return Err(ClientError::Api { code: 404, message: "rollout does not exist".into() });
         };
-        rollout.control = super::decide_control(rollout, action).map_err(api_error)?;
+        rollout.control = wire::decide_control(rollout, action).map_err(api_error)?;
         st.log.push(format!("rollout {id} {}", action.as_str()));
         Ok(())
     }

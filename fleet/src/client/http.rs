@@ -113,7 +113,7 @@ impl HttpClient {
         body: Option<Vec<u8>>,
     ) -> Result<Response, ClientError> {
         let (path_and_query, full_url) = self.url(path, query);
-        let go_method = go_method_name(&method);
+        let go_method = crate::go::method_name(&method);
         let transport_err =
             |cause: String| ClientError::Transport { method: go_method.to_string(), url: full_url.clone(), cause };
         let started = Instant::now();
@@ -357,15 +357,15 @@ impl HttpClient {
                 handshake(stream).await
             }
             (Transport::Tcp { host, port, .. }, None) => {
-                let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
-                    .await
-                    .map_err(|e| format!("dial tcp {}: connect: {}", display_addr(host, *port), go_io_error(&e)))?;
+                let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await.map_err(|e| {
+                    format!("dial tcp {}: connect: {}", display_addr(host, *port), crate::go::io_error(&e))
+                })?;
                 handshake(stream).await
             }
             (Transport::Unix { path }, None) => {
                 let stream = tokio::net::UnixStream::connect(path)
                     .await
-                    .map_err(|e| format!("dial unix {path}: connect: {}", go_io_error(&e)))?;
+                    .map_err(|e| format!("dial unix {path}: connect: {}", crate::go::io_error(&e)))?;
                 handshake(stream).await
             }
             (Transport::Unsupported { scheme }, _) => Err(format!("unsupported protocol scheme {scheme:?}")),
@@ -421,34 +421,8 @@ fn decode<T: DeserializeOwned>(body: &[u8], url: &str) -> Result<T, ClientError>
     serde_json::from_slice(body).map_err(|e| ClientError::Decode { url: url.to_string(), cause: e.to_string() })
 }
 
-/// Go's `net/http` capitalisation of methods in errors (`Get "url": ...`).
-fn go_method_name(m: &http::Method) -> &'static str {
-    match *m {
-        http::Method::GET => "Get",
-        http::Method::PUT => "Put",
-        http::Method::DELETE => "Delete",
-        http::Method::PATCH => "Patch",
-        http::Method::POST => "Post",
-        _ => "Do",
-    }
-}
-
 fn display_addr(host: &str, port: u16) -> String {
     if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
-}
-
-/// An OS error as Go prints it: the lower-case strerror text without Rust's `(os error N)` suffix.
-pub(crate) fn go_io_error(e: &std::io::Error) -> String {
-    let text = e.to_string();
-    let text = match text.find(" (os error ") {
-        Some(i) => text[..i].to_string(),
-        None => text,
-    };
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => text,
-    }
 }
 
 fn format_secs(d: Duration) -> String {
@@ -600,8 +574,13 @@ mod tests {
     fn parallel_requests_open_at_most_the_in_flight_bound() {
         let (url, accepted) = serve_keep_alive();
         let c = client(&url);
-        let items: Vec<u32> = (0..200).collect();
-        let results = crate::fleetctl::parallel::map(&items, |_| c.unit_states(&StateFilter::default()));
+        // More callers than the bound, each with several requests, so an unbounded pool would open more.
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let callers: Vec<_> = (0..4 * MAX_IN_FLIGHT)
+                .map(|_| scope.spawn(|| (0..4).map(|_| c.unit_states(&StateFilter::default())).collect::<Vec<_>>()))
+                .collect();
+            callers.into_iter().flat_map(|t| t.join().unwrap()).collect()
+        });
         assert!(results.iter().all(|r| r.as_ref().is_ok_and(|states| states.is_empty())));
         let opened = *accepted.lock().unwrap();
         assert!((1..=MAX_IN_FLIGHT).contains(&opened), "{opened} connections");

@@ -6,8 +6,8 @@
 //! that need async I/O own their runtime, so command logic stays plain code and is easy to test.
 //!
 //! Rollouts (issue 12, an extension of this implementation): every implementation decides a new rollout with the
-//! API's own [`crate::api::wire::decide_rollout`] and a user's action on one with [`decide_control`], and shows
-//! rollouts with [`crate::api::wire::rollout`].
+//! API's own [`crate::wire::decide_rollout`] and a user's action on one with [`crate::wire::decide_control`], and shows
+//! rollouts with [`crate::wire::rollout`].
 
 pub mod endpoint;
 pub mod etcd;
@@ -111,8 +111,6 @@ impl<T: Client + ?Sized> Client for std::sync::Arc<T> {
         (**self).control_rollout(id, action)
     }
 }
-
-pub use crate::api::wire::decide_control;
 
 /// Optional exact-match filters of `GET /state`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -249,6 +247,7 @@ pub fn build(config: &ClientConfig) -> Result<Box<dyn Client>, BuildError> {
 mod tests {
     use super::*;
     use crate::rollout::{Control, Rollout as StoredRollout};
+    use crate::wire::decide_control;
 
     fn config(driver: &str, endpoint: &str) -> ClientConfig {
         ClientConfig {

@@ -1,38 +1,25 @@
 //! From the registry's view to the scheduler's input (spec §6.1): [`UnitCatalog`] turns a
-//! [`registry::Snapshot`](crate::registry::Snapshot) into an engine [`Snapshot`], parsing each unit body once.
+//! [`registry::Snapshot`](crate::registry::Snapshot) into an engine [`ScheduleInput`], parsing each unit body once.
 //!
-//! * Bodies are content-addressed, so parsed files are cached by hash: a template burst of N instances sharing one
-//!   body parses it once, and an unchanged cluster parses nothing. Constraints are specifier-expanded with the
-//!   unit's name, so they are cached per (name, hash).
+//! * Bodies are parsed through the one parse cache, [`BodyCache`] (once per hash; constraints once per (name,
+//!   hash)), shared in kind with the agent.
 //! * A unit whose body is missing or does not parse is left out of the snapshot (neither scheduled nor
 //!   unscheduled, as in the original), with one warning per hash rather than one per pass.
 //! * Entries for hashes and names that left the registry are dropped after every build, so the cache never
 //!   outgrows the cluster.
-//!
-//! `--keep-machine` hook: when the registry grows a record of the machine a replaced unit should stay on, set it
-//! here with [`UnitSpec::preferring`]; the scheduler already honours it when the unit's constraints allow.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::HashSet;
 
 use super::constraints::Constraints;
-use super::snapshot::{Snapshot, SnapshotError, UnitSpec};
+use super::schedule_input::{ScheduleInput, ScheduleInputError, UnitSpec};
 use crate::registry;
-use crate::unit::{Requirements, UnitFile};
+use crate::unit::BodyCache;
 
-/// A parsed body, or the fact that it did not parse (already warned about).
-#[derive(Debug, Clone)]
-enum Parsed {
-    Ok(Arc<UnitFile>),
-    Unparsable,
-}
-
-/// Per-hash parse cache and per-unit constraints cache, kept across reconcile passes by the engine.
+/// The parse cache ([`BodyCache`]) and the bodies already warned about as missing, kept across reconcile passes
+/// by the engine.
 #[derive(Debug, Default)]
 pub struct UnitCatalog {
-    parsed: HashMap<String, Parsed>,
-    /// Unit name → (hash the constraints were computed from, constraints).
-    constraints: HashMap<String, (String, Constraints)>,
+    bodies: BodyCache,
     /// Hashes referenced by a unit object whose body is absent, already warned about.
     missing: HashSet<String>,
 }
@@ -44,7 +31,7 @@ impl UnitCatalog {
 
     /// The scheduler's input for one pass: every non-global unit with its desired state, target and constraints,
     /// every global unit (target ignored), and every present machine with merged metadata.
-    pub fn snapshot(&mut self, view: &registry::Snapshot) -> Result<Snapshot, SnapshotError> {
+    pub fn snapshot(&mut self, view: &registry::Snapshot) -> Result<ScheduleInput, ScheduleInputError> {
         let mut used_hashes: HashSet<&str> = HashSet::new();
         let mut missing_now: HashSet<String> = HashSet::new();
         let mut units = Vec::with_capacity(view.unit_records().len());
@@ -59,46 +46,28 @@ impl UnitCatalog {
                 continue;
             };
             used_hashes.insert(hash);
-            let Some(constraints) = self.constraints_of(name, hash, body) else { continue };
+            // A body that does not parse leaves its units out (neither scheduled nor unscheduled).
+            let Some(requirements) = self.bodies.requirements(name, hash, body) else { continue };
+            let constraints: Constraints = (*requirements).clone();
             let target = if constraints.global { None } else { record.target.clone() };
             units.push(UnitSpec {
                 name: name.clone(),
                 desired: record.desired.unwrap_or(crate::model::JobState::Inactive),
                 target,
                 constraints,
-                preferred_machine: None,
             });
         }
-        self.parsed.retain(|hash, _| used_hashes.contains(hash.as_str()));
-        self.constraints
-            .retain(|name, (hash, _)| view.unit_record(name).is_some() && used_hashes.contains(hash.as_str()));
+        self.bodies.retain(
+            |name, hash| view.unit_record(name).is_some() && used_hashes.contains(hash),
+            |hash| used_hashes.contains(hash),
+        );
         self.missing = missing_now;
-        Snapshot::new(units, view.machines())
-    }
-
-    /// Constraints of unit `name` with body `body` (hash `hash`); `None` when the body does not parse.
-    fn constraints_of(&mut self, name: &str, hash: &str, body: &str) -> Option<Constraints> {
-        if let Some((cached_hash, constraints)) = self.constraints.get(name)
-            && cached_hash == hash
-        {
-            return Some(constraints.clone());
-        }
-        let parsed = self.parsed.entry(hash.to_string()).or_insert_with(|| match UnitFile::parse(body) {
-            Ok(file) => Parsed::Ok(Arc::new(file)),
-            Err(error) => {
-                tracing::warn!(unit = %name, hash, %error, "unit body does not parse; not scheduling units with it");
-                Parsed::Unparsable
-            }
-        });
-        let Parsed::Ok(file) = parsed else { return None };
-        let constraints = Requirements::of(file, name);
-        self.constraints.insert(name.to_string(), (hash.to_string(), constraints.clone()));
-        Some(constraints)
+        ScheduleInput::new(units, view.machines())
     }
 
     /// How many distinct bodies are cached (parsed or known unparsable).
     pub fn cached_bodies(&self) -> usize {
-        self.parsed.len()
+        self.bodies.bodies()
     }
 }
 
@@ -206,7 +175,7 @@ mod tests {
         assert_eq!(snap.units().count(), 2);
         assert_eq!(catalog.cached_bodies(), 1);
         assert!(catalog.missing.is_empty());
-        assert!(!catalog.constraints.contains_key("bad.service"));
+        assert_eq!(catalog.bodies.units(), 2, "only the two listed units keep requirements");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::constraints::{ReplaceRelation, conflict_between, replace_relation};
 use super::fit::{Fit, Rejection};
-use super::snapshot::Snapshot;
+use super::schedule_input::ScheduleInput;
 use crate::model::JobState;
 
 /// Unit and machine handles are indexes into the snapshot (name order and ID order respectively).
@@ -16,8 +16,6 @@ pub(crate) type MachineIdx = usize;
 /// How placement picked a machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Placement {
-    /// The unit's preferred machine, which its constraints allow.
-    Preferred,
     /// The least-loaded machine able to run the unit (ties broken by machine ID), with its load before placement.
     LeastLoaded { load: usize },
 }
@@ -29,7 +27,7 @@ pub(crate) struct Choice {
 }
 
 pub(crate) struct ClusterView<'s> {
-    snap: &'s Snapshot,
+    snap: &'s ScheduleInput,
     /// The machine of every non-global unit counted as present (scheduled, desired state not inactive).
     placement: Vec<Option<MachineIdx>>,
     /// Per machine: present units (non-global and global), in name order.
@@ -54,7 +52,7 @@ pub(crate) struct ClusterView<'s> {
 
 impl<'s> ClusterView<'s> {
     /// The view of the snapshot as it stands, before any decision.
-    pub fn new(snap: &'s Snapshot) -> ClusterView<'s> {
+    pub fn new(snap: &'s ScheduleInput) -> ClusterView<'s> {
         let machines = snap.machines.len();
         let units = &snap.units;
         let active_globals: Vec<UnitIdx> = (0..units.len())
@@ -290,17 +288,9 @@ impl<'s> ClusterView<'s> {
         leaving
     }
 
-    /// Picks a machine for non-global unit `u` (spec §6.5): its preferred machine if acceptable, else the
-    /// least-loaded acceptable machine (ties by machine ID). `may_displace` allows machines where `u` would
+    /// Picks a machine for non-global unit `u` (spec §6.5): the least-loaded acceptable machine (ties by machine ID). `may_displace` allows machines where `u` would
     /// displace units it replaces.
     pub fn choose(&self, u: UnitIdx, may_displace: bool) -> Option<Choice> {
-        let spec = &self.snap.units[u].spec;
-        if let Some(m) = spec.preferred_machine.as_deref().and_then(|p| self.snap.machine_idx(p)) {
-            let fit = self.fit(u, m);
-            if fit.accepts(may_displace) {
-                return Some(Choice { machine: m, fit, placement: Placement::Preferred });
-            }
-        }
         let accept = |(load, m): (usize, MachineIdx)| {
             let fit = self.fit(u, m);
             fit.accepts(may_displace).then_some(Choice { machine: m, fit, placement: Placement::LeastLoaded { load } })
@@ -337,7 +327,7 @@ impl<'s> ClusterView<'s> {
 
 /// For every non-global unit, the non-global units it is in a circular `Replaces=` with. Exact-name patterns are
 /// looked up directly, so the cost grows with glob patterns only.
-fn circular_partners(snap: &Snapshot) -> Vec<Vec<UnitIdx>> {
+fn circular_partners(snap: &ScheduleInput) -> Vec<Vec<UnitIdx>> {
     let units = &snap.units;
     let mut partners = vec![Vec::new(); units.len()];
     for (u, unit) in units.iter().enumerate() {

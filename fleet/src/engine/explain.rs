@@ -5,7 +5,7 @@ use std::fmt;
 
 use super::cluster::{ClusterView, Placement};
 use super::fit::Fit;
-use super::snapshot::Snapshot;
+use super::schedule_input::ScheduleInput;
 use crate::model::JobState;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +37,7 @@ pub enum ExplainError {
     UnknownUnit(String),
 }
 
-pub fn explain(snapshot: &Snapshot, unit: &str) -> Result<Explanation, ExplainError> {
+pub fn explain(snapshot: &ScheduleInput, unit: &str) -> Result<Explanation, ExplainError> {
     let &u = snapshot.unit_index.get(unit).ok_or_else(|| ExplainError::UnknownUnit(unit.to_string()))?;
     let spec = &snapshot.units[u].spec;
     let view = ClusterView::new(snapshot);

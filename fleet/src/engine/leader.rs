@@ -16,9 +16,10 @@ pub fn lease_ttl(reconcile_interval: Duration) -> Duration {
     reconcile_interval * LEASE_INTERVALS
 }
 
-/// The leader record as stored in the registry: who leads, with which engine version.
+/// Who leads and with which engine version, as [`decide`] sees it (read from the registry's
+/// [`LeaderRecord`](crate::registry::LeaderRecord) and the cluster engine version).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaderRecord {
+pub struct CurrentLeader {
     pub machine_id: String,
     pub version: u32,
 }
@@ -35,7 +36,7 @@ pub struct LeadershipView<'a> {
     /// The cluster engine version key; `None` when absent (read as 0).
     pub cluster_version: Option<u32>,
     /// The leader record currently in the registry, if any.
-    pub record: Option<&'a LeaderRecord>,
+    pub record: Option<&'a CurrentLeader>,
     /// This process holds a live lease backing a record it wrote (it campaigned and keeps the lease alive).
     pub holding: bool,
 }
@@ -151,8 +152,8 @@ impl fmt::Display for LeaderChange {
 mod tests {
     use super::*;
 
-    fn record(id: &str, version: u32) -> LeaderRecord {
-        LeaderRecord { machine_id: id.into(), version }
+    fn record(id: &str, version: u32) -> CurrentLeader {
+        CurrentLeader { machine_id: id.into(), version }
     }
 
     #[test]
@@ -163,7 +164,7 @@ mod tests {
         let newer_other = record("other", 2);
         use LeadershipStep::*;
         /// (case, disabled, cluster version, record, holding, expected step)
-        type Row<'a> = (&'a str, bool, Option<u32>, Option<&'a LeaderRecord>, bool, LeadershipStep);
+        type Row<'a> = (&'a str, bool, Option<u32>, Option<&'a CurrentLeader>, bool, LeadershipStep);
         let cases: Vec<Row> = vec![
             (
                 "disabled engine never participates",

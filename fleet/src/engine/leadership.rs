@@ -7,7 +7,7 @@
 //! record with our machine ID but another lease belongs to an earlier run of this fleetd (crashed without
 //! resigning) and is waited out like any other expiring leader.
 
-use super::leader::{ENGINE_VERSION, LeaderRecord, LeadershipStep, LeadershipView, decide};
+use super::leader::{CurrentLeader, ENGINE_VERSION, LeadershipStep, LeadershipView, decide};
 use crate::registry;
 
 /// The leadership step for this tick.
@@ -23,7 +23,7 @@ pub fn step(
 ) -> LeadershipStep {
     let cluster_version = view.engine_version().max(raised);
     let leader = view.leader_record();
-    let record = leader.map(|r| LeaderRecord { machine_id: r.machine.clone(), version: cluster_version.unwrap_or(0) });
+    let record = leader.map(|r| CurrentLeader { machine_id: r.machine.clone(), version: cluster_version.unwrap_or(0) });
     let holding = matches!((leader, held_lease), (Some(r), Some(lease)) if r.lease == lease);
     decide(&LeadershipView {
         me,

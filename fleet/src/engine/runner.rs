@@ -461,7 +461,7 @@ impl Runner {
 /// Resolves at `wake_ms` (Unix ms), or never.
 async fn rollout_timer(wake_ms: Option<u64>) {
     match wake_ms {
-        Some(at) => tokio::time::sleep(Duration::from_millis(at.saturating_sub(rollouts::now_ms()))).await,
+        Some(at) => tokio::time::sleep(Duration::from_millis(at.saturating_sub(crate::model::now_ms()))).await,
         None => std::future::pending().await,
     }
 }

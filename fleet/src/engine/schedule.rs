@@ -2,20 +2,20 @@
 //!
 //! Pass 1 walks the scheduled units in name order and unschedules those that must leave their machine (desired
 //! `inactive`, machine gone, no longer able to run there). Pass 2 places every unscheduled unit whose desired
-//! state is not `inactive`, in name order, on its preferred machine when allowed, else on the least-loaded able
-//! machine (ties by machine ID). Deliberate refinements of the original, each following the spec's Rec:
+//! state is not `inactive`, in name order, on the least-loaded able machine (ties by
+//! machine ID). Deliberate refinements of the original, each following the spec's Rec:
 //! * `Replaces=` (B1): the replaced unit always moves and the replacer stays; the replaced unit's new machine
 //!   passes the normal fit check. A replacer placed next to units it replaces displaces them in the same pass.
 //! * Circular `Replaces=` (B2): a unit whose circular partner is scheduled anywhere is unschedulable.
 //! * Order (B17): units, globals and machines are always taken in name/ID order, so a pass is deterministic.
 //! * `MachineOf=` followers move with their peer in the same pass, whatever their names.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 use super::cluster::{ClusterView, MachineIdx, Placement, UnitIdx};
 use super::fit::{Fit, Rejection, UnitList};
-use super::snapshot::Snapshot;
+use super::schedule_input::ScheduleInput;
 use crate::model::JobState;
 
 /// One change to the schedule, to be applied in order.
@@ -95,7 +95,6 @@ impl fmt::Display for ScheduleReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "target state {} and unit not scheduled", self.desired)?;
         match self.placement {
-            Placement::Preferred => f.write_str("; preferred machine")?,
             Placement::LeastLoaded { load } => write!(f, "; least-loaded able machine ({load} units)")?,
         }
         if !self.replacing.is_empty() {
@@ -137,12 +136,12 @@ pub struct Plan {
 }
 
 /// The decisions of one reconcile pass, in execution order.
-pub fn plan(snapshot: &Snapshot) -> Vec<Decision> {
+pub fn plan(snapshot: &ScheduleInput) -> Vec<Decision> {
     plan_with_report(snapshot).decisions
 }
 
 /// [`plan`], also reporting the units that need a machine and got none.
-pub fn plan_with_report(snapshot: &Snapshot) -> Plan {
+pub fn plan_with_report(snapshot: &ScheduleInput) -> Plan {
     let mut pass = Pass { view: ClusterView::new(snapshot), snapshot, decisions: Vec::new(), pending: BTreeSet::new() };
     pass.unschedule_misplaced();
     let unplaced = pass.place_pending();
@@ -161,7 +160,7 @@ pub fn plan_with_report(snapshot: &Snapshot) -> Plan {
 }
 
 struct Pass<'s> {
-    snapshot: &'s Snapshot,
+    snapshot: &'s ScheduleInput,
     view: ClusterView<'s>,
     decisions: Vec<Decision>,
     /// Units to place in pass 2, taken in name order.
@@ -269,24 +268,5 @@ impl Pass<'_> {
     fn push_unschedule(&mut self, u: UnitIdx, machine: &str, reason: UnscheduleReason) {
         let unit = self.view.unit_name(u).to_string();
         self.decisions.push(Decision::Unschedule { unit, machine: machine.to_string(), reason });
-    }
-}
-
-/// Applies decisions to the unit list of a snapshot, as the engine shell would to the registry. Panics when a
-/// decision does not fit the state (scheduling a scheduled unit, unscheduling from another machine): that would
-/// be a scheduler bug. For tests and simulations.
-pub fn apply(units: &mut BTreeMap<String, super::snapshot::UnitSpec>, decisions: &[Decision]) {
-    for decision in decisions {
-        let unit = units.get_mut(decision.unit()).unwrap_or_else(|| panic!("unknown unit in {decision}"));
-        match decision {
-            Decision::Unschedule { machine, .. } => {
-                assert_eq!(unit.target.as_deref(), Some(machine.as_str()), "{decision}");
-                unit.target = None;
-            }
-            Decision::Schedule { machine, .. } => {
-                assert_eq!(unit.target, None, "{decision}: unit already scheduled");
-                unit.target = Some(machine.clone());
-            }
-        }
     }
 }

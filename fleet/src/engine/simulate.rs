@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 
 use super::constraints::Constraints;
-use super::snapshot::{Snapshot, UnitSpec};
+use super::schedule_input::{ScheduleInput, UnitSpec};
 use crate::model::{JobState, MachineState};
 
 /// A deterministic cluster of `machines` machines and `units` units (seeded, no I/O). Mix per 100 units: 80
 /// unconstrained, 10 with `MachineMetadata`, 5 in `Conflicts` groups of five, 3 `MachineOf` an earlier unit,
 /// 2 `MachineID`; half start scheduled, on machines of which 1 in 20 has gone away.
-pub fn synthetic_snapshot(machines: usize, units: usize, seed: u64) -> Snapshot {
+pub fn synthetic_snapshot(machines: usize, units: usize, seed: u64) -> ScheduleInput {
     let mut rng = XorShift(seed.max(1));
     let machine_ids: Vec<String> =
         (0..machines).map(|i| format!("{:032x}", (i as u128 + 1) * 0x9e37_79b9_7f4a_7c15)).collect();
@@ -40,9 +40,9 @@ pub fn synthetic_snapshot(machines: usize, units: usize, seed: u64) -> Snapshot 
             },
         };
         let target = (machines > 0 && rng.below(2) == 0).then(|| machine_ids[rng.below(machines)].clone());
-        UnitSpec { name, desired: JobState::Launched, target, constraints, preferred_machine: None }
+        UnitSpec { name, desired: JobState::Launched, target, constraints }
     });
-    Snapshot::new(specs.collect::<Vec<_>>(), present).expect("synthetic names are unique")
+    ScheduleInput::new(specs.collect::<Vec<_>>(), present).expect("synthetic names are unique")
 }
 
 struct XorShift(u64);

@@ -1,8 +1,39 @@
 //! The command table: names, usage lines, help texts and flags of every fleetctl command, in the original's words.
 //! Help for commands whose help the reference transcripts show (start, list-units, list-unit-files, list-machines,
-//! journal) is byte-exact; the others follow the original's texts as closely as they are known.
+//! journal) is byte-exact; the others follow the original's texts as closely as they are known. Also the shape of a
+//! flag ([`FlagSpec`], [`Kind`]), which the parser (`flags`) and help read.
 
-use super::flags::{FlagSpec, Kind};
+/// Value type of a flag (also what help shows after the name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Bool,
+    Str,
+    Int,
+    Float,
+    /// Go's `time.Duration` syntax (`10s`, `1m30s`, `500ms`, `0`), as pflag's duration flags.
+    Duration,
+}
+
+/// One flag: name (without dashes), type, default (as text) and usage line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlagSpec {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub default: &'static str,
+    pub usage: &'static str,
+    /// Accepted but not listed in help.
+    pub hidden: bool,
+}
+
+impl FlagSpec {
+    pub const fn new(name: &'static str, kind: Kind, default: &'static str, usage: &'static str) -> Self {
+        FlagSpec { name, kind, default, usage, hidden: false }
+    }
+
+    pub const fn hidden(name: &'static str, kind: Kind, default: &'static str, usage: &'static str) -> Self {
+        FlagSpec { name, kind, default, usage, hidden: true }
+    }
+}
 
 /// One subcommand.
 #[derive(Debug, PartialEq)]

@@ -52,9 +52,9 @@ pub enum Comparison {
     Failed(String),
 }
 
-/// What to do with one argument.
+/// What `submit`/`load`/`start` do with one argument given the registry's copy (the `--replace` decision table).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub enum ReplaceDecision {
     /// Not in the registry: create it.
     Create,
     /// In the registry, no `--replace`: leave it (a differing copy was already warned about).
@@ -124,16 +124,16 @@ pub fn replace_allowed(creator: Creator, desired: Option<JobState>) -> bool {
 
 /// The decision table of §10.2: `existing` is the registry unit's desired state and the comparison, or `None`
 /// when the unit does not exist.
-pub fn decide(creator: Creator, replace: bool, existing: Option<(Option<JobState>, &Comparison)>) -> Decision {
-    let Some((desired, cmp)) = existing else { return Decision::Create };
+pub fn decide(creator: Creator, replace: bool, existing: Option<(Option<JobState>, &Comparison)>) -> ReplaceDecision {
+    let Some((desired, cmp)) = existing else { return ReplaceDecision::Create };
     if !replace {
-        return Decision::Keep;
+        return ReplaceDecision::Keep;
     }
     match cmp {
-        Comparison::Failed(e) => Decision::Fail(e.clone()),
-        Comparison::Same => Decision::KeepSame,
-        Comparison::Different if replace_allowed(creator, desired) => Decision::Replace,
-        Comparison::Different => Decision::RefuseReplace,
+        Comparison::Failed(e) => ReplaceDecision::Fail(e.clone()),
+        Comparison::Same => ReplaceDecision::KeepSame,
+        Comparison::Different if replace_allowed(creator, desired) => ReplaceDecision::Replace,
+        Comparison::Different => ReplaceDecision::RefuseReplace,
     }
 }
 
@@ -250,7 +250,7 @@ fn prepare_unit(
     if let Some(key) = xfleet::unrecognized_xfleet_keys(&uf).first() {
         ctx.log(
             "WARN",
-            &format!("Unit {name}: unrecognized requirement in [X-Fleet] section: {}", unitf::go_quote(key)),
+            &format!("Unit {name}: unrecognized requirement in [X-Fleet] section: {}", crate::go::quote(key)),
         );
     }
     Ok(Unit {
@@ -401,14 +401,14 @@ pub fn intended_units(ctx: &mut Ctx<'_>, args: &[String], flags: ReplaceFlags) -
         let desired = existing.desired_state.parse::<JobState>().ok();
         let mut intended = Intended { name: name.clone(), created: false, unit: None, mode: None };
         match decide(flags.creator, flags.replace, Some((desired, &cmp))) {
-            Decision::Create | Decision::Keep => {}
-            Decision::KeepSame => ctx.say(&format!("Found same Unit({name}) in Registry, nothing to do")),
-            Decision::RefuseReplace => ctx.warn(&format!(
+            ReplaceDecision::Create | ReplaceDecision::Keep => {}
+            ReplaceDecision::KeepSame => ctx.say(&format!("Found same Unit({name}) in Registry, nothing to do")),
+            ReplaceDecision::RefuseReplace => ctx.warn(&format!(
                 "Warning: can not replace Unit({name}) in state '{}', use the appropriate command",
                 existing.desired_state
             )),
-            Decision::Fail(e) => return Err(e),
-            Decision::Replace => {
+            ReplaceDecision::Fail(e) => return Err(e),
+            ReplaceDecision::Replace => {
                 let uf = replacement_for(ctx, arg, &path, name)?;
                 let mode = replacement_mode(flags, desired);
                 intended.unit = Some(match mode {
@@ -443,14 +443,14 @@ fn replace_existing(
         let cmp = compare(ctx, arg, path, &name, existing, replace);
         let desired = existing.desired_state.parse::<JobState>().ok();
         match decide(creator, replace, Some((desired, &cmp))) {
-            Decision::Create | Decision::Keep => {}
-            Decision::KeepSame => ctx.say(&format!("Found same Unit({name}) in Registry, nothing to do")),
-            Decision::RefuseReplace => ctx.warn(&format!(
+            ReplaceDecision::Create | ReplaceDecision::Keep => {}
+            ReplaceDecision::KeepSame => ctx.say(&format!("Found same Unit({name}) in Registry, nothing to do")),
+            ReplaceDecision::RefuseReplace => ctx.warn(&format!(
                 "Warning: can not replace Unit({name}) in state '{}', use the appropriate command",
                 existing.desired_state
             )),
-            Decision::Fail(e) => return Err(e),
-            Decision::Replace => {
+            ReplaceDecision::Fail(e) => return Err(e),
+            ReplaceDecision::Replace => {
                 let uf = replacement_for(ctx, arg, path, &name)?;
                 // The hash the registry (and every agent) will give the stored content.
                 let hash = UnitFile::from_options(uf.options().to_vec()).hash().to_hex();
@@ -483,8 +483,8 @@ mod tests {
     #[test]
     fn absent_units_are_created_with_or_without_replace() {
         for c in [Creator::Submit, Creator::Load, Creator::Start] {
-            assert_eq!(decide(c, false, None), Decision::Create);
-            assert_eq!(decide(c, true, None), Decision::Create);
+            assert_eq!(decide(c, false, None), ReplaceDecision::Create);
+            assert_eq!(decide(c, true, None), ReplaceDecision::Create);
         }
     }
 
@@ -492,7 +492,7 @@ mod tests {
     fn without_replace_existing_units_are_kept() {
         for c in [Creator::Submit, Creator::Load, Creator::Start] {
             for cmp in [&SAME, &DIFF, &Comparison::Failed("x".into())] {
-                assert_eq!(decide(c, false, Some((Some(Launched), cmp))), Decision::Keep);
+                assert_eq!(decide(c, false, Some((Some(Launched), cmp))), ReplaceDecision::Keep);
             }
         }
     }
@@ -501,15 +501,15 @@ mod tests {
     fn replace_table_of_section_10_3() {
         // (creator, desired state, expected) for differing content.
         let table = [
-            (Creator::Submit, Inactive, Decision::Replace),
-            (Creator::Submit, Loaded, Decision::RefuseReplace),
-            (Creator::Submit, Launched, Decision::RefuseReplace),
-            (Creator::Load, Inactive, Decision::Replace),
-            (Creator::Load, Loaded, Decision::Replace),
-            (Creator::Load, Launched, Decision::RefuseReplace),
-            (Creator::Start, Inactive, Decision::Replace),
-            (Creator::Start, Loaded, Decision::Replace),
-            (Creator::Start, Launched, Decision::Replace),
+            (Creator::Submit, Inactive, ReplaceDecision::Replace),
+            (Creator::Submit, Loaded, ReplaceDecision::RefuseReplace),
+            (Creator::Submit, Launched, ReplaceDecision::RefuseReplace),
+            (Creator::Load, Inactive, ReplaceDecision::Replace),
+            (Creator::Load, Loaded, ReplaceDecision::Replace),
+            (Creator::Load, Launched, ReplaceDecision::RefuseReplace),
+            (Creator::Start, Inactive, ReplaceDecision::Replace),
+            (Creator::Start, Loaded, ReplaceDecision::Replace),
+            (Creator::Start, Launched, ReplaceDecision::Replace),
         ];
         for (c, d, want) in table {
             assert_eq!(decide(c, true, Some((Some(d), &DIFF))), want, "{c:?} {d:?}");
@@ -520,7 +520,7 @@ mod tests {
     fn replace_of_identical_content_is_found_same_in_every_state() {
         for c in [Creator::Submit, Creator::Load, Creator::Start] {
             for d in JobState::ALL {
-                assert_eq!(decide(c, true, Some((Some(d), &SAME))), Decision::KeepSame);
+                assert_eq!(decide(c, true, Some((Some(d), &SAME))), ReplaceDecision::KeepSame);
             }
         }
     }
@@ -530,15 +530,15 @@ mod tests {
         let f = Comparison::Failed("error Unit x.service does not seem to be a template unit".into());
         assert_eq!(
             decide(Creator::Start, true, Some((Some(Launched), &f))),
-            Decision::Fail("error Unit x.service does not seem to be a template unit".into())
+            ReplaceDecision::Fail("error Unit x.service does not seem to be a template unit".into())
         );
     }
 
     #[test]
     fn unknown_desired_state_is_only_replaced_by_start() {
-        assert_eq!(decide(Creator::Submit, true, Some((None, &DIFF))), Decision::RefuseReplace);
-        assert_eq!(decide(Creator::Load, true, Some((None, &DIFF))), Decision::RefuseReplace);
-        assert_eq!(decide(Creator::Start, true, Some((None, &DIFF))), Decision::Replace);
+        assert_eq!(decide(Creator::Submit, true, Some((None, &DIFF))), ReplaceDecision::RefuseReplace);
+        assert_eq!(decide(Creator::Load, true, Some((None, &DIFF))), ReplaceDecision::RefuseReplace);
+        assert_eq!(decide(Creator::Start, true, Some((None, &DIFF))), ReplaceDecision::Replace);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Flag definitions and the command-line parser (spec §9.1–§9.2), compatible with what cobra/pflag make observable:
+//! The global flags and the command-line parser (spec §9.1–§9.2), compatible with what cobra/pflag make observable:
 //! global flags before or after the subcommand, `--name=value` and `--name value`, bool flags with optional
 //! `=value`, interleaved positionals, `--` ending flag parsing, unique-prefix subcommands, `FLEETCTL_<FLAG>`
 //! environment for global flags. Deliberate differences (B11 Rec): `-l`, `-f` and `-A` are accepted as the long
@@ -7,40 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::commands::{COMMANDS, CommandSpec, EXTENSION_COMMANDS};
-use crate::fleetd::duration::parse_go_duration;
-
-/// Value type of a flag (also what help shows after the name).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Bool,
-    Str,
-    Int,
-    Float,
-    /// Go's `time.Duration` syntax (`10s`, `1m30s`, `500ms`, `0`), as pflag's duration flags.
-    Duration,
-}
-
-/// One flag: name (without dashes), type, default (as text) and usage line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FlagSpec {
-    pub name: &'static str,
-    pub kind: Kind,
-    pub default: &'static str,
-    pub usage: &'static str,
-    /// Accepted but not listed in help.
-    pub hidden: bool,
-}
-
-impl FlagSpec {
-    pub const fn new(name: &'static str, kind: Kind, default: &'static str, usage: &'static str) -> Self {
-        FlagSpec { name, kind, default, usage, hidden: false }
-    }
-
-    pub const fn hidden(name: &'static str, kind: Kind, default: &'static str, usage: &'static str) -> Self {
-        FlagSpec { name, kind, default, usage, hidden: true }
-    }
-}
+use super::commands::{COMMANDS, CommandSpec, EXTENSION_COMMANDS, FlagSpec, Kind};
+use crate::go::parse_duration;
 
 /// The persistent flags every command accepts (§9.2), in help order.
 pub const GLOBAL_FLAGS: &[FlagSpec] = &[
@@ -252,7 +220,7 @@ fn parse_value(spec: &FlagSpec, text: &str) -> Result<Value, String> {
             .filter(|f| f.is_finite())
             .map(Value::Float)
             .ok_or_else(|| format!("strconv.ParseFloat: parsing {text:?}: invalid syntax")),
-        Kind::Duration => parse_go_duration(text).map(Value::Duration).map_err(|e| e.to_string()),
+        Kind::Duration => parse_duration(text).map(Value::Duration).map_err(|e| e.to_string()),
     }
 }
 

@@ -2,7 +2,8 @@
 //! `<cmd> --help`, usage on parse errors), cobra's default usage (bare `fleetctl`) and pflag's flag listing.
 
 use super::commands::{COMMANDS, CommandSpec};
-use super::flags::{FlagSpec, GLOBAL_FLAGS, Kind};
+use super::commands::{FlagSpec, Kind};
+use super::flags::GLOBAL_FLAGS;
 use super::table;
 use crate::version::VERSION;
 

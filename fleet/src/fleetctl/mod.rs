@@ -122,24 +122,7 @@ impl<'a> Ctx<'a> {
 pub fn log_line(now: std::time::SystemTime, level: &str, message: &str) -> String {
     let caller = std::panic::Location::caller();
     let file = caller.file().rsplit('/').next().unwrap_or(caller.file());
-    format!("{} {level} {file}:{}: {message}", go_log_time(now), caller.line())
-}
-
-/// `YYYY/MM/DD HH:MM:SS` in UTC (Go's `log.LstdFlags` layout).
-fn go_log_time(now: std::time::SystemTime) -> String {
-    let secs = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}/{month:02}/{day:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!("{} {level} {file}:{}: {message}", crate::go::log_time(now), caller.line())
 }
 
 /// The process entry point used by `src/bin/fleetctl.rs`.

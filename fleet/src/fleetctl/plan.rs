@@ -23,7 +23,7 @@ use super::table::{machine_id_legend, render};
 use crate::agent::cluster::reloadable;
 use crate::agent::desired::{ClusterUnit, ThisMachine, desired_units};
 use crate::agent::plan::{self as agent_plan, Actual, Desired, Planned, Task};
-use crate::engine::{Snapshot, UnitSpec, explain, schedule};
+use crate::engine::{ScheduleInput, UnitSpec, explain, schedule};
 use crate::model::{JobState, MachineState};
 use crate::schema::{Machine, Unit, UnitState};
 use crate::unit::{Requirements, UnitFile};
@@ -271,16 +271,20 @@ fn place(units: &BTreeMap<String, PlanUnit>, machines: &[MachineState]) -> Resul
         .map(|(name, u)| {
             let constraints = u.requirements(name);
             let target = if constraints.global { None } else { u.target.clone() };
-            (
-                name.clone(),
-                UnitSpec { name: name.clone(), desired: u.desired, target, constraints, preferred_machine: None },
-            )
+            (name.clone(), UnitSpec { name: name.clone(), desired: u.desired, target, constraints })
         })
         .collect();
-    let snapshot = Snapshot::new(specs.values().cloned(), machines.iter().cloned()).map_err(|e| e.to_string())?;
+    let snapshot = ScheduleInput::new(specs.values().cloned(), machines.iter().cloned()).map_err(|e| e.to_string())?;
     let report = schedule::plan_with_report(&snapshot);
     let mut placed = specs;
-    schedule::apply(&mut placed, &report.decisions);
+    // Where the units stand after the pass, as the engine's writes would leave them.
+    for decision in &report.decisions {
+        let Some(unit) = placed.get_mut(decision.unit()) else { continue };
+        unit.target = match decision {
+            schedule::Decision::Schedule { machine, .. } => Some(machine.clone()),
+            schedule::Decision::Unschedule { .. } => None,
+        };
+    }
     let scheduled = report
         .decisions
         .iter()

@@ -141,26 +141,9 @@ fn command_line(argv: &[String]) -> String {
     let mut line = argv[0].clone();
     for a in &argv[1..] {
         line.push(' ');
-        line.push_str(&go_quote(a));
+        line.push_str(&crate::go::quote(a));
     }
     line
-}
-
-fn go_quote(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// Runs `argv` on machine `machine_id` (locally when it is this machine) and returns the exit code
@@ -429,7 +412,7 @@ pub fn fd_forward(args: &[String], err: &mut dyn Write) -> i32 {
                 let _ = writeln!(
                     err,
                     "Failed dialing remote address: dial unix {path}: connect: {}",
-                    crate::client::http::go_io_error(&e)
+                    crate::go::io_error(&e)
                 );
                 // The original exits 0 here (quirk kept).
                 return 0;

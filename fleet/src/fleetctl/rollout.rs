@@ -134,10 +134,6 @@ pub fn unused_rollout_id(first_unit: &str, now_ms: u64, taken: &[String]) -> Str
         .unwrap_or_else(|| rollout_id(first_unit, now_ms))
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 fn kind_name(kind: RolloutKind) -> &'static str {
     match kind {
         RolloutKind::Replace => "replace",
@@ -264,7 +260,7 @@ fn launch(ctx: &mut Ctx<'_>, kind: RolloutKind, units: Vec<RolloutRequestUnit>, 
             return EXIT_ERROR;
         }
     };
-    let id = unused_rollout_id(&first.name, now_ms(), &taken);
+    let id = unused_rollout_id(&first.name, crate::model::now_ms(), &taken);
     let names: Vec<String> = units.iter().map(|u| u.name.clone()).collect();
     let request = RolloutRequest {
         kind,
@@ -310,7 +306,7 @@ pub fn restart_rolling(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
             return EXIT_ERROR;
         }
     };
-    let names = super::units::unique_unit_names(args);
+    let names = crate::unit::name::mangle_unique(args);
     let client = ctx.client;
     let found = super::parallel::map(&names, |name| client.unit(name));
     for (name, found) in names.iter().zip(found) {
@@ -331,19 +327,8 @@ pub fn utc(ms: u64) -> String {
     if ms == 0 {
         return "-".into();
     }
-    let secs = ms / 1000;
-    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}", rest / 3600, rest % 3600 / 60, rest % 60)
+    let (year, month, day, h, m, s) = crate::go::utc_fields(ms / 1000);
+    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{s:02}")
 }
 
 /// The history table: HASH, STORED, CURRENT.

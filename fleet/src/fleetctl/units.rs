@@ -14,11 +14,6 @@ use crate::model::JobState;
 use crate::schema::Unit;
 use crate::unit::name as unitf;
 
-/// Go's `%v` of a string slice: `[a b c]`.
-fn go_list(names: &[String]) -> String {
-    format!("[{}]", names.join(" "))
-}
-
 /// The units named by `args` (mangled) that exist, in argument order, from one listing. Unknown names are dropped.
 fn find_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<Vec<Unit>, String> {
     let all = ctx.client.units().map_err(|e| format!("Error retrieving list of units from repository: {e}"))?;
@@ -60,7 +55,7 @@ pub fn submit(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
 
 /// Set `target` on every argument unit whose desired state differs. Returns (non-global, global) triggered names.
 fn trigger(ctx: &mut Ctx<'_>, args: &[String], target: JobState) -> Result<(Vec<String>, Vec<String>), String> {
-    let names = unique_unit_names(args);
+    let names = unitf::mangle_unique(args);
     // Look every unit up first (in parallel): a missing unit aborts the command before anything changed.
     let client = ctx.client;
     let looked_up = parallel::map(&names, |name| client.unit(name));
@@ -200,16 +195,16 @@ fn finish(ctx: &mut Ctx<'_>, waiting: &[String], globals: &[String], target: Job
         }
         Some(attempts) => {
             if let Err(e) = wait_for_unit_states(ctx, waiting, target, attempts) {
-                ctx.warn(&format!("Failed to {verb} units {}. err: {e}", go_list(waiting)));
+                ctx.warn(&format!("Failed to {verb} units {}. err: {e}", crate::go::list(waiting)));
                 return 1;
             }
         }
     }
     if let Err(e) = wait_globals(ctx, globals, target) {
-        ctx.warn(&format!("Failed to {verb} units {}. err: {e}", go_list(globals)));
+        ctx.warn(&format!("Failed to {verb} units {}. err: {e}", crate::go::list(globals)));
         return 1;
     }
-    ctx.warn(&format!("Successfully {past} units {}.", go_list(waiting)));
+    ctx.warn(&format!("Successfully {past} units {}.", crate::go::list(waiting)));
     0
 }
 
@@ -386,18 +381,6 @@ pub fn cat(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
             0
         }
     }
-}
-
-/// The unit names of `args` (mangled: `foo` → `foo.service`), each once, in argument order.
-pub fn unique_unit_names(args: &[String]) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
-    for arg in args {
-        let name = unitf::mangle(arg);
-        if !names.contains(&name) {
-            names.push(name);
-        }
-    }
-    names
 }
 
 #[cfg(test)]

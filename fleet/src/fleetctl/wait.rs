@@ -3,15 +3,14 @@
 //! every machine that reports them, and destroyed units disappearing.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::Ctx;
 use super::table::location_legend;
-use crate::agent::desired::{ClusterUnit, ThisMachine, desired_units};
 use crate::client::Client;
 use crate::client::StateFilter;
 use crate::model::JobState;
+use crate::unit::xfleet::{Candidate, accepted_by_machine};
 use crate::unit::{Requirements, UnitFile};
 
 /// Poll cadence. One attempt is `polls_per_attempt` polls `interval` apart (the first after one interval).
@@ -172,39 +171,29 @@ pub fn wait_for_systemd_active(ctx: &mut Ctx<'_>, names: &[String], attempts: u6
     Err(err)
 }
 
-/// The machines whose agents hold global unit `name`, by the agents' own rule ([`desired_units`]: the machine's
-/// metadata, then conflicts with what is scheduled there and with other globals) applied to the API's machines and
-/// units; `None` when either cannot be read.
+/// The machines whose agents hold global unit `name`, by the agents' own rule ([`accepted_by_machine`]: the
+/// machine's metadata, then conflicts with what is scheduled there and with other globals) applied to the API's
+/// machines and units; `None` when either cannot be read.
 fn expected_machines(client: &dyn Client, name: &str) -> Option<BTreeSet<String>> {
     let machines = client.machines().ok()?;
-    let units: Vec<ClusterUnit> = client
-        .units()
-        .ok()?
-        .into_iter()
-        .filter_map(|u| {
-            let desired = u.desired_state.parse::<JobState>().ok()?;
-            let requirements = Arc::new(Requirements::of(&UnitFile::from_options(u.options), &u.name));
-            let target = (!u.machine_id.is_empty()).then_some(u.machine_id);
-            Some(ClusterUnit {
-                name: u.name,
-                desired,
-                hash: String::new(),
-                text: Arc::from(""),
-                install: false,
-                reloadable: false,
-                no_restart: false,
-                restart: None,
-                target,
-                requirements,
-            })
+    let mut units = client.units().ok()?;
+    units.retain(|u| u.desired_state.parse::<JobState>().is_ok());
+    let requirements: Vec<Requirements> =
+        units.iter().map(|u| Requirements::of(&UnitFile::from_options(u.options.clone()), &u.name)).collect();
+    let candidates: Vec<Candidate<'_>> = units
+        .iter()
+        .zip(&requirements)
+        .map(|(u, r)| Candidate {
+            name: &u.name,
+            requirements: r,
+            target: (!u.machine_id.is_empty()).then_some(u.machine_id.as_str()),
         })
         .collect();
     Some(
         machines
             .into_iter()
             .filter(|m| {
-                let me = ThisMachine { id: m.id.clone(), metadata: m.metadata.clone() };
-                desired_units(&units, &me).is_ok_and(|d| d.contains_key(name))
+                accepted_by_machine(&candidates, &m.id, &m.metadata).into_iter().any(|i| candidates[i].name == name)
             })
             .map(|m| m.id)
             .collect(),

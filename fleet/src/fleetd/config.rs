@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::duration::{DurationError, parse_go_duration};
 use super::ini;
+use crate::go::{DurationError, parse_duration};
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/fleet/fleet.conf";
 
@@ -267,7 +267,7 @@ pub fn parse_metadata(value: &str) -> BTreeMap<String, String> {
 impl Config {
     /// The presence TTL; an unparsable value stops fleetd (spec §1.3 step 1).
     pub fn agent_ttl(&self) -> Result<Duration, ConfigError> {
-        match parse_go_duration(&self.agent_ttl) {
+        match parse_duration(&self.agent_ttl) {
             Ok(d) if !d.is_zero() => Ok(d),
             Ok(_) => Err(ConfigError::AgentTtl(DurationError(self.agent_ttl.clone()))),
             Err(e) => Err(ConfigError::AgentTtl(e)),

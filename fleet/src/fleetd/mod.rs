@@ -3,7 +3,6 @@
 pub mod args;
 pub mod components;
 pub mod config;
-pub mod duration;
 pub mod ini;
 pub mod logging;
 pub mod server;

@@ -119,7 +119,7 @@ impl Registry {
             let Some(record) = view.unit_record(&unit.name).filter(|r| r.object.is_some()) else { continue };
             compares.push(Compare::mod_revision(k.unit_object(&unit.name), CompareOp::Equal, record.object_revision));
             let old = record.object.as_ref();
-            let object = UnitObject::next(old, &unit.name, &unit.from, false, super::units::now_ms());
+            let object = UnitObject::next(old, &unit.name, &unit.from, false, crate::model::now_ms());
             // Bodies are re-put with their object, as on every write, so a concurrent GC cannot take them.
             if let Some(text) = view.body(&unit.from) {
                 ops.push(TxnOp::put(k.body(&unit.from), text.as_ref(), None));

@@ -16,11 +16,6 @@ use super::keys::{Component, check_component};
 use super::records::{UnitObject, decode_json, encode_json};
 use crate::model::JobState;
 
-/// Wall-clock time in Unix milliseconds (when a version was stored).
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 /// How many times a read-then-conditional-write is retried when another writer keeps winning.
 const MAX_ATTEMPTS: u32 = 5;
 
@@ -132,7 +127,7 @@ impl PutUnit<'_> {
 impl Registry {
     fn unit_write_ops(&self, unit: &PutUnit<'_>, old: Option<&UnitObject>) -> Vec<TxnOp> {
         let k = &self.keys;
-        let object = UnitObject::next(old, unit.name, unit.hash, unit.no_restart, now_ms());
+        let object = UnitObject::next(old, unit.name, unit.hash, unit.no_restart, crate::model::now_ms());
         let mut ops = vec![
             TxnOp::put(k.body(unit.hash), unit.text, None),
             TxnOp::put(k.unit_object(unit.name), encode_json(&object), None),

@@ -254,10 +254,10 @@ mod scale {
     use crate::registry::keys::Key;
     use crate::registry::snapshot::tests::{Build, H1};
 
-    /// Listing 1,000 units with states stays far below the API's 20 ms budget even in a debug build; prints the
-    /// figures for the record.
+    /// Listing 1,000 units with states shows each once, in name order, with its target and current state. How fast
+    /// that is belongs to the bench (`fleet-harness bench`, list latency), not to a test on a shared machine.
     #[test]
-    fn listing_a_thousand_units_is_cheap() {
+    fn listing_a_thousand_units_shows_each_with_its_state() {
         let mut b = Build::new();
         for i in 0..1000 {
             let name = format!("u{i:04}.service");
@@ -265,18 +265,12 @@ mod scale {
             b = b.state(&name, "m1", H1);
         }
         let s = b.done();
-        let start = std::time::Instant::now();
-        let rows: Vec<serde_json::Value> = s
+        let rows: Vec<(String, String, Option<String>)> = s
             .units()
-            .map(|u| {
-                serde_json::json!({"name": u.name, "desiredState": u.desired.as_str(),
-                    "currentState": u.current.as_str(), "machineID": u.target, "body": &**u.body})
-            })
+            .map(|u| (u.name.to_string(), u.current.as_str().to_string(), u.target.map(String::from)))
             .collect();
-        let json = serde_json::to_string(&rows).unwrap();
-        let elapsed = start.elapsed();
-        eprintln!("listed {} units ({} bytes of JSON) in {elapsed:?}", rows.len(), json.len());
-        assert_eq!(rows.len(), 1000);
-        assert!(elapsed < std::time::Duration::from_millis(200), "{elapsed:?}");
+        let expected: Vec<(String, String, Option<String>)> =
+            (0..1000).map(|i| (format!("u{i:04}.service"), "loaded".to_string(), Some("m1".to_string()))).collect();
+        assert_eq!(rows, expected);
     }
 }

@@ -180,9 +180,9 @@ fn display_addr(host: &str, port: u16) -> String {
 /// The agent's keys (`SSH_AUTH_SOCK` must be set and answer), asked before anything is dialled, like the original.
 async fn agent(config: &SshConfig) -> Result<(AgentClient<tokio::net::UnixStream>, Vec<AgentIdentity>), SshError> {
     let sock = config.agent_sock.as_ref().ok_or(SshError::NoAgent)?;
-    let stream = tokio::net::UnixStream::connect(sock).await.map_err(|e| {
-        SshError::Agent(format!("dial unix {}: connect: {}", sock.display(), crate::client::http::go_io_error(&e)))
-    })?;
+    let stream = tokio::net::UnixStream::connect(sock)
+        .await
+        .map_err(|e| SshError::Agent(format!("dial unix {}: connect: {}", sock.display(), crate::go::io_error(&e))))?;
     let mut client = AgentClient::connect(stream);
     let ids = client.request_identities().await.map_err(|e| SshError::Agent(format!("agent: {e}")))?;
     Ok((client, ids))
@@ -198,10 +198,9 @@ impl Session {
         let (agent, ids) = agent(config).await?;
         let (host, port) = split_addr(addr);
         let stage = async {
-            let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await.map_err(|e| SshError::Dial {
-                addr: display_addr(&host, port),
-                cause: crate::client::http::go_io_error(&e),
-            })?;
+            let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+                .await
+                .map_err(|e| SshError::Dial { addr: display_addr(&host, port), cause: crate::go::io_error(&e) })?;
             let _ = tcp.set_nodelay(true);
             Self::handshake(config, &host, port, tcp, agent, ids).await
         };

@@ -6,11 +6,13 @@
 //! * [`name`] — unit name validation, fleetctl's name mangling, templates/instances and `%` specifiers;
 //! * [`xfleet`] — the `[X-Fleet]` scheduling requirements and the API's option-combination validation;
 //! * [`glob`] — Go `path.Match`, which `Conflicts=` and `Replaces=` patterns use;
-//! * [`option`] — the `{section, name, value}` option, which is also the HTTP API v1 wire type.
+//! * [`option`] — the `{section, name, value}` option, which is also the HTTP API v1 wire type;
+//! * [`cache`] — [`BodyCache`]: bodies parsed once per hash, requirements once per (name, hash) (engine and agent).
 //!
 //! Architecture invariant: the unit hash is computed in exactly one place, [`UnitHash::of`], over
 //! [`UnitFile::canonical`].
 
+pub mod cache;
 pub mod file;
 pub mod glob;
 pub mod hash;
@@ -19,6 +21,7 @@ pub mod option;
 pub mod parse;
 pub mod xfleet;
 
+pub use cache::BodyCache;
 pub use file::UnitFile;
 pub use hash::UnitHash;
 pub use name::{

@@ -1,8 +1,6 @@
 //! Unit names (spec §4.4, §4.5): the API's validation with the original's messages, fleetctl's mangling of
 //! command-line arguments, templates and instances, and the `%` specifiers fleet expands in `[X-Fleet]` values.
 
-use std::fmt::Write as _;
-
 /// Unit types the agent manages (`unit.RecognizedUnitType`); fleetctl appends `.service` to anything else.
 pub const RECOGNIZED_TYPES: [&str; 7] = ["service", "socket", "timer", "path", "device", "mount", "automount"];
 
@@ -40,11 +38,11 @@ pub enum NameError {
     NoDot,
     #[error("unit name cannot end in \".\"")]
     EndsInDot,
-    #[error("invalid unit type: {}", go_quote(.0))]
+    #[error("invalid unit type: {}", crate::go::quote(.0))]
     InvalidType(String),
-    #[error("invalid unit type for template: {}", go_quote(.0))]
+    #[error("invalid unit type for template: {}", crate::go::quote(.0))]
     InvalidTemplateType(String),
-    #[error("invalid character {} in unit name", go_quote_rune(*.0))]
+    #[error("invalid character {} in unit name", crate::go::quote_rune(*.0))]
     InvalidCharacter(char),
     #[error("unit name cannot start in \"@\"")]
     StartsWithAt,
@@ -103,6 +101,18 @@ pub fn append_default_type(path: &str) -> String {
 /// `foo.service`).
 pub fn mangle(arg: &str) -> String {
     append_default_type(go_path_base(arg))
+}
+
+/// The unit names of command-line arguments ([`mangle`]d: `foo` → `foo.service`), each once, in argument order.
+pub fn mangle_unique(args: &[String]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for arg in args {
+        let name = mangle(arg);
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
 }
 
 /// Go `path.Base`: the last `/`-separated element; `.` for "", `/` for all slashes.
@@ -194,67 +204,6 @@ pub fn expand_specifiers(value: &str, unit_name: &str) -> String {
         .replace("%N", &info.name)
         .replace("%p", &info.prefix)
         .replace("%i", &info.instance)
-}
-
-/// Go `strconv.Quote` (double-quoted, escapes as Go prints them).
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        push_escaped(&mut out, c, '"');
-    }
-    out.push('"');
-    out
-}
-
-/// Go `strconv.QuoteRune` (`%q` of a rune): single-quoted.
-pub fn go_quote_rune(c: char) -> String {
-    let mut out = String::from("'");
-    push_escaped(&mut out, c, '\'');
-    out.push('\'');
-    out
-}
-
-fn push_escaped(out: &mut String, c: char, quote: char) {
-    if c == quote || c == '\\' {
-        out.push('\\');
-        out.push(c);
-        return;
-    }
-    if is_go_printable(c) {
-        out.push(c);
-        return;
-    }
-    let _ = match c {
-        '\u{7}' => write!(out, "\\a"),
-        '\u{8}' => write!(out, "\\b"),
-        '\u{c}' => write!(out, "\\f"),
-        '\n' => write!(out, "\\n"),
-        '\r' => write!(out, "\\r"),
-        '\t' => write!(out, "\\t"),
-        '\u{b}' => write!(out, "\\v"),
-        c if (c as u32) < 0x20 || c == '\u{7f}' => write!(out, "\\x{:02x}", c as u32),
-        c if (c as u32) < 0x10000 => write!(out, "\\u{:04x}", c as u32),
-        c => write!(out, "\\U{:08x}", c as u32),
-    };
-}
-
-/// Approximates Go `strconv.IsPrint` (letters, marks, numbers, punctuation, symbols and ASCII space) without
-/// Unicode tables: control, white space other than ' ', format, private-use and non-characters are not
-/// printable. Unassigned code points are treated as printable (Go would escape them).
-fn is_go_printable(c: char) -> bool {
-    if c == ' ' {
-        return true;
-    }
-    if c.is_control() || c.is_whitespace() {
-        return false;
-    }
-    let u = c as u32;
-    let format_or_private = matches!(u,
-        0xAD | 0x600..=0x605 | 0x61C | 0x6DD | 0x70F | 0x180E | 0x200B..=0x200F | 0x202A..=0x202E
-        | 0x2060..=0x206F | 0xFEFF | 0xFFF9..=0xFFFB | 0xE000..=0xF8FF | 0xF0000..=0x10FFFF
-        | 0xE0001 | 0xE0020..=0xE007F);
-    !format_or_private && (u & 0xFFFE) != 0xFFFE && !(0xFDD0..=0xFDEF).contains(&u)
 }
 
 #[cfg(test)]

@@ -171,6 +171,53 @@ pub fn validate_options(unit: &UnitFile) -> Result<(), OptionsError> {
     }
 }
 
+/// One unit as a machine's acceptance rule ([`accepted_by_machine`]) sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate<'a> {
+    pub name: &'a str,
+    pub requirements: &'a Requirements,
+    /// Where the engine scheduled it (`None` for unscheduled and global units).
+    pub target: Option<&'a str>,
+}
+
+/// Which units a machine holds (spec §7.3), as indexes into `units`: non-global units scheduled to `machine_id`,
+/// then global units whose `MachineMetadata` the machine's `metadata` satisfies, each group in unit-name order,
+/// minus those conflicting with a unit accepted before them (§6.8). A global unit never displaces a unit the engine
+/// placed here, whatever their names. The agent applies this to its own machine; fleetctl to predict where a global
+/// unit runs.
+pub fn accepted_by_machine(
+    units: &[Candidate<'_>],
+    machine_id: &str,
+    metadata: &BTreeMap<String, String>,
+) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..units.len()).collect();
+    order.sort_by(|&a, &b| {
+        (units[a].requirements.global, units[a].name).cmp(&(units[b].requirements.global, units[b].name))
+    });
+    let mut accepted: Vec<usize> = Vec::new();
+    for i in order {
+        let unit = &units[i];
+        let here = if unit.requirements.global {
+            unit.requirements.metadata_allows(metadata)
+        } else {
+            unit.target == Some(machine_id)
+        };
+        if !here {
+            continue;
+        }
+        let conflict = accepted
+            .iter()
+            .map(|&a| &units[a])
+            .find(|other| conflicts_between(unit.name, unit.requirements, other.name, other.requirements));
+        if let Some(other) = conflict {
+            tracing::debug!(unit = %unit.name, conflict = %other.name, "not accepted: conflicts with a unit accepted here");
+            continue;
+        }
+        accepted.push(i);
+    }
+    accepted
+}
+
 /// Whether units `a` and `b` may not share a machine (spec §6.8): a pattern of either matches the other's name.
 /// A unit never conflicts with itself.
 pub fn conflicts_between(a_name: &str, a: &Requirements, b_name: &str, b: &Requirements) -> bool {

@@ -65,7 +65,7 @@ impl RunningEngine {
 async fn wait_status(engine: &RunningEngine, what: &str, f: impl Fn(&EngineStatus) -> bool) {
     let mut rx = engine.status.clone();
     let ok = matches!(timeout(WAIT, rx.wait_for(|s| f(s))).await, Ok(Ok(_)));
-    assert!(ok, "waited {WAIT:?} for {what} of engine {}; last: {:?}", engine.id, engine.status.borrow());
+    assert!(ok, "waited {WAIT:?} for {what} of engine {}; last: {:?}", engine.id, *engine.status.borrow());
 }
 
 /// A machine registered under its own presence lease.
@@ -222,8 +222,10 @@ async fn cancelling_the_leader_hands_over_without_waiting_for_lease_expiry() {
     let etcd = TestEtcd::start().await;
     let reg = etcd.registry("/test/engine-handover").await;
     let view = observer(&reg).await;
-    // EIV 2 s: the lease TTL is 10 s, so a hand-over well under that proves resignation, not expiry.
-    let eiv = Duration::from_secs(2);
+    // EIV 60 s: the engine lease's TTL is 5 min and no periodic resync comes within the test's waits (10 s), so a
+    // hand-over seen at all proves the old leader resigned; expiry cannot be what ended its term.
+    let eiv = Duration::from_secs(60);
+    assert!(eiv * 5 > WAIT * 3, "the lease must outlive every wait of this test");
     let a = RunningEngine::start(&reg, "ma", eiv).await;
     let b = RunningEngine::start(&reg, "mb", eiv).await;
     let leader = view.wait_for(WAIT, "an engine leader", |s| s.leader().map(str::to_string)).await.unwrap();
@@ -231,12 +233,13 @@ async fn cancelling_the_leader_hands_over_without_waiting_for_lease_expiry() {
     wait_status(&old, "leadership", |s| s.leading).await;
 
     let _m = register(&reg, "m1", &[]).await;
-    let started = Instant::now();
     old.stop().await;
-    wait_status(&new, "leadership after hand-over", |s| s.leading).await;
-    let handover = started.elapsed();
-    eprintln!("leadership handed over in {handover:?} (lease TTL {:?})", eiv * 5);
-    assert!(handover < eiv, "hand-over took {handover:?}");
+    wait_status(
+        &new,
+        "leadership after hand-over (the old leader's lease is still valid: it must have resigned)",
+        |s| s.leading,
+    )
+    .await;
     assert_eq!(view.wait_for(WAIT, "new leader visible", |s| s.leader().map(str::to_string)).await.unwrap(), new.id);
 
     // The new leader schedules.
@@ -247,17 +250,18 @@ async fn cancelling_the_leader_hands_over_without_waiting_for_lease_expiry() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_template_burst_of_100_units_is_scheduled_quickly() {
+async fn a_template_burst_of_100_units_is_scheduled_by_events_not_the_resync() {
     init_logs();
     let etcd = TestEtcd::start().await;
     let reg = etcd.registry("/test/engine-burst").await;
     let view = observer(&reg).await;
     let _machines = [register(&reg, "m1", &[]).await, register(&reg, "m2", &[]).await, register(&reg, "m3", &[]).await];
-    let engine = RunningEngine::start(&reg, "m1", EIV).await;
+    // EIV 60 s: no periodic resync comes within the test's waits, so every placement below comes from the engine
+    // waking on the registry's change events.
+    let engine = RunningEngine::start(&reg, "m1", Duration::from_secs(60)).await;
     wait_status(&engine, "leadership", |s| s.leading).await;
 
     let template = "[Unit]\nDescription=burst %i\n\n[Service]\nExecStart=/bin/sleep infinity\n\n[X-Fleet]\nConflicts=other@%i.service\n";
-    let started = Instant::now();
     let writes: Vec<_> = (0..100)
         .map(|i| {
             let reg = reg.clone();
@@ -267,16 +271,9 @@ async fn a_template_burst_of_100_units_is_scheduled_quickly() {
     for w in writes {
         w.await.unwrap();
     }
-    let created = started.elapsed();
     view.wait_for(WAIT, "100 units scheduled", |s| (targets(s).len() == 100).then_some(())).await.unwrap();
-    let total = started.elapsed();
-    eprintln!(
-        "burst: 100 units created in {created:?}; all scheduled {total:?} after the first create ({:?} after the last)",
-        total - created
-    );
     let loads = loads(&view.snapshot());
     assert!(loads.values().all(|&n| n == 33 || n == 34), "spread evenly: {loads:?}");
-    assert!(total - created < Duration::from_secs(1), "scheduling lagged {:?} behind the burst", total - created);
     engine.stop().await;
 }
 

@@ -6,8 +6,8 @@
 mod api {
     use std::collections::BTreeMap;
 
-    use fleet::api::wire;
     use fleet::model::{MachineState, UnitState};
+    use fleet::wire;
 
     /// A published unit state reaches the API with every field, under the original's JSON names (spec §8.7).
     #[test]
@@ -63,7 +63,7 @@ mod api {
 }
 
 mod engine {
-    use fleet::engine::{Decision, Snapshot, UnitSpec, plan};
+    use fleet::engine::{Decision, ScheduleInput, UnitSpec, plan};
     use fleet::model::{JobState, MachineState};
 
     fn machine(id: &str) -> MachineState {
@@ -75,7 +75,7 @@ mod engine {
     #[test]
     fn decisions_name_the_unit_and_the_machine_it_leaves_or_goes_to() {
         let units = [UnitSpec::new("a.service", JobState::Launched).on("m-gone")];
-        let snapshot = Snapshot::new(units, [machine("m-1")]).unwrap();
+        let snapshot = ScheduleInput::new(units, [machine("m-1")]).unwrap();
         let decisions = plan(&snapshot);
         assert!(matches!(decisions[0], Decision::Unschedule { .. }), "{decisions:?}");
         assert!(matches!(decisions[1], Decision::Schedule { .. }), "{decisions:?}");

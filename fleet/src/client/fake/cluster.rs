@@ -1,6 +1,6 @@
 //! The fake cluster as the registry would hold it, and one pass of a pretend engine over its rollouts. Nothing here
-//! decides anything itself: the registry image is read by the API's [`crate::api::wire::decide_rollout`] and by the
-//! engine's [`SnapshotCluster`] + [`rollout::advance`]; what each machine runs comes from the agents' own
+//! decides anything itself: the registry image is read by the API's [`crate::wire::decide_rollout`] and by the
+//! registry's [`SnapshotCluster`] (as the engine) + [`rollout::advance`]; what each machine runs comes from the agents' own
 //! [`rollout::pinned_hash`] and [`rollout::restart_token`].
 //!
 //! Machines act "at once": a machine runs whatever the agents' rule says the moment it is asked, and a version the
@@ -10,8 +10,8 @@
 //! after a handful of reads whatever durations the rollout was given.
 
 use super::{State, is_global, opts_hash, pinned_machine};
-use crate::engine::rollouts::SnapshotCluster;
 use crate::model::JobState;
+use crate::registry::SnapshotCluster;
 use crate::registry::{Change, Keys, MachineObject, Snapshot, StateRecord, UnitObject};
 use crate::rollout::{self, RolloutUnit};
 use crate::unit::UnitFile;

@@ -8,7 +8,7 @@ mod scenarios;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Constraints, Decision, Plan, Snapshot, UnitSpec, apply, plan_with_report};
+use super::{Constraints, Decision, Plan, ScheduleInput, UnitSpec, plan_with_report};
 use crate::model::{JobState, MachineState};
 
 pub(super) fn machine(id: &str) -> MachineState {
@@ -90,8 +90,8 @@ impl Sim {
         self
     }
 
-    pub fn snapshot(&self) -> Snapshot {
-        Snapshot::new(self.units.values().cloned(), self.machines.iter().cloned()).unwrap()
+    pub fn snapshot(&self) -> ScheduleInput {
+        ScheduleInput::new(self.units.values().cloned(), self.machines.iter().cloned()).unwrap()
     }
 
     /// One reconcile pass, applied.
@@ -137,5 +137,24 @@ impl Sim {
 
     pub fn remove_machine(&mut self, id: &str) {
         self.machines.retain(|m| m.id != id);
+    }
+}
+
+/// Applies decisions to the unit list of a snapshot, as the engine shell would to the registry. Panics when a
+/// decision does not fit the state (scheduling a scheduled unit, unscheduling from another machine): that would
+/// be a scheduler bug.
+fn apply(units: &mut BTreeMap<String, UnitSpec>, decisions: &[Decision]) {
+    for decision in decisions {
+        let unit = units.get_mut(decision.unit()).unwrap_or_else(|| panic!("unknown unit in {decision}"));
+        match decision {
+            Decision::Unschedule { machine, .. } => {
+                assert_eq!(unit.target.as_deref(), Some(machine.as_str()), "{decision}");
+                unit.target = None;
+            }
+            Decision::Schedule { machine, .. } => {
+                assert_eq!(unit.target, None, "{decision}: unit already scheduled");
+                unit.target = Some(machine.clone());
+            }
+        }
     }
 }

@@ -43,9 +43,8 @@ fn unit(i: usize) -> impl Strategy<Value = UnitSpec> {
         proptest::option::weighted(0.1, Just(())),
         if later.is_empty() { Just(Vec::new()).boxed() } else { proptest::sample::subsequence(later, 0..2).boxed() },
         proptest::option::weighted(0.1, Just(())),
-        proptest::option::weighted(0.2, 0..MACHINES.len()),
     )
-        .prop_map(move |(desired, target, pin, conflicts, peer, role, global, replaces, circular, preferred)| {
+        .prop_map(move |(desired, target, pin, conflicts, peer, role, global, replaces, circular)| {
             let mut constraints = Constraints { conflicts, ..Default::default() };
             if let Some(m) = pin {
                 constraints.machine_id = Some(MACHINES[m].to_string());
@@ -66,7 +65,6 @@ fn unit(i: usize) -> impl Strategy<Value = UnitSpec> {
                 desired,
                 target: if constraints.global { None } else { target.map(str::to_string) },
                 constraints,
-                preferred_machine: preferred.map(|m| MACHINES[m].to_string()),
             }
         })
 }

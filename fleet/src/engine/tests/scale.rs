@@ -1,21 +1,19 @@
-//! 1,000 machines × 10,000 units in one pass. Slow in debug builds, so ignored there; run it with
-//! `cargo test -p fleet --release --lib engine -- --ignored scale`.
-
-use std::time::{Duration, Instant};
+//! 1,000 machines × 10,000 units in one pass: what the pass decides, in every build (CI runs it in debug). How
+//! fast the pass is belongs to the bench, not to a test on a shared machine: `cargo bench -p fleet --features simulate`
+//! (`ci/bench` runs it).
 
 use crate::engine::simulate::synthetic_snapshot;
 use crate::engine::{Decision, plan_with_report};
 
 #[test]
-#[cfg_attr(debug_assertions, ignore = "timing is only meaningful in release builds")]
-fn scale_1000_machines_10000_units_plans_in_well_under_a_second() {
+fn scale_1000_machines_10000_units_places_the_unscheduled_units() {
     let snapshot = synthetic_snapshot(1_000, 10_000, 42);
-    let started = Instant::now();
     let plan = plan_with_report(&snapshot);
-    let took = started.elapsed();
-    let placed = plan.decisions.iter().filter(|d| matches!(d, Decision::Schedule { .. })).count();
-    assert!(placed > 5_000, "most unscheduled units get a machine, placed {placed}");
-    assert!(took < Duration::from_millis(500), "one pass took {took:?}");
+    let placed: Vec<&str> =
+        plan.decisions.iter().filter(|d| matches!(d, Decision::Schedule { .. })).map(Decision::unit).collect();
+    assert!(placed.len() > 5_000, "most unscheduled units get a machine, placed {}", placed.len());
+    let distinct: std::collections::BTreeSet<&str> = placed.iter().copied().collect();
+    assert_eq!(distinct.len(), placed.len(), "a unit is scheduled at most once per pass");
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 pub struct DurationError(pub String);
 
 /// Parses a Go duration string. Negative durations are rejected because no fleet timer can use them.
-pub fn parse_go_duration(text: &str) -> Result<Duration, DurationError> {
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let err = || DurationError(text.to_string());
     let s = text.strip_prefix('+').unwrap_or(text);
     if s == "0" {
@@ -52,20 +52,20 @@ mod tests {
 
     #[test]
     fn accepts_go_forms() {
-        assert_eq!(parse_go_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_go_duration("3s"), Ok(Duration::from_secs(3)));
-        assert_eq!(parse_go_duration("1m"), Ok(Duration::from_secs(60)));
-        assert_eq!(parse_go_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_go_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_go_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_go_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("3s"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
     }
 
     #[test]
     fn rejects_bare_numbers_and_garbage() {
         for bad in ["30", "", "s", "1x", "-1s", "1..5s", "abc", "1s2"] {
-            assert!(parse_go_duration(bad).is_err(), "{bad}");
+            assert!(parse_duration(bad).is_err(), "{bad}");
         }
-        assert_eq!(parse_go_duration("30").unwrap_err().to_string(), "time: invalid duration \"30\"");
+        assert_eq!(parse_duration("30").unwrap_err().to_string(), "time: invalid duration \"30\"");
     }
 }

@@ -18,21 +18,12 @@ pub struct UnitSpec {
     /// The machine the unit is currently scheduled to (`target`), if any. Always `None` for global units.
     pub target: Option<String>,
     pub constraints: Constraints,
-    /// A machine to place the unit on when it needs placing and its constraints allow it there (e.g. its machine
-    /// before a `--keep-machine` replacement). Otherwise it is ignored and least-loaded applies.
-    pub preferred_machine: Option<String>,
 }
 
 impl UnitSpec {
     /// An unconstrained, unscheduled unit; adjust fields with struct update syntax or the builder methods.
     pub fn new(name: impl Into<String>, desired: JobState) -> UnitSpec {
-        UnitSpec {
-            name: name.into(),
-            desired,
-            target: None,
-            constraints: Constraints::default(),
-            preferred_machine: None,
-        }
+        UnitSpec { name: name.into(), desired, target: None, constraints: Constraints::default() }
     }
 
     pub fn on(mut self, machine: impl Into<String>) -> UnitSpec {
@@ -44,16 +35,11 @@ impl UnitSpec {
         self.constraints = constraints;
         self
     }
-
-    pub fn preferring(mut self, machine: impl Into<String>) -> UnitSpec {
-        self.preferred_machine = Some(machine.into());
-        self
-    }
 }
 
 /// Why a snapshot could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SnapshotError {
+pub enum ScheduleInputError {
     #[error("unit {0:?} appears twice in the snapshot")]
     DuplicateUnit(String),
     #[error("machine {0:?} appears twice in the snapshot")]
@@ -70,7 +56,7 @@ pub(crate) struct SnapshotUnit {
 
 /// The cluster as read at the start of one reconcile pass.
 #[derive(Debug, Clone)]
-pub struct Snapshot {
+pub struct ScheduleInput {
     /// Sorted by name; a unit's index is its rank in name order.
     pub(crate) units: Vec<SnapshotUnit>,
     pub(crate) unit_index: HashMap<String, usize>,
@@ -80,11 +66,11 @@ pub struct Snapshot {
     short_id_index: HashMap<String, Vec<usize>>,
 }
 
-impl Snapshot {
+impl ScheduleInput {
     pub fn new(
         units: impl IntoIterator<Item = UnitSpec>,
         machines: impl IntoIterator<Item = MachineState>,
-    ) -> Result<Snapshot, SnapshotError> {
+    ) -> Result<ScheduleInput, ScheduleInputError> {
         let mut units: Vec<SnapshotUnit> = units
             .into_iter()
             .map(|spec| SnapshotUnit {
@@ -95,12 +81,12 @@ impl Snapshot {
             .collect();
         units.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
         if let Some(pair) = units.windows(2).find(|w| w[0].spec.name == w[1].spec.name) {
-            return Err(SnapshotError::DuplicateUnit(pair[0].spec.name.clone()));
+            return Err(ScheduleInputError::DuplicateUnit(pair[0].spec.name.clone()));
         }
         let mut machines: Vec<MachineState> = machines.into_iter().collect();
         machines.sort_by(|a, b| a.id.cmp(&b.id));
         if let Some(pair) = machines.windows(2).find(|w| w[0].id == w[1].id) {
-            return Err(SnapshotError::DuplicateMachine(pair[0].id.clone()));
+            return Err(ScheduleInputError::DuplicateMachine(pair[0].id.clone()));
         }
         let unit_index = units.iter().enumerate().map(|(i, u)| (u.spec.name.clone(), i)).collect();
         let machine_index = machines.iter().enumerate().map(|(i, m)| (m.id.clone(), i)).collect();
@@ -108,7 +94,7 @@ impl Snapshot {
         for (i, m) in machines.iter().enumerate() {
             short_id_index.entry(m.short_id().to_string()).or_default().push(i);
         }
-        Ok(Snapshot { units, unit_index, machines, machine_index, short_id_index })
+        Ok(ScheduleInput { units, unit_index, machines, machine_index, short_id_index })
     }
 
     /// Units in name order.
@@ -149,7 +135,7 @@ mod tests {
 
     #[test]
     fn units_and_machines_are_ordered() {
-        let snap = Snapshot::new(
+        let snap = ScheduleInput::new(
             [UnitSpec::new("b.service", JobState::Launched), UnitSpec::new("a.service", JobState::Loaded)],
             [machine("m2"), machine("m1")],
         )
@@ -161,18 +147,18 @@ mod tests {
 
     #[test]
     fn duplicates_are_rejected() {
-        let dup_unit = Snapshot::new(
+        let dup_unit = ScheduleInput::new(
             [UnitSpec::new("a.service", JobState::Launched), UnitSpec::new("a.service", JobState::Loaded)],
             [],
         );
         assert_eq!(dup_unit.unwrap_err().to_string(), "unit \"a.service\" appears twice in the snapshot");
-        let dup_machine = Snapshot::new([], [machine("m1"), machine("m1")]);
-        assert_eq!(dup_machine.unwrap_err(), SnapshotError::DuplicateMachine("m1".into()));
+        let dup_machine = ScheduleInput::new([], [machine("m1"), machine("m1")]);
+        assert_eq!(dup_machine.unwrap_err(), ScheduleInputError::DuplicateMachine("m1".into()));
     }
 
     #[test]
     fn machine_id_lookup_by_full_or_short_id() {
-        let snap = Snapshot::new(
+        let snap = ScheduleInput::new(
             [],
             [machine("8363165e6276f500b71169eca9b3f76b"), machine("8363165e00000000"), machine("8606e1a2")],
         )

@@ -1,11 +1,10 @@
-//! One place for what the API answers and decides, shared by the HTTP server and fleetctl's etcd driver so the two
-//! can never disagree: the wire form of units, unit states and machines (spec §8.5–§8.8) and the PUT decision
+//! One place for what the API answers and decides (pure), shared by the HTTP server (`api`), fleetctl's etcd driver
+//! and the test fake (`client`) so they can never disagree; it sits below both, so no client imports the server: the wire form of units, unit states and machines (spec §8.5–§8.8) and the PUT decision
 //! (spec §8.6, with the recommended validation: replacements are validated like creations, unknown desired states
 //! are refused on every path, templates are never activated — bugs B9).
 
 use http::StatusCode;
 
-use super::reply::ApiError;
 use crate::model::{JobState, MachineState, UnitState};
 use crate::registry::UnitView;
 use crate::schema;
@@ -57,6 +56,24 @@ pub fn machine(m: MachineState) -> schema::Machine {
     schema::Machine { id: m.id, metadata: m.metadata, primary_ip: m.public_ip }
 }
 
+/// A refused request: the status and message of the error body (spec §8.3).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{status}: {message}")]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into() }
+    }
+
+    pub fn bad_request(message: impl std::fmt::Display) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message.to_string())
+    }
+}
+
 /// What a `PUT /units/<name>` does once [`decide_put`] accepted it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PutAction {
@@ -103,7 +120,7 @@ pub fn decide_put(unit: &schema::Unit, stored_hash: Option<&str>) -> Result<PutA
     let is_template = NameInfo::parse(&unit.name).is_some_and(|i| i.is_template());
     let not_activating_template = |state: JobState| {
         if is_template && state != JobState::Inactive {
-            return Err(ApiError::bad_request(format!("cannot activate template {}", name::go_quote(&unit.name))));
+            return Err(ApiError::bad_request(format!("cannot activate template {}", crate::go::quote(&unit.name))));
         }
         Ok(state)
     };
@@ -245,9 +262,9 @@ pub fn decide_rollout(
     for (i, u) in request.units.iter().enumerate() {
         name::validate_name(&u.name).map_err(ApiError::bad_request)?;
         if request.units[..i].iter().any(|earlier| earlier.name == u.name) {
-            return Err(ApiError::bad_request(format!("unit {} is named twice", name::go_quote(&u.name))));
+            return Err(ApiError::bad_request(format!("unit {} is named twice", crate::go::quote(&u.name))));
         }
-        let quoted = name::go_quote(&u.name);
+        let quoted = crate::go::quote(&u.name);
         let (Some(view), Some(record)) = (snapshot.unit(&u.name), snapshot.unit_record(&u.name)) else {
             return Err(reject(StatusCode::NOT_FOUND, format!("unit {quoted} does not exist")));
         };

@@ -1,0 +1,49 @@
+//! The cluster as the pure rollout decision ([`rollout::advance`]) sees it, read from a registry snapshot: shared by
+//! the engine leader and the test fake, so both drive rollouts from the same observations.
+
+use super::Snapshot;
+use crate::rollout::{self, Observed};
+
+/// The cluster as [`rollout::advance`] sees it, read from a registry snapshot.
+pub struct SnapshotCluster<'a>(pub &'a Snapshot);
+
+impl rollout::Cluster for SnapshotCluster<'_> {
+    fn observe(&self, unit: &str, machine: &str) -> Observed {
+        let s = self.0;
+        let present = s.machine_records().get(machine).is_some_and(|m| m.object.is_some());
+        let record = s.unit_record(unit);
+        let state = s.state_record(unit, machine);
+        Observed {
+            present,
+            hash: state.map(|st| st.hash.clone()),
+            running: record.and_then(|r| r.launched.get(machine).cloned()),
+            active_state: state.map(|st| st.active_state.clone()).unwrap_or_default(),
+            sub_state: state.map(|st| st.sub_state.clone()).unwrap_or_default(),
+            restarts: state.and_then(|st| st.restarts),
+            restarted_for: record.and_then(|r| r.restarted.get(machine).cloned()),
+        }
+    }
+
+    fn exists(&self, unit: &str) -> bool {
+        self.0.unit_record(unit).is_some_and(|r| r.object.is_some())
+    }
+
+    /// Present machines that publish a state of the unit (every machine running a global unit; a scheduled unit's
+    /// machine), else the unit's scheduled machine.
+    fn holders(&self, unit: &str) -> Vec<String> {
+        let s = self.0;
+        let present = |m: &str| s.machine_records().get(m).is_some_and(|r| r.object.is_some());
+        let publishing: Vec<String> = s
+            .state_records()
+            .get(unit)
+            .into_iter()
+            .flat_map(|per_machine| per_machine.keys())
+            .filter(|m| present(m))
+            .cloned()
+            .collect();
+        if !publishing.is_empty() {
+            return publishing;
+        }
+        s.unit_record(unit).and_then(|r| r.target.clone()).filter(|m| present(m)).into_iter().collect()
+    }
+}
