@@ -228,6 +228,30 @@ async fn restart_of_fleetd_readopts_identical_files_without_reload_or_stop() {
 }
 
 #[tokio::test]
+async fn a_new_process_adopts_what_the_last_one_launched_without_touching_systemd() {
+    let mut s = setup();
+    let d = desired(&[("a.service", JobState::Launched, V1, false), ("b.service", JobState::Loaded, V2, false)]);
+    s.exec.reconcile(&d).await;
+    s.fake.calls();
+    // The next fleetd process opens the same units directory (the old process's caches are gone).
+    let mut next = Executor::new(Arc::clone(&s.fake), UnitsDir::open(&s.dir).unwrap(), ExecutorConfig::default());
+    assert_eq!(next.launched(), ["a.service"]);
+    assert_eq!(next.launched_hashes(), BTreeMap::from([("a.service".to_string(), hash(V1))]));
+    let reports = next.reconcile(&d).await;
+    assert!(reports.is_empty(), "the adopting process planned {:?}", outcomes(&reports));
+    assert!(s.fake.calls().is_empty(), "the adopting process called systemd");
+}
+
+#[tokio::test]
+async fn a_purged_machine_leaves_nothing_to_adopt() {
+    let mut s = setup();
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    s.exec.purge(Duration::from_secs(5)).await;
+    let next = Executor::new(Arc::clone(&s.fake), UnitsDir::open(&s.dir).unwrap(), ExecutorConfig::default());
+    assert!(next.believed().is_empty(), "adopted after a purge: {:?}", next.believed());
+}
+
+#[tokio::test]
 async fn long_start_job_is_tracked_and_defers_the_next_reload() {
     let mut s = setup();
     *s.fake.start_delay.lock().unwrap() = Some(Duration::from_millis(500));
