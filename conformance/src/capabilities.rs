@@ -79,6 +79,8 @@ capabilities! {
         "a replaced unit that moves starts on its new machine only after its old copy stopped (ExecStopPost done)",
     NoRestart = "no_restart":
         "--replace --no-restart rewrites the unit file and reloads systemd on every machine without restarting running units; list-units --fields=...,running-hash shows the version each machine runs",
+    RestartAdopts = "restart_adopts":
+        "a fleetd restarted on a machine (systemctl restart, or killed and started within the TTL) restarts, stops and moves none of its units; stopping fleet still hands them to other machines",
     Rollout = "rollout":
         "start --replace --rolling and restart --rolling change a unit machine by machine, driven by the cluster (max-unavailable, min-healthy, pause/rollback), with rollout-status/-pause/-resume/-abort, history and rollback",
 }

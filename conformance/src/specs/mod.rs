@@ -11,6 +11,7 @@ pub mod metadata;
 pub mod moves;
 pub mod node;
 pub mod replace;
+pub mod restart;
 pub mod rollout;
 pub mod scheduling;
 pub mod ssh;
@@ -169,6 +170,14 @@ pub fn catalogue() -> Vec<Spec> {
         spec(Node, "duplicate_machine_id_is_refused", 2, "TestDetectMachineId", |c| {
             Box::pin(node::duplicate_machine_id(c))
         }),
+        spec(Node, "systemctl_restart_keeps_every_unit", 3, "issue 14, upstream #1086", |c| {
+            Box::pin(restart::systemctl_restart_keeps_every_unit(c))
+        })
+        .requires(&[Capability::RestartAdopts]),
+        spec(Node, "killed_fleetd_started_within_the_ttl_keeps_every_unit", 3, "issue 14, upstream #1086", |c| {
+            Box::pin(restart::killed_fleetd_started_within_the_ttl_keeps_every_unit(c))
+        })
+        .requires(&[Capability::RestartAdopts]),
         // cluster
         spec(Cluster, "stopped_fleet_moves_only_its_unit", 4, "TestDynamicClusterNewMemberUnitMigration", |c| {
             Box::pin(cluster::stopped_member_migration(c))
