@@ -270,6 +270,10 @@ pub fn catalogue() -> Vec<Spec> {
             Box::pin(rollout::rolling_replace_survives_killed_client_and_etcd_restart(c))
         })
         .requires(&[Capability::Rollout]),
+        spec(Rollout, "rolling_replace_survives_restart_of_the_engine_leaders_fleetd", 3, "issue 12", |c| {
+            Box::pin(rollout::rolling_replace_survives_restart_of_the_engine_leaders_fleetd(c))
+        })
+        .requires(&[Capability::Rollout, Capability::RestartAdopts]),
         spec(Rollout, "history_and_rollback_restore_the_previous_version", 3, "issue 12", |c| {
             Box::pin(rollout::history_and_rollback_restore_the_previous_version(c))
         })

@@ -70,7 +70,9 @@ async fn expect_adopted(
 ) -> Outcome {
     let new_fleetd = fleetd_pid(ctx, slot).await?;
     ctx.ensure(new_fleetd != *old_fleetd && new_fleetd != "0", || {
-        format!("fleet.service in m{slot} must run a new process after the restart: MainPID {old_fleetd} → {new_fleetd}")
+        format!(
+            "fleet.service in m{slot} must run a new process after the restart: MainPID {old_fleetd} → {new_fleetd}"
+        )
     })?;
     ctx.wait_api(slot).await?;
     // Barrier: a unit pinned to the restarted machine runs there only once its new fleetd has reconciled.
