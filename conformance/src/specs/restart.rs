@@ -3,18 +3,42 @@
 //! the TTL — restarts, stops and moves nothing; the new process adopts the running units. Stopping fleet for good
 //! still hands the units to other machines (`cluster::stopped_member_migration`).
 //!
-//! Observations are systemd's: each unit's `MainPID` in the machine running it, and each unit's journal in every
-//! other machine (a unit that never ran there has none). The spec knows the new fleetd has reconciled once a unit
+//! Observations are systemd's: each unit's `MainPID` in the machine running it, each unit's journal in every
+//! other machine (a unit that never ran there has none), and a log line a oneshot unit writes each time it runs
+//! (a unit that finished on its own is not started again by the new process either). The spec knows the new fleetd has reconciled once a unit
 //! pinned to its machine, started after the restart, is active there: every reconcile plans every unit, so the
 //! adopted ones were planned by then.
 
 use std::collections::BTreeMap;
 
 use crate::check::ensure_eq;
-use crate::fixtures;
+use crate::fixtures::{self, TempUnit};
 use crate::{Ctx, Outcome};
 
 const UNITS: usize = 9;
+const ONCE: &str = "ran-once.service";
+const ONCE_LOG: &str = "/run/ran-once.log";
+
+/// A oneshot unit pinned to machine `slot` that logs one line each time it runs, started and finished.
+async fn run_once(ctx: &Ctx, slot: usize) -> Result<TempUnit, String> {
+    let id = ctx.id(slot)?;
+    let text = format!(
+        "[Service]\nType=oneshot\nExecStart=/bin/sh -c 'echo ran >> {ONCE_LOG}'\n\n[X-Fleet]\nMachineID={id}\n"
+    );
+    let unit = TempUnit::named(ONCE, &text)?;
+    // Not blocking: a blocking start waits for `active`, which a finished oneshot never is.
+    ctx.fleetctl_ok(1, &["start", "--no-block", &unit.path()]).await?;
+    ctx.wait_for(&format!("{ONCE} to have run in m{slot}"), || async move {
+        match ctx.exec(slot, &["cat", ONCE_LOG]).await {
+            Ok(out) if out.stdout.lines().count() == 1 => fleet_harness::wait::Check::Ready(()),
+            Ok(out) => fleet_harness::wait::Check::NotYet(format!("{ONCE_LOG}: {:?}", out.stdout)),
+            Err(e) => fleet_harness::wait::Check::NotYet(e),
+        }
+    })
+    .await?;
+    ctx.wait_systemd(slot, ONCE, "ActiveState", "inactive").await?;
+    Ok(unit)
+}
 
 fn units() -> Vec<String> {
     (1..=UNITS).map(|i| format!("hello@{i}.service")).collect()
@@ -93,6 +117,10 @@ async fn expect_adopted(
     ctx.ensure(changed.is_empty(), || {
         format!("a fleetd restart must restart no unit; MainPID changed (in systemd) for: {}", changed.join(", "))
     })?;
+    let runs = ctx.exec_ok(slot, &["cat", ONCE_LOG]).await?.stdout.lines().count();
+    ctx.ensure(runs == 1, || {
+        format!("{ONCE} finished before the fleetd restart and must not run again; it ran {runs} times in m{slot}")
+    })?;
     for other in ctx.cluster().machines().iter().map(|m| m.slot()).filter(|s| *s != slot) {
         for unit in moved_units {
             let journal = ctx.exec_ok(other, &["journalctl", "--no-pager", "-q", "-o", "cat", "-u", unit]).await?;
@@ -111,6 +139,7 @@ async fn expect_adopted(
 pub async fn systemctl_restart_keeps_every_unit(ctx: Ctx) -> Outcome {
     let placement = start_units(&ctx).await?;
     let (slot, held) = busiest(&ctx, &placement)?;
+    let _once = run_once(&ctx, slot).await?;
     let pids = main_pids(&ctx, &placement).await?;
     let old = fleetd_pid(&ctx, slot).await?;
     ctx.exec_ok(slot, &["systemctl", "restart", "fleet.service"]).await?;
@@ -121,6 +150,7 @@ pub async fn systemctl_restart_keeps_every_unit(ctx: Ctx) -> Outcome {
 pub async fn killed_fleetd_started_within_the_ttl_keeps_every_unit(ctx: Ctx) -> Outcome {
     let placement = start_units(&ctx).await?;
     let (slot, held) = busiest(&ctx, &placement)?;
+    let _once = run_once(&ctx, slot).await?;
     let pids = main_pids(&ctx, &placement).await?;
     let old = fleetd_pid(&ctx, slot).await?;
     // systemd would restart it only after RestartSec (10 s, beyond the 3 s TTL), and a start job waits for that
