@@ -432,7 +432,7 @@ async fn engine_leader(ctx: &Ctx, slots: &[usize]) -> Result<usize, String> {
     let mut seen = Vec::new();
     for &slot in slots {
         let journal = ctx.journal_fleet(slot).await?;
-        let last = journal.lines().filter(|l| l.to_lowercase().contains("engine leadership")).last().unwrap_or("");
+        let last = journal.lines().rev().find(|l| l.to_lowercase().contains("engine leadership")).unwrap_or("");
         if last.to_lowercase().contains("acquired") {
             return Ok(slot);
         }
