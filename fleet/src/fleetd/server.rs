@@ -30,7 +30,11 @@ const PURGE_DEADLINE: Duration = Duration::from_secs(60);
 const SHUTDOWN_REGISTRY_DEADLINE: Duration = Duration::from_secs(3);
 /// Bound on asking systemd, at SIGTERM, whether fleet is being restarted.
 const OWN_JOB_DEADLINE: Duration = Duration::from_secs(2);
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// Registration retries: from [`FIRST_BACKOFF`], doubling to [`MAX_BACKOFF`]. Capped low (the original: one minute)
+/// so that a fleetd registers again within about a second of etcd's return, however long etcd was away; the cost
+/// is one connection attempt per second per machine during an outage.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -181,7 +185,7 @@ fn etcd_config(config: &Config) -> EtcdConfig {
     }
 }
 
-/// Doubling backoff from 1 s, capped at one minute (spec §1.3 step 7).
+/// Doubling backoff, capped at [`MAX_BACKOFF`] (spec §1.3 step 7 with a lower cap, issue 14).
 fn next_backoff(current: Duration) -> Duration {
     (current * 2).min(MAX_BACKOFF)
 }
@@ -225,14 +229,14 @@ impl Daemon {
         let Registered { registry, presence } = match carried {
             Some(registered) => registered,
             None => {
-                let mut backoff = Duration::from_secs(1);
+                let mut backoff = FIRST_BACKOFF;
                 loop {
                     match self.register(ttl).await {
                         Ok((registry, presence)) => break Registered { registry, presence },
                         Err(err) => {
                             tracing::error!(
-                                "Server register machine failed: {err}, retrying in {} sec.",
-                                backoff.as_secs()
+                                "Server register machine failed: {err}, retrying in {:.2} sec.",
+                                backoff.as_secs_f64()
                             );
                             if let Some(end) = self.pause(backoff).await {
                                 return end;
@@ -474,14 +478,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_to_a_minute() {
-        let mut d = Duration::from_secs(1);
+    fn backoff_doubles_to_a_second() {
+        let mut d = FIRST_BACKOFF;
         let mut seen = Vec::new();
-        for _ in 0..8 {
-            seen.push(d.as_secs());
+        for _ in 0..5 {
+            seen.push(d.as_millis());
             d = next_backoff(d);
         }
-        assert_eq!(seen, vec![1, 2, 4, 8, 16, 32, 60, 60]);
+        assert_eq!(seen, vec![250, 500, 1000, 1000, 1000]);
     }
 
     #[test]

@@ -4,8 +4,13 @@
 //! campaign = create-if-absent, renewal = the lease keep-alive (no key rewrite), resign = delete-if-still-ours, and
 //! loss = the lease expiring. Engines learn the current leader from the reflector's snapshot, so an engine should
 //! campaign only when the snapshot shows no leader: a failed campaign still costs etcd a raft round.
+//!
+//! **Fencing.** Every write the engine makes (placements, body GC) carries a [`LeaderFence`]: the leader key must
+//! still hold this engine's machine ID *and* be bound to its lease, checked in the same transaction as the write.
+//! A deposed leader that has not noticed yet (a paused process, a lost keep-alive, a previous incarnation of the
+//! same machine) therefore writes nothing and gets [`RegistryError::NotLeader`].
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
 
 use super::Registry;
 use super::error::{RegistryError, Result};
@@ -36,7 +41,55 @@ pub enum EngineVersionCheck {
     Newer(u32),
 }
 
+/// The engine leader's identity as written in the leader key: its machine ID and the lease the key is bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderFence {
+    pub machine: String,
+    pub lease: i64,
+}
+
 impl Registry {
+    /// Runs `compares` → `ops` only while `fence` holds, in one transaction: `Ok(Some(response))` when written,
+    /// `Ok(None)` when `compares` failed (nothing written), [`RegistryError::NotLeader`] when the fence failed.
+    /// Without a fence (tests, tools that are not the engine) it is a plain conditional transaction.
+    pub(crate) async fn fenced_txn(
+        &self,
+        op: &'static str,
+        key: &str,
+        fence: Option<&LeaderFence>,
+        compares: Vec<Compare>,
+        ops: Vec<TxnOp>,
+    ) -> Result<Option<TxnResponse>> {
+        let Some(fence) = fence else {
+            let resp = self.txn(op, key, Txn::new().when(compares).and_then(ops)).await?;
+            return Ok(resp.succeeded().then_some(resp));
+        };
+        let leader = self.keys.engine_leader();
+        let txn = Txn::new()
+            .when([
+                Compare::value(leader.as_str(), CompareOp::Equal, fence.machine.as_str()),
+                Compare::lease(leader.as_str(), CompareOp::Equal, fence.lease),
+            ])
+            .and_then([TxnOp::txn(Txn::new().when(compares).and_then(ops))])
+            .or_else([TxnOp::get(leader.as_str(), None)]);
+        let resp = self.txn(op, key, txn).await?;
+        let mut answers = resp.op_responses().into_iter();
+        if !resp.succeeded() {
+            let holder = answers
+                .find_map(|r| match r {
+                    TxnOpResponse::Get(g) => g
+                        .kvs()
+                        .first()
+                        .map(|kv| format!("{} (lease {:x})", String::from_utf8_lossy(kv.value()), kv.lease())),
+                    _ => None,
+                })
+                .unwrap_or_else(|| "absent".to_string());
+            return Err(RegistryError::NotLeader { machine: fence.machine.clone(), lease: fence.lease, holder });
+        }
+        let written = matches!(answers.next(), Some(TxnOpResponse::Txn(inner)) if inner.succeeded());
+        Ok(written.then_some(resp))
+    }
+
     /// Tries to become engine leader as `machine`, binding the key to `lease` (the engine lease).
     pub async fn campaign(&self, machine: &str, lease: i64) -> Result<Campaign> {
         check_component(Component::MachineId, machine)?;
