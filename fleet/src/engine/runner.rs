@@ -16,7 +16,9 @@
 //!   (a lost campaign still costs etcd a raft round), and counts as leader only once the view shows the key bound
 //!   to its lease. Renewal is the lease keep-alive; its failure ends leadership at once. On shutdown it resigns
 //!   (deletes the key if still its own) and revokes the lease, so another engine takes over without waiting for
-//!   expiry.
+//!   expiry. A leader key with this machine's ID under another lease (an earlier run: a killed fleetd, or a lease
+//!   given up during an etcd outage that etcd restored) is retired at once. Every pass's writes carry the
+//!   [`registry::LeaderFence`] (key and lease), so an engine deposed mid-pass writes nothing.
 //! * **Engine version**: a cluster without the version key (or with an older one) is raised to
 //!   [`ENGINE_VERSION`](super::leader::ENGINE_VERSION) before campaigning; a newer one makes this engine stand
 //!   aside (and resign if it led).
