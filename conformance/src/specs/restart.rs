@@ -1,7 +1,7 @@
 //! Restarting fleetd without disruption (issue 14, item 1; capability `restart_adopts`): a fleetd restarted on a
 //! machine — `systemctl restart fleet.service` (a binary upgrade), or killed outright and started again within
 //! the TTL — restarts, stops and moves nothing; the new process adopts the running units. Stopping fleet for good
-//! still hands the units to other machines (`cluster::stopped_member_migration`).
+//! still hands the units to other machines (`cluster::stopped_fleet_moves_only_its_unit`).
 //!
 //! Observations are systemd's: each unit's `MainPID` in the machine running it, each unit's journal in every
 //! other machine (a unit that never ran there has none), and a log line a oneshot unit writes each time it runs
