@@ -51,6 +51,8 @@ pub struct LeaderFence {
 impl Registry {
     /// Runs `compares` → `ops` only while `fence` holds, in one transaction: `Ok(Some(response))` when written,
     /// `Ok(None)` when `compares` failed (nothing written), [`RegistryError::NotLeader`] when the fence failed.
+    /// The fence's two compares join the caller's (a nested transaction would count against etcd's operation
+    /// limit twice); on failure the leader key is read in the same transaction to tell which compare failed.
     /// Without a fence (tests, tools that are not the engine) it is a plain conditional transaction.
     pub(crate) async fn fenced_txn(
         &self,
@@ -65,29 +67,30 @@ impl Registry {
             return Ok(resp.succeeded().then_some(resp));
         };
         let leader = self.keys.engine_leader();
-        let txn = Txn::new()
-            .when([
-                Compare::value(leader.as_str(), CompareOp::Equal, fence.machine.as_str()),
-                Compare::lease(leader.as_str(), CompareOp::Equal, fence.lease),
-            ])
-            .and_then([TxnOp::txn(Txn::new().when(compares).and_then(ops))])
-            .or_else([TxnOp::get(leader.as_str(), None)]);
+        let mut all = vec![
+            Compare::value(leader.as_str(), CompareOp::Equal, fence.machine.as_str()),
+            Compare::lease(leader.as_str(), CompareOp::Equal, fence.lease),
+        ];
+        all.extend(compares);
+        let txn = Txn::new().when(all).and_then(ops).or_else([TxnOp::get(leader.as_str(), None)]);
         let resp = self.txn(op, key, txn).await?;
-        let mut answers = resp.op_responses().into_iter();
-        if !resp.succeeded() {
-            let holder = answers
-                .find_map(|r| match r {
-                    TxnOpResponse::Get(g) => g
-                        .kvs()
-                        .first()
-                        .map(|kv| format!("{} (lease {:x})", String::from_utf8_lossy(kv.value()), kv.lease())),
-                    _ => None,
-                })
-                .unwrap_or_else(|| "absent".to_string());
-            return Err(RegistryError::NotLeader { machine: fence.machine.clone(), lease: fence.lease, holder });
+        if resp.succeeded() {
+            return Ok(Some(resp));
         }
-        let written = matches!(answers.next(), Some(TxnOpResponse::Txn(inner)) if inner.succeeded());
-        Ok(written.then_some(resp))
+        let holder = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(g) => {
+                g.kvs().first().map(|kv| (String::from_utf8_lossy(kv.value()).into_owned(), kv.lease()))
+            }
+            _ => None,
+        });
+        match holder {
+            Some((machine, lease)) if machine == fence.machine && lease == fence.lease => Ok(None),
+            holder => Err(RegistryError::NotLeader {
+                machine: fence.machine.clone(),
+                lease: fence.lease,
+                holder: holder.map_or_else(|| "absent".to_string(), |(m, l)| format!("{m} (lease {l:x})")),
+            }),
+        }
     }
 
     /// Tries to become engine leader as `machine`, binding the key to `lease` (the engine lease).

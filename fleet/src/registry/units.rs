@@ -44,8 +44,9 @@ pub struct PutUnit<'a> {
 }
 
 /// Most placement changes [`Registry::placements_at`] puts in one transaction: each brings up to two compares,
-/// and etcd refuses transactions with more than 128 compares or operations by default (`--max-txn-ops`).
-pub const MAX_PLACEMENTS_PER_TXN: usize = 64;
+/// the leader fence two more, and etcd refuses transactions with more than 128 compares or operations by default
+/// (`--max-txn-ops`).
+pub const MAX_PLACEMENTS_PER_TXN: usize = 63;
 
 /// Most launched markers one transaction of [`Registry::mark_launched_many`] writes (etcd's default
 /// `--max-txn-ops` is 128 compares and 128 operations).
