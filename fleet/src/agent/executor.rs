@@ -14,7 +14,7 @@
 //!
 //! A start of a unit whose desired state carries a rolling restart's token records the token (kept in
 //! `.rollout-restarts` in the units directory, so a fleetd restart does not restart the unit a second time).
-//! The target-state cache and the running versions are kept in `.agent-state` likewise ([`super::handoff`]), so
+//! The target-state cache and the running versions are kept in `agent-state.json` next to the units directory ([`super::handoff`]), so
 //! a new fleetd process adopts the units the last one launched: its first plan stops, starts and reloads nothing.
 //!
 //! A failing task is logged and skips only the later tasks of the same unit; everything else goes on, and the next
@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::error::AgentError;
-use super::handoff::{AGENT_STATE_FILE, AgentRecord};
+use super::handoff::{AGENT_STATE_FILE, AgentRecord, record_dir};
 use super::plan::{Actual, Desired, Planned, Task, plan};
 use super::publisher::unit_states;
 use super::units_dir::UnitsDir;
@@ -140,7 +140,7 @@ pub struct Executor<S> {
     restarts: BTreeMap<String, String>,
     /// Files or links changed since the last daemon-reload.
     reload_needed: bool,
-    /// What `.agent-state` holds (rewritten when `believed` or `running` no longer match it).
+    /// What `agent-state.json` holds (rewritten when `believed` or `running` no longer match it).
     recorded: AgentRecord,
     /// The loaded set (unit → recorded hash), re-sent whenever a file is written or removed, so state publishing
     /// can follow it without waiting for a running plan.
@@ -151,7 +151,7 @@ impl<S: SystemdOps> Executor<S> {
     pub fn new(systemd: S, units: UnitsDir, config: ExecutorConfig) -> Self {
         let (loaded_tx, _) = watch::channel(units.hashes().clone());
         let restarts = read_restarts(&units.dir().join(RESTARTS_FILE));
-        let recorded = std::fs::read(units.dir().join(AGENT_STATE_FILE))
+        let recorded = std::fs::read(record_dir(units.dir()).join(AGENT_STATE_FILE))
             .ok()
             .and_then(|bytes| AgentRecord::decode(&bytes))
             .unwrap_or_default();
@@ -177,14 +177,14 @@ impl<S: SystemdOps> Executor<S> {
         }
     }
 
-    /// Rewrites `.agent-state` when the caches changed since it was last written.
+    /// Rewrites `agent-state.json` when the caches changed since it was last written.
     fn record_state(&mut self) {
         let now = AgentRecord::of(&self.believed, &self.running);
         if now == self.recorded {
             return;
         }
-        let path = self.units.dir().join(AGENT_STATE_FILE);
-        let tmp = self.units.dir().join(format!("{AGENT_STATE_FILE}.tmp"));
+        let path = record_dir(self.units.dir()).join(AGENT_STATE_FILE);
+        let tmp = path.with_extension("json.tmp");
         match std::fs::write(&tmp, now.encode()).and_then(|()| std::fs::rename(&tmp, &path)) {
             Ok(()) => self.recorded = now,
             Err(e) => {

@@ -3,19 +3,27 @@
 //! them again: the target-state cache (which units this agent launched or only loaded) and the version each
 //! launched unit runs (it lags the file after a replace without restart).
 //!
-//! The record lives in `.agent-state` in the units directory (hidden files are not units), which is on `/run`
-//! (tmpfs): a reboot clears it together with the units themselves. It is rewritten after every executor run that
+//! The record lives in `agent-state.json` next to the units directory ([`record_dir`]: `/run/fleet/` for the
+//! default `/run/fleet/units/`, so the units directory holds unit files only), on `/run` (tmpfs): a reboot clears
+//! it together with the units themselves. It is rewritten after every executor run that
 //! changed it, so a fleetd killed outright leaves the last complete record. Pure encode/decode here; the executor
 //! does the I/O.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::model::JobState;
 
-/// The file in the units directory holding the record.
-pub const AGENT_STATE_FILE: &str = ".agent-state";
+/// The file in [`record_dir`] holding the record.
+pub const AGENT_STATE_FILE: &str = "agent-state.json";
+
+/// Where fleetd keeps what its next process adopts: the parent of the units directory (the units directory
+/// itself when it has none).
+pub fn record_dir(units_dir: &Path) -> PathBuf {
+    units_dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(units_dir).to_path_buf()
+}
 
 /// The executor's knowledge that a new process needs to adopt this machine's units.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,15 +7,16 @@
 //! presence lease unrevoked. Anything else (`stop`, a system shutdown, no job, not under systemd) **purges** as
 //! the original did. SIGUSR2 always hands off (for operators and supervisors other than systemd).
 //!
-//! The next process reads `.presence` in the units directory (this machine's ID and presence lease, written at
+//! The next process reads `presence.json` next to the units directory (`agent::handoff::record_dir`; this
+//! machine's ID and presence lease, written at
 //! every registration, so a fleetd killed outright leaves it too) and keeps that lease alive when etcd still
 //! holds it: the machine never leaves the registry and the engine moves nothing. The agent's own record
 //! (`agent::handoff`) lets it adopt the running units without a stop, start or daemon-reload.
 
 use serde::{Deserialize, Serialize};
 
-/// The file in the units directory holding the presence record.
-pub const PRESENCE_FILE: &str = ".presence";
+/// The file next to the units directory (`agent::handoff::record_dir`) holding the presence record.
+pub const PRESENCE_FILE: &str = "presence.json";
 
 /// How fleetd leaves on a shutdown signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

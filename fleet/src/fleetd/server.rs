@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::config::{self, Config, ConfigError, Loaded};
 use super::handoff::{Exit, PRESENCE_FILE, PresenceRecord, exit_for_job};
 use super::signals::{Request, Signals};
+use crate::agent::handoff::record_dir;
 use crate::agent::{Agent, AgentConfig};
 use crate::api::Api;
 use crate::api::listen::{self, ListenAddress, Listener};
@@ -91,7 +92,7 @@ struct Daemon {
     previous_presence: Option<i64>,
     /// A registration handed on by a reload, used by the next run instead of registering again.
     carried: Option<Registered>,
-    /// The presence lease the previous fleetd process of this machine left (`.presence`), adopted at the first
+    /// The presence lease the previous fleetd process of this machine left (`presence.json`), adopted at the first
     /// registration when etcd still holds it.
     inherited: Option<i64>,
 }
@@ -105,7 +106,7 @@ pub async fn run(config_path: Option<PathBuf>) -> Result<(), ServerError> {
     let bus = if loaded.config.systemd_user { Bus::User } else { Bus::System };
     let systemd = Systemd::connect(bus).await?;
     let units_dir = PathBuf::from(&loaded.config.units_directory);
-    let inherited = std::fs::read(units_dir.join(PRESENCE_FILE))
+    let inherited = std::fs::read(record_dir(&units_dir).join(PRESENCE_FILE))
         .ok()
         .and_then(|bytes| PresenceRecord::lease_for(&bytes, &machine_id));
     let agent = Agent::new(AgentConfig { machine_id: machine_id.clone(), units_dir, ttl }, systemd.clone()).await?;
@@ -390,10 +391,10 @@ impl Daemon {
     }
 
     fn presence_path(&self) -> PathBuf {
-        PathBuf::from(&self.config().units_directory).join(PRESENCE_FILE)
+        record_dir(std::path::Path::new(&self.config().units_directory)).join(PRESENCE_FILE)
     }
 
-    /// Writes `.presence` for the next process of this machine (also one started after a crash).
+    /// Writes `presence.json` for the next process of this machine (also one started after a crash).
     fn record_presence(&self, lease: i64) {
         let path = self.presence_path();
         let record = PresenceRecord { machine_id: self.machine_id.clone(), lease };
@@ -405,7 +406,7 @@ impl Daemon {
 
     /// Restart without disruption: leave every unit running, its states and launched markers published and the
     /// presence lease unrevoked (dropping the keeper only stops keep-alives); the next fleetd process adopts them
-    /// (`.presence`, `.agent-state`). Stopping the components has already resigned engine leadership.
+    /// (`presence.json`, `agent-state.json`). Stopping the components has already resigned engine leadership.
     fn hand_off(&mut self, registered: Option<Registered>) {
         let lease = registered.as_ref().map(|r| r.presence.id());
         tracing::info!(

@@ -25,7 +25,8 @@ struct Setup {
 
 fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
+    // Nested: the executor keeps its record next to the units directory.
+    let path = dir.path().join("units");
     let fake = Arc::new(Fake::default());
     let config = ExecutorConfig { start_wait: Duration::from_millis(100), stop_wait: Duration::from_secs(5) };
     let exec = Executor::new(Arc::clone(&fake), UnitsDir::open(&path).unwrap(), config);
