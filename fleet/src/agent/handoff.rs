@@ -116,6 +116,13 @@ mod tests {
     }
 
     #[test]
+    fn the_record_lives_next_to_the_units_directory() {
+        assert_eq!(record_dir(Path::new("/run/fleet/units/")), PathBuf::from("/run/fleet"));
+        assert_eq!(record_dir(Path::new("/run/fleet/units")), PathBuf::from("/run/fleet"));
+        assert_eq!(record_dir(Path::new("units")), PathBuf::from("units"));
+    }
+
+    #[test]
     fn garbage_is_no_record() {
         assert_eq!(AgentRecord::decode(b"{\"believed\": [1,"), None);
         assert_eq!(AgentRecord::decode(b""), None);
