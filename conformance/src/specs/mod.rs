@@ -12,6 +12,7 @@ pub mod moves;
 pub mod node;
 pub mod plan;
 pub mod replace;
+pub mod restart;
 pub mod rollout;
 pub mod scheduling;
 pub mod ssh;
@@ -170,6 +171,14 @@ pub fn catalogue() -> Vec<Spec> {
         spec(Node, "duplicate_machine_id_is_refused", 2, "TestDetectMachineId", |c| {
             Box::pin(node::duplicate_machine_id(c))
         }),
+        spec(Node, "systemctl_restart_keeps_every_unit", 3, "issue 14, upstream #1086", |c| {
+            Box::pin(restart::systemctl_restart_keeps_every_unit(c))
+        })
+        .requires(&[Capability::RestartAdopts]),
+        spec(Node, "killed_fleetd_started_within_the_ttl_keeps_every_unit", 3, "issue 14, upstream #1086", |c| {
+            Box::pin(restart::killed_fleetd_started_within_the_ttl_keeps_every_unit(c))
+        })
+        .requires(&[Capability::RestartAdopts]),
         // cluster
         spec(Cluster, "stopped_fleet_moves_only_its_unit", 4, "TestDynamicClusterNewMemberUnitMigration", |c| {
             Box::pin(cluster::stopped_member_migration(c))
@@ -270,6 +279,10 @@ pub fn catalogue() -> Vec<Spec> {
             Box::pin(plan::plan_predicts_what_the_replace_does(c))
         })
         .requires(&[Capability::Plan, Capability::NoRestart]),
+        spec(Rollout, "rolling_replace_survives_restart_of_the_engine_leaders_fleetd", 3, "issue 12", |c| {
+            Box::pin(rollout::rolling_replace_survives_restart_of_the_engine_leaders_fleetd(c))
+        })
+        .requires(&[Capability::Rollout, Capability::RestartAdopts]),
         spec(Rollout, "history_and_rollback_restore_the_previous_version", 3, "issue 12", |c| {
             Box::pin(rollout::history_and_rollback_restore_the_previous_version(c))
         })

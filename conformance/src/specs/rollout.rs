@@ -494,6 +494,56 @@ pub async fn rolling_replace_survives_killed_client_and_etcd_restart(ctx: Ctx) -
     expect_each_machine_changed_once_in_order(&ctx, &slots, "v1", "v2").await
 }
 
+/// The machine whose fleetd leads the engine: the one whose fleet journal last said it acquired engine
+/// leadership (and did not lose or release it since).
+async fn engine_leader(ctx: &Ctx, slots: &[usize]) -> Result<usize, String> {
+    let mut seen = Vec::new();
+    for &slot in slots {
+        let journal = ctx.journal_fleet(slot).await?;
+        let last = journal.lines().rev().find(|l| l.to_lowercase().contains("engine leadership")).unwrap_or("");
+        if last.to_lowercase().contains("acquired") {
+            return Ok(slot);
+        }
+        seen.push(format!("m{slot}: {last:?}"));
+    }
+    Err(ctx.fail(format!("no machine's fleet journal says it holds engine leadership: {}", seen.join("; "))))
+}
+
+/// The engine leader's fleetd restarted (`systemctl restart fleet.service`) in the middle of a rolling replace:
+/// the rollout still completes, and each machine's unit changed exactly once (hooks counted in systemd).
+pub async fn rolling_replace_survives_restart_of_the_engine_leaders_fleetd(ctx: Ctx) -> Outcome {
+    let slots = [1, 2, 3];
+    let dir = TempDir::new()?;
+    let path = start_v1(&ctx, &dir, &slots).await?;
+    dir.write(DB, &db_unit("v2", None))?;
+    ctx.fleetctl_ok(1, &["start", "--replace", "--rolling", "--no-block", "--min-healthy=3s", &path]).await?;
+    let cref = &ctx;
+    ctx.wait_for("the first machine to run v2", || async move {
+        match running_versions(cref, &slots).await {
+            Ok(v) if v.values().any(|(d, a)| d == "db v2" && a == "active") => Check::Ready(()),
+            Ok(v) => Check::NotYet(format!("{v:?}")),
+            Err(e) => Check::NotYet(e),
+        }
+    })
+    .await?;
+    let leader = engine_leader(&ctx, &slots).await?;
+    ctx.exec_ok(leader, &["systemctl", "restart", "fleet.service"]).await?;
+    let during = running_versions(&ctx, &slots).await?;
+    ctx.ensure(during.values().any(|(d, _)| d == "db v1"), || {
+        format!("the rollout must still be under way when m{leader}'s fleetd has restarted (no proof otherwise); observed {during:?}")
+    })?;
+    ctx.wait_api(leader).await?;
+    let status = ctx.fleetctl(leader, &["rollout-status", DB]).await?;
+    ctx.ensure(status.success(), || {
+        format!("rollout-status after the engine leader's fleetd (m{leader}) restarted: {}", status.describe())
+    })?;
+    let after = running_versions(&ctx, &slots).await?;
+    ctx.ensure(after.values().all(|(d, a)| d == "db v2" && a == "active"), || {
+        format!("expected every machine active on v2 once rollout-status returned; observed {after:?}")
+    })?;
+    expect_each_machine_changed_once_in_order(&ctx, &slots, "v1", "v2").await
+}
+
 /// `history` lists a unit's versions newest first, and `rollback` returns every machine to the previous one, the
 /// new version's stop hooks finishing before the old version's start hooks on each.
 pub async fn history_and_rollback_restore_the_previous_version(ctx: Ctx) -> Outcome {

@@ -14,6 +14,8 @@
 //!
 //! A start of a unit whose desired state carries a rolling restart's token records the token (kept in
 //! `.rollout-restarts` in the units directory, so a fleetd restart does not restart the unit a second time).
+//! The target-state cache and the running versions are kept in `agent-state.json` next to the units directory ([`super::handoff`]), so
+//! a new fleetd process adopts the units the last one launched: its first plan stops, starts and reloads nothing.
 //!
 //! A failing task is logged and skips only the later tasks of the same unit; everything else goes on, and the next
 //! reconcile retries. Losing etcd never reaches this code as a stop: only a plan does.
@@ -27,6 +29,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::error::AgentError;
+use super::handoff::{AGENT_STATE_FILE, AgentRecord, record_dir};
 use super::plan::{Actual, Desired, Planned, Task, plan};
 use super::publisher::unit_states;
 use super::units_dir::UnitsDir;
@@ -155,6 +158,8 @@ pub struct Executor<S> {
     changed_files: BTreeSet<String>,
     /// A change that always needs a daemon-reload (an `[Install]` unit enabled, a failed enable cleaned up).
     reload_required: bool,
+    /// What `agent-state.json` holds (rewritten when `believed` or `running` no longer match it).
+    recorded: AgentRecord,
     /// The loaded set (unit → recorded hash), re-sent whenever a file is written or removed, so state publishing
     /// can follow it without waiting for a running plan.
     loaded_tx: watch::Sender<BTreeMap<String, String>>,
@@ -164,18 +169,47 @@ impl<S: SystemdOps> Executor<S> {
     pub fn new(systemd: S, units: UnitsDir, config: ExecutorConfig) -> Self {
         let (loaded_tx, _) = watch::channel(units.hashes().clone());
         let restarts = read_restarts(&units.dir().join(RESTARTS_FILE));
+        let recorded = std::fs::read(record_dir(units.dir()).join(AGENT_STATE_FILE))
+            .ok()
+            .and_then(|bytes| AgentRecord::decode(&bytes))
+            .unwrap_or_default();
+        let (believed, running) = recorded.restore(units.hashes());
+        if !believed.is_empty() {
+            info!(
+                launched = believed.values().filter(|s| **s == JobState::Launched).count(),
+                loaded = believed.values().filter(|s| **s == JobState::Loaded).count(),
+                "adopting the units the previous fleetd process left"
+            );
+        }
         Executor {
             systemd,
             units,
             config,
-            believed: BTreeMap::new(),
+            believed,
             pending_starts: BTreeSet::new(),
-            running: BTreeMap::new(),
+            running,
             restarts,
             reload_needed: false,
             changed_files: BTreeSet::new(),
             reload_required: false,
+            recorded,
             loaded_tx,
+        }
+    }
+
+    /// Rewrites `agent-state.json` when the caches changed since it was last written.
+    fn record_state(&mut self) {
+        let now = AgentRecord::of(&self.believed, &self.running);
+        if now == self.recorded {
+            return;
+        }
+        let path = record_dir(self.units.dir()).join(AGENT_STATE_FILE);
+        let tmp = path.with_extension("json.tmp");
+        match std::fs::write(&tmp, now.encode()).and_then(|()| std::fs::rename(&tmp, &path)) {
+            Ok(()) => self.recorded = now,
+            Err(e) => {
+                warn!(path = %path.display(), err = %e, "cannot record the agent's state; a fleetd restart may start units again")
+            }
         }
     }
 
@@ -330,6 +364,7 @@ impl<S: SystemdOps> Executor<S> {
                 reports.push(TaskReport { planned: p, outcome });
             }
         }
+        self.record_state();
         reports
     }
 

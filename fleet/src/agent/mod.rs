@@ -11,6 +11,7 @@
 //! | `handover.rs` | pure: the cross-machine replace rule — when another machine's old copy keeps a start waiting |
 //! | `units_dir.rs` | the unit files in `units_directory`: write (0644), remove, list at start, recorded hashes |
 //! | `executor.rs` | runs a plan against systemd, waiting for jobs; keeps what the agent believes it started |
+//! | `handoff.rs` | pure: the record (`agent-state.json`) a restarted fleetd adopts the running units from |
 //! | `publisher.rs` | pure: diff of published unit states against systemd's (this machine's states only) |
 //! | `debug.rs` | the SIGUSR1 dump |
 //! | `timing.rs` | reconcile interval, heartbeat / re-publish period from the TTL |
@@ -35,6 +36,7 @@ mod error;
 pub mod executor;
 #[cfg(test)]
 pub(crate) mod fake;
+pub mod handoff;
 pub mod handover;
 pub mod plan;
 mod publish_loop;

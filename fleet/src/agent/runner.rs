@@ -171,6 +171,11 @@ impl Agent {
         }
     }
 
+    /// How many unit files the agent holds in its units directory.
+    pub fn loaded_count(&self) -> usize {
+        self.executor.loaded().len()
+    }
+
     /// A JSON-able debug dump (SIGUSR1): target states, published states, subscribed units.
     pub fn debug_state(&self) -> serde_json::Value {
         self.debug.dump()

@@ -5,7 +5,8 @@
 //! own key. A leader therefore always runs the cluster's engine version, which is what the record's version is
 //! read as. "Holding" means the record is bound to the lease this engine campaigned with and still keeps alive; a
 //! record with our machine ID but another lease belongs to an earlier run of this fleetd (crashed without
-//! resigning) and is waited out like any other expiring leader.
+//! resigning, or a lease given up during an etcd outage and restored by etcd); the runner retires that key at once
+//! (delete-if-still-that-lease) rather than waiting for the lease to expire.
 
 use super::leader::{CurrentLeader, ENGINE_VERSION, LeadershipStep, LeadershipView, decide};
 use crate::registry;

@@ -17,7 +17,7 @@ use tokio::time::{Instant, timeout_at};
 
 use super::catalog::UnitCatalog;
 use super::schedule::{Decision, plan_with_report};
-use crate::registry::{self, MAX_PLACEMENTS_PER_TXN, PlacementWrite, Registry, RegistryError};
+use crate::registry::{self, LeaderFence, MAX_PLACEMENTS_PER_TXN, PlacementWrite, Registry, RegistryError};
 
 /// How a pass ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,12 +77,14 @@ impl Reconciler {
         Reconciler::default()
     }
 
-    /// Runs one pass on `view`. `deadline` bounds the whole pass; `keep_going` is checked before every write
-    /// (leadership still held, engine not stopping).
+    /// Runs one pass on `view`. Every write carries `fence` (this engine's leader key and lease), so a pass of an
+    /// engine deposed meanwhile writes nothing. `deadline` bounds the whole pass; `keep_going` is checked before
+    /// every write (leadership still held, engine not stopping).
     pub async fn pass(
         &mut self,
         registry: &Registry,
         view: &registry::Snapshot,
+        fence: &LeaderFence,
         deadline: Instant,
         keep_going: impl Fn() -> bool,
     ) -> PassReport {
@@ -122,7 +124,7 @@ impl Reconciler {
             // was written and the decisions are applied one by one to find the one that conflicts.
             if chunk.len() > 1 {
                 let changes: Vec<PlacementWrite<'_>> = chunk.iter().map(placement).collect();
-                match timeout_at(deadline, registry.placements_at(&changes)).await {
+                match timeout_at(deadline, registry.placements_at(&changes, Some(fence))).await {
                     Err(_) => {
                         report.outcome = PassOutcome::TimedOut { limit };
                         break;
@@ -146,7 +148,8 @@ impl Reconciler {
                     report.outcome = PassOutcome::Interrupted;
                     break;
                 }
-                let written = match timeout_at(deadline, registry.placement_at(&placement(decision))).await {
+                let written = match timeout_at(deadline, registry.placement_at(&placement(decision), Some(fence))).await
+                {
                     Ok(result) => result,
                     Err(_) => {
                         report.outcome = PassOutcome::TimedOut { limit };
@@ -178,7 +181,7 @@ impl Reconciler {
             }
         }
         if report.outcome == PassOutcome::Complete && keep_going() {
-            match timeout_at(deadline, self.collect_garbage(registry, view)).await {
+            match timeout_at(deadline, self.collect_garbage(registry, view, fence)).await {
                 Ok(Ok(n)) => report.collected = n,
                 Ok(Err(e)) => tracing::warn!(error = %e, "cannot garbage-collect unit bodies"),
                 Err(_) => report.outcome = PassOutcome::TimedOut { limit },
@@ -193,6 +196,7 @@ impl Reconciler {
         &mut self,
         registry: &Registry,
         view: &registry::Snapshot,
+        fence: &LeaderFence,
     ) -> Result<usize, RegistryError> {
         self.collected.retain(|(hash, rev)| view.bodies().get(hash).is_some_and(|b| b.mod_revision == *rev));
         let candidates: Vec<(String, i64)> =
@@ -200,7 +204,7 @@ impl Reconciler {
         if candidates.is_empty() {
             return Ok(0);
         }
-        let deleted = registry.delete_bodies(&candidates).await?;
+        let deleted = registry.delete_bodies(&candidates, Some(fence)).await?;
         tracing::info!(deleted, candidates = candidates.len(), "garbage-collected unreferenced unit bodies");
         // Those not deleted were re-put meanwhile: their mod revision changed, so they are new candidates anyway.
         self.collected.extend(candidates);

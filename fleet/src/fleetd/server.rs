@@ -1,5 +1,6 @@
 //! fleetd's life cycle (spec §1.3–§1.5): start-up, registration, the components (engine, agent, API), the
-//! monitor that restarts them when this machine's presence lease is lost, SIGHUP reloads and graceful shutdown.
+//! monitor that restarts them when this machine's presence lease is lost, SIGHUP reloads and graceful shutdown —
+//! a purge when fleet stops for good, a handoff to the next process when it restarts ([`super::handoff`]).
 //!
 //! The API listeners and the agent outlive every restart: a reload or a monitor restart never closes a listener
 //! and never stops a unit. Until the components run, the API answers 503.
@@ -13,7 +14,9 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::config::{self, Config, ConfigError, Loaded};
+use super::handoff::{Exit, PRESENCE_FILE, PresenceRecord, exit_for_job};
 use super::signals::{Request, Signals};
+use crate::agent::handoff::record_dir;
 use crate::agent::{Agent, AgentConfig};
 use crate::api::Api;
 use crate::api::listen::{self, ListenAddress, Listener};
@@ -26,7 +29,13 @@ use crate::systemd::{Bus, Systemd};
 const PURGE_DEADLINE: Duration = Duration::from_secs(60);
 /// Bound on the registry calls of a shutdown, so an unreachable etcd cannot hold fleetd up.
 const SHUTDOWN_REGISTRY_DEADLINE: Duration = Duration::from_secs(3);
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// Bound on asking systemd, at SIGTERM, whether fleet is being restarted.
+const OWN_JOB_DEADLINE: Duration = Duration::from_secs(2);
+/// Registration retries: from [`FIRST_BACKOFF`], doubling to [`MAX_BACKOFF`]. Capped low (the original: one minute)
+/// so that a fleetd registers again within about a second of etcd's return, however long etcd was away; the cost
+/// is one connection attempt per second per machine during an outage.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -46,8 +55,9 @@ pub enum ServerError {
 
 /// How one run of the components ended.
 enum RunEnd {
-    /// Shut down; with the registry connection and presence lease when this machine was registered.
-    Shutdown(Option<Box<Registered>>),
+    /// Shut down (purge or hand off); with the registry connection and presence lease when this machine was
+    /// registered.
+    Shutdown(Option<Box<Registered>>, Exit),
     /// Reload the configuration; the registration is handed on so the machine stays registered throughout.
     Reload(Box<Registered>),
     MonitorTriggered,
@@ -56,7 +66,7 @@ enum RunEnd {
 /// Why the components of one run stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ended {
-    Shutdown,
+    Shutdown(Exit),
     Reload,
     Monitor,
 }
@@ -73,6 +83,8 @@ struct Daemon {
     loaded: Loaded,
     machine_id: String,
     agent: Agent,
+    /// Asked at SIGTERM whether fleet is being restarted.
+    systemd: Systemd,
     api: watch::Sender<Option<Arc<Api>>>,
     signals: Signals,
     /// The presence lease of the last successful registration, revoked if it still holds our machine key when we
@@ -80,6 +92,9 @@ struct Daemon {
     previous_presence: Option<i64>,
     /// A registration handed on by a reload, used by the next run instead of registering again.
     carried: Option<Registered>,
+    /// The presence lease the previous fleetd process of this machine left (`presence.json`), adopted at the first
+    /// registration when etcd still holds it.
+    inherited: Option<i64>,
 }
 
 /// Runs fleetd until a shutdown signal; returns the process exit status.
@@ -90,19 +105,29 @@ pub async fn run(config_path: Option<PathBuf>) -> Result<(), ServerError> {
     let signals = Signals::install().map_err(ServerError::Signals)?;
     let bus = if loaded.config.systemd_user { Bus::User } else { Bus::System };
     let systemd = Systemd::connect(bus).await?;
-    let agent = Agent::new(
-        AgentConfig { machine_id: machine_id.clone(), units_dir: PathBuf::from(&loaded.config.units_directory), ttl },
-        systemd,
-    )
-    .await?;
+    let units_dir = PathBuf::from(&loaded.config.units_directory);
+    let inherited = std::fs::read(record_dir(&units_dir).join(PRESENCE_FILE))
+        .ok()
+        .and_then(|bytes| PresenceRecord::lease_for(&bytes, &machine_id));
+    let agent = Agent::new(AgentConfig { machine_id: machine_id.clone(), units_dir, ttl }, systemd.clone()).await?;
 
     let listeners = api_listeners(&loaded.config).await?;
     let (api, api_rx) = watch::channel(None);
     let api_stop = CancellationToken::new();
     let serving = tokio::spawn(crate::api::serve::serve(listeners, api_rx, api_stop.clone()));
 
-    let mut daemon =
-        Daemon { config_path, loaded, machine_id, agent, api, signals, previous_presence: None, carried: None };
+    let mut daemon = Daemon {
+        config_path,
+        loaded,
+        machine_id,
+        agent,
+        systemd,
+        api,
+        signals,
+        previous_presence: None,
+        carried: None,
+        inherited,
+    };
     loop {
         match daemon.run_components().await {
             RunEnd::Reload(registered) => {
@@ -113,8 +138,12 @@ pub async fn run(config_path: Option<PathBuf>) -> Result<(), ServerError> {
             RunEnd::MonitorTriggered => {
                 tracing::error!("Server monitor triggered: Monitor timed out before successful heartbeat");
             }
-            RunEnd::Shutdown(registered) => {
+            RunEnd::Shutdown(registered, Exit::Purge) => {
                 daemon.shutdown(registered.map(|r| *r)).await;
+                break;
+            }
+            RunEnd::Shutdown(registered, Exit::Handoff) => {
+                daemon.hand_off(registered.map(|r| *r));
                 break;
             }
         }
@@ -157,7 +186,7 @@ fn etcd_config(config: &Config) -> EtcdConfig {
     }
 }
 
-/// Doubling backoff from 1 s, capped at one minute (spec §1.3 step 7).
+/// Doubling backoff, capped at [`MAX_BACKOFF`] (spec §1.3 step 7 with a lower cap, issue 14).
 fn next_backoff(current: Duration) -> Duration {
     (current * 2).min(MAX_BACKOFF)
 }
@@ -177,7 +206,8 @@ impl Daemon {
         tokio::select! {
             _ = tokio::time::sleep(delay) => None,
             request = self.signals.next() => match request {
-                Request::Shutdown => Some(RunEnd::Shutdown(None)),
+                Request::Shutdown => Some(RunEnd::Shutdown(None, exit_on_term(&self.systemd).await)),
+                Request::Handoff => Some(RunEnd::Shutdown(None, Exit::Handoff)),
                 // Not registered yet: nothing to hand on; the next attempt uses the new configuration.
                 Request::Reload => {
                     self.reload();
@@ -200,14 +230,14 @@ impl Daemon {
         let Registered { registry, presence } = match carried {
             Some(registered) => registered,
             None => {
-                let mut backoff = Duration::from_secs(1);
+                let mut backoff = FIRST_BACKOFF;
                 loop {
                     match self.register(ttl).await {
                         Ok((registry, presence)) => break Registered { registry, presence },
                         Err(err) => {
                             tracing::error!(
-                                "Server register machine failed: {err}, retrying in {} sec.",
-                                backoff.as_secs()
+                                "Server register machine failed: {err}, retrying in {:.2} sec.",
+                                backoff.as_secs_f64()
                             );
                             if let Some(end) = self.pause(backoff).await {
                                 return end;
@@ -248,7 +278,8 @@ impl Daemon {
                         break Ended::Monitor;
                     }
                     request = self.signals.next() => match request {
-                        Request::Shutdown => break Ended::Shutdown,
+                        Request::Shutdown => break Ended::Shutdown(exit_on_term(&self.systemd).await),
+                        Request::Handoff => break Ended::Shutdown(Exit::Handoff),
                         Request::Reload => break Ended::Reload,
                         Request::Dump => dump(&debug, &reflector),
                     },
@@ -266,7 +297,7 @@ impl Daemon {
             tracing::warn!("engine did not stop in time");
         }
         match ended {
-            Ended::Shutdown => RunEnd::Shutdown(Some(Box::new(Registered { registry, presence }))),
+            Ended::Shutdown(exit) => RunEnd::Shutdown(Some(Box::new(Registered { registry, presence })), exit),
             Ended::Reload => RunEnd::Reload(Box::new(Registered { registry, presence })),
             Ended::Monitor => RunEnd::MonitorTriggered,
         }
@@ -304,7 +335,25 @@ impl Daemon {
     async fn register(&mut self, ttl: Duration) -> Result<(Registry, LeaseKeeper), RegistryError> {
         let registry = Registry::connect(&etcd_config(self.config())).await?;
         registry.ensure_layout_version().await?;
-        let presence = LeaseKeeper::grant(&registry, ttl).await?;
+        let presence = match self.inherited.take() {
+            Some(lease) => match LeaseKeeper::adopt(&registry, lease, ttl).await? {
+                Some(kept) => {
+                    tracing::info!(
+                        lease = format_args!("{lease:x}"),
+                        "keeping the presence lease of the previous fleetd process"
+                    );
+                    kept
+                }
+                None => {
+                    tracing::info!(
+                        lease = format_args!("{lease:x}"),
+                        "the previous fleetd process's presence lease is gone; registering afresh"
+                    );
+                    LeaseKeeper::grant(&registry, ttl).await?
+                }
+            },
+            None => LeaseKeeper::grant(&registry, ttl).await?,
+        };
         let mut result = registry.register_machine(&self.local_state(), presence.id()).await;
         if let Err(RegistryError::DuplicateMachine { lease, .. }) = &result
             && Some(*lease) == self.previous_presence
@@ -319,6 +368,7 @@ impl Daemon {
         match result {
             Ok(_) => {
                 self.previous_presence = Some(presence.id());
+                self.record_presence(presence.id());
                 Ok((registry, presence))
             }
             Err(err) => {
@@ -340,10 +390,45 @@ impl Daemon {
         }
     }
 
+    fn presence_path(&self) -> PathBuf {
+        record_dir(std::path::Path::new(&self.config().units_directory)).join(PRESENCE_FILE)
+    }
+
+    /// Writes `presence.json` for the next process of this machine (also one started after a crash).
+    fn record_presence(&self, lease: i64) {
+        let path = self.presence_path();
+        let record = PresenceRecord { machine_id: self.machine_id.clone(), lease };
+        let tmp = path.with_extension("tmp");
+        if let Err(err) = std::fs::write(&tmp, record.encode()).and_then(|()| std::fs::rename(&tmp, &path)) {
+            tracing::warn!(path = %path.display(), error = %err, "cannot record the presence lease; a restart of fleetd will register afresh");
+        }
+    }
+
+    /// Restart without disruption: leave every unit running, its states and launched markers published and the
+    /// presence lease unrevoked (dropping the keeper only stops keep-alives); the next fleetd process adopts them
+    /// (`presence.json`, `agent-state.json`). Stopping the components has already resigned engine leadership.
+    fn hand_off(&mut self, registered: Option<Registered>) {
+        let lease = registered.as_ref().map(|r| r.presence.id());
+        tracing::info!(
+            units = self.agent.loaded_count(),
+            lease = lease.map(|l| format!("{l:x}")).unwrap_or_default(),
+            "handing this machine's units over to the next fleetd process"
+        );
+        if let Some(lease) = lease {
+            self.record_presence(lease);
+        }
+    }
+
     /// Graceful shutdown (spec §1.5): stop and unload every unit here, then drop this machine's presence, states
     /// and launched markers at once by revoking its lease.
     async fn shutdown(&mut self, registered: Option<Registered>) {
         tracing::info!("Gracefully shutting down");
+        let presence_file = self.presence_path();
+        if let Err(err) = std::fs::remove_file(&presence_file)
+            && err.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %presence_file.display(), error = %err, "cannot remove the presence record");
+        }
         let registry = registered.as_ref().map(|r| &r.registry);
         if let Err(err) = self.agent.purge(registry, PURGE_DEADLINE).await {
             tracing::error!(error = %err, "purging units failed");
@@ -356,6 +441,24 @@ impl Daemon {
             }
         }
     }
+}
+
+/// How to leave on SIGTERM: hand off when fleet's own systemd unit is being restarted, else purge.
+async fn exit_on_term(systemd: &Systemd) -> Exit {
+    let job = match tokio::time::timeout(OWN_JOB_DEADLINE, systemd.own_unit_job()).await {
+        Ok(Ok(job)) => job,
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, "cannot ask systemd whether fleet is restarting; purging");
+            None
+        }
+        Err(_) => {
+            tracing::warn!("systemd did not say in time whether fleet is restarting; purging");
+            None
+        }
+    };
+    let exit = exit_for_job(job.as_deref());
+    tracing::info!(job = job.as_deref().unwrap_or("none"), ?exit, "shutdown requested");
+    exit
 }
 
 /// SIGUSR1 (spec §1.5): the agent's caches, plus this fleetd's view of the registry, as one JSON line on stdout.
@@ -376,14 +479,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_to_a_minute() {
-        let mut d = Duration::from_secs(1);
+    fn backoff_doubles_to_a_second() {
+        let mut d = FIRST_BACKOFF;
         let mut seen = Vec::new();
-        for _ in 0..8 {
-            seen.push(d.as_secs());
+        for _ in 0..5 {
+            seen.push(d.as_millis());
             d = next_backoff(d);
         }
-        assert_eq!(seen, vec![1, 2, 4, 8, 16, 32, 60, 60]);
+        assert_eq!(seen, vec![250, 500, 1000, 1000, 1000]);
     }
 
     #[test]

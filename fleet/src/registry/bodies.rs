@@ -6,12 +6,14 @@
 //! transaction (see `units.rs`), which bumps its mod revision, so a reference added after the snapshot makes the
 //! delete's compare fail and the body survives.
 //!
-//! Who runs it: the engine leader, whenever its snapshot shows unreferenced bodies (after destroy or replace).
+//! Who runs it: the engine leader, whenever its snapshot shows unreferenced bodies (after destroy or replace),
+//! fenced to its leadership (`engine.rs`).
 //! [`Registry::collect_garbage`] is the one-shot form for tools without a reflector.
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, TxnOp};
 
 use super::Registry;
+use super::engine::LeaderFence;
 use super::error::Result;
 use super::keys::{Component, check_component};
 
@@ -19,8 +21,9 @@ use super::keys::{Component, check_component};
 const BATCH: usize = 50;
 
 impl Registry {
-    /// Deletes each `(hash, mod_revision)` body whose mod revision is unchanged. Returns how many were deleted.
-    pub async fn delete_bodies(&self, candidates: &[(String, i64)]) -> Result<usize> {
+    /// Deletes each `(hash, mod_revision)` body whose mod revision is unchanged (and, with a `fence`, only while
+    /// that engine leads). Returns how many were deleted.
+    pub async fn delete_bodies(&self, candidates: &[(String, i64)], fence: Option<&LeaderFence>) -> Result<usize> {
         for (hash, _) in candidates {
             check_component(Component::Hash, hash)?;
         }
@@ -28,12 +31,12 @@ impl Registry {
         for chunk in candidates.chunks(BATCH) {
             // Optimistic batch first; if any body was re-put meanwhile the whole batch fails and each body is then
             // tried alone, so one revived body does not protect the others.
-            if self.delete_batch(chunk).await? {
+            if self.delete_batch(chunk, fence).await? {
                 deleted += chunk.len();
                 continue;
             }
             for one in chunk {
-                if self.delete_batch(std::slice::from_ref(one)).await? {
+                if self.delete_batch(std::slice::from_ref(one), fence).await? {
                     deleted += 1;
                 }
             }
@@ -44,20 +47,19 @@ impl Registry {
         Ok(deleted)
     }
 
-    async fn delete_batch(&self, batch: &[(String, i64)]) -> Result<bool> {
+    async fn delete_batch(&self, batch: &[(String, i64)], fence: Option<&LeaderFence>) -> Result<bool> {
         let compares: Vec<Compare> = batch
             .iter()
             .map(|(hash, rev)| Compare::mod_revision(self.keys.body(hash), CompareOp::Equal, *rev))
             .collect();
         let deletes: Vec<TxnOp> = batch.iter().map(|(hash, _)| TxnOp::delete(self.keys.body(hash), None)).collect();
-        let resp =
-            self.txn("delete bodies", &self.keys.bodies_dir(), Txn::new().when(compares).and_then(deletes)).await?;
-        Ok(resp.succeeded())
+        let resp = self.fenced_txn("delete bodies", &self.keys.bodies_dir(), fence, compares, deletes).await?;
+        Ok(resp.is_some())
     }
 
     /// Reads the registry once and deletes every unreferenced body. Returns how many were deleted.
     pub async fn collect_garbage(&self) -> Result<usize> {
         let snapshot = self.read_snapshot().await?;
-        self.delete_bodies(&snapshot.unreferenced_bodies()).await
+        self.delete_bodies(&snapshot.unreferenced_bodies(), None).await
     }
 }

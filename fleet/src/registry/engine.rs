@@ -4,8 +4,13 @@
 //! campaign = create-if-absent, renewal = the lease keep-alive (no key rewrite), resign = delete-if-still-ours, and
 //! loss = the lease expiring. Engines learn the current leader from the reflector's snapshot, so an engine should
 //! campaign only when the snapshot shows no leader: a failed campaign still costs etcd a raft round.
+//!
+//! **Fencing.** Every write the engine makes (placements, body GC) carries a [`LeaderFence`]: the leader key must
+//! still hold this engine's machine ID *and* be bound to its lease, checked in the same transaction as the write.
+//! A deposed leader that has not noticed yet (a paused process, a lost keep-alive, a previous incarnation of the
+//! same machine) therefore writes nothing and gets [`RegistryError::NotLeader`].
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
 
 use super::Registry;
 use super::error::{RegistryError, Result};
@@ -36,7 +41,58 @@ pub enum EngineVersionCheck {
     Newer(u32),
 }
 
+/// The engine leader's identity as written in the leader key: its machine ID and the lease the key is bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderFence {
+    pub machine: String,
+    pub lease: i64,
+}
+
 impl Registry {
+    /// Runs `compares` → `ops` only while `fence` holds, in one transaction: `Ok(Some(response))` when written,
+    /// `Ok(None)` when `compares` failed (nothing written), [`RegistryError::NotLeader`] when the fence failed.
+    /// The fence's two compares join the caller's (a nested transaction would count against etcd's operation
+    /// limit twice); on failure the leader key is read in the same transaction to tell which compare failed.
+    /// Without a fence (tests, tools that are not the engine) it is a plain conditional transaction.
+    pub(crate) async fn fenced_txn(
+        &self,
+        op: &'static str,
+        key: &str,
+        fence: Option<&LeaderFence>,
+        compares: Vec<Compare>,
+        ops: Vec<TxnOp>,
+    ) -> Result<Option<TxnResponse>> {
+        let Some(fence) = fence else {
+            let resp = self.txn(op, key, Txn::new().when(compares).and_then(ops)).await?;
+            return Ok(resp.succeeded().then_some(resp));
+        };
+        let leader = self.keys.engine_leader();
+        let mut all = vec![
+            Compare::value(leader.as_str(), CompareOp::Equal, fence.machine.as_str()),
+            Compare::lease(leader.as_str(), CompareOp::Equal, fence.lease),
+        ];
+        all.extend(compares);
+        let txn = Txn::new().when(all).and_then(ops).or_else([TxnOp::get(leader.as_str(), None)]);
+        let resp = self.txn(op, key, txn).await?;
+        if resp.succeeded() {
+            return Ok(Some(resp));
+        }
+        let holder = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(g) => {
+                g.kvs().first().map(|kv| (String::from_utf8_lossy(kv.value()).into_owned(), kv.lease()))
+            }
+            _ => None,
+        });
+        match holder {
+            Some((machine, lease)) if machine == fence.machine && lease == fence.lease => Ok(None),
+            holder => Err(RegistryError::NotLeader {
+                machine: fence.machine.clone(),
+                lease: fence.lease,
+                holder: holder.map_or_else(|| "absent".to_string(), |(m, l)| format!("{m} (lease {l:x})")),
+            }),
+        }
+    }
+
     /// Tries to become engine leader as `machine`, binding the key to `lease` (the engine lease).
     pub async fn campaign(&self, machine: &str, lease: i64) -> Result<Campaign> {
         check_component(Component::MachineId, machine)?;

@@ -58,6 +58,12 @@ pub enum RegistryError {
     /// A lease this operation needs was lost (expired or revoked).
     #[error("lease {lease:x} is no longer alive: {reason}")]
     LeaseLost { lease: i64, reason: String },
+    /// An engine write carried a leader fence that no longer holds: another engine (or nobody) leads now, and
+    /// nothing was written.
+    #[error(
+        "engine write refused: {machine} with lease {lease:x} no longer holds engine leadership (leader key: {holder})"
+    )]
+    NotLeader { machine: String, lease: i64, holder: String },
     /// [`super::Reflector::wait_for`] ran out of time.
     #[error("waited {waited:?} for {what}; last seen: {last}")]
     Timeout { what: String, waited: Duration, last: String },

@@ -46,10 +46,35 @@ impl LeaseKeeper {
         let resp =
             client.lease_grant(secs, None).await.map_err(RegistryError::etcd("lease grant", format!("ttl {secs}s")))?;
         let (id, ttl) = (resp.id(), Duration::from_secs(resp.ttl().max(1) as u64));
-        let (tx, status) = watch::channel(LeaseStatus::Alive);
-        let task = tokio::spawn(keep_alive(client.clone(), id, ttl, tx));
         tracing::debug!(lease = format_args!("{id:x}"), ttl = ?ttl, "lease granted");
-        Ok(LeaseKeeper { id, ttl, registry: registry.clone(), status, task })
+        Ok(LeaseKeeper::keep(registry, id, ttl, ttl))
+    }
+
+    /// Takes over keeping lease `id` alive (granted earlier, e.g. by the fleetd process this one replaces) when
+    /// etcd still holds it with a TTL of `ttl`; `None` when it expired, was revoked, or was granted another TTL
+    /// (the caller grants a fresh one).
+    pub async fn adopt(registry: &Registry, id: i64, ttl: Duration) -> Result<Option<LeaseKeeper>> {
+        let mut client = registry.client();
+        let resp = client
+            .lease_time_to_live(id, None)
+            .await
+            .map_err(RegistryError::etcd("lease time-to-live", format!("lease {id:x}")))?;
+        let (remaining, granted) = (resp.ttl(), resp.granted_ttl());
+        let wanted = ttl.as_secs_f64().ceil().max(1.0) as i64;
+        if remaining <= 0 || granted != wanted {
+            tracing::debug!(lease = format_args!("{id:x}"), remaining, granted, wanted, "lease not adoptable");
+            return Ok(None);
+        }
+        let granted = Duration::from_secs(granted as u64);
+        tracing::debug!(lease = format_args!("{id:x}"), remaining, "lease adopted");
+        Ok(Some(LeaseKeeper::keep(registry, id, granted, Duration::from_secs(remaining as u64))))
+    }
+
+    /// Starts keeping lease `id` (TTL `ttl`, known alive for `alive_for`) alive.
+    fn keep(registry: &Registry, id: i64, ttl: Duration, alive_for: Duration) -> LeaseKeeper {
+        let (tx, status) = watch::channel(LeaseStatus::Alive);
+        let task = tokio::spawn(keep_alive(registry.client(), id, ttl, alive_for, tx));
+        LeaseKeeper { id, ttl, registry: registry.clone(), status, task }
     }
 
     /// The lease ID, to bind keys to.
@@ -102,12 +127,12 @@ impl Drop for LeaseKeeper {
     }
 }
 
-async fn keep_alive(mut client: Client, id: i64, ttl: Duration, tx: watch::Sender<LeaseStatus>) {
+async fn keep_alive(mut client: Client, id: i64, ttl: Duration, alive_for: Duration, tx: watch::Sender<LeaseStatus>) {
     let period = (ttl / 3).max(Duration::from_millis(100));
     // After a failure, retry sooner than a full period so a short etcd hiccup does not eat the TTL.
     let retry = (period / 4).max(Duration::from_millis(50));
     // Until when the lease is known to be alive: the last successful renewal's send time plus the TTL it returned.
-    let mut alive_until = Instant::now() + ttl;
+    let mut alive_until = Instant::now() + alive_for;
     let mut stream = None;
     loop {
         let sent = Instant::now();

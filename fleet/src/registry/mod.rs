@@ -40,7 +40,7 @@ mod views;
 use std::time::Duration;
 
 pub use batch::txn_batches;
-pub use engine::{Campaign, EngineVersionCheck};
+pub use engine::{Campaign, EngineVersionCheck, LeaderFence};
 pub use error::{RegistryError, Result};
 pub use keys::{Component, DEFAULT_PREFIX, InvalidComponent, Key, Keys, LAYOUT_VERSION, check_component};
 pub use lease::{LeaseKeeper, LeaseStatus};

@@ -11,6 +11,7 @@ use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp, Txn
 use sha1::{Digest, Sha1};
 
 use super::Registry;
+use super::engine::LeaderFence;
 use super::error::{RegistryError, Result};
 use super::keys::{Component, check_component};
 use super::records::{UnitObject, decode_json, encode_json};
@@ -38,8 +39,9 @@ pub struct PutUnit<'a> {
 }
 
 /// Most placement changes [`Registry::placements_at`] puts in one transaction: each brings up to two compares,
-/// and etcd refuses transactions with more than 128 compares or operations by default (`--max-txn-ops`).
-pub const MAX_PLACEMENTS_PER_TXN: usize = 64;
+/// the leader fence two more, and etcd refuses transactions with more than 128 compares or operations by default
+/// (`--max-txn-ops`).
+pub const MAX_PLACEMENTS_PER_TXN: usize = 63;
 
 /// Most launched markers one transaction of [`Registry::mark_launched_many`] writes (etcd's default
 /// `--max-txn-ops` is 128 compares and 128 operations).
@@ -249,7 +251,7 @@ impl Registry {
     /// [`Registry::schedule`], returning the revision of the write (to wait for in a reflector) or `None` when
     /// the compare failed and nothing was written.
     pub async fn schedule_at(&self, name: &str, machine: &str) -> Result<Option<i64>> {
-        self.placement_at(&PlacementWrite::Schedule { unit: name, machine }).await
+        self.placement_at(&PlacementWrite::Schedule { unit: name, machine }, None).await
     }
 
     /// Engine: unschedules the unit if it is still scheduled to `machine`. `false` means it is not (any more).
@@ -259,22 +261,27 @@ impl Registry {
 
     /// [`Registry::unschedule`], returning the revision of the delete or `None` when nothing was deleted.
     pub async fn unschedule_at(&self, name: &str, machine: &str) -> Result<Option<i64>> {
-        self.placement_at(&PlacementWrite::Unschedule { unit: name, machine }).await
+        self.placement_at(&PlacementWrite::Unschedule { unit: name, machine }, None).await
     }
 
     /// One placement change as its own transaction; the revision of the write, or `None` when its compares failed.
-    pub async fn placement_at(&self, change: &PlacementWrite<'_>) -> Result<Option<i64>> {
+    /// With a `fence` (the engine's), written only while that engine still leads ([`RegistryError::NotLeader`]).
+    pub async fn placement_at(&self, change: &PlacementWrite<'_>, fence: Option<&LeaderFence>) -> Result<Option<i64>> {
         let (compares, op) = self.placement_txn(change)?;
         let target = self.keys.unit_target(change.unit());
-        let resp = self.txn(change.op_name(), &target, Txn::new().when(compares).and_then([op])).await?;
-        Ok(resp.succeeded().then(|| revision_of(&resp)))
+        let resp = self.fenced_txn(change.op_name(), &target, fence, compares, vec![op]).await?;
+        Ok(resp.map(|r| revision_of(&r)))
     }
 
     /// Engine: applies several placement changes in one transaction, all or nothing: the revision of the write,
     /// or `None` when any change's compares failed (then nothing was written; apply them one by one to find out
     /// which). At most [`MAX_PLACEMENTS_PER_TXN`] changes, each for a different unit (etcd refuses two writes of
     /// one key in a transaction).
-    pub async fn placements_at(&self, changes: &[PlacementWrite<'_>]) -> Result<Option<i64>> {
+    pub async fn placements_at(
+        &self,
+        changes: &[PlacementWrite<'_>],
+        fence: Option<&LeaderFence>,
+    ) -> Result<Option<i64>> {
         if changes.len() > MAX_PLACEMENTS_PER_TXN {
             return Err(RegistryError::TooManyOps {
                 op: "placements",
@@ -290,8 +297,8 @@ impl Registry {
             ops.push(op);
         }
         let key = self.keys.units_dir();
-        let resp = self.txn("placements", &key, Txn::new().when(compares).and_then(ops)).await?;
-        Ok(resp.succeeded().then(|| revision_of(&resp)))
+        let resp = self.fenced_txn("placements", &key, fence, compares, ops).await?;
+        Ok(resp.map(|r| revision_of(&r)))
     }
 
     fn placement_txn(&self, change: &PlacementWrite<'_>) -> Result<(Vec<Compare>, TxnOp)> {

@@ -259,6 +259,38 @@ impl Systemd {
         service.n_restarts().await.map_err(|e| SystemdError::call("Get(NRestarts)", name, e))
     }
 
+    /// The type of the job pending on the unit this process runs in (`restart`, `stop`, ...); `None` when the
+    /// process is not in a unit or no job is pending. During `systemctl restart` the job is `restart` while its
+    /// stop phase runs (systemd turns it into `start` only once the stop finished).
+    pub async fn own_unit_job(&self) -> Result<Option<String>> {
+        let pid = std::process::id();
+        let unit = match self.manager.get_unit_by_pid(pid).await {
+            Ok(path) => path,
+            Err(e) => {
+                debug!(pid, error = %e, "this process is in no systemd unit");
+                return Ok(None);
+            }
+        };
+        let proxy = UnitProxy::builder(&self.conn)
+            .path(unit.clone())
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|e| SystemdError::call("Unit", unit.as_str(), e))?;
+        let (id, job) = proxy.job().await.map_err(|e| SystemdError::call("Get(Job)", unit.as_str(), e))?;
+        if id == 0 {
+            return Ok(None);
+        }
+        let job_proxy = JobProxy::builder(&self.conn)
+            .path(job.clone())
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|e| SystemdError::call("Job", job.as_str(), e))?;
+        let job_type = job_proxy.job_type().await.map_err(|e| SystemdError::call("Get(JobType)", job.as_str(), e))?;
+        Ok(Some(job_type))
+    }
+
     /// Notifications of changes to any unit (PropertiesChanged on unit objects, finished jobs): the trigger for
     /// re-reading states. Carries only the unit name; filter for the units you follow. A reader that falls behind
     /// gets `UnitChange::Missed` instead of stalling anything.

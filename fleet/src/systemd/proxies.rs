@@ -36,6 +36,9 @@ pub(crate) trait Manager {
 
     fn get_unit(&self, name: &str) -> Result<OwnedObjectPath>;
 
+    #[zbus(name = "GetUnitByPID")]
+    fn get_unit_by_pid(&self, pid: u32) -> Result<OwnedObjectPath>;
+
     fn load_unit(&self, name: &str) -> Result<OwnedObjectPath>;
 
     fn reset_failed_unit(&self, name: &str) -> Result<()>;
@@ -72,6 +75,9 @@ pub(crate) trait Unit {
 
     #[zbus(property(emits_changed_signal = "false"))]
     fn need_daemon_reload(&self) -> Result<bool>;
+    /// The unit's pending job: (id, object path); id 0 and path `/` when none.
+    #[zbus(property(emits_changed_signal = "false"))]
+    fn job(&self) -> Result<(u32, OwnedObjectPath)>;
 }
 
 #[proxy(
@@ -95,4 +101,7 @@ pub(crate) trait Service {
 pub(crate) trait Job {
     #[zbus(property(emits_changed_signal = "false"))]
     fn state(&self) -> Result<String>;
+
+    #[zbus(property(emits_changed_signal = "false"))]
+    fn job_type(&self) -> Result<String>;
 }

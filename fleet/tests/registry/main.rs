@@ -143,7 +143,7 @@ async fn gc_spares_a_body_that_regained_a_reference() {
     assert_eq!(stale.len(), 1);
     // A new unit refers to the body after GC chose it: the re-put in the creating txn must save it.
     reg.create_unit(&put("b.service", &v1, JobState::Inactive)).await.unwrap();
-    assert_eq!(reg.delete_bodies(&stale).await.unwrap(), 0);
+    assert_eq!(reg.delete_bodies(&stale, None).await.unwrap(), 0);
     let snap = reg.read_snapshot().await.unwrap();
     assert_eq!(snap.unit("b.service").map(|u| u.body.to_string()), Some(v1.text.clone()));
 }
@@ -453,7 +453,7 @@ async fn thousand_units_destroyed_concurrently_leave_no_units_and_their_bodies_a
         })
         .await;
     let snap = refl.wait_for(WAIT, "no units", |s| s.unit_records().is_empty().then(|| s.clone())).await.unwrap();
-    assert_eq!(reg.delete_bodies(&snap.unreferenced_bodies()).await.unwrap(), 10);
+    assert_eq!(reg.delete_bodies(&snap.unreferenced_bodies(), None).await.unwrap(), 10);
 }
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scoped_reads_hold_only_their_part_and_derive_current_state() {
@@ -542,7 +542,7 @@ async fn placements_in_one_transaction_are_all_or_nothing() {
         PlacementWrite::Schedule { unit: "b.service", machine: "m1" },
         PlacementWrite::Schedule { unit: "c.service", machine: "m1" },
     ];
-    assert_eq!(reg.placements_at(&batch).await.unwrap(), None, "b is already scheduled");
+    assert_eq!(reg.placements_at(&batch, None).await.unwrap(), None, "b is already scheduled");
     let snap = refl.sync(WAIT).await.unwrap();
     let targets = |snap: &Snapshot| -> Vec<Option<String>> {
         ["a.service", "b.service", "c.service"]
@@ -557,14 +557,14 @@ async fn placements_in_one_transaction_are_all_or_nothing() {
         PlacementWrite::Unschedule { unit: "b.service", machine: "m2" },
         PlacementWrite::Schedule { unit: "c.service", machine: "m3" },
     ];
-    let rev = reg.placements_at(&batch).await.unwrap().expect("every compare holds");
+    let rev = reg.placements_at(&batch, None).await.unwrap().expect("every compare holds");
     let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
     assert_eq!(targets(&snap), [Some("m1".to_string()), None, Some("m3".to_string())]);
 
     let names: Vec<String> = (0..=MAX_PLACEMENTS_PER_TXN).map(|i| format!("u{i}.service")).collect();
     let too_many: Vec<PlacementWrite<'_>> =
         names.iter().map(|n| PlacementWrite::Schedule { unit: n, machine: "m1" }).collect();
-    let err = reg.placements_at(&too_many).await.unwrap_err();
+    let err = reg.placements_at(&too_many, None).await.unwrap_err();
     assert!(matches!(err, RegistryError::TooManyOps { .. }), "{err}");
 }
 
@@ -744,4 +744,65 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
     assert!(reg.write_rollout_progress(&snap, "running", &done, "m1", &[]).await.unwrap());
     refl.sync(WAIT).await.unwrap();
     assert_eq!(reg.collect_garbage().await.unwrap(), 1, "v12 goes with the rollout that needed it");
+}
+
+/// Engine writes are fenced to the writer's leadership (issue 14 item 3): once an engine is deposed — its lease
+/// gone and another engine leading, or its own machine leading again under a new lease — its placements and body
+/// deletions are refused with `NotLeader` and write nothing; the current leader's go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leaders_writes_are_rejected() {
+    use fleet::registry::{LeaderFence, PlacementWrite};
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/fence").await;
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    reg.create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
+
+    let old = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(reg.campaign("ma", old.id()).await.unwrap(), Campaign::Leader);
+    let deposed = LeaderFence { machine: "ma".into(), lease: old.id() };
+    let schedule = PlacementWrite::Schedule { unit: "a.service", machine: "m1" };
+    assert!(reg.placement_at(&schedule, Some(&deposed)).await.unwrap().is_some(), "the leader's write goes through");
+
+    // Deposed: its lease is gone (as after a pause longer than the TTL), and another engine leads.
+    old.revoke().await.unwrap();
+    let new = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(reg.campaign("mb", new.id()).await.unwrap(), Campaign::Leader);
+    let unschedule = PlacementWrite::Unschedule { unit: "a.service", machine: "m1" };
+    let err = reg
+        .placement_at(&unschedule, Some(&deposed))
+        .await
+        .expect_err("a deposed leader's unschedule must be refused, but it was written");
+    assert!(
+        matches!(&err, RegistryError::NotLeader { holder, .. } if holder.starts_with("mb")),
+        "a deposed leader's placement must be refused naming the holder, got {err}"
+    );
+    let err = reg
+        .placements_at(&[unschedule], Some(&deposed))
+        .await
+        .expect_err("a deposed leader's batched placements must be refused, but they were written");
+    assert!(matches!(err, RegistryError::NotLeader { .. }), "batched placement: {err}");
+    let snap = reg.read_snapshot().await.unwrap();
+    assert_eq!(snap.unit("a.service").and_then(|u| u.target.map(str::to_string)), Some("m1".to_string()));
+
+    // The same machine leading again under a new lease (a restarted fleetd): the old incarnation is still fenced.
+    assert!(reg.resign("mb", new.id()).await.unwrap());
+    let again = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(reg.campaign("ma", again.id()).await.unwrap(), Campaign::Leader);
+    let err = reg
+        .placement_at(&unschedule, Some(&deposed))
+        .await
+        .expect_err("an earlier incarnation of the leader's machine must be refused, but it wrote");
+    assert!(matches!(err, RegistryError::NotLeader { .. }), "old incarnation of the leader's machine: {err}");
+    reg.destroy_unit("a.service").await.unwrap();
+    let snap = reg.read_snapshot().await.unwrap();
+    let garbage = snap.unreferenced_bodies();
+    assert!(!garbage.is_empty(), "destroying the unit leaves its body to collect");
+    let err = reg
+        .delete_bodies(&garbage, Some(&deposed))
+        .await
+        .expect_err("a deposed leader's body GC must be refused, but it deleted");
+    assert!(matches!(err, RegistryError::NotLeader { .. }), "body GC by a deposed leader: {err}");
+
+    let current = LeaderFence { machine: "ma".into(), lease: again.id() };
+    assert_eq!(reg.delete_bodies(&garbage, Some(&current)).await.unwrap(), garbage.len(), "the leader collects");
 }

@@ -25,7 +25,8 @@ struct Setup {
 
 fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
+    // Nested: the executor keeps its record next to the units directory.
+    let path = dir.path().join("units");
     let fake = Arc::new(Fake::default());
     let config = ExecutorConfig { start_wait: Duration::from_millis(100), stop_wait: Duration::from_secs(5) };
     let exec = Executor::new(Arc::clone(&fake), UnitsDir::open(&path).unwrap(), config);
@@ -225,6 +226,30 @@ async fn restart_of_fleetd_readopts_identical_files_without_reload_or_stop() {
     // The link already existed in a real systemd; the fake always reports a change, so a reload precedes start.
     assert_eq!(s.fake.calls(), ["link a.service", "reload ", "start a.service"]);
     s.exec = exec;
+}
+
+#[tokio::test]
+async fn a_new_process_adopts_what_the_last_one_launched_without_touching_systemd() {
+    let mut s = setup();
+    let d = desired(&[("a.service", JobState::Launched, V1, false), ("b.service", JobState::Loaded, V2, false)]);
+    s.exec.reconcile(&d).await;
+    s.fake.calls();
+    // The next fleetd process opens the same units directory (the old process's caches are gone).
+    let mut next = Executor::new(Arc::clone(&s.fake), UnitsDir::open(&s.dir).unwrap(), ExecutorConfig::default());
+    assert_eq!(next.launched(), ["a.service"]);
+    assert_eq!(next.launched_hashes(), BTreeMap::from([("a.service".to_string(), hash(V1))]));
+    let reports = next.reconcile(&d).await;
+    assert!(reports.is_empty(), "the adopting process planned {:?}", outcomes(&reports));
+    assert!(s.fake.calls().is_empty(), "the adopting process called systemd");
+}
+
+#[tokio::test]
+async fn a_purged_machine_leaves_nothing_to_adopt() {
+    let mut s = setup();
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    s.exec.purge(Duration::from_secs(5)).await;
+    let next = Executor::new(Arc::clone(&s.fake), UnitsDir::open(&s.dir).unwrap(), ExecutorConfig::default());
+    assert!(next.believed().is_empty(), "adopted after a purge: {:?}", next.believed());
 }
 
 #[tokio::test]

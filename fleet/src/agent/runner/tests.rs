@@ -77,7 +77,7 @@ fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let fake = Arc::new(Fake::default());
     let config = ExecutorConfig { start_wait: Duration::from_millis(100), stop_wait: Duration::from_secs(5) };
-    let exec = Executor::new(Arc::clone(&fake), UnitsDir::open(dir.path()).unwrap(), config);
+    let exec = Executor::new(Arc::clone(&fake), UnitsDir::open(dir.path().join("units")).unwrap(), config);
     Setup { fake, exec, cache: UnitCache::new(), dir }
 }
 
@@ -122,7 +122,7 @@ async fn nothing_happens_while_disconnected_or_without_own_record() {
     let no_me = Snap::new().put(k, "web").unit("a.service", V1, "launched", Some(ME)).done();
     assert_eq!(s.reconcile(&no_me).await.unwrap_err(), Skip::OwnMachineMissing);
     assert!(s.fake.calls().is_empty(), "no unit was touched");
-    assert!(s.dir.path().join("a.service").exists());
+    assert!(s.dir.path().join("units").join("a.service").exists());
 }
 
 #[tokio::test]
@@ -138,7 +138,7 @@ async fn a_unit_moving_here_is_loaded_but_started_only_after_the_old_copy_stoppe
         assert!(done.markers.is_empty());
     }
     assert_eq!(s.fake.calls(), ["link a.service", "reload "], "loaded, not started");
-    assert_eq!(std::fs::read_to_string(s.dir.path().join("a.service")).unwrap(), V2);
+    assert_eq!(std::fs::read_to_string(s.dir.path().join("units").join("a.service")).unwrap(), V2);
     // Its stop completed: the state shows inactive (or is gone) → the start goes ahead.
     let snap = base().state("a.service", OTHER, V1, "inactive").done();
     let done = s.reconcile(&snap).await.unwrap();
@@ -185,7 +185,7 @@ async fn a_unit_moving_away_is_unloaded_and_unmarked() {
     let done = s.reconcile(&snap).await.unwrap();
     assert_eq!(tasks(&done), ["UnloadUnit a.service", "ReloadUnitFiles -"]);
     assert_eq!(done.markers, [Marker::NotLaunched("a.service".into())]);
-    assert!(!s.dir.path().join("a.service").exists());
+    assert!(!s.dir.path().join("units").join("a.service").exists());
 }
 
 #[tokio::test]
