@@ -263,6 +263,10 @@ pub fn catalogue() -> Vec<Spec> {
             Box::pin(rollout::rolling_replace_keeps_the_others_serving(c))
         })
         .requires(&[Capability::Rollout]),
+        spec(Rollout, "rolling_replace_on_five_machines_with_a_joining_machine", 5, "issue 12", |c| {
+            Box::pin(rollout::rolling_replace_on_five_machines_with_a_joining_machine(c))
+        })
+        .requires(&[Capability::Rollout]),
         spec(Rollout, "failing_version_pauses_or_rolls_back", 3, "issue 12", |c| {
             Box::pin(rollout::failing_version_pauses_or_rolls_back(c))
         })

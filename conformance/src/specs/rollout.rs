@@ -582,3 +582,66 @@ pub async fn history_and_rollback_restore_the_previous_version(ctx: Ctx) -> Outc
     }
     Ok(())
 }
+
+/// A rolling replace of a global unit on a 5-machine cluster with `--max-unavailable=2`, while a fifth machine joins
+/// mid-rollout: sampled inside every machine every 100 ms, at most two of the four original machines are ever
+/// without an active copy; each of them changes once, old stop hooks before new start hooks; the machine that joins
+/// runs only the target version (v1 never starts there); the command returns once all five run v2.
+pub async fn rolling_replace_on_five_machines_with_a_joining_machine(ctx: Ctx) -> Outcome {
+    let holders = [1, 2, 3, 4];
+    let joiner = 5;
+    // The fifth machine is out of the cluster until the rollout runs (stopping fleet there purges nothing yet).
+    ctx.exec_ok(joiner, &["systemctl", "stop", "fleet.service"]).await?;
+    ctx.wait_for_n_machines(1, 4).await?;
+    let dir = TempDir::new()?;
+    let path = start_v1(&ctx, &dir, &holders).await?;
+    dir.write(DB, &db_unit("v2", None))?;
+    start_samplers(&ctx, &holders).await?;
+    let cref = &ctx;
+    let rolling = ctx.fleetctl(
+        1,
+        &["start", "--replace", "--rolling", "--max-unavailable=2", "--min-healthy=2s", &path],
+    );
+    let join = async move {
+        cref.wait_for("the first machine to run v2", || async move {
+            match running_versions(cref, &holders).await {
+                Ok(v) if v.values().any(|(d, a)| d == "db v2" && a == "active") => Check::Ready(v),
+                Ok(v) => Check::NotYet(format!("{v:?}")),
+                Err(e) => Check::NotYet(e),
+            }
+        })
+        .await?;
+        cref.exec_ok(joiner, &["systemctl", "start", "fleet.service"]).await?;
+        // Whether the rollout was still under way when the machine joined: else this spec proves nothing about joins.
+        running_versions(cref, &holders).await
+    };
+    let (out, when_joined) = tokio::join!(rolling, join);
+    let (out, when_joined) = (out?, when_joined?);
+    let all: Vec<usize> = holders.iter().copied().chain([joiner]).collect();
+    let after = running_versions(&ctx, &all).await;
+    let samples = stop_samplers(&ctx, &holders).await?;
+    ctx.ensure(out.success(), || format!("the rolling replace failed: {}", out.describe()))?;
+    ctx.ensure(when_joined.values().any(|(d, _)| d == "db v1"), || {
+        format!("m{joiner} must join while the rollout is under way (no proof otherwise); at its join: {when_joined:?}")
+    })?;
+    let after = after?;
+    let (worst, gap) = unavailability(&samples);
+    ctx.ensure(worst <= 2, || {
+        format!("max-unavailable=2 but {worst} machines were without an active copy at the same time")
+    })?;
+    ctx.ensure(gap <= 1_000, || format!("the samplers stalled ({gap} ms between two samples): no proof"))?;
+    expect_each_machine_changed_once_in_order(&ctx, &holders, "v1", "v2").await?;
+    // The joining machine may still be starting v2 when the command returns (it is in no step of the rollout).
+    ctx.wait_systemd(joiner, DB, "ActiveState", "active").await?;
+    let joined = running_versions(&ctx, &[joiner]).await?;
+    let log = hook_log(&ctx, joiner).await?;
+    ctx.ensure(
+        joined.get(&joiner).is_some_and(|(d, _)| d == "db v2")
+            && count(&log, "start-pre", "v1") == 0
+            && count(&log, "start-pre", "v2") == 1,
+        || format!("m{joiner} joined mid-rollout and must run only v2, started once; runs {joined:?}, hook log {log:?}"),
+    )?;
+    ctx.ensure(after.iter().filter(|(s, _)| **s != joiner).all(|(_, (d, a))| d == "db v2" && a == "active"), || {
+        format!("right after the rolling replace returned, expected m1..m4 active on v2; observed {after:?}")
+    })
+}
