@@ -388,6 +388,8 @@ mod tests {
     #[tokio::test]
     async fn new_tls_settings_apply_to_new_connections() {
         let fixture = TlsFixture::start(false).await;
+        let before = fixture.request(&fixture.client(None), "GET", "/fleet/v1/units").await.unwrap();
+        assert!(before.starts_with("HTTP/1.1 200"), "{before}");
         let dir = fixture.dir.clone();
         let rotated_ca = crate::tls::testing::Ca::new(&dir, "rotated-ca");
         let (cert, key) = rotated_ca.leaf(&dir, "fleetd-rotated", &[], &["localhost"], false);
