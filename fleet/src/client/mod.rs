@@ -208,9 +208,17 @@ pub enum BuildError {
     Tunnel(crate::ssh::SshError),
     #[error("cannot start the HTTP client runtime: {0}")]
     Runtime(String),
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 impl ClientConfig {
+    /// `--ca-file`, `--cert-file`, `--key-file` (empty: not given).
+    pub fn tls_files(&self) -> crate::tls::ClientFiles {
+        let given = |s: &str| (!s.is_empty()).then(|| std::path::PathBuf::from(s));
+        crate::tls::ClientFiles { ca: given(&self.ca_file), cert: given(&self.cert_file), key: given(&self.key_file) }
+    }
+
     pub fn driver(&self) -> Result<Driver, BuildError> {
         match self.driver.as_str() {
             "API" => Ok(Driver::Api),
@@ -227,11 +235,12 @@ pub fn build(config: &ClientConfig) -> Result<Box<dyn Client>, BuildError> {
         Driver::Api => {
             let ep = endpoint::ApiEndpoint::parse(&config.endpoint)?;
             let timeout = (!config.request_timeout.is_zero()).then_some(config.request_timeout);
-            if config.tunnel.is_empty() {
-                Ok(Box::new(http::HttpClient::new(ep, timeout)?))
+            let client = if config.tunnel.is_empty() {
+                http::HttpClient::new(ep, timeout)?
             } else {
-                Ok(Box::new(http::HttpClient::tunnelled(ep, timeout, &config.ssh, &config.tunnel)?))
-            }
+                http::HttpClient::tunnelled(ep, timeout, &config.ssh, &config.tunnel)?
+            };
+            Ok(Box::new(client.with_tls(&config.tls_files())?))
         }
         Driver::Etcd if !config.tunnel.is_empty() => Err(BuildError::TunnelNotImplemented),
         Driver::Etcd => {
