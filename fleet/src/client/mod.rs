@@ -243,14 +243,12 @@ pub fn build(config: &ClientConfig) -> Result<Box<dyn Client>, BuildError> {
             Ok(Box::new(client.with_tls(&config.tls_files())?))
         }
         Driver::Etcd if !config.tunnel.is_empty() => Err(BuildError::TunnelNotImplemented),
-        Driver::Etcd => {
-            if [&config.ca_file, &config.cert_file, &config.key_file].iter().any(|f| !f.is_empty()) {
-                return Err(BuildError::Etcd(
-                    "TLS to etcd (--ca-file, --cert-file, --key-file) is not supported yet".into(),
-                ));
-            }
-            Ok(Box::new(etcd::EtcdClient::new(&config.endpoint, &config.etcd_key_prefix, config.request_timeout)?))
-        }
+        Driver::Etcd => Ok(Box::new(etcd::EtcdClient::new(
+            &config.endpoint,
+            &config.etcd_key_prefix,
+            config.request_timeout,
+            config.tls_files(),
+        )?)),
     }
 }
 
@@ -330,7 +328,7 @@ mod tests {
         assert!(build(&config("etcd", "http://127.0.0.1:1")).is_ok());
         assert!(build(&config("etcd", "http://127.0.0.1:1,http://127.0.0.1:2")).is_ok());
         let err = build(&config("etcd", "https://127.0.0.1:2379")).err().unwrap();
-        assert!(err.to_string().contains("TLS"), "{err}");
+        assert!(err.to_string().contains("https:// etcd endpoints need the CA that signed etcd"), "{err}");
     }
 
     #[test]

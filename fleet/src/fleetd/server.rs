@@ -177,6 +177,11 @@ fn etcd_config(config: &Config) -> EtcdConfig {
         prefix: config.etcd_key_prefix.clone(),
         request_timeout: config.etcd_request_timeout(),
         user,
+        tls: crate::tls::ClientFiles {
+            ca: (!config.etcd_cafile.is_empty()).then(|| PathBuf::from(&config.etcd_cafile)),
+            cert: (!config.etcd_certfile.is_empty()).then(|| PathBuf::from(&config.etcd_certfile)),
+            key: (!config.etcd_keyfile.is_empty()).then(|| PathBuf::from(&config.etcd_keyfile)),
+        },
     }
 }
 
@@ -302,6 +307,7 @@ impl Daemon {
         let same_etcd = old.endpoints == new.endpoints
             && old.prefix == new.prefix
             && old.user == new.user
+            && old.tls == new.tls
             && before.agent_ttl == self.config().agent_ttl;
         if same_etcd && registered.presence.is_alive() {
             self.carried = Some(registered);
