@@ -45,6 +45,10 @@ enum Command {
         /// Cluster name (several can be up at once).
         #[arg(long, default_value = "local")]
         name: String,
+        /// A secure cluster: a throwaway CA, etcd and the fleet API over TLS with client certificates required;
+        /// prints the fleetctl environment (admin role; the read-only role's files too).
+        #[arg(long)]
+        tls: bool,
     },
     /// Show the machines of a cluster started by `up` and etcd's health.
     Status {
@@ -124,8 +128,8 @@ async fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Up { machines, metadata, config, no_fleet, stand_in, name } => {
-            up(machines, &metadata, &config, no_fleet, stand_in, &name).await
+        Command::Up { machines, metadata, config, no_fleet, stand_in, name, tls } => {
+            up(machines, &metadata, &config, no_fleet, stand_in, &name, tls).await
         }
         Command::Status { name } => status(&name).await,
         Command::Down { name } => down(&name),
@@ -176,6 +180,7 @@ async fn main() -> ExitCode {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn up(
     machines: usize,
     metadata: &[String],
@@ -183,6 +188,7 @@ async fn up(
     no_fleet: bool,
     stand_in: bool,
     name: &str,
+    tls: bool,
 ) -> Result<(), Error> {
     if let Ok(state) = ClusterState::load(name) {
         if !reap::remaining(&state.run)?.is_empty() {
@@ -193,7 +199,7 @@ async fn up(
         ClusterState::forget(name)?;
     }
     let t0 = Instant::now();
-    let mut b = Cluster::builder().machines(machines).keep(true);
+    let mut b = Cluster::builder().machines(machines).keep(true).tls(tls);
     for m in metadata {
         match m.split_once(':').and_then(|(slot, md)| Some((slot.parse::<usize>().ok()?, md))) {
             Some((slot, md)) => b = b.metadata(slot, md),
@@ -226,7 +232,8 @@ async fn up(
             "every machine's fleet API answers (a unit list, 200); the slowest answered {slowest:.1?} after fleet started"
         );
     }
-    println!("etcd: {} (http://{}:2379 inside the cluster network)", state.etcd, state.etcd);
+    let scheme = if state.tls.is_some() { "https" } else { "http" };
+    println!("etcd: {} ({scheme}://{}:2379 inside the cluster network)", state.etcd, state.etcd);
     for m in &state.machines {
         println!("  {}  {}  {}  {}", m.name, m.id, m.ip, m.endpoint);
     }
