@@ -237,6 +237,7 @@ impl Machine {
                     let mut stream =
                         connector.connect(name, stream).await.map_err(|e| format!("TLS handshake with {addr}: {e}"))?;
                     stream.write_all(request.as_bytes()).await.map_err(|e| format!("send to {addr}: {e}"))?;
+                    stream.flush().await.map_err(|e| format!("send to {addr}: {e}"))?;
                     match stream.read_to_end(&mut answer).await {
                         // A peer closing without TLS close_notify after a complete answer is fine here.
                         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !answer.is_empty() => {}

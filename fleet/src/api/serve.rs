@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{Semaphore, watch};
@@ -35,6 +35,11 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections open at once per listener; the accept loop waits for one to close beyond this.
 pub const MAX_CONNECTIONS: usize = 4096;
+/// A request body must arrive within this time of its headers.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Of a body over [`MAX_BODY`], up to this much more is read and discarded before answering 413, so that the client
+/// (still sending) reads the answer instead of a connection reset.
+const OVERSIZE_DRAIN: usize = 32 << 20;
 
 /// Serves one fully-read request.
 pub trait ApiHandler: Send + Sync + 'static {
@@ -227,9 +232,17 @@ async fn dispatch<H: ApiHandler>(
         }
         (Ok(()), Some(handler)) => {
             let (parts, body) = request.into_parts();
-            match Limited::new(body, MAX_BODY).collect().await {
-                Ok(collected) => handler.handle(Request::from_parts(parts, collected.to_bytes())).await,
-                Err(_) => error_response(StatusCode::PAYLOAD_TOO_LARGE, "request body too large or unreadable"),
+            match tokio::time::timeout(BODY_READ_TIMEOUT, read_body(body)).await {
+                Ok(Ok(body)) => handler.handle(Request::from_parts(parts, body)).await,
+                Ok(Err(BodyError::TooLarge)) => error_response(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    &format!("request body larger than {} bytes", MAX_BODY),
+                ),
+                Ok(Err(BodyError::Unreadable)) => error_response(StatusCode::BAD_REQUEST, "request body unreadable"),
+                Err(_) => error_response(
+                    StatusCode::REQUEST_TIMEOUT,
+                    &format!("request body not received within {} s", BODY_READ_TIMEOUT.as_secs()),
+                ),
             }
         }
     };
@@ -238,6 +251,28 @@ async fn dispatch<H: ApiHandler>(
         parts.headers.insert(http::header::SERVER, server);
     }
     Response::from_parts(parts, Full::new(body))
+}
+
+enum BodyError {
+    TooLarge,
+    Unreadable,
+}
+
+/// The whole body, at most [`MAX_BODY`] bytes; a larger one is drained (up to [`OVERSIZE_DRAIN`] more) and refused.
+async fn read_body(mut body: Incoming) -> Result<Bytes, BodyError> {
+    let mut kept = Vec::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| BodyError::Unreadable)?;
+        let Ok(data) = frame.into_data() else { continue };
+        total += data.len();
+        if total <= MAX_BODY {
+            kept.extend_from_slice(&data);
+        } else if total > MAX_BODY + OVERSIZE_DRAIN {
+            break;
+        }
+    }
+    if total > MAX_BODY { Err(BodyError::TooLarge) } else { Ok(Bytes::from(kept)) }
 }
 
 #[cfg(test)]
