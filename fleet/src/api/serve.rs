@@ -438,4 +438,48 @@ mod tests {
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         fixture.stop.cancel();
     }
+
+    /// Hostile clients do not starve others: while 1,000 connections sit idle and one client trickles its request
+    /// a byte at a time, fresh requests are still answered. (The pacing sleep is the hostile client's behaviour,
+    /// not a wait for the server.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn keeps_answering_with_a_slow_client_and_a_thousand_idle_connections() {
+        let listener = bind(&ListenAddress::Tcp("127.0.0.1:0".into())).await.unwrap();
+        let addr = listener.describe().trim_start_matches("tcp://").to_string();
+        let (_install, current) = watch::channel::<Option<Arc<Echo>>>(Some(Arc::new(Echo)));
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve(vec![listener], current, stop.clone()));
+
+        let mut idle = Vec::new();
+        for _ in 0..1000 {
+            idle.push(tokio::net::TcpStream::connect(&addr).await.expect("open an idle connection"));
+        }
+        let trickler = {
+            let addr = addr.clone();
+            tokio::spawn(async move {
+                let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+                for byte in b"GET /fleet/v1/units HTTP/1.1\r\nHost: slow\r\n".iter() {
+                    if stream.write_all(&[*byte]).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            })
+        };
+        for i in 0..20 {
+            let path = format!("/fleet/v1/units/{i}");
+            let request = get(&addr, &path);
+            let answer = tokio::time::timeout(std::time::Duration::from_secs(60), request).await.unwrap_or_else(|_| {
+                panic!("request {i} got no answer within 60 s while 1,000 idle connections and a slow client are open")
+            });
+            assert!(
+                answer.starts_with("HTTP/1.1 200"),
+                "request {i} while 1,000 idle connections and a slow client: {answer}"
+            );
+        }
+        drop(idle);
+        trickler.abort();
+        stop.cancel();
+        server.await.unwrap();
+    }
 }

@@ -40,6 +40,7 @@ impl Ctx {
             .machines(opts.machines)
             .agent_ttl(&opts.agent_ttl)
             .config("verbosity", &opts.verbosity.to_string())
+            .tls(opts.tls)
             .start()
             .await
             .map_err(|e| format!("cluster: {e}"))?;
@@ -55,9 +56,12 @@ impl Ctx {
         let endpoint = self.cluster.machine(1).map_err(|e| e.to_string())?.endpoint();
         let t = Instant::now();
         let cwd = cwd.unwrap_or(self.dir.path());
-        let out = fleetctl::run_in(bin, &endpoint, EndpointVia::Flag, args, &[], None, Some(cwd), self.command_timeout)
-            .await
-            .map_err(|e| short(&e.to_string()))?;
+        // A TLS cluster's fleetctl presents the admin certificate.
+        let env = self.cluster.tls().map(|pki| pki.fleetctl_env(&pki.admin)).unwrap_or_default();
+        let out =
+            fleetctl::run_in(bin, &endpoint, EndpointVia::Flag, args, &env, None, Some(cwd), self.command_timeout)
+                .await
+                .map_err(|e| short(&e.to_string()))?;
         Ok((out, t.elapsed()))
     }
 

@@ -66,6 +66,8 @@ pub struct Options {
     pub blocking_max: usize,
     /// Measure an idle window before any unit exists as well.
     pub baseline: bool,
+    /// Run the clusters with TLS (etcd and the API, client certificates; [`crate::ClusterBuilder::tls`]).
+    pub tls: bool,
 }
 
 impl Default for Options {
@@ -85,6 +87,7 @@ impl Default for Options {
             destroy_timeout: Duration::from_secs(600),
             blocking_max: 100,
             baseline: true,
+            tls: false,
         }
     }
 }

@@ -101,6 +101,9 @@ enum Command {
         /// Print JSON on stdout (the table goes to stderr).
         #[arg(long)]
         json: bool,
+        /// Clusters with TLS: etcd and the fleet API over TLS, client certificates required (the cost of TLS).
+        #[arg(long)]
+        tls: bool,
     },
     /// Remove leftovers of harness runs whose process is gone (`--all`: every harness object).
     Reap {
@@ -148,6 +151,7 @@ async fn main() -> ExitCode {
             destroy_timeout_secs,
             no_baseline,
             json,
+            tls,
         } => {
             let opts = bench::Options {
                 units,
@@ -166,6 +170,7 @@ async fn main() -> ExitCode {
                 timeout: Duration::from_secs(timeout_secs),
                 destroy_timeout: Duration::from_secs(destroy_timeout_secs),
                 baseline: !no_baseline,
+                tls,
                 ..bench::Options::default()
             };
             bench_cmd(&opts, json).await
