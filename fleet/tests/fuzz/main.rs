@@ -156,14 +156,11 @@ proptest! {
     #[test]
     fn paths_route_or_refuse(path in path_like(), m in method()) {
         let path = format!("/{path}");
-        match route(&m, &path) {
-            Ok(r) => {
-                prop_assert_eq!(clean_path(&path), path.clone(), "routed an unclean path");
-                if let Route::GetUnit(name) | Route::PutUnit(name) | Route::DeleteUnit(name) = r {
-                    prop_assert!(!name.contains('/'), "unit name {:?} from {:?} contains '/'", name, path);
-                }
+        if let Ok(r) = route(&m, &path) {
+            prop_assert_eq!(clean_path(&path), path.clone(), "routed an unclean path");
+            if let Route::GetUnit(name) | Route::PutUnit(name) | Route::DeleteUnit(name) = r {
+                prop_assert!(!name.contains('/'), "unit name {:?} from {:?} contains '/'", name, path);
             }
-            Err(_) => {}
         }
         for segment in path.split('/') {
             let _ = decode_segment(segment);

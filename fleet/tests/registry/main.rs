@@ -737,6 +737,6 @@ async fn registry_talks_to_etcd_over_tls_with_a_client_certificate() {
     };
     assert!(refused.is_some(), "a client trusting another CA accepted etcd's certificate");
 
-    let no_ca = Registry::connect(&config(ClientFiles::default())).await.err().expect("https without a CA is refused");
+    let no_ca = Registry::connect(&config(ClientFiles::default())).await.expect_err("https without a CA is refused");
     assert!(no_ca.to_string().contains("need the CA that signed etcd"), "{no_ca}");
 }
