@@ -14,6 +14,8 @@ use crate::wait::{Check, WaitOptions, wait_for};
 
 /// The client port.
 pub const PORT: u16 = 2379;
+/// The plain-HTTP metrics port of a TLS etcd (`/metrics` for the bench; the client port requires certificates).
+pub const TLS_METRICS_PORT: u16 = 2381;
 const ETCD: &str = "/usr/bin/etcd";
 const ETCDCTL: &str = "/usr/bin/etcdctl";
 /// Where a TLS etcd finds its CA, certificate and key inside its container.
@@ -74,6 +76,7 @@ impl Etcd {
                 format!("--key-file={TLS_DIR}/etcd-key.pem"),
                 format!("--trusted-ca-file={TLS_DIR}/ca.pem"),
                 "--client-cert-auth".into(),
+                format!("--listen-metrics-urls=http://0.0.0.0:{TLS_METRICS_PORT}"),
             ]);
         }
         let mut req = container::request(place, name, "etcd")
@@ -114,6 +117,11 @@ impl Etcd {
     pub fn url(&self) -> String {
         let scheme = if self.tls { "https" } else { "http" };
         format!("{scheme}://{}:{PORT}", self.name)
+    }
+
+    /// Where etcd serves `/metrics` in plain HTTP: the client port, or [`TLS_METRICS_PORT`] in a TLS cluster.
+    pub fn metrics_port(&self) -> u16 {
+        if self.tls { TLS_METRICS_PORT } else { PORT }
     }
 
     /// Whether etcd serves TLS with client certificate authentication.

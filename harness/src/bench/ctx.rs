@@ -107,11 +107,13 @@ impl Ctx {
         self.cluster.machines().iter().map(|m| m.container_name().to_string()).collect()
     }
 
-    /// `<ip>:2379` of etcd on the cluster network (the host reaches it directly).
+    /// `<ip>:<port>` of etcd's plain-HTTP metrics on the cluster network (the host reaches it directly): 2379, or
+    /// 2381 in a TLS cluster.
     pub async fn etcd_addr(&self) -> Result<String, String> {
         let etcd = self.cluster.etcd().name();
         let ip = docker::container_ip(etcd, self.cluster.network()).await.map_err(|e| e.to_string())?;
-        ip.map(|ip| format!("{ip}:{}", crate::etcd::PORT)).ok_or_else(|| format!("{etcd} has no address"))
+        ip.map(|ip| format!("{ip}:{}", self.cluster.etcd().metrics_port()))
+            .ok_or_else(|| format!("{etcd} has no address"))
     }
 
     /// Units matching `glob` that systemd runs (or is starting or stopping) on each machine.
