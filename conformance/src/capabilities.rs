@@ -83,6 +83,8 @@ capabilities! {
         "fleetctl plan start|load|submit [--replace ...] and --dry-run print what the command would do, machine by machine (restart, reload, update, load, start, stop, move, blocked; exit 0 nothing, 2 something), and the command then does exactly that",
     RestartAdopts = "restart_adopts":
         "a fleetd restarted on a machine (systemctl restart, or killed and started within the TTL) restarts, stops and moves none of its units; stopping fleet still hands them to other machines",
+    Tls = "tls":
+        "fleetd serves its API over TLS with client certificates required and read/admin roles (fleet.conf api_tls_*), fleetctl speaks https:// with --ca-file/--cert-file/--key-file, and crafted names and bodies are refused",
     Rollout = "rollout":
         "start --replace --rolling and restart --rolling change a unit machine by machine, driven by the cluster (max-unavailable, min-healthy, pause/rollback), with rollout-status/-pause/-resume/-abort, history and rollback",
 }

@@ -311,10 +311,32 @@ impl Ctx {
         .await
     }
 
-    /// A raw HTTP request to machine `slot`'s API endpoint.
+    /// A raw HTTP request to machine `slot`'s API endpoint (in a TLS cluster: HTTPS with the admin certificate).
     pub async fn http(&self, slot: usize, method: &str, path: &str, body: Option<&str>) -> Result<Response, String> {
         let ct = body.map(|_| "application/json");
-        http::request(&self.machine(slot)?.endpoint(), method, path, body, ct).await
+        self.http_with_type(slot, method, path, body, ct).await
+    }
+
+    /// The TLS client configuration of a TLS cluster presenting `client` (`None`: no client certificate).
+    pub fn tls_client(
+        &self,
+        client: Option<&fleet_harness::pki::CertFiles>,
+    ) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
+        let pki = self.cluster().tls().ok_or("this cluster does not run TLS")?;
+        fleet_harness::pki::client_config(pki.ca.cert(), client).map(std::sync::Arc::new)
+    }
+
+    /// A raw request to machine `slot`'s API with an explicit TLS client configuration (or plain HTTP: `None`).
+    pub async fn https(
+        &self,
+        slot: usize,
+        tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> Result<Response, String> {
+        let ct = body.map(|_| "application/json");
+        http::request_with(&self.machine(slot)?.endpoint(), tls, method, path, body, ct).await
     }
 
     /// A raw HTTP request with an explicit Content-Type (or none).
@@ -326,7 +348,11 @@ impl Ctx {
         body: Option<&str>,
         content_type: Option<&str>,
     ) -> Result<Response, String> {
-        http::request(&self.machine(slot)?.endpoint(), method, path, body, content_type).await
+        let tls = match self.cluster().tls() {
+            Some(pki) => Some(self.tls_client(Some(&pki.admin))?),
+            None => None,
+        };
+        http::request_with(&self.machine(slot)?.endpoint(), tls, method, path, body, content_type).await
     }
 
     /// Waits until the API of `slot` answers `GET /fleet/v1/machines` with 200.

@@ -1,9 +1,11 @@
-//! A tiny HTTP/1.1 client over a TCP stream, for raw requests to a machine's API endpoint: the specs check status
-//! codes, headers and bodies exactly as a client on the wire sees them.
+//! A tiny HTTP/1.1 client over a TCP stream (or TLS over it, for `https://` endpoints), for raw requests to a
+//! machine's API endpoint: the specs check status codes, headers and bodies exactly as a client on the wire sees
+//! them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// How long one request may take.
@@ -60,8 +62,20 @@ pub async fn request(
     body: Option<&str>,
     content_type: Option<&str>,
 ) -> Result<Response, String> {
+    request_with(endpoint, None, method, path, body, content_type).await
+}
+
+/// [`request`] to an `http://` endpoint, or with `tls` (trust and client certificate) to an `https://` one.
+pub async fn request_with(
+    endpoint: &str,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    content_type: Option<&str>,
+) -> Result<Response, String> {
     let what = format!("{method} {endpoint}{path}");
-    tokio::time::timeout(TIMEOUT, request_inner(endpoint, method, path, body, content_type))
+    tokio::time::timeout(TIMEOUT, request_inner(endpoint, tls, method, path, body, content_type))
         .await
         .map_err(|_| format!("{what}: no response within {TIMEOUT:?}"))?
         .map_err(|e| format!("{what}: {e}"))
@@ -69,13 +83,38 @@ pub async fn request(
 
 async fn request_inner(
     endpoint: &str,
+    tls: Option<Arc<rustls::ClientConfig>>,
     method: &str,
     path: &str,
     body: Option<&str>,
     content_type: Option<&str>,
 ) -> Result<Response, String> {
-    let host = endpoint.strip_prefix("http://").ok_or("endpoint must start with http://")?.trim_end_matches('/');
-    let mut stream = TcpStream::connect(host).await.map_err(|e| format!("connect: {e}"))?;
+    if let Some(host) = endpoint.strip_prefix("https://") {
+        let host = host.trim_end_matches('/');
+        let tls = tls.ok_or("an https:// endpoint needs a TLS client configuration")?;
+        let stream = TcpStream::connect(host).await.map_err(|e| format!("connect: {e}"))?;
+        let server = host.rsplit_once(':').map_or(host, |(name, _)| name).to_string();
+        let name = rustls::pki_types::ServerName::try_from(server).map_err(|e| format!("server name: {e}"))?;
+        let stream = tokio_rustls::TlsConnector::from(tls)
+            .connect(name, stream)
+            .await
+            .map_err(|e| format!("TLS handshake: {e}"))?;
+        return exchange(stream, host, method, path, body, content_type).await;
+    }
+    let host = endpoint.strip_prefix("http://").ok_or("endpoint must start with http:// or https://")?;
+    let host = host.trim_end_matches('/');
+    let stream = TcpStream::connect(host).await.map_err(|e| format!("connect: {e}"))?;
+    exchange(stream, host, method, path, body, content_type).await
+}
+
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    host: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    content_type: Option<&str>,
+) -> Result<Response, String> {
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nAccept: */*\r\n");
     if let Some(ct) = content_type {
         req.push_str(&format!("Content-Type: {ct}\r\n"));
@@ -86,9 +125,27 @@ async fn request_inner(
     }
     req.push_str("\r\n");
     req.push_str(body);
-    stream.write_all(req.as_bytes()).await.map_err(|e| format!("write: {e}"))?;
+    // A server may answer (e.g. 413) and stop reading before the whole body is sent: read its answer anyway.
+    // (A TLS stream keeps what the socket did not take yet until flushed.)
+    let written = match stream.write_all(req.as_bytes()).await {
+        Ok(()) => stream.flush().await,
+        Err(e) => Err(e),
+    };
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.map_err(|e| format!("read: {e}"))?;
+    match stream.read_to_end(&mut raw).await {
+        // A TLS peer closing without close_notify after a complete answer: the answer stands.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => {
+            return Err(match written {
+                Err(w) => format!("write: {w} (then read: {e})"),
+                Ok(()) => format!("read: {e}"),
+            });
+        }
+        Ok(_) => {}
+    }
+    if let (Err(w), true) = (&written, raw.is_empty()) {
+        return Err(format!("write: {w}"));
+    }
     parse(&raw)
 }
 

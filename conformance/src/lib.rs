@@ -75,6 +75,9 @@ areas! {
     Ssh = "ssh",
     /// Changing a running service without an outage: replace without restart, rolling replace and restart.
     Rollout = "rollout",
+    /// A secure cluster refuses what it must: plain HTTP, missing/foreign/expired client certificates, writes by
+    /// the read role, crafted names and bodies (issue 15).
+    Security = "security",
 }
 
 impl Area {
@@ -134,13 +137,44 @@ pub fn all() -> Vec<Spec> {
 /// The longest a spec may run (nextest's `ci` profile ends a test after 240 s).
 pub const SPEC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(200);
 
+/// Set to `1` to run every spec on a TLS cluster ([`Transport::Tls`]).
+pub const TLS_ENV: &str = "FLEET_CONFORMANCE_TLS";
+
+/// The areas CI also runs on a TLS cluster (trials `tls::<area>::<spec>`), so that the secure set-up is judged by
+/// ordinary work and not only by the `security` area.
+pub const TLS_AREAS: &[Area] = &[Area::UnitActions, Area::Replace, Area::GlobalUnits];
+
+/// How a spec's cluster is secured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Plain HTTP and etcd, unless the spec needs [`Capability::Tls`] or `FLEET_CONFORMANCE_TLS=1`.
+    Default,
+    /// etcd and the API over TLS with client certificates; fleetctl and raw requests use the admin certificate.
+    Tls,
+}
+
+impl Transport {
+    /// Whether `spec`'s cluster runs TLS.
+    pub fn tls_for(self, spec: &Spec) -> bool {
+        self == Transport::Tls
+            || spec.requires.contains(&Capability::Tls)
+            || std::env::var(TLS_ENV).is_ok_and(|v| v == "1" || v == "true")
+    }
+}
+
 /// Runs one spec: starts the cluster it declares (agent_ttl 3 s like the original's suite), runs it within
 /// [`SPEC_TIMEOUT`], and removes the cluster.
 pub async fn execute(spec: &Spec) -> Outcome {
+    execute_over(spec, Transport::Default).await
+}
+
+/// [`execute`] with the cluster secured as `transport` says.
+pub async fn execute_over(spec: &Spec, transport: Transport) -> Outcome {
     let ctx = if spec.machines == 0 {
         Ctx::without_cluster()
     } else {
-        let mut b = fleet_harness::Cluster::builder().machines(spec.machines).agent_ttl("3s");
+        let mut b =
+            fleet_harness::Cluster::builder().machines(spec.machines).agent_ttl("3s").tls(transport.tls_for(spec));
         for (slot, md) in spec.metadata {
             b = b.metadata(*slot, md);
         }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use fleet_conformance::summary::{JunitResult, Report};
-use fleet_conformance::{Capabilities, all, execute};
+use fleet_conformance::{Capabilities, Capability, TLS_AREAS, Transport, all, execute_over};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 fn main() {
@@ -21,15 +21,24 @@ fn main() {
         }
     };
     let results: Arc<Mutex<BTreeMap<String, JunitResult>>> = Arc::default();
-    let trials: Vec<Trial> = all()
-        .into_iter()
-        .map(|spec| {
-            let name = spec.trial_name();
-            let ignored = !spec.missing(&caps).is_empty();
+    // Every spec as `<area>::<spec>`; the areas of TLS_AREAS once more on TLS clusters as `tls::<area>::<spec>`
+    // (skipped unless the implementation declares `tls`).
+    let plain = all().into_iter().map(|spec| (spec, Transport::Default));
+    let secured = all().into_iter().filter(|spec| TLS_AREAS.contains(&spec.area)).map(|spec| (spec, Transport::Tls));
+    let trials: Vec<Trial> = plain
+        .chain(secured)
+        .map(|(spec, transport)| {
+            let (name, ignored) = match transport {
+                Transport::Default => (spec.trial_name(), !spec.missing(&caps).is_empty()),
+                Transport::Tls => (
+                    format!("tls::{}", spec.trial_name()),
+                    !spec.missing(&caps).is_empty() || !caps.has(Capability::Tls),
+                ),
+            };
             let results = Arc::clone(&results);
             Trial::test(name.clone(), move || {
                 let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-                let outcome = rt.block_on(execute(&spec));
+                let outcome = rt.block_on(execute_over(&spec, transport));
                 let r = match &outcome {
                     Ok(()) => JunitResult::Passed,
                     Err(e) => JunitResult::Failed(e.clone()),

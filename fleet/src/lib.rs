@@ -17,6 +17,7 @@ pub mod rollout;
 pub mod schema;
 pub mod ssh;
 pub mod systemd;
+pub mod tls;
 pub mod unit;
 pub mod version;
 pub mod wire;

@@ -125,7 +125,13 @@ pub fn decide_put(unit: &schema::Unit, stored_hash: Option<&str>) -> Result<PutA
         Ok(state)
     };
     let content = UnitFile::from_options(unit.options.clone());
-    let validated = || xfleet::validate_options(&content).map_err(ApiError::bad_request);
+    let validated = || {
+        // An option without section or name (e.g. `{}` or an object of unknown fields) is no unit file line.
+        if let Some(i) = unit.options.iter().position(|o| o.section.is_empty() || o.name.is_empty()) {
+            return Err(ApiError::bad_request(format!("option {i} has an empty section or name")));
+        }
+        xfleet::validate_options(&content).map_err(ApiError::bad_request)
+    };
     match stored_hash {
         None if unit.options.is_empty() => {
             Err(reject(StatusCode::CONFLICT, "unit does not exist and options field empty"))
@@ -349,6 +355,16 @@ mod tests {
     fn creation_is_validated() {
         let empty = schema::Unit { name: "empty.service".into(), ..Default::default() };
         assert_eq!(rejected(decide_put(&empty, None)), (409, "unit does not exist and options field empty".into()));
+        let blank_option = schema::Unit {
+            name: "a.service".into(),
+            options: vec![UnitOption::new("Service", "ExecStart", "/bin/true"), UnitOption::new("", "", "")],
+            ..Default::default()
+        };
+        assert_eq!(rejected(decide_put(&blank_option, None)), (400, "option 1 has an empty section or name".into()));
+        assert_eq!(
+            rejected(decide_put(&blank_option, Some("abc"))),
+            (400, "option 1 has an empty section or name".into())
+        );
         assert_eq!(
             rejected(decide_put(&request("bad name.service", HELLO, ""), None)),
             (400, "invalid character ' ' in unit name".into())

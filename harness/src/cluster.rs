@@ -45,6 +45,8 @@ pub enum ClusterError {
     ActiveTwice(String),
     #[error("ssh agent: {0}")]
     Ssh(#[from] AgentError),
+    #[error("TLS certificates: {0}")]
+    Pki(#[from] crate::pki::PkiError),
 }
 
 /// What runs as fleetd in the machines.
@@ -76,6 +78,7 @@ pub struct ClusterBuilder {
     wait: WaitOptions,
     boot: WaitOptions,
     keep: bool,
+    tls: bool,
 }
 
 impl Default for ClusterBuilder {
@@ -91,6 +94,7 @@ impl Default for ClusterBuilder {
             wait: WaitOptions::default(),
             boot: WaitOptions::secs(60),
             keep: false,
+            tls: false,
         }
     }
 }
@@ -166,6 +170,13 @@ impl ClusterBuilder {
         self
     }
 
+    /// A secure cluster: a throwaway CA ([`crate::pki`]) signs etcd's and every fleetd's certificates; etcd and
+    /// the API serve TLS only and require client certificates; fleetctl runs get the admin role's certificate.
+    pub fn tls(mut self, tls: bool) -> Self {
+        self.tls = tls;
+        self
+    }
+
     /// Marks the cluster as long-lived (`fleet-harness up`): `reap` keeps it; only `down` removes it.
     pub fn keep(mut self, keep: bool) -> Self {
         self.keep = keep;
@@ -194,6 +205,11 @@ impl ClusterBuilder {
         };
         let agent = SshAgent::start(tmp.path(), !self.keep)?;
         let network = format!("{run}-net");
+        let etcd_name = format!("{run}-etcd");
+        let pki = match self.tls {
+            true => Some(std::sync::Arc::new(crate::pki::ClusterPki::new(&tmp.path().join("tls"), &etcd_name)?)),
+            false => None,
+        };
         let place = Placement { image, run: run.clone(), keep: self.keep, network: network.clone() };
         let mut cluster = Cluster {
             run: run.clone(),
@@ -210,12 +226,13 @@ impl ClusterBuilder {
             boot: self.boot,
             tmp: Some(tmp),
             ssh: Some(agent),
+            pki,
             detached: false,
         };
         tracing::info!(run = %run, machines = self.machines, "starting cluster");
         let subnet = network::create(&network, &run, self.keep).await?;
         tracing::debug!(run = %run, %subnet, "network");
-        cluster.etcd = Some(Etcd::start(&cluster.place, &format!("{run}-etcd"), self.boot).await?);
+        cluster.etcd = Some(Etcd::start(&cluster.place, &etcd_name, self.boot, cluster.pki.as_deref()).await?);
         let mut set = tokio::task::JoinSet::new();
         for slot in 1..=self.machines {
             let spec = cluster.spec(slot, self.metadata.get(&slot).map(String::as_str));
@@ -264,6 +281,8 @@ pub struct Cluster {
     tmp: Option<tempfile::TempDir>,
     /// The key authorised in every machine and the agent holding it (dropped after the machines).
     ssh: Option<SshAgent>,
+    /// The certificates of a TLS cluster.
+    pki: Option<std::sync::Arc<crate::pki::ClusterPki>>,
     detached: bool,
 }
 
@@ -296,7 +315,13 @@ impl Cluster {
             wait: self.boot,
             fleetctl: Some(self.binaries.fleetctl.clone()),
             authorized_key: self.ssh.as_ref().map(|a| a.public_key().to_string()),
+            tls: self.pki.clone(),
         }
+    }
+
+    /// The certificates of a TLS cluster ([`ClusterBuilder::tls`]); `None` for a plain one.
+    pub fn tls(&self) -> Option<&crate::pki::ClusterPki> {
+        self.pki.as_deref()
     }
 
     /// The ssh-agent holding the key every machine authorises (for `core` and `root`).
@@ -311,11 +336,15 @@ impl Cluster {
     }
 
     /// The environment every fleetctl run of this cluster gets: `SSH_AUTH_SOCK` (the cluster's agent) and
-    /// `FLEETCTL_KNOWN_HOSTS_FILE` ([`Self::known_hosts_file`]); flags given to fleetctl override the latter.
+    /// `FLEETCTL_KNOWN_HOSTS_FILE` ([`Self::known_hosts_file`]); flags given to fleetctl override the latter. In a
+    /// TLS cluster also `FLEETCTL_CA_FILE`, `FLEETCTL_CERT_FILE`, `FLEETCTL_KEY_FILE` (the admin role).
     pub fn fleetctl_env(&self) -> Vec<(String, String)> {
         let mut env = vec![("FLEETCTL_KNOWN_HOSTS_FILE".to_string(), self.known_hosts_file().display().to_string())];
         if let Some(a) = &self.ssh {
             env.push(("SSH_AUTH_SOCK".to_string(), a.socket().display().to_string()));
+        }
+        if let Some(pki) = &self.pki {
+            env.extend(pki.fleetctl_env(&pki.admin));
         }
         env
     }
@@ -548,6 +577,13 @@ impl Cluster {
             ssh_auth_sock: self.ssh.as_ref().map(|a| a.socket().to_path_buf()),
             ssh_agent_pid: self.ssh.as_ref().map(SshAgent::pid),
             known_hosts_file: self.tmp.as_ref().map(|_| self.known_hosts_file()),
+            tls: self.pki.as_ref().map(|pki| crate::state::TlsState {
+                ca: pki.ca.cert().to_path_buf(),
+                admin_cert: pki.admin.cert.clone(),
+                admin_key: pki.admin.key.clone(),
+                read_cert: pki.read.cert.clone(),
+                read_key: pki.read.key.clone(),
+            }),
         }
     }
 

@@ -25,6 +25,7 @@ pub mod labels;
 pub mod machine;
 pub mod network;
 pub mod output;
+pub mod pki;
 pub mod reap;
 pub mod ssh;
 pub mod state;

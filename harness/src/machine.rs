@@ -25,6 +25,8 @@ use crate::wait::{Check, WaitOptions, wait_for};
 pub enum MachineError {
     #[error("machine {name}: {source}")]
     Container { name: String, source: testcontainers::TestcontainersError },
+    #[error("machine {name}: TLS certificates: {cause}")]
+    Tls { name: String, cause: String },
     #[error("machine {name}: {source}")]
     Exec { name: String, source: crate::container::ExecError },
     #[error("machine {name}: {source}")]
@@ -63,7 +65,13 @@ pub struct MachineSpec {
     pub fleetctl: Option<PathBuf>,
     /// A public key authorised for `core` and `root` over SSH.
     pub authorized_key: Option<String>,
+    /// The cluster's certificates when it runs TLS: fleetd serves HTTPS, requires client certificates and reaches
+    /// etcd over TLS.
+    pub tls: Option<std::sync::Arc<crate::pki::ClusterPki>>,
 }
+
+/// Where a TLS machine keeps the cluster CA and fleetd's certificate and key.
+pub const TLS_DIR: &str = "/etc/fleet/tls";
 
 /// A running (or stopped) machine of a cluster.
 pub struct Machine {
@@ -141,12 +149,14 @@ impl Machine {
         self.pin_ip().await?;
         self.wait_running(self.spec.wait).await?;
         if self.spec.fleetd.is_some() {
+            let mut overrides = self.tls_conf().await?;
+            overrides.extend(self.spec.conf_overrides.clone());
             let conf = FleetConf::for_machine(
                 &self.spec.etcd_url,
                 &self.ip,
                 &self.spec.metadata,
                 &self.spec.key_prefix,
-                &self.spec.conf_overrides,
+                &overrides,
             );
             self.write_file(config::CONF_PATH, &conf.render()).await?;
             let started = Instant::now();
@@ -157,6 +167,37 @@ impl Machine {
             }
         }
         Ok(None)
+    }
+
+    /// In a TLS cluster: issues fleetd's certificate for this machine's names and address, writes it with the CA
+    /// into [`TLS_DIR`], and returns the fleet.conf keys that use them (API TLS with client certificates, etcd TLS).
+    async fn tls_conf(&self) -> Result<BTreeMap<String, String>, MachineError> {
+        let Some(pki) = &self.spec.tls else { return Ok(BTreeMap::new()) };
+        let fleetd = pki
+            .fleetd(&self.spec.hostname, &self.spec.container_name, &self.ip)
+            .map_err(|e| MachineError::Tls { name: self.spec.hostname.clone(), cause: e.to_string() })?;
+        let read = |path: &std::path::Path| {
+            std::fs::read_to_string(path).map_err(|e| MachineError::Tls {
+                name: self.spec.hostname.clone(),
+                cause: format!("{}: {e}", path.display()),
+            })
+        };
+        let (ca, cert, key) =
+            (format!("{TLS_DIR}/ca.pem"), format!("{TLS_DIR}/fleetd.pem"), format!("{TLS_DIR}/fleetd-key.pem"));
+        self.write_file(&ca, &read(pki.ca.cert())?).await?;
+        self.write_file(&cert, &read(&fleetd.cert)?).await?;
+        self.write_file(&key, &read(&fleetd.key)?).await?;
+        Ok([
+            ("api_tls_cert_file", &cert),
+            ("api_tls_key_file", &key),
+            ("api_tls_client_ca_file", &ca),
+            ("etcd_cafile", &ca),
+            ("etcd_certfile", &cert),
+            ("etcd_keyfile", &key),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect())
     }
 
     /// Waits until fleet's API on this machine answers a unit list (`GET /fleet/v1/units`) with `200`; a timeout
@@ -179,11 +220,32 @@ impl Machine {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let addr = format!("{}:{}", self.ip, config::API_PORT);
         let exchange = async {
-            let mut stream = tokio::net::TcpStream::connect(&addr).await.map_err(|e| format!("connect {addr}: {e}"))?;
+            let stream = tokio::net::TcpStream::connect(&addr).await.map_err(|e| format!("connect {addr}: {e}"))?;
             let request = format!("GET /fleet/v1/units?alt=json HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-            stream.write_all(request.as_bytes()).await.map_err(|e| format!("send to {addr}: {e}"))?;
             let mut answer = Vec::new();
-            stream.read_to_end(&mut answer).await.map_err(|e| format!("read from {addr}: {e}"))?;
+            match &self.spec.tls {
+                None => {
+                    let mut stream = stream;
+                    stream.write_all(request.as_bytes()).await.map_err(|e| format!("send to {addr}: {e}"))?;
+                    stream.read_to_end(&mut answer).await.map_err(|e| format!("read from {addr}: {e}"))?;
+                }
+                Some(pki) => {
+                    let config = crate::pki::client_config(pki.ca.cert(), Some(&pki.admin))?;
+                    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+                    let name = rustls::pki_types::ServerName::try_from(self.ip.clone())
+                        .map_err(|e| format!("server name {}: {e}", self.ip))?;
+                    let mut stream =
+                        connector.connect(name, stream).await.map_err(|e| format!("TLS handshake with {addr}: {e}"))?;
+                    stream.write_all(request.as_bytes()).await.map_err(|e| format!("send to {addr}: {e}"))?;
+                    stream.flush().await.map_err(|e| format!("send to {addr}: {e}"))?;
+                    match stream.read_to_end(&mut answer).await {
+                        // A peer closing without TLS close_notify after a complete answer is fine here.
+                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !answer.is_empty() => {}
+                        Err(e) => return Err(format!("read from {addr}: {e}")),
+                        Ok(_) => {}
+                    }
+                }
+            }
             Ok::<_, String>(answer)
         };
         let answer = tokio::time::timeout(API_PROBE_TIMEOUT, exchange)
@@ -223,9 +285,10 @@ impl Machine {
         &self.ip
     }
 
-    /// fleet's API endpoint for fleetctl on the host: `http://<ip>:54728`.
+    /// fleet's API endpoint for fleetctl on the host: `http://<ip>:54728` (`https://` in a TLS cluster).
     pub fn endpoint(&self) -> String {
-        format!("http://{}:{}", self.ip, config::API_PORT)
+        let scheme = if self.spec.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}:{}", self.ip, config::API_PORT)
     }
 
     pub(crate) fn spec(&self) -> &MachineSpec {

@@ -55,6 +55,20 @@ pub struct ClusterState {
     /// The known-hosts file fleetctl is pointed at (`FLEETCTL_KNOWN_HOSTS_FILE`).
     #[serde(default)]
     pub known_hosts_file: Option<PathBuf>,
+    /// A TLS cluster's fleetctl environment (`FLEETCTL_CA_FILE`, `_CERT_FILE`, `_KEY_FILE`, admin role) and the
+    /// read-only role's certificate and key.
+    #[serde(default)]
+    pub tls: Option<TlsState>,
+}
+
+/// The client certificates of a TLS cluster, in the cluster's temporary directory.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TlsState {
+    pub ca: PathBuf,
+    pub admin_cert: PathBuf,
+    pub admin_key: PathBuf,
+    pub read_cert: PathBuf,
+    pub read_key: PathBuf,
 }
 
 impl ClusterState {
@@ -69,6 +83,16 @@ impl ClusterState {
         }
         if let Some(k) = &self.known_hosts_file {
             lines.push(format!("export FLEETCTL_KNOWN_HOSTS_FILE={}", k.display()));
+        }
+        if let Some(tls) = &self.tls {
+            lines.push(format!("export FLEETCTL_CA_FILE={}", tls.ca.display()));
+            lines.push(format!("export FLEETCTL_CERT_FILE={}", tls.admin_cert.display()));
+            lines.push(format!("export FLEETCTL_KEY_FILE={}", tls.admin_key.display()));
+            lines.push(format!(
+                "# read-only role instead: FLEETCTL_CERT_FILE={} FLEETCTL_KEY_FILE={}",
+                tls.read_cert.display(),
+                tls.read_key.display()
+            ));
         }
         lines
     }

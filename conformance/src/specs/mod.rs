@@ -15,6 +15,7 @@ pub mod replace;
 pub mod restart;
 pub mod rollout;
 pub mod scheduling;
+pub mod security;
 pub mod ssh;
 pub mod unit_actions;
 
@@ -292,6 +293,29 @@ pub fn catalogue() -> Vec<Spec> {
         })
         .requires(&[Capability::Rollout]),
     ];
+    const TLS: &[Capability] = &[Capability::Tls];
+    all.extend([
+        spec(Security, "plain_http_to_the_tls_listener_is_refused", 1, "issue 15", |c| {
+            Box::pin(security::plain_http_is_refused(c))
+        })
+        .requires(TLS),
+        spec(Security, "clients_without_a_valid_certificate_are_refused", 1, "issue 15", |c| {
+            Box::pin(security::clients_without_a_valid_certificate_are_refused(c))
+        })
+        .requires(TLS),
+        spec(Security, "read_role_lists_but_cannot_write", 1, "issue 15", |c| {
+            Box::pin(security::read_role_lists_but_cannot_write(c))
+        })
+        .requires(TLS),
+        spec(Security, "admin_role_does_everything", 1, "issue 15", |c| {
+            Box::pin(security::admin_role_does_everything(c))
+        })
+        .requires(TLS),
+        spec(Security, "crafted_names_and_bodies_are_refused", 1, "issue 15", |c| {
+            Box::pin(security::crafted_names_and_bodies_are_refused(c))
+        })
+        .requires(TLS),
+    ]);
     all.extend(replace::specs());
     all.extend(moves::specs());
     all

@@ -598,10 +598,8 @@ pub async fn rolling_replace_on_five_machines_with_a_joining_machine(ctx: Ctx) -
     dir.write(DB, &db_unit("v2", None))?;
     start_samplers(&ctx, &holders).await?;
     let cref = &ctx;
-    let rolling = ctx.fleetctl(
-        1,
-        &["start", "--replace", "--rolling", "--max-unavailable=2", "--min-healthy=2s", &path],
-    );
+    let args = ["start", "--replace", "--rolling", "--max-unavailable=2", "--min-healthy=2s", &path];
+    let rolling = ctx.fleetctl(1, &args);
     let join = async move {
         cref.wait_for("the first machine to run v2", || async move {
             match running_versions(cref, &holders).await {
@@ -639,7 +637,11 @@ pub async fn rolling_replace_on_five_machines_with_a_joining_machine(ctx: Ctx) -
         joined.get(&joiner).is_some_and(|(d, _)| d == "db v2")
             && count(&log, "start-pre", "v1") == 0
             && count(&log, "start-pre", "v2") == 1,
-        || format!("m{joiner} joined mid-rollout and must run only v2, started once; runs {joined:?}, hook log {log:?}"),
+        || {
+            format!(
+                "m{joiner} joined mid-rollout and must run only v2, started once; runs {joined:?}, hook log {log:?}"
+            )
+        },
     )?;
     ctx.ensure(after.iter().filter(|(s, _)| **s != joiner).all(|(_, (d, a))| d == "db v2" && a == "active"), || {
         format!("right after the rolling replace returned, expected m1..m4 active on v2; observed {after:?}")

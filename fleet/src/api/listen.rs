@@ -35,6 +35,10 @@ pub enum ListenError {
     BadAddress(String),
     #[error("cannot listen on {address}: {source}")]
     Bind { address: String, source: std::io::Error },
+    #[error("API socket {path}: unknown group {group:?} (api_socket_group)")]
+    UnknownGroup { path: PathBuf, group: String },
+    #[error("API socket {path}: cannot set owner group or mode: {source}")]
+    Permissions { path: PathBuf, source: std::io::Error },
 }
 
 /// First file descriptor systemd passes (`SD_LISTEN_FDS_START`).
@@ -117,6 +121,33 @@ pub async fn bind(address: &ListenAddress) -> Result<Listener, ListenError> {
     }
 }
 
+/// Restricts who may connect to the Unix socket at `path`: mode `mode` (e.g. 0660), owner root (fleetd's user) and
+/// group `group` (a name or number; empty keeps the current group).
+pub fn restrict_socket(path: &std::path::Path, mode: u32, group: &str) -> Result<(), ListenError> {
+    use std::os::unix::fs::PermissionsExt;
+    let failed = |source| ListenError::Permissions { path: path.to_path_buf(), source };
+    if !group.is_empty() {
+        let gid = group_id(group)
+            .ok_or_else(|| ListenError::UnknownGroup { path: path.to_path_buf(), group: group.into() })?;
+        std::os::unix::fs::chown(path, None, Some(gid)).map_err(failed)?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(failed)
+}
+
+/// The id of group `group` (a number, or a name looked up in the group database).
+fn group_id(group: &str) -> Option<u32> {
+    if let Ok(gid) = group.parse::<u32>() {
+        return Some(gid);
+    }
+    let name = std::ffi::CString::new(group).ok()?;
+    let mut entry: libc::group = unsafe { std::mem::zeroed() };
+    let mut buffer = vec![0 as libc::c_char; 16 * 1024];
+    let mut found: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; the buffer outlives it; `found` is only compared to null.
+    let rc = unsafe { libc::getgrnam_r(name.as_ptr(), &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found) };
+    (rc == 0 && !found.is_null()).then_some(entry.gr_gid)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +172,22 @@ mod tests {
         assert_eq!(unix.describe(), format!("unix://{}", path.display()));
         let tcp = bind(&ListenAddress::Tcp("127.0.0.1:0".into())).await.unwrap();
         assert!(tcp.describe().starts_with("tcp://127.0.0.1:"));
+    }
+
+    #[tokio::test]
+    async fn unix_socket_gets_the_configured_mode_and_group() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fleet.sock");
+        let _unix = bind(&ListenAddress::Unix(path.clone())).await.unwrap();
+        let own_gid = std::fs::metadata(&path).unwrap().gid();
+        restrict_socket(&path, 0o660, &own_gid.to_string()).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+        assert_eq!(meta.gid(), own_gid);
+        restrict_socket(&path, 0o600, "root").unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        let err = restrict_socket(&path, 0o660, "no-such-group-here").unwrap_err();
+        assert!(err.to_string().contains("unknown group \"no-such-group-here\""), "{err}");
     }
 }

@@ -1,6 +1,7 @@
 //! HTTP API v1 server (spec §8): routing, wire handlers over the registry, serving on TCP, Unix and
 //! systemd-activated sockets.
 
+pub mod access;
 pub mod handler;
 pub mod listen;
 mod machines;

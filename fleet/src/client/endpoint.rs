@@ -16,6 +16,8 @@ pub struct ApiEndpoint {
 pub enum Transport {
     /// TCP to `host:port`; `authority` is the Host header.
     Tcp { host: String, port: u16, authority: String },
+    /// TLS over TCP to `host:port` (an `https://` endpoint); the server's certificate must be valid for `host`.
+    Https { host: String, port: u16, authority: String },
     /// A Unix domain socket at `path`.
     Unix { path: String },
     /// A scheme the client cannot speak; reported on the first request, like the original.
@@ -31,15 +33,13 @@ pub enum EndpointError {
     Parse { url: String, reason: String },
     #[error("unable to connect to host {host:?} with scheme {scheme:?}")]
     HostWithSocket { host: String, scheme: String },
-    #[error("https endpoints are not supported yet (no TLS in this fleetctl); use http:// or unix://")]
-    HttpsUnsupported,
 }
 
 impl Transport {
     /// The `Host` header requests over this transport carry (Go's client sends `domain-sock` for sockets).
     pub fn host_header(&self) -> &str {
         match self {
-            Transport::Tcp { authority, .. } => authority,
+            Transport::Tcp { authority, .. } | Transport::Https { authority, .. } => authority,
             Transport::Unix { .. } | Transport::Unsupported { .. } => "domain-sock",
         }
     }
@@ -82,17 +82,19 @@ impl ApiEndpoint {
                     path_prefix: String::new(),
                 })
             }
-            "http" => {
-                let (host, port) =
-                    split_host_port(authority).map_err(|reason| EndpointError::Parse { url: first.clone(), reason })?;
+            "http" | "https" => {
+                let default_port = if scheme == "https" { 443 } else { 80 };
+                let (host, port) = split_host_port(authority, default_port)
+                    .map_err(|reason| EndpointError::Parse { url: first.clone(), reason })?;
                 let prefix = path.trim_end_matches('/').to_string();
-                Ok(ApiEndpoint {
-                    transport: Transport::Tcp { host, port, authority: authority.to_string() },
-                    base_url: format!("http://{authority}{prefix}"),
-                    path_prefix: prefix,
-                })
+                let authority = authority.to_string();
+                let transport = if scheme == "https" {
+                    Transport::Https { host, port, authority: authority.clone() }
+                } else {
+                    Transport::Tcp { host, port, authority: authority.clone() }
+                };
+                Ok(ApiEndpoint { transport, base_url: format!("{scheme}://{authority}{prefix}"), path_prefix: prefix })
             }
-            "https" => Err(EndpointError::HttpsUnsupported),
             _ => Ok(ApiEndpoint {
                 transport: Transport::Unsupported { scheme: scheme.clone() },
                 base_url: format!("{scheme}://{authority}{}", path.trim_end_matches('/')),
@@ -102,7 +104,7 @@ impl ApiEndpoint {
     }
 }
 
-fn split_host_port(authority: &str) -> Result<(String, u16), String> {
+fn split_host_port(authority: &str, default_port: u16) -> Result<(String, u16), String> {
     if authority.is_empty() {
         return Err("missing host".into());
     }
@@ -112,21 +114,21 @@ fn split_host_port(authority: &str) -> Result<(String, u16), String> {
         let host = rest[..end].to_string();
         let after = &rest[end + 1..];
         let port = match after.strip_prefix(':') {
-            Some(p) => parse_port(p)?,
-            None if after.is_empty() => 80,
+            Some(p) => parse_port(p, default_port)?,
+            None if after.is_empty() => default_port,
             None => return Err(format!("invalid port {after:?} after host")),
         };
         return Ok((host, port));
     }
     match authority.rsplit_once(':') {
-        Some((host, port)) => Ok((host.to_string(), parse_port(port)?)),
-        None => Ok((authority.to_string(), 80)),
+        Some((host, port)) => Ok((host.to_string(), parse_port(port, default_port)?)),
+        None => Ok((authority.to_string(), default_port)),
     }
 }
 
-fn parse_port(p: &str) -> Result<u16, String> {
+fn parse_port(p: &str, default_port: u16) -> Result<u16, String> {
     if p.is_empty() {
-        return Ok(80);
+        return Ok(default_port);
     }
     p.parse::<u16>().map_err(|_| format!("invalid port {:?} after host", format!(":{p}")))
 }
@@ -179,10 +181,25 @@ mod tests {
     }
 
     #[test]
-    fn unknown_schemes_fail_on_first_request_and_https_is_not_supported() {
+    fn unknown_schemes_fail_on_first_request() {
         let ep = ApiEndpoint::parse("ftp://foo").unwrap();
         assert_eq!(ep.transport, Transport::Unsupported { scheme: "ftp".into() });
         assert_eq!(ep.base_url, "ftp://foo");
-        assert_eq!(ApiEndpoint::parse("https://x").unwrap_err(), EndpointError::HttpsUnsupported);
+    }
+
+    #[test]
+    fn https_endpoints_use_tls_and_port_443_by_default() {
+        let ep = ApiEndpoint::parse("https://10.0.0.1:54728/p/").unwrap();
+        let authority = "10.0.0.1:54728".to_string();
+        assert_eq!(ep.transport, Transport::Https { host: "10.0.0.1".into(), port: 54728, authority });
+        assert_eq!((ep.base_url.as_str(), ep.path_prefix.as_str()), ("https://10.0.0.1:54728/p", "/p"));
+        assert!(matches!(
+            ApiEndpoint::parse("https://fleet.example").unwrap().transport,
+            Transport::Https { port: 443, .. }
+        ));
+        assert!(matches!(
+            ApiEndpoint::parse("http://fleet.example").unwrap().transport,
+            Transport::Tcp { port: 80, .. }
+        ));
     }
 }

@@ -41,20 +41,23 @@ const NO_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 impl EtcdClient {
     /// A client for the comma-separated etcd URLs in `endpoints`, under `prefix`. `request_timeout` bounds every
     /// etcd request (zero: unbounded).
-    pub fn new(endpoints: &str, prefix: &str, request_timeout: Duration) -> Result<EtcdClient, BuildError> {
+    pub fn new(
+        endpoints: &str,
+        prefix: &str,
+        request_timeout: Duration,
+        tls: crate::tls::ClientFiles,
+    ) -> Result<EtcdClient, BuildError> {
         let endpoints: Vec<String> =
             endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_string).collect();
         if endpoints.is_empty() {
             return Err(BuildError::Etcd("no etcd endpoint given (--endpoint)".into()));
-        }
-        if let Some(tls) = endpoints.iter().find(|e| e.starts_with("https://")) {
-            return Err(BuildError::Etcd(format!("TLS to etcd is not supported yet: {tls}")));
         }
         let config = EtcdConfig {
             endpoints,
             prefix: prefix.to_string(),
             request_timeout: if request_timeout.is_zero() { NO_TIMEOUT } else { request_timeout },
             user: None,
+            tls,
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -38,6 +38,8 @@ pub struct HttpClient {
     tunnel: Option<crate::ssh::Session>,
     /// Connections kept open between requests, and the bound on requests in flight.
     pool: ConnectionPool,
+    /// TLS for an `https://` endpoint (from `--ca-file`, `--cert-file`, `--key-file`).
+    tls: Option<tokio_rustls::TlsConnector>,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -76,7 +78,16 @@ impl HttpClient {
             .enable_all()
             .build()
             .map_err(|e| BuildError::Runtime(e.to_string()))?;
-        Ok(HttpClient { endpoint, timeout, tunnel: None, pool: ConnectionPool::new(MAX_IN_FLIGHT), runtime })
+        Ok(HttpClient { endpoint, timeout, tunnel: None, pool: ConnectionPool::new(MAX_IN_FLIGHT), tls: None, runtime })
+    }
+
+    /// Speaks TLS to an `https://` endpoint with `files`; any other endpoint ignores them.
+    pub fn with_tls(mut self, files: &crate::tls::ClientFiles) -> Result<Self, BuildError> {
+        if matches!(self.endpoint.transport, Transport::Https { .. }) {
+            let config = crate::tls::client_config(files).map_err(|e| BuildError::Tls(e.to_string()))?;
+            self.tls = Some(tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)));
+        }
+        Ok(self)
     }
 
     /// A client whose connections go through an SSH connection to `tunnel` (`host:port`, spec §9.3): for a unix
@@ -368,8 +379,37 @@ impl HttpClient {
                     .map_err(|e| format!("dial unix {path}: connect: {}", crate::go::io_error(&e)))?;
                 handshake(stream).await
             }
+            (Transport::Https { host, port, .. }, Some(ssh)) => {
+                let stream = ssh
+                    .open_tcp(host, *port)
+                    .await
+                    .map_err(|e| format!("dial tcp {} through the tunnel: {e}", display_addr(host, *port)))?;
+                handshake(self.tls_handshake(host, stream).await?).await
+            }
+            (Transport::Https { host, port, .. }, None) => {
+                let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await.map_err(|e| {
+                    format!("dial tcp {}: connect: {}", display_addr(host, *port), crate::go::io_error(&e))
+                })?;
+                handshake(self.tls_handshake(host, stream).await?).await
+            }
             (Transport::Unsupported { scheme }, _) => Err(format!("unsupported protocol scheme {scheme:?}")),
         }
+    }
+
+    /// The TLS handshake with the server named `host` over `stream`.
+    async fn tls_handshake<S>(&self, host: &str, stream: S) -> Result<tokio_rustls::client::TlsStream<S>, String>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let Some(connector) = &self.tls else {
+            return Err("https:// endpoint without TLS settings".into());
+        };
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|e| format!("TLS: {host:?} is not a valid server name: {e}"))?;
+        connector.connect(name, stream).await.map_err(|e| match crate::tls::find_rustls_error(&e) {
+            Some(tls) => crate::tls::describe_client_failure(tls),
+            None => format!("TLS handshake: {e}"),
+        })
     }
 }
 
@@ -406,7 +446,11 @@ fn build_request(
 }
 
 /// A failed exchange as Go's client words the common case: a connection closed before the answer is `EOF`.
+/// A TLS alert the server sent (a refused client certificate arrives after the handshake) is described as such.
 fn describe(e: &hyper::Error) -> String {
+    if let Some(tls) = crate::tls::find_rustls_error(e) {
+        return crate::tls::describe_client_failure(tls);
+    }
     if e.is_incomplete_message() { "EOF".to_string() } else { e.to_string() }
 }
 
@@ -740,5 +784,79 @@ mod tests {
         });
         let units = client(&format!("unix://{}", path.display())).units().unwrap();
         assert_eq!(units[0].name, "a.service");
+    }
+
+    /// Serves `{"units":[]}` (and 204 to writes) over TLS from the real API accept loop on a thread of its own;
+    /// returns the `https://` endpoint. `client_ca` requires client certificates signed by it.
+    fn serve_tls(cert: (std::path::PathBuf, std::path::PathBuf), client_ca: Option<std::path::PathBuf>) -> String {
+        struct Units;
+        impl crate::api::serve::ApiHandler for Units {
+            async fn handle(&self, _request: http::Request<Bytes>) -> http::Response<Bytes> {
+                http::Response::new(Bytes::from_static(br#"{"units":[]}"#))
+            }
+        }
+        let files = crate::tls::ServerFiles { cert: cert.0, key: cert.1, client_ca: client_ca.clone() };
+        let settings =
+            crate::api::serve::ServerTls::new(crate::tls::server_config(&files).unwrap(), client_ca.is_some());
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                let listener = crate::api::listen::Listener::Tcp(tokio::net::TcpListener::from_std(listener).unwrap());
+                let (_handler_tx, handler) = tokio::sync::watch::channel(Some(Arc::new(Units)));
+                let (_tls_tx, tls) = tokio::sync::watch::channel(Some(settings));
+                let stop = tokio_util::sync::CancellationToken::new();
+                crate::api::serve::serve_secured(vec![listener], handler, tls, stop).await;
+            });
+        });
+        format!("https://localhost:{port}")
+    }
+
+    fn tls_client(endpoint: &str, files: crate::tls::ClientFiles) -> Result<HttpClient, BuildError> {
+        HttpClient::new(ApiEndpoint::parse(endpoint).unwrap(), Some(Duration::from_secs(10)))?.with_tls(&files)
+    }
+
+    #[test]
+    fn https_endpoint_with_client_certificate_and_clear_tls_errors() {
+        use crate::tls::{ClientFiles, testing::Ca};
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let ca = Ca::new(d, "fleet-ca");
+        let stranger_ca = Ca::new(d, "stranger-ca");
+        let endpoint = serve_tls(ca.leaf(d, "fleetd", &[], &["localhost"], false), Some(ca.cert_path.clone()));
+        let files = |trust: &Ca, cert: Option<(std::path::PathBuf, std::path::PathBuf)>| {
+            let (cert, key) = cert.unzip();
+            ClientFiles { ca: Some(trust.cert_path.clone()), cert, key }
+        };
+
+        let admin = files(&ca, Some(ca.leaf(d, "admin", &["fleet-admin"], &[], false)));
+        assert_eq!(tls_client(&endpoint, admin.clone()).unwrap().units().unwrap(), Vec::<Unit>::new());
+
+        let cases = [
+            ("unknown server certificate", files(&stranger_ca, None), "not signed by the CA in --ca-file"),
+            ("no client certificate", files(&ca, None), "requires a client certificate"),
+            (
+                "client certificate of another CA",
+                files(&ca, Some(stranger_ca.leaf(d, "intruder", &["fleet-admin"], &[], false))),
+                "refused the client certificate",
+            ),
+            (
+                "expired client certificate",
+                files(&ca, Some(ca.leaf(d, "old-admin", &["fleet-admin"], &[], true))),
+                "refused the client certificate: it has expired",
+            ),
+        ];
+        for (what, files, expected) in cases {
+            let err = tls_client(&endpoint, files).unwrap().units().unwrap_err().to_string();
+            assert!(err.contains(expected), "{what}: expected {expected:?} in {err:?}");
+        }
+
+        let no_ca = tls_client(&endpoint, ClientFiles::default()).err().unwrap().to_string();
+        assert!(no_ca.contains("--ca-file or FLEETCTL_CA_FILE"), "{no_ca}");
+        let half = ClientFiles { cert: admin.cert.clone(), ..files(&ca, None) };
+        let half = tls_client(&endpoint, half).err().unwrap().to_string();
+        assert!(half.contains("--cert-file is given but --key-file is not"), "{half}");
     }
 }

@@ -206,9 +206,17 @@ pub enum BuildError {
     Tunnel(crate::ssh::SshError),
     #[error("cannot start the HTTP client runtime: {0}")]
     Runtime(String),
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 impl ClientConfig {
+    /// `--ca-file`, `--cert-file`, `--key-file` (empty: not given).
+    pub fn tls_files(&self) -> crate::tls::ClientFiles {
+        let given = |s: &str| (!s.is_empty()).then(|| std::path::PathBuf::from(s));
+        crate::tls::ClientFiles { ca: given(&self.ca_file), cert: given(&self.cert_file), key: given(&self.key_file) }
+    }
+
     pub fn driver(&self) -> Result<Driver, BuildError> {
         match self.driver.as_str() {
             "API" => Ok(Driver::Api),
@@ -225,21 +233,20 @@ pub fn build(config: &ClientConfig) -> Result<Box<dyn Client>, BuildError> {
         Driver::Api => {
             let ep = endpoint::ApiEndpoint::parse(&config.endpoint)?;
             let timeout = (!config.request_timeout.is_zero()).then_some(config.request_timeout);
-            if config.tunnel.is_empty() {
-                Ok(Box::new(http::HttpClient::new(ep, timeout)?))
+            let client = if config.tunnel.is_empty() {
+                http::HttpClient::new(ep, timeout)?
             } else {
-                Ok(Box::new(http::HttpClient::tunnelled(ep, timeout, &config.ssh, &config.tunnel)?))
-            }
+                http::HttpClient::tunnelled(ep, timeout, &config.ssh, &config.tunnel)?
+            };
+            Ok(Box::new(client.with_tls(&config.tls_files())?))
         }
         Driver::Etcd if !config.tunnel.is_empty() => Err(BuildError::TunnelNotImplemented),
-        Driver::Etcd => {
-            if [&config.ca_file, &config.cert_file, &config.key_file].iter().any(|f| !f.is_empty()) {
-                return Err(BuildError::Etcd(
-                    "TLS to etcd (--ca-file, --cert-file, --key-file) is not supported yet".into(),
-                ));
-            }
-            Ok(Box::new(etcd::EtcdClient::new(&config.endpoint, &config.etcd_key_prefix, config.request_timeout)?))
-        }
+        Driver::Etcd => Ok(Box::new(etcd::EtcdClient::new(
+            &config.endpoint,
+            &config.etcd_key_prefix,
+            config.request_timeout,
+            config.tls_files(),
+        )?)),
     }
 }
 
@@ -320,7 +327,7 @@ mod tests {
         assert!(build(&config("etcd", "http://127.0.0.1:1")).is_ok());
         assert!(build(&config("etcd", "http://127.0.0.1:1,http://127.0.0.1:2")).is_ok());
         let err = build(&config("etcd", "https://127.0.0.1:2379")).err().unwrap();
-        assert!(err.to_string().contains("TLS"), "{err}");
+        assert!(err.to_string().contains("https:// etcd endpoints need the CA that signed etcd"), "{err}");
     }
 
     #[test]

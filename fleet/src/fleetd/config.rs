@@ -22,6 +22,8 @@ pub enum ConfigError {
     Syntax { path: PathBuf, source: ini::IniError },
     #[error("Failed creating Server: agent_ttl: {0}")]
     AgentTtl(DurationError),
+    #[error("API TLS: {0}")]
+    ApiTls(String),
 }
 
 /// Every option of spec §2.3, plus `api_listeners` (sockets fleetd binds itself when systemd passes none).
@@ -53,6 +55,16 @@ pub struct Config {
     pub authorized_keys_file: String,
     /// Comma-separated `unix:///path` or `tcp://host:port` listeners used when no socket is passed by systemd.
     pub api_listeners: Vec<String>,
+    /// PEM certificate (chain) the API serves on its TCP listeners; with `api_tls_key_file`, turns on TLS.
+    pub api_tls_cert_file: String,
+    /// PEM private key of `api_tls_cert_file`.
+    pub api_tls_key_file: String,
+    /// PEM CA bundle; when set, every TCP client must present a certificate it signed, and is authorised by role.
+    pub api_tls_client_ca_file: String,
+    /// Group (name or number) owning the Unix API socket fleetd binds; empty keeps root's group.
+    pub api_socket_group: String,
+    /// Permission bits of the Unix API socket fleetd binds.
+    pub api_socket_mode: u32,
 }
 
 impl Default for Config {
@@ -80,6 +92,11 @@ impl Default for Config {
             verify_units: false,
             authorized_keys_file: String::new(),
             api_listeners: vec!["unix:///var/run/fleet.sock".into()],
+            api_tls_cert_file: String::new(),
+            api_tls_key_file: String::new(),
+            api_tls_client_ca_file: String::new(),
+            api_socket_group: String::new(),
+            api_socket_mode: 0o660,
         }
     }
 }
@@ -153,7 +170,7 @@ fn read_file(provided: Option<&Path>) -> Result<(ConfigSource, BTreeMap<String, 
     Ok((source, values))
 }
 
-const OPTION_NAMES: [&str; 22] = [
+const OPTION_NAMES: [&str; 27] = [
     "verbosity",
     "etcd_servers",
     "etcd_username",
@@ -176,6 +193,11 @@ const OPTION_NAMES: [&str; 22] = [
     "verify_units",
     "authorized_keys_file",
     "api_listeners",
+    "api_tls_cert_file",
+    "api_tls_key_file",
+    "api_tls_client_ca_file",
+    "api_socket_group",
+    "api_socket_mode",
 ];
 
 fn apply(config: &mut Config, key: &str, value: &str, warnings: &mut Vec<String>) {
@@ -216,6 +238,14 @@ fn apply(config: &mut Config, key: &str, value: &str, warnings: &mut Vec<String>
         "agent_ttl" => config.agent_ttl = value.to_string(),
         "units_directory" => config.units_directory = value.to_string(),
         "authorized_keys_file" => config.authorized_keys_file = value.to_string(),
+        "api_tls_cert_file" => config.api_tls_cert_file = value.trim().to_string(),
+        "api_tls_key_file" => config.api_tls_key_file = value.trim().to_string(),
+        "api_tls_client_ca_file" => config.api_tls_client_ca_file = value.trim().to_string(),
+        "api_socket_group" => config.api_socket_group = value.trim().to_string(),
+        "api_socket_mode" => match u32::from_str_radix(value.trim(), 8) {
+            Ok(mode) if mode <= 0o777 => config.api_socket_mode = mode,
+            _ => bad("octal permission mode (e.g. 0660)"),
+        },
         _ => warnings.push(format!("ignoring unknown config option {key:?}")),
     }
 }
@@ -278,6 +308,27 @@ impl Config {
         Duration::from_secs_f64(self.engine_reconcile_interval)
     }
 
+    /// The API's TLS files, if TLS is configured: a certificate needs its key and the other way round, and a
+    /// client CA needs both.
+    pub fn api_tls(&self) -> Result<Option<crate::tls::ServerFiles>, ConfigError> {
+        let given = |s: &str| (!s.is_empty()).then(|| PathBuf::from(s));
+        match (given(&self.api_tls_cert_file), given(&self.api_tls_key_file), given(&self.api_tls_client_ca_file)) {
+            (Some(cert), Some(key), client_ca) => Ok(Some(crate::tls::ServerFiles { cert, key, client_ca })),
+            (None, None, None) => Ok(None),
+            (Some(_), None, _) => {
+                Err(ConfigError::ApiTls("api_tls_cert_file is set but api_tls_key_file is not".into()))
+            }
+            (None, Some(_), _) => {
+                Err(ConfigError::ApiTls("api_tls_key_file is set but api_tls_cert_file is not".into()))
+            }
+            (None, None, Some(_)) => Err(ConfigError::ApiTls(
+                "api_tls_client_ca_file needs api_tls_cert_file and api_tls_key_file (client certificates are only \
+                 asked for over TLS)"
+                    .into(),
+            )),
+        }
+    }
+
     pub fn etcd_request_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.etcd_request_timeout)
     }
@@ -336,6 +387,38 @@ mod tests {
         assert_eq!(parse_list("http://a:2379, http://b:2379"), vec!["http://a:2379", "http://b:2379"]);
         assert_eq!(parse_list("[\"http://a:2379\",\"http://b:2379\"]"), vec!["http://a:2379", "http://b:2379"]);
         assert_eq!(parse_metadata(" a = 1 ,b,c=x=y, a=2"), env(&[("a", "2"), ("c", "x=y")]));
+    }
+
+    #[test]
+    fn api_tls_and_socket_options() {
+        let loaded = load_text(
+            "api_tls_cert_file=/etc/fleet/api.pem\napi_tls_key_file=/etc/fleet/api-key.pem\napi_socket_mode=0640\n",
+            &[("FLEET_API_TLS_CLIENT_CA_FILE", "/etc/fleet/ca.pem"), ("FLEET_API_SOCKET_GROUP", "fleet")],
+        );
+        let c = &loaded.config;
+        assert_eq!(
+            c.api_tls().unwrap(),
+            Some(crate::tls::ServerFiles {
+                cert: "/etc/fleet/api.pem".into(),
+                key: "/etc/fleet/api-key.pem".into(),
+                client_ca: Some("/etc/fleet/ca.pem".into()),
+            })
+        );
+        assert_eq!((c.api_socket_mode, c.api_socket_group.as_str()), (0o640, "fleet"));
+        assert_eq!(Config::default().api_socket_mode, 0o660);
+        assert_eq!(Config::default().api_tls().unwrap(), None);
+
+        let bad_mode = load_text("api_socket_mode=0999\n", &[]);
+        assert_eq!(bad_mode.config.api_socket_mode, 0o660);
+        assert!(bad_mode.warnings[0].contains("octal permission mode"), "{:?}", bad_mode.warnings);
+
+        let half = Config { api_tls_cert_file: "/c.pem".into(), ..Config::default() };
+        assert_eq!(
+            half.api_tls().unwrap_err().to_string(),
+            "API TLS: api_tls_cert_file is set but api_tls_key_file is not"
+        );
+        let ca_only = Config { api_tls_client_ca_file: "/ca.pem".into(), ..Config::default() };
+        assert!(ca_only.api_tls().unwrap_err().to_string().contains("api_tls_client_ca_file needs"));
     }
 
     #[test]

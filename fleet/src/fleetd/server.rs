@@ -86,6 +86,8 @@ struct Daemon {
     /// Asked at SIGTERM whether fleet is being restarted.
     systemd: Systemd,
     api: watch::Sender<Option<Arc<Api>>>,
+    /// TLS of the API's TCP listeners, re-read from the configured files on every reload (certificate rotation).
+    api_tls: watch::Sender<Option<crate::api::serve::ServerTls>>,
     signals: Signals,
     /// The presence lease of the last successful registration, revoked if it still holds our machine key when we
     /// register again after a monitor restart.
@@ -113,8 +115,9 @@ pub async fn run(config_path: Option<PathBuf>) -> Result<(), ServerError> {
 
     let listeners = api_listeners(&loaded.config).await?;
     let (api, api_rx) = watch::channel(None);
+    let (api_tls, api_tls_rx) = watch::channel(api_tls(&loaded.config)?);
     let api_stop = CancellationToken::new();
-    let serving = tokio::spawn(crate::api::serve::serve(listeners, api_rx, api_stop.clone()));
+    let serving = tokio::spawn(crate::api::serve::serve_secured(listeners, api_rx, api_tls_rx, api_stop.clone()));
 
     let mut daemon = Daemon {
         config_path,
@@ -123,6 +126,7 @@ pub async fn run(config_path: Option<PathBuf>) -> Result<(), ServerError> {
         agent,
         systemd,
         api,
+        api_tls,
         signals,
         previous_presence: None,
         carried: None,
@@ -171,9 +175,20 @@ async fn api_listeners(config: &Config) -> Result<Vec<Listener>, ServerError> {
     }
     let mut listeners = Vec::new();
     for text in &config.api_listeners {
-        listeners.push(listen::bind(&text.parse::<ListenAddress>()?).await?);
+        let address = text.parse::<ListenAddress>()?;
+        listeners.push(listen::bind(&address).await?);
+        if let ListenAddress::Unix(path) = &address {
+            listen::restrict_socket(path, config.api_socket_mode, &config.api_socket_group)?;
+        }
     }
     Ok(listeners)
+}
+
+/// The API's TLS settings from the configured files, read now; `None` when TLS is not configured.
+fn api_tls(config: &Config) -> Result<Option<crate::api::serve::ServerTls>, ConfigError> {
+    let Some(files) = config.api_tls()? else { return Ok(None) };
+    let server = crate::tls::server_config(&files).map_err(|e| ConfigError::ApiTls(e.to_string()))?;
+    Ok(Some(crate::api::serve::ServerTls::new(server, files.client_ca.is_some())))
 }
 
 fn etcd_config(config: &Config) -> EtcdConfig {
@@ -183,6 +198,11 @@ fn etcd_config(config: &Config) -> EtcdConfig {
         prefix: config.etcd_key_prefix.clone(),
         request_timeout: config.etcd_request_timeout(),
         user,
+        tls: crate::tls::ClientFiles {
+            ca: (!config.etcd_cafile.is_empty()).then(|| PathBuf::from(&config.etcd_cafile)),
+            cert: (!config.etcd_certfile.is_empty()).then(|| PathBuf::from(&config.etcd_certfile)),
+            key: (!config.etcd_keyfile.is_empty()).then(|| PathBuf::from(&config.etcd_keyfile)),
+        },
     }
 }
 
@@ -310,6 +330,7 @@ impl Daemon {
         let same_etcd = old.endpoints == new.endpoints
             && old.prefix == new.prefix
             && old.user == new.user
+            && old.tls == new.tls
             && before.agent_ttl == self.config().agent_ttl;
         if same_etcd && registered.presence.is_alive() {
             self.carried = Some(registered);
@@ -382,7 +403,14 @@ impl Daemon {
         let path = self.config_path.clone().unwrap_or_else(|| PathBuf::from(config::DEFAULT_CONFIG_PATH));
         tracing::info!("Reloading configuration from {}", path.display());
         match load_config(self.config_path.as_deref()) {
-            Ok(loaded) if loaded.config.agent_ttl().is_ok() => self.loaded = loaded,
+            Ok(loaded) if loaded.config.agent_ttl().is_ok() => match api_tls(&loaded.config) {
+                Ok(tls) => {
+                    tracing::info!(tls = tls.is_some(), "API TLS settings re-read");
+                    self.api_tls.send_replace(tls);
+                    self.loaded = loaded;
+                }
+                Err(err) => tracing::error!(error = %err, "new configuration refused; keeping the old one"),
+            },
             Ok(loaded) => {
                 tracing::error!(agent_ttl = %loaded.config.agent_ttl, "new configuration refused: bad agent_ttl")
             }

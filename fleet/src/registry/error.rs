@@ -17,6 +17,9 @@ pub enum RegistryError {
         #[source]
         source: etcd_client::Error,
     },
+    /// The TLS files for etcd (`etcd_cafile`, `etcd_certfile`, `etcd_keyfile`) are missing or unreadable.
+    #[error("etcd TLS: {0}")]
+    Tls(String),
     /// A stored value could not be decoded.
     #[error("{key}: cannot decode {what}: {reason} (value {value:?})")]
     Decode { key: String, what: &'static str, reason: String, value: String },

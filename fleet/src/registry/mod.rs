@@ -85,6 +85,8 @@ pub struct EtcdConfig {
     pub request_timeout: Duration,
     /// Basic auth, if configured.
     pub user: Option<(String, String)>,
+    /// CA and client certificate for `https://` endpoints (`etcd_cafile`, `etcd_certfile`, `etcd_keyfile`).
+    pub tls: crate::tls::ClientFiles,
 }
 
 impl Default for EtcdConfig {
@@ -94,8 +96,33 @@ impl Default for EtcdConfig {
             prefix: DEFAULT_PREFIX.into(),
             request_timeout: Duration::from_secs(1),
             user: None,
+            tls: crate::tls::ClientFiles::default(),
         }
     }
+}
+
+/// TLS towards etcd (rustls on `ring`): the CA is required; a client certificate is presented when both a
+/// certificate and a key are configured.
+fn etcd_tls(files: &crate::tls::ClientFiles) -> Result<etcd_client::TlsOptions> {
+    let read = |what: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| RegistryError::Tls(format!("cannot read {what} {}: {e}", path.display())))
+    };
+    let Some(ca) = &files.ca else {
+        return Err(RegistryError::Tls(
+            "https:// etcd endpoints need the CA that signed etcd (fleet.conf etcd_cafile, fleetctl --ca-file)".into(),
+        ));
+    };
+    let mut options =
+        etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(read("etcd_cafile", ca)?));
+    match (&files.cert, &files.key) {
+        (Some(cert), Some(key)) => {
+            let identity = etcd_client::Identity::from_pem(read("etcd_certfile", cert)?, read("etcd_keyfile", key)?);
+            options = options.identity(identity);
+        }
+        (None, None) => {}
+        _ => return Err(RegistryError::Tls("etcd_certfile and etcd_keyfile must be given together".into())),
+    }
+    Ok(options)
 }
 
 /// Handle for typed registry writes and one-shot reads. Cheap to clone; all clones share one connection.
@@ -122,6 +149,9 @@ impl Registry {
             .with_keep_alive_while_idle(true);
         if let Some((user, password)) = &config.user {
             options = options.with_user(user.clone(), password.clone());
+        }
+        if config.endpoints.iter().any(|e| e.starts_with("https://")) {
+            options = options.with_tls(etcd_tls(&config.tls)?);
         }
         let client = etcd_client::Client::connect(&config.endpoints, Some(options))
             .await

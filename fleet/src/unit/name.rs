@@ -46,6 +46,9 @@ pub enum NameError {
     InvalidCharacter(char),
     #[error("unit name cannot start in \"@\"")]
     StartsWithAt,
+    /// A leading dot makes a hidden file (or `..`) in the units directory; no agent would load it.
+    #[error("unit name cannot start in \".\"")]
+    StartsWithDot,
 }
 
 /// `api.ValidateName`: the rules of spec §4.4, checked in the original's order.
@@ -74,6 +77,9 @@ pub fn validate_name(name: &str) -> Result<(), NameError> {
     }
     if name.starts_with('@') {
         return Err(NameError::StartsWithAt);
+    }
+    if name.starts_with('.') {
+        return Err(NameError::StartsWithDot);
     }
     Ok(())
 }
@@ -239,6 +245,15 @@ mod tests {
             assert_eq!(validate_name(name), Ok(()), "{name}");
         }
         assert_eq!(validate_name(&format!("{}.service", "a".repeat(248))), Ok(()));
+    }
+
+    #[test]
+    fn names_no_agent_could_write_are_refused() {
+        // Found by the security conformance spec: the API stored `..\escape.service`, which every agent refused
+        // to write (a hidden file in the units directory).
+        for name in [r"..\escape.service", ".hidden.service", "..service"] {
+            assert_eq!(validate_name(name), Err(NameError::StartsWithDot), "{name}");
+        }
     }
 
     #[test]

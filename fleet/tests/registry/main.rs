@@ -806,3 +806,80 @@ async fn a_deposed_leaders_writes_are_rejected() {
     let current = LeaderFence { machine: "ma".into(), lease: again.id() };
     assert_eq!(reg.delete_bodies(&garbage, Some(&current)).await.unwrap(), garbage.len(), "the leader collects");
 }
+
+/// A throwaway CA for the etcd TLS test: writes its certificate and signs leaves into `dir`.
+struct TestCa {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    cert: std::path::PathBuf,
+}
+
+impl TestCa {
+    fn new(dir: &std::path::Path, name: &str) -> TestCa {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.distinguished_name.push(rcgen::DnType::CommonName, name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = dir.join(format!("{name}.pem"));
+        std::fs::write(&cert, params.self_signed(&key).unwrap().pem()).unwrap();
+        TestCa { issuer: rcgen::Issuer::new(params, key), cert }
+    }
+
+    fn leaf(&self, dir: &std::path::Path, cn: &str, names: &[&str]) -> (std::path::PathBuf, std::path::PathBuf) {
+        let mut params =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let (cert_path, key_path) = (dir.join(format!("{cn}.pem")), dir.join(format!("{cn}-key.pem")));
+        std::fs::write(&cert_path, params.signed_by(&key, &self.issuer).unwrap().pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        (cert_path, key_path)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_talks_to_etcd_over_tls_with_a_client_certificate() {
+    use fleet::registry::EtcdConfig;
+    use fleet::tls::ClientFiles;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ca = TestCa::new(d, "etcd-ca");
+    let (cert, key) = ca.leaf(d, "etcd", &["127.0.0.1", "localhost"]);
+    let client = ca.leaf(d, "fleetd", &[]);
+    let etcd =
+        TestEtcd::start_tls(support::etcd::ServerTls { cert, key, ca: ca.cert.clone(), client: client.clone() }).await;
+    let config = |tls: ClientFiles| EtcdConfig {
+        endpoints: vec![etcd.endpoint()],
+        prefix: "/tls/".into(),
+        request_timeout: Duration::from_secs(10),
+        tls,
+        ..EtcdConfig::default()
+    };
+
+    let with_cert =
+        ClientFiles { ca: Some(ca.cert.clone()), cert: Some(client.0.clone()), key: Some(client.1.clone()) };
+    let registry = Registry::connect(&config(with_cert)).await.expect("connect over TLS with a client certificate");
+    registry.ensure_layout_version().await.expect("a write over TLS");
+    let snapshot = registry.read_snapshot().await.expect("a read over TLS");
+    assert_eq!(snapshot.machines().count(), 0);
+
+    // Without a client certificate etcd refuses every request.
+    let anonymous = Registry::connect(&config(ClientFiles { ca: Some(ca.cert.clone()), cert: None, key: None })).await;
+    let refused = match anonymous {
+        Ok(registry) => registry.ensure_layout_version().await.err().map(|e| e.to_string()),
+        Err(e) => Some(e.to_string()),
+    };
+    assert!(refused.is_some(), "etcd served a client without a certificate");
+
+    // A client that does not trust etcd's CA refuses etcd.
+    let stranger = TestCa::new(d, "stranger-ca");
+    let distrustful =
+        ClientFiles { ca: Some(stranger.cert.clone()), cert: Some(client.0.clone()), key: Some(client.1) };
+    let refused = match Registry::connect(&config(distrustful)).await {
+        Ok(registry) => registry.ensure_layout_version().await.err().map(|e| e.to_string()),
+        Err(e) => Some(e.to_string()),
+    };
+    assert!(refused.is_some(), "a client trusting another CA accepted etcd's certificate");
+
+    let no_ca = Registry::connect(&config(ClientFiles::default())).await.expect_err("https without a CA is refused");
+    assert!(no_ca.to_string().contains("need the CA that signed etcd"), "{no_ca}");
+}

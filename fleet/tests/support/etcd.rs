@@ -18,6 +18,18 @@ pub struct TestEtcd {
     client_port: u16,
     peer_port: u16,
     child: Option<Child>,
+    /// Client-side TLS: etcd serves `https://` and requires client certificates signed by this CA.
+    tls: Option<ServerTls>,
+}
+
+/// etcd's server certificate and key, and the CA its clients' certificates (and its own) chain to.
+#[derive(Clone)]
+pub struct ServerTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+    /// A client certificate and key the readiness check presents.
+    pub client: (PathBuf, PathBuf),
 }
 
 fn free_port() -> u16 {
@@ -33,13 +45,28 @@ impl TestEtcd {
             client_port: free_port(),
             peer_port: free_port(),
             child: None,
+            tls: None,
+        };
+        etcd.spawn().await;
+        etcd
+    }
+
+    /// Starts etcd serving clients over TLS with client certificate authentication, and waits until it answers.
+    pub async fn start_tls(tls: ServerTls) -> TestEtcd {
+        let mut etcd = TestEtcd {
+            dir: tempfile::tempdir().expect("temp dir for etcd"),
+            client_port: free_port(),
+            peer_port: free_port(),
+            child: None,
+            tls: Some(tls),
         };
         etcd.spawn().await;
         etcd
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     fn log_path(&self) -> PathBuf {
@@ -49,7 +76,15 @@ impl TestEtcd {
     async fn spawn(&mut self) {
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).unwrap();
-        let child = Command::new(ETCD)
+        let mut command = Command::new(ETCD);
+        if let Some(tls) = &self.tls {
+            command
+                .arg(format!("--cert-file={}", tls.cert.display()))
+                .arg(format!("--key-file={}", tls.key.display()))
+                .arg(format!("--trusted-ca-file={}", tls.ca.display()))
+                .arg("--client-cert-auth");
+        }
+        let child = command
             .arg("--name=test")
             .arg(format!("--data-dir={}", self.dir.path().join("data").display()))
             .arg(format!("--listen-client-urls={}", self.endpoint()))
@@ -75,10 +110,16 @@ impl TestEtcd {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 panic!("etcd exited with {status}; log: {}", self.log());
             }
-            let connect = etcd_client::Client::connect(
-                [self.endpoint()],
-                Some(etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_millis(500))),
-            );
+            let mut options = etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_millis(500));
+            if let Some(tls) = &self.tls {
+                let read = |p: &PathBuf| std::fs::read(p).expect("test TLS file");
+                options = options.with_tls(
+                    etcd_client::TlsOptions::new()
+                        .ca_certificate(etcd_client::Certificate::from_pem(read(&tls.ca)))
+                        .identity(etcd_client::Identity::from_pem(read(&tls.client.0), read(&tls.client.1))),
+                );
+            }
+            let connect = etcd_client::Client::connect([self.endpoint()], Some(options));
             match connect.await {
                 Ok(mut c) => match c.status().await {
                     Ok(_) => return,
@@ -116,7 +157,7 @@ impl TestEtcd {
             prefix: prefix.to_string(),
             // Generous: these tests judge behaviour, and a loaded 2-core machine can stall an fsync for seconds.
             request_timeout: Duration::from_secs(10),
-            user: None,
+            ..EtcdConfig::default()
         };
         Registry::connect(&config).await.expect("connect to test etcd")
     }

@@ -40,6 +40,7 @@ impl Ctx {
             .machines(opts.machines)
             .agent_ttl(&opts.agent_ttl)
             .config("verbosity", &opts.verbosity.to_string())
+            .tls(opts.tls)
             .start()
             .await
             .map_err(|e| format!("cluster: {e}"))?;
@@ -55,9 +56,12 @@ impl Ctx {
         let endpoint = self.cluster.machine(1).map_err(|e| e.to_string())?.endpoint();
         let t = Instant::now();
         let cwd = cwd.unwrap_or(self.dir.path());
-        let out = fleetctl::run_in(bin, &endpoint, EndpointVia::Flag, args, &[], None, Some(cwd), self.command_timeout)
-            .await
-            .map_err(|e| short(&e.to_string()))?;
+        // A TLS cluster's fleetctl presents the admin certificate.
+        let env = self.cluster.tls().map(|pki| pki.fleetctl_env(&pki.admin)).unwrap_or_default();
+        let out =
+            fleetctl::run_in(bin, &endpoint, EndpointVia::Flag, args, &env, None, Some(cwd), self.command_timeout)
+                .await
+                .map_err(|e| short(&e.to_string()))?;
         Ok((out, t.elapsed()))
     }
 
@@ -103,11 +107,13 @@ impl Ctx {
         self.cluster.machines().iter().map(|m| m.container_name().to_string()).collect()
     }
 
-    /// `<ip>:2379` of etcd on the cluster network (the host reaches it directly).
+    /// `<ip>:<port>` of etcd's plain-HTTP metrics on the cluster network (the host reaches it directly): 2379, or
+    /// 2381 in a TLS cluster.
     pub async fn etcd_addr(&self) -> Result<String, String> {
         let etcd = self.cluster.etcd().name();
         let ip = docker::container_ip(etcd, self.cluster.network()).await.map_err(|e| e.to_string())?;
-        ip.map(|ip| format!("{ip}:{}", crate::etcd::PORT)).ok_or_else(|| format!("{etcd} has no address"))
+        ip.map(|ip| format!("{ip}:{}", self.cluster.etcd().metrics_port()))
+            .ok_or_else(|| format!("{etcd} has no address"))
     }
 
     /// Units matching `glob` that systemd runs (or is starting or stopping) on each machine.

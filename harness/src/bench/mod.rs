@@ -75,6 +75,8 @@ pub struct Options {
     pub baseline: bool,
     /// Machine counts of the rolling scenario (the largest also runs the rolling restart of 10 instances).
     pub rolling_machines: Vec<usize>,
+    /// Run the clusters with TLS (etcd and the API, client certificates; [`crate::ClusterBuilder::tls`]).
+    pub tls: bool,
 }
 
 impl Default for Options {
@@ -95,6 +97,7 @@ impl Default for Options {
             blocking_max: 100,
             baseline: true,
             rolling_machines: vec![3, 10],
+            tls: false,
         }
     }
 }

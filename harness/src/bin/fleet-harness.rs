@@ -45,6 +45,10 @@ enum Command {
         /// Cluster name (several can be up at once).
         #[arg(long, default_value = "local")]
         name: String,
+        /// A secure cluster: a throwaway CA, etcd and the fleet API over TLS with client certificates required;
+        /// prints the fleetctl environment (admin role; the read-only role's files too).
+        #[arg(long)]
+        tls: bool,
     },
     /// Show the machines of a cluster started by `up` and etcd's health.
     Status {
@@ -100,6 +104,9 @@ enum Command {
         /// Print JSON on stdout (the table goes to stderr).
         #[arg(long)]
         json: bool,
+        /// Clusters with TLS: etcd and the fleet API over TLS, client certificates required (the cost of TLS).
+        #[arg(long)]
+        tls: bool,
     },
     /// Remove leftovers of harness runs whose process is gone (`--all`: every harness object).
     Reap {
@@ -128,8 +135,8 @@ async fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Up { machines, metadata, config, no_fleet, stand_in, name } => {
-            up(machines, &metadata, &config, no_fleet, stand_in, &name).await
+        Command::Up { machines, metadata, config, no_fleet, stand_in, name, tls } => {
+            up(machines, &metadata, &config, no_fleet, stand_in, &name, tls).await
         }
         Command::Status { name } => status(&name).await,
         Command::Down { name } => down(&name),
@@ -149,6 +156,7 @@ async fn main() -> ExitCode {
             no_baseline,
             rolling_machines,
             json,
+            tls,
         } => {
             let opts = bench::Options {
                 units,
@@ -169,6 +177,7 @@ async fn main() -> ExitCode {
                 destroy_timeout: Duration::from_secs(destroy_timeout_secs),
                 baseline: !no_baseline,
                 rolling_machines,
+                tls,
                 ..bench::Options::default()
             };
             bench_cmd(&opts, json).await
@@ -183,6 +192,7 @@ async fn main() -> ExitCode {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn up(
     machines: usize,
     metadata: &[String],
@@ -190,6 +200,7 @@ async fn up(
     no_fleet: bool,
     stand_in: bool,
     name: &str,
+    tls: bool,
 ) -> Result<(), Error> {
     if let Ok(state) = ClusterState::load(name) {
         if !reap::remaining(&state.run)?.is_empty() {
@@ -200,7 +211,7 @@ async fn up(
         ClusterState::forget(name)?;
     }
     let t0 = Instant::now();
-    let mut b = Cluster::builder().machines(machines).keep(true);
+    let mut b = Cluster::builder().machines(machines).keep(true).tls(tls);
     for m in metadata {
         match m.split_once(':').and_then(|(slot, md)| Some((slot.parse::<usize>().ok()?, md))) {
             Some((slot, md)) => b = b.metadata(slot, md),
@@ -233,7 +244,8 @@ async fn up(
             "every machine's fleet API answers (a unit list, 200); the slowest answered {slowest:.1?} after fleet started"
         );
     }
-    println!("etcd: {} (http://{}:2379 inside the cluster network)", state.etcd, state.etcd);
+    let scheme = if state.tls.is_some() { "https" } else { "http" };
+    println!("etcd: {} ({scheme}://{}:2379 inside the cluster network)", state.etcd, state.etcd);
     for m in &state.machines {
         println!("  {}  {}  {}  {}", m.name, m.id, m.ip, m.endpoint);
     }
