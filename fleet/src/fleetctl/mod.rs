@@ -15,6 +15,7 @@ pub mod commands;
 pub mod create;
 pub mod flags;
 pub mod help;
+pub mod json;
 pub mod list;
 pub mod misc;
 pub mod parallel;

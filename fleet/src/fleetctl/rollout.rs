@@ -361,6 +361,7 @@ pub fn render_history(history: &UnitHistory, full: bool, legend: bool) -> String
 
 /// `history UNIT`: the unit's stored versions, newest first.
 pub fn history(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
+    let Some(format) = super::json::format(ctx) else { return EXIT_ERROR };
     let name = match args {
         [arg] => unitf::mangle(arg),
         _ => {
@@ -369,6 +370,10 @@ pub fn history(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
         }
     };
     match ctx.client.unit_history(&name) {
+        Ok(Some(history)) if format == super::json::Format::Json => {
+            super::json::print(ctx, &super::json::history_doc(&name, &history));
+            EXIT_DONE
+        }
         Ok(Some(history)) => {
             let full = ctx.flags.bool("full") || ctx.flags.bool("l");
             let text = render_history(&history, full, !ctx.flags.bool("no-legend"));
@@ -487,6 +492,7 @@ fn one_argument<'a>(ctx: &mut Ctx<'_>, args: &'a [String]) -> Result<&'a str, i3
 
 /// `rollout-status {UNIT|ROLLOUT-ID} [--no-block]`.
 pub fn status(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
+    let Some(format) = super::json::format(ctx) else { return EXIT_ERROR };
     let arg = match one_argument(ctx, args) {
         Ok(arg) => arg,
         Err(code) => return code,
@@ -498,6 +504,11 @@ pub fn status(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
             return EXIT_ERROR;
         }
     };
+    if format == super::json::Format::Json {
+        // A snapshot (never waits): the exit code tells how the rollout ended, as with --no-block.
+        super::json::print(ctx, &super::json::rollout_doc(&rollout));
+        return exit_code(rollout.state).unwrap_or(EXIT_DONE);
+    }
     if ctx.flags.bool("no-block") {
         let machines = ctx.machines().to_vec();
         let full = ctx.flags.bool("full") || ctx.flags.bool("l");

@@ -366,6 +366,7 @@ pub fn restart(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
 }
 
 pub fn cat(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
+    let Some(format) = super::json::format(ctx) else { return 1 };
     if args.len() != 1 {
         ctx.warn("One unit file must be provided");
         return 1;
@@ -379,6 +380,10 @@ pub fn cat(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
         Ok(None) => {
             ctx.warn(&format!("Unit {name} not found"));
             1
+        }
+        Ok(Some(u)) if format == super::json::Format::Json => {
+            super::json::print(ctx, &super::json::unit_file_content(&u));
+            0
         }
         Ok(Some(u)) => {
             // The canonical text exactly, no newline added.
