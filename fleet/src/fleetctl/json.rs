@@ -5,7 +5,6 @@
 //! The default (`--output=text`) output is untouched by any of this.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 
 use serde::Serialize;
 
