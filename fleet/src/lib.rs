@@ -10,6 +10,7 @@ pub mod engine;
 pub mod fleetctl;
 pub mod fleetd;
 pub mod machine;
+pub mod manpages;
 pub mod model;
 pub mod registry;
 pub mod rollout;

@@ -109,8 +109,8 @@ const SSH_PORT: FlagSpec =
 
 /// Commands this fleetctl adds to the original's (rollouts, issue 12); help tests leave them out when comparing
 /// with the original's listings.
-pub const EXTENSION_COMMANDS: [&str; 7] =
-    ["history", "plan", "rollback", "rollout-abort", "rollout-pause", "rollout-resume", "rollout-status"];
+pub const EXTENSION_COMMANDS: [&str; 8] =
+    ["completion", "history", "plan", "rollback", "rollout-abort", "rollout-pause", "rollout-resume", "rollout-status"];
 
 /// Valid `--fields` of list-units, in help order.
 pub const LIST_UNITS_FIELDS: &str = "active,hash,load,machine,sub,unit";
@@ -124,11 +124,29 @@ pub const LIST_MACHINES_FIELDS: &str = "machine,ip,metadata";
 /// Every command, sorted by name (the order help lists them in).
 pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
+        name: "__complete",
+        use_line: "__complete units|machines",
+        short: "Print the registry's unit names or machine IDs for shell completion",
+        long: "Internal helper of the completion scripts: prints the unit names or machine IDs in the registry, one a line.",
+        flags: &[],
+        listed: false,
+        deprecated: None,
+    },
+    CommandSpec {
         name: "cat",
         use_line: "cat UNIT",
         short: "Output the contents of a submitted unit",
         long: "Outputs the unit file that is currently loaded in the cluster. Useful to verify\nthe correct version of a unit is running.",
         flags: &[OUTPUT_JSON],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "completion",
+        use_line: "completion bash|zsh|fish",
+        short: "Print a shell completion script for fleetctl",
+        long: "Print a completion script for bash, zsh or fish: commands, flags, and unit and machine names from\nthe registry (asked with the same --endpoint/--driver given on the line being completed, or FLEETCTL_*).\n\tsource <(fleetctl completion bash)\n\tfleetctl completion zsh > \"${fpath[1]}/_fleetctl\"\n\tfleetctl completion fish > ~/.config/fish/completions/fleetctl.fish",
+        flags: &[],
         listed: true,
         deprecated: None,
     },

@@ -3,7 +3,8 @@
 //! Code map: `flags` (flag table + parser), `commands` (command table and help texts), `help` (help layouts),
 //! `table` (the tab-writer and machine legends), `list` (list-machines, list-units, list-unit-files), `create` (the
 //! creation step of submit/load/start/restart and the `--replace` decision table), `wait` (blocking semantics),
-//! `units` (submit, load, start, stop, unload, destroy, restart, cat), `rollout` (`start --replace --rolling`,
+//! `units` (submit, load, start, stop, unload, destroy, restart, cat), `json` (`--output=json` documents),
+//! `complete` (`completion bash|zsh|fish` and the hidden `__complete` helper), `rollout` (`start --replace --rolling`,
 //! `restart --rolling`, rollout-status, rollout-pause, rollout-resume, rollout-abort), `remote` (ssh, status,
 //! journal, fd-forward: machines reached over SSH), `misc` (version, help, verify).
 //!
@@ -12,6 +13,7 @@
 //! when it paused, 3 when it rolled back and 4 when it was aborted (`rollout`).
 
 pub mod commands;
+pub mod complete;
 pub mod create;
 pub mod flags;
 pub mod help;
@@ -275,6 +277,7 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> i32 {
         "version" => return misc::version(env.out),
         "verify" => return misc::verify(env.err),
         "fd-forward" => return remote::fd_forward(&inv.args, env.err),
+        "completion" => return complete::completion(&inv.args, env.out, env.err),
         _ => {}
     }
     let config = client_config(&inv.flags, env.getenv);
@@ -312,6 +315,7 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> i32 {
         "status" => remote::status(&mut ctx, env.remote, args),
         "journal" => remote::journal(&mut ctx, env.remote, args),
         "ssh" => remote::ssh(&mut ctx, env.remote, args),
+        "__complete" => complete::names(&mut ctx, args),
         other => {
             ctx.warn(&format!("{other}: not implemented"));
             1

@@ -153,7 +153,8 @@ fn read_file(provided: Option<&Path>) -> Result<(ConfigSource, BTreeMap<String, 
     Ok((source, values))
 }
 
-const OPTION_NAMES: [&str; 22] = [
+/// Every fleet.conf option (also read as `FLEET_<OPTION>` from the environment), in spec order.
+pub const OPTION_NAMES: [&str; 22] = [
     "verbosity",
     "etcd_servers",
     "etcd_username",
