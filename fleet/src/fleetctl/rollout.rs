@@ -201,9 +201,14 @@ fn wait(ctx: &mut Ctx<'_>, mut rollout: Rollout) -> i32 {
         }
         let text = render_status(&rollout, &machines, full, legend);
         if text != shown {
+            ctx.clear_progress();
             let _ = ctx.out.write_all(text.as_bytes());
+            if ctx.progress {
+                let _ = ctx.out.flush();
+            }
             shown = text;
         }
+        show_rollout_progress(ctx, &rollout);
         if let Some(code) = wait_outcome(&rollout) {
             report_end(ctx, &rollout);
             return code;
@@ -236,6 +241,26 @@ fn wait(ctx: &mut Ctx<'_>, mut rollout: Rollout) -> i32 {
             }
         }
     }
+}
+
+/// The progress line of a rollout waited for: steps done, the steps not done with their machine and phase.
+fn show_rollout_progress(ctx: &mut Ctx<'_>, rollout: &Rollout) {
+    if !ctx.progress {
+        return;
+    }
+    let done = rollout.steps.iter().filter(|s| s.phase == Phase::Done).count();
+    let waiting: Vec<super::progress::Waiting> = rollout
+        .steps
+        .iter()
+        .filter(|s| s.phase != Phase::Done)
+        .map(|s| super::progress::Waiting {
+            unit: s.unit.clone(),
+            at: format!("{} on {}", s.phase.as_str(), s.machine.get(..8).unwrap_or(&s.machine)),
+        })
+        .collect();
+    let what = format!("rollout {}", rollout.id);
+    let line = super::progress::line(&what, "steps done", done, rollout.steps.len(), &waiting, ctx.started.elapsed());
+    ctx.show_progress(&line);
 }
 
 /// On stderr, how a rollout that is not done ended, and what to do about a paused one.

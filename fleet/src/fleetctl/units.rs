@@ -298,8 +298,8 @@ pub fn destroy(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     }
     // B4 Rec: wait (unless --no-block) until the units are gone everywhere.
     if let Some(attempts) = ctx.block_attempts() {
-        for n in &destroyed {
-            if let Err(e) = wait_for_destroyed(ctx, n, attempts) {
+        for (i, n) in destroyed.iter().enumerate() {
+            if let Err(e) = wait_for_destroyed(ctx, n, attempts, (i, destroyed.len())) {
                 ctx.warn(&format!("Error destroying units: {e}"));
                 code = 1;
             }

@@ -372,3 +372,50 @@ fn output_json_of_the_real_binary_reads_the_registry() {
         .stderr("Invalid --output \"xml\": valid values are \"text\" and \"json\"\n");
     c.runtime.block_on(lease.revoke()).expect("revoke");
 }
+
+/// Runs `fleetctl <args>` (the etcd driver against this etcd) with stdout and stderr on a pseudo-terminal
+/// (util-linux `script`), returning everything the terminal received.
+fn fleetctl_on_a_terminal(c: &Cluster, args: &[&str]) -> String {
+    let bin = assert_cmd::cargo::cargo_bin!("fleetctl");
+    let mut line =
+        format!("'{}' --driver=etcd --endpoint={} --etcd-key-prefix={PREFIX}", bin.display(), c.etcd.endpoint());
+    for a in args {
+        line.push_str(&format!(" '{a}'"));
+    }
+    let out = std::process::Command::new("script")
+        .args(["-q", "-e", "-c", &line, "/dev/null"])
+        .current_dir(c.units.path())
+        .env_remove("FLEETCTL_NO_PROGRESS")
+        .output()
+        .expect("script(1) from util-linux runs fleetctl on a pseudo-terminal");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn on_a_terminal_waiting_draws_a_progress_line_and_erases_it_before_other_output() {
+    const ERASE: &str = "\r\x1b[2K";
+    let c = Cluster::start();
+    c.write("hello.service", HELLO);
+    // No fleetd runs: the start waits its one attempt (8 polls) for a state that never comes, then gives up.
+    let screen = fleetctl_on_a_terminal(&c, &["start", "--block-attempts=1", "hello.service"]);
+    assert!(screen.starts_with("Unit hello.service inactive\r\n"), "{screen:?}");
+    assert!(
+        screen.contains(&format!("{ERASE}start: 0/1 launched · waiting: hello.service (inactive) · ")),
+        "the line says what is waited for, how far and where: {screen:?}"
+    );
+    assert!(
+        screen.contains(&format!("s{ERASE}Error waiting for units: timed out waiting for unit hello.service")),
+        "the line is erased before the error: {screen:?}"
+    );
+    assert!(screen.trim_end().ends_with("to report state launched"), "nothing drawn after the end: {screen:?}");
+    // With --no-progress a terminal gets exactly what a pipe gets.
+    c.fleetctl(&["destroy", "hello.service"]).assert().success();
+    let screen = fleetctl_on_a_terminal(&c, &["--no-progress", "start", "--block-attempts=1", "hello.service"]);
+    assert!(!screen.contains(ERASE), "{screen:?}");
+    assert_eq!(
+        screen,
+        "Unit hello.service inactive\r\n\
+         Error waiting for units: timed out waiting for unit hello.service to report state launched\r\n\
+         Error waiting for unit states, exit status: timed out waiting for unit hello.service to report state launched\r\n"
+    );
+}
