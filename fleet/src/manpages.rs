@@ -98,7 +98,8 @@ pub fn fleetctl_page() -> String {
         }
     }
     s.push_str(".SH GLOBAL FLAGS\n");
-    for f in GLOBAL_FLAGS.iter().filter(|f| !f.hidden) {
+    // Hidden flags too: they are hidden from --help only to keep it the original's byte for byte.
+    for f in GLOBAL_FLAGS {
         flag_item(&mut s, f);
     }
     s.push_str(".SH EXIT STATUS\n0 on success, 1 on errors (including unknown commands and flags), 2 for the deprecated \\fBverify\\fR. Commands that wait for a rollout exit 2 when it paused, 3 when it rolled back and 4 when it was aborted. \\fBplan\\fR and \\fB\\-\\-dry\\-run\\fR exit 2 when something would change.\n");
