@@ -138,6 +138,21 @@ pub fn fleetd_page() -> String {
     s
 }
 
+/// A fully commented `/etc/fleet/fleet.conf` (what the package installs): every option with its meaning, as a
+/// commented `option=default` line, so uncommenting a line gives the default.
+pub fn sample_fleet_conf() -> String {
+    let mut s = String::from(
+        "# fleetd configuration (see fleetd(8)). One option=value per line; every option can also be set as\n\
+         # FLEET_<OPTION> in fleetd's environment. Each commented line shows the option's default.\n",
+    );
+    for name in OPTION_NAMES {
+        let (default, text) =
+            FLEET_CONF.iter().find(|(n, _, _)| *n == name).map(|(_, d, t)| (*d, *t)).unwrap_or(("", ""));
+        let _ = write!(s, "\n# {text}\n#{name}={default}\n");
+    }
+    s
+}
+
 /// Every command name of the table users see (what the page and the completions must cover).
 pub fn command_names() -> Vec<&'static str> {
     COMMANDS.iter().filter(|c| user_commands().any(|u| u.name == c.name)).map(|c| c.name).collect()
@@ -198,6 +213,16 @@ mod tests {
         }
         assert_eq!(FLEET_CONF.len(), OPTION_NAMES.len(), "FLEET_CONF describes options fleetd does not have");
         assert!(page.contains("\\fB\\-config\\fR") && page.contains("\\fB\\-version\\fR"));
+    }
+
+    #[test]
+    fn the_sample_fleet_conf_has_every_option_commented_out_with_its_default() {
+        let conf = sample_fleet_conf();
+        for name in OPTION_NAMES {
+            assert!(conf.lines().any(|l| l.starts_with(&format!("#{name}="))), "{name}");
+        }
+        assert!(conf.lines().all(|l| l.is_empty() || l.starts_with('#')), "only comments: {conf}");
+        assert!(conf.contains("\n#etcd_servers=http://127.0.0.1:2379,http://127.0.0.1:4001\n"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `fleet-docs OUTDIR`: writes the generated manual pages and shell completions (what a package installs):
-//! `OUTDIR/man/fleetctl.1`, `OUTDIR/man/fleetd.8`, `OUTDIR/completions/{fleetctl.bash,_fleetctl,fleetctl.fish}`.
+//! `OUTDIR/man/fleetctl.1`, `OUTDIR/man/fleetd.8`, `OUTDIR/completions/{fleetctl.bash,_fleetctl,fleetctl.fish}` and
+//! a commented `OUTDIR/fleet.conf`.
 
 use std::path::Path;
 
@@ -12,6 +13,7 @@ fn write(dir: &Path, name: &str, text: &str) -> Result<(), String> {
 fn run(out: &Path) -> Result<(), String> {
     write(&out.join("man"), "fleetctl.1", &fleet::manpages::fleetctl_page())?;
     write(&out.join("man"), "fleetd.8", &fleet::manpages::fleetd_page())?;
+    write(out, "fleet.conf", &fleet::manpages::sample_fleet_conf())?;
     for (shell, file) in [("bash", "fleetctl.bash"), ("zsh", "_fleetctl"), ("fish", "fleetctl.fish")] {
         write(&out.join("completions"), file, &fleet::fleetctl::complete::script(shell)?)?;
     }
