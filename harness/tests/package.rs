@@ -83,6 +83,17 @@ async fn the_package_installs_on_a_machine_and_runs_a_unit_end_to_end() {
     assert_eq!(active.stdout.trim(), "active", "{}", active.describe());
     let listed = m.exec_ok(&["/usr/bin/fleetctl", "list-units", "--output=json"]).await.unwrap().stdout;
     assert!(listed.contains("\"systemdSubState\": \"running\""), "{listed}");
+    // status --output=json on the unit's own machine: systemctl show run locally, captured.
+    let status = m.exec_ok(&["/usr/bin/fleetctl", "status", "--output=json", "hello.service"]).await.unwrap().stdout;
+    assert!(
+        status.contains("\"ActiveState\": \"active\"") && status.contains("\"Id\": \"hello.service\""),
+        "status --output=json shows systemd's properties of the unit (ActiveState active): {status}"
+    );
+    // The installed bash completion offers the registry's units (through the hidden __complete helper).
+    let complete = "source /usr/share/bash-completion/completions/fleetctl; COMP_WORDS=(fleetctl status hel); \
+                    COMP_CWORD=2; _fleetctl; echo \"${COMPREPLY[*]}\"";
+    let offered = m.exec_ok(&["bash", "-c", complete]).await.unwrap().stdout;
+    assert_eq!(offered.trim(), "hello.service", "bash completion of `fleetctl status hel`");
     // Someone outside the group cannot use the socket.
     m.exec_ok(&["useradd", "--create-home", "stranger"]).await.unwrap();
     let denied = m.exec(&["runuser", "-u", "stranger", "--", "/usr/bin/fleetctl", "list-units"]).await.unwrap();
