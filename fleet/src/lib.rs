@@ -11,6 +11,7 @@ pub mod fleetctl;
 pub mod fleetd;
 pub mod go;
 pub mod machine;
+pub mod manpages;
 pub mod model;
 pub mod registry;
 pub mod rollout;

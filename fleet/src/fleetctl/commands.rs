@@ -131,13 +131,17 @@ const SIGN: FlagSpec = FlagSpec::new("sign", Kind::Bool, "false", "DEPRECATED - 
 const FULL: FlagSpec = FlagSpec::new("full", Kind::Bool, "false", "Do not ellipsize fields on output");
 const L: FlagSpec = FlagSpec::new("l", Kind::Bool, "false", "Shorthand for --full");
 const NO_LEGEND: FlagSpec = FlagSpec::new("no-legend", Kind::Bool, "false", "Do not print a legend (column headers)");
+/// `--output=text|json` of the commands that can print JSON (`json::JSON_COMMANDS`); hidden so that help stays the
+/// original's byte for byte (documented in docs/json.md).
+const OUTPUT_JSON: FlagSpec =
+    FlagSpec::hidden("output", Kind::Str, "text", "Output format: text (the default tables) or json (docs/json.md).");
 const SSH_PORT: FlagSpec =
     FlagSpec::new("ssh-port", Kind::Int, "22", "Connect to remote hosts over SSH using this TCP port.");
 
 /// Commands this fleetctl adds to the original's (rollouts, issue 12); help tests leave them out when comparing
 /// with the original's listings.
-pub const EXTENSION_COMMANDS: [&str; 7] =
-    ["history", "plan", "rollback", "rollout-abort", "rollout-pause", "rollout-resume", "rollout-status"];
+pub const EXTENSION_COMMANDS: [&str; 8] =
+    ["completion", "history", "plan", "rollback", "rollout-abort", "rollout-pause", "rollout-resume", "rollout-status"];
 
 /// Valid `--fields` of list-units, in help order.
 pub const LIST_UNITS_FIELDS: &str = "active,hash,load,machine,sub,unit";
@@ -151,10 +155,28 @@ pub const LIST_MACHINES_FIELDS: &str = "machine,ip,metadata";
 /// Every command, sorted by name (the order help lists them in).
 pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
+        name: "__complete",
+        use_line: "__complete units|machines",
+        short: "Print the registry's unit names or machine IDs for shell completion",
+        long: "Internal helper of the completion scripts: prints the unit names or machine IDs in the registry, one a line.",
+        flags: &[],
+        listed: false,
+        deprecated: None,
+    },
+    CommandSpec {
         name: "cat",
         use_line: "cat UNIT",
         short: "Output the contents of a submitted unit",
         long: "Outputs the unit file that is currently loaded in the cluster. Useful to verify\nthe correct version of a unit is running.",
+        flags: &[OUTPUT_JSON],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "completion",
+        use_line: "completion bash|zsh|fish",
+        short: "Print a shell completion script for fleetctl",
+        long: "Print a completion script for bash, zsh or fish: commands, flags, and unit and machine names from\nthe registry (asked with the same --endpoint/--driver given on the line being completed, or FLEETCTL_*).\n\tsource <(fleetctl completion bash)\n\tfleetctl completion zsh > \"${fpath[1]}/_fleetctl\"\n\tfleetctl completion fish > ~/.config/fish/completions/fleetctl.fish",
         flags: &[],
         listed: true,
         deprecated: None,
@@ -204,7 +226,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         use_line: "history [-l|--full] [--no-legend] UNIT",
         short: "List the stored versions of a unit, newest first",
         long: "List the versions of a unit the registry keeps (the last 10), newest (current) first:\nHASH, when it was STORED (UTC; - for versions stored before history was kept), and\nCURRENT. rollback returns to one of them.\n\tfleetctl history db.service",
-        flags: &[FULL, L, NO_LEGEND],
+        flags: &[OUTPUT_JSON, FULL, L, NO_LEGEND],
         listed: true,
         deprecated: None,
     },
@@ -247,6 +269,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         short: "Enumerate the current hosts in the cluster",
         long: "Lists all active machines within the cluster. Previously active machines will not appear in this list.\n\nFor easily parsable output, you can remove the column headers:\nfleetctl list-machines --no-legend\n\nOutput the list without truncation:\nfleetctl list-machines --full",
         flags: &[
+            OUTPUT_JSON,
             FlagSpec::new(
                 "fields",
                 Kind::Str,
@@ -266,6 +289,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         short: "List the units that exist in the cluster.",
         long: "Lists all unit files that exist in the cluster (whether or not they are loaded onto a machine).",
         flags: &[
+            OUTPUT_JSON,
             FlagSpec::new(
                 "fields",
                 Kind::Str,
@@ -284,6 +308,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         short: "List the current state of units in the cluster",
         long: "Lists the state of all units in the cluster loaded onto a machine.\n\nFor easily parsable output, you can remove the column headers:\nfleetctl list-units --no-legend\n\nOutput the list without ellipses:\nfleetctl list-units --full\n\nOr, choose the columns to display:\nfleetctl list-units --fields=unit,machine",
         flags: &[
+            OUTPUT_JSON,
             FlagSpec::new(
                 "fields",
                 Kind::Str,
@@ -415,6 +440,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         short: "Show a rolling replace or restart machine by machine and wait until it ends",
         long: "Show the rollout with this ID, or the newest rollout of this unit: a line with its ID, kind\n(replace or restart), state and reason, then one line per machine and unit, in the\norder the machines are taken: MACHINE, UNIT, PHASE (pending, updating, healthy, done,\nfailed, skipped) and DETAIL (why a step failed or was skipped).\n\nThe table is printed again whenever it changes, until the rollout is done, paused,\nrolled back or aborted (or at once with --no-block, which exits with the code of the\nstate it shows; 0 while running).\n\nExit codes: 0 done, 1 error, 2 paused (a machine failed, or paused by request;\nthe reason is printed), 3 rolled back, 4 aborted.\n\tfleetctl rollout-status db.service",
         flags: &[
+            OUTPUT_JSON,
             FULL,
             L,
             FlagSpec::new("no-block", Kind::Bool, "false", "Show the rollout once, do not wait for it to end."),
@@ -471,6 +497,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         short: "Output the status of one or more units in the cluster",
         long: "Output the status of one or more units currently running in the cluster.\nSupports glob matching of units in the current working directory or matches\npreviously started units.\n\nShow status of a single unit:\n\tfleetctl status foo.service\n\nShow status of an entire directory with glob matching:\nfleetctl status myservice/*\n\nFor a global unit, the status on every machine running it is shown;\n--machine picks one.",
         flags: &[
+            OUTPUT_JSON,
             FlagSpec::new(
                 "machine",
                 Kind::Str,

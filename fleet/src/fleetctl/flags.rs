@@ -87,6 +87,13 @@ pub const GLOBAL_FLAGS: &[FlagSpec] = &[
         "Establish an SSH tunnel through the provided address for communication with fleet and etcd.",
     ),
     FlagSpec::new("version", Kind::Bool, "false", "Print the version and exit"),
+    // Hidden so that help stays the original's byte for byte (docs/fleetctl.md).
+    FlagSpec::hidden(
+        "no-progress",
+        Kind::Bool,
+        "false",
+        "Do not draw the live progress line on a terminal's stderr while waiting.",
+    ),
 ];
 
 /// A parsed flag value.

@@ -53,8 +53,11 @@ pub fn flag_usages(specs: &[FlagSpec]) -> String {
 pub fn global_help() -> String {
     let mut out =
         format!("NAME:\n\tfleetctl - {ROOT_SHORT}\n\nUSAGE:\n\tfleetctl\n\nVERSION:\n\t{VERSION}\n\nCOMMANDS:\n");
-    let rows: Vec<Vec<String>> =
-        COMMANDS.iter().map(|c| vec![String::new(), c.name.to_string(), c.short.to_string()]).collect();
+    let rows: Vec<Vec<String>> = COMMANDS
+        .iter()
+        .filter(|c| !super::complete::HIDDEN_COMMANDS.contains(&c.name))
+        .map(|c| vec![String::new(), c.name.to_string(), c.short.to_string()])
+        .collect();
     out.push_str(&table::render(&rows));
     out.push_str("\nOPTIONS:\n");
     out.push_str(&flag_usages(GLOBAL_FLAGS));

@@ -3,10 +3,11 @@
 
 use super::Ctx;
 use super::commands::{LIST_MACHINES_FIELDS, LIST_UNIT_FILES_FIELDS, LIST_UNITS_EXTENSION_FIELDS, LIST_UNITS_FIELDS};
+use super::json::{self, Format};
+use super::stored::{stored_unit_file, unit_is_global};
 use super::table::{location_legend, machine_id_legend, render};
 use crate::client::StateFilter;
 use crate::schema::{Machine, Unit, UnitState};
-use crate::unit::{Requirements, UnitFile};
 
 /// `--fields` split and checked against `valid` (comma-separated). Prints the original's errors.
 fn selected_fields(ctx: &mut Ctx<'_>, valid: &str) -> Option<Vec<String>> {
@@ -53,6 +54,7 @@ pub fn machine_cell(m: &Machine, field: &str, full: bool) -> String {
 }
 
 pub fn list_machines(ctx: &mut Ctx<'_>) -> i32 {
+    let Some(format) = json::format(ctx) else { return 1 };
     let Some(fields) = selected_fields(ctx, LIST_MACHINES_FIELDS) else { return 1 };
     let mut machines = match ctx.client.machines() {
         Ok(m) => m,
@@ -65,6 +67,10 @@ pub fn list_machines(ctx: &mut Ctx<'_>) -> i32 {
         }
     };
     machines.sort_by(|a, b| a.id.cmp(&b.id));
+    if format == Format::Json {
+        json::print(ctx, &json::machine_list(&machines));
+        return 0;
+    }
     let full = full(ctx);
     let rows = machines.iter().map(|m| fields.iter().map(|f| machine_cell(m, f, full)).collect()).collect();
     print_table(ctx, &fields, rows);
@@ -95,6 +101,7 @@ pub fn runs_older_version(s: &UnitState) -> bool {
 }
 
 pub fn list_units(ctx: &mut Ctx<'_>) -> i32 {
+    let Some(format) = json::format(ctx) else { return 1 };
     let Some(fields) = selected_fields(ctx, &format!("{LIST_UNITS_FIELDS},{LIST_UNITS_EXTENSION_FIELDS}")) else {
         return 1;
     };
@@ -106,6 +113,11 @@ pub fn list_units(ctx: &mut Ctx<'_>) -> i32 {
         }
     };
     states.sort_by(|a, b| (&a.name, &a.machine_id).cmp(&(&b.name, &b.machine_id)));
+    if format == Format::Json {
+        let machines = ctx.machines().to_vec();
+        json::print(ctx, &json::unit_state_list(&states, &machines));
+        return 0;
+    }
     let full = full(ctx);
     let machines = if fields.iter().any(|f| f == "machine") { ctx.machines().to_vec() } else { Vec::new() };
     let rows = states.iter().map(|s| fields.iter().map(|f| unit_state_cell(s, f, &machines, full)).collect()).collect();
@@ -129,18 +141,6 @@ pub fn list_units(ctx: &mut Ctx<'_>) -> i32 {
 
 fn short_id(machine: &str) -> &str {
     machine.get(..8).unwrap_or(machine)
-}
-
-/// The unit as the registry hands it back (spec App. C.10): what `cat` prints and whose hash `list-unit-files`
-/// shows. Idempotent, so it is harmless for clients that already return the stored form.
-pub fn stored_unit_file(u: &Unit) -> UnitFile {
-    let uf = UnitFile::from_options(u.options.clone());
-    uf.as_stored().unwrap_or(uf)
-}
-
-/// Whether a unit is global, from its options.
-pub fn unit_is_global(u: &Unit) -> bool {
-    Requirements::of(&UnitFile::from_options(u.options.clone()), &u.name).global
 }
 
 pub fn unit_file_cell(u: &Unit, field: &str, machines: &[Machine], full: bool) -> String {
@@ -167,6 +167,7 @@ pub fn unit_file_cell(u: &Unit, field: &str, machines: &[Machine], full: bool) -
 }
 
 pub fn list_unit_files(ctx: &mut Ctx<'_>) -> i32 {
+    let Some(format) = json::format(ctx) else { return 1 };
     let Some(fields) = selected_fields(ctx, LIST_UNIT_FILES_FIELDS) else { return 1 };
     if fields.iter().any(|f| f == "tmachine") {
         ctx.warn("WARNING: The \"tmachine\" field is deprecated. Use \"target\" instead");
@@ -179,6 +180,11 @@ pub fn list_unit_files(ctx: &mut Ctx<'_>) -> i32 {
         }
     };
     units.sort_by(|a, b| a.name.cmp(&b.name));
+    if format == Format::Json {
+        let machines = ctx.machines().to_vec();
+        json::print(ctx, &json::unit_file_list(&units, &machines));
+        return 0;
+    }
     let full = full(ctx);
     let machines =
         if fields.iter().any(|f| f == "target" || f == "tmachine") { ctx.machines().to_vec() } else { Vec::new() };

@@ -3,7 +3,8 @@
 //! Code map: `flags` (flag table + parser), `commands` (command table and help texts), `help` (help layouts),
 //! `table` (the tab-writer and machine legends), `list` (list-machines, list-units, list-unit-files), `create` (the
 //! creation step of submit/load/start/restart and the `--replace` decision table), `wait` (blocking semantics),
-//! `units` (submit, load, start, stop, unload, destroy, restart, cat), `rollout` (`start --replace --rolling`,
+//! `units` (submit, load, start, stop, unload, destroy, restart, cat), `json` (`--output=json` documents),
+//! `complete` (`completion bash|zsh|fish` and the hidden `__complete` helper), `progress` (the progress line), `rollout` (`start --replace --rolling`,
 //! `restart --rolling`, rollout-status, rollout-pause, rollout-resume, rollout-abort), `remote` (ssh, status,
 //! journal, fd-forward: machines reached over SSH), `misc` (version, help, verify).
 //!
@@ -12,15 +13,19 @@
 //! when it paused, 3 when it rolled back and 4 when it was aborted (`rollout`).
 
 pub mod commands;
+pub mod complete;
 pub mod create;
 pub mod flags;
 pub mod help;
+pub mod json;
 pub mod list;
 pub mod misc;
 pub mod parallel;
 pub mod plan;
+pub mod progress;
 pub mod remote;
 pub mod rollout;
+pub mod stored;
 pub mod table;
 pub mod units;
 pub mod wait;
@@ -49,6 +54,8 @@ pub struct Env<'a> {
     pub init_logging: bool,
     /// How machines are reached (`ssh`, `status`, `journal`).
     pub remote: &'a dyn remote::Remote,
+    /// Whether `err` is a terminal: waiting commands then draw a progress line there (unless `--no-progress`).
+    pub err_is_terminal: bool,
 }
 
 /// What a command needs while it runs.
@@ -63,6 +70,12 @@ pub struct Ctx<'a> {
     /// Units replaced by this command → the hash of their new content: waits on them are satisfied only by the
     /// new version (the old one may still report the wanted state).
     pub replaced: std::collections::BTreeMap<String, String>,
+    /// Draw the live progress line on `err` while waiting (stderr is a terminal, no `--no-progress`).
+    pub progress: bool,
+    /// When the command started (the progress line's elapsed time).
+    pub started: std::time::Instant,
+    /// A progress line is on the screen (to be erased before other output).
+    progress_shown: bool,
     machines: Option<Vec<Machine>>,
 }
 
@@ -75,17 +88,53 @@ impl<'a> Ctx<'a> {
         command: &'static str,
         timing: wait::Timing,
     ) -> Self {
-        Ctx { client, out, err, flags, command, timing, replaced: Default::default(), machines: None }
+        Ctx {
+            client,
+            out,
+            err,
+            flags,
+            command,
+            timing,
+            replaced: Default::default(),
+            progress: false,
+            started: std::time::Instant::now(),
+            progress_shown: false,
+            machines: None,
+        }
     }
 
     /// Print a line on stdout. Output errors (closed pipe) are ignored, as the original does.
     pub fn say(&mut self, line: &str) {
+        self.clear_progress();
         let _ = writeln!(self.out, "{line}");
+        if self.progress {
+            let _ = self.out.flush();
+        }
     }
 
     /// Print a line on stderr.
     pub fn warn(&mut self, line: &str) {
+        self.clear_progress();
         let _ = writeln!(self.err, "{line}");
+    }
+
+    /// Draw (or redraw) the progress line when progress is on; nothing otherwise.
+    pub fn show_progress(&mut self, line: &str) {
+        if !self.progress {
+            return;
+        }
+        let _ = write!(self.err, "{}{line}", progress::ERASE);
+        let _ = self.err.flush();
+        self.progress_shown = true;
+    }
+
+    /// Erase the progress line, if one is shown.
+    pub fn clear_progress(&mut self) {
+        if self.progress_shown {
+            let _ = write!(self.err, "{}", progress::ERASE);
+            let _ = self.err.flush();
+            self.progress_shown = false;
+        }
     }
 
     /// Print a log line on stderr the way the original's logger does (spec §1.9):
@@ -93,6 +142,7 @@ impl<'a> Ctx<'a> {
     /// (the original used local time).
     #[track_caller]
     pub fn log(&mut self, level: &str, message: &str) {
+        self.clear_progress();
         let _ = writeln!(self.err, "{}", log_line(std::time::SystemTime::now(), level, message));
     }
 
@@ -141,6 +191,7 @@ pub fn main() -> i32 {
         timing: wait::Timing::default(),
         init_logging: true,
         remote: &remote::SshRemote,
+        err_is_terminal: std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
     let code = run(&args, &mut env);
     let _ = env.out.flush();
@@ -257,6 +308,7 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> i32 {
         "version" => return misc::version(env.out),
         "verify" => return misc::verify(env.err),
         "fd-forward" => return remote::fd_forward(&inv.args, env.err),
+        "completion" => return complete::completion(&inv.args, env.out, env.err),
         _ => {}
     }
     let config = client_config(&inv.flags, env.getenv);
@@ -271,8 +323,9 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> i32 {
         check_version(client.as_ref(), env.err);
     }
     let mut ctx = Ctx::new(client.as_ref(), env.out, env.err, &inv.flags, cmd.name, env.timing);
+    ctx.progress = env.err_is_terminal && !inv.flags.bool("no-progress");
     let args = &inv.args;
-    match cmd.name {
+    let code = match cmd.name {
         "list-machines" => list::list_machines(&mut ctx),
         "list-units" => list::list_units(&mut ctx),
         "list-unit-files" => list::list_unit_files(&mut ctx),
@@ -294,11 +347,14 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> i32 {
         "status" => remote::status(&mut ctx, env.remote, args),
         "journal" => remote::journal(&mut ctx, env.remote, args),
         "ssh" => remote::ssh(&mut ctx, env.remote, args),
+        "__complete" => complete::names(&mut ctx, args),
         other => {
             ctx.warn(&format!("{other}: not implemented"));
             1
         }
-    }
+    };
+    ctx.clear_progress();
+    code
 }
 
 #[cfg(test)]
@@ -335,6 +391,7 @@ pub(crate) mod testing {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         let mut out = Vec::new();
         let mut err = Vec::new();
+        let err_is_terminal = vars.iter().any(|(k, _)| *k == "TEST_STDERR_IS_TERMINAL");
         let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let getenv = move |k: &str| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         let f = fake.clone();
@@ -350,6 +407,7 @@ pub(crate) mod testing {
             timing: wait::Timing::instant(),
             init_logging: false,
             remote,
+            err_is_terminal,
         };
         let code = super::run(&args, &mut env);
         Outcome {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::Ctx;
 use super::flags::Flags;
-use super::list::unit_is_global;
+use super::stored::unit_is_global;
 use crate::schema::Machine;
 use crate::ssh::{self, Ended, Input, KnownHosts, Session, SshConfig, SshError};
 use crate::unit::name as unitf;
@@ -35,6 +35,8 @@ pub trait Remote {
     fn local_machine_id(&self) -> Option<String>;
     /// Runs `argv` here with fleetctl's own stdin, stdout and stderr.
     fn run_local(&self, argv: &[String]) -> Result<Ended, RemoteError>;
+    /// Runs `argv` here without input and returns how it ended and its stdout (stderr stays fleetctl's).
+    fn capture_local(&self, argv: &[String]) -> Result<(Ended, Vec<u8>), RemoteError>;
     /// Connects to `addr` (`host[:port]`, through `--tunnel` when set) and runs `command`, or an interactive
     /// shell when `None`.
     fn run_remote(
@@ -87,6 +89,17 @@ impl Remote for SshRemote {
         let r = rt.block_on(ssh::run_local(program, args)).map_err(|e| RemoteError::Local(e.to_string()));
         rt.shutdown_background();
         r
+    }
+
+    fn capture_local(&self, argv: &[String]) -> Result<(Ended, Vec<u8>), RemoteError> {
+        let (program, args) = argv.split_first().ok_or_else(|| RemoteError::Local("empty command".into()))?;
+        let output = std::process::Command::new(program)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .map_err(|e| RemoteError::Local(format!("{program}: {e}")))?;
+        Ok((Ended::Exit(output.status.code().unwrap_or(255)), output.stdout))
     }
 
     fn run_remote(
@@ -149,7 +162,34 @@ fn command_line(argv: &[String]) -> String {
 /// Runs `argv` on machine `machine_id` (locally when it is this machine) and returns the exit code
 /// (`runCommand`, spec §9.8).
 fn run_command(ctx: &mut Ctx<'_>, remote: &dyn Remote, machine_id: &str, argv: &[String]) -> Result<Ended, i32> {
+    run_on_machine(ctx, remote, machine_id, argv, None)
+}
+
+/// [`run_command`], with the command's stdout going to `capture` when given (instead of fleetctl's stdout).
+fn run_on_machine(
+    ctx: &mut Ctx<'_>,
+    remote: &dyn Remote,
+    machine_id: &str,
+    argv: &[String],
+    capture: Option<&mut Vec<u8>>,
+) -> Result<Ended, i32> {
     if remote.local_machine_id().as_deref() == Some(machine_id) {
+        if let Some(buffer) = capture {
+            return match remote.capture_local(argv) {
+                Ok((ended, stdout)) => {
+                    buffer.extend_from_slice(&stdout);
+                    Ok(ended)
+                }
+                Err(e) => {
+                    let msg = match e {
+                        RemoteError::Local(m) => m,
+                        RemoteError::Connect(e) | RemoteError::Run(e) => e.to_string(),
+                    };
+                    ctx.warn(&format!("Error running local command: {msg}"));
+                    Err(1)
+                }
+            };
+        }
         let _ = ctx.out.flush();
         return remote.run_local(argv).map_err(|e| {
             let msg = match e {
@@ -168,7 +208,11 @@ fn run_command(ctx: &mut Ctx<'_>, remote: &dyn Remote, machine_id: &str, argv: &
         }
     };
     let addr = with_port(&ip, ctx.flags.int("ssh-port"));
-    match remote.run_remote(ctx.flags, &addr, Some(&command_line(argv)), Input::None, ctx.out, ctx.err) {
+    let out: &mut dyn Write = match capture {
+        Some(buffer) => buffer,
+        None => &mut *ctx.out,
+    };
+    match remote.run_remote(ctx.flags, &addr, Some(&command_line(argv)), Input::None, out, ctx.err) {
         Ok(ended) => Ok(ended),
         Err(RemoteError::Connect(e) | RemoteError::Run(e)) => {
             ctx.warn(&format!("Unable to SSH to remote host: {e}"));
@@ -226,6 +270,10 @@ fn unit_machines(ctx: &mut Ctx<'_>, name: &str, retrieving: &str, inactive_means
 
 /// `fleetctl status UNIT...`.
 pub fn status(ctx: &mut Ctx<'_>, remote: &dyn Remote, args: &[String]) -> i32 {
+    let Some(format) = super::json::format(ctx) else { return 1 };
+    if format == super::json::Format::Json {
+        return status_json(ctx, remote, args);
+    }
     let mut first = true;
     for arg in args {
         let name = unitf::mangle(arg);
@@ -249,6 +297,35 @@ pub fn status(ctx: &mut Ctx<'_>, remote: &dyn Remote, args: &[String]) -> i32 {
             }
         }
     }
+    0
+}
+
+/// `fleetctl status --output=json UNIT...`: `systemctl show` of each unit on each of its machines, as one document
+/// printed once every machine answered (nothing is printed when one fails; its exit code is returned).
+fn status_json(ctx: &mut Ctx<'_>, remote: &dyn Remote, args: &[String]) -> i32 {
+    let mut statuses = Vec::new();
+    for arg in args {
+        let name = unitf::mangle(arg);
+        let machines = match unit_machines(ctx, &name, "Error retrieving unit", "loaded") {
+            Ok(ids) => ids,
+            Err(msg) => {
+                ctx.warn(&msg);
+                return 1;
+            }
+        };
+        for m in machines {
+            let argv = ["systemctl", "show", "--no-pager", &name].map(String::from);
+            let mut stdout = Vec::new();
+            match run_on_machine(ctx, remote, &m, &argv, Some(&mut stdout)) {
+                Ok(Ended::Exit(0)) => {}
+                Ok(ended) => return exit_code(ended, 130),
+                Err(code) => return code,
+            }
+            let properties = super::json::parse_properties(&String::from_utf8_lossy(&stdout));
+            statuses.push(super::json::StatusDoc { name: name.clone(), machine_id: m, properties });
+        }
+    }
+    super::json::print(ctx, &super::json::StatusList { statuses });
     0
 }
 
@@ -469,6 +546,8 @@ pub(crate) mod fake {
         pub status: i32,
         /// Fail connecting with this error.
         pub connect_error: Option<SshError>,
+        /// What every command prints on stdout; `None`: `ran on <where>: <command>`.
+        pub stdout: Option<String>,
     }
 
     impl Remote for FakeRemote {
@@ -479,6 +558,12 @@ pub(crate) mod fake {
         fn run_local(&self, argv: &[String]) -> Result<Ended, RemoteError> {
             self.calls.lock().unwrap().push(("local".into(), argv.join(" ")));
             Ok(Ended::Exit(self.status))
+        }
+
+        fn capture_local(&self, argv: &[String]) -> Result<(Ended, Vec<u8>), RemoteError> {
+            self.calls.lock().unwrap().push(("local".into(), argv.join(" ")));
+            let stdout = self.stdout.clone().unwrap_or_else(|| format!("ran on local: {}\n", argv.join(" ")));
+            Ok((Ended::Exit(self.status), stdout.into_bytes()))
         }
 
         fn run_remote(
@@ -494,7 +579,14 @@ pub(crate) mod fake {
                 return Err(RemoteError::Connect(e.clone()));
             }
             let cmd = command.unwrap_or("<shell>").to_string();
-            let _ = writeln!(out, "ran on {addr}: {cmd}");
+            match &self.stdout {
+                Some(text) => {
+                    let _ = out.write_all(text.as_bytes());
+                }
+                None => {
+                    let _ = writeln!(out, "ran on {addr}: {cmd}");
+                }
+            }
             self.calls.lock().unwrap().push((addr.into(), cmd));
             Ok(Ended::Exit(self.status))
         }
@@ -510,6 +602,45 @@ mod tests {
     use crate::fleetctl::testing::{Outcome, cluster, run_remote};
 
     const M2: &str = "8606e1a2949979fb223fb4bad77d152c";
+    const M1_ID: &str = "8363165e6276f500b71169eca9b3f76b";
+
+    /// `status --output=json` (issue 17): systemctl show on the unit's machine, parsed into properties.
+    #[test]
+    fn status_json_is_systemctl_show_of_each_machine_parsed_into_properties() {
+        let c = cluster();
+        c.insert_unit("hello.service", "[Service]\nExecStart=/bin/sleep 1000\n", "launched");
+        let r = FakeRemote {
+            stdout: Some("Id=hello.service\nActiveState=active\nExecStart={ path=/bin/sh ; argv[]=a=b }\n".into()),
+            ..Default::default()
+        };
+        let o = run_remote(&c, &r, &["status", "--output=json", "hello"]);
+        assert_eq!((o.code, o.err.as_str()), (0, ""));
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&o.out).expect("a JSON document"),
+            serde_json::json!({"statuses": [{"name": "hello.service", "machineID": M1_ID, "properties": {
+                "Id": "hello.service", "ActiveState": "active", "ExecStart": "{ path=/bin/sh ; argv[]=a=b }"}}]})
+        );
+        assert_eq!(
+            r.calls.lock().unwrap()[0],
+            ("172.17.0.2".into(), "systemctl \"show\" \"--no-pager\" \"hello.service\"".into())
+        );
+        // On the unit's own machine it runs locally, captured the same way.
+        let local = FakeRemote {
+            local_id: Some(M1_ID.into()),
+            stdout: Some("Id=hello.service\n".into()),
+            ..Default::default()
+        };
+        let o = run_remote(&c, &local, &["status", "--output=json", "hello"]);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&o.out).expect("a JSON document")["statuses"][0]["properties"],
+            serde_json::json!({"Id": "hello.service"})
+        );
+        assert_eq!(local.calls.lock().unwrap()[0], ("local".into(), "systemctl show --no-pager hello.service".into()));
+        // A failing systemctl prints no document and passes its exit status on.
+        let failing = FakeRemote { status: 4, stdout: Some(String::new()), ..Default::default() };
+        let o = run_remote(&c, &failing, &["status", "--output=json", "hello"]);
+        assert_eq!((o.code, o.out.as_str()), (4, ""));
+    }
 
     fn with_units() -> Arc<FakeClient> {
         let c = cluster();

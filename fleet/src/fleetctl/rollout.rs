@@ -197,9 +197,14 @@ fn wait(ctx: &mut Ctx<'_>, mut rollout: Rollout) -> i32 {
         }
         let text = render_status(&rollout, &machines, full, legend);
         if text != shown {
+            ctx.clear_progress();
             let _ = ctx.out.write_all(text.as_bytes());
+            if ctx.progress {
+                let _ = ctx.out.flush();
+            }
             shown = text;
         }
+        show_rollout_progress(ctx, &rollout);
         if let Some(code) = wait_outcome(&rollout) {
             report_end(ctx, &rollout);
             return code;
@@ -232,6 +237,26 @@ fn wait(ctx: &mut Ctx<'_>, mut rollout: Rollout) -> i32 {
             }
         }
     }
+}
+
+/// The progress line of a rollout waited for: steps done, the steps not done with their machine and phase.
+fn show_rollout_progress(ctx: &mut Ctx<'_>, rollout: &Rollout) {
+    if !ctx.progress {
+        return;
+    }
+    let done = rollout.steps.iter().filter(|s| s.phase == Phase::Done).count();
+    let waiting: Vec<super::progress::Waiting> = rollout
+        .steps
+        .iter()
+        .filter(|s| s.phase != Phase::Done)
+        .map(|s| super::progress::Waiting {
+            unit: s.unit.clone(),
+            at: format!("{} on {}", s.phase.as_str(), s.machine.get(..8).unwrap_or(&s.machine)),
+        })
+        .collect();
+    let what = format!("rollout {}", rollout.id);
+    let line = super::progress::line(&what, "steps done", done, rollout.steps.len(), &waiting, ctx.started.elapsed());
+    ctx.show_progress(&line);
 }
 
 /// On stderr, how a rollout that is not done ended, and what to do about a paused one.
@@ -346,6 +371,7 @@ pub fn render_history(history: &UnitHistory, full: bool, legend: bool) -> String
 
 /// `history UNIT`: the unit's stored versions, newest first.
 pub fn history(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
+    let Some(format) = super::json::format(ctx) else { return EXIT_ERROR };
     let name = match args {
         [arg] => unitf::mangle(arg),
         _ => {
@@ -354,6 +380,10 @@ pub fn history(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
         }
     };
     match ctx.client.unit_history(&name) {
+        Ok(Some(history)) if format == super::json::Format::Json => {
+            super::json::print(ctx, &super::json::history_doc(&name, &history));
+            EXIT_DONE
+        }
         Ok(Some(history)) => {
             let full = ctx.flags.bool("full") || ctx.flags.bool("l");
             let text = render_history(&history, full, !ctx.flags.bool("no-legend"));
@@ -472,6 +502,7 @@ fn one_argument<'a>(ctx: &mut Ctx<'_>, args: &'a [String]) -> Result<&'a str, i3
 
 /// `rollout-status {UNIT|ROLLOUT-ID} [--no-block]`.
 pub fn status(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
+    let Some(format) = super::json::format(ctx) else { return EXIT_ERROR };
     let arg = match one_argument(ctx, args) {
         Ok(arg) => arg,
         Err(code) => return code,
@@ -483,6 +514,11 @@ pub fn status(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
             return EXIT_ERROR;
         }
     };
+    if format == super::json::Format::Json {
+        // A snapshot (never waits): the exit code tells how the rollout ended, as with --no-block.
+        super::json::print(ctx, &super::json::rollout_doc(&rollout));
+        return exit_code(rollout.state).unwrap_or(EXIT_DONE);
+    }
     if ctx.flags.bool("no-block") {
         let machines = ctx.machines().to_vec();
         let full = ctx.flags.bool("full") || ctx.flags.bool("l");

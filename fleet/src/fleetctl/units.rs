@@ -6,9 +6,9 @@
 use super::Ctx;
 use super::commands::DRY_RUN_FLAG;
 use super::create::{Creator, lazy_create_units};
-use super::list::unit_is_global;
 use super::parallel;
 use super::rollout;
+use super::stored::unit_is_global;
 use super::wait::{wait_for_destroyed, wait_for_global, wait_for_systemd_active, wait_for_unit_states};
 use crate::model::JobState;
 use crate::schema::Unit;
@@ -293,8 +293,8 @@ pub fn destroy(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     }
     // B4 Rec: wait (unless --no-block) until the units are gone everywhere.
     if let Some(attempts) = ctx.block_attempts() {
-        for n in &destroyed {
-            if let Err(e) = wait_for_destroyed(ctx, n, attempts) {
+        for (i, n) in destroyed.iter().enumerate() {
+            if let Err(e) = wait_for_destroyed(ctx, n, attempts, (i, destroyed.len())) {
                 ctx.warn(&format!("Error destroying units: {e}"));
                 code = 1;
             }
@@ -361,6 +361,7 @@ pub fn restart(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
 }
 
 pub fn cat(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
+    let Some(format) = super::json::format(ctx) else { return 1 };
     if args.len() != 1 {
         ctx.warn("One unit file must be provided");
         return 1;
@@ -375,9 +376,13 @@ pub fn cat(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
             ctx.warn(&format!("Unit {name} not found"));
             1
         }
+        Ok(Some(u)) if format == super::json::Format::Json => {
+            super::json::print(ctx, &super::json::unit_file_content(&u));
+            0
+        }
         Ok(Some(u)) => {
             // The canonical text exactly, no newline added.
-            let _ = ctx.out.write_all(super::list::stored_unit_file(&u).canonical().as_bytes());
+            let _ = ctx.out.write_all(super::stored::stored_unit_file(&u).canonical().as_bytes());
             0
         }
     }

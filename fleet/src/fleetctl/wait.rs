@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::Ctx;
+use super::progress::{self, Waiting};
 use super::table::location_legend;
 use crate::client::Client;
 use crate::client::StateFilter;
@@ -56,27 +57,43 @@ pub fn poll(timing: Timing, attempts: u64, mut check: impl FnMut() -> bool) -> b
     }
 }
 
+/// What a poll saw of a unit waited for.
+enum Seen {
+    Reached,
+    /// Not yet; where it is (state and machine), empty when unknown.
+    NotYet(String),
+}
+
+/// `<state>[ on <machine ID prefix>]`: where a unit waited for is, for the progress line.
+fn whereabouts(state: &str, machine: &str) -> String {
+    let state = if state.is_empty() { "-" } else { state };
+    match machine.get(..8) {
+        Some(m) => format!("{state} on {m}"),
+        None => state.to_string(),
+    }
+}
+
 /// Whether `name` has reached `target` (current state; desired state for global units). Prints
 /// `Unit <name> <currentState>[ on <legend>]` when it has.
-fn assert_unit_state(ctx: &mut Ctx<'_>, name: &str, target: JobState) -> bool {
+fn assert_unit_state(ctx: &mut Ctx<'_>, name: &str, target: JobState) -> Seen {
     let u = match ctx.client.unit(name) {
         Ok(Some(u)) => u,
         Ok(None) => {
             tracing::debug!(unit = %name, "unit not found while waiting");
-            return false;
+            return Seen::NotYet("not found".into());
         }
         Err(e) => {
             tracing::debug!(unit = %name, error = %e, "error retrieving unit while waiting");
-            return false;
+            return Seen::NotYet(String::new());
         }
     };
-    let global = super::list::unit_is_global(&u);
+    let global = super::stored::unit_is_global(&u);
     let observed = if global { &u.desired_state } else { &u.current_state };
     if observed != target.as_str() {
-        return false;
+        return Seen::NotYet(whereabouts(observed, &u.machine_id));
     }
     if !global && target != JobState::Inactive && !target_runs_replacement(ctx, name, &u.machine_id) {
-        return false;
+        return Seen::NotYet(whereabouts("old version", &u.machine_id));
     }
     let mut msg = format!("Unit {name} {}", u.current_state);
     if !u.machine_id.is_empty() {
@@ -86,7 +103,7 @@ fn assert_unit_state(ctx: &mut Ctx<'_>, name: &str, target: JobState) -> bool {
         }
     }
     ctx.say(&msg);
-    true
+    Seen::Reached
 }
 
 /// For a unit this command replaced: whether its target machine publishes the new content (the old version's
@@ -114,7 +131,17 @@ pub fn wait_for_unit_states(
     let mut pending: Vec<String> = names.to_vec();
     let timing = ctx.timing;
     let ok = poll(timing, attempts, || {
-        pending.retain(|n| !assert_unit_state(ctx, n, target));
+        let mut waiting = Vec::new();
+        pending.retain(|n| match assert_unit_state(ctx, n, target) {
+            Seen::Reached => false,
+            Seen::NotYet(at) => {
+                waiting.push(Waiting { unit: n.clone(), at });
+                true
+            }
+        });
+        let done = names.len() - pending.len();
+        let line = progress::line(ctx.command, target.as_str(), done, names.len(), &waiting, ctx.started.elapsed());
+        ctx.show_progress(&line);
         pending.is_empty()
     });
     if ok {
@@ -139,24 +166,39 @@ pub fn wait_for_systemd_active(ctx: &mut Ctx<'_>, names: &[String], attempts: u6
     let mut pending: Vec<String> = names.to_vec();
     let timing = ctx.timing;
     let client = ctx.client;
-    let replaced = &ctx.replaced;
+    let replaced = ctx.replaced.clone();
     let ok = poll(timing, attempts, || {
+        let mut waiting = Vec::new();
         pending.retain(|n| {
+            // The state the machine reports (`None`: none yet), and whether it counts.
             let found = match replaced.get(n) {
-                None => client.unit_state(n).map(|s| s.is_some_and(|s| runs_active(&s))),
+                None => client.unit_state(n).map(|s| (s.as_ref().is_some_and(runs_active), s)),
                 Some(hash) => {
                     let filter = StateFilter { machine_id: None, unit_name: Some(n.clone()) };
-                    client.unit_states(&filter).map(|all| all.iter().any(|s| &s.hash == hash && runs_active(s)))
+                    client.unit_states(&filter).map(|all| {
+                        let new = all.iter().find(|s| &s.hash == hash).cloned();
+                        (all.iter().any(|s| &s.hash == hash && runs_active(s)), new)
+                    })
                 }
             };
-            match found {
-                Ok(active) => !active,
+            let (active, at) = match found {
+                Ok((active, state)) => {
+                    let at = state.map_or(String::new(), |s| whereabouts(&s.systemd_active_state, &s.machine_id));
+                    (active, at)
+                }
                 Err(e) => {
                     tracing::debug!(unit = %n, error = %e, "error retrieving unit state while waiting");
-                    true
+                    (false, String::new())
                 }
+            };
+            if !active {
+                waiting.push(Waiting { unit: n.clone(), at });
             }
+            !active
         });
+        let done = names.len() - pending.len();
+        let line = progress::line(ctx.command, "active", done, names.len(), &waiting, ctx.started.elapsed());
+        ctx.show_progress(&line);
         pending.is_empty()
     });
     if ok {
@@ -213,16 +255,26 @@ pub fn wait_for_global(ctx: &mut Ctx<'_>, name: &str, target: JobState, attempts
     let client = ctx.client;
     let filter = StateFilter { machine_id: None, unit_name: Some(name.to_string()) };
     let mut last = GlobalProgress::default();
+    let what = format!("{} {name}", ctx.command);
     let ok = poll(ctx.timing, attempts, || {
         let Ok(states) = client.unit_states(&filter) else { return false };
         if target == JobState::Inactive {
             last = GlobalProgress { good: 0, expected: states.len() };
+            let waiting: Vec<Waiting> = states
+                .iter()
+                .map(|s| Waiting { unit: whereabouts(&s.systemd_active_state, &s.machine_id), at: String::new() })
+                .collect();
+            let line = progress::line(&what, "machines gone", 0, states.len(), &waiting, ctx.started.elapsed());
+            ctx.show_progress(&line);
             return states.is_empty();
         }
         let expected: Vec<String> =
             expected_machines(client, name).map(|m| m.into_iter().collect()).unwrap_or_default();
         let progress = global_progress(&states, &expected, target, &hash);
         last = progress;
+        let state = format!("machines {}", target.as_str());
+        let line = progress::line(&what, &state, progress.good, progress.expected, &[], ctx.started.elapsed());
+        ctx.show_progress(&line);
         progress.good > 0 && progress.good == progress.expected
     });
     if ok {
@@ -269,11 +321,28 @@ pub fn global_progress(
 }
 
 /// After `destroy` (B4 Rec): wait until the unit is gone and no machine reports a state for it any more.
-pub fn wait_for_destroyed(ctx: &mut Ctx<'_>, name: &str, attempts: u64) -> Result<(), String> {
+/// `(done, total)`: how many of the units being destroyed are gone already, for the progress line.
+pub fn wait_for_destroyed(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    attempts: u64,
+    (done, total): (usize, usize),
+) -> Result<(), String> {
     let client = ctx.client;
     let filter = StateFilter { machine_id: None, unit_name: Some(name.to_string()) };
     let ok = poll(ctx.timing, attempts, || {
-        matches!(client.unit(name), Ok(None)) && client.unit_states(&filter).is_ok_and(|s| s.is_empty())
+        let states = client.unit_states(&filter);
+        let gone = matches!(client.unit(name), Ok(None)) && states.as_ref().is_ok_and(|s| s.is_empty());
+        let at = match &states {
+            Ok(s) if !s.is_empty() => format!("reported by {} machine(s)", s.len()),
+            _ => String::new(),
+        };
+        let waiting = [Waiting { unit: name.to_string(), at }];
+        let waiting = if gone { &[][..] } else { &waiting[..] };
+        let line =
+            progress::line("destroy", "destroyed", done + usize::from(gone), total, waiting, ctx.started.elapsed());
+        ctx.show_progress(&line);
+        gone
     });
     if ok { Ok(()) } else { Err(format!("timed out waiting for unit {name} to be destroyed")) }
 }

@@ -170,7 +170,8 @@ fn read_file(provided: Option<&Path>) -> Result<(ConfigSource, BTreeMap<String, 
     Ok((source, values))
 }
 
-const OPTION_NAMES: [&str; 27] = [
+/// Every fleet.conf option (also read as `FLEET_<OPTION>` from the environment), in spec order.
+pub const OPTION_NAMES: [&str; 27] = [
     "verbosity",
     "etcd_servers",
     "etcd_username",

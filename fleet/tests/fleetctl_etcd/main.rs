@@ -308,3 +308,114 @@ fn rollouts_are_decided_stored_shown_and_controlled_on_the_registry() {
         .code(1)
         .stderr("No rollout of unit nope.service is in progress (and no rollout has the ID \"nope\")\n");
 }
+
+#[test]
+fn output_json_of_the_real_binary_reads_the_registry() {
+    let c = Cluster::start();
+    c.write("hello.service", HELLO);
+    c.fleetctl(&["start", "--no-block", "hello.service"]).assert().success();
+    let reg = c.registry();
+    let lease = c.runtime.block_on(LeaseKeeper::grant(&reg, Duration::from_secs(30))).expect("lease");
+    let machine = MachineState {
+        id: MACHINE.into(),
+        public_ip: "172.17.0.2".into(),
+        metadata: [("role".to_string(), "a".to_string())].into(),
+        version: fleet::version::VERSION.into(),
+        disable_engine: false,
+    };
+    let state = UnitState {
+        name: "hello.service".into(),
+        machine_id: MACHINE.into(),
+        hash: HELLO_HASH.into(),
+        load_state: "loaded".into(),
+        active_state: "active".into(),
+        sub_state: "running".into(),
+        restarts: None,
+    };
+    c.runtime.block_on(async {
+        reg.register_machine(&machine, lease.id()).await.expect("register");
+        assert!(reg.schedule("hello.service", MACHINE).await.expect("schedule"));
+        reg.publish_state(&state, lease.id()).await.expect("publish");
+        assert!(reg.mark_launched("hello.service", MACHINE, HELLO_HASH, lease.id()).await.expect("launched"));
+    });
+    let json_of = |args: &[&str]| -> serde_json::Value {
+        let out = c.fleetctl(args).assert().success().stderr("").get_output().stdout.clone();
+        serde_json::from_slice(&out)
+            .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}", String::from_utf8_lossy(&out)))
+    };
+    assert_eq!(
+        json_of(&["list-machines", "--output=json"]),
+        serde_json::json!({"machines": [{"id": MACHINE, "primaryIP": "172.17.0.2", "metadata": {"role": "a"}}]})
+    );
+    let states = json_of(&["list-units", "--output=json"]);
+    assert_eq!(
+        (&states["states"][0]["name"], &states["states"][0]["hash"], &states["states"][0]["systemdSubState"]),
+        (&serde_json::json!("hello.service"), &serde_json::json!(HELLO_HASH), &serde_json::json!("running")),
+        "{states}"
+    );
+    assert_eq!(states["states"][0]["machineIP"], "172.17.0.2", "{states}");
+    let files = json_of(&["list-unit-files", "--output=json"]);
+    assert_eq!(
+        files,
+        serde_json::json!({"units": [{"name": "hello.service", "hash": HELLO_HASH, "description": "Hello World",
+            "global": false, "desiredState": "launched", "currentState": "launched", "machineID": MACHINE,
+            "machineIP": "172.17.0.2"}]})
+    );
+    assert_eq!(
+        json_of(&["cat", "--output=json", "hello"]),
+        serde_json::json!({"name": "hello.service", "hash": HELLO_HASH, "content": HELLO})
+    );
+    c.fleetctl(&["list-units", "--output=xml"])
+        .assert()
+        .code(1)
+        .stdout("")
+        .stderr("Invalid --output \"xml\": valid values are \"text\" and \"json\"\n");
+    c.runtime.block_on(lease.revoke()).expect("revoke");
+}
+
+/// Runs `fleetctl <args>` (the etcd driver against this etcd) with stdout and stderr on a pseudo-terminal
+/// (util-linux `script`), returning everything the terminal received.
+fn fleetctl_on_a_terminal(c: &Cluster, args: &[&str]) -> String {
+    let bin = assert_cmd::cargo::cargo_bin!("fleetctl");
+    let mut line =
+        format!("'{}' --driver=etcd --endpoint={} --etcd-key-prefix={PREFIX}", bin.display(), c.etcd.endpoint());
+    for a in args {
+        line.push_str(&format!(" '{a}'"));
+    }
+    let out = std::process::Command::new("script")
+        .args(["-q", "-e", "-c", &line, "/dev/null"])
+        .current_dir(c.units.path())
+        .env_remove("FLEETCTL_NO_PROGRESS")
+        .output()
+        .expect("script(1) from util-linux runs fleetctl on a pseudo-terminal");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn on_a_terminal_waiting_draws_a_progress_line_and_erases_it_before_other_output() {
+    const ERASE: &str = "\r\x1b[2K";
+    let c = Cluster::start();
+    c.write("hello.service", HELLO);
+    // No fleetd runs: the start waits its one attempt (8 polls) for a state that never comes, then gives up.
+    let screen = fleetctl_on_a_terminal(&c, &["start", "--block-attempts=1", "hello.service"]);
+    assert!(screen.starts_with("Unit hello.service inactive\r\n"), "{screen:?}");
+    assert!(
+        screen.contains(&format!("{ERASE}start: 0/1 launched · waiting: hello.service (inactive) · ")),
+        "the line says what is waited for, how far and where: {screen:?}"
+    );
+    assert!(
+        screen.contains(&format!("s{ERASE}Error waiting for units: timed out waiting for unit hello.service")),
+        "the line is erased before the error: {screen:?}"
+    );
+    assert!(screen.trim_end().ends_with("to report state launched"), "nothing drawn after the end: {screen:?}");
+    // With --no-progress a terminal gets exactly what a pipe gets.
+    c.fleetctl(&["destroy", "hello.service"]).assert().success();
+    let screen = fleetctl_on_a_terminal(&c, &["--no-progress", "start", "--block-attempts=1", "hello.service"]);
+    assert!(!screen.contains(ERASE), "{screen:?}");
+    assert_eq!(
+        screen,
+        "Unit hello.service inactive\r\n\
+         Error waiting for units: timed out waiting for unit hello.service to report state launched\r\n\
+         Error waiting for unit states, exit status: timed out waiting for unit hello.service to report state launched\r\n"
+    );
+}
