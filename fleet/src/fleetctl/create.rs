@@ -402,35 +402,55 @@ pub fn intended_units(ctx: &mut Ctx<'_>, args: &[String], flags: ReplaceFlags) -
             out.push(Intended { name: name.to_string(), created: true, unit: Some(unit), mode: None });
             continue;
         };
-        let cmp = compare(ctx, arg, &path, name, &existing, flags.replace);
-        let desired = existing.desired_state.parse::<JobState>().ok();
-        let mut intended = Intended { name: name.to_string(), created: false, unit: None, mode: None };
-        match decide(flags.creator, flags.replace, Some((desired, &cmp))) {
-            ReplaceDecision::Create | ReplaceDecision::Keep => {}
-            ReplaceDecision::KeepSame => ctx.say(&format!("Found same Unit({name}) in Registry, nothing to do")),
-            ReplaceDecision::RefuseReplace => ctx.warn(&format!(
-                "Warning: can not replace Unit({name}) in state '{}', use the appropriate command",
-                existing.desired_state
-            )),
-            ReplaceDecision::Fail(e) => return Err(e),
-            ReplaceDecision::Replace => {
-                let uf = replacement_for(ctx, arg, &path, name)?;
-                let mode = replacement_mode(flags, desired);
-                intended.unit = Some(match mode {
-                    ReplacementMode::ThroughInactive => prepare_unit(ctx, name, uf, None, None)?,
-                    ReplacementMode::Rescheduled(state)
-                    | ReplacementMode::InPlace(state)
-                    | ReplacementMode::NoRestart(state) => prepare_unit(ctx, name, uf, Some(state), Some(mode))?,
-                });
-                intended.mode = Some(mode);
-            }
-        }
+        let replacement = replacement_of(ctx, arg, &path, name, &existing, flags)?;
+        let (unit, mode) = replacement.map_or((None, None), |(unit, mode)| (Some(unit), Some(mode)));
+        let intended = Intended { name: name.to_string(), created: false, unit, mode };
         out.push(intended);
     }
     Ok(out)
 }
 
-/// The `--replace` decision for one argument whose unit exists (spec §10.2), queuing the replacement if any.
+/// The `--replace` decision for one argument whose unit exists (spec §10.2): the unit to store and how, or `None`
+/// when it is left as it is. Messages (`Found same Unit(..)`, a refusal) go to `ctx` as the command prints them.
+fn replacement_of(
+    ctx: &mut Ctx<'_>,
+    arg: &str,
+    path: &Path,
+    name: &str,
+    existing: &Unit,
+    flags: ReplaceFlags,
+) -> Result<Option<(Unit, ReplacementMode)>, String> {
+    let cmp = compare(ctx, arg, path, name, existing, flags.replace);
+    let desired = existing.desired_state.parse::<JobState>().ok();
+    match decide(flags.creator, flags.replace, Some((desired, &cmp))) {
+        ReplaceDecision::Create | ReplaceDecision::Keep => Ok(None),
+        ReplaceDecision::KeepSame => {
+            ctx.say(&format!("Found same Unit({name}) in Registry, nothing to do"));
+            Ok(None)
+        }
+        ReplaceDecision::RefuseReplace => {
+            ctx.warn(&format!(
+                "Warning: can not replace Unit({name}) in state '{}', use the appropriate command",
+                existing.desired_state
+            ));
+            Ok(None)
+        }
+        ReplaceDecision::Fail(e) => Err(e),
+        ReplaceDecision::Replace => {
+            let uf = replacement_for(ctx, arg, path, name)?;
+            let mode = replacement_mode(flags, desired);
+            let unit = match mode {
+                ReplacementMode::ThroughInactive => prepare_unit(ctx, name, uf, None, None)?,
+                ReplacementMode::Rescheduled(state)
+                | ReplacementMode::InPlace(state)
+                | ReplacementMode::NoRestart(state) => prepare_unit(ctx, name, uf, Some(state), Some(mode))?,
+            };
+            Ok(Some((unit, mode)))
+        }
+    }
+}
+
+/// [`replacement_of`] for the creating commands: queues the replacement and records the hash it will have.
 #[allow(clippy::too_many_arguments)]
 fn replace_existing(
     ctx: &mut Ctx<'_>,
@@ -442,37 +462,14 @@ fn replace_existing(
     created: &mut Vec<String>,
     flags: ReplaceFlags,
 ) -> Result<(), String> {
-    let ReplaceFlags { creator, replace, .. } = flags;
-    let name = name.to_string();
-    {
-        let cmp = compare(ctx, arg, path, &name, existing, replace);
-        let desired = existing.desired_state.parse::<JobState>().ok();
-        match decide(creator, replace, Some((desired, &cmp))) {
-            ReplaceDecision::Create | ReplaceDecision::Keep => {}
-            ReplaceDecision::KeepSame => ctx.say(&format!("Found same Unit({name}) in Registry, nothing to do")),
-            ReplaceDecision::RefuseReplace => ctx.warn(&format!(
-                "Warning: can not replace Unit({name}) in state '{}', use the appropriate command",
-                existing.desired_state
-            )),
-            ReplaceDecision::Fail(e) => return Err(e),
-            ReplaceDecision::Replace => {
-                let uf = replacement_for(ctx, arg, path, &name)?;
-                // The hash the registry (and every agent) will give the stored content.
-                let hash = UnitFile::from_options(uf.options().to_vec()).hash().to_hex();
-                let mode = replacement_mode(flags, desired);
-                pending.push(match mode {
-                    ReplacementMode::ThroughInactive => prepare_unit(ctx, &name, uf, None, None)?,
-                    ReplacementMode::Rescheduled(state)
-                    | ReplacementMode::InPlace(state)
-                    | ReplacementMode::NoRestart(state) => prepare_unit(ctx, &name, uf, Some(state), Some(mode))?,
-                });
-                tracing::debug!(unit = %name, hash = %&hash[..7], ?mode, "replaced unit");
-                ctx.replaced.insert(name.clone(), hash);
-                if mode == ReplacementMode::ThroughInactive {
-                    created.push(name);
-                }
-            }
-        }
+    let Some((unit, mode)) = replacement_of(ctx, arg, path, name, existing, flags)? else { return Ok(()) };
+    // The hash the registry (and every agent) will give the stored content.
+    let hash = UnitFile::from_options(unit.options.clone()).hash().to_hex();
+    pending.push(unit);
+    tracing::debug!(unit = %name, hash = %&hash[..7], ?mode, "replaced unit");
+    ctx.replaced.insert(name.to_string(), hash);
+    if mode == ReplacementMode::ThroughInactive {
+        created.push(name.to_string());
     }
     Ok(())
 }
