@@ -135,3 +135,81 @@ pub async fn etcd_restart(ctx: Ctx) -> Outcome {
     }
     Ok(())
 }
+
+/// The longest registration retry delay fleetd may log (issue 14 item 3: capped at 1 s; the original doubled to 60).
+const MAX_REGISTRATION_RETRY_SECS: f64 = 1.0;
+
+/// Retries after which a back-off doubling from 0.25 s without a 1 s cap would have logged a longer delay.
+const RETRIES_PAST_THE_CAP: usize = 5;
+
+/// The delays of every `Server register machine failed: …, retrying in <secs> sec.` line of a fleet journal.
+fn registration_retry_delays(journal: &str) -> Vec<f64> {
+    journal
+        .lines()
+        .filter_map(|l| l.split(", retrying in ").nth(1))
+        .filter_map(|rest| rest.strip_suffix(" sec.")?.trim().parse().ok())
+        .collect()
+}
+
+/// After an etcd outage long enough for every fleetd's registration back-off to reach its cap, each fleetd
+/// re-registers and an engine leads again without ever waiting longer than the cap between attempts: asserted on
+/// what fleetd logs (every retry delay ≤ 1 s) and on the outcome (every machine listed, a new unit scheduled and
+/// active), never on wall-clock time.
+pub async fn etcd_return_registers_every_fleetd_without_long_backoff(ctx: Ctx) -> Outcome {
+    let machines = 2;
+    ctx.wait_for_n_machines(1, machines).await?;
+    let mut before = Vec::new();
+    for slot in 1..=machines {
+        before.push(registration_retry_delays(&ctx.journal_fleet(slot).await?).len());
+    }
+    ctx.cluster().stop_etcd().await.map_err(|e| e.to_string())?;
+    // Event-driven: every fleetd has retried often enough for a doubling back-off to pass the cap (0.25, 0.5, 1, 2,
+    // …: the fourth delay would exceed it), however long that takes under load.
+    for slot in 1..=machines {
+        let what = format!("m{slot}'s fleetd to log {RETRIES_PAST_THE_CAP} registration retries while etcd is down");
+        let (ctx, wanted) = (&ctx, before[slot - 1] + RETRIES_PAST_THE_CAP);
+        ctx.wait_for_secs(180, &what, || async move {
+            match ctx.journal_fleet(slot).await {
+                Ok(j) => {
+                    let delays = registration_retry_delays(&j);
+                    if delays.len() >= wanted {
+                        fleet_harness::Check::Ready(())
+                    } else {
+                        fleet_harness::Check::NotYet(format!("retry delays so far: {delays:?}"))
+                    }
+                }
+                Err(e) => fleet_harness::Check::NotYet(e),
+            }
+        })
+        .await?;
+    }
+    ctx.cluster().start_etcd().await.map_err(|e| e.to_string())?;
+    ctx.wait_for_n_machines(1, machines).await?;
+    // An engine leads again: a unit started now gets scheduled and runs.
+    ctx.start_hello_instances(1).await?;
+    for slot in 1..=machines {
+        let delays = registration_retry_delays(&ctx.journal_fleet(slot).await?);
+        ctx.ensure(!delays.is_empty(), || format!("m{slot}'s fleetd logged no registration retry during the outage"))?;
+        let longest = delays.iter().copied().fold(0.0, f64::max);
+        ctx.ensure(longest <= MAX_REGISTRATION_RETRY_SECS, || {
+            format!(
+                "m{slot}'s fleetd waited {longest:.2} s between registration attempts (cap \
+                 {MAX_REGISTRATION_RETRY_SECS:.2} s); delays logged: {delays:?}"
+            )
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delays_are_read_from_fleetds_log_lines() {
+        let journal = "Server register machine failed: etcd get failed: connection refused, retrying in 0.25 sec.\n\
+                       something else\n\
+                       Server register machine failed: x, retrying in 1.00 sec.\n";
+        assert_eq!(registration_retry_delays(journal), [0.25, 1.0]);
+    }
+}

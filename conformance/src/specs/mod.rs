@@ -199,6 +199,10 @@ pub fn catalogue() -> Vec<Spec> {
             Box::pin(connectivity::etcd_restart(c))
         })
         .requires(&[Capability::EtcdOutageUntouched]),
+        spec(Connectivity, "etcd_return_registers_every_fleetd_without_long_backoff", 2, "issue 14 item 3", |c| {
+            Box::pin(connectivity::etcd_return_registers_every_fleetd_without_long_backoff(c))
+        })
+        .requires(&[Capability::EtcdOutageUntouched]),
         // global_units
         spec(GlobalUnits, "start_waits_until_active_on_every_machine", 3, "transcript 05, spec §9.6", |c| {
             Box::pin(global::start_waits_for_every_machine(c))

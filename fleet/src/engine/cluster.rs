@@ -44,6 +44,8 @@ pub(crate) struct ClusterView<'s> {
     touches_globals: Vec<bool>,
     /// Non-global units each unit replaces and is replaced by (spec B2).
     circular_partners: Vec<Vec<UnitIdx>>,
+    /// The `Replaces=` cycles each unit and its transitive `MachineOf=` followers are on (see [`ReplaceCycles`]).
+    replace_cycles: ReplaceCycles,
     /// Units naming a given unit in `MachineOf=`.
     followers: HashMap<UnitIdx, Vec<UnitIdx>>,
     /// (load, machine): ascending load, ties by machine ID.
@@ -96,6 +98,7 @@ impl<'s> ClusterView<'s> {
             globals_on: vec![Vec::new(); machines],
             touches_globals,
             circular_partners: circular_partners(snap),
+            replace_cycles: ReplaceCycles::new(snap, &followers),
             followers,
             by_load: BTreeSet::new(),
         };
@@ -267,6 +270,9 @@ impl<'s> ClusterView<'s> {
         if displaced.is_empty() {
             return Fit::Ok;
         }
+        if let Some(&v) = displaced.iter().find(|&&v| self.replace_cycles.closes_cycle(u, v)) {
+            return Fit::Rejected(Rejection::ReplaceCycle { unit: self.unit_name(v).to_string() });
+        }
         if !constraints.machine_of.is_empty() {
             let leaving = self.leaving_with(&displaced, m);
             if let Some(peer) = constraints.machine_of.iter().find(|p| leaving.contains(p.as_str())) {
@@ -323,6 +329,137 @@ impl<'s> ClusterView<'s> {
         };
         Some(machines.into_iter().map(|m| (self.load(m), m)).collect())
     }
+}
+
+/// The cycles of displacement (issue 14 item 3). Placing `x` displaces every unit `y` it replaces on the machine and,
+/// with `y`, the units that follow `y` there through `MachineOf=` (transitively). When those edges close a cycle
+/// (X replaces Y replaces Z replaces X, or a chain closed by a `MachineOf=` follower), some member is always left
+/// without a machine and displaces the next one on every pass: the schedule never settles. So inside a cycle
+/// nobody displaces: a unit that would displace a unit whose removal reaches back into its own cycle is refused
+/// that machine ([`Rejection::ReplaceCycle`]), as if the two conflicted.
+struct ReplaceCycles {
+    /// The number of the cycle (strongly connected component of two or more units) each unit is on.
+    cycle: Vec<Option<usize>>,
+    /// For each unit, the cycles that it and its transitive followers are on (sorted, deduplicated).
+    reached: Vec<Vec<usize>>,
+}
+
+impl ReplaceCycles {
+    fn new(snap: &ScheduleInput, followers: &HashMap<UnitIdx, Vec<UnitIdx>>) -> ReplaceCycles {
+        let units = &snap.units;
+        let n = units.len();
+        let mut leaving: Vec<Option<Vec<UnitIdx>>> = vec![None; n];
+        let mut leaving_with = |v: UnitIdx| -> Vec<UnitIdx> {
+            leaving[v]
+                .get_or_insert_with(|| {
+                    let mut seen = BTreeSet::from([v]);
+                    let mut stack = vec![v];
+                    while let Some(w) = stack.pop() {
+                        for &f in followers.get(&w).into_iter().flatten() {
+                            if seen.insert(f) {
+                                stack.push(f);
+                            }
+                        }
+                    }
+                    seen.into_iter().collect()
+                })
+                .clone()
+        };
+        let mut edges = vec![Vec::new(); n];
+        for (u, unit) in units.iter().enumerate() {
+            if unit.replaces.is_empty() || unit.spec.constraints.global {
+                continue;
+            }
+            let mut found = BTreeSet::new();
+            for pattern in unit.replaces.patterns() {
+                let replaced: Vec<UnitIdx> = match pattern.literal() {
+                    Some(name) => snap.unit_index.get(name).copied().into_iter().collect(),
+                    None => (0..n).filter(|&v| pattern.matches(&units[v].spec.name)).collect(),
+                };
+                for v in replaced.into_iter().filter(|&v| v != u && !units[v].spec.constraints.global) {
+                    found.extend(leaving_with(v).into_iter().filter(|&w| w != u));
+                }
+            }
+            edges[u] = found.into_iter().collect();
+        }
+        let cycle = strongly_connected(&edges);
+        let reached = (0..n)
+            .map(|v| {
+                if cycle.iter().all(Option::is_none) {
+                    return Vec::new();
+                }
+                let cycles: BTreeSet<usize> = leaving_with(v).into_iter().filter_map(|w| cycle[w]).collect();
+                cycles.into_iter().collect()
+            })
+            .collect();
+        ReplaceCycles { cycle, reached }
+    }
+
+    /// Whether `x` displacing `y` (which it replaces) would take away a unit on `x`'s own cycle.
+    fn closes_cycle(&self, x: UnitIdx, y: UnitIdx) -> bool {
+        self.cycle[x].is_some_and(|c| self.reached[y].binary_search(&c).is_ok())
+    }
+}
+
+/// Numbers the strongly connected components of two or more nodes of a directed graph (Tarjan's algorithm,
+/// iterative); nodes on no cycle get `None`.
+fn strongly_connected(edges: &[Vec<UnitIdx>]) -> Vec<Option<usize>> {
+    let n = edges.len();
+    let mut index = vec![usize::MAX; n];
+    let mut low = vec![0; n];
+    let mut on_stack = vec![false; n];
+    let mut stack = Vec::new();
+    let mut component = vec![None; n];
+    let (mut next_index, mut next_component) = (0, 0);
+    for root in 0..n {
+        if index[root] != usize::MAX || edges[root].is_empty() {
+            continue;
+        }
+        // (node, position in its edge list): the frames of the recursion.
+        let mut frames = vec![(root, 0)];
+        index[root] = next_index;
+        low[root] = next_index;
+        next_index += 1;
+        stack.push(root);
+        on_stack[root] = true;
+        while let Some(&mut (u, ref mut at)) = frames.last_mut() {
+            if let Some(&v) = edges[u].get(*at) {
+                *at += 1;
+                if index[v] == usize::MAX {
+                    index[v] = next_index;
+                    low[v] = next_index;
+                    next_index += 1;
+                    stack.push(v);
+                    on_stack[v] = true;
+                    frames.push((v, 0));
+                } else if on_stack[v] {
+                    low[u] = low[u].min(index[v]);
+                }
+                continue;
+            }
+            frames.pop();
+            if let Some(&(parent, _)) = frames.last() {
+                low[parent] = low[parent].min(low[u]);
+            }
+            if low[u] == index[u] {
+                let mut members = Vec::new();
+                while let Some(v) = stack.pop() {
+                    on_stack[v] = false;
+                    members.push(v);
+                    if v == u {
+                        break;
+                    }
+                }
+                if members.len() > 1 {
+                    for v in members {
+                        component[v] = Some(next_component);
+                    }
+                    next_component += 1;
+                }
+            }
+        }
+    }
+    component
 }
 
 /// For every non-global unit, the non-global units it is in a circular `Replaces=` with. Exact-name patterns are

@@ -58,6 +58,10 @@ pub enum Rejection {
     DisplacesPeer { peer: String },
     /// This unit and a scheduled unit replace each other (spec B2 Rec): it is unschedulable while that one runs.
     CircularReplace { unit: String, machine: String },
+    /// This unit replaces a present unit, but displacing it would take away a unit on this one's own cycle of
+    /// `Replaces=` (and `MachineOf=`) — X replaces Y replaces Z replaces X: within a cycle nobody displaces, units
+    /// keep apart like `Conflicts=`, so the chain settles instead of displacing around the cycle on every pass.
+    ReplaceCycle { unit: String },
 }
 
 impl fmt::Display for Rejection {
@@ -83,6 +87,11 @@ impl fmt::Display for Rejection {
             Rejection::CircularReplace { unit, machine } => write!(
                 f,
                 "circular Replaces with Unit({unit}) scheduled on Machine({machine}): only one of them may run"
+            ),
+            Rejection::ReplaceCycle { unit } => write!(
+                f,
+                "found replaced Unit({unit}) locally-scheduled, but displacing it would close a cycle of Replaces: \
+                 units on a Replaces cycle do not displace one another"
             ),
         }
     }

@@ -1,16 +1,16 @@
 //! The engine leader's side of rollouts: on every view change (unit states included) and when a rollout's next
 //! deadline comes, each rollout that is not final is advanced by the pure [`rollout::advance`] over what the view
-//! shows, and a changed progress is stored (compare-and-swap on its revision, fenced to this engine's leader key,
-//! with a rollback's unit objects in the same transaction). A failed compare is not an error: the next view
+//! shows, and a changed progress is stored (compare-and-swap on its revision, fenced to this engine's leader key
+//! and lease, with a rollback's unit objects in the same transaction). A failed compare is not an error: the next view
 //! carries whatever won, and the decision is made again from it. Finished rollouts beyond the last
 //! [`rollout::KEEP_FINISHED_PER_UNIT`] of every unit are deleted ([`rollout::expired`]), fenced the same way.
 
-use crate::registry::{Registry, Snapshot, SnapshotCluster};
+use crate::registry::{LeaderFence, Registry, RegistryError, Snapshot, SnapshotCluster};
 use crate::rollout;
 
 /// Advances every rollout of `view` that is not final and stores what changed. Returns when to look again (Unix
 /// ms), if a rollout waits for a time rather than for the cluster.
-pub async fn drive(registry: &Registry, view: &Snapshot, leader: &str) -> Option<u64> {
+pub async fn drive(registry: &Registry, view: &Snapshot, fence: &LeaderFence) -> Option<u64> {
     let now = crate::model::now_ms();
     let cluster = SnapshotCluster(view);
     let mut wake: Option<u64> = None;
@@ -27,7 +27,7 @@ pub async fn drive(registry: &Registry, view: &Snapshot, leader: &str) -> Option
             continue;
         }
         let progress = &advanced.progress;
-        match registry.write_rollout_progress(view, id, progress, leader, &advanced.roll_back).await {
+        match registry.write_rollout_progress(view, id, progress, fence, &advanced.roll_back).await {
             Ok(true) => {
                 let counts = rollout::phase_counts(progress);
                 tracing::info!(rollout = %id, state = %progress.state, reason = %progress.reason, steps = ?counts,
@@ -36,25 +36,29 @@ pub async fn drive(registry: &Registry, view: &Snapshot, leader: &str) -> Option
                     tracing::warn!(rollout = %id, units = advanced.roll_back.len(), "rollout rolled back");
                 }
             }
-            Ok(false) => tracing::debug!(rollout = %id, "rollout progress changed meanwhile (or leadership moved)"),
+            Ok(false) => tracing::debug!(rollout = %id, "rollout progress changed meanwhile"),
+            Err(e @ RegistryError::NotLeader { .. }) => {
+                tracing::info!(rollout = %id, error = %e, "not storing rollout progress: leadership moved");
+                return None;
+            }
             Err(e) => {
                 tracing::warn!(rollout = %id, error = %e, "cannot store rollout progress; retrying on the next change")
             }
         }
     }
-    collect_finished(registry, view, leader).await;
+    collect_finished(registry, view, fence).await;
     wake
 }
 
 /// Deletes the finished rollouts beyond the last [`rollout::KEEP_FINISHED_PER_UNIT`] of every unit. A failure is
 /// logged; the next view change tries again.
-async fn collect_finished(registry: &Registry, view: &Snapshot, leader: &str) {
+async fn collect_finished(registry: &Registry, view: &Snapshot, fence: &LeaderFence) {
     let rollouts = view.rollouts();
     let expired = rollout::expired(&rollouts, rollout::KEEP_FINISHED_PER_UNIT);
     if expired.is_empty() {
         return;
     }
-    match registry.delete_rollouts(view, &expired, leader).await {
+    match registry.delete_rollouts(view, &expired, fence).await {
         Ok(deleted) => tracing::info!(deleted, expired = expired.len(), "deleted finished rollouts"),
         Err(e) => tracing::warn!(error = %e, "cannot delete finished rollouts; retrying on the next change"),
     }

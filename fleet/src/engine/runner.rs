@@ -431,10 +431,13 @@ impl Runner {
     /// Advances the rollouts on the newest view (the pass before may have waited for its own writes).
     async fn drive_rollouts(&mut self) {
         let view = self.view.borrow().clone();
-        self.rollout_wake_ms = if view.rollout_records().is_empty() {
-            None
-        } else {
-            rollouts::drive(&self.registry, &view, &self.config.machine_id).await
+        let lease = self.lease.as_ref().map(LeaseKeeper::id);
+        self.rollout_wake_ms = match lease {
+            Some(lease) if !view.rollout_records().is_empty() => {
+                let fence = registry::LeaderFence { machine: self.config.machine_id.clone(), lease };
+                rollouts::drive(&self.registry, &view, &fence).await
+            }
+            _ => None,
         };
     }
 

@@ -7,6 +7,9 @@
 //! * `Replaces=` (B1): the replaced unit always moves and the replacer stays; the replaced unit's new machine
 //!   passes the normal fit check. A replacer placed next to units it replaces displaces them in the same pass.
 //! * Circular `Replaces=` (B2): a unit whose circular partner is scheduled anywhere is unschedulable.
+//! * Longer `Replaces=` cycles, also through `MachineOf=` followers (issue 14 item 3): inside a cycle nobody
+//!   displaces ([`super::fit::Rejection::ReplaceCycle`]), so the schedule settles instead of displacing around
+//!   the cycle on every pass.
 //! * Order (B17): units, globals and machines are always taken in name/ID order, so a pass is deterministic.
 //! * `MachineOf=` followers move with their peer in the same pass, whatever their names.
 
@@ -224,6 +227,9 @@ impl Pass<'_> {
             };
             for name in &replacing {
                 let d = self.snapshot.unit_index[name];
+                if self.view.placement(d) != Some(m) {
+                    continue; // already left as a `MachineOf=` follower of a unit displaced just before
+                }
                 let reason = UnscheduleReason::Displaced {
                     machine: self.view.machine_id(m).to_string(),
                     replacer: self.view.unit_name(u).to_string(),

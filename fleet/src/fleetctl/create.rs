@@ -275,6 +275,35 @@ fn send_units(ctx: &Ctx<'_>, pending: &mut Vec<Unit>) -> Result<(), String> {
     Ok(())
 }
 
+/// One unit argument of a creating command, looked up: its argument, mangled name, file path and what the registry
+/// holds under that name (the lookup error already worded for the user).
+struct ArgLookup<'a> {
+    arg: &'a str,
+    name: String,
+    path: PathBuf,
+    existing: Result<Option<Unit>, String>,
+}
+
+/// Looks every unit argument up at once (in parallel), duplicates dropped, in argument order. Lookup errors are
+/// kept per argument, so a caller reports one only when it reaches that argument, after acting on the ones before.
+fn look_up_args<'a>(ctx: &Ctx<'_>, args: &'a [String]) -> Vec<ArgLookup<'a>> {
+    let names: Vec<String> = args.iter().map(|a| unitf::mangle(a)).collect();
+    let client = ctx.client;
+    let lookups = parallel::map(&names, |name| client.unit(name));
+    let mut seen = std::collections::HashSet::new();
+    args.iter()
+        .zip(names)
+        .zip(lookups)
+        .filter(|((_, name), _)| seen.insert(name.clone()))
+        .map(|((arg, name), lookup)| ArgLookup {
+            arg,
+            path: PathBuf::from(unitf::append_default_type(arg)),
+            existing: lookup.map_err(|e| format!("error retrieving Unit({name}) from Registry: {e}")),
+            name,
+        })
+        .collect()
+}
+
 /// The creation step for all arguments. Any error aborts (units created before stay created); the caller prints
 /// `Error creating units: <err>`.
 pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), String> {
@@ -290,25 +319,17 @@ pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), Strin
     let mut created = Vec::new();
     // Every lookup at once; creations are batched and sent in parallel, in argument order, before anything that
     // needs them (an error sends what was decided before it: units created earlier stay created).
-    let names: Vec<String> = args.iter().map(|a| unitf::mangle(a)).collect();
-    let client = ctx.client;
-    let lookups = parallel::map(&names, |name| client.unit(name));
+    let lookups = look_up_args(ctx, args);
     let mut pending: Vec<Unit> = Vec::new();
-    let mut seen = std::collections::HashSet::new();
     let result: Result<(), String> = (|| {
-        for ((arg, name), lookup) in args.iter().zip(&names).zip(lookups) {
-            if !seen.insert(name.clone()) {
-                continue;
-            }
-            let path = PathBuf::from(unitf::append_default_type(arg));
-            let existing = lookup.map_err(|e| format!("error retrieving Unit({name}) from Registry: {e}"))?;
-            let Some(existing) = existing else {
-                let uf = unit_file_for(ctx, arg, &path, name)?;
-                pending.push(prepare_unit(ctx, name, uf, None, None)?);
-                created.push(name.clone());
+        for ArgLookup { arg, name, path, existing } in lookups {
+            let Some(existing) = existing? else {
+                let uf = unit_file_for(ctx, arg, &path, &name)?;
+                pending.push(prepare_unit(ctx, &name, uf, None, None)?);
+                created.push(name);
                 continue;
             };
-            replace_existing(ctx, arg, &path, name, &existing, &mut pending, &mut created, flags)?;
+            replace_existing(ctx, arg, &path, &name, &existing, &mut pending, &mut created, flags)?;
         }
         Ok(())
     })();
@@ -331,18 +352,10 @@ pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), Strin
 /// reported as `--replace` reports them (`Found same Unit(..) in Registry, nothing to do`) and left out. A unit that
 /// does not exist is an error: a rollout changes running units. Nothing is sent.
 pub fn rolling_replacements(ctx: &mut Ctx<'_>, args: &[String]) -> Result<Vec<RolloutRequestUnit>, String> {
-    let names: Vec<String> = args.iter().map(|a| unitf::mangle(a)).collect();
-    let client = ctx.client;
-    let lookups = parallel::map(&names, |name| client.unit(name));
-    let mut seen = std::collections::HashSet::new();
     let mut replacements = Vec::new();
-    for ((arg, name), lookup) in args.iter().zip(&names).zip(lookups) {
-        if !seen.insert(name.clone()) {
-            continue;
-        }
-        let path = PathBuf::from(unitf::append_default_type(arg));
-        let existing = lookup.map_err(|e| format!("error retrieving Unit({name}) from Registry: {e}"))?;
-        let Some(existing) = existing else {
+    for ArgLookup { arg, name, path, existing } in look_up_args(ctx, args) {
+        let name = name.as_str();
+        let Some(existing) = existing? else {
             return Err(format!(
                 "unit {name} does not exist: a rolling replace changes launched units (start it first)"
             ));
@@ -380,52 +393,64 @@ pub fn intended_units(ctx: &mut Ctx<'_>, args: &[String], flags: ReplaceFlags) -
     if flags.no_restart && !flags.replace {
         return Err("--no-restart applies only with --replace".into());
     }
-    let names: Vec<String> = args.iter().map(|a| unitf::mangle(a)).collect();
-    let client = ctx.client;
-    let lookups = parallel::map(&names, |name| client.unit(name));
-    let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
-    for ((arg, name), lookup) in args.iter().zip(&names).zip(lookups) {
-        if !seen.insert(name.clone()) {
-            continue;
-        }
-        let path = PathBuf::from(unitf::append_default_type(arg));
-        let existing = lookup.map_err(|e| format!("error retrieving Unit({name}) from Registry: {e}"))?;
-        let Some(existing) = existing else {
+    for ArgLookup { arg, name, path, existing } in look_up_args(ctx, args) {
+        let name = name.as_str();
+        let Some(existing) = existing? else {
             let uf = unit_file_for(ctx, arg, &path, name)?;
             let unit = prepare_unit(ctx, name, uf, None, None)?;
-            out.push(Intended { name: name.clone(), created: true, unit: Some(unit), mode: None });
+            out.push(Intended { name: name.to_string(), created: true, unit: Some(unit), mode: None });
             continue;
         };
-        let cmp = compare(ctx, arg, &path, name, &existing, flags.replace);
-        let desired = existing.desired_state.parse::<JobState>().ok();
-        let mut intended = Intended { name: name.clone(), created: false, unit: None, mode: None };
-        match decide(flags.creator, flags.replace, Some((desired, &cmp))) {
-            ReplaceDecision::Create | ReplaceDecision::Keep => {}
-            ReplaceDecision::KeepSame => ctx.say(&format!("Found same Unit({name}) in Registry, nothing to do")),
-            ReplaceDecision::RefuseReplace => ctx.warn(&format!(
-                "Warning: can not replace Unit({name}) in state '{}', use the appropriate command",
-                existing.desired_state
-            )),
-            ReplaceDecision::Fail(e) => return Err(e),
-            ReplaceDecision::Replace => {
-                let uf = replacement_for(ctx, arg, &path, name)?;
-                let mode = replacement_mode(flags, desired);
-                intended.unit = Some(match mode {
-                    ReplacementMode::ThroughInactive => prepare_unit(ctx, name, uf, None, None)?,
-                    ReplacementMode::Rescheduled(state)
-                    | ReplacementMode::InPlace(state)
-                    | ReplacementMode::NoRestart(state) => prepare_unit(ctx, name, uf, Some(state), Some(mode))?,
-                });
-                intended.mode = Some(mode);
-            }
-        }
+        let replacement = replacement_of(ctx, arg, &path, name, &existing, flags)?;
+        let (unit, mode) = replacement.map_or((None, None), |(unit, mode)| (Some(unit), Some(mode)));
+        let intended = Intended { name: name.to_string(), created: false, unit, mode };
         out.push(intended);
     }
     Ok(out)
 }
 
-/// The `--replace` decision for one argument whose unit exists (spec §10.2), queuing the replacement if any.
+/// The `--replace` decision for one argument whose unit exists (spec §10.2): the unit to store and how, or `None`
+/// when it is left as it is. Messages (`Found same Unit(..)`, a refusal) go to `ctx` as the command prints them.
+fn replacement_of(
+    ctx: &mut Ctx<'_>,
+    arg: &str,
+    path: &Path,
+    name: &str,
+    existing: &Unit,
+    flags: ReplaceFlags,
+) -> Result<Option<(Unit, ReplacementMode)>, String> {
+    let cmp = compare(ctx, arg, path, name, existing, flags.replace);
+    let desired = existing.desired_state.parse::<JobState>().ok();
+    match decide(flags.creator, flags.replace, Some((desired, &cmp))) {
+        ReplaceDecision::Create | ReplaceDecision::Keep => Ok(None),
+        ReplaceDecision::KeepSame => {
+            ctx.say(&format!("Found same Unit({name}) in Registry, nothing to do"));
+            Ok(None)
+        }
+        ReplaceDecision::RefuseReplace => {
+            ctx.warn(&format!(
+                "Warning: can not replace Unit({name}) in state '{}', use the appropriate command",
+                existing.desired_state
+            ));
+            Ok(None)
+        }
+        ReplaceDecision::Fail(e) => Err(e),
+        ReplaceDecision::Replace => {
+            let uf = replacement_for(ctx, arg, path, name)?;
+            let mode = replacement_mode(flags, desired);
+            let unit = match mode {
+                ReplacementMode::ThroughInactive => prepare_unit(ctx, name, uf, None, None)?,
+                ReplacementMode::Rescheduled(state)
+                | ReplacementMode::InPlace(state)
+                | ReplacementMode::NoRestart(state) => prepare_unit(ctx, name, uf, Some(state), Some(mode))?,
+            };
+            Ok(Some((unit, mode)))
+        }
+    }
+}
+
+/// [`replacement_of`] for the creating commands: queues the replacement and records the hash it will have.
 #[allow(clippy::too_many_arguments)]
 fn replace_existing(
     ctx: &mut Ctx<'_>,
@@ -437,37 +462,14 @@ fn replace_existing(
     created: &mut Vec<String>,
     flags: ReplaceFlags,
 ) -> Result<(), String> {
-    let ReplaceFlags { creator, replace, .. } = flags;
-    let name = name.to_string();
-    {
-        let cmp = compare(ctx, arg, path, &name, existing, replace);
-        let desired = existing.desired_state.parse::<JobState>().ok();
-        match decide(creator, replace, Some((desired, &cmp))) {
-            ReplaceDecision::Create | ReplaceDecision::Keep => {}
-            ReplaceDecision::KeepSame => ctx.say(&format!("Found same Unit({name}) in Registry, nothing to do")),
-            ReplaceDecision::RefuseReplace => ctx.warn(&format!(
-                "Warning: can not replace Unit({name}) in state '{}', use the appropriate command",
-                existing.desired_state
-            )),
-            ReplaceDecision::Fail(e) => return Err(e),
-            ReplaceDecision::Replace => {
-                let uf = replacement_for(ctx, arg, path, &name)?;
-                // The hash the registry (and every agent) will give the stored content.
-                let hash = UnitFile::from_options(uf.options().to_vec()).hash().to_hex();
-                let mode = replacement_mode(flags, desired);
-                pending.push(match mode {
-                    ReplacementMode::ThroughInactive => prepare_unit(ctx, &name, uf, None, None)?,
-                    ReplacementMode::Rescheduled(state)
-                    | ReplacementMode::InPlace(state)
-                    | ReplacementMode::NoRestart(state) => prepare_unit(ctx, &name, uf, Some(state), Some(mode))?,
-                });
-                tracing::debug!(unit = %name, hash = %&hash[..7], ?mode, "replaced unit");
-                ctx.replaced.insert(name.clone(), hash);
-                if mode == ReplacementMode::ThroughInactive {
-                    created.push(name);
-                }
-            }
-        }
+    let Some((unit, mode)) = replacement_of(ctx, arg, path, name, existing, flags)? else { return Ok(()) };
+    // The hash the registry (and every agent) will give the stored content.
+    let hash = UnitFile::from_options(unit.options.clone()).hash().to_hex();
+    pending.push(unit);
+    tracing::debug!(unit = %name, hash = %&hash[..7], ?mode, "replaced unit");
+    ctx.replaced.insert(name.to_string(), hash);
+    if mode == ReplacementMode::ThroughInactive {
+        created.push(name.to_string());
     }
     Ok(())
 }

@@ -518,6 +518,14 @@ mod tests {
     }
 
     #[test]
+    fn no_retry_delay_exceeds_the_cap_whatever_the_delay_before() {
+        for ms in (0..=120_000).step_by(125) {
+            let next = next_backoff(Duration::from_millis(ms));
+            assert!(next <= MAX_BACKOFF, "after {ms} ms the next delay is {next:?}, above the cap {MAX_BACKOFF:?}");
+        }
+    }
+
+    #[test]
     fn etcd_config_from_fleet_conf() {
         let config = Config {
             etcd_servers: vec!["http://etcd:2379".into()],

@@ -5,6 +5,7 @@
 use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp};
 
 use super::Registry;
+use super::engine::LeaderFence;
 use super::error::{RegistryError, Result};
 use super::keys::{Component, check_component};
 use super::records::{UnitObject, encode_json};
@@ -27,7 +28,8 @@ pub struct RolloutBody<'a> {
 /// `--max-txn-ops` is 128).
 pub const MAX_ROLLOUT_UNITS: usize = 40;
 
-/// Most rollouts one deleting transaction names (a compare and a delete each, under etcd's `--max-txn-ops`).
+/// Most rollouts one deleting transaction names: a compare and a delete each, plus the fence's two compares, under
+/// etcd's `--max-txn-ops` (128, counted per list of the transaction).
 const MAX_ROLLOUT_DELETES_PER_TXN: usize = 60;
 
 impl Registry {
@@ -90,15 +92,15 @@ impl Registry {
     }
 
     /// Engine leader: stores a rollout's progress if it is still at the revision `view` shows (absent there: still
-    /// absent) and `leader` still holds the engine leader key, with the rollback's unit objects (`hash` back to
-    /// `from`, history continued from `view`) in the same transaction. `false` when a compare failed (another
-    /// writer, or leadership lost): nothing was written.
+    /// absent), with the rollback's unit objects (`hash` back to `from`, history continued from `view`) in the same
+    /// transaction, fenced to `fence` (leader key and lease). `false` when the progress or a unit changed since
+    /// `view` (another writer): nothing was written; [`RegistryError::NotLeader`] when `fence` no longer leads.
     pub async fn write_rollout_progress(
         &self,
         view: &Snapshot,
         id: &str,
         progress: &RolloutProgress,
-        leader: &str,
+        fence: &LeaderFence,
         roll_back: &[RolloutUnit],
     ) -> Result<bool> {
         check_component(Component::RolloutId, id)?;
@@ -110,7 +112,7 @@ impl Registry {
         } else {
             Compare::mod_revision(key.as_str(), CompareOp::Equal, revision)
         };
-        let mut compares = vec![guard, Compare::value(k.engine_leader(), CompareOp::Equal, leader)];
+        let mut compares = vec![guard];
         let mut ops = vec![TxnOp::put(key.as_str(), encode_json(progress), None)];
         for unit in roll_back {
             check_component(Component::UnitName, &unit.name)?;
@@ -126,21 +128,22 @@ impl Registry {
             }
             ops.push(TxnOp::put(k.unit_object(&unit.name), encode_json(&object), None));
         }
-        let txn = Txn::new().when(compares).and_then(ops);
-        Ok(self.txn("write rollout progress", &key, txn).await?.succeeded())
+        let written = self.fenced_txn("write rollout progress", &key, Some(fence), compares, ops).await?;
+        Ok(written.is_some())
     }
 
-    /// Engine leader: deletes the finished rollouts `ids` (every key of each), in transactions fenced to `leader`
-    /// still holding the engine leader key and to each rollout's progress being unchanged since `view` (so only a
-    /// rollout the view shows finished is deleted). Returns how many were deleted.
-    pub async fn delete_rollouts(&self, view: &Snapshot, ids: &[&str], leader: &str) -> Result<usize> {
+    /// Engine leader: deletes the finished rollouts `ids` (every key of each), in transactions fenced to `fence`
+    /// (leader key and lease) and to each rollout's progress being unchanged since `view` (so only a rollout the
+    /// view shows finished is deleted). Returns how many were deleted; [`RegistryError::NotLeader`] when `fence` no
+    /// longer leads.
+    pub async fn delete_rollouts(&self, view: &Snapshot, ids: &[&str], fence: &LeaderFence) -> Result<usize> {
         for id in ids {
             check_component(Component::RolloutId, id)?;
         }
         let k = &self.keys;
         let mut deleted = 0;
         for chunk in ids.chunks(MAX_ROLLOUT_DELETES_PER_TXN) {
-            let mut compares = vec![Compare::value(k.engine_leader(), CompareOp::Equal, leader)];
+            let mut compares = Vec::new();
             let mut ops = Vec::new();
             for id in chunk {
                 let Some(record) = view.rollout_records().get(*id).filter(|r| r.progress_revision > 0) else {
@@ -158,7 +161,7 @@ impl Registry {
             }
             let n = ops.len();
             let key = k.rollouts_dir();
-            if self.txn("delete rollouts", &key, Txn::new().when(compares).and_then(ops)).await?.succeeded() {
+            if self.fenced_txn("delete rollouts", &key, Some(fence), compares, ops).await?.is_some() {
                 deleted += n;
             }
         }

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use fleet::model::{JobState, MachineState, UnitState};
 use fleet::registry::{
-    Campaign, EngineVersionCheck, LeaseKeeper, LeaseStatus, PutUnit, Reflector, Registration, Registry, RegistryError,
-    Snapshot, UnitWrite,
+    Campaign, EngineVersionCheck, LeaderFence, LeaseKeeper, LeaseStatus, PutUnit, Reflector, Registration, Registry,
+    RegistryError, Snapshot, UnitWrite,
 };
 use sha1::{Digest, Sha1};
 use support::etcd::TestEtcd;
@@ -642,18 +642,21 @@ async fn rollout_progress_is_fenced_and_a_rollback_never_resurrects_a_destroyed_
 
     let lease = LeaseKeeper::grant(&reg, Duration::from_secs(10)).await.unwrap();
     assert!(matches!(reg.campaign("m1", lease.id()).await.unwrap(), Campaign::Leader));
+    let leader = LeaderFence { machine: "m1".into(), lease: lease.id() };
+    let other = LeaderFence { machine: "m2".into(), lease: lease.id() };
     let aborted = RolloutProgress { state: RolloutState::Aborted, ..Default::default() };
-    assert!(
-        !reg.write_rollout_progress(&snap, "r1", &aborted, "m2", std::slice::from_ref(&unit)).await.unwrap(),
-        "an engine that does not hold the leader key writes nothing"
-    );
+    let err = reg
+        .write_rollout_progress(&snap, "r1", &aborted, &other, std::slice::from_ref(&unit))
+        .await
+        .expect_err("an engine that does not hold the leader key must write nothing, but it wrote");
+    assert!(matches!(err, RegistryError::NotLeader { .. }), "progress by a non-leader: {err}");
     reg.destroy_unit("db.service").await.unwrap();
     assert!(
-        !reg.write_rollout_progress(&snap, "r1", &aborted, "m1", std::slice::from_ref(&unit)).await.unwrap(),
+        !reg.write_rollout_progress(&snap, "r1", &aborted, &leader, std::slice::from_ref(&unit)).await.unwrap(),
         "a view that still shows the destroyed unit cannot write it back"
     );
     let snap = refl.sync(WAIT).await.unwrap();
-    assert!(reg.write_rollout_progress(&snap, "r1", &aborted, "m1", &[unit]).await.unwrap());
+    assert!(reg.write_rollout_progress(&snap, "r1", &aborted, &leader, &[unit]).await.unwrap());
     let snap = refl.sync(WAIT).await.unwrap();
     assert!(snap.unit_record("db.service").is_none(), "the destroyed unit stays destroyed");
     assert_eq!(snap.rollouts()[0].state(), RolloutState::Aborted);
@@ -674,6 +677,7 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
     let refl = connected(&reg).await;
     let lease = LeaseKeeper::grant(&reg, Duration::from_secs(30)).await.unwrap();
     assert!(matches!(reg.campaign("m1", lease.id()).await.unwrap(), Campaign::Leader));
+    let leader = LeaderFence { machine: "m1".into(), lease: lease.id() };
     let versions: Vec<Version> = (0..13).map(|i| version(&format!("[Unit]\nDescription=v{i}\n"))).collect();
     reg.create_unit(&put("a.service", &versions[0], JobState::Launched)).await.unwrap();
     assert!(reg.mark_launched_many(&[("a.service", &versions[0].hash)], "m1", lease.id()).await.unwrap());
@@ -726,14 +730,16 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
     let snap = refl.sync(WAIT).await.unwrap();
     let done = RolloutProgress { state: RolloutState::Done, ..Default::default() };
     for i in 0..7 {
-        assert!(reg.write_rollout_progress(&snap, &format!("done-{i}"), &done, "m1", &[]).await.unwrap());
+        assert!(reg.write_rollout_progress(&snap, &format!("done-{i}"), &done, &leader, &[]).await.unwrap());
     }
     let snap = refl.sync(WAIT).await.unwrap();
     let rollouts = snap.rollouts();
     let old = expired(&rollouts, KEEP_FINISHED_PER_UNIT);
     assert_eq!(old, ["done-0", "done-1"]);
-    assert_eq!(reg.delete_rollouts(&snap, &old, "m2").await.unwrap(), 0, "not the engine leader");
-    assert_eq!(reg.delete_rollouts(&snap, &old, "m1").await.unwrap(), 2);
+    let other = LeaderFence { machine: "m2".into(), lease: lease.id() };
+    let err = reg.delete_rollouts(&snap, &old, &other).await.expect_err("not the engine leader, but it deleted");
+    assert!(matches!(err, RegistryError::NotLeader { .. }), "rollout GC by a non-leader: {err}");
+    assert_eq!(reg.delete_rollouts(&snap, &old, &leader).await.unwrap(), 2);
     let snap = refl.sync(WAIT).await.unwrap();
     let ids: BTreeSet<String> = snap.rollout_records().keys().cloned().collect();
     let want: BTreeSet<String> = ["done-2", "done-3", "done-4", "done-5", "done-6", "running"].map(String::from).into();
@@ -741,17 +747,18 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
     assert_eq!(reg.read_snapshot().await.unwrap().rollout_records().len(), 6, "every key of the deleted ones is gone");
 
     // Once the running rollout finishes, v12 is no longer needed.
-    assert!(reg.write_rollout_progress(&snap, "running", &done, "m1", &[]).await.unwrap());
+    assert!(reg.write_rollout_progress(&snap, "running", &done, &leader, &[]).await.unwrap());
     refl.sync(WAIT).await.unwrap();
     assert_eq!(reg.collect_garbage().await.unwrap(), 1, "v12 goes with the rollout that needed it");
 }
 
 /// Engine writes are fenced to the writer's leadership (issue 14 item 3): once an engine is deposed — its lease
-/// gone and another engine leading, or its own machine leading again under a new lease — its placements and body
-/// deletions are refused with `NotLeader` and write nothing; the current leader's go through.
+/// gone and another engine leading, or its own machine leading again under a new lease — its placements, body
+/// deletions, rollout progress and rollout deletions are refused with `NotLeader` and write nothing; the current leader's go through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposed_leaders_writes_are_rejected() {
-    use fleet::registry::{LeaderFence, PlacementWrite};
+    use fleet::registry::PlacementWrite;
+    use fleet::rollout::{OnFailure, RolloutKind, RolloutProgress, RolloutSpec, RolloutState, RolloutUnit};
     let etcd = TestEtcd::start().await;
     let reg = etcd.registry("/test/fence").await;
     let v = version("[Service]\nExecStart=/bin/true\n");
@@ -805,6 +812,36 @@ async fn a_deposed_leaders_writes_are_rejected() {
 
     let current = LeaderFence { machine: "ma".into(), lease: again.id() };
     assert_eq!(reg.delete_bodies(&garbage, Some(&current)).await.unwrap(), garbage.len(), "the leader collects");
+
+    // Rollout progress and rollout deletion: the old incarnation is refused, the current leader writes.
+    let spec = RolloutSpec {
+        id: "r1".into(),
+        kind: RolloutKind::Restart,
+        units: vec![RolloutUnit { name: "a.service".into(), from: v.hash.clone(), to: v.hash.clone() }],
+        max_unavailable: 1,
+        min_healthy_ms: 0,
+        health_timeout_ms: 1000,
+        on_failure: OnFailure::Pause,
+        created_ms: 1,
+    };
+    reg.create_rollout(&spec, &[]).await.unwrap();
+    let snap = reg.read_snapshot().await.unwrap();
+    let done = RolloutProgress { state: RolloutState::Done, ..Default::default() };
+    let err = reg
+        .write_rollout_progress(&snap, "r1", &done, &deposed, &[])
+        .await
+        .expect_err("a deposed leader's rollout progress must be refused, but it was written");
+    assert!(matches!(err, RegistryError::NotLeader { .. }), "rollout progress by a deposed leader: {err}");
+    assert!(reg.read_snapshot().await.unwrap().rollouts()[0].progress.is_none(), "nothing was written");
+    assert!(reg.write_rollout_progress(&snap, "r1", &done, &current, &[]).await.unwrap(), "the leader writes");
+    let snap = reg.read_snapshot().await.unwrap();
+    let err = reg
+        .delete_rollouts(&snap, &["r1"], &deposed)
+        .await
+        .expect_err("a deposed leader's rollout deletion must be refused, but it deleted");
+    assert!(matches!(err, RegistryError::NotLeader { .. }), "rollout deletion by a deposed leader: {err}");
+    assert_eq!(reg.read_snapshot().await.unwrap().rollout_records().len(), 1, "the rollout is still there");
+    assert_eq!(reg.delete_rollouts(&snap, &["r1"], &current).await.unwrap(), 1, "the leader deletes");
 }
 
 /// A throwaway CA for the etcd TLS test: writes its certificate and signs leaves into `dir`.

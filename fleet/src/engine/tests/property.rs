@@ -20,14 +20,11 @@ fn pattern() -> impl Strategy<Value = String> {
     ]
 }
 
-/// Units a..d may replace units e..h, which replace nothing (except through a circular pair with the previous
-/// unit). Chains of replacements (X replaces Y replaces Z), possibly closed by `MachineOf=`, have no stable
-/// placement when some replacer is left without a machine: it displaces again on every pass. See the report.
-const REPLACERS: usize = 4;
-
+/// Any unit may replace any other (and, through `circular`, the previous one in both directions), so chains,
+/// longer cycles and cycles closed by `MachineOf=` are all generated: they must settle too (issue 14 item 3).
+/// The inputs used to be narrowed to units a..d replacing e..h, because such cycles displaced on every pass.
 fn unit(i: usize) -> impl Strategy<Value = UnitSpec> {
-    let later: Vec<String> =
-        if i < REPLACERS { NAMES[REPLACERS..].iter().map(|n| n.to_string()).collect() } else { Vec::new() };
+    let others: Vec<String> = NAMES.iter().filter(|n| **n != NAMES[i]).map(|n| n.to_string()).collect();
     (
         prop_oneof![
             Just(JobState::Inactive),
@@ -38,10 +35,10 @@ fn unit(i: usize) -> impl Strategy<Value = UnitSpec> {
         proptest::option::of(prop_oneof![Just("m1"), Just("m2"), Just("gone")]),
         proptest::option::weighted(0.15, 0..MACHINES.len()),
         proptest::collection::vec(pattern(), 0..2),
-        proptest::option::weighted(0.2, 0..NAMES.len()),
+        proptest::option::weighted(0.4, 0..NAMES.len()),
         proptest::option::weighted(0.2, prop_oneof![Just("web"), Just("db")]),
         proptest::option::weighted(0.1, Just(())),
-        if later.is_empty() { Just(Vec::new()).boxed() } else { proptest::sample::subsequence(later, 0..2).boxed() },
+        proptest::sample::subsequence(others, 0..3),
         proptest::option::weighted(0.1, Just(())),
     )
         .prop_map(move |(desired, target, pin, conflicts, peer, role, global, replaces, circular)| {
@@ -101,7 +98,7 @@ fn cluster() -> impl Strategy<Value = Sim> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     #[test]
     fn passes_reach_a_valid_fixed_point(mut sim in cluster()) {

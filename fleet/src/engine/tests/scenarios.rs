@@ -275,3 +275,49 @@ fn transcript_conflicts_machine_of_machine_id() {
     sim.converge();
     assert_eq!(sim.target("excl@4.service"), Some(freed.as_str()));
 }
+
+/// Issue 14 item 3: a `Replaces=` cycle longer than a pair (b replaces h replaces d replaces b) on one machine used
+/// to displace around the cycle on every pass. Inside a cycle nobody displaces: it settles, and `explain` says why
+/// the others wait.
+#[test]
+fn a_replaces_cycle_settles_instead_of_displacing_around_it() {
+    let mut sim = Sim::new(&["m1"]);
+    sim.add(launched("b.service").with(replaces(&["h.service"])));
+    sim.add(launched("h.service").with(replaces(&["d.service"])));
+    sim.add(launched("d.service").with(replaces(&["b.service"])).on("m1"));
+    let passes = sim.converge();
+    assert!(passes.len() <= 2, "a replace cycle must settle within two passes, took {passes:?}");
+    assert_eq!(sim.scheduled(), BTreeSet::from(["d.service".to_string()]), "the unit already there stays");
+    let why = explain(&sim.snapshot(), "h.service").unwrap();
+    assert_eq!(why.machines[0].fit, Fit::Rejected(Rejection::ReplaceCycle { unit: "d.service".into() }));
+    assert!(why.machines[0].fit.to_string().contains("cycle of Replaces"), "{}", why.machines[0].fit);
+}
+
+/// A cycle closed by `MachineOf=`: a replaces d replaces b, and g (replacing a) follows b, so d displacing b takes
+/// g away, which brings a back, which displaces d. It settles too.
+#[test]
+fn a_replaces_cycle_closed_by_machine_of_settles() {
+    let mut sim = Sim::new(&["m1"]);
+    sim.add(launched("a.service").with(replaces(&["d.service"])));
+    sim.add(launched("b.service"));
+    sim.add(launched("d.service").with(replaces(&["b.service"])));
+    sim.add(
+        launched("g.service").with(Constraints { replaces: strings(&["a.service"]), ..machine_of(&["b.service"]) }),
+    );
+    let passes = sim.converge();
+    assert!(passes.len() <= 2, "a replace cycle through MachineOf must settle within two passes, took {passes:?}");
+    assert_eq!(sim.scheduled(), BTreeSet::from(["a.service".to_string(), "b.service".to_string()]));
+}
+
+/// A replacer displacing a unit and that unit's `MachineOf=` follower, which it also replaces, unschedules the
+/// follower once (it leaves with its peer), not twice.
+#[test]
+fn displacing_a_unit_and_its_follower_unschedules_each_once() {
+    let mut sim = Sim::new(&["m1"]);
+    sim.add(launched("b.service").on("m1"));
+    sim.add(launched("e.service").with(machine_of(&["b.service"])).on("m1"));
+    sim.add(launched("h.service").with(replaces(&["b.service", "e.service"])));
+    let passes = sim.converge();
+    assert_eq!(passes[0], ["-b.service@m1", "-e.service@m1", "+h.service@m1"]);
+    assert_eq!(sim.scheduled(), BTreeSet::from(["h.service".to_string()]));
+}

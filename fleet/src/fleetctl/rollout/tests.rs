@@ -2,10 +2,12 @@
 //! driven by the engine's `rollout::advance` (see `client::fake`).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use super::*;
+use crate::client::fake::FakeClient;
 use crate::client::{Client, ClientError};
-use crate::fleetctl::testing::{cluster, run};
+use crate::fleetctl::testing::{Outcome, cluster, run};
 use crate::unit::UnitFile;
 
 const GLOBAL: &str = "[Service]\nExecStart=/bin/sleep 1000\n\n[X-Fleet]\nGlobal=true\n";
@@ -61,21 +63,43 @@ fn row(machine: &str, unit: &str, phase: &str, detail: &str) -> Vec<String> {
     vec![machine.into(), unit.into(), phase.into(), detail.into()]
 }
 
-#[test]
-fn rolling_replace_of_a_global_unit_takes_one_machine_at_a_time_in_order() {
-    let dir = tempfile::tempdir().unwrap();
+/// The fake cluster with `db.service` (global) launched on every machine.
+fn db_cluster() -> Arc<FakeClient> {
     let c = cluster();
     c.insert_unit("db.service", GLOBAL, "launched");
-    let f = write(dir.path(), "db.service", GLOBAL_V2);
-    let o = run(&c, &["start", "--replace", "--rolling", &f]);
+    c
+}
+
+/// [`db_cluster`] and a local `db.service` file with `text` (the directory lives as long as the first value).
+fn db_cluster_and_local(text: &str) -> (tempfile::TempDir, Arc<FakeClient>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "db.service", text);
+    (dir, db_cluster(), f)
+}
+
+/// Asserts that `o` succeeded and began with the start line of a rollout of `what` (`replace db.service`); returns
+/// the rollout's ID.
+fn started_ok(o: &Outcome, what: &str) -> String {
     assert_eq!((o.code, o.err.as_str()), (0, ""), "{}", o.out);
     let id = started_id(&o.out);
+    assert!(o.out.starts_with(&format!("Rollout {id} started: {what}\n")), "{}", o.out);
+    id
+}
+
+/// The phases of every rollout table printed in `out`, in order.
+fn phases(out: &str) -> Vec<Vec<String>> {
+    shown(out).iter().map(|t| t.phases().into_iter().map(str::to_string).collect()).collect()
+}
+
+#[test]
+fn rolling_replace_of_a_global_unit_takes_one_machine_at_a_time_in_order() {
+    let (_dir, c, f) = db_cluster_and_local(GLOBAL_V2);
+    let o = run(&c, &["start", "--replace", "--rolling", &f]);
+    let id = started_ok(&o, "replace db.service");
     assert!(id.starts_with("db-") && id.len() == "db-".len() + 13, "{id}");
-    assert!(o.out.starts_with(&format!("Rollout {id} started: replace db.service\n")), "{}", o.out);
     let tables = shown(&o.out);
-    let phases: Vec<Vec<&str>> = tables.iter().map(Shown::phases).collect();
     assert_eq!(
-        phases,
+        phases(&o.out),
         [
             vec![],
             vec!["updating", "pending", "pending"],
@@ -149,10 +173,7 @@ fn rolling_replace_of_instances_uses_the_local_template_and_the_pace_given() {
 
 #[test]
 fn units_with_the_same_content_are_found_same_and_left_out() {
-    let dir = tempfile::tempdir().unwrap();
-    let c = cluster();
-    c.insert_unit("db.service", GLOBAL, "launched");
-    let f = write(dir.path(), "db.service", GLOBAL);
+    let (dir, c, f) = db_cluster_and_local(GLOBAL);
     let o = run(&c, &["start", "--replace", "--rolling", &f]);
     assert_eq!(
         (o.code, o.out.as_str(), o.err.as_str()),
@@ -178,11 +199,8 @@ fn units_with_the_same_content_are_found_same_and_left_out() {
 
 #[test]
 fn a_new_version_that_fails_pauses_after_the_first_machine() {
-    let dir = tempfile::tempdir().unwrap();
-    let c = cluster();
-    c.insert_unit("db.service", GLOBAL, "launched");
+    let (_dir, c, f) = db_cluster_and_local(GLOBAL_V2);
     c.set_unhealthy(GLOBAL_V2);
-    let f = write(dir.path(), "db.service", GLOBAL_V2);
     let o = run(&c, &["start", "--replace", "--rolling", &f]);
     assert_eq!(o.code, EXIT_PAUSED, "{}\n{}", o.out, o.err);
     let id = started_id(&o.out);
@@ -215,11 +233,8 @@ fn a_new_version_that_fails_pauses_after_the_first_machine() {
 
 #[test]
 fn with_on_failure_rollback_every_machine_returns_to_the_old_version() {
-    let dir = tempfile::tempdir().unwrap();
-    let c = cluster();
-    c.insert_unit("db.service", GLOBAL, "launched");
+    let (_dir, c, f) = db_cluster_and_local(GLOBAL_V2);
     c.set_unhealthy(GLOBAL_V2);
-    let f = write(dir.path(), "db.service", GLOBAL_V2);
     let o = run(&c, &["start", "--replace", "--rolling", "--on-failure=rollback", &f]);
     assert_eq!(o.code, EXIT_ROLLED_BACK, "{}\n{}", o.out, o.err);
     let id = started_id(&o.out);
@@ -232,16 +247,11 @@ fn with_on_failure_rollback_every_machine_returns_to_the_old_version() {
 
 #[test]
 fn rolling_restart_restarts_machine_by_machine() {
-    let c = cluster();
-    c.insert_unit("db.service", GLOBAL, "launched");
+    let c = db_cluster();
     let o = run(&c, &["restart", "--rolling", "--min-healthy=0", "db"]);
-    assert_eq!((o.code, o.err.as_str()), (0, ""), "{}", o.out);
-    let id = started_id(&o.out);
-    assert!(o.out.starts_with(&format!("Rollout {id} started: restart db.service\n")));
-    let tables = shown(&o.out);
-    let phases: Vec<Vec<&str>> = tables.iter().map(Shown::phases).collect();
+    let id = started_ok(&o, "restart db.service");
     assert_eq!(
-        phases,
+        phases(&o.out),
         [
             vec![],
             vec!["updating", "pending", "pending"],
@@ -259,10 +269,7 @@ fn rolling_restart_restarts_machine_by_machine() {
 
 #[test]
 fn wrong_flags_and_missing_units_are_refused_before_anything_is_sent() {
-    let dir = tempfile::tempdir().unwrap();
-    let c = cluster();
-    c.insert_unit("db.service", GLOBAL, "launched");
-    let f = write(dir.path(), "db.service", GLOBAL_V2);
+    let (dir, c, f) = db_cluster_and_local(GLOBAL_V2);
     let nope = write(dir.path(), "nope.service", GLOBAL);
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["start", "--rolling", &f], "Error creating units: --rolling applies only with --replace\n"),
@@ -359,10 +366,7 @@ fn the_api_refuses_units_that_are_not_launched_or_already_rolling() {
 
 #[test]
 fn pause_resume_and_status_of_a_rollout_in_progress() {
-    let dir = tempfile::tempdir().unwrap();
-    let c = cluster();
-    c.insert_unit("db.service", GLOBAL, "launched");
-    let f = write(dir.path(), "db.service", GLOBAL_V2);
+    let (_dir, c, f) = db_cluster_and_local(GLOBAL_V2);
     c.freeze_rollouts(true);
     let o = run(&c, &["start", "--replace", "--rolling", "--no-block", "--min-healthy=0", &f]);
     let id = started_id(&o.out);
@@ -408,8 +412,7 @@ fn pause_resume_and_status_of_a_rollout_in_progress() {
 
 #[test]
 fn an_aborted_rollout_ends_the_wait_with_4_and_status_shows_the_newest() {
-    let c = cluster();
-    c.insert_unit("db.service", GLOBAL, "launched");
+    let c = db_cluster();
     let first = started_id(&run(&c, &["restart", "--rolling", "--min-healthy=0", "db"]).out);
     c.freeze_rollouts(true);
     // The clock of the fake engine moved on: the second rollout is the newer one.
@@ -438,8 +441,7 @@ fn an_aborted_rollout_ends_the_wait_with_4_and_status_shows_the_newest() {
 
 #[test]
 fn status_and_actions_need_one_known_unit_or_rollout() {
-    let c = cluster();
-    c.insert_unit("db.service", GLOBAL, "launched");
+    let c = db_cluster();
     for cmd in ["rollout-status", "rollout-pause", "rollout-resume", "rollout-abort"] {
         for args in [vec![cmd], vec![cmd, "a", "b"]] {
             let o = run(&c, &args);
@@ -466,8 +468,7 @@ fn status_and_actions_need_one_known_unit_or_rollout() {
 
 #[test]
 fn a_wait_rides_out_failed_reads_and_gives_up_after_many_in_a_row() {
-    let c = cluster();
-    c.insert_unit("db.service", GLOBAL, "launched");
+    let c = db_cluster();
     c.freeze_rollouts(true);
     let id = started_id(&run(&c, &["restart", "--rolling", "--no-block", "--min-healthy=0", "db"]).out);
     c.freeze_rollouts(false);
@@ -631,10 +632,7 @@ fn utc_formats_unix_milliseconds() {
 
 #[test]
 fn history_lists_versions_and_rollback_returns_to_the_previous_one_through_a_rollout() {
-    let dir = tempfile::tempdir().unwrap();
-    let c = cluster();
-    c.insert_unit("db.service", GLOBAL, "launched");
-    let f = write(dir.path(), "db.service", GLOBAL_V2);
+    let (_dir, c, f) = db_cluster_and_local(GLOBAL_V2);
     assert_eq!(run(&c, &["start", "--replace", "--rolling", "--min-healthy=0", &f]).code, 0);
     let (v1, v2) =
         (UnitFile::parse(GLOBAL).unwrap().hash().to_hex(), UnitFile::parse(GLOBAL_V2).unwrap().hash().to_hex());
