@@ -350,7 +350,10 @@ mod tests {
         let all = catalogue();
         let names: BTreeSet<String> = all.iter().map(Spec::trial_name).collect();
         assert_eq!(names.len(), all.len());
-        assert!(all.iter().all(|s| s.machines <= 4));
+        // The largest cluster a spec asks for is the rollout area's 5 machines (issue 12: 3- and 5-machine clusters);
+        // three such clusters at once still fit the CI machine.
+        let largest = all.iter().map(|s| s.machines).max().unwrap_or(0);
+        assert!(largest <= 5, "a spec asks for {largest} machines; the CI machine runs three clusters of at most 5");
     }
 
     /// The specs the original Go fleet (v1.0.0-15) failed when run with `ssh,sighup_reload` (issue 13) are each

@@ -17,7 +17,7 @@ pub struct Ctx {
     pub command_timeout: Duration,
 }
 
-/// A row of `list-units --no-legend --full --fields unit,active,sub,hash,machine`.
+/// A row of `list-units --no-legend --full --fields unit,active,sub,hash,machine,load`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
     pub unit: String,
@@ -25,6 +25,8 @@ pub struct Row {
     pub sub: String,
     pub hash: String,
     pub machine: String,
+    /// systemd's load state as the agent reported it (`-` before any report).
+    pub load: String,
 }
 
 impl Row {
@@ -73,19 +75,20 @@ impl Ctx {
 
     /// `list-units` rows.
     pub async fn list_units(&self) -> Result<Vec<Row>, String> {
-        let args = ["list-units", "--no-legend", "--full", "--fields", "unit,active,sub,hash,machine"];
+        let args = ["list-units", "--no-legend", "--full", "--fields", "unit,active,sub,hash,machine,load"];
         let (out, _) = self.fleetctl_ok(&args).await?;
         Ok(out
             .stdout
             .lines()
             .map(|l| l.split_whitespace().collect::<Vec<_>>())
-            .filter(|f| f.len() == 5)
+            .filter(|f| f.len() == 6)
             .map(|f| Row {
                 unit: f[0].into(),
                 active: f[1].into(),
                 sub: f[2].into(),
                 hash: f[3].into(),
                 machine: f[4].split('/').next().unwrap_or_default().into(),
+                load: f[5].into(),
             })
             .collect())
     }
@@ -127,6 +130,17 @@ impl Ctx {
                 let out = m.exec(&["sh", "-c", &script]).await.map_err(|e| e.to_string())?;
                 out.stdout.trim().parse::<usize>().map_err(|_| out.describe())
             }
+        });
+        futures::future::join_all(counts).await.into_iter().collect()
+    }
+
+    /// How many `daemon-reload`s systemd has done on each machine since it booted (its journal's "Reloading"
+    /// messages; the machines run journald).
+    pub async fn daemon_reloads(&self) -> Result<Vec<usize>, String> {
+        let script = "journalctl -b --no-pager -o cat _PID=1 | grep -c '^Reloading' || true";
+        let counts = self.cluster.machines().iter().map(|m| async move {
+            let out = m.exec(&["sh", "-c", script]).await.map_err(|e| e.to_string())?;
+            out.stdout.trim().parse::<usize>().map_err(|_| format!("daemon-reload count: {}", out.describe()))
         });
         futures::future::join_all(counts).await.into_iter().collect()
     }

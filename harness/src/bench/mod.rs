@@ -5,6 +5,7 @@
 //! [`crate::Cluster`]'s drop).
 
 pub mod ctx;
+pub mod floor;
 pub mod idle;
 pub mod metrics;
 pub mod poll;

@@ -161,16 +161,48 @@ fn start_table(reports: &[StartReport]) -> String {
     let mut rows: Vec<(&str, Vec<String>, &str)> = Vec::new();
     let col = |f: &dyn Fn(&StartReport) -> String| reports.iter().map(f).collect::<Vec<_>>();
     rows.push(("N", col(&|r| r.units.to_string()), "target (original)"));
-    rows.push(("start --no-block: command", col(&|r| timing(&r.start, |t| format!("{:.3} s", t.command_s))), ""));
+    let floor_start = |r: &StartReport| r.floor.as_ref().and_then(|f| f.start_s);
+    let floor_stop = |r: &StartReport| r.floor.as_ref().and_then(|f| f.stop_s);
+    rows.push(("floor (systemd alone): start → all running", col(&|r| opt_s(floor_start(r))), ""));
+    rows.push(("  stop + unload → none loaded", col(&|r| opt_s(floor_stop(r))), ""));
     rows.push((
-        "  all active/running",
-        col(&|r| timing(&r.start, |t| opt_s(t.polled.done_s))),
-        "0.6 s @100, 1.5 s @1000 (4.2 s, 15 s)",
+        "  slowest machine: written / reloaded / started",
+        col(&|r| floor_steps(r, &["written", "reloaded", "start_returned"], |f| &f.start_machines)),
+        "",
+    ));
+    rows.push((
+        "start --no-block: command",
+        col(&|r| timing(&r.start, |t| format!("{:.3} s", t.command_s))),
+        "< 0.5 s @1000",
+    ));
+    rows.push((
+        "  all scheduled",
+        col(&|r| timing(&r.start, |t| with_ratio(t.stages.all_scheduled_s, floor_start(r)))),
+        "",
+    ));
+    rows.push((
+        "  first / half / all loaded",
+        col(&|r| {
+            timing(&r.start, |t| {
+                format!(
+                    "{} / {} / {}",
+                    opt_s(t.stages.first_loaded_s),
+                    opt_s(t.stages.half_loaded_s),
+                    opt_s(t.stages.all_loaded_s)
+                )
+            })
+        }),
+        "",
     ));
     rows.push((
         "  first / half active",
         col(&|r| timing(&r.start, |t| format!("{} / {}", opt_s(t.polled.first_s), opt_s(t.polled.half_s)))),
         "",
+    ));
+    rows.push((
+        "  all active/running (× floor)",
+        col(&|r| timing(&r.start, |t| with_ratio(t.polled.done_s, floor_start(r)))),
+        "≤ 1.25× floor",
     ));
     rows.push(("  polls, mean interval", col(&|r| timing(&r.start, |t| polls(&t.polled))), ""));
     rows.push((
@@ -179,6 +211,15 @@ fn start_table(reports: &[StartReport]) -> String {
         "",
     ));
     rows.push(("  all active/running", col(&|r| timing(&r.blocking_start, |t| opt_s(t.polled.done_s))), ""));
+    rows.push((
+        "daemon-reloads per machine during start",
+        col(&|r| {
+            r.start_reloads
+                .as_ref()
+                .map_or("—".into(), |v| v.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" / "))
+        }),
+        "floor: 1",
+    ));
     rows.push((
         "fleetd CPU s during start",
         col(&|r| r.start_usage.as_ref().map_or("—".into(), |u| per_fleetd(&u.fleetd, 2, |p| p.cpu_s))),
@@ -217,7 +258,11 @@ fn start_table(reports: &[StartReport]) -> String {
     rows.push(("destroy: command", col(&|r| d(r, &|t| format!("{:.3} s", t.command_s))), ""));
     rows.push(("  nothing running (systemd)", col(&|r| d(r, &|t| opt_s(t.machines_clear_s))), ""));
     rows.push(("  list-units empty", col(&|r| d(r, &|t| opt_s(t.list_empty_s))), ""));
-    rows.push(("  both", col(&|r| d(r, &|t| opt_s(t.done_s))), "< 5 s @1000 (~27 min)"));
+    rows.push((
+        "  both (× floor stop + unload)",
+        col(&|r| d(r, &|t| with_ratio(t.done_s, floor_stop(r)))),
+        "≤ 1.5× floor @1000",
+    ));
     rows.push((
         "  polls, mean interval",
         col(&|r| d(r, &|t| format!("{}, {:.0} ms", t.polls, t.poll_interval_ms))),
@@ -294,6 +339,27 @@ fn start_table(reports: &[StartReport]) -> String {
         }
     }
     out
+}
+
+/// `1.234 s (1.10×)`: a fleet figure and its ratio to the floor.
+fn with_ratio(fleet: Option<f64>, floor: Option<f64>) -> String {
+    match super::floor::ratio(fleet, floor) {
+        Some(x) => format!("{} ({x:.2}×)", opt_s(fleet)),
+        None => opt_s(fleet),
+    }
+}
+
+/// The floor's in-machine step times of its slowest machine (largest last step), `a / b / c` seconds.
+fn floor_steps(
+    r: &StartReport,
+    steps: &[&str],
+    machines: impl Fn(&super::floor::Floor) -> &Vec<super::floor::MachineFloor>,
+) -> String {
+    let Some(f) = &r.floor else { return "—".into() };
+    let slowest = machines(f).iter().max_by(|a, b| a.wall_s.total_cmp(&b.wall_s));
+    slowest.map_or("—".into(), |m| {
+        steps.iter().map(|k| m.steps.get(*k).map_or("—".into(), |v| format!("{v:.3}"))).collect::<Vec<_>>().join(" / ")
+    })
 }
 
 fn polls(p: &super::poll::Polled) -> String {

@@ -1,4 +1,4 @@
-//! The start scenario for one N, on a fresh cluster: idle baseline, `start --no-block` of N instances until all
+//! The start scenario for one N, on a fresh cluster: idle baseline, the systemd floor ([`floor`]), `start --no-block` of N instances until all
 //! are active/running, CPU during the start, an idle window, list latencies, destroy until nothing runs, and (for
 //! small N) the blocking `start`.
 
@@ -8,6 +8,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::ctx::{Ctx, instances};
+use super::floor::{self, Floor};
 use super::idle::{self, Idle, Usage};
 use super::metrics::{self, EtcdRates};
 use super::poll::{self, Polled, Progress};
@@ -23,6 +24,18 @@ pub struct StartTiming {
     /// `done_s`: all N `active/running` in list-units, counted from the command's start.
     #[serde(flatten)]
     pub polled: Polled,
+    /// The stages before "active", from the same polls: every instance listed on a machine (scheduled), and the
+    /// first / half / all with systemd load state `loaded` reported.
+    pub stages: Stages,
+}
+
+/// Per-stage timeline of a start (seconds since the command's start; None: never seen).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Stages {
+    pub all_scheduled_s: Option<f64>,
+    pub first_loaded_s: Option<f64>,
+    pub half_loaded_s: Option<f64>,
+    pub all_loaded_s: Option<f64>,
 }
 
 /// A destroy of N instances.
@@ -48,7 +61,11 @@ pub struct DestroyTiming {
 pub struct StartReport {
     pub units: usize,
     pub baseline: Option<Idle>,
+    /// systemd alone doing the same on the same cluster ([`floor`]).
+    pub floor: Option<Floor>,
     pub start: Option<StartTiming>,
+    /// `daemon-reload`s systemd did on each machine from the start command until all were active.
+    pub start_reloads: Option<Vec<usize>>,
     /// CPU used and peak memory from the start command until all were active.
     pub start_usage: Option<Usage>,
     /// etcd's activity over the same span.
@@ -83,11 +100,15 @@ async fn scenario(ctx: &Ctx, opts: &Options, n: usize, r: &mut StartReport) -> R
     if opts.baseline {
         r.baseline = Some(idle::measure(ctx, opts.idle).await);
     }
+    let measured = floor::measure(ctx, n).await;
+    r.errors.extend(measured.errors.iter().map(|e| format!("floor: {e}")));
+    r.floor = Some(measured);
     let names = instances("t", n);
     let addr = ctx.etcd_addr().await?;
-    let (m0, before) = tokio::join!(metrics::scrape(&addr), idle::snapshot(ctx));
+    let (m0, before, reloads0) = tokio::join!(metrics::scrape(&addr), idle::snapshot(ctx), ctx.daemon_reloads());
     let started = start(ctx, opts, &names, false).await;
-    let (m1, after) = tokio::join!(metrics::scrape(&addr), idle::snapshot(ctx));
+    let (m1, after, reloads1) = tokio::join!(metrics::scrape(&addr), idle::snapshot(ctx), ctx.daemon_reloads());
+    r.start_reloads = Some(reloads1?.iter().zip(reloads0?).map(|(b, a)| b.saturating_sub(a)).collect());
     r.start_etcd = Some(metrics::rates(&m0?, &m1?));
     let all_up = started.polled.done_s.is_some();
     if !all_up {
@@ -128,13 +149,36 @@ async fn start(ctx: &Ctx, opts: &Options, names: &[String], blocking: bool) -> S
         let res = ctx.fleetctl_ok(&args).await;
         (secs(t0.elapsed()), res.err())
     };
+    let stages = Cell::new(Stages::default());
+    let stages_ref = &stages;
     let polled = poll::until(t0, opts.poll, opts.timeout, n, || async move {
         let rows = ctx.list_units().await?;
-        let count = rows.iter().filter(|r| r.unit.starts_with("t@") && r.running()).count();
+        let ours: Vec<_> = rows.iter().filter(|r| r.unit.starts_with("t@")).collect();
+        let scheduled = ours.iter().filter(|r| !r.machine.is_empty() && r.machine != "-").count();
+        let loaded = ours.iter().filter(|r| r.load == "loaded").count();
+        let mut s = stages_ref.take();
+        s.see(secs(t0.elapsed()), n, scheduled, loaded);
+        stages_ref.set(s);
+        let count = ours.iter().filter(|r| r.running()).count();
         Ok(Progress { count, done: count == n })
     });
     let ((command_s, command_error), polled) = tokio::join!(command, polled);
-    StartTiming { command_s, command_error, polled }
+    StartTiming { command_s, command_error, polled, stages: stages.take() }
+}
+
+impl Stages {
+    /// Records what one poll at `at` saw: `scheduled` and `loaded` of `n` instances.
+    pub fn see(&mut self, at: f64, n: usize, scheduled: usize, loaded: usize) {
+        let first = |slot: &mut Option<f64>, reached: bool| {
+            if reached && slot.is_none() {
+                *slot = Some(at);
+            }
+        };
+        first(&mut self.all_scheduled_s, scheduled == n);
+        first(&mut self.first_loaded_s, loaded > 0);
+        first(&mut self.half_loaded_s, loaded * 2 >= n);
+        first(&mut self.all_loaded_s, loaded == n);
+    }
 }
 
 /// `runs` runs of `fleetctl <command>` (default table output), one after the other.
@@ -184,5 +228,24 @@ async fn destroy(ctx: &Ctx, opts: &Options, names: &[String]) -> DestroyTiming {
         poll_interval_ms: polled.poll_interval_ms,
         still_running: running.get(),
         still_listed: listed.get(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stages_keep_the_first_poll_that_reached_each() {
+        let mut s = Stages::default();
+        s.see(0.1, 4, 2, 0);
+        s.see(0.2, 4, 4, 1);
+        s.see(0.3, 4, 4, 2);
+        s.see(0.4, 4, 4, 4);
+        s.see(0.5, 4, 4, 4);
+        assert_eq!(
+            (s.all_scheduled_s, s.first_loaded_s, s.half_loaded_s, s.all_loaded_s),
+            (Some(0.2), Some(0.2), Some(0.3), Some(0.4))
+        );
     }
 }
