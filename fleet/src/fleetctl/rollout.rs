@@ -30,8 +30,13 @@ pub const EXIT_ROLLED_BACK: i32 = 3;
 pub const EXIT_ABORTED: i32 = 4;
 
 /// Polls in a row that may fail (API unreachable, e.g. while the endpoint's fleetd restarts) before a wait gives
-/// up; about a minute at the 250 ms cadence, longer when requests time out.
+/// up; about a minute at the 250 ms cadence failed polls keep, longer when requests time out.
 const MAX_FAILED_POLLS: u32 = 240;
+
+/// How often a rollout wait polls while the API answers. A step can take tens of milliseconds (one stop and one
+/// start), so the start/stop waits' 250 ms cadence (the original's, which `--block-attempts` counts in) would make
+/// the command outlast its rollout by up to a poll per step it sees.
+const ROLLOUT_POLL: Duration = Duration::from_millis(50);
 
 /// The exit code a rollout in `state` ends a wait with; `None` while it runs (keep waiting).
 pub fn exit_code(state: RolloutState) -> Option<i32> {
@@ -210,7 +215,8 @@ fn wait(ctx: &mut Ctx<'_>, mut rollout: Rollout) -> i32 {
             return code;
         }
         if !ctx.timing.interval.is_zero() {
-            std::thread::sleep(ctx.timing.interval);
+            let pause = if failed_polls == 0 { ROLLOUT_POLL.min(ctx.timing.interval) } else { ctx.timing.interval };
+            std::thread::sleep(pause);
         }
         match ctx.client.rollout(&rollout.id) {
             Ok(Some(now)) => {
