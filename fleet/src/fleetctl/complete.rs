@@ -31,6 +31,20 @@ pub enum Positional {
     PlanVerb,
 }
 
+impl Positional {
+    /// The word the generated bash and zsh scripts switch on.
+    fn script_word(self) -> &'static str {
+        match self {
+            Positional::None => "none",
+            Positional::Units => "units",
+            Positional::MachinesOrUnits => "machines-units",
+            Positional::Commands => "commands",
+            Positional::Shells => "shells",
+            Positional::PlanVerb => "plan",
+        }
+    }
+}
+
 /// The commands users see, in table order.
 pub fn user_commands() -> impl Iterator<Item = &'static CommandSpec> {
     COMMANDS.iter().filter(|c| !HIDDEN_COMMANDS.contains(&c.name) && c.deprecated.is_none())
@@ -117,14 +131,7 @@ fn bash() -> String {
     s.push_str("        return\n    fi\n");
     s.push_str("    local flags=\"\" kind=none\n    case \"$cmd\" in\n");
     for c in user_commands() {
-        let kind = match positional(c) {
-            Positional::None => "none",
-            Positional::Units => "units",
-            Positional::MachinesOrUnits => "machines-units",
-            Positional::Commands => "commands",
-            Positional::Shells => "shells",
-            Positional::PlanVerb => "plan",
-        };
+        let kind = positional(c).script_word();
         let _ = writeln!(s, "        {}) flags=\"{}\" kind={kind} ;;", c.name, flag_words(c.flags).join(" "));
     }
     s.push_str("    esac\n");
@@ -157,14 +164,7 @@ fn zsh() -> String {
     s.push_str("    if [[ -z $cmd ]]; then\n        if [[ ${words[CURRENT]} == -* ]]; then compadd -- $globals; else _describe 'command' commands; fi\n        return\n    fi\n");
     s.push_str("    local kind=none\n    case $cmd in\n");
     for c in user_commands() {
-        let kind = match positional(c) {
-            Positional::None => "none",
-            Positional::Units => "units",
-            Positional::MachinesOrUnits => "machines-units",
-            Positional::Commands => "commands",
-            Positional::Shells => "shells",
-            Positional::PlanVerb => "plan",
-        };
+        let kind = positional(c).script_word();
         let _ = writeln!(s, "        {}) flags=({}); kind={kind} ;;", c.name, flag_words(c.flags).join(" "));
     }
     s.push_str("    esac\n");

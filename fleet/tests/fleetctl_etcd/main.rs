@@ -61,6 +61,36 @@ impl Cluster {
     }
 }
 
+/// Pretends to be fleetd on machine [`MACHINE`] (fleetd `version`), running hello.service: presence, schedule,
+/// published state, launched marker. The lease keeps them while the returned keeper lives.
+fn pretend_fleetd_runs_hello(c: &Cluster, version: &str) -> LeaseKeeper {
+    let reg = c.registry();
+    let lease = c.runtime.block_on(LeaseKeeper::grant(&reg, Duration::from_secs(30))).expect("lease");
+    let machine = MachineState {
+        id: MACHINE.into(),
+        public_ip: "172.17.0.2".into(),
+        metadata: [("role".to_string(), "a".to_string())].into(),
+        version: version.into(),
+        disable_engine: false,
+    };
+    let state = UnitState {
+        name: "hello.service".into(),
+        machine_id: MACHINE.into(),
+        hash: HELLO_HASH.into(),
+        load_state: "loaded".into(),
+        active_state: "active".into(),
+        sub_state: "running".into(),
+        restarts: None,
+    };
+    c.runtime.block_on(async {
+        reg.register_machine(&machine, lease.id()).await.expect("register");
+        assert!(reg.schedule("hello.service", MACHINE).await.expect("schedule"));
+        reg.publish_state(&state, lease.id()).await.expect("publish");
+        assert!(reg.mark_launched("hello.service", MACHINE, HELLO_HASH, lease.id()).await.expect("launched"));
+    });
+    lease
+}
+
 fn fleetctl_at(endpoint: &str, dir: &Path, args: &[&str]) -> Command {
     let mut cmd = assert_cmd::cargo::cargo_bin_cmd!("fleetctl");
     for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("FLEETCTL_")) {
@@ -181,30 +211,7 @@ fn machines_states_and_current_state_come_from_the_registry() {
         .stdout("Unit hello.service inactive\nTriggered unit hello.service start\n");
 
     // Pretend to be fleetd on one machine: presence, schedule, published state, launched marker.
-    let reg = c.registry();
-    let lease = c.runtime.block_on(LeaseKeeper::grant(&reg, Duration::from_secs(30))).expect("lease");
-    let machine = MachineState {
-        id: MACHINE.into(),
-        public_ip: "172.17.0.2".into(),
-        metadata: [("role".to_string(), "a".to_string())].into(),
-        version: "v99.1.0".into(),
-        disable_engine: false,
-    };
-    let state = UnitState {
-        name: "hello.service".into(),
-        machine_id: MACHINE.into(),
-        hash: HELLO_HASH.into(),
-        load_state: "loaded".into(),
-        active_state: "active".into(),
-        sub_state: "running".into(),
-        restarts: None,
-    };
-    c.runtime.block_on(async {
-        reg.register_machine(&machine, lease.id()).await.expect("register");
-        assert!(reg.schedule("hello.service", MACHINE).await.expect("schedule"));
-        reg.publish_state(&state, lease.id()).await.expect("publish");
-        assert!(reg.mark_launched("hello.service", MACHINE, HELLO_HASH, lease.id()).await.expect("launched"));
-    });
+    let lease = pretend_fleetd_runs_hello(&c, "v99.1.0");
 
     let banner = "####################################################################\n\
                   WARNING: fleetctl (0.1.0) is older than the latest registered\n\
@@ -314,30 +321,7 @@ fn output_json_of_the_real_binary_reads_the_registry() {
     let c = Cluster::start();
     c.write("hello.service", HELLO);
     c.fleetctl(&["start", "--no-block", "hello.service"]).assert().success();
-    let reg = c.registry();
-    let lease = c.runtime.block_on(LeaseKeeper::grant(&reg, Duration::from_secs(30))).expect("lease");
-    let machine = MachineState {
-        id: MACHINE.into(),
-        public_ip: "172.17.0.2".into(),
-        metadata: [("role".to_string(), "a".to_string())].into(),
-        version: fleet::version::VERSION.into(),
-        disable_engine: false,
-    };
-    let state = UnitState {
-        name: "hello.service".into(),
-        machine_id: MACHINE.into(),
-        hash: HELLO_HASH.into(),
-        load_state: "loaded".into(),
-        active_state: "active".into(),
-        sub_state: "running".into(),
-        restarts: None,
-    };
-    c.runtime.block_on(async {
-        reg.register_machine(&machine, lease.id()).await.expect("register");
-        assert!(reg.schedule("hello.service", MACHINE).await.expect("schedule"));
-        reg.publish_state(&state, lease.id()).await.expect("publish");
-        assert!(reg.mark_launched("hello.service", MACHINE, HELLO_HASH, lease.id()).await.expect("launched"));
-    });
+    let lease = pretend_fleetd_runs_hello(&c, fleet::version::VERSION);
     let json_of = |args: &[&str]| -> serde_json::Value {
         let out = c.fleetctl(args).assert().success().stderr("").get_output().stdout.clone();
         serde_json::from_slice(&out)
