@@ -13,7 +13,7 @@ use zbus::{Connection, OwnedObjectPath};
 
 use super::error::{Result, SystemdError};
 use super::events::{Event, Events, UnitChanges};
-use super::proxies::{FileChangeTuple, JobProxy, ManagerProxy, UnitProxy};
+use super::proxies::{FileChangeTuple, JobProxy, ManagerProxy, ServiceProxy, UnitProxy};
 use super::types::{Bus, FileChange, JobResult, UnitStatus};
 
 const SYSTEMD: &str = "org.freedesktop.systemd1";
@@ -99,12 +99,7 @@ impl Systemd {
         };
         // Subscribe first, then read: a change between the two cannot be missed.
         let mut changes = self.events.subscribe();
-        let unit = UnitProxy::builder(&self.conn)
-            .path(path)
-            .cache_properties(CacheProperties::No)
-            .build()
-            .await
-            .map_err(|e| SystemdError::call("Unit", name, e))?;
+        let unit = self.unit_proxy(path, name).await?;
         loop {
             let state = match unit.active_state().await {
                 Ok(state) => state,
@@ -208,12 +203,7 @@ impl Systemd {
     /// Result of the unit's service (`Result` of org.freedesktop.systemd1.Service), e.g. `success`, `exit-code`.
     pub async fn service_result(&self, name: &str) -> Result<String> {
         let path = self.manager.load_unit(name).await.map_err(|e| SystemdError::call("LoadUnit", name, e))?;
-        let service = super::proxies::ServiceProxy::builder(&self.conn)
-            .path(path)
-            .cache_properties(CacheProperties::No)
-            .build()
-            .await
-            .map_err(|e| SystemdError::call("Service", name, e))?;
+        let service = self.service_proxy(path, name).await?;
         service.result().await.map_err(|e| SystemdError::call("Get(Result)", name, e))
     }
 
@@ -222,12 +212,7 @@ impl Systemd {
     /// daemon-reload would change nothing for this unit.
     pub async fn file_is_current(&self, name: &str) -> Result<bool> {
         let path = self.manager.load_unit(name).await.map_err(|e| SystemdError::call("LoadUnit", name, e))?;
-        let unit = UnitProxy::builder(&self.conn)
-            .path(path)
-            .cache_properties(CacheProperties::No)
-            .build()
-            .await
-            .map_err(|e| SystemdError::call("Unit", name, e))?;
+        let unit = self.unit_proxy(path, name).await?;
         let load_state = unit.load_state().await.map_err(|e| SystemdError::call("Get(LoadState)", name, e))?;
         let stale =
             unit.need_daemon_reload().await.map_err(|e| SystemdError::call("Get(NeedDaemonReload)", name, e))?;
@@ -250,12 +235,7 @@ impl Systemd {
 
     async fn restart_count(&self, name: &str) -> Result<u32> {
         let path = self.manager.get_unit(name).await.map_err(|e| SystemdError::call("GetUnit", name, e))?;
-        let service = super::proxies::ServiceProxy::builder(&self.conn)
-            .path(path)
-            .cache_properties(CacheProperties::No)
-            .build()
-            .await
-            .map_err(|e| SystemdError::call("Service", name, e))?;
+        let service = self.service_proxy(path, name).await?;
         service.n_restarts().await.map_err(|e| SystemdError::call("Get(NRestarts)", name, e))
     }
 
@@ -271,12 +251,7 @@ impl Systemd {
                 return Ok(None);
             }
         };
-        let proxy = UnitProxy::builder(&self.conn)
-            .path(unit.clone())
-            .cache_properties(CacheProperties::No)
-            .build()
-            .await
-            .map_err(|e| SystemdError::call("Unit", unit.as_str(), e))?;
+        let proxy = self.unit_proxy(unit.clone(), unit.as_str()).await?;
         let (id, job) = proxy.job().await.map_err(|e| SystemdError::call("Get(Job)", unit.as_str(), e))?;
         if id == 0 {
             return Ok(None);
@@ -289,6 +264,27 @@ impl Systemd {
             .map_err(|e| SystemdError::call("Job", job.as_str(), e))?;
         let job_type = job_proxy.job_type().await.map_err(|e| SystemdError::call("Get(JobType)", job.as_str(), e))?;
         Ok(Some(job_type))
+    }
+
+    /// The unit object at `path`, its properties read afresh on every call (systemd's own values, never a cache);
+    /// `what` names the unit in errors.
+    async fn unit_proxy(&self, path: OwnedObjectPath, what: &str) -> Result<UnitProxy<'_>> {
+        UnitProxy::builder(&self.conn)
+            .path(path)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|e| SystemdError::call("Unit", what, e))
+    }
+
+    /// The service interface of the unit at `path`, uncached like [`Self::unit_proxy`].
+    async fn service_proxy(&self, path: OwnedObjectPath, what: &str) -> Result<ServiceProxy<'_>> {
+        ServiceProxy::builder(&self.conn)
+            .path(path)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|e| SystemdError::call("Service", what, e))
     }
 
     /// Notifications of changes to any unit (PropertiesChanged on unit objects, finished jobs): the trigger for
