@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{self, Binaries, BinaryError};
 use crate::container::Placement;
-use crate::etcd::{Etcd, EtcdError};
+use crate::etcd::{Etcd, EtcdError, Members};
 use crate::fleetctl::{self, EndpointVia, FleetctlError};
 use crate::image::{self, ImageError};
 use crate::labels::RunId;
@@ -39,6 +39,8 @@ pub enum ClusterError {
     Wait(#[from] WaitError),
     #[error("no machine in slot {0}")]
     NoSuchMachine(usize),
+    #[error("no etcd member with index {0}")]
+    NoSuchEtcdMember(usize),
     #[error("temporary directory: {0}")]
     TempDir(std::io::Error),
     #[error("a fleet unit is active on more than one machine: {0}")]
@@ -79,6 +81,7 @@ pub struct ClusterBuilder {
     boot: WaitOptions,
     keep: bool,
     tls: bool,
+    etcd_members: usize,
 }
 
 impl Default for ClusterBuilder {
@@ -95,6 +98,7 @@ impl Default for ClusterBuilder {
             boot: WaitOptions::secs(60),
             keep: false,
             tls: false,
+            etcd_members: 1,
         }
     }
 }
@@ -177,6 +181,12 @@ impl ClusterBuilder {
         self
     }
 
+    /// Runs etcd as a cluster of `n` members (default 1); every fleetd gets all of their endpoints.
+    pub fn etcd_members(mut self, n: usize) -> Self {
+        self.etcd_members = n.max(1);
+        self
+    }
+
     /// Marks the cluster as long-lived (`fleet-harness up`): `reap` keeps it; only `down` removes it.
     pub fn keep(mut self, keep: bool) -> Self {
         self.keep = keep;
@@ -214,7 +224,7 @@ impl ClusterBuilder {
         let mut cluster = Cluster {
             run: run.clone(),
             place,
-            etcd: None,
+            etcd: Vec::new(),
             machines: Vec::new(),
             binaries: Binaries { fleetd: fleetd.clone().unwrap_or_default(), fleetctl },
             fleetd,
@@ -232,7 +242,8 @@ impl ClusterBuilder {
         tracing::info!(run = %run, machines = self.machines, "starting cluster");
         let subnet = network::create(&network, &run, self.keep).await?;
         tracing::debug!(run = %run, %subnet, "network");
-        cluster.etcd = Some(Etcd::start(&cluster.place, &etcd_name, self.boot, cluster.pki.as_deref()).await?);
+        let members = Members::new(&etcd_name, self.etcd_members);
+        cluster.etcd = Etcd::start_members(&cluster.place, &members, self.boot, cluster.pki.as_deref()).await?;
         let mut set = tokio::task::JoinSet::new();
         for slot in 1..=self.machines {
             let spec = cluster.spec(slot, self.metadata.get(&slot).map(String::as_str));
@@ -265,7 +276,8 @@ fn write_stand_in(dir: &Path) -> std::io::Result<PathBuf> {
 pub struct Cluster {
     run: RunId,
     place: Placement,
-    etcd: Option<Etcd>,
+    /// The etcd members (one unless [`ClusterBuilder::etcd_members`] asked for more).
+    etcd: Vec<Etcd>,
     machines: Vec<Machine>,
     binaries: Binaries,
     fleetd: Option<PathBuf>,
@@ -297,7 +309,7 @@ impl Cluster {
         if let Some(extra) = extra_metadata.filter(|m| !m.is_empty()) {
             metadata = format!("{metadata},{extra}");
         }
-        let etcd = self.etcd.as_ref().expect("etcd starts before machines");
+        assert!(!self.etcd.is_empty(), "etcd starts before machines");
         let mut conf_overrides = self.conf.clone();
         conf_overrides.extend(self.machine_conf.get(&slot).cloned().unwrap_or_default());
         MachineSpec {
@@ -308,7 +320,7 @@ impl Cluster {
             fleetd: self.fleetd.clone(),
             serves_api: self.serves_api,
             machine_id: self.machine_ids.get(&slot).cloned(),
-            etcd_url: etcd.url(),
+            etcd_url: self.etcd.iter().map(Etcd::url).collect::<Vec<_>>().join(","),
             key_prefix: format!("/fleet_harness/{}/", self.run),
             metadata,
             conf_overrides,
@@ -366,8 +378,37 @@ impl Cluster {
         &self.place.network
     }
 
+    /// The (first) etcd member.
     pub fn etcd(&self) -> &Etcd {
-        self.etcd.as_ref().expect("etcd present until drop")
+        self.etcd.first().expect("etcd present until drop")
+    }
+
+    /// Every etcd member, in member order.
+    pub fn etcd_members(&self) -> &[Etcd] {
+        &self.etcd
+    }
+
+    /// The index (0-based) of the etcd member that leads, as the members that answer see it; an error says what
+    /// each member answered when none is known to lead.
+    pub async fn etcd_leader(&self) -> Result<usize, ClusterError> {
+        let mut seen = Vec::new();
+        for etcd in &self.etcd {
+            seen.push(etcd.status().await);
+        }
+        let statuses: Vec<Option<crate::etcd::MemberStatus>> =
+            seen.iter().map(|r| r.as_ref().ok().cloned()).collect();
+        crate::etcd::leader_index(&statuses).ok_or_else(|| {
+            let cause = seen
+                .iter()
+                .zip(&self.etcd)
+                .map(|(r, e)| match r {
+                    Ok(s) => format!("{}: member {:x}, leader {:x}", e.name(), s.member_id, s.leader),
+                    Err(err) => format!("{}: {err}", e.name()),
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            EtcdError::Status { name: "etcd cluster".into(), cause: format!("no member leads: {cause}") }.into()
+        })
     }
 
     pub fn machines(&self) -> &[Machine] {
@@ -417,14 +458,30 @@ impl Cluster {
         Ok(())
     }
 
-    /// Stops etcd (its data is kept).
+    /// Stops etcd, every member (its data is kept).
     pub async fn stop_etcd(&self) -> Result<(), ClusterError> {
-        Ok(self.etcd().stop().await?)
+        for etcd in &self.etcd {
+            etcd.stop().await?;
+        }
+        Ok(())
     }
 
-    /// Starts etcd again and waits until it is healthy.
+    /// Starts etcd again, every member, and waits until each is healthy (members first, then the waits: a member
+    /// is healthy only once a quorum runs).
     pub async fn start_etcd(&self) -> Result<(), ClusterError> {
-        Ok(self.etcd().start_again(self.boot).await?)
+        for etcd in &self.etcd {
+            etcd.start_container().await?;
+        }
+        for etcd in &self.etcd {
+            etcd.wait_healthy(self.boot).await?;
+        }
+        Ok(())
+    }
+
+    /// Starts etcd member `index` (0-based) again after a stop or kill and waits until it is healthy.
+    pub async fn start_etcd_member(&self, index: usize) -> Result<(), ClusterError> {
+        let etcd = self.etcd.get(index).ok_or(ClusterError::NoSuchEtcdMember(index))?;
+        Ok(etcd.start_again(self.boot).await?)
     }
 
     /// Runs fleetctl on the host with `--endpoint=<machine's endpoint>` (spec §11.1 `Fleetctl`).
@@ -560,7 +617,7 @@ impl Cluster {
         ClusterState {
             run: self.run.clone(),
             network: self.place.network.clone(),
-            etcd: self.etcd.as_ref().map(|e| e.name().to_string()).unwrap_or_default(),
+            etcd: self.etcd.first().map(|e| e.name().to_string()).unwrap_or_default(),
             machines: self
                 .machines
                 .iter()
@@ -596,7 +653,7 @@ impl Cluster {
         for m in &mut self.machines {
             m.detach();
         }
-        if let Some(e) = self.etcd.as_mut() {
+        for e in &mut self.etcd {
             e.detach();
         }
         if let Some(a) = self.ssh.as_mut() {
@@ -611,7 +668,7 @@ impl Cluster {
         for m in &mut self.machines {
             m.remove().await;
         }
-        if let Some(e) = self.etcd.as_mut() {
+        for e in &mut self.etcd {
             e.remove().await;
         }
         // Drop sweeps the network and temp dir.
@@ -626,7 +683,7 @@ impl Drop for Cluster {
         for m in &mut self.machines {
             m.release();
         }
-        if let Some(e) = self.etcd.as_mut() {
+        for e in &mut self.etcd {
             e.release();
         }
         // Whatever testcontainers did not remove (and the network, which it never does) goes by label.

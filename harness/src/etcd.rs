@@ -1,6 +1,10 @@
 //! The cluster's etcd: Debian's binary (bind-mounted read-only) in a container of the machine image, v2 API
 //! enabled as well, its data in the container's own file system so that stop/start keeps it. In a TLS cluster it
 //! serves `https://` only and requires client certificates signed by the cluster's CA.
+//!
+//! One member by default; [`Members`] describes an etcd cluster of several members (one container each, peers
+//! talking plain HTTP over the cluster network by container name), started together since none is healthy before
+//! a quorum is. [`Etcd::status`] reads a member's own view of who leads, so a test can kill the leader.
 
 use std::path::Path;
 use std::time::Duration;
@@ -36,6 +40,99 @@ pub enum EtcdError {
     Tls { name: String, path: std::path::PathBuf, source: std::io::Error },
     #[error("etcd {name} did not become healthy: {source}")]
     Unhealthy { name: String, source: crate::wait::WaitError },
+    #[error("etcd {name}: cannot read `etcdctl endpoint status`: {cause}")]
+    Status { name: String, cause: String },
+}
+
+/// The members of an etcd cluster: container names, in member order. The member's etcd name is `etcd` when alone
+/// (as before, so old data dirs still fit) and `etcd<n>` (1-based) in a cluster of several.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Members {
+    pub containers: Vec<String>,
+}
+
+impl Members {
+    /// `count` members for run container prefix `base`: `<base>` first, then `<base>-2`, `<base>-3`, …
+    pub fn new(base: &str, count: usize) -> Members {
+        let containers =
+            (1..=count.max(1)).map(|i| if i == 1 { base.to_string() } else { format!("{base}-{i}") }).collect();
+        Members { containers }
+    }
+
+    /// etcd's `--name` of member `index` (0-based).
+    pub fn member_name(&self, index: usize) -> String {
+        if self.containers.len() == 1 { "etcd".to_string() } else { format!("etcd{}", index + 1) }
+    }
+
+    /// The peer URL of member `index`.
+    fn peer_url(&self, index: usize) -> String {
+        if self.containers.len() == 1 {
+            "http://127.0.0.1:2380".to_string()
+        } else {
+            format!("http://{}:2380", self.containers[index])
+        }
+    }
+
+    /// etcd's `--initial-cluster`: `name=peer-url,…` of every member.
+    pub fn initial_cluster(&self) -> String {
+        (0..self.containers.len()).map(|i| format!("{}={}", self.member_name(i), self.peer_url(i))).collect::<Vec<_>>().join(",")
+    }
+
+    /// The command line of member `index` (`scheme`: `http` or `https` for clients).
+    pub fn command(&self, index: usize, scheme: &str, cluster_token: &str) -> Vec<String> {
+        let name = &self.containers[index];
+        let listen_peer = if self.containers.len() == 1 { "http://127.0.0.1:2380" } else { "http://0.0.0.0:2380" };
+        vec![
+            ETCD.to_string(),
+            format!("--name={}", self.member_name(index)),
+            "--data-dir=/var/lib/etcd/data".into(),
+            "--enable-v2=true".into(),
+            format!("--listen-client-urls={scheme}://0.0.0.0:2379"),
+            format!("--advertise-client-urls={scheme}://{name}:{PORT}"),
+            format!("--listen-peer-urls={listen_peer}"),
+            format!("--initial-advertise-peer-urls={}", self.peer_url(index)),
+            format!("--initial-cluster={}", self.initial_cluster()),
+            format!("--initial-cluster-token={cluster_token}"),
+            "--initial-cluster-state=new".into(),
+        ]
+    }
+}
+
+/// One member's view from `etcdctl endpoint status`: its own ID and the leader's (both as etcd prints them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberStatus {
+    pub member_id: u64,
+    pub leader: u64,
+}
+
+impl MemberStatus {
+    pub fn is_leader(&self) -> bool {
+        self.member_id == self.leader && self.leader != 0
+    }
+}
+
+/// The index of the member that leads, by the members' own answers (`None` where a member did not answer): the
+/// member whose ID is the leader a majority of the answering members name. `None` when no leader is named or the
+/// leader named did not answer itself.
+pub fn leader_index(statuses: &[Option<MemberStatus>]) -> Option<usize> {
+    let answered: Vec<&MemberStatus> = statuses.iter().flatten().collect();
+    let named: Vec<u64> = answered.iter().map(|s| s.leader).filter(|l| *l != 0).collect();
+    let leader = named.iter().copied().max_by_key(|l| named.iter().filter(|n| *n == l).count())?;
+    statuses.iter().position(|s| s.as_ref().is_some_and(|s| s.member_id == leader))
+}
+
+/// Parses `etcdctl endpoint status -w json`: `[{"Endpoint":…,"Status":{"header":{"member_id":…},"leader":…}}]`.
+pub fn parse_status(json: &str) -> Result<MemberStatus, String> {
+    let v: serde_json::Value = serde_json::from_str(json.trim()).map_err(|e| format!("not JSON ({e}): {json:?}"))?;
+    let status = v.get(0).and_then(|e| e.get("Status")).ok_or_else(|| format!("no Status in {json:?}"))?;
+    let member_id = status
+        .get("header")
+        .and_then(|h| h.get("member_id"))
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| format!("no header.member_id in {json:?}"))?;
+    let leader =
+        status.get("leader").and_then(serde_json::Value::as_u64).ok_or_else(|| format!("no leader in {json:?}"))?;
+    Ok(MemberStatus { member_id, leader })
 }
 
 /// The etcd member of a cluster.
@@ -47,7 +144,7 @@ pub struct Etcd {
 }
 
 impl Etcd {
-    /// Starts etcd as container `name` and waits until it reports healthy.
+    /// Starts a single etcd as container `name` and waits until it reports healthy.
     /// With `tls`, etcd serves `https://` with that certificate and requires client certificates signed by the CA.
     pub async fn start(
         place: &Placement,
@@ -55,21 +152,51 @@ impl Etcd {
         wait: WaitOptions,
         tls: Option<&crate::pki::ClusterPki>,
     ) -> Result<Self, EtcdError> {
+        let etcd = Etcd::launch(place, &Members::new(name, 1), 0, tls).await?;
+        etcd.wait_healthy(wait).await?;
+        tracing::info!(etcd = %name, "etcd healthy");
+        Ok(etcd)
+    }
+
+    /// Starts every member of `members` and waits until each reports healthy (which needs a quorum, so all are
+    /// launched before any is waited for).
+    pub async fn start_members(
+        place: &Placement,
+        members: &Members,
+        wait: WaitOptions,
+        tls: Option<&crate::pki::ClusterPki>,
+    ) -> Result<Vec<Self>, EtcdError> {
+        if tls.is_some() && members.containers.len() > 1 {
+            return Err(EtcdError::Tls {
+                name: members.containers[0].clone(),
+                path: "etcd.pem".into(),
+                source: std::io::Error::other("a TLS cluster runs a single etcd member (its certificate names one)"),
+            });
+        }
+        let mut launched = Vec::new();
+        for index in 0..members.containers.len() {
+            launched.push(Etcd::launch(place, members, index, tls).await?);
+        }
+        for etcd in &launched {
+            etcd.wait_healthy(wait).await?;
+        }
+        tracing::info!(members = launched.len(), "etcd healthy");
+        Ok(launched)
+    }
+
+    /// Starts the container of member `index` without waiting for it to be healthy.
+    async fn launch(
+        place: &Placement,
+        members: &Members,
+        index: usize,
+        tls: Option<&crate::pki::ClusterPki>,
+    ) -> Result<Self, EtcdError> {
         if !Path::new(ETCD).is_file() {
             return Err(EtcdError::NotInstalled);
         }
+        let name = members.containers[index].as_str();
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let mut cmd = vec![
-            ETCD.to_string(),
-            "--name=etcd".into(),
-            "--data-dir=/var/lib/etcd/data".into(),
-            "--enable-v2=true".into(),
-            format!("--listen-client-urls={scheme}://0.0.0.0:2379"),
-            format!("--advertise-client-urls={scheme}://{name}:{PORT}"),
-            "--listen-peer-urls=http://127.0.0.1:2380".into(),
-            "--initial-advertise-peer-urls=http://127.0.0.1:2380".into(),
-            "--initial-cluster=etcd=http://127.0.0.1:2380".into(),
-        ];
+        let mut cmd = members.command(index, scheme, &place.run.to_string());
         if tls.is_some() {
             cmd.extend([
                 format!("--cert-file={TLS_DIR}/etcd.pem"),
@@ -81,7 +208,7 @@ impl Etcd {
         }
         let mut req = container::request(place, name, "etcd")
             .with_cmd(cmd)
-            .with_hostname("etcd")
+            .with_hostname(members.member_name(index))
             // An init (docker-init) as PID 1: etcd re-raises SIGTERM after cleaning up, which PID 1 would ignore.
             .with_host_config_modifier(|hc| hc.init = Some(true))
             .with_mount(container::read_only(Path::new(ETCD), ETCD));
@@ -102,10 +229,7 @@ impl Etcd {
                 .with_copy_to(format!("{TLS_DIR}/etcd-key.pem"), read(&pki.etcd.key)?);
         }
         let c = req.start().await.map_err(|source| EtcdError::Container { name: name.to_string(), source })?;
-        let etcd = Etcd { name: name.to_string(), container: Some(c), tls: tls.is_some() };
-        etcd.wait_healthy(wait).await?;
-        tracing::info!(etcd = %name, "etcd healthy");
-        Ok(etcd)
+        Ok(Etcd { name: name.to_string(), container: Some(c), tls: tls.is_some() })
     }
 
     /// Container name; machines reach etcd by it.
@@ -132,20 +256,47 @@ impl Etcd {
     /// `etcdctl endpoint health` inside the etcd container (with etcd's own certificate as the client's in a TLS
     /// cluster).
     pub async fn health(&self) -> Result<Output, EtcdError> {
-        let mut args = vec![ETCDCTL.to_string(), "--command-timeout=2s".into()];
+        self.etcdctl(&["endpoint", "health"]).await
+    }
+
+    /// `etcdctl` inside the container against this member only, with `args` after the connection flags.
+    async fn etcdctl(&self, args: &[&str]) -> Result<Output, EtcdError> {
+        let mut cmd = vec![ETCDCTL.to_string(), "--command-timeout=2s".into()];
         if self.tls {
-            args.extend([
+            cmd.extend([
                 "--endpoints=https://127.0.0.1:2379".to_string(),
                 format!("--cacert={TLS_DIR}/ca.pem"),
                 format!("--cert={TLS_DIR}/etcd.pem"),
                 format!("--key={TLS_DIR}/etcd-key.pem"),
             ]);
         } else {
-            args.push("--endpoints=http://127.0.0.1:2379".into());
+            cmd.push("--endpoints=http://127.0.0.1:2379".into());
         }
-        args.extend(["endpoint".into(), "health".into()]);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        container::exec(&self.name, &args).await.map_err(|source| EtcdError::Exec { name: self.name.clone(), source })
+        cmd.extend(args.iter().map(|a| a.to_string()));
+        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        container::exec(&self.name, &cmd).await.map_err(|source| EtcdError::Exec { name: self.name.clone(), source })
+    }
+
+    /// This member's own ID and the leader it knows (`etcdctl endpoint status`).
+    pub async fn status(&self) -> Result<MemberStatus, EtcdError> {
+        let out = self.etcdctl(&["endpoint", "status", "-w", "json"]).await?;
+        if !out.success() {
+            return Err(EtcdError::Status { name: self.name.clone(), cause: out.describe() });
+        }
+        parse_status(&out.stdout).map_err(|cause| EtcdError::Status { name: self.name.clone(), cause })
+    }
+
+    /// SIGKILL to etcd (the container stops; its data is kept).
+    pub async fn kill(&self) -> Result<(), EtcdError> {
+        crate::docker::kill(&self.name).await.map_err(|source| EtcdError::Docker { name: self.name.clone(), source })
+    }
+
+    /// The container's PID on the host (for entering its network namespace), `None` when it is not running.
+    pub async fn host_pid(&self) -> Result<Option<u32>, EtcdError> {
+        let out = crate::docker::run(&["inspect", "--format", "{{.State.Pid}}", &self.name])
+            .await
+            .map_err(|source| EtcdError::Docker { name: self.name.clone(), source })?;
+        Ok(out.trim().parse::<u32>().ok().filter(|pid| *pid != 0))
     }
 
     /// Waits until [`Self::health`] succeeds.
@@ -176,9 +327,14 @@ impl Etcd {
 
     /// Starts etcd again and waits until it is healthy.
     pub async fn start_again(&self, wait: WaitOptions) -> Result<(), EtcdError> {
-        let c = self.container.as_ref().expect("etcd container present until drop");
-        c.start().await.map_err(|source| EtcdError::Container { name: self.name.clone(), source })?;
+        self.start_container().await?;
         self.wait_healthy(wait).await
+    }
+
+    /// Starts the stopped container again without waiting for etcd to be healthy.
+    pub async fn start_container(&self) -> Result<(), EtcdError> {
+        let c = self.container.as_ref().expect("etcd container present until drop");
+        c.start().await.map_err(|source| EtcdError::Container { name: self.name.clone(), source })
     }
 
     /// Gives up the container handle without removing the container (for long-lived clusters).
@@ -203,5 +359,67 @@ impl Etcd {
         if let Some(c) = self.container.take() {
             crate::container::release(c);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_member_keeps_its_old_name_and_loopback_peer() {
+        let m = Members::new("run-etcd", 1);
+        assert_eq!(m.containers, ["run-etcd"]);
+        assert_eq!(m.initial_cluster(), "etcd=http://127.0.0.1:2380");
+        let cmd = m.command(0, "http", "run");
+        assert!(cmd.contains(&"--name=etcd".to_string()), "{cmd:?}");
+        assert!(cmd.contains(&"--listen-peer-urls=http://127.0.0.1:2380".to_string()), "{cmd:?}");
+    }
+
+    #[test]
+    fn three_members_name_each_other_by_container() {
+        let m = Members::new("run-etcd", 3);
+        assert_eq!(m.containers, ["run-etcd", "run-etcd-2", "run-etcd-3"]);
+        assert_eq!(
+            m.initial_cluster(),
+            "etcd1=http://run-etcd:2380,etcd2=http://run-etcd-2:2380,etcd3=http://run-etcd-3:2380"
+        );
+        let cmd = m.command(1, "http", "tok");
+        for want in [
+            "--name=etcd2",
+            "--advertise-client-urls=http://run-etcd-2:2379",
+            "--initial-advertise-peer-urls=http://run-etcd-2:2380",
+            "--listen-peer-urls=http://0.0.0.0:2380",
+            "--initial-cluster-token=tok",
+        ] {
+            assert!(cmd.contains(&want.to_string()), "{want} missing from {cmd:?}");
+        }
+    }
+
+    #[test]
+    fn status_json_names_member_and_leader() {
+        let json = r#"[{"Endpoint":"http://127.0.0.1:2379","Status":{"header":{"cluster_id":1,"member_id":42,"revision":9,"raft_term":3},"version":"3.4.23","dbSize":20480,"leader":42,"raftIndex":10,"raftTerm":3}}]"#;
+        let s = parse_status(json).unwrap();
+        assert_eq!(s, MemberStatus { member_id: 42, leader: 42 });
+        assert!(s.is_leader());
+        let follower = parse_status(&json.replace("\"leader\":42", "\"leader\":7")).unwrap();
+        assert!(!follower.is_leader());
+        let err = parse_status("[{\"Endpoint\":\"x\"}]").unwrap_err();
+        assert!(err.contains("no Status"), "{err}");
+    }
+
+    #[test]
+    fn leader_is_the_member_the_others_name() {
+        let st = |member_id, leader| Some(MemberStatus { member_id, leader });
+        assert_eq!(leader_index(&[st(1, 2), st(2, 2), st(3, 2)]), Some(1));
+        assert_eq!(leader_index(&[None, st(2, 3), st(3, 3)]), Some(2), "a dead member is skipped");
+        assert_eq!(leader_index(&[st(1, 0), st(2, 0), None]), None, "no leader during an election");
+        assert_eq!(leader_index(&[st(1, 3), st(2, 3), None]), None, "the named leader did not answer");
+    }
+
+    #[test]
+    fn unparsable_status_is_an_error() {
+        let err = parse_status("[{\"Endpoint\":\"x\"}]").unwrap_err();
+        assert!(err.contains("no Status"), "{err}");
     }
 }

@@ -49,6 +49,9 @@ enum Command {
         /// prints the fleetctl environment (admin role; the read-only role's files too).
         #[arg(long)]
         tls: bool,
+        /// etcd members (3 for a cluster that survives the loss of any one member, the leader included).
+        #[arg(long, default_value_t = 1)]
+        etcd_members: usize,
     },
     /// Show the machines of a cluster started by `up` and etcd's health.
     Status {
@@ -135,8 +138,8 @@ async fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Up { machines, metadata, config, no_fleet, stand_in, name, tls } => {
-            up(machines, &metadata, &config, no_fleet, stand_in, &name, tls).await
+        Command::Up { machines, metadata, config, no_fleet, stand_in, name, tls, etcd_members } => {
+            up(machines, &metadata, &config, no_fleet, stand_in, &name, tls, etcd_members).await
         }
         Command::Status { name } => status(&name).await,
         Command::Down { name } => down(&name),
@@ -201,6 +204,7 @@ async fn up(
     stand_in: bool,
     name: &str,
     tls: bool,
+    etcd_members: usize,
 ) -> Result<(), Error> {
     if let Ok(state) = ClusterState::load(name) {
         if !reap::remaining(&state.run)?.is_empty() {
@@ -211,7 +215,7 @@ async fn up(
         ClusterState::forget(name)?;
     }
     let t0 = Instant::now();
-    let mut b = Cluster::builder().machines(machines).keep(true).tls(tls);
+    let mut b = Cluster::builder().machines(machines).keep(true).tls(tls).etcd_members(etcd_members);
     for m in metadata {
         match m.split_once(':').and_then(|(slot, md)| Some((slot.parse::<usize>().ok()?, md))) {
             Some((slot, md)) => b = b.metadata(slot, md),
@@ -236,6 +240,7 @@ async fn up(
     let cluster = b.start().await?;
     let took = t0.elapsed();
     let api_ready = cluster.machines().iter().filter_map(|m| m.api_ready_after()).max();
+    let etcd_urls: Vec<String> = cluster.etcd_members().iter().map(|e| e.url()).collect();
     let state = cluster.detach();
     let path = state.save(name)?;
     println!("cluster `{name}` up in {took:.1?} (run {}, state {})", state.run, path.display());
@@ -244,8 +249,7 @@ async fn up(
             "every machine's fleet API answers (a unit list, 200); the slowest answered {slowest:.1?} after fleet started"
         );
     }
-    let scheme = if state.tls.is_some() { "https" } else { "http" };
-    println!("etcd: {} ({scheme}://{}:2379 inside the cluster network)", state.etcd, state.etcd);
+    println!("etcd: {} ({} inside the cluster network)", state.etcd, etcd_urls.join(","));
     for m in &state.machines {
         println!("  {}  {}  {}  {}", m.name, m.id, m.ip, m.endpoint);
     }
