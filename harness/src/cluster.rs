@@ -395,8 +395,7 @@ impl Cluster {
         for etcd in &self.etcd {
             seen.push(etcd.status().await);
         }
-        let statuses: Vec<Option<crate::etcd::MemberStatus>> =
-            seen.iter().map(|r| r.as_ref().ok().cloned()).collect();
+        let statuses: Vec<Option<crate::etcd::MemberStatus>> = seen.iter().map(|r| r.as_ref().ok().cloned()).collect();
         crate::etcd::leader_index(&statuses).ok_or_else(|| {
             let cause = seen
                 .iter()

@@ -75,7 +75,10 @@ impl Members {
 
     /// etcd's `--initial-cluster`: `name=peer-url,…` of every member.
     pub fn initial_cluster(&self) -> String {
-        (0..self.containers.len()).map(|i| format!("{}={}", self.member_name(i), self.peer_url(i))).collect::<Vec<_>>().join(",")
+        (0..self.containers.len())
+            .map(|i| format!("{}={}", self.member_name(i), self.peer_url(i)))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// The command line of member `index` (`scheme`: `http` or `https` for clients).

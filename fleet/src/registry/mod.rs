@@ -10,6 +10,8 @@
 //!   version), `layout` (layout version).
 //! * `batch` — [`txn_batches`]: how batched writers split their work into transactions.
 //! * `lease` — [`LeaseKeeper`]: grant, manual keep-alive, loss notification, revoke.
+//! * `endpoints` — with several etcd endpoints, probes each and keeps members that do not answer out of the
+//!   client's balancer, so requests, keep-alives and watches go to live members.
 //! * Reads: `snapshot` ([`Snapshot`], the typed image at one revision), `reflector` ([`Reflector`]: list + watch →
 //!   `watch::Receiver<Arc<Snapshot>>`), `views` (derived views: current state, sort orders, GC candidates),
 //!   `scoped` (one-shot consistent reads of one part of the prefix, for tools without a reflector).
@@ -21,6 +23,7 @@
 
 mod batch;
 mod bodies;
+mod endpoints;
 mod engine;
 mod error;
 mod keys;
@@ -146,16 +149,19 @@ impl Registry {
             .with_timeout(config.request_timeout)
             // HTTP/2 pings detect a dead etcd (or a partition) on idle connections, e.g. a quiet watch stream.
             .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
-            .with_keep_alive_while_idle(true);
+            .with_keep_alive_while_idle(true)
+            // A member cut off from the quorum refuses requests at once instead of serving a watch that never moves.
+            .with_require_leader(true);
         if let Some((user, password)) = &config.user {
             options = options.with_user(user.clone(), password.clone());
         }
         if config.endpoints.iter().any(|e| e.starts_with("https://")) {
             options = options.with_tls(etcd_tls(&config.tls)?);
         }
-        let client = etcd_client::Client::connect(&config.endpoints, Some(options))
+        let client = etcd_client::Client::connect(&config.endpoints, Some(options.clone()))
             .await
             .map_err(RegistryError::etcd("connect", config.endpoints.join(",")))?;
+        endpoints::spawn(client.clone(), config.endpoints.clone(), options);
         Ok(Registry::new(client, Keys::new(&config.prefix)))
     }
 
