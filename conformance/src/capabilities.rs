@@ -85,6 +85,8 @@ capabilities! {
         "a fleetd restarted on a machine (systemctl restart, or killed and started within the TTL) restarts, stops and moves none of its units; stopping fleet still hands them to other machines",
     Tls = "tls":
         "fleetd serves its API over TLS with client certificates required and read/admin roles (fleet.conf api_tls_*), fleetctl speaks https:// with --ca-file/--cert-file/--key-file, and crafted names and bodies are refused",
+    EtcdMembers = "etcd_members":
+        "fleetd takes several etcd endpoints (fleet.conf etcd_servers) and, with a 3-member etcd, rides through the loss of a follower and of the leader: no unit restarted, fleetctl answers, a new unit starts while the member is down",
     Rollout = "rollout":
         "start --replace --rolling and restart --rolling change a unit machine by machine, driven by the cluster (max-unavailable, min-healthy, pause/rollback), with rollout-status/-pause/-resume/-abort, history and rollback",
 }

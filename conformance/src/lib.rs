@@ -134,6 +134,9 @@ pub fn all() -> Vec<Spec> {
     specs::catalogue()
 }
 
+/// The etcd members of the cluster of a spec that needs [`Capability::EtcdMembers`] (one otherwise).
+pub const ETCD_MEMBERS: usize = 3;
+
 /// The longest a spec may run (nextest's `ci` profile ends a test after 240 s).
 pub const SPEC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(200);
 
@@ -175,6 +178,9 @@ pub async fn execute_over(spec: &Spec, transport: Transport) -> Outcome {
     } else {
         let mut b =
             fleet_harness::Cluster::builder().machines(spec.machines).agent_ttl("3s").tls(transport.tls_for(spec));
+        if spec.requires.contains(&Capability::EtcdMembers) {
+            b = b.etcd_members(ETCD_MEMBERS);
+        }
         for (slot, md) in spec.metadata {
             b = b.metadata(*slot, md);
         }

@@ -136,6 +136,100 @@ pub async fn etcd_restart(ctx: Ctx) -> Outcome {
     Ok(())
 }
 
+/// Which etcd member a spec kills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MemberToKill {
+    Follower,
+    Leader,
+}
+
+/// The index of the etcd member leading now, waited for (after a kill, until the survivors have elected one).
+async fn etcd_leader(ctx: &Ctx, what: &str) -> Result<usize, String> {
+    ctx.wait_for(what, || async {
+        match ctx.cluster().etcd_leader().await {
+            Ok(i) => fleet_harness::Check::Ready(i),
+            Err(e) => fleet_harness::Check::NotYet(e.to_string()),
+        }
+    })
+    .await
+}
+
+/// With a 3-member etcd, one member (a follower or the leader) is killed while units run: fleetctl keeps
+/// answering, every fleetd takes the dead member out of its balancer (and back in once it returns), a unit started
+/// once the survivors have a leader and the fleetds have noticed is scheduled and runs while the member is down, and after the member is back no unit was ever restarted — systemd's view:
+/// the same MainPID in the same machine, no `Stopping hello@` in any machine's journal — and every machine is
+/// listed.
+async fn etcd_member_loss(ctx: Ctx, kill: MemberToKill) -> Outcome {
+    let machines = 2;
+    ctx.wait_for_n_machines(1, machines).await?;
+    let members = ctx.cluster().etcd_members().len();
+    ensure_eq("etcd members", crate::ETCD_MEMBERS, members)?;
+    let before = ctx.start_hello_instances(4).await?;
+    let pids = main_pids(&ctx, &before).await?;
+    let leader = etcd_leader(&ctx, "an etcd leader before the kill").await?;
+    let victim = match kill {
+        MemberToKill::Leader => leader,
+        MemberToKill::Follower => (leader + 1) % members,
+    };
+    let victim_name = ctx.cluster().etcd_members()[victim].name().to_string();
+    ctx.cluster().etcd_members()[victim].kill().await.map_err(|e| e.to_string())?;
+    let new_leader =
+        etcd_leader(&ctx, &format!("a leader among the etcd members left after killing {victim_name}")).await?;
+    ctx.ensure(new_leader != victim, || format!("{victim_name} was killed but is still named leader"))?;
+    // fleetctl answers from the first try, and shows every unit running where it ran.
+    let listed = ctx.list_units(1).await?;
+    let active: BTreeMap<String, String> =
+        fleet_harness::wait::active_to_single(&fleet_harness::wait::filter_active(&listed))
+            .map_err(|e| ctx.fail(format!("list-units with {victim_name} down: {e}")))?;
+    ensure_eq(&format!("placement listed with {victim_name} down"), &before, &active)?;
+    // Every fleetd notices the dead member and stops sending it requests (before that, a request the balancer
+    // routes to it fails: see docs/faults.md).
+    let url = ctx.cluster().etcd_members()[victim].url();
+    for slot in 1..=machines {
+        ctx.wait_journal(
+            slot,
+            &format!("etcd member unreachable; requests go to the other members endpoint={url}"),
+            30,
+        )
+        .await?;
+    }
+    // A new unit is accepted, scheduled and started while the member is down.
+    let new_unit = fixtures::path("hello@5.service");
+    ctx.fleetctl_ok(1, &["start", &new_unit]).await?;
+    let mut after = ctx.wait_for_n_active_units(1, 5).await?;
+    let started_during_the_loss = after.remove("hello@5.service");
+    ctx.ensure(started_during_the_loss.is_some(), || format!("hello@5.service is not active with {victim_name} down"))?;
+    ensure_eq(&format!("MainPIDs with {victim_name} down"), &pids, &main_pids(&ctx, &before).await?)?;
+    ctx.cluster().start_etcd_member(victim).await.map_err(|e| e.to_string())?;
+    for slot in 1..=machines {
+        ctx.wait_journal(slot, &format!("etcd member answers again; back in use endpoint={url}"), 30).await?;
+    }
+    ctx.wait_for_n_machines(1, machines).await?;
+    let after = ctx.wait_for_n_active_units(1, 5).await?;
+    let mut placed_before = before.clone();
+    placed_before.extend(started_during_the_loss.map(|m| ("hello@5.service".to_string(), m)));
+    ensure_eq(&format!("placement after {victim_name} came back"), &placed_before, &after)?;
+    ensure_eq(&format!("MainPIDs after {victim_name} came back"), &pids, &main_pids(&ctx, &before).await?)?;
+    for slot in 1..=machines {
+        let journal = ctx.journal_pid1(slot).await?;
+        let stops: Vec<&str> = journal.lines().filter(|l| l.contains("Stopping hello@")).collect();
+        ctx.ensure(stops.is_empty(), || {
+            format!("no `Stopping hello@` in m{slot}'s PID 1 journal after killing etcd {victim_name}; found {stops:?}")
+        })?;
+    }
+    Ok(())
+}
+
+/// An etcd follower killed while units run restarts nothing (see [`etcd_member_loss`]).
+pub async fn etcd_follower_loss_restarts_nothing(ctx: Ctx) -> Outcome {
+    etcd_member_loss(ctx, MemberToKill::Follower).await
+}
+
+/// The etcd leader killed while units run restarts nothing (see [`etcd_member_loss`]).
+pub async fn etcd_leader_loss_restarts_nothing(ctx: Ctx) -> Outcome {
+    etcd_member_loss(ctx, MemberToKill::Leader).await
+}
+
 /// The longest registration retry delay fleetd may log (issue 14 item 3: capped at 1 s; the original doubled to 60).
 const MAX_REGISTRATION_RETRY_SECS: f64 = 1.0;
 

@@ -203,6 +203,14 @@ pub fn catalogue() -> Vec<Spec> {
             Box::pin(connectivity::etcd_return_registers_every_fleetd_without_long_backoff(c))
         })
         .requires(&[Capability::EtcdOutageUntouched]),
+        spec(Connectivity, "etcd_follower_loss_restarts_nothing", 2, "issue 14 item 5", |c| {
+            Box::pin(connectivity::etcd_follower_loss_restarts_nothing(c))
+        })
+        .requires(&[Capability::EtcdMembers]),
+        spec(Connectivity, "etcd_leader_loss_restarts_nothing", 2, "issue 14 item 5", |c| {
+            Box::pin(connectivity::etcd_leader_loss_restarts_nothing(c))
+        })
+        .requires(&[Capability::EtcdMembers]),
         // global_units
         spec(GlobalUnits, "start_waits_until_active_on_every_machine", 3, "transcript 05, spec §9.6", |c| {
             Box::pin(global::start_waits_for_every_machine(c))
