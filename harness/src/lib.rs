@@ -23,6 +23,7 @@ pub mod fleetctl;
 pub mod image;
 pub mod labels;
 pub mod machine;
+pub mod nemesis;
 pub mod network;
 pub mod output;
 pub mod pki;

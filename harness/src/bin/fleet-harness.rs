@@ -58,6 +58,34 @@ enum Command {
         #[arg(long, default_value = "local")]
         name: String,
     },
+    /// Run a cluster for a while, injecting faults drawn from a seed (machine kill, fleetd kill -9, engine leader
+    /// churn, partitions shorter and longer than the TTL, etcd member and leader kill, slow etcd), and check fleet's
+    /// invariants on what systemd shows in every machine. Prints the faults, violations with timelines and
+    /// convergence times; exits 1 on a violation. The cluster is removed at the end.
+    Nemesis {
+        /// Seed of the fault schedule (printed; the same seed replays the same faults). Default: random.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// How long faults are injected: seconds, or with a unit (`90s`, `15m`).
+        #[arg(long, default_value = "180s", value_parser = parse_duration)]
+        duration: Duration,
+        #[arg(long, default_value_t = 3)]
+        machines: usize,
+        /// Units launched (at-least-once, plus the at-most-once ones among them).
+        #[arg(long, default_value_t = 12)]
+        units: usize,
+        /// How many of the units declare `[X-Fleet] AtMostOnce=true`.
+        #[arg(long, default_value_t = 3)]
+        at_most_once: usize,
+        #[arg(long, default_value_t = 3)]
+        etcd_members: usize,
+        /// fleet.conf agent_ttl, seconds.
+        #[arg(long, default_value_t = 5)]
+        agent_ttl: u64,
+        /// Longest convergence wait after a fault, seconds.
+        #[arg(long, default_value_t = 90)]
+        converge_timeout: u64,
+    },
     /// Remove a cluster started by `up`: containers, network, files.
     Down {
         #[arg(long, default_value = "local")]
@@ -128,6 +156,29 @@ enum ScenarioArg {
 
 type Error = Box<dyn std::error::Error>;
 
+/// `90`, `90s`, `15m`, `1h`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (digits, unit) = s.trim().split_at(s.trim().find(|c: char| !c.is_ascii_digit()).unwrap_or(s.trim().len()));
+    let n: u64 = digits.parse().map_err(|_| format!("{s:?}: expected seconds, or a number with s, m or h"))?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        other => Err(format!("{s:?}: unknown unit {other:?} (use s, m or h)")),
+    }
+}
+
+async fn nemesis_cmd(opts: &fleet_harness::nemesis::Options) -> Result<(), Error> {
+    println!("nemesis: seed {} (replay: {})", opts.seed, opts.replay_command());
+    let report = fleet_harness::nemesis::run(opts).await?;
+    print!("{}", report.render());
+    if report.violations.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{} invariant violation(s); replay with --seed {}", report.violations.len(), opts.seed).into())
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -142,6 +193,19 @@ async fn main() -> ExitCode {
             up(machines, &metadata, &config, no_fleet, stand_in, &name, tls, etcd_members).await
         }
         Command::Status { name } => status(&name).await,
+        Command::Nemesis { seed, duration, machines, units, at_most_once, etcd_members, agent_ttl, converge_timeout } => {
+            let opts = fleet_harness::nemesis::Options {
+                seed: seed.unwrap_or_else(rand::random),
+                duration,
+                machines,
+                units,
+                at_most_once,
+                etcd_members,
+                agent_ttl_secs: agent_ttl,
+                converge_timeout: Duration::from_secs(converge_timeout),
+            };
+            nemesis_cmd(&opts).await
+        }
         Command::Down { name } => down(&name),
         Command::Reap { all } => reap_cmd(all),
         Command::Bench {

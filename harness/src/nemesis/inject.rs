@@ -1,0 +1,122 @@
+//! Doing and undoing one fault against a running [`Cluster`]: returns once the fault is undone (and the machine or
+//! member it touched is back), with the name of the machine it touched, if any.
+
+use std::time::Duration;
+
+use super::schedule::Fault;
+use crate::cluster::Cluster;
+
+/// Injects `fault`, holds it for its duration, undoes it. Returns the touched machine's name (for a machine fault
+/// and the engine churn) or the killed etcd member's container (for an etcd leader kill).
+pub async fn apply(cluster: &Cluster, fault: &Fault) -> Result<Option<String>, String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    match fault {
+        Fault::MachineKill { slot, down } => {
+            let m = cluster.machine(*slot).map_err(|e| err(&e))?;
+            m.kill().await.map_err(|e| err(&e))?;
+            tokio::time::sleep(*down).await;
+            m.start().await.map_err(|e| err(&e))?;
+            Ok(Some(m.name().to_string()))
+        }
+        Fault::FleetdKill { slot } => {
+            let m = cluster.machine(*slot).map_err(|e| err(&e))?;
+            m.exec_ok(&["systemctl", "kill", "--signal=SIGKILL", "fleet.service"]).await.map_err(|e| err(&e))?;
+            m.exec_ok(&["systemctl", "start", "fleet.service"]).await.map_err(|e| err(&e))?;
+            m.wait_api(cluster.wait_options()).await.map_err(|e| err(&e))?;
+            Ok(Some(m.name().to_string()))
+        }
+        Fault::EngineLeaderChurn => {
+            let id = engine_leader(cluster).await?;
+            let m = cluster
+                .machines()
+                .iter()
+                .find(|m| m.id() == id)
+                .ok_or_else(|| format!("the engine leader {id} is no machine of the cluster"))?;
+            m.exec_ok(&["systemctl", "restart", "fleet.service"]).await.map_err(|e| err(&e))?;
+            m.wait_api(cluster.wait_options()).await.map_err(|e| err(&e))?;
+            Ok(Some(m.name().to_string()))
+        }
+        Fault::Partition { slot, down, .. } => {
+            let m = cluster.machine(*slot).map_err(|e| err(&e))?;
+            m.partition().await.map_err(|e| err(&e))?;
+            tokio::time::sleep(*down).await;
+            m.heal().await.map_err(|e| err(&e))?;
+            Ok(Some(m.name().to_string()))
+        }
+        Fault::EtcdMemberKill { index, down } => {
+            let member = cluster.etcd_members().get(*index).ok_or_else(|| format!("no etcd member {index}"))?;
+            member.kill().await.map_err(|e| err(&e))?;
+            tokio::time::sleep(*down).await;
+            cluster.start_etcd_member(*index).await.map_err(|e| err(&e))?;
+            Ok(None)
+        }
+        Fault::EtcdLeaderKill { down } => {
+            let index = cluster.etcd_leader().await.map_err(|e| err(&e))?;
+            let name = cluster.etcd_members()[index].name().to_string();
+            cluster.etcd_members()[index].kill().await.map_err(|e| err(&e))?;
+            tokio::time::sleep(*down).await;
+            cluster.start_etcd_member(index).await.map_err(|e| err(&e))?;
+            Ok(Some(name))
+        }
+        Fault::SlowEtcd { delay_ms, down } => {
+            let delay = format!("{delay_ms}ms");
+            for member in cluster.etcd_members() {
+                netem(member, &["qdisc", "add", "dev", "eth0", "root", "netem", "delay", &delay]).await?;
+            }
+            tokio::time::sleep(*down).await;
+            for member in cluster.etcd_members() {
+                netem(member, &["qdisc", "del", "dev", "eth0", "root"]).await?;
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// `tc <args>` in etcd member's network namespace, from the host (`nsenter -t <pid> -n`; needs iproute2).
+async fn netem(member: &crate::etcd::Etcd, args: &[&str]) -> Result<(), String> {
+    let pid = member
+        .host_pid()
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("etcd {} is not running", member.name()))?;
+    let out = tokio::process::Command::new("nsenter")
+        .args(["-t", &pid.to_string(), "-n", "tc"])
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| format!("nsenter/tc (install iproute2: ci/setup): {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`nsenter -t {pid} -n tc {}` for etcd {}: {}",
+            args.join(" "),
+            member.name(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// The machine ID in the engine leader key, read with etcdctl in the first etcd member that answers; waits up to
+/// 30 s for a leader (one may be between terms).
+async fn engine_leader(cluster: &Cluster) -> Result<String, String> {
+    let key = format!("/fleet_harness/{}/engine/leader", cluster.run_id());
+    let what = "an engine leader in etcd";
+    let wait = crate::wait::WaitOptions::secs(30).with_poll(Duration::from_millis(250));
+    crate::wait::wait_for(wait, what, || async {
+        let mut last = String::from("no etcd member answered");
+        for member in cluster.etcd_members() {
+            let cmd = ["/usr/bin/etcdctl", "--command-timeout=2s", "get", "--print-value-only", &key];
+            match crate::container::exec(member.name(), &cmd).await {
+                Ok(out) if out.success() && !out.stdout.trim().is_empty() => {
+                    return crate::wait::Check::Ready(out.stdout.trim().to_string());
+                }
+                Ok(out) => last = format!("{}: {}", member.name(), out.describe()),
+                Err(e) => last = format!("{}: {e}", member.name()),
+            }
+        }
+        crate::wait::Check::NotYet(last)
+    })
+    .await
+    .map_err(|e| e.to_string())
+}

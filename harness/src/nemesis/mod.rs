@@ -1,0 +1,375 @@
+//! The nemesis (`fleet-harness nemesis`): runs a cluster for a given time while injecting faults drawn from a seed,
+//! one at a time, and checks fleet's promises on what **systemd in every machine** shows, not on fleet's view.
+//!
+//! * `schedule` (pure): the faults, in order, from the seed and the cluster's shape; a printed seed replays them.
+//! * `check` (pure): the invariants on a timeline of sampled rounds and the faults' windows.
+//! * `sample`: one round — `systemctl show` of the nemesis's units in every machine (a machine that cannot be read
+//!   is down).
+//! * `inject`: doing and undoing each fault against the [`Cluster`].
+//! * this module: the run — cluster up, units launched, a sampler every [`SAMPLE_EVERY`], each fault injected,
+//!   undone, and followed by a convergence wait (every unit active on exactly one machine, every machine listed by
+//!   fleetctl) whose length is the fault's convergence time — and the report.
+
+pub mod check;
+mod inject;
+pub mod sample;
+pub mod schedule;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use check::{FaultWindow, Limits, Round, UnitSpec, Violation};
+use schedule::{Fault, Shape};
+
+use crate::cluster::{Cluster, ClusterError};
+
+/// How often every machine's systemd is sampled.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+
+/// What a nemesis run does.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub seed: u64,
+    /// No fault starts after this much time; the run ends after the last one converged (or timed out).
+    pub duration: Duration,
+    pub machines: usize,
+    pub units: usize,
+    /// How many of the units declare `[X-Fleet] AtMostOnce=true`.
+    pub at_most_once: usize,
+    pub etcd_members: usize,
+    /// fleet.conf `agent_ttl` in seconds.
+    pub agent_ttl_secs: u64,
+    /// How long a fault's convergence may take before the run moves on (and reports it as not converged).
+    pub converge_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            seed: 1,
+            duration: Duration::from_secs(180),
+            machines: 3,
+            units: 12,
+            at_most_once: 3,
+            etcd_members: 3,
+            agent_ttl_secs: 5,
+            converge_timeout: Duration::from_secs(90),
+        }
+    }
+}
+
+impl Options {
+    /// The command line that replays this run.
+    pub fn replay_command(&self) -> String {
+        format!(
+            "fleet-harness nemesis --seed {} --duration {} --machines {} --units {} --at-most-once {} --etcd-members {} --agent-ttl {}",
+            self.seed,
+            self.duration.as_secs(),
+            self.machines,
+            self.units,
+            self.at_most_once,
+            self.etcd_members,
+            self.agent_ttl_secs
+        )
+    }
+
+    /// Duplicates of an at-least-once unit may outlive the fault that made them by up to two TTLs: the healed
+    /// machine re-registers and its agent stops the copy the engine no longer places there (docs/faults.md).
+    pub fn limits(&self) -> Limits {
+        Limits { duplicate_window_ms: 2 * self.agent_ttl_secs * 1000 + 5_000, settle_grace_ms: 2_000 }
+    }
+}
+
+/// The nemesis could not run (a violation is not an error: it is in the [`Report`]).
+#[derive(Debug, thiserror::Error)]
+pub enum NemesisError {
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error("nemesis: {0}")]
+    Setup(String),
+    #[error("injecting `{fault}`: {cause}")]
+    Inject { fault: String, cause: String },
+}
+
+/// What a run saw.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub options: Options,
+    pub units: Vec<UnitSpec>,
+    pub faults: Vec<FaultWindow>,
+    pub violations: Vec<Violation>,
+    pub rounds: Vec<Round>,
+    /// How long the units took to be active once each at the start.
+    pub launched_ms: u64,
+}
+
+impl Report {
+    /// The printed report: the faults injected (a timeline), violations with each unit's timeline around it, and
+    /// the convergence time of every fault and per fault kind.
+    pub fn render(&self) -> String {
+        use std::fmt::Write;
+        let o = &self.options;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "nemesis: seed {}, {} machines, {} etcd member(s), {} units ({} at-most-once), agent_ttl {}s, {} rounds sampled",
+            o.seed,
+            o.machines,
+            o.etcd_members,
+            o.units,
+            o.at_most_once,
+            o.agent_ttl_secs,
+            self.rounds.len()
+        );
+        let _ = writeln!(s, "replay: {}", o.replay_command());
+        let _ = writeln!(s, "units launched and active once each after {}", check::secs(self.launched_ms));
+        let _ = writeln!(s, "faults ({}):", self.faults.len());
+        for f in &self.faults {
+            let conv = match f.converged_ms {
+                Some(c) => format!("converged {:>7} (+{} after undone)", check::secs(c), check::secs(c - f.undone_ms)),
+                None => "NOT CONVERGED".to_string(),
+            };
+            let _ = writeln!(
+                s,
+                "  {:>7}  undone {:>7}  {conv}  {}",
+                check::secs(f.start_ms),
+                check::secs(f.undone_ms),
+                f.label
+            );
+        }
+        let _ = writeln!(s, "convergence by fault kind (seconds after undone: n, median, max):");
+        let mut by_kind: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        let mut missed: BTreeMap<String, usize> = BTreeMap::new();
+        for f in &self.faults {
+            let kind = kind_of(&f.label);
+            match f.converged_ms {
+                Some(c) => by_kind.entry(kind).or_default().push(c - f.undone_ms),
+                None => *missed.entry(kind).or_default() += 1,
+            }
+        }
+        for (kind, mut times) in by_kind {
+            times.sort_unstable();
+            let median = times[times.len() / 2];
+            let max = *times.last().unwrap_or(&0);
+            let _ = writeln!(
+                s,
+                "  {kind:<28} n={:<3} median {:>6}  max {:>6}{}",
+                times.len(),
+                check::secs(median),
+                check::secs(max),
+                missed.get(&kind).map(|n| format!("  ({n} not converged)")).unwrap_or_default()
+            );
+        }
+        if self.violations.is_empty() {
+            let _ = writeln!(s, "invariants: all held");
+        } else {
+            let _ = writeln!(s, "invariant violations ({}):", self.violations.len());
+            for v in &self.violations {
+                let _ = writeln!(s, "  {v}");
+                for line in sample::timeline(&self.rounds, &v.unit, v.from_ms.saturating_sub(2_000), v.to_ms + 2_000)
+                {
+                    let _ = writeln!(s, "      {line}");
+                }
+            }
+        }
+        s
+    }
+}
+
+/// `machine kill m2 for 7s` → `machine kill`: the label without its parameters.
+fn kind_of(label: &str) -> String {
+    for (prefix, kind) in [
+        ("machine kill", "machine kill"),
+        ("fleetd kill", "fleetd kill -9"),
+        ("engine leader churn", "engine leader churn"),
+        ("etcd member", "etcd member kill"),
+        ("etcd leader", "etcd leader kill"),
+        ("slow etcd", "slow etcd"),
+    ] {
+        if label.starts_with(prefix) {
+            return kind.to_string();
+        }
+    }
+    if label.contains("cut from etcd") {
+        return if label.contains("longer than") { "partition > TTL" } else { "partition < TTL" }.to_string();
+    }
+    label.to_string()
+}
+
+/// The unit files the nemesis launches: `nem-once-<i>.service` (at-most-once) then `nem-<i>.service`.
+pub fn unit_files(units: usize, at_most_once: usize) -> Vec<(UnitSpec, String)> {
+    (1..=units)
+        .map(|i| {
+            let once = i <= at_most_once;
+            let name = if once { format!("nem-once-{i}.service") } else { format!("nem-{i}.service") };
+            let mut text = format!(
+                "[Unit]\nDescription=nemesis unit {i}\n\n[Service]\nExecStart=/bin/sh -c 'while :; do sleep 1; done'\n"
+            );
+            if once {
+                text.push_str("\n[X-Fleet]\nAtMostOnce=true\n");
+            }
+            (UnitSpec { name, at_most_once: once }, text)
+        })
+        .collect()
+}
+
+/// Shared between the run and its sampler.
+#[derive(Default)]
+struct Timeline {
+    rounds: Vec<Round>,
+}
+
+/// Runs the nemesis: starts a cluster, launches the units, injects faults until `duration`, and returns what it saw.
+/// The cluster is removed when this returns (also on error).
+pub async fn run(opts: &Options) -> Result<Report, NemesisError> {
+    if opts.at_most_once > opts.units || opts.units == 0 || opts.machines < 2 {
+        return Err(NemesisError::Setup(format!(
+            "need at least 2 machines and 1 unit, and at most --units at-most-once units (got {} machines, {} units, {} at-most-once)",
+            opts.machines, opts.units, opts.at_most_once
+        )));
+    }
+    let ttl = format!("{}s", opts.agent_ttl_secs);
+    let cluster = Cluster::builder()
+        .machines(opts.machines)
+        .etcd_members(opts.etcd_members)
+        .agent_ttl(&ttl)
+        .start()
+        .await?;
+    let t0 = Instant::now();
+    let ms = move || t0.elapsed().as_millis() as u64;
+    cluster.wait_for_n_machines(1, opts.machines).await?;
+
+    let files = unit_files(opts.units, opts.at_most_once);
+    let dir = tempfile::tempdir().map_err(|e| NemesisError::Setup(format!("temporary directory: {e}")))?;
+    let mut paths = Vec::new();
+    for (spec, text) in &files {
+        let path = dir.path().join(&spec.name);
+        std::fs::write(&path, text).map_err(|e| NemesisError::Setup(format!("{}: {e}", path.display())))?;
+        paths.push(path.display().to_string());
+    }
+    let units: Vec<UnitSpec> = files.into_iter().map(|(spec, _)| spec).collect();
+    let names: Vec<String> = units.iter().map(|u| u.name.clone()).collect();
+
+    let timeline = Arc::new(Mutex::new(Timeline::default()));
+    let machines: Vec<(String, String)> =
+        cluster.machines().iter().map(|m| (m.name().to_string(), m.container_name().to_string())).collect();
+    let sampler = {
+        let timeline = timeline.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SAMPLE_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let t_ms = ms();
+                let round = sample::round(&machines, t_ms).await;
+                timeline.lock().expect("timeline lock").rounds.push(round);
+            }
+        })
+    };
+    let outcome = drive(opts, &cluster, &units, &names, &paths, &timeline, ms).await;
+    sampler.abort();
+    let (faults, launched_ms) = outcome?;
+    let rounds = std::mem::take(&mut timeline.lock().expect("timeline lock").rounds);
+    let violations = check::check(&units, &rounds, &faults, opts.limits());
+    cluster.destroy().await;
+    Ok(Report { options: opts.clone(), units, faults, violations, rounds, launched_ms })
+}
+
+/// Launches the units, then injects and undoes each fault and waits for convergence, until `duration`.
+async fn drive(
+    opts: &Options,
+    cluster: &Cluster,
+    units: &[UnitSpec],
+    names: &[String],
+    paths: &[String],
+    timeline: &Arc<Mutex<Timeline>>,
+    ms: impl Fn() -> u64,
+) -> Result<(Vec<FaultWindow>, u64), NemesisError> {
+    let mut args = vec!["start", "--no-block"];
+    args.extend(paths.iter().map(String::as_str));
+    let out = cluster.fleetctl(1, &args).await?;
+    if !out.success() {
+        return Err(NemesisError::Setup(format!("fleetctl start: {}", out.describe())));
+    }
+    let launch_started = ms();
+    let launched = converge(cluster, opts, names, timeline, launch_started).await;
+    let launched_ms = launched.ok_or_else(|| {
+        NemesisError::Setup(format!("the {} units were not active once each within {:?}", units.len(), opts.converge_timeout))
+    })? - launch_started;
+    tracing::info!(after_ms = launched_ms, "units launched");
+
+    let shape = Shape {
+        machines: opts.machines,
+        etcd_members: opts.etcd_members,
+        ttl: Duration::from_secs(opts.agent_ttl_secs),
+    };
+    // More than can fit: the run stops drawing once `duration` has passed.
+    let planned = schedule::schedule(opts.seed, 10_000, shape);
+    let run_started = ms();
+    let mut faults = Vec::new();
+    for fault in planned {
+        if ms() - run_started >= opts.duration.as_millis() as u64 {
+            break;
+        }
+        let label = fault.to_string();
+        tracing::info!(fault = %label, "injecting");
+        let start_ms = ms();
+        let touched = inject::apply(cluster, &fault)
+            .await
+            .map_err(|cause| NemesisError::Inject { fault: label.clone(), cause })?;
+        let undone_ms = ms();
+        let converged_ms = converge(cluster, opts, names, timeline, undone_ms).await;
+        match converged_ms {
+            Some(c) => tracing::info!(fault = %label, after_ms = c - undone_ms, "converged"),
+            None => tracing::warn!(fault = %label, timeout = ?opts.converge_timeout, "did not converge"),
+        }
+        let label = match (&fault, &touched) {
+            (Fault::EngineLeaderChurn | Fault::EtcdLeaderKill { .. }, Some(who)) => format!("{label} [{who}]"),
+            _ => label,
+        };
+        let touches: BTreeSet<String> = match &fault {
+            f if f.is_etcd() => BTreeSet::new(),
+            _ => touched.into_iter().collect(),
+        };
+        faults.push(FaultWindow { label, start_ms, undone_ms, converged_ms, touches });
+    }
+    Ok((faults, launched_ms))
+}
+
+/// Waits until a round sampled after `since_ms` shows every unit active on exactly one machine and fleetctl (via
+/// any machine that answers) lists every machine; returns when that was seen, `None` after the timeout.
+async fn converge(
+    cluster: &Cluster,
+    opts: &Options,
+    names: &[String],
+    timeline: &Arc<Mutex<Timeline>>,
+    since_ms: u64,
+) -> Option<u64> {
+    let deadline = Instant::now() + opts.converge_timeout;
+    loop {
+        let last = timeline.lock().expect("timeline lock").rounds.last().cloned();
+        if let Some(round) = last.filter(|r| r.t_ms > since_ms)
+            && sample::each_once(&round, names)
+            && machines_listed(cluster, opts.machines).await
+        {
+            return Some(round.t_ms);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(SAMPLE_EVERY / 2).await;
+    }
+}
+
+/// Whether fleetctl, via the first machine whose API answers, lists `n` machines.
+async fn machines_listed(cluster: &Cluster, n: usize) -> bool {
+    for m in cluster.machines() {
+        if let Ok(out) = cluster.fleetctl(m.slot(), &["list-machines", "--no-legend", "--full", "--fields", "machine"]).await
+            && out.success()
+        {
+            return crate::wait::parse_machines(&out.stdout).len() == n;
+        }
+    }
+    false
+}
