@@ -193,7 +193,16 @@ async fn main() -> ExitCode {
             up(machines, &metadata, &config, no_fleet, stand_in, &name, tls, etcd_members).await
         }
         Command::Status { name } => status(&name).await,
-        Command::Nemesis { seed, duration, machines, units, at_most_once, etcd_members, agent_ttl, converge_timeout } => {
+        Command::Nemesis {
+            seed,
+            duration,
+            machines,
+            units,
+            at_most_once,
+            etcd_members,
+            agent_ttl,
+            converge_timeout,
+        } => {
             let opts = fleet_harness::nemesis::Options {
                 seed: seed.unwrap_or_else(rand::random),
                 duration,

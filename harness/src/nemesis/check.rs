@@ -120,7 +120,12 @@ fn fault_at(faults: &[FaultWindow], t: u64, grace: u64) -> Option<&FaultWindow> 
 
 /// Machines where `unit` is active in `round`.
 fn running_on<'a>(round: &'a Round, unit: &str) -> Vec<&'a String> {
-    round.machines.iter().filter(|(_, seen)| seen.as_ref().is_some_and(|u| u.contains_key(unit))).map(|(m, _)| m).collect()
+    round
+        .machines
+        .iter()
+        .filter(|(_, seen)| seen.as_ref().is_some_and(|u| u.contains_key(unit)))
+        .map(|(m, _)| m)
+        .collect()
 }
 
 /// At-most-once and duplicate-window violations: episodes of consecutive rounds where a unit ran on two machines.
@@ -224,6 +229,24 @@ fn restarts(rounds: &[Round], faults: &[FaultWindow], limits: Limits) -> Vec<Vio
         }
     }
     out
+}
+
+/// How a fault disturbed the units, from systemd's view: the first round after the fault started in which some unit
+/// was not active on exactly one machine, and the first round after that in which every unit was again (`None` for
+/// the end when that never happened before the next fault). `None` when no round in the fault's time showed a
+/// disturbance.
+pub fn disruption(
+    rounds: &[Round],
+    units: &[UnitSpec],
+    fault: &FaultWindow,
+    next_start_ms: Option<u64>,
+) -> Option<(u64, Option<u64>)> {
+    let until = next_start_ms.unwrap_or(u64::MAX);
+    let mut window = rounds.iter().filter(|r| r.t_ms >= fault.start_ms && r.t_ms < until);
+    let each_once = |r: &Round| units.iter().all(|u| running_on(r, &u.name).len() == 1);
+    let first_bad = window.by_ref().find(|r| !each_once(r))?;
+    let back = window.find(|r| each_once(r)).map(|r| r.t_ms);
+    Some((first_bad.t_ms, back))
 }
 
 /// Seconds from a fault's undoing to its convergence, per fault (`None`: did not converge).
@@ -355,6 +378,21 @@ mod tests {
         ];
         let faults = [fault("m1 cut from etcd for 20s", 1_000, 20_000, 22_000, &["m1"])];
         assert_eq!(check(&units()[..1], &rounds, &faults, LIMITS), []);
+    }
+
+    #[test]
+    fn disruption_spans_from_the_first_disturbed_round_to_the_first_whole_one() {
+        let rounds = [
+            round(0, &[("m1", Some(BOTH_ON_M1)), ("m2", Some(&[]))]),
+            round(1_000, &[("m1", None), ("m2", Some(&[]))]),
+            round(7_000, &[("m1", None), ("m2", Some(&[("a.service", 20)]))]),
+            round(8_000, &[("m1", None), ("m2", Some(&[("a.service", 20), ("once.service", 21)]))]),
+        ];
+        let kill = fault("machine kill m1 for 9s", 500, 9_500, 10_000, &["m1"]);
+        assert_eq!(disruption(&rounds, &units(), &kill, None), Some((1_000, Some(8_000))));
+        assert_eq!(disruption(&rounds[..3], &units(), &kill, None), Some((1_000, None)));
+        let quiet = fault("etcd member 2 killed for 3s", 8_000, 11_000, 11_500, &[]);
+        assert_eq!(disruption(&rounds, &units(), &quiet, None), None);
     }
 
     #[test]

@@ -21,7 +21,8 @@ pub async fn apply(cluster: &Cluster, fault: &Fault) -> Result<Option<String>, S
         Fault::FleetdKill { slot } => {
             let m = cluster.machine(*slot).map_err(|e| err(&e))?;
             m.exec_ok(&["systemctl", "kill", "--signal=SIGKILL", "fleet.service"]).await.map_err(|e| err(&e))?;
-            m.exec_ok(&["systemctl", "start", "fleet.service"]).await.map_err(|e| err(&e))?;
+            // `restart`, not `start`: a start job waits out `RestartSec=` of the auto-restart systemd schedules.
+            m.exec_ok(&["systemctl", "restart", "fleet.service"]).await.map_err(|e| err(&e))?;
             m.wait_api(cluster.wait_options()).await.map_err(|e| err(&e))?;
             Ok(Some(m.name().to_string()))
         }
@@ -60,16 +61,45 @@ pub async fn apply(cluster: &Cluster, fault: &Fault) -> Result<Option<String>, S
         }
         Fault::SlowEtcd { delay_ms, down } => {
             let delay = format!("{delay_ms}ms");
+            let mut netem_ok = true;
             for member in cluster.etcd_members() {
-                netem(member, &["qdisc", "add", "dev", "eth0", "root", "netem", "delay", &delay]).await?;
+                match netem(member, &["qdisc", "add", "dev", "eth0", "root", "netem", "delay", &delay]).await {
+                    Ok(()) => {}
+                    Err(e) if e.contains("qdisc kind is unknown") => {
+                        netem_ok = false;
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
-            tokio::time::sleep(*down).await;
-            for member in cluster.etcd_members() {
-                netem(member, &["qdisc", "del", "dev", "eth0", "root"]).await?;
+            if netem_ok {
+                tokio::time::sleep(*down).await;
+                for member in cluster.etcd_members() {
+                    netem(member, &["qdisc", "del", "dev", "eth0", "root"]).await?;
+                }
+                return Ok(None);
             }
-            Ok(None)
+            // This kernel has no sch_netem: etcd is made slow by freezing every member for `delay_ms` out of every
+            // `delay_ms + 100 ms` (cgroup freezer, `docker pause`), which delays each request by up to `delay_ms`.
+            tracing::info!("no netem qdisc in this kernel; slowing etcd with freeze cycles instead");
+            let names: Vec<&str> = cluster.etcd_members().iter().map(|m| m.name()).collect();
+            let until = tokio::time::Instant::now() + *down;
+            while tokio::time::Instant::now() < until {
+                docker_all("pause", &names).await?;
+                tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
+                docker_all("unpause", &names).await?;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok(Some("freeze cycles: no netem in this kernel".to_string()))
         }
     }
+}
+
+/// `docker <verb> <names…>` (pause / unpause).
+async fn docker_all(verb: &str, names: &[&str]) -> Result<(), String> {
+    let mut args = vec![verb];
+    args.extend(names);
+    crate::docker::run(&args).await.map(drop).map_err(|e| e.to_string())
 }
 
 /// `tc <args>` in etcd member's network namespace, from the host (`nsenter -t <pid> -n`; needs iproute2).

@@ -125,20 +125,36 @@ impl Report {
         let _ = writeln!(s, "replay: {}", o.replay_command());
         let _ = writeln!(s, "units launched and active once each after {}", check::secs(self.launched_ms));
         let _ = writeln!(s, "faults ({}):", self.faults.len());
-        for f in &self.faults {
+        for (i, f) in self.faults.iter().enumerate() {
+            let next = self.faults.get(i + 1).map(|n| n.start_ms);
+            let disrupted = match check::disruption(&self.rounds, &self.units, f, next) {
+                None => "units undisturbed".to_string(),
+                Some((from, Some(to))) => {
+                    format!("units disturbed {} ({} to {})", check::secs(to - from), check::secs(from), check::secs(to))
+                }
+                Some((from, None)) => format!("units disturbed from {} and never whole again", check::secs(from)),
+            };
             let conv = match f.converged_ms {
                 Some(c) => format!("converged {:>7} (+{} after undone)", check::secs(c), check::secs(c - f.undone_ms)),
                 None => "NOT CONVERGED".to_string(),
             };
             let _ = writeln!(
                 s,
-                "  {:>7}  undone {:>7}  {conv}  {}",
+                "  {:>7}  undone {:>7}  {conv}  {}; {disrupted}",
                 check::secs(f.start_ms),
                 check::secs(f.undone_ms),
                 f.label
             );
         }
-        let _ = writeln!(s, "convergence by fault kind (seconds after undone: n, median, max):");
+        let _ = writeln!(s, "by fault kind: convergence after undone (n, median, max); units disturbed (n, max):");
+        let mut disturbed: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for (i, f) in self.faults.iter().enumerate() {
+            let next = self.faults.get(i + 1).map(|n| n.start_ms);
+            if let Some((from, to)) = check::disruption(&self.rounds, &self.units, f, next) {
+                let end = to.or(next).unwrap_or_else(|| self.rounds.last().map_or(from, |r| r.t_ms));
+                disturbed.entry(kind_of(&f.label)).or_default().push(end - from);
+            }
+        }
         let mut by_kind: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         let mut missed: BTreeMap<String, usize> = BTreeMap::new();
         for f in &self.faults {
@@ -152,9 +168,13 @@ impl Report {
             times.sort_unstable();
             let median = times[times.len() / 2];
             let max = *times.last().unwrap_or(&0);
+            let hurt = disturbed.get(&kind).map_or_else(
+                || "units never disturbed".to_string(),
+                |d| format!("units disturbed {}×, max {}", d.len(), check::secs(d.iter().copied().max().unwrap_or(0))),
+            );
             let _ = writeln!(
                 s,
-                "  {kind:<28} n={:<3} median {:>6}  max {:>6}{}",
+                "  {kind:<22} n={:<3} median {:>6}  max {:>6}{};  {hurt}",
                 times.len(),
                 check::secs(median),
                 check::secs(max),
@@ -167,8 +187,7 @@ impl Report {
             let _ = writeln!(s, "invariant violations ({}):", self.violations.len());
             for v in &self.violations {
                 let _ = writeln!(s, "  {v}");
-                for line in sample::timeline(&self.rounds, &v.unit, v.from_ms.saturating_sub(2_000), v.to_ms + 2_000)
-                {
+                for line in sample::timeline(&self.rounds, &v.unit, v.from_ms.saturating_sub(2_000), v.to_ms + 2_000) {
                     let _ = writeln!(s, "      {line}");
                 }
             }
@@ -230,12 +249,8 @@ pub async fn run(opts: &Options) -> Result<Report, NemesisError> {
         )));
     }
     let ttl = format!("{}s", opts.agent_ttl_secs);
-    let cluster = Cluster::builder()
-        .machines(opts.machines)
-        .etcd_members(opts.etcd_members)
-        .agent_ttl(&ttl)
-        .start()
-        .await?;
+    let cluster =
+        Cluster::builder().machines(opts.machines).etcd_members(opts.etcd_members).agent_ttl(&ttl).start().await?;
     let t0 = Instant::now();
     let ms = move || t0.elapsed().as_millis() as u64;
     cluster.wait_for_n_machines(1, opts.machines).await?;
@@ -295,7 +310,11 @@ async fn drive(
     let launch_started = ms();
     let launched = converge(cluster, opts, names, timeline, launch_started).await;
     let launched_ms = launched.ok_or_else(|| {
-        NemesisError::Setup(format!("the {} units were not active once each within {:?}", units.len(), opts.converge_timeout))
+        NemesisError::Setup(format!(
+            "the {} units were not active once each within {:?}",
+            units.len(),
+            opts.converge_timeout
+        ))
     })? - launch_started;
     tracing::info!(after_ms = launched_ms, "units launched");
 
@@ -325,7 +344,9 @@ async fn drive(
             None => tracing::warn!(fault = %label, timeout = ?opts.converge_timeout, "did not converge"),
         }
         let label = match (&fault, &touched) {
-            (Fault::EngineLeaderChurn | Fault::EtcdLeaderKill { .. }, Some(who)) => format!("{label} [{who}]"),
+            (Fault::EngineLeaderChurn | Fault::EtcdLeaderKill { .. } | Fault::SlowEtcd { .. }, Some(who)) => {
+                format!("{label} [{who}]")
+            }
             _ => label,
         };
         let touches: BTreeSet<String> = match &fault {
@@ -365,7 +386,8 @@ async fn converge(
 /// Whether fleetctl, via the first machine whose API answers, lists `n` machines.
 async fn machines_listed(cluster: &Cluster, n: usize) -> bool {
     for m in cluster.machines() {
-        if let Ok(out) = cluster.fleetctl(m.slot(), &["list-machines", "--no-legend", "--full", "--fields", "machine"]).await
+        if let Ok(out) =
+            cluster.fleetctl(m.slot(), &["list-machines", "--no-legend", "--full", "--fields", "machine"]).await
             && out.success()
         {
             return crate::wait::parse_machines(&out.stdout).len() == n;

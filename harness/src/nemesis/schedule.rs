@@ -78,7 +78,9 @@ impl std::fmt::Display for Fault {
                 down.as_secs(),
                 if *beyond_ttl { "longer than" } else { "shorter than" }
             ),
-            Fault::EtcdMemberKill { index, down } => write!(f, "etcd member {} killed for {}s", index + 1, down.as_secs()),
+            Fault::EtcdMemberKill { index, down } => {
+                write!(f, "etcd member {} killed for {}s", index + 1, down.as_secs())
+            }
             Fault::EtcdLeaderKill { down } => write!(f, "etcd leader killed for {}s", down.as_secs()),
             Fault::SlowEtcd { delay_ms, down } => write!(f, "slow etcd: +{delay_ms} ms for {}s", down.as_secs()),
         }
@@ -158,7 +160,9 @@ pub fn schedule(seed: u64, count: usize, shape: Shape) -> Vec<Fault> {
                     index: rng.range(0, members - 1) as usize,
                     down: secs(rng.range(2, 3 * ttl)),
                 },
-                Kind::SlowEtcd => Fault::SlowEtcd { delay_ms: rng.range(1, 4) * 100, down: secs(rng.range(5, 3 * ttl)) },
+                Kind::SlowEtcd => {
+                    Fault::SlowEtcd { delay_ms: rng.range(1, 4) * 100, down: secs(rng.range(5, 3 * ttl)) }
+                }
             }
         })
         .collect()
