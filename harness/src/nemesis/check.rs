@@ -267,8 +267,11 @@ mod tests {
         ]
     }
 
-    /// A round at `t_ms`: `(machine, Some(&[(unit, pid)]) | None)`.
-    fn round(t_ms: u64, machines: &[(&str, Option<&[(&str, u32)]>)]) -> Round {
+    /// What one machine shows: `Some(&[(unit, pid)])`, or `None` when down.
+    type Seen<'a> = (&'a str, Option<&'a [(&'a str, u32)]>);
+
+    /// A round at `t_ms`.
+    fn round(t_ms: u64, machines: &[Seen]) -> Round {
         Round {
             t_ms,
             machines: machines
