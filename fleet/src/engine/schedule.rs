@@ -12,6 +12,8 @@
 //!   the cycle on every pass.
 //! * Order (B17): units, globals and machines are always taken in name/ID order, so a pass is deterministic.
 //! * `MachineOf=` followers move with their peer in the same pass, whatever their names.
+//! * At-most-once units (`AtMostOnce=true`) of a machine that went away keep their target while the input says
+//!   the engine is still waiting the margin out for that machine (`ScheduleInput::with_waiting`); then they move.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -191,6 +193,9 @@ impl Pass<'_> {
                 continue;
             }
             let Some(m) = snapshot.machine_idx(target) else {
+                if spec.constraints.at_most_once && snapshot.at_most_once_waits_for(target) {
+                    continue; // the lost machine may still be stopping it (docs/at-most-once.md)
+                }
                 self.push_unschedule(u, target, UnscheduleReason::MachineWentAway { machine: target.clone() });
                 self.pending.insert(u);
                 continue;
