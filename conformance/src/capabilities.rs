@@ -85,6 +85,8 @@ capabilities! {
         "a fleetd restarted on a machine (systemctl restart, or killed and started within the TTL) restarts, stops and moves none of its units; stopping fleet still hands them to other machines",
     Tls = "tls":
         "fleetd serves its API over TLS with client certificates required and read/admin roles (fleet.conf api_tls_*), fleetctl speaks https:// with --ca-file/--cert-file/--key-file, and crafted names and bodies are refused",
+    AtMostOnce = "at_most_once":
+        "a unit with [X-Fleet] AtMostOnce=true never runs on two machines at once: a machine cut from etcd stops it before the engine places it elsewhere, and list-units shows the cut machine's units in doubt (active unknown, sub in-doubt, --fields presence)",
     Rollout = "rollout":
         "start --replace --rolling and restart --rolling change a unit machine by machine, driven by the cluster (max-unavailable, min-healthy, pause/rollback), with rollout-status/-pause/-resume/-abort, history and rollback",
 }

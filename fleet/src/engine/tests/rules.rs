@@ -567,6 +567,17 @@ fn at_most_once_units_of_a_lost_machine_wait_while_the_engine_waits_the_margin_o
         ["-amo.service@gone", "-plain.service@gone", "+amo.service@a", "+plain.service@b"],
         "once the wait is over, the at-most-once unit moves too"
     );
+    // No machine able to take it: it keeps its target (in doubt) instead of becoming unscheduled.
+    let nowhere = ScheduleInput::new(
+        vec![amo("amo.service").with(Constraints {
+            at_most_once: true,
+            machine_id: Some("gone".into()),
+            ..Constraints::default()
+        })],
+        ms(&["a"]),
+    )
+    .unwrap();
+    assert!(plan(&nowhere).is_empty(), "{:?}", brief(&plan(&nowhere)));
     // Waiting for another machine holds nothing here.
     let other = ScheduleInput::new(units(), ms(&["a"])).unwrap().with_waiting(["elsewhere".to_string()].into());
     assert_eq!(
