@@ -119,7 +119,7 @@ pub async fn never_runs_twice_across_a_partition(ctx: Ctx) -> Outcome {
     let journal = ctx.journal_pid1(1).await?;
     let starts: Vec<&str> = journal
         .lines()
-        .filter(|l| l.starts_with("Starting") && (l.contains(AMO) || l.contains("at most once")))
+        .filter(|l| l.starts_with("Started") && (l.contains(AMO) || l.contains("at most once")))
         .collect();
     ctx.ensure(starts.len() == 1, || {
         format!(
