@@ -332,6 +332,22 @@ mod tests {
 
     const HELLO: &str = "[Service]\nExecStart=/bin/sleep 100\n";
 
+    #[test]
+    fn only_a_state_of_an_absent_machine_is_in_doubt() {
+        let state = |active: &str, sub: &str| UnitState {
+            name: "a.service".into(),
+            machine_id: "m1".into(),
+            hash: String::new(),
+            load_state: "unknown".into(),
+            active_state: active.into(),
+            sub_state: sub.into(),
+            restarts: None,
+        };
+        assert_eq!(super::state(state("unknown", "in-doubt"), None).machine_presence, "in-doubt");
+        assert_eq!(super::state(state("active", "running"), None).machine_presence, "");
+        assert_eq!(super::state(state("active", "in-doubt"), None).machine_presence, "", "published by a machine");
+    }
+
     fn request(name: &str, text: &str, desired: &str) -> schema::Unit {
         let options = UnitFile::parse(text).unwrap().into_options();
         schema::Unit { name: name.into(), options, desired_state: desired.into(), ..Default::default() }

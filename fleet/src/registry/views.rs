@@ -248,20 +248,6 @@ mod tests {
             (d.load_state.as_str(), d.active_state.as_str(), d.sub_state.as_str()),
             ("unknown", "unknown", "in-doubt")
         );
-        let wire = crate::wire::state(d.clone(), None);
-        assert_eq!(wire.machine_presence, "in-doubt");
-        let published = crate::wire::state(
-            s.unit_states_in_doubt()
-                .next()
-                .map(|mut u| {
-                    u.sub_state = "running".into();
-                    u.active_state = "active".into();
-                    u
-                })
-                .unwrap(),
-            None,
-        );
-        assert_eq!(published.machine_presence, "", "a published state is never in doubt");
     }
 
     #[test]
