@@ -87,6 +87,8 @@ capabilities! {
         "fleetd serves its API over TLS with client certificates required and read/admin roles (fleet.conf api_tls_*), fleetctl speaks https:// with --ca-file/--cert-file/--key-file, and crafted names and bodies are refused",
     EtcdMembers = "etcd_members":
         "fleetd takes several etcd endpoints (fleet.conf etcd_servers) and, with a 3-member etcd, rides through the loss of a follower and of the leader: no unit restarted, fleetctl answers, a new unit starts while the member is down",
+    AtMostOnce = "at_most_once":
+        "a unit with [X-Fleet] AtMostOnce=true never runs on two machines at once: a machine cut from etcd stops it before the engine places it elsewhere, and list-units shows the cut machine's units in doubt (active unknown, sub in-doubt, --fields presence)",
     Rollout = "rollout":
         "start --replace --rolling and restart --rolling change a unit machine by machine, driven by the cluster (max-unavailable, min-healthy, pause/rollback), with rollout-status/-pause/-resume/-abort, history and rollback",
 }

@@ -143,7 +143,8 @@ async fn agent(url: &str) {
                 }
             })
         };
-        if let Err(e) = agent.run(registry.clone(), reflector.subscribe(), lease.id(), stop).await {
+        if let Err(e) = agent.run(registry.clone(), reflector.subscribe(), lease.id(), lease.alive_until(), stop).await
+        {
             eprintln!("agent run: {e}");
         }
         lost.abort();

@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod at_most_once;
 pub mod client;
 pub mod engine;
 pub mod fleetctl;

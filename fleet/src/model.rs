@@ -106,6 +106,13 @@ pub struct UnitState {
     pub restarts: Option<u32>,
 }
 
+/// How a unit scheduled to a machine whose presence is gone shows in the unit states (`GET /state`, list-units):
+/// its systemd state is unknown — the machine may still run it, or may have stopped it (an at-most-once unit) —
+/// until the engine places it elsewhere (docs/at-most-once.md).
+pub const IN_DOUBT: &str = "in-doubt";
+/// The load and active state shown for such a unit.
+pub const UNKNOWN_STATE: &str = "unknown";
+
 /// The wall clock in Unix milliseconds, as rollouts and unit versions store times.
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)

@@ -169,6 +169,10 @@ pub struct UnitState {
     pub systemd_load_state: String,
     #[serde(rename = "systemdSubState", default, skip_serializing_if = "String::is_empty")]
     pub systemd_sub_state: String,
+    /// Extension of this implementation: `in-doubt` when the row stands for a unit scheduled to a machine whose
+    /// presence is gone (its systemd state unknown; docs/at-most-once.md); omitted for states a machine published.
+    #[serde(rename = "machinePresence", default, skip_serializing_if = "String::is_empty")]
+    pub machine_presence: String,
 }
 
 /// One page of `GET /state`.

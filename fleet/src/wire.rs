@@ -40,6 +40,7 @@ pub fn unit(view: &UnitView<'_>, single: bool) -> Option<schema::Unit> {
 /// A published unit state as the API shows it; `running_hash` is the version the machine last started
 /// ([`crate::registry::Snapshot::running_hash`]).
 pub fn state(s: UnitState, running_hash: Option<&str>) -> schema::UnitState {
+    let in_doubt = s.sub_state == crate::model::IN_DOUBT && s.active_state == crate::model::UNKNOWN_STATE;
     schema::UnitState {
         running_hash: running_hash.unwrap_or_default().to_string(),
         hash: s.hash,
@@ -47,6 +48,7 @@ pub fn state(s: UnitState, running_hash: Option<&str>) -> schema::UnitState {
         name: s.name,
         systemd_active_state: s.active_state,
         systemd_load_state: s.load_state,
+        machine_presence: if in_doubt { crate::model::IN_DOUBT.to_string() } else { String::new() },
         systemd_sub_state: s.sub_state,
     }
 }
@@ -329,6 +331,22 @@ mod tests {
     use crate::unit::UnitOption;
 
     const HELLO: &str = "[Service]\nExecStart=/bin/sleep 100\n";
+
+    #[test]
+    fn only_a_state_of_an_absent_machine_is_in_doubt() {
+        let state = |active: &str, sub: &str| UnitState {
+            name: "a.service".into(),
+            machine_id: "m1".into(),
+            hash: String::new(),
+            load_state: "unknown".into(),
+            active_state: active.into(),
+            sub_state: sub.into(),
+            restarts: None,
+        };
+        assert_eq!(super::state(state("unknown", "in-doubt"), None).machine_presence, "in-doubt");
+        assert_eq!(super::state(state("active", "running"), None).machine_presence, "");
+        assert_eq!(super::state(state("active", "in-doubt"), None).machine_presence, "", "published by a machine");
+    }
 
     fn request(name: &str, text: &str, desired: &str) -> schema::Unit {
         let options = UnitFile::parse(text).unwrap().into_options();

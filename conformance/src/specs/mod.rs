@@ -1,6 +1,7 @@
 //! The catalogue: every spec with its area, machines, metadata and required capabilities. Spec bodies live in one
 //! module per area.
 
+pub mod at_most_once;
 pub mod client_api;
 pub mod cluster;
 pub mod connectivity;
@@ -195,6 +196,11 @@ pub fn catalogue() -> Vec<Spec> {
         spec(Connectivity, "partitioned_machine_keeps_its_units", 1, "TestSingleNodeConnectivityLoss", |c| {
             Box::pin(connectivity::single_node_loss(c))
         }),
+        spec(Connectivity, "at_most_once_unit_never_runs_twice_across_a_partition", 3, "issue 14 item 2", |c| {
+            Box::pin(at_most_once::never_runs_twice_across_a_partition(c))
+        })
+        .metadata(&[(1, "role=db")])
+        .requires(&[Capability::AtMostOnce]),
         spec(Connectivity, "etcd_restart_keeps_units_and_converges", 2, "core issue", |c| {
             Box::pin(connectivity::etcd_restart(c))
         })

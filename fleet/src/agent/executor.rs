@@ -224,6 +224,19 @@ impl<S: SystemdOps> Executor<S> {
         &self.believed
     }
 
+    /// Units stopped outside a plan (by the at-most-once fence, `super::fence`): no longer believed launched, so
+    /// a later plan starts them again where they are still wanted.
+    pub fn note_stopped(&mut self, names: &BTreeSet<String>) {
+        for name in names {
+            self.pending_starts.remove(name);
+            self.running.remove(name);
+            if self.believed.get(name) == Some(&JobState::Launched) {
+                self.believed.insert(name.clone(), JobState::Loaded);
+            }
+        }
+        self.record_state();
+    }
+
     /// Whether unit files changed since the last daemon-reload (a reload was deferred, failed, or is still due).
     pub fn reload_pending(&self) -> bool {
         self.reload_needed

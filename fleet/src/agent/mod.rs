@@ -6,6 +6,7 @@
 //! | `runner.rs` | [`Agent`]: the running agent — reconcile loop (event-driven on registry snapshots, periodic safety net), launched markers, purge, debug dump |
 //! | `publish_loop.rs` | the state-publishing loop beside it (systemd signals → this machine's unit states) |
 //! | `cluster.rs` | the snapshot's units as the agent needs them; each body parsed once per hash |
+//! | `fence.rs` | the at-most-once fence: while this machine's presence is in doubt (its stop deadline passed), its `AtMostOnce=true` units are stopped and none is started |
 //! | `desired.rs` | pure: which units this machine should hold (targets, global units' metadata, conflicts: scheduled units before global units, each in name order) |
 //! | `plan.rs` | pure: desired + actual → ordered tasks (Stop < Unload < Load < Reload < Start) |
 //! | `handover.rs` | pure: the cross-machine replace rule — when another machine's old copy keeps a start waiting |
@@ -26,7 +27,8 @@
 //!   still publishes a state for it that is not `inactive`/`failed` (or has marked it launched without a state
 //!   yet); global units are exempt. The rule, why it cannot deadlock, and its table tests are in `handover.rs`.
 //!
-//! Losing etcd never stops a unit: with a disconnected snapshot, or without this machine's own record (B14), the
+//! Losing etcd never stops a unit — except an `AtMostOnce=true` unit, which the fence stops once this machine can
+//! no longer prove its presence (see `fence.rs`, docs/at-most-once.md): with a disconnected snapshot, or without this machine's own record (B14), the
 //! agent does nothing.
 
 pub mod cluster;
@@ -36,6 +38,7 @@ mod error;
 pub mod executor;
 #[cfg(test)]
 pub(crate) mod fake;
+pub mod fence;
 pub mod handoff;
 pub mod handover;
 pub mod plan;

@@ -30,6 +30,7 @@ use super::debug::DebugHandle;
 use super::desired::{ThisMachine, desired_units};
 use super::error::AgentError;
 use super::executor::{Executor, ExecutorConfig, Marker, TaskReport, marker_diff, markers};
+use super::fence::{Fence, FenceLoop, hold_while_in_doubt};
 use super::handover::{Blocker, hold_starts, other_copies, start_blocker};
 use super::plan::{Desired, Planned, Reason, Task, plan};
 use super::publish_loop::PublishLoop;
@@ -64,6 +65,8 @@ pub struct Agent {
     cache: UnitCache,
     changes: UnitChanges,
     debug: DebugHandle,
+    /// The at-most-once fence's state, kept across runs (units it stopped are handed to the executor).
+    fence: Fence,
 }
 
 impl Agent {
@@ -80,18 +83,29 @@ impl Agent {
         let executor = Executor::new(systemd.clone(), units, ExecutorConfig::default());
         let debug = DebugHandle::default();
         debug.set_subscribed(executor.loaded().keys().cloned());
-        Ok(Agent { config, systemd, executor, publisher: Publisher::new(), cache: UnitCache::new(), changes, debug })
+        Ok(Agent {
+            config,
+            systemd,
+            executor,
+            publisher: Publisher::new(),
+            cache: UnitCache::new(),
+            changes,
+            debug,
+            fence: Fence::default(),
+        })
     }
 
     /// Reconciles this machine and publishes unit states until `stop` is cancelled. `lease` is this machine's
     /// presence lease: published states and launched markers are bound to it. May be called again after a
     /// monitor restart with a new lease (component state survives, units keep running): then re-publish every
-    /// state and re-mark every launched unit under the new lease first.
+    /// state and re-mark every launched unit under the new lease first. `alive_until` follows the presence lease
+    /// (`LeaseKeeper::alive_until`): the at-most-once fence runs on it.
     pub async fn run(
         &mut self,
         registry: Registry,
         snapshots: watch::Receiver<Arc<Snapshot>>,
         lease: i64,
+        alive_until: watch::Receiver<Option<Instant>>,
         stop: CancellationToken,
     ) -> Result<(), AgentError> {
         let machine = self.config.machine_id.clone();
@@ -115,6 +129,15 @@ impl Agent {
             debug: &self.debug,
         }
         .run(inner.clone());
+        let fencing = FenceLoop {
+            systemd: self.systemd.clone(),
+            units_dir: &self.config.units_dir,
+            margin: crate::at_most_once::margin(self.config.ttl),
+            alive_until,
+            fence: &self.fence,
+            changes: self.systemd.changes(),
+        }
+        .run(inner.clone());
         let reconciling = async {
             let looped = ReconcileLoop {
                 registry: &registry,
@@ -124,6 +147,7 @@ impl Agent {
                 lease,
                 snapshots,
                 debug: &self.debug,
+                fence: &self.fence,
                 held: BTreeMap::new(),
                 skipped: None,
             };
@@ -131,7 +155,7 @@ impl Agent {
             inner.cancel();
             result
         };
-        let ((), result) = tokio::join!(publishing, reconciling);
+        let ((), (), result) = tokio::join!(publishing, fencing, reconciling);
         info!(machine = %machine, ok = result.is_ok(), "agent stopped");
         result
     }
@@ -223,14 +247,27 @@ pub(crate) struct Reconciled {
 /// tasks, then a fresh plan from the newest snapshot (with the daemon-reload the unloads need), whose Load/Start
 /// tasks therefore never act on a decision made before the stops (units whose stop failed are left for the next
 /// reconcile).
+#[cfg(test)]
 pub(crate) async fn reconcile_once<S: SystemdOps>(
     executor: &mut Executor<S>,
     cache: &mut UnitCache,
     latest: &dyn Fn() -> Arc<Snapshot>,
     me: &str,
 ) -> Result<Reconciled, Skip> {
+    reconcile_fenced(executor, cache, latest, me, &|| false).await
+}
+
+/// [`reconcile_once`] with the at-most-once fence: while `in_doubt()`, at-most-once units are planned as loaded
+/// only (stopped, never started); asked again before the second round.
+pub(crate) async fn reconcile_fenced<S: SystemdOps>(
+    executor: &mut Executor<S>,
+    cache: &mut UnitCache,
+    latest: &dyn Fn() -> Arc<Snapshot>,
+    me: &str,
+    in_doubt: &dyn Fn() -> bool,
+) -> Result<Reconciled, Skip> {
     let mut snapshot = latest();
-    let mut round = prepare(executor, cache, &snapshot, me)?;
+    let mut round = prepare(executor, cache, &snapshot, me, in_doubt())?;
     let mut reports = Vec::new();
     if round.planned.iter().any(|p| is_down(&p.task)) {
         let (down, _): (Vec<Planned>, Vec<Planned>) =
@@ -242,7 +279,7 @@ pub(crate) async fn reconcile_once<S: SystemdOps>(
             .filter_map(|r| r.planned.task.unit().map(str::to_string))
             .collect();
         snapshot = latest();
-        match prepare(executor, cache, &snapshot, me) {
+        match prepare(executor, cache, &snapshot, me, in_doubt()) {
             Ok(mut next) => {
                 next.planned.retain(|p| p.task.unit().is_none_or(|u| !failed.contains(u)));
                 round = next;
@@ -279,6 +316,7 @@ fn prepare<S: SystemdOps>(
     cache: &mut UnitCache,
     snapshot: &Snapshot,
     me: &str,
+    in_doubt: bool,
 ) -> Result<Round, Skip> {
     if !snapshot.is_connected() {
         return Err(Skip::Disconnected);
@@ -286,7 +324,10 @@ fn prepare<S: SystemdOps>(
     let machine = snapshot.machine(me).ok_or(Skip::OwnMachineMissing)?;
     let units = cache.cluster_units(snapshot, me);
     let this = ThisMachine { id: me.to_string(), metadata: machine.metadata };
-    let desired = desired_units(&units, &this).map_err(|_| Skip::OwnMachineMissing)?;
+    let mut desired = desired_units(&units, &this).map_err(|_| Skip::OwnMachineMissing)?;
+    if in_doubt {
+        hold_while_in_doubt(&mut desired, &units);
+    }
     let global: BTreeSet<&str> = units.iter().filter(|u| u.requirements.global).map(|u| u.name.as_str()).collect();
     let mut planned = plan(&desired, &executor.actual());
     // A daemon-reload still due from an earlier run (deferred or failed) goes before this plan's starts.
@@ -412,6 +453,7 @@ struct ReconcileLoop<'a> {
     lease: i64,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     debug: &'a DebugHandle,
+    fence: &'a Fence,
     /// Starts held at the last reconcile (logged at info only when they change).
     held: BTreeMap<String, Blocker>,
     /// Why the last reconcile was skipped (logged only when it changes).
@@ -440,6 +482,7 @@ impl ReconcileLoop<'_> {
                     }
                 }
                 _ = tick.tick() => {}
+                () = self.fence.cleared() => {}
             }
         }
     }
@@ -448,7 +491,12 @@ impl ReconcileLoop<'_> {
         let snapshots = self.snapshots.clone();
         let latest = move || Arc::clone(&snapshots.borrow());
         let revision = latest().revision();
-        match reconcile_once(self.executor, self.cache, &latest, self.machine).await {
+        let stopped = self.fence.take_stopped();
+        if !stopped.is_empty() {
+            self.executor.note_stopped(&stopped);
+        }
+        let fence = self.fence;
+        match reconcile_fenced(self.executor, self.cache, &latest, self.machine, &|| fence.in_doubt()).await {
             Err(skip) => {
                 if self.skipped != Some(skip) {
                     match skip {

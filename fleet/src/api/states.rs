@@ -22,17 +22,21 @@ impl Api {
         let machine = query::values(&pairs, "machineID").next().filter(|m| !m.is_empty());
         let unit = query::values(&pairs, "unitName").next().filter(|u| !u.is_empty());
         let snapshot = self.snapshot();
-        let states: Vec<schema::UnitState> = match unit {
+        let mut states: Vec<_> = match unit {
             Some(unit) => snapshot.unit_states_of(unit).collect::<Vec<_>>(),
             None => snapshot.unit_states().collect(),
-        }
-        .into_iter()
-        .filter(|s| machine.is_none_or(|m| s.machine_id == m))
-        .map(|s| {
-            let running = snapshot.running_hash(&s.name, &s.machine_id).map(str::to_string);
-            wire::state(s, running.as_deref())
-        })
-        .collect();
+        };
+        // Units of a machine whose presence is gone, shown as in doubt (docs/at-most-once.md).
+        states.extend(snapshot.unit_states_in_doubt().filter(|s| unit.is_none_or(|u| s.name == u)));
+        states.sort_by(|a, b| (&a.name, &a.machine_id).cmp(&(&b.name, &b.machine_id)));
+        let states: Vec<schema::UnitState> = states
+            .into_iter()
+            .filter(|s| machine.is_none_or(|m| s.machine_id == m))
+            .map(|s| {
+                let running = snapshot.running_hash(&s.name, &s.machine_id).map(str::to_string);
+                wire::state(s, running.as_deref())
+            })
+            .collect();
         let (items, next) = page.slice(&states);
         reply::json(&schema::UnitStatePage {
             states: items.to_vec(),

@@ -254,6 +254,7 @@ impl FakeClient {
                     systemd_active_state: active.into(),
                     systemd_load_state: "loaded".into(),
                     systemd_sub_state: sub.into(),
+                    machine_presence: String::new(),
                 });
             }
         }

@@ -16,7 +16,9 @@ use std::time::Duration;
 use tokio::time::{Instant, timeout_at};
 
 use super::catalog::UnitCatalog;
-use super::schedule::{Decision, plan_with_report};
+use super::schedule::{Decision, UnscheduleReason, plan_with_report};
+use super::schedule_input::ScheduleInput;
+use crate::at_most_once::Absences;
 use crate::registry::{self, LeaderFence, MAX_PLACEMENTS_PER_TXN, PlacementWrite, Registry, RegistryError};
 
 /// How a pass ended.
@@ -61,6 +63,8 @@ pub struct PassReport {
     /// Revision of the last write of this pass, to wait for before the next plan.
     pub last_write: Option<i64>,
     pub duration: Duration,
+    /// When the engine's wait for a lost machine's at-most-once units ends next: run a pass then.
+    pub at_most_once_wait_ends: Option<Instant>,
 }
 
 /// State kept by the leader across passes.
@@ -70,11 +74,28 @@ pub struct Reconciler {
     /// Bodies (hash, mod revision) this engine already deleted; skipped until the view stops showing them, so a
     /// lagging view does not cause repeated failing deletes.
     collected: HashSet<(String, i64)>,
+    /// When the machines that at-most-once units are scheduled to were first seen absent.
+    absences: Absences,
+    /// How long after that those units wait before they are placed elsewhere (`crate::at_most_once::margin`).
+    at_most_once_margin: Duration,
 }
 
 impl Reconciler {
     pub fn new() -> Reconciler {
         Reconciler::default()
+    }
+
+    /// Forgets when machines were seen absent: a view that was not followed (not leading, disconnected) may have
+    /// missed a machine coming back and going again, so the wait starts over from the next pass.
+    pub fn forget_absences(&mut self) {
+        self.absences = Absences::default();
+    }
+
+    /// The margin the engine waits after a machine's presence expired before it places the machine's
+    /// at-most-once units elsewhere.
+    pub fn with_at_most_once_margin(mut self, margin: Duration) -> Reconciler {
+        self.at_most_once_margin = margin;
+        self
     }
 
     /// Runs one pass on `view`. Every write carries `fence` (this engine's leader key and lease), so a pass of an
@@ -97,6 +118,7 @@ impl Reconciler {
             collected: 0,
             last_write: None,
             duration: Duration::ZERO,
+            at_most_once_wait_ends: None,
         };
         let snapshot = match self.catalog.snapshot(view) {
             Ok(s) => s,
@@ -106,6 +128,11 @@ impl Reconciler {
                 return report;
             }
         };
+        let now = Instant::now();
+        let targets = snapshot.units().filter(|u| u.constraints.at_most_once).filter_map(|u| u.target.as_deref());
+        self.absences.observe(targets, |m| snapshot.machine_idx(m).is_some(), now);
+        let snapshot = snapshot.with_waiting(self.absences.waiting(now, self.at_most_once_margin));
+        report.at_most_once_wait_ends = self.absences.next_wake(now, self.at_most_once_margin);
         let plan = plan_with_report(&snapshot);
         report.planned = plan.decisions.len();
         report.unplaced = plan.unplaced.len();
@@ -123,7 +150,7 @@ impl Reconciler {
             // The whole chunk in one transaction (one commit for many decisions); if any compare fails, nothing
             // was written and the decisions are applied one by one to find the one that conflicts.
             if chunk.len() > 1 {
-                let changes: Vec<PlacementWrite<'_>> = chunk.iter().map(placement).collect();
+                let changes: Vec<PlacementWrite<'_>> = chunk.iter().map(|d| placement(d, &snapshot)).collect();
                 match timeout_at(deadline, registry.placements_at(&changes, Some(fence))).await {
                     Err(_) => {
                         report.outcome = PassOutcome::TimedOut { limit };
@@ -148,14 +175,16 @@ impl Reconciler {
                     report.outcome = PassOutcome::Interrupted;
                     break;
                 }
-                let written = match timeout_at(deadline, registry.placement_at(&placement(decision), Some(fence))).await
-                {
-                    Ok(result) => result,
-                    Err(_) => {
-                        report.outcome = PassOutcome::TimedOut { limit };
-                        break;
-                    }
-                };
+                let written =
+                    match timeout_at(deadline, registry.placement_at(&placement(decision, &snapshot), Some(fence)))
+                        .await
+                    {
+                        Ok(result) => result,
+                        Err(_) => {
+                            report.outcome = PassOutcome::TimedOut { limit };
+                            break;
+                        }
+                    };
                 match written {
                     Ok(Some(revision)) => {
                         report.applied += 1;
@@ -212,8 +241,15 @@ impl Reconciler {
     }
 }
 
-fn placement(decision: &Decision) -> PlacementWrite<'_> {
+/// A decision as a registry write. An at-most-once unit leaves a machine that went away only while that machine is
+/// still absent: had it come back meanwhile, its agent may be running the unit again.
+fn placement<'d>(decision: &'d Decision, input: &ScheduleInput) -> PlacementWrite<'d> {
     match decision {
+        Decision::Unschedule { unit, machine, reason: UnscheduleReason::MachineWentAway { .. } }
+            if input.unit(unit).is_some_and(|u| u.constraints.at_most_once) =>
+        {
+            PlacementWrite::UnscheduleFromAbsent { unit, machine }
+        }
         Decision::Unschedule { unit, machine, .. } => PlacementWrite::Unschedule { unit, machine },
         Decision::Schedule { unit, machine, .. } => PlacementWrite::Schedule { unit, machine },
     }

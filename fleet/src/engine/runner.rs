@@ -42,6 +42,9 @@ use super::reconcile::{PassOutcome, PassReport, Reconciler};
 use super::rollouts;
 use crate::registry::{self, Campaign, EngineVersionCheck, LeaseKeeper, LeaseStatus, Registry};
 
+/// `agent_ttl`'s default (spec §2.3), for an engine not told the cluster's.
+const DEFAULT_AGENT_TTL: Duration = Duration::from_secs(30);
+
 /// A pass starts once the view has not changed for this long after a change...
 pub const QUIET: Duration = Duration::from_millis(5);
 /// ...or this long after the first change of a burst, whichever comes first.
@@ -86,12 +89,27 @@ pub struct Engine {
     view: watch::Receiver<Arc<registry::Snapshot>>,
     config: EngineConfig,
     status: watch::Sender<EngineStatus>,
+    at_most_once_margin: Duration,
 }
 
 impl Engine {
     /// `view` is a subscription to the machine's reflector (`Reflector::subscribe`).
     pub fn new(registry: Registry, view: watch::Receiver<Arc<registry::Snapshot>>, config: EngineConfig) -> Engine {
-        Engine { registry, view, config, status: watch::Sender::new(EngineStatus::default()) }
+        Engine {
+            registry,
+            view,
+            config,
+            status: watch::Sender::new(EngineStatus::default()),
+            at_most_once_margin: crate::at_most_once::margin(DEFAULT_AGENT_TTL),
+        }
+    }
+
+    /// The margin this engine waits, after a machine's presence expired, before it places that machine's
+    /// at-most-once units elsewhere: `crate::at_most_once::margin` of the cluster's `agent_ttl` (fleetd passes its
+    /// own; machines of one cluster share it). Without this call: the margin of the default TTL, 30 s.
+    pub fn with_agent_ttl(mut self, agent_ttl: Duration) -> Engine {
+        self.at_most_once_margin = crate::at_most_once::margin(agent_ttl);
+        self
     }
 
     /// Status notifications.
@@ -118,7 +136,7 @@ impl Engine {
             config: self.config,
             ttl,
             status: self.status,
-            reconciler: Reconciler::new(),
+            reconciler: Reconciler::new().with_at_most_once_margin(self.at_most_once_margin),
             lease: None,
             leading: false,
             version_raised: None,
@@ -126,6 +144,7 @@ impl Engine {
             last_leader: None,
             last_pass_view: None,
             rollout_wake_ms: None,
+            at_most_once_wake: None,
         };
         tracing::info!(machine = %runner.config.machine_id, interval = ?runner.config.reconcile_interval,
             lease_ttl = ?ttl, "engine started");
@@ -140,6 +159,8 @@ enum Wake {
     Resync,
     /// A rollout's min-healthy time or health timeout is due.
     RolloutTimer,
+    /// The wait for a lost machine's at-most-once units is over: place them (a forced pass).
+    AtMostOnceWaitOver,
     LeaseLost(String),
     ViewClosed,
     Cancelled,
@@ -166,6 +187,8 @@ struct Runner {
     last_pass_view: Option<Arc<registry::Snapshot>>,
     /// When a rollout waits for a time (Unix ms), not for the cluster.
     rollout_wake_ms: Option<u64>,
+    /// When the engine's wait for a lost machine's at-most-once units ends (from the last pass).
+    at_most_once_wake: Option<Instant>,
 }
 
 impl Runner {
@@ -176,6 +199,7 @@ impl Runner {
             // The first resync tick is immediate: one tick at start.
             let lease_status = self.leading.then(|| self.lease.as_ref().map(LeaseKeeper::status)).flatten();
             let rollout_timer = rollout_timer(self.rollout_wake_ms);
+            let at_most_once_timer = instant_timer(self.at_most_once_wake);
             let wake = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => Wake::Cancelled,
@@ -183,8 +207,9 @@ impl Runner {
                 changed = self.view.changed() => if changed.is_ok() { Wake::Changed } else { Wake::ViewClosed },
                 _ = resync.tick() => Wake::Resync,
                 () = rollout_timer => Wake::RolloutTimer,
+                () = at_most_once_timer => Wake::AtMostOnceWaitOver,
             };
-            let forced = matches!(wake, Wake::Resync);
+            let forced = matches!(wake, Wake::Resync | Wake::AtMostOnceWaitOver);
             match wake {
                 Wake::Cancelled => break,
                 Wake::ViewClosed => {
@@ -196,6 +221,7 @@ impl Runner {
                     self.step_down();
                 }
                 Wake::Changed => self.settle().await,
+                Wake::AtMostOnceWaitOver => self.at_most_once_wake = None,
                 Wake::Resync | Wake::RolloutTimer => {}
             }
             self.tick(cancel, forced).await;
@@ -224,6 +250,7 @@ impl Runner {
     async fn tick(&mut self, cancel: &CancellationToken, forced: bool) {
         let view = self.view.borrow_and_update().clone();
         if !view.is_connected() {
+            self.reconciler.forget_absences();
             tracing::debug!("registry view disconnected; engine waits for it to reconnect");
             return;
         }
@@ -361,6 +388,7 @@ impl Runner {
 
     fn lead(&mut self, lease: i64) {
         self.leading = true;
+        self.reconciler.forget_absences();
         self.last_pass_view = None;
         self.status.send_modify(|s| s.leading = true);
         tracing::info!(machine = %self.config.machine_id, lease = format_args!("{lease:x}"), "Engine leadership acquired");
@@ -413,6 +441,7 @@ impl Runner {
             _ => {}
         }
         let last_write = report.last_write;
+        self.at_most_once_wake = report.at_most_once_wait_ends;
         self.last_pass_view = (report.outcome == PassOutcome::Complete).then(|| view.clone());
         self.status.send_modify(|s| {
             s.passes += 1;
@@ -480,6 +509,14 @@ impl Runner {
 async fn rollout_timer(wake_ms: Option<u64>) {
     match wake_ms {
         Some(at) => tokio::time::sleep(Duration::from_millis(at.saturating_sub(crate::model::now_ms()))).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves at `at`, or never.
+async fn instant_timer(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }

@@ -12,6 +12,9 @@
 //!   the cycle on every pass.
 //! * Order (B17): units, globals and machines are always taken in name/ID order, so a pass is deterministic.
 //! * `MachineOf=` followers move with their peer in the same pass, whatever their names.
+//! * At-most-once units (`AtMostOnce=true`) of a machine that went away keep their target while the input says
+//!   the engine is still waiting the margin out for that machine (`ScheduleInput::with_waiting`), and afterwards
+//!   for as long as no present machine is able to run them; then they move.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -191,6 +194,14 @@ impl Pass<'_> {
                 continue;
             }
             let Some(m) = snapshot.machine_idx(target) else {
+                if spec.constraints.at_most_once
+                    && (snapshot.at_most_once_waits_for(target)
+                        || !(0..snapshot.machines.len()).any(|m| !matches!(self.view.fit(u, m), Fit::Rejected(_))))
+                {
+                    // The lost machine may still be stopping it, or no machine could take it: it stays scheduled
+                    // there, shown in doubt, and resumes there if the machine comes back first (docs/at-most-once.md).
+                    continue;
+                }
                 self.push_unschedule(u, target, UnscheduleReason::MachineWentAway { machine: target.clone() });
                 self.pending.insert(u);
                 continue;

@@ -4,7 +4,7 @@
 //! Units are kept in name order and machines in ID order: both orders are part of the scheduling contract
 //! (deterministic passes, machine-ID tie-break).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use super::constraints::{Constraints, PatternSet};
 use crate::model::{JobState, MachineState};
@@ -64,6 +64,9 @@ pub struct ScheduleInput {
     pub(crate) machines: Vec<MachineState>,
     machine_index: HashMap<String, usize>,
     short_id_index: HashMap<String, Vec<usize>>,
+    /// Absent machines whose at-most-once units must keep their target for now: the engine has not yet waited
+    /// the margin out since it saw them go (`crate::at_most_once::Absences`).
+    pub(crate) waiting: BTreeSet<String>,
 }
 
 impl ScheduleInput {
@@ -94,7 +97,18 @@ impl ScheduleInput {
         for (i, m) in machines.iter().enumerate() {
             short_id_index.entry(m.short_id().to_string()).or_default().push(i);
         }
-        Ok(ScheduleInput { units, unit_index, machines, machine_index, short_id_index })
+        Ok(ScheduleInput { units, unit_index, machines, machine_index, short_id_index, waiting: BTreeSet::new() })
+    }
+
+    /// The same input, with `machines` (absent) holding on to their at-most-once units for now.
+    pub fn with_waiting(mut self, machines: BTreeSet<String>) -> ScheduleInput {
+        self.waiting = machines;
+        self
+    }
+
+    /// Whether an at-most-once unit scheduled to absent `machine` keeps its target for now.
+    pub fn at_most_once_waits_for(&self, machine: &str) -> bool {
+        self.waiting.contains(machine)
     }
 
     /// Units in name order.

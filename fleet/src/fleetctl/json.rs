@@ -106,6 +106,9 @@ pub struct UnitStateDoc {
     /// with `--no-restart`.
     #[serde(rename = "runningHash")]
     pub running_hash: String,
+    /// `in-doubt` for a unit scheduled to a machine whose presence is gone (its state unknown), else `present`.
+    #[serde(rename = "machinePresence")]
+    pub machine_presence: String,
 }
 
 fn ip_of(machine_id: &str, machines: &[Machine]) -> String {
@@ -125,6 +128,11 @@ pub fn unit_state_list(states: &[UnitState], machines: &[Machine]) -> UnitStateL
                 sub: s.systemd_sub_state.clone(),
                 hash: s.hash.clone(),
                 running_hash: s.running_hash.clone(),
+                machine_presence: if s.machine_presence.is_empty() {
+                    "present".into()
+                } else {
+                    s.machine_presence.clone()
+                },
             })
             .collect(),
     }

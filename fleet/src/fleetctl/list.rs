@@ -90,6 +90,8 @@ pub fn unit_state_cell(s: &UnitState, field: &str, machines: &[Machine], full: b
         "running-hash" if s.running_hash.is_empty() => "-".into(),
         "running-hash" if full => s.running_hash.clone(),
         "running-hash" => s.running_hash.chars().take(7).collect(),
+        "presence" if s.machine_presence.is_empty() => "present".into(),
+        "presence" => s.machine_presence.clone(),
         _ => String::new(),
     }
 }
@@ -337,6 +339,7 @@ mod tests {
             systemd_active_state: "active".into(),
             systemd_load_state: "loaded".into(),
             systemd_sub_state: "running".into(),
+            machine_presence: String::new(),
             running_hash: running.into(),
         };
         let new = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
@@ -386,6 +389,7 @@ stopped.service	bbbbbbb	-
             systemd_active_state: "active".into(),
             systemd_load_state: "loaded".into(),
             systemd_sub_state: "running".into(),
+            machine_presence: String::new(),
             running_hash: String::new(),
         });
         let o = run(&c, &["list-units", "--no-legend", "--fields=unit,machine,hash"]);

@@ -511,6 +511,7 @@ mod tests {
             systemd_active_state: "active".into(),
             systemd_load_state: "loaded".into(),
             systemd_sub_state: "running".into(),
+            machine_presence: String::new(),
             running_hash: String::new(),
         });
         let o = run(&c, &["start", "--block-attempts=1", "global.service"]);

@@ -359,6 +359,7 @@ mod tests {
             systemd_active_state: active.into(),
             systemd_load_state: "loaded".into(),
             systemd_sub_state: String::new(),
+            machine_presence: String::new(),
             running_hash: String::new(),
         }
     }

@@ -30,6 +30,7 @@ pub fn start_engine(
             reconcile_interval: config.engine_reconcile_interval(),
             disable_engine: false,
         },
-    );
+    )
+    .with_agent_ttl(config.agent_ttl().unwrap_or(std::time::Duration::from_secs(30)));
     Some(engine.spawn(stop))
 }

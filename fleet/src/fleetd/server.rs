@@ -283,7 +283,13 @@ impl Daemon {
 
         let debug = self.agent.debug_handle();
         let ended = {
-            let agent_run = self.agent.run(registry.clone(), reflector.subscribe(), presence.id(), stop.child_token());
+            let agent_run = self.agent.run(
+                registry.clone(),
+                reflector.subscribe(),
+                presence.id(),
+                presence.alive_until(),
+                stop.child_token(),
+            );
             tokio::pin!(agent_run);
             loop {
                 tokio::select! {

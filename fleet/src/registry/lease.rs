@@ -34,6 +34,7 @@ pub struct LeaseKeeper {
     ttl: Duration,
     registry: Registry,
     status: watch::Receiver<LeaseStatus>,
+    alive_until: watch::Receiver<Option<Instant>>,
     task: JoinHandle<()>,
 }
 
@@ -43,11 +44,12 @@ impl LeaseKeeper {
     pub async fn grant(registry: &Registry, ttl: Duration) -> Result<LeaseKeeper> {
         let mut client = registry.client();
         let secs = ttl.as_secs_f64().ceil().max(1.0) as i64;
+        let sent = Instant::now();
         let resp =
             client.lease_grant(secs, None).await.map_err(RegistryError::etcd("lease grant", format!("ttl {secs}s")))?;
         let (id, ttl) = (resp.id(), Duration::from_secs(resp.ttl().max(1) as u64));
         tracing::debug!(lease = format_args!("{id:x}"), ttl = ?ttl, "lease granted");
-        Ok(LeaseKeeper::keep(registry, id, ttl, ttl))
+        Ok(LeaseKeeper::keep(registry, id, ttl, sent + ttl))
     }
 
     /// Takes over keeping lease `id` alive (granted earlier, e.g. by the fleetd process this one replaces) when
@@ -55,6 +57,7 @@ impl LeaseKeeper {
     /// (the caller grants a fresh one).
     pub async fn adopt(registry: &Registry, id: i64, ttl: Duration) -> Result<Option<LeaseKeeper>> {
         let mut client = registry.client();
+        let sent = Instant::now();
         let resp = client
             .lease_time_to_live(id, None)
             .await
@@ -67,14 +70,17 @@ impl LeaseKeeper {
         }
         let granted = Duration::from_secs(granted as u64);
         tracing::debug!(lease = format_args!("{id:x}"), remaining, "lease adopted");
-        Ok(Some(LeaseKeeper::keep(registry, id, granted, Duration::from_secs(remaining as u64))))
+        // etcd reports whole seconds; one less is a bound that holds however it rounds.
+        let alive_until = sent + Duration::from_secs(remaining as u64).saturating_sub(Duration::from_secs(1));
+        Ok(Some(LeaseKeeper::keep(registry, id, granted, alive_until)))
     }
 
-    /// Starts keeping lease `id` (TTL `ttl`, known alive for `alive_for`) alive.
-    fn keep(registry: &Registry, id: i64, ttl: Duration, alive_for: Duration) -> LeaseKeeper {
+    /// Starts keeping lease `id` (TTL `ttl`, known alive until `alive_until`) alive.
+    fn keep(registry: &Registry, id: i64, ttl: Duration, alive_until: Instant) -> LeaseKeeper {
         let (tx, status) = watch::channel(LeaseStatus::Alive);
-        let task = tokio::spawn(keep_alive(registry.client(), id, ttl, alive_for, tx));
-        LeaseKeeper { id, ttl, registry: registry.clone(), status, task }
+        let (until_tx, until) = watch::channel(Some(alive_until));
+        let task = tokio::spawn(keep_alive(registry.client(), id, ttl, alive_until, tx, until_tx));
+        LeaseKeeper { id, ttl, registry: registry.clone(), status, alive_until: until, task }
     }
 
     /// The lease ID, to bind keys to.
@@ -90,6 +96,13 @@ impl LeaseKeeper {
     /// Change notifications of the lease's status.
     pub fn status(&self) -> watch::Receiver<LeaseStatus> {
         self.status.clone()
+    }
+
+    /// Until when etcd holds the lease at the least, by this process's monotonic clock: the send time of the last
+    /// renewal (or grant) etcd answered, plus the TTL it answered — etcd counts from when it received the request,
+    /// which is later. `None` once the lease is lost. The at-most-once fence of the agent follows this.
+    pub fn alive_until(&self) -> watch::Receiver<Option<Instant>> {
+        self.alive_until.clone()
     }
 
     pub fn is_alive(&self) -> bool {
@@ -127,12 +140,19 @@ impl Drop for LeaseKeeper {
     }
 }
 
-async fn keep_alive(mut client: Client, id: i64, ttl: Duration, alive_for: Duration, tx: watch::Sender<LeaseStatus>) {
+async fn keep_alive(
+    mut client: Client,
+    id: i64,
+    ttl: Duration,
+    alive_until: Instant,
+    tx: watch::Sender<LeaseStatus>,
+    until_tx: watch::Sender<Option<Instant>>,
+) {
     let period = (ttl / 3).max(Duration::from_millis(100));
     // After a failure, retry sooner than a full period so a short etcd hiccup does not eat the TTL.
     let retry = (period / 4).max(Duration::from_millis(50));
     // Until when the lease is known to be alive: the last successful renewal's send time plus the TTL it returned.
-    let mut alive_until = Instant::now() + alive_for;
+    let mut alive_until = alive_until;
     let mut stream = None;
     loop {
         let sent = Instant::now();
@@ -140,10 +160,12 @@ async fn keep_alive(mut client: Client, id: i64, ttl: Duration, alive_for: Durat
         match outcome {
             Ok(granted) if granted > 0 => {
                 alive_until = sent + Duration::from_secs(granted as u64);
+                until_tx.send_replace(Some(alive_until));
                 sleep(period.saturating_sub(sent.elapsed())).await;
                 continue;
             }
             Ok(_) => {
+                until_tx.send_replace(None);
                 lose(&tx, id, "expired or revoked (etcd answered TTL 0)".into());
                 return;
             }
@@ -151,6 +173,7 @@ async fn keep_alive(mut client: Client, id: i64, ttl: Duration, alive_for: Durat
                 tracing::debug!(lease = format_args!("{id:x}"), error = %e, "lease keep-alive failed");
                 stream = None;
                 if Instant::now() >= alive_until {
+                    until_tx.send_replace(None);
                     lose(&tx, id, format!("not renewed within its TTL of {ttl:?}: {e}"));
                     return;
                 }

@@ -54,19 +54,24 @@ pub enum PlacementWrite<'a> {
     Schedule { unit: &'a str, machine: &'a str },
     /// Clear the unit's target if it is still `machine`.
     Unschedule { unit: &'a str, machine: &'a str },
+    /// Clear the unit's target if it is still `machine` and `machine` is still absent (no presence key): an
+    /// at-most-once unit leaves a lost machine only while that machine has not come back.
+    UnscheduleFromAbsent { unit: &'a str, machine: &'a str },
 }
 
 impl PlacementWrite<'_> {
     pub fn unit(&self) -> &str {
         match self {
-            PlacementWrite::Schedule { unit, .. } | PlacementWrite::Unschedule { unit, .. } => unit,
+            PlacementWrite::Schedule { unit, .. }
+            | PlacementWrite::Unschedule { unit, .. }
+            | PlacementWrite::UnscheduleFromAbsent { unit, .. } => unit,
         }
     }
 
     fn op_name(&self) -> &'static str {
         match self {
             PlacementWrite::Schedule { .. } => "schedule",
-            PlacementWrite::Unschedule { .. } => "unschedule",
+            PlacementWrite::Unschedule { .. } | PlacementWrite::UnscheduleFromAbsent { .. } => "unschedule",
         }
     }
 }
@@ -317,6 +322,16 @@ impl Registry {
                 check_component(Component::UnitName, unit)?;
                 let target = self.keys.unit_target(unit);
                 let compares = vec![Compare::value(target.as_str(), CompareOp::Equal, machine)];
+                Ok((compares, TxnOp::delete(target.as_str(), None)))
+            }
+            PlacementWrite::UnscheduleFromAbsent { unit, machine } => {
+                check_component(Component::UnitName, unit)?;
+                check_component(Component::MachineId, machine)?;
+                let target = self.keys.unit_target(unit);
+                let compares = vec![
+                    Compare::value(target.as_str(), CompareOp::Equal, machine),
+                    Compare::version(self.keys.machine_object(machine), CompareOp::Equal, 0),
+                ];
                 Ok((compares, TxnOp::delete(target.as_str(), None)))
             }
         }

@@ -103,6 +103,25 @@ impl Snapshot {
             .flat_map(|(unit, per_machine)| per_machine.iter().map(move |(m, r)| r.clone().into_state(unit, m)))
     }
 
+    /// One state per unit scheduled to a machine whose presence is gone (the engine has not moved it yet: an
+    /// at-most-once unit while the engine waits the margin out, or any unit no machine can take), by unit name:
+    /// load and active state [`crate::model::UNKNOWN_STATE`], sub state [`crate::model::IN_DOUBT`], the unit's
+    /// current hash. Its own states vanished with the machine's lease.
+    pub fn unit_states_in_doubt(&self) -> impl Iterator<Item = UnitState> + '_ {
+        self.units().filter_map(|u| {
+            let target = u.target.filter(|t| !t.is_empty() && self.machine(t).is_none())?;
+            Some(UnitState {
+                name: u.name.to_string(),
+                machine_id: target.to_string(),
+                hash: u.hash.to_string(),
+                load_state: crate::model::UNKNOWN_STATE.into(),
+                active_state: crate::model::UNKNOWN_STATE.into(),
+                sub_state: crate::model::IN_DOUBT.into(),
+                restarts: None,
+            })
+        })
+    }
+
     /// States of one unit, by machine ID.
     pub fn unit_states_of<'a>(&'a self, unit: &'a str) -> impl Iterator<Item = UnitState> + 'a {
         self.state_records()
@@ -208,6 +227,27 @@ mod tests {
         assert_eq!((b.hash, b.previous_hash, b.desired, b.target), (H2, Some(H1), JobState::Loaded, None));
         assert_eq!(s.unit("a.service").unwrap().desired, JobState::Inactive, "missing desired reads inactive");
         assert!(s.unit("c.service").is_none(), "missing body hides the unit");
+    }
+
+    #[test]
+    fn units_of_an_absent_machine_are_in_doubt() {
+        let target = |u: &str| Key::UnitTarget { unit: u.into() };
+        let s = Build::new()
+            .put(Key::MachineObject { machine: "m1".into() }, r#"{"id":"m1"}"#)
+            .unit("here.service", H1, None, "launched")
+            .put(target("here.service"), "m1")
+            .unit("gone.service", H2, None, "launched")
+            .put(target("gone.service"), "m2")
+            .unit("idle.service", H1, None, "launched")
+            .done();
+        let doubt: Vec<UnitState> = s.unit_states_in_doubt().collect();
+        assert_eq!(doubt.len(), 1, "{doubt:?}");
+        let d = &doubt[0];
+        assert_eq!((d.name.as_str(), d.machine_id.as_str(), d.hash.as_str()), ("gone.service", "m2", H2));
+        assert_eq!(
+            (d.load_state.as_str(), d.active_state.as_str(), d.sub_state.as_str()),
+            ("unknown", "unknown", "in-doubt")
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::name::expand_specifiers;
 use super::parse::ParseError;
 
 /// Every `[X-Fleet]` key fleet understands; anything else draws a warning from fleetctl.
-pub const RECOGNIZED_KEYS: [&str; 11] = [
+pub const RECOGNIZED_KEYS: [&str; 12] = [
     "MachineID",
     "X-ConditionMachineID",
     "X-ConditionMachineBootID",
@@ -23,7 +23,13 @@ pub const RECOGNIZED_KEYS: [&str; 11] = [
     "MachineMetadata",
     "Global",
     "Replaces",
+    AT_MOST_ONCE_KEY,
 ];
+
+/// `AtMostOnce=true`: the unit must never run on two machines at once (issue 14 item 2; docs/at-most-once.md).
+/// Unlike `Global=`, its value is checked at submit: anything but a boolean is refused, so a typo cannot silently
+/// leave a unit at-least-once.
+pub const AT_MOST_ONCE_KEY: &str = "AtMostOnce";
 
 /// Keys for the required machine, in order of precedence.
 const MACHINE_ID_KEYS: [&str; 3] = ["MachineID", "X-ConditionMachineID", "X-ConditionMachineBootID"];
@@ -49,6 +55,9 @@ pub struct Requirements {
     pub global: bool,
     /// Glob patterns of `Replaces` (not split).
     pub replaces: Vec<String>,
+    /// The last `AtMostOnce` value is true (`true`, `yes`, `1`, `on`, any case): never run on two machines at
+    /// once. Values other than a boolean are refused at submit ([`validate_options`]).
+    pub at_most_once: bool,
 }
 
 impl Requirements {
@@ -80,7 +89,8 @@ impl Requirements {
             .collect();
         let global = values("Global").last().is_some_and(|v| is_truthy(v));
         let replaces = values("Replaces");
-        Requirements { machine_id, machine_of, machine_metadata, conflicts, global, replaces }
+        let at_most_once = values(AT_MOST_ONCE_KEY).last().is_some_and(|v| parse_bool(v) == Some(true));
+        Requirements { machine_id, machine_of, machine_metadata, conflicts, global, replaces, at_most_once }
     }
 
     /// Whether a machine with this ID may run the unit: its full ID or its 8-character short ID equals the
@@ -103,6 +113,15 @@ impl Requirements {
 /// `isTruthyValue`.
 fn is_truthy(value: &str) -> bool {
     matches!(value.to_lowercase().as_str(), "true" | "yes" | "1" | "on" | "t")
+}
+
+/// A strict boolean as systemd spells them (any case); `None` for anything else.
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.to_lowercase().as_str() {
+        "true" | "yes" | "1" | "on" => Some(true),
+        "false" | "no" | "0" | "off" => Some(false),
+        _ => None,
+    }
 }
 
 /// `[X-Fleet]` keys fleet does not know, in order of first appearance (fleetctl warns
@@ -135,6 +154,10 @@ pub enum OptionsError {
     GlobalWithReplaces,
     #[error("Conflicts cannot be used with Replaces")]
     ConflictsWithReplaces,
+    #[error("AtMostOnce must be true or false (also yes/no, on/off, 1/0), found {value:?}")]
+    AtMostOnceNotBoolean { value: String },
+    #[error("AtMostOnce cannot be used with Global: a global unit runs on every machine")]
+    AtMostOnceWithGlobal,
 }
 
 /// `api.ValidateOptions` (spec §5.1): the canonical text must parse again, no peer may match a conflict or
@@ -142,6 +165,9 @@ pub enum OptionsError {
 /// expansion). Where the original iterates Go sets (random order), this reports the first pair in file order.
 pub fn validate_options(unit: &UnitFile) -> Result<(), OptionsError> {
     UnitFile::parse(&unit.canonical())?;
+    if let Some(value) = unit.values(XFLEET_SECTION, AT_MOST_ONCE_KEY).into_iter().find(|v| parse_bool(v).is_none()) {
+        return Err(OptionsError::AtMostOnceNotBoolean { value: value.to_string() });
+    }
     let reqs = Requirements::of(unit, "");
     for peer in &reqs.machine_of {
         if let Some(conflict) = reqs.conflicts.iter().find(|c| glob_match(c, peer)) {
@@ -164,6 +190,7 @@ pub fn validate_options(unit: &UnitFile) -> Result<(), OptionsError> {
         (global && peers, OptionsError::GlobalWithPeers),
         (global && replaces, OptionsError::GlobalWithReplaces),
         (conflicts && replaces, OptionsError::ConflictsWithReplaces),
+        (global && reqs.at_most_once, OptionsError::AtMostOnceWithGlobal),
     ];
     match forbidden.into_iter().find(|(applies, _)| *applies) {
         Some((_, error)) => Err(error),
@@ -389,6 +416,38 @@ mod tests {
             let got = validate_options(&unit(xfleet)).err().map(|e| e.to_string());
             assert_eq!(got.as_deref(), *want, "{xfleet:?}");
         }
+    }
+
+    #[test]
+    fn at_most_once_is_a_strict_boolean() {
+        for (text, want) in [
+            ("AtMostOnce=true\n", true),
+            ("AtMostOnce=YES\n", true),
+            ("AtMostOnce=1\n", true),
+            ("AtMostOnce=on\n", true),
+            ("AtMostOnce=false\n", false),
+            ("AtMostOnce=true\nAtMostOnce=no\n", false),
+            ("AtMostOnce=off\nAtMostOnce=true\n", true),
+            ("", false),
+            ("atmostonce=true\n", false),
+        ] {
+            assert_eq!(reqs(text, "a.service").at_most_once, want, "{text:?}");
+            assert_eq!(validate_options(&unit(text)), Ok(()), "{text:?}");
+        }
+        for bad in ["maybe", "t", "y", ""] {
+            let got = validate_options(&unit(&format!("AtMostOnce={bad}\n"))).unwrap_err().to_string();
+            assert_eq!(
+                got,
+                format!("AtMostOnce must be true or false (also yes/no, on/off, 1/0), found {bad:?}"),
+                "AtMostOnce={bad}"
+            );
+        }
+        assert_eq!(
+            validate_options(&unit("Global=true\nAtMostOnce=true\n")).unwrap_err().to_string(),
+            "AtMostOnce cannot be used with Global: a global unit runs on every machine"
+        );
+        assert_eq!(validate_options(&unit("Global=true\nAtMostOnce=false\n")), Ok(()));
+        assert_eq!(validate_options(&unit("MachineID=abc\nAtMostOnce=true\n")), Ok(()));
     }
 
     #[test]

@@ -568,6 +568,27 @@ async fn placements_in_one_transaction_are_all_or_nothing() {
     assert!(matches!(err, RegistryError::TooManyOps { .. }), "{err}");
 }
 
+/// An at-most-once unit leaves a lost machine only while that machine is still absent: once it registered again
+/// (its agent may run the unit again), the engine's unschedule is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unscheduling_from_an_absent_machine_fails_once_it_is_back() {
+    use fleet::registry::PlacementWrite;
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/absent").await;
+    let refl = connected(&reg).await;
+    let v = version("[Service]\nExecStart=/bin/true\n\n[X-Fleet]\nAtMostOnce=true\n");
+    reg.create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
+    assert!(reg.schedule("a.service", "m1").await.unwrap());
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+    reg.register_machine(&machine("m1"), lease.id()).await.unwrap();
+    let away = [PlacementWrite::UnscheduleFromAbsent { unit: "a.service", machine: "m1" }];
+    assert_eq!(reg.placements_at(&away, None).await.unwrap(), None, "m1 is present: the unit stays");
+    lease.revoke().await.unwrap();
+    let rev = reg.placements_at(&away, None).await.unwrap().expect("m1 is gone: the unit leaves it");
+    let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
+    assert_eq!(snap.unit("a.service").and_then(|u| u.target), None);
+}
+
 /// Agents write states and launched markers of many units in one transaction each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_state_and_marker_writes() {

@@ -108,6 +108,7 @@ impl Stored {
             systemd_active_state: active.to_string(),
             systemd_load_state: "loaded".to_string(),
             systemd_sub_state: sub.to_string(),
+            machine_presence: String::new(),
             running_hash: if active == "active" { self.hash.clone() } else { String::new() },
         })
     }

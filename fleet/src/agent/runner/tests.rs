@@ -284,3 +284,34 @@ async fn a_reload_left_pending_is_done_before_the_next_starts() {
     assert_eq!(tasks(&done), ["ReloadUnitFiles -", "StartUnit b.service"]);
     assert_eq!(s.fake.calls(), ["reload ", "start b.service"]);
 }
+
+const AT_MOST_ONCE: &str = "[Service]\nExecStart=/bin/sleep 100\n\n[X-Fleet]\nAtMostOnce=true\n";
+
+#[tokio::test]
+async fn in_doubt_at_most_once_units_are_stopped_and_not_started_and_resume_after() {
+    let mut s = setup();
+    let snap = Arc::new(
+        Snap::new()
+            .machine(ME)
+            .unit("amo.service", AT_MOST_ONCE, "launched", Some(ME))
+            .unit("plain.service", V1, "launched", Some(ME))
+            .done(),
+    );
+    let latest = move || Arc::clone(&snap);
+    // In doubt from the start: the at-most-once unit is loaded, never started; the plain unit starts.
+    let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| true).await.unwrap();
+    assert!(!tasks(&done).contains(&"StartUnit amo.service".to_string()), "{:?}", tasks(&done));
+    assert!(tasks(&done).contains(&"StartUnit plain.service".to_string()), "{:?}", tasks(&done));
+    // The doubt ends: it starts.
+    let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false).await.unwrap();
+    assert_eq!(tasks(&done), ["StartUnit amo.service"]);
+    // Doubt again: the plan stops it (the fence loop stops it too, on its own); the plain unit keeps running.
+    let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| true).await.unwrap();
+    assert_eq!(tasks(&done), ["StopUnit amo.service"]);
+    assert!(done.markers.contains(&Marker::NotLaunched("amo.service".into())), "{:?}", done.markers);
+    // Stopped by the fence while the executor believed it launched: once told, the next plan starts it again.
+    reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false).await.unwrap();
+    s.exec.note_stopped(&["amo.service".to_string()].into());
+    let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false).await.unwrap();
+    assert_eq!(tasks(&done), ["StartUnit amo.service"]);
+}

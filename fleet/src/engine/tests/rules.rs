@@ -550,3 +550,38 @@ fn explain_lists_every_machine_with_its_verdict() {
     );
     assert_eq!(explain(&snapshot, "nope.service"), Err(ExplainError::UnknownUnit("nope.service".into())));
 }
+
+#[test]
+fn at_most_once_units_of_a_lost_machine_wait_while_the_engine_waits_the_margin_out() {
+    let amo = |name: &str| launched(name).on("gone").with(Constraints { at_most_once: true, ..Constraints::default() });
+    let units = || vec![amo("amo.service"), launched("plain.service").on("gone")];
+    let waiting = ScheduleInput::new(units(), ms(&["a", "b"])).unwrap().with_waiting(["gone".to_string()].into());
+    assert_eq!(
+        brief(&plan(&waiting)),
+        ["-plain.service@gone", "+plain.service@a"],
+        "while the engine waits, only the plain unit moves"
+    );
+    let over = ScheduleInput::new(units(), ms(&["a", "b"])).unwrap();
+    assert_eq!(
+        brief(&plan(&over)),
+        ["-amo.service@gone", "-plain.service@gone", "+amo.service@a", "+plain.service@b"],
+        "once the wait is over, the at-most-once unit moves too"
+    );
+    // No machine able to take it: it keeps its target (in doubt) instead of becoming unscheduled.
+    let nowhere = ScheduleInput::new(
+        vec![amo("amo.service").with(Constraints {
+            at_most_once: true,
+            machine_id: Some("gone".into()),
+            ..Constraints::default()
+        })],
+        ms(&["a"]),
+    )
+    .unwrap();
+    assert!(plan(&nowhere).is_empty(), "{:?}", brief(&plan(&nowhere)));
+    // Waiting for another machine holds nothing here.
+    let other = ScheduleInput::new(units(), ms(&["a"])).unwrap().with_waiting(["elsewhere".to_string()].into());
+    assert_eq!(
+        brief(&plan(&other)),
+        ["-amo.service@gone", "-plain.service@gone", "+amo.service@a", "+plain.service@a"]
+    );
+}

@@ -51,7 +51,7 @@ fn list_units_json_gives_every_state_field_with_full_hashes() {
     assert_eq!(
         doc,
         json!({"states": [{
-            "name": "hello.service", "machineID": M1, "machineIP": "172.17.0.2",
+            "name": "hello.service", "machineID": M1, "machineIP": "172.17.0.2", "machinePresence": "present",
             "systemdLoadState": "loaded", "systemdActiveState": "active", "systemdSubState": "running",
             "hash": hash, "runningHash": doc["states"][0]["runningHash"],
         }]})
