@@ -8,12 +8,22 @@
 use crate::registry::{LeaderFence, Registry, RegistryError, Snapshot, SnapshotCluster};
 use crate::rollout;
 
-/// Advances every rollout of `view` that is not final and stores what changed. Returns when to look again (Unix
-/// ms), if a rollout waits for a time rather than for the cluster.
-pub async fn drive(registry: &Registry, view: &Snapshot, fence: &LeaderFence) -> Option<u64> {
+/// What one [`drive`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Driven {
+    /// When to look again (Unix ms), if a rollout waits for a time rather than for the cluster.
+    pub wake_at_ms: Option<u64>,
+    /// The registry revision of the last progress this drive stored, if any: a view older than it would decide
+    /// again what was just decided (and fail its compare-and-swap).
+    pub written_revision: Option<i64>,
+}
+
+/// Advances every rollout of `view` that is not final and stores what changed.
+pub async fn drive(registry: &Registry, view: &Snapshot, fence: &LeaderFence) -> Driven {
     let now = crate::model::now_ms();
     let cluster = SnapshotCluster(view);
     let mut wake: Option<u64> = None;
+    let mut written_revision: Option<i64> = None;
     for (id, record) in view.rollout_records() {
         let Some(current) = record.rollout() else { continue };
         if current.state().is_final() {
@@ -28,7 +38,8 @@ pub async fn drive(registry: &Registry, view: &Snapshot, fence: &LeaderFence) ->
         }
         let progress = &advanced.progress;
         match registry.write_rollout_progress(view, id, progress, fence, &advanced.roll_back).await {
-            Ok(true) => {
+            Ok(Some(revision)) => {
+                written_revision = Some(written_revision.map_or(revision, |r| r.max(revision)));
                 let counts = rollout::phase_counts(progress);
                 tracing::info!(rollout = %id, state = %progress.state, reason = %progress.reason, steps = ?counts,
                     "rollout progressed");
@@ -36,10 +47,10 @@ pub async fn drive(registry: &Registry, view: &Snapshot, fence: &LeaderFence) ->
                     tracing::warn!(rollout = %id, units = advanced.roll_back.len(), "rollout rolled back");
                 }
             }
-            Ok(false) => tracing::debug!(rollout = %id, "rollout progress changed meanwhile"),
+            Ok(None) => tracing::debug!(rollout = %id, "rollout progress changed meanwhile"),
             Err(e @ RegistryError::NotLeader { .. }) => {
                 tracing::info!(rollout = %id, error = %e, "not storing rollout progress: leadership moved");
-                return None;
+                return Driven { wake_at_ms: None, written_revision };
             }
             Err(e) => {
                 tracing::warn!(rollout = %id, error = %e, "cannot store rollout progress; retrying on the next change")
@@ -47,7 +58,12 @@ pub async fn drive(registry: &Registry, view: &Snapshot, fence: &LeaderFence) ->
         }
     }
     collect_finished(registry, view, fence).await;
-    wake
+    Driven { wake_at_ms: wake, written_revision }
+}
+
+/// Whether `view` shows a rollout that is not final (one [`drive`] may advance).
+pub fn any_running(view: &Snapshot) -> bool {
+    view.rollout_records().values().any(|r| r.rollout().is_some_and(|r| !r.state().is_final()))
 }
 
 /// Deletes the finished rollouts beyond the last [`rollout::KEEP_FINISHED_PER_UNIT`] of every unit. A failure is

@@ -26,7 +26,10 @@
 //!   followed by a wait until the view shows the pass's own writes.
 //! * **Rollouts**: while leading, every tick (unit-state changes included, which skip the scheduling pass) drives
 //!   the rollouts that are not final (`rollouts::drive`); a rollout waiting for a time (min-healthy, a health
-//!   timeout) sets a timer that wakes the loop then.
+//!   timeout) sets a timer that wakes the loop then. A view change is offered to running rollouts at once, before
+//!   the quiet window that batches scheduling passes: a step seen healthy releases the next one without waiting
+//!   for the burst to settle. A drive skips views older than its own last progress write (they would decide the
+//!   same step again and lose the compare-and-swap).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -126,6 +129,7 @@ impl Engine {
             last_leader: None,
             last_pass_view: None,
             rollout_wake_ms: None,
+            rollouts_written: None,
         };
         tracing::info!(machine = %runner.config.machine_id, interval = ?runner.config.reconcile_interval,
             lease_ttl = ?ttl, "engine started");
@@ -166,6 +170,8 @@ struct Runner {
     last_pass_view: Option<Arc<registry::Snapshot>>,
     /// When a rollout waits for a time (Unix ms), not for the cluster.
     rollout_wake_ms: Option<u64>,
+    /// The revision of the last rollout progress this engine stored, until the view shows it.
+    rollouts_written: Option<i64>,
 }
 
 impl Runner {
@@ -195,7 +201,10 @@ impl Runner {
                     tracing::warn!(machine = %self.config.machine_id, "Engine leadership lost, renewal failed: {reason}");
                     self.step_down();
                 }
-                Wake::Changed => self.settle().await,
+                Wake::Changed => {
+                    self.drive_rollouts_at_once().await;
+                    self.settle().await;
+                }
                 Wake::Resync | Wake::RolloutTimer => {}
             }
             self.tick(cancel, forced).await;
@@ -431,14 +440,34 @@ impl Runner {
     /// Advances the rollouts on the newest view (the pass before may have waited for its own writes).
     async fn drive_rollouts(&mut self) {
         let view = self.view.borrow().clone();
+        if self.rollouts_written.is_some_and(|written| view.revision() < written) {
+            // The view does not show this engine's last progress yet; its arrival wakes the loop again.
+            return;
+        }
+        self.rollouts_written = None;
         let lease = self.lease.as_ref().map(LeaseKeeper::id);
-        self.rollout_wake_ms = match lease {
+        let driven = match lease {
             Some(lease) if !view.rollout_records().is_empty() => {
                 let fence = registry::LeaderFence { machine: self.config.machine_id.clone(), lease };
                 rollouts::drive(&self.registry, &view, &fence).await
             }
-            _ => None,
+            _ => rollouts::Driven::default(),
         };
+        self.rollout_wake_ms = driven.wake_at_ms;
+        self.rollouts_written = driven.written_revision;
+    }
+
+    /// On a view change while leading, drives running rollouts before the scheduling pass's quiet window: the
+    /// change is most often an agent's state showing a step healthy, and the next step is released now.
+    async fn drive_rollouts_at_once(&mut self) {
+        if !self.leading {
+            return;
+        }
+        let view = self.view.borrow().clone();
+        let ours = self.lease.as_ref().is_some_and(|l| view_shows_lease(&view, l.id()));
+        if view.is_connected() && ours && rollouts::any_running(&view) {
+            self.drive_rollouts().await;
+        }
     }
 
     /// Stops leading (keeps a live lease for the next campaign; drops a lost one).

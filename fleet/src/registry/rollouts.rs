@@ -93,8 +93,9 @@ impl Registry {
 
     /// Engine leader: stores a rollout's progress if it is still at the revision `view` shows (absent there: still
     /// absent), with the rollback's unit objects (`hash` back to `from`, history continued from `view`) in the same
-    /// transaction, fenced to `fence` (leader key and lease). `false` when the progress or a unit changed since
-    /// `view` (another writer): nothing was written; [`RegistryError::NotLeader`] when `fence` no longer leads.
+    /// transaction, fenced to `fence` (leader key and lease). `Some(revision)` of the write; `None` when the
+    /// progress or a unit changed since `view` (another writer): nothing was written; [`RegistryError::NotLeader`]
+    /// when `fence` no longer leads.
     pub async fn write_rollout_progress(
         &self,
         view: &Snapshot,
@@ -102,7 +103,7 @@ impl Registry {
         progress: &RolloutProgress,
         fence: &LeaderFence,
         roll_back: &[RolloutUnit],
-    ) -> Result<bool> {
+    ) -> Result<Option<i64>> {
         check_component(Component::RolloutId, id)?;
         let k = &self.keys;
         let revision = view.rollout_records().get(id).map_or(0, |r| r.progress_revision);
@@ -129,7 +130,7 @@ impl Registry {
             ops.push(TxnOp::put(k.unit_object(&unit.name), encode_json(&object), None));
         }
         let written = self.fenced_txn("write rollout progress", &key, Some(fence), compares, ops).await?;
-        Ok(written.is_some())
+        Ok(written.map(|resp| resp.header().map_or(0, |h| h.revision())))
     }
 
     /// Engine leader: deletes the finished rollouts `ids` (every key of each), in transactions fenced to `fence`
