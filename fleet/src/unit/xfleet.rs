@@ -11,7 +11,7 @@ use super::name::expand_specifiers;
 use super::parse::ParseError;
 
 /// Every `[X-Fleet]` key fleet understands; anything else draws a warning from fleetctl.
-pub const RECOGNIZED_KEYS: [&str; 11] = [
+pub const RECOGNIZED_KEYS: [&str; 12] = [
     "MachineID",
     "X-ConditionMachineID",
     "X-ConditionMachineBootID",
@@ -23,6 +23,7 @@ pub const RECOGNIZED_KEYS: [&str; 11] = [
     "MachineMetadata",
     "Global",
     "Replaces",
+    "Rebalance",
 ];
 
 /// Keys for the required machine, in order of precedence.
@@ -49,6 +50,9 @@ pub struct Requirements {
     pub global: bool,
     /// Glob patterns of `Replaces` (not split).
     pub replaces: Vec<String>,
+    /// The last `Rebalance` value is falsy (`false`, `no`, `0`, `off`, `f`, any case): rebalancing never moves the
+    /// unit (docs/rebalance.md). An extension of this implementation; the scheduler ignores it.
+    pub stays: bool,
 }
 
 impl Requirements {
@@ -80,7 +84,8 @@ impl Requirements {
             .collect();
         let global = values("Global").last().is_some_and(|v| is_truthy(v));
         let replaces = values("Replaces");
-        Requirements { machine_id, machine_of, machine_metadata, conflicts, global, replaces }
+        let stays = values("Rebalance").last().is_some_and(|v| is_falsy(v));
+        Requirements { machine_id, machine_of, machine_metadata, conflicts, global, replaces, stays }
     }
 
     /// Whether a machine with this ID may run the unit: its full ID or its 8-character short ID equals the
@@ -98,6 +103,11 @@ impl Requirements {
             .iter()
             .all(|(key, accepted)| metadata.get(key).is_some_and(|have| accepted.iter().any(|v| v == have)))
     }
+}
+
+/// The opposite of [`is_truthy`] for the values this implementation adds (`Rebalance=false`).
+fn is_falsy(value: &str) -> bool {
+    matches!(value.to_lowercase().as_str(), "false" | "no" | "0" | "off" | "f")
 }
 
 /// `isTruthyValue`.
@@ -327,6 +337,24 @@ mod tests {
         ] {
             assert_eq!(reqs(text, "g.service").global, want, "{text:?}");
         }
+    }
+
+    #[test]
+    fn rebalance_false_makes_a_unit_stay_last_value_wins() {
+        for (text, want) in [
+            ("Rebalance=false\n", true),
+            ("Rebalance=No\n", true),
+            ("Rebalance=0\n", true),
+            ("Rebalance=off\n", true),
+            ("Rebalance=true\n", false),
+            ("Rebalance=false\nRebalance=true\n", false),
+            ("Rebalance=maybe\n", false),
+            ("", false),
+        ] {
+            assert_eq!(reqs(text, "u.service").stays, want, "{text:?}");
+        }
+        let unit = UnitFile::parse("[X-Fleet]\nRebalance=false\n").unwrap();
+        assert!(unrecognized_xfleet_keys(&unit).is_empty(), "Rebalance is a known [X-Fleet] key");
     }
 
     #[test]
