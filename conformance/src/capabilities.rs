@@ -87,6 +87,8 @@ capabilities! {
         "fleetd serves its API over TLS with client certificates required and read/admin roles (fleet.conf api_tls_*), fleetctl speaks https:// with --ca-file/--cert-file/--key-file, and crafted names and bodies are refused",
     Rollout = "rollout":
         "start --replace --rolling and restart --rolling change a unit machine by machine, driven by the cluster (max-unavailable, min-healthy, pause/rollback), with rollout-status/-pause/-resume/-abort, history and rollback",
+    Rebalance = "rebalance":
+        "fleetctl rebalance (and fleet.conf engine_rebalance=true, on its own when a machine joins or returns) moves units towards an even spread, never a unit pinned by MachineID= or asking Rebalance=false, never running a unit on two machines at once",
 }
 
 impl Capability {

@@ -11,6 +11,7 @@ pub mod metadata;
 pub mod moves;
 pub mod node;
 pub mod plan;
+pub mod rebalance;
 pub mod replace;
 pub mod restart;
 pub mod rollout;
@@ -322,6 +323,7 @@ pub fn catalogue() -> Vec<Spec> {
     ]);
     all.extend(replace::specs());
     all.extend(moves::specs());
+    all.extend(rebalance::specs());
     all
 }
 
