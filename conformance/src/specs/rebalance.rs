@@ -69,7 +69,11 @@ fn counts(active: &BTreeMap<usize, Vec<String>>) -> Vec<usize> {
 }
 
 /// Waits until systemd runs every unit exactly once, `per_machine` of them in each machine (`None`: any spread).
-async fn wait_spread(ctx: &Ctx, what: &str, per_machine: Option<[usize; 3]>) -> Result<BTreeMap<usize, Vec<String>>, String> {
+async fn wait_spread(
+    ctx: &Ctx,
+    what: &str,
+    per_machine: Option<[usize; 3]>,
+) -> Result<BTreeMap<usize, Vec<String>>, String> {
     let total = all_units().len();
     ctx.wait_for_secs(120, what, || async move {
         match active(ctx).await {
@@ -167,9 +171,10 @@ async fn after_return(by_engine: bool) -> Outcome {
         check_after(&ctx, &after, &pinned_pid, stays_on, &stays_pid).await
     } else {
         let before = active(&ctx).await?;
-        ctx.ensure(counts(&before) == [6, 6, 0] || counts(&before) == [7, 5, 0] || counts(&before) == [5, 7, 0], || {
-            format!("without engine_rebalance the returned m3 must stay empty until asked; observed {before:?}")
-        })?;
+        ctx.ensure(
+            counts(&before) == [6, 6, 0] || counts(&before) == [7, 5, 0] || counts(&before) == [5, 7, 0],
+            || format!("without engine_rebalance the returned m3 must stay empty until asked; observed {before:?}"),
+        )?;
         let out = ctx.fleetctl(1, &["rebalance", "--max-unavailable=2"]).await?;
         ctx.ensure(out.success(), || format!("fleetctl rebalance failed: {}", out.describe()))?;
         // The command returns once every move is done: systemd shows the even spread now.
@@ -192,7 +197,9 @@ async fn check_after(
         format!("{PINNED} (MachineID=m1) must stay on m1; observed {after:?}")
     })?;
     let pid = ctx.main_pid(1, PINNED).await?;
-    ctx.ensure(pid == pinned_pid, || format!("{PINNED} was restarted by the rebalance: MainPID {pinned_pid} -> {pid}"))?;
+    ctx.ensure(pid == pinned_pid, || {
+        format!("{PINNED} was restarted by the rebalance: MainPID {pinned_pid} -> {pid}")
+    })?;
     let pid = ctx.main_pid(stays_on, STAYS).await?;
     ctx.ensure(pid == stays_pid, || {
         format!("{STAYS} (Rebalance=false) was moved or restarted: MainPID in m{stays_on} {stays_pid} -> {pid}")

@@ -152,6 +152,18 @@ pub fn check(input: &ScheduleInput, planned: &Move, busy: &BTreeSet<&str>) -> Re
     Ok(())
 }
 
+/// `input` with `planned` made: the unit's target is its destination.
+pub fn moved(input: &ScheduleInput, planned: &Move) -> ScheduleInput {
+    let units = input.units().cloned().map(|mut u| {
+        if u.name == planned.unit {
+            u.target = Some(planned.to.clone());
+        }
+        u
+    });
+    ScheduleInput::new(units, input.machines().iter().cloned())
+        .expect("the same units and machines, one target changed")
+}
+
 /// Units counted present per machine (machine-ID order), the loads a plan evens.
 pub fn loads(input: &ScheduleInput) -> Vec<(String, usize)> {
     let view = ClusterView::new(input);

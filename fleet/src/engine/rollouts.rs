@@ -132,7 +132,7 @@ fn checked_moves(
     if released.is_empty() {
         return released;
     }
-    let input = match catalog.snapshot(view) {
+    let mut input = match catalog.snapshot(view) {
         Ok(input) => input,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read the cluster to check rebalance moves; not releasing them");
@@ -144,7 +144,11 @@ fn checked_moves(
     let mut accepted = Vec::new();
     for m in released {
         match rebalance::check(&input, &m, &busy) {
-            Ok(()) => accepted.push(m),
+            Ok(()) => {
+                // The next move is checked on the cluster as this one leaves it.
+                input = rebalance::moved(&input, &m);
+                accepted.push(m);
+            }
             Err(why) => {
                 tracing::info!(unit = %m.unit, from = %m.from, to = %m.to, reason = %why, "rebalance move skipped");
                 if let Some(step) = progress.steps.iter_mut().find(|s| s.unit == m.unit && s.machine == m.to) {

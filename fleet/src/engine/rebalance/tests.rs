@@ -28,15 +28,9 @@ fn counts(input: &ScheduleInput) -> Vec<usize> {
     loads(input).into_iter().map(|(_, n)| n).collect()
 }
 
-/// `input` with `moves` applied (targets rewritten).
+/// `input` with `moves` applied (targets rewritten), one after the other.
 fn applied(input: &ScheduleInput, moves: &[Move]) -> ScheduleInput {
-    let units = input.units().cloned().map(|mut u| {
-        if let Some(m) = moves.iter().find(|m| m.unit == u.name) {
-            u.target = Some(m.to.clone());
-        }
-        u
-    });
-    ScheduleInput::new(units, input.machines().iter().cloned()).unwrap()
+    moves.iter().fold(input.clone(), |now, m| super::moved(&now, m))
 }
 
 #[test]
