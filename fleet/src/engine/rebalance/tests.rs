@@ -151,15 +151,17 @@ fn unit(i: usize) -> impl Strategy<Value = UnitSpec> {
         proptest::option::weighted(0.15, Just(())),
     )
         .prop_map(move |(desired, conflict, pin, peer, role, is_global, stay)| {
-            let mut c = Constraints::default();
-            c.conflicts = conflict.into_iter().map(str::to_string).collect();
-            c.machine_id = pin.map(|m| MACHINES[m].to_string());
-            c.machine_of = peer.filter(|&p| p != i).map(|p| NAMES[p].to_string()).into_iter().collect();
+            let mut c = Constraints {
+                conflicts: conflict.into_iter().map(str::to_string).collect(),
+                machine_id: pin.map(|m| MACHINES[m].to_string()),
+                machine_of: peer.filter(|&p| p != i).map(|p| NAMES[p].to_string()).into_iter().collect(),
+                global: is_global.is_some(),
+                stays: stay.is_some(),
+                ..Default::default()
+            };
             if let Some(role) = role {
                 c.machine_metadata.insert("role".into(), vec![role.to_string()]);
             }
-            c.global = is_global.is_some();
-            c.stays = stay.is_some();
             UnitSpec::new(NAMES[i], desired).with(c)
         })
 }
