@@ -129,7 +129,7 @@ fn ran_twice(log: &[(u128, String, String, usize)]) -> Vec<String> {
     twice
 }
 
-/// 12 units on 3 machines (4/4/4); machine 3's fleet stops (its units move: 6/6/0) and comes back; then a
+/// 12 units on 3 machines; machine 3's fleet stops (its units move: 6/6/0) and comes back; then a
 /// rebalance — asked for, or on its own — brings systemd back to 4/4/4 in every machine, without a unit running on
 /// two machines at once, the pinned units keeping their processes.
 async fn after_return(by_engine: bool) -> Outcome {
@@ -150,7 +150,9 @@ async fn after_return(by_engine: bool) -> Outcome {
     let mut args = vec!["start"];
     args.extend(paths.iter().map(String::as_str));
     ctx.fleetctl_ok(1, &args).await?;
-    wait_spread(&ctx, "12 units spread 4/4/4", Some([4, 4, 4])).await?;
+    // The first placement need not be even (the pinned unit goes to m1 whatever its load; with engine_rebalance a
+    // rebalance stored while the cluster formed may run meanwhile): what the spec proves starts once m3 leaves.
+    wait_spread(&ctx, "12 units running once each", None).await?;
 
     // Machine 3 leaves for good (its units go to m1 and m2), then returns empty.
     ctx.exec_ok(3, &["systemctl", "stop", "fleet.service"]).await?;
@@ -159,6 +161,7 @@ async fn after_return(by_engine: bool) -> Outcome {
     let stays_on = *left.iter().find(|(_, u)| u.iter().any(|u| u == STAYS)).map(|(s, _)| s).unwrap_or(&0);
     let pinned_pid = ctx.main_pid(1, PINNED).await?;
     let stays_pid = ctx.main_pid(stays_on, STAYS).await?;
+    let starts_before_return = starts_on(&hook_log(&ctx).await?, 3);
     ctx.exec_ok(3, &["systemctl", "start", "fleet.service"]).await?;
     ctx.wait_for_n_machines(1, SLOTS.len()).await?;
 
@@ -168,13 +171,12 @@ async fn after_return(by_engine: bool) -> Outcome {
         ctx.ensure(status.success() && status.stdout.contains("rebalance done"), || {
             format!("rollout-status rebalance should show a finished rebalance: {}", status.describe())
         })?;
-        check_after(&ctx, &after, &pinned_pid, stays_on, &stays_pid).await
+        check_after(&ctx, &after, &pinned_pid, stays_on, &stays_pid, starts_before_return).await
     } else {
         let before = active(&ctx).await?;
-        ctx.ensure(
-            counts(&before) == [6, 6, 0] || counts(&before) == [7, 5, 0] || counts(&before) == [5, 7, 0],
-            || format!("without engine_rebalance the returned m3 must stay empty until asked; observed {before:?}"),
-        )?;
+        ctx.ensure(before.get(&3).is_some_and(Vec::is_empty), || {
+            format!("without engine_rebalance the returned m3 must stay empty until asked; observed {before:?}")
+        })?;
         let out = ctx.fleetctl(1, &["rebalance", "--max-unavailable=2"]).await?;
         ctx.ensure(out.success(), || format!("fleetctl rebalance failed: {}", out.describe()))?;
         // The command returns once every move is done: systemd shows the even spread now.
@@ -182,8 +184,12 @@ async fn after_return(by_engine: bool) -> Outcome {
         ctx.ensure(counts(&after) == [4, 4, 4], || {
             format!("right after fleetctl rebalance returned, expected 4/4/4 in systemd; observed {after:?}")
         })?;
-        check_after(&ctx, &after, &pinned_pid, stays_on, &stays_pid).await
+        check_after(&ctx, &after, &pinned_pid, stays_on, &stays_pid, starts_before_return).await
     }
+}
+
+fn starts_on(log: &[(u128, String, String, usize)], slot: usize) -> usize {
+    log.iter().filter(|(_, h, _, s)| h == "start" && *s == slot).count()
 }
 
 async fn check_after(
@@ -192,6 +198,7 @@ async fn check_after(
     pinned_pid: &str,
     stays_on: usize,
     stays_pid: &str,
+    starts_before_return: usize,
 ) -> Outcome {
     ctx.ensure(after.get(&1).is_some_and(|u| u.iter().any(|u| u == PINNED)), || {
         format!("{PINNED} (MachineID=m1) must stay on m1; observed {after:?}")
@@ -207,8 +214,8 @@ async fn check_after(
     let log = hook_log(ctx).await?;
     let twice = ran_twice(&log);
     ctx.ensure(twice.is_empty(), || format!("units ran on two machines at once: {}", twice.join("; ")))?;
-    let starts_on_m3 = log.iter().filter(|(_, h, _, s)| h == "start" && *s == 3).count();
-    ctx.ensure(starts_on_m3 >= 8, || {
-        format!("4 units must have started on m3 at first and 4 more after its return; its hook log has {starts_on_m3} starts")
+    let moved_in = starts_on(&log, 3) - starts_before_return;
+    ctx.ensure(moved_in == 4, || {
+        format!("exactly 4 units must start on the returned m3 (each once); its hook log has {moved_in} new starts")
     })
 }
