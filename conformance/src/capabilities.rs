@@ -91,6 +91,8 @@ capabilities! {
         "a unit with [X-Fleet] AtMostOnce=true never runs on two machines at once: a machine cut from etcd stops it before the engine places it elsewhere, and list-units shows the cut machine's units in doubt (active unknown, sub in-doubt, --fields presence)",
     Rollout = "rollout":
         "start --replace --rolling and restart --rolling change a unit machine by machine, driven by the cluster (max-unavailable, min-healthy, pause/rollback), with rollout-status/-pause/-resume/-abort, history and rollback",
+    Rebalance = "rebalance":
+        "fleetctl rebalance (and fleet.conf engine_rebalance=true, on its own when a machine joins or returns) moves units towards an even spread, never a unit pinned by MachineID= or asking Rebalance=false, never running a unit on two machines at once",
 }
 
 impl Capability {

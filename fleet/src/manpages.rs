@@ -39,6 +39,12 @@ pub const FLEET_CONF: &[(&str, &str, &str)] = &[
     ("token_limit", "100", "Maximum number of entries per page of the API's list responses."),
     ("enable_grpc", "false", "Not supported by this fleetd: ignored with a warning."),
     ("disable_engine", "false", "Never become the engine leader (this machine only runs units)."),
+    (
+        "engine_rebalance",
+        "false",
+        "When this machine's engine leads: when a machine joins or returns, move unpinned units towards an even \
+         spread, as a rebalance rollout (see fleetctl rebalance).",
+    ),
     ("disable_watches", "false", "Poll etcd instead of watching it."),
     ("verify_units", "false", "No longer supported: ignored with a warning."),
     ("authorized_keys_file", "", "No longer supported: ignored with a warning."),

@@ -248,6 +248,9 @@ pub fn decide_rollout(
     if snapshot.rollout_records().contains_key(id) {
         return Err(reject(StatusCode::CONFLICT, format!("rollout {id:?} already exists")));
     }
+    if request.kind == RolloutKind::Rebalance {
+        return decide_rebalance(id, request, snapshot, now_ms);
+    }
     if request.units.is_empty() {
         return Err(ApiError::bad_request("a rollout needs at least one unit"));
     }
@@ -296,6 +299,7 @@ pub fn decide_rollout(
                 }
                 from.clone()
             }
+            RolloutKind::Rebalance => unreachable!("decided by decide_rebalance"),
             RolloutKind::Replace => {
                 if u.options.is_empty() {
                     return Err(ApiError::bad_request(format!("a replace needs the new options of unit {quoted}")));
@@ -323,6 +327,45 @@ pub fn decide_rollout(
         created_ms: now_ms,
     };
     Ok(RolloutPlan { spec, bodies })
+}
+
+/// A rebalance request (`kind: rebalance`): no units (the engine plans the moves), a valid pace, and no other
+/// rebalance in progress.
+fn decide_rebalance(
+    id: &str,
+    request: &schema::RolloutRequest,
+    snapshot: &crate::registry::Snapshot,
+    now_ms: u64,
+) -> Result<RolloutPlan, ApiError> {
+    use crate::rollout::{RolloutKind, RolloutSpec};
+    if !request.units.is_empty() {
+        return Err(ApiError::bad_request("a rebalance names no units: the engine chooses which units move"));
+    }
+    if request.max_unavailable == 0 {
+        return Err(ApiError::bad_request("maxUnavailable must be at least 1"));
+    }
+    if request.health_timeout_ms == 0 {
+        return Err(ApiError::bad_request("healthTimeoutMs must be positive"));
+    }
+    if let Some(other) =
+        snapshot.rollouts().into_iter().find(|r| r.spec.kind == RolloutKind::Rebalance && !r.state().is_final())
+    {
+        return Err(reject(
+            StatusCode::CONFLICT,
+            format!("rebalance {:?} is in progress ({})", other.spec.id, other.state()),
+        ));
+    }
+    let spec = RolloutSpec {
+        id: id.to_string(),
+        kind: RolloutKind::Rebalance,
+        units: Vec::new(),
+        max_unavailable: request.max_unavailable,
+        min_healthy_ms: request.min_healthy_ms,
+        health_timeout_ms: request.health_timeout_ms,
+        on_failure: request.on_failure,
+        created_ms: now_ms,
+    };
+    Ok(RolloutPlan { spec, bodies: Vec::new() })
 }
 
 #[cfg(test)]

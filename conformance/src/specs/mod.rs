@@ -12,6 +12,7 @@ pub mod metadata;
 pub mod moves;
 pub mod node;
 pub mod plan;
+pub mod rebalance;
 pub mod replace;
 pub mod restart;
 pub mod rollout;
@@ -336,6 +337,7 @@ pub fn catalogue() -> Vec<Spec> {
     ]);
     all.extend(replace::specs());
     all.extend(moves::specs());
+    all.extend(rebalance::specs());
     all
 }
 

@@ -420,6 +420,10 @@ impl Client for FakeClient {
     fn create_rollout(&self, id: &str, request: &RolloutRequest) -> Result<Rollout, ClientError> {
         let mut st = self.lock();
         Self::check_fail(&st)?;
+        if request.kind == crate::rollout::RolloutKind::Rebalance {
+            // A rebalance is planned by the engine's scheduler, which the fake does not run.
+            return Err(ClientError::Api { code: 501, message: "the fake cluster does not rebalance".into() });
+        }
         let view = cluster::registry_view(&st);
         let plan = wire::decide_rollout(id, request, &view, st.clock_ms).map_err(api_error)?;
         // Like the API: the new versions are stored with the rollout; the old ones are kept for a rollback.
@@ -434,6 +438,7 @@ impl Client for FakeClient {
         let kind = match plan.spec.kind {
             crate::rollout::RolloutKind::Replace => "replace",
             crate::rollout::RolloutKind::Restart => "restart",
+            crate::rollout::RolloutKind::Rebalance => "rebalance",
         };
         st.log.push(format!("rollout {id} {kind} {}", names.join(",")));
         let stored = crate::rollout::Rollout { spec: plan.spec, control: Control::default(), progress: None };

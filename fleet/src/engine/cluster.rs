@@ -146,6 +146,21 @@ impl<'s> ClusterView<'s> {
         self.followers.get(&u).into_iter().flatten().copied().filter(|&f| self.placement[f] == Some(m)).collect()
     }
 
+    /// Non-global units counted present on `m`, in name order.
+    pub fn placed_on(&self, m: MachineIdx) -> impl Iterator<Item = UnitIdx> + '_ {
+        self.present[m].iter().copied().filter(move |&u| self.placement[u] == Some(m))
+    }
+
+    /// Whether moving non-global unit `u` can change which globals count as present (it conflicts with one).
+    pub fn touches_globals(&self, u: UnitIdx) -> bool {
+        self.touches_globals[u]
+    }
+
+    /// Whether some unit names `u` in `MachineOf=`.
+    pub fn is_followed(&self, u: UnitIdx) -> bool {
+        self.followers.get(&u).is_some_and(|f| !f.is_empty())
+    }
+
     /// Counts non-global unit `u` as present on `m`.
     pub fn place(&mut self, u: UnitIdx, m: MachineIdx) {
         debug_assert!(self.placement[u].is_none(), "unit placed twice");

@@ -20,6 +20,8 @@
 //! | `schedule` | the two-pass reconcile: snapshot → ordered decisions |
 //! | `explain` | each machine's verdict for one unit: the tests' oracle for every placement and refusal, and `fleetctl plan`'s reason why a unit is blocked |
 //! | `leader` | leadership decisions per tick |
+//! | `rebalance` | moves towards an even spread (pure): the plan, the check of a move when released, who stays |
+//! | `rollouts` | the leader's drive of stored rollouts (rebalance plans and target moves included) |
 //! | `simulate` | synthetic clusters for the scale test and the `schedule` bench (test builds and feature `simulate` only) |
 
 pub mod catalog;
@@ -29,6 +31,7 @@ mod explain;
 pub mod fit;
 pub mod leader;
 pub mod leadership;
+pub mod rebalance;
 pub mod reconcile;
 pub mod rollouts;
 pub mod runner;

@@ -4,31 +4,64 @@
 //! and lease, with a rollback's unit objects in the same transaction). A failed compare is not an error: the next view
 //! carries whatever won, and the decision is made again from it. Finished rollouts beyond the last
 //! [`rollout::KEEP_FINISHED_PER_UNIT`] of every unit are deleted ([`rollout::expired`]), fenced the same way.
+//!
+//! A rebalance rollout (docs/rebalance.md) gets its steps here, when the engine first takes it up: the moves of
+//! [`rebalance::plan`] on the scheduler's input. Each move the advance releases is checked again
+//! ([`rebalance::check`]) on the cluster as it is then (a refused one is skipped, with the reason), and its target
+//! is rewritten in the transaction that stores the progress.
 
+use std::collections::BTreeSet;
+
+use super::catalog::UnitCatalog;
+use super::rebalance;
 use crate::registry::{LeaderFence, Registry, RegistryError, Snapshot, SnapshotCluster};
-use crate::rollout;
+use crate::rollout::{self, Phase, Rollout, RolloutKind, RolloutProgress, RolloutState};
 
-/// Advances every rollout of `view` that is not final and stores what changed. Returns when to look again (Unix
-/// ms), if a rollout waits for a time rather than for the cluster.
-pub async fn drive(registry: &Registry, view: &Snapshot, fence: &LeaderFence) -> Option<u64> {
+/// Most moves one rebalance plans (its progress is one etcd value, and its moves one transaction at most).
+pub const MAX_REBALANCE_MOVES: usize = 48;
+
+/// What one [`drive`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Driven {
+    /// When to look again (Unix ms), if a rollout waits for a time rather than for the cluster.
+    pub wake_at_ms: Option<u64>,
+    /// The registry revision of the last progress this drive stored, if any: a view older than it would decide
+    /// again what was just decided (and fail its compare-and-swap).
+    pub written_revision: Option<i64>,
+}
+
+/// Advances every rollout of `view` that is not final and stores what changed. `catalog`: the engine's parse
+/// cache, for rebalance plans and checks.
+pub async fn drive(registry: &Registry, view: &Snapshot, fence: &LeaderFence, catalog: &mut UnitCatalog) -> Driven {
     let now = crate::model::now_ms();
     let cluster = SnapshotCluster(view);
     let mut wake: Option<u64> = None;
+    let mut written_revision: Option<i64> = None;
     for (id, record) in view.rollout_records() {
-        let Some(current) = record.rollout() else { continue };
-        if current.state().is_final() {
+        let Some(stored) = record.rollout() else { continue };
+        if stored.state().is_final() {
             continue;
         }
-        let advanced = rollout::advance(&current, &cluster, now);
+        let mut current = stored.clone();
+        if current.spec.kind == RolloutKind::Rebalance && current.progress.is_none() {
+            current.progress = Some(rebalance_steps(view, catalog));
+        }
+        let mut advanced = rollout::advance(&current, &cluster, now);
+        let moves = if current.spec.kind == RolloutKind::Rebalance {
+            checked_moves(view, catalog, stored.progress.as_ref(), &mut advanced.progress)
+        } else {
+            Vec::new()
+        };
         if let Some(at) = advanced.wake_at_ms {
             wake = Some(wake.map_or(at, |w| w.min(at)));
         }
-        if current.progress.as_ref() == Some(&advanced.progress) {
+        if stored.progress.as_ref() == Some(&advanced.progress) {
             continue;
         }
         let progress = &advanced.progress;
-        match registry.write_rollout_progress(view, id, progress, fence, &advanced.roll_back).await {
-            Ok(true) => {
+        match registry.write_rollout_progress(view, id, progress, fence, &advanced.roll_back, &moves).await {
+            Ok(Some(revision)) => {
+                written_revision = Some(written_revision.map_or(revision, |r| r.max(revision)));
                 let counts = rollout::phase_counts(progress);
                 tracing::info!(rollout = %id, state = %progress.state, reason = %progress.reason, steps = ?counts,
                     "rollout progressed");
@@ -36,10 +69,10 @@ pub async fn drive(registry: &Registry, view: &Snapshot, fence: &LeaderFence) ->
                     tracing::warn!(rollout = %id, units = advanced.roll_back.len(), "rollout rolled back");
                 }
             }
-            Ok(false) => tracing::debug!(rollout = %id, "rollout progress changed meanwhile"),
+            Ok(None) => tracing::debug!(rollout = %id, "rollout progress changed meanwhile"),
             Err(e @ RegistryError::NotLeader { .. }) => {
                 tracing::info!(rollout = %id, error = %e, "not storing rollout progress: leadership moved");
-                return None;
+                return Driven { wake_at_ms: None, written_revision };
             }
             Err(e) => {
                 tracing::warn!(rollout = %id, error = %e, "cannot store rollout progress; retrying on the next change")
@@ -47,7 +80,110 @@ pub async fn drive(registry: &Registry, view: &Snapshot, fence: &LeaderFence) ->
         }
     }
     collect_finished(registry, view, fence).await;
-    wake
+    Driven { wake_at_ms: wake, written_revision }
+}
+
+/// Units in a rollout that is not final, other than a rebalance: a rebalance leaves them where they are.
+fn busy_units(rollouts: &[Rollout]) -> BTreeSet<&str> {
+    rollouts
+        .iter()
+        .filter(|r| !r.state().is_final() && r.spec.kind != RolloutKind::Rebalance)
+        .flat_map(|r| r.spec.units.iter().map(|u| u.name.as_str()))
+        .collect()
+}
+
+/// The first progress of a rebalance: one pending step per planned move (none when the spread is already even).
+fn rebalance_steps(view: &Snapshot, catalog: &mut UnitCatalog) -> RolloutProgress {
+    let mut progress = RolloutProgress::default();
+    match catalog.snapshot(view) {
+        Ok(input) => {
+            let rollouts = view.rollouts();
+            let moves = rebalance::plan(&input, MAX_REBALANCE_MOVES, &busy_units(&rollouts));
+            tracing::info!(moves = moves.len(), loads = ?rebalance::loads(&input), "rebalance planned");
+            progress.steps = moves.iter().map(rollout::Move::step).collect();
+            if moves.is_empty() {
+                progress.reason = NOTHING_TO_MOVE.into();
+            }
+        }
+        Err(e) => {
+            progress.state = RolloutState::Paused;
+            progress.reason = format!("paused: cannot read the cluster to plan the moves: {e}");
+        }
+    }
+    progress
+}
+
+/// Why a rebalance ended without a move.
+pub const NOTHING_TO_MOVE: &str =
+    "nothing to move: machine loads differ by at most 1, or no unit may move where it would help";
+
+/// The moves `progress` releases now (steps that were pending in `before`), each checked on the cluster as `view`
+/// shows it; a move refused there is skipped with the reason (it frees its slot for the next drive).
+fn checked_moves(
+    view: &Snapshot,
+    catalog: &mut UnitCatalog,
+    before: Option<&RolloutProgress>,
+    progress: &mut RolloutProgress,
+) -> Vec<rollout::Move> {
+    if progress.steps.is_empty() && progress.state == RolloutState::Done && progress.reason.is_empty() {
+        progress.reason = NOTHING_TO_MOVE.into();
+    }
+    let released = rollout::released_moves(before, progress);
+    if released.is_empty() {
+        return released;
+    }
+    let mut input = match catalog.snapshot(view) {
+        Ok(input) => input,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the cluster to check rebalance moves; not releasing them");
+            return Vec::new();
+        }
+    };
+    let rollouts = view.rollouts();
+    let busy = busy_units(&rollouts);
+    let mut accepted = Vec::new();
+    for m in released {
+        match rebalance::check(&input, &m, &busy) {
+            Ok(()) => {
+                // The next move is checked on the cluster as this one leaves it.
+                input = rebalance::moved(&input, &m);
+                accepted.push(m);
+            }
+            Err(why) => {
+                tracing::info!(unit = %m.unit, from = %m.from, to = %m.to, reason = %why, "rebalance move skipped");
+                if let Some(step) = progress.steps.iter_mut().find(|s| s.unit == m.unit && s.machine == m.to) {
+                    step.phase = Phase::Skipped;
+                    step.detail = why;
+                }
+            }
+        }
+    }
+    accepted
+}
+
+/// Whether `view` shows a rebalance that is not final.
+pub fn rebalance_in_progress(view: &Snapshot) -> bool {
+    view.rollouts().iter().any(|r| r.spec.kind == RolloutKind::Rebalance && !r.state().is_final())
+}
+
+/// The rebalance the engine stores on its own (`engine_rebalance`) at `now_ms`: two moves at a time, each healthy
+/// as soon as the unit is active on its new machine, five minutes for a move, pause on a failure.
+pub fn rebalance_spec(now_ms: u64) -> rollout::RolloutSpec {
+    rollout::RolloutSpec {
+        id: format!("rebalance-{now_ms}"),
+        kind: RolloutKind::Rebalance,
+        units: Vec::new(),
+        max_unavailable: 2,
+        min_healthy_ms: 0,
+        health_timeout_ms: 300_000,
+        on_failure: rollout::OnFailure::Pause,
+        created_ms: now_ms,
+    }
+}
+
+/// Whether `view` shows a rollout that is not final (one [`drive`] may advance).
+pub fn any_running(view: &Snapshot) -> bool {
+    view.rollout_records().values().any(|r| r.rollout().is_some_and(|r| !r.state().is_final()))
 }
 
 /// Deletes the finished rollouts beyond the last [`rollout::KEEP_FINISHED_PER_UNIT`] of every unit. A failure is

@@ -26,7 +26,13 @@
 //!   followed by a wait until the view shows the pass's own writes.
 //! * **Rollouts**: while leading, every tick (unit-state changes included, which skip the scheduling pass) drives
 //!   the rollouts that are not final (`rollouts::drive`); a rollout waiting for a time (min-healthy, a health
-//!   timeout) sets a timer that wakes the loop then.
+//!   timeout) sets a timer that wakes the loop then. A view change is offered to running rollouts at once, before
+//!   the quiet window that batches scheduling passes: a step seen healthy releases the next one without waiting
+//!   for the burst to settle. A drive skips views older than its own last progress write (they would decide the
+//!   same step again and lose the compare-and-swap).
+//! * **Rebalance on its own** (`engine_rebalance`, off by default): while leading, a machine that appears in the
+//!   view (joined or returned) makes the engine store a rebalance rollout (`rollouts::rebalance_spec`) once no
+//!   other rebalance is in progress; it then runs like one a user asked for (docs/rebalance.md).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +42,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior, interval, timeout};
 use tokio_util::sync::CancellationToken;
 
+use super::catalog::UnitCatalog;
 use super::leader::{ENGINE_VERSION, LeaderChange, LeadershipStep, StandAsideReason, lease_ttl};
 use super::leadership::{step, view_shows_lease};
 use super::reconcile::{PassOutcome, PassReport, Reconciler};
@@ -59,6 +66,8 @@ pub struct EngineConfig {
     pub reconcile_interval: Duration,
     /// `disable_engine`: the engine never runs on this machine.
     pub disable_engine: bool,
+    /// `engine_rebalance`: rebalance on its own when a machine joins or returns.
+    pub rebalance: bool,
 }
 
 impl EngineConfig {
@@ -145,6 +154,10 @@ impl Engine {
             last_pass_view: None,
             rollout_wake_ms: None,
             at_most_once_wake: None,
+            rollouts_written: None,
+            rollout_catalog: UnitCatalog::new(),
+            known_machines: None,
+            rebalance_wanted: false,
         };
         tracing::info!(machine = %runner.config.machine_id, interval = ?runner.config.reconcile_interval,
             lease_ttl = ?ttl, "engine started");
@@ -189,6 +202,14 @@ struct Runner {
     rollout_wake_ms: Option<u64>,
     /// When the engine's wait for a lost machine's at-most-once units ends (from the last pass).
     at_most_once_wake: Option<Instant>,
+    /// The revision of the last rollout progress this engine stored, until the view shows it.
+    rollouts_written: Option<i64>,
+    /// Parse cache for rebalance plans and checks.
+    rollout_catalog: UnitCatalog,
+    /// Present machines at the last tick while leading (`engine_rebalance`); `None` until the first.
+    known_machines: Option<std::collections::BTreeSet<String>>,
+    /// A machine joined or returned and no rebalance has been stored for it yet (`engine_rebalance`).
+    rebalance_wanted: bool,
 }
 
 impl Runner {
@@ -220,7 +241,10 @@ impl Runner {
                     tracing::warn!(machine = %self.config.machine_id, "Engine leadership lost, renewal failed: {reason}");
                     self.step_down();
                 }
-                Wake::Changed => self.settle().await,
+                Wake::Changed => {
+                    self.drive_rollouts_at_once().await;
+                    self.settle().await;
+                }
                 Wake::AtMostOnceWaitOver => self.at_most_once_wake = None,
                 Wake::Resync | Wake::RolloutTimer => {}
             }
@@ -304,6 +328,7 @@ impl Runner {
                         self.reconcile(&view, cancel).await;
                     }
                     self.drive_rollouts().await;
+                    self.rebalance_on_join(&view).await;
                 }
                 LeadershipStep::Campaign => {
                     if self.campaign(cancel).await {
@@ -460,19 +485,69 @@ impl Runner {
     /// Advances the rollouts on the newest view (the pass before may have waited for its own writes).
     async fn drive_rollouts(&mut self) {
         let view = self.view.borrow().clone();
+        if self.rollouts_written.is_some_and(|written| view.revision() < written) {
+            // The view does not show this engine's last progress yet; its arrival wakes the loop again.
+            return;
+        }
+        self.rollouts_written = None;
         let lease = self.lease.as_ref().map(LeaseKeeper::id);
-        self.rollout_wake_ms = match lease {
+        let driven = match lease {
             Some(lease) if !view.rollout_records().is_empty() => {
                 let fence = registry::LeaderFence { machine: self.config.machine_id.clone(), lease };
-                rollouts::drive(&self.registry, &view, &fence).await
+                rollouts::drive(&self.registry, &view, &fence, &mut self.rollout_catalog).await
             }
-            _ => None,
+            _ => rollouts::Driven::default(),
         };
+        self.rollout_wake_ms = driven.wake_at_ms;
+        self.rollouts_written = driven.written_revision;
+    }
+
+    /// On a view change while leading, drives running rollouts before the scheduling pass's quiet window: the
+    /// change is most often an agent's state showing a step healthy, and the next step is released now.
+    async fn drive_rollouts_at_once(&mut self) {
+        if !self.leading {
+            return;
+        }
+        let view = self.view.borrow().clone();
+        let ours = self.lease.as_ref().is_some_and(|l| view_shows_lease(&view, l.id()));
+        if view.is_connected() && ours && rollouts::any_running(&view) {
+            self.drive_rollouts().await;
+        }
+    }
+
+    /// With `engine_rebalance`: stores a rebalance rollout once a machine has appeared since the last tick and no
+    /// rebalance is in progress. A failed write is tried again on the next tick.
+    async fn rebalance_on_join(&mut self, view: &registry::Snapshot) {
+        if !self.config.rebalance {
+            return;
+        }
+        let present: std::collections::BTreeSet<String> = view.machines().map(|m| m.id).collect();
+        if let Some(known) = &self.known_machines
+            && present.iter().any(|m| !known.contains(m))
+        {
+            self.rebalance_wanted = true;
+        }
+        self.known_machines = Some(present);
+        if !self.rebalance_wanted || rollouts::rebalance_in_progress(view) {
+            return;
+        }
+        let Some(lease) = self.lease.as_ref().map(LeaseKeeper::id) else { return };
+        let fence = registry::LeaderFence { machine: self.config.machine_id.clone(), lease };
+        let spec = rollouts::rebalance_spec(crate::model::now_ms());
+        match self.registry.create_rebalance(&spec, &fence).await {
+            Ok(Some(_)) => {
+                tracing::info!(rollout = %spec.id, "a machine joined: rebalance stored (engine_rebalance)");
+                self.rebalance_wanted = false;
+            }
+            Ok(None) => tracing::debug!(rollout = %spec.id, "rebalance ID taken; trying again on the next tick"),
+            Err(e) => tracing::warn!(error = %e, "cannot store a rebalance; trying again on the next tick"),
+        }
     }
 
     /// Stops leading (keeps a live lease for the next campaign; drops a lost one).
     fn step_down(&mut self) {
         self.leading = false;
+        self.known_machines = None;
         self.last_pass_view = None;
         if self.lease.as_ref().is_some_and(|l| !l.is_alive()) {
             self.lease = None;

@@ -140,8 +140,17 @@ const SSH_PORT: FlagSpec =
 
 /// Commands this fleetctl adds to the original's (rollouts, issue 12); help tests leave them out when comparing
 /// with the original's listings.
-pub const EXTENSION_COMMANDS: [&str; 8] =
-    ["completion", "history", "plan", "rollback", "rollout-abort", "rollout-pause", "rollout-resume", "rollout-status"];
+pub const EXTENSION_COMMANDS: [&str; 9] = [
+    "completion",
+    "history",
+    "plan",
+    "rebalance",
+    "rollback",
+    "rollout-abort",
+    "rollout-pause",
+    "rollout-resume",
+    "rollout-status",
+];
 
 /// Valid `--fields` of list-units, in help order.
 pub const LIST_UNITS_FIELDS: &str = "active,hash,load,machine,sub,unit";
@@ -381,6 +390,33 @@ pub static COMMANDS: &[CommandSpec] = &[
             MIN_HEALTHY,
             HEALTH_TIMEOUT,
             ON_FAILURE,
+        ],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "rebalance",
+        use_line: "rebalance [--max-unavailable=N] [--min-healthy=DURATION] [--health-timeout=DURATION] [--no-block]",
+        short: "Move units towards an even spread over the machines, a few at a time",
+        long: "Move units from the machines that run the most units to those that run the fewest, until\nthe counts differ by at most one. The engine leader plans the moves with the scheduler's own\nrules: a move never breaks a constraint (Conflicts, MachineMetadata, ...) and never\ndisplaces a unit. Units that stay where they are: global units, units with MachineID=,\nMachineOf= (either side) or Replaces=, units conflicting with a global unit, units in a\nrollout, and units that asked to stay with [X-Fleet] Rebalance=false.\n\nThe rebalance is a rollout (see rollout-status, rollout-pause, rollout-abort; \"rebalance\"\nnames the newest one): --max-unavailable moves at a time, each done once the unit is\nactive on its new machine for --min-healthy; the old copy stops before the new one starts.\n\nExit codes as rollout-status: 0 done, 1 error, 2 paused, 4 aborted.\n\tfleetctl rebalance\n\tfleetctl rollout-status rebalance",
+        flags: &[
+            FULL,
+            L,
+            FlagSpec::new(
+                "health-timeout",
+                Kind::Duration,
+                "5m0s",
+                "How long a moved unit may take to become active on its new machine before its move fails.",
+            ),
+            FlagSpec::new("max-unavailable", Kind::Int, "2", "How many units move at once."),
+            FlagSpec::new(
+                "min-healthy",
+                Kind::Duration,
+                "0s",
+                "How long a moved unit must stay active on its new machine before the next move.",
+            ),
+            FlagSpec::new("no-block", Kind::Bool, "false", "Do not wait for the rebalance to end."),
+            NO_LEGEND,
         ],
         listed: true,
         deprecated: None,

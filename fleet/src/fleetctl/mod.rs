@@ -339,6 +339,7 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> i32 {
         "cat" => units::cat(&mut ctx, args),
         "plan" => plan::plan(&mut ctx, args),
         "rollout-status" => rollout::status(&mut ctx, args),
+        "rebalance" => rollout::rebalance(&mut ctx, args),
         "history" => rollout::history(&mut ctx, args),
         "rollback" => rollout::rollback(&mut ctx, args),
         "rollout-pause" => rollout::control(&mut ctx, args, crate::rollout::Action::Pause),

@@ -143,6 +143,7 @@ fn kind_name(kind: RolloutKind) -> &'static str {
     match kind {
         RolloutKind::Replace => "replace",
         RolloutKind::Restart => "restart",
+        RolloutKind::Rebalance => "rebalance",
     }
 }
 
@@ -163,7 +164,11 @@ pub fn render_status(rollout: &Rollout, machines: &[Machine], full: bool, legend
             location_legend(&step.machine, machines, full),
             step.unit.clone(),
             step.phase.as_str().to_string(),
-            if step.detail.is_empty() { "-".to_string() } else { step.detail.clone() },
+            match (step.detail.is_empty(), step.from_machine.is_empty()) {
+                (false, _) => step.detail.clone(),
+                (true, false) => format!("from {}", location_legend(&step.from_machine, machines, full)),
+                (true, true) => "-".to_string(),
+            },
         ]);
     }
     out.push_str(&render(&rows));
@@ -176,6 +181,14 @@ fn find(ctx: &Ctx<'_>, arg: &str, in_progress: bool) -> Result<Rollout, String> 
     let all = ctx.client.rollouts().map_err(|e| format!("Error retrieving rollouts: {e}"))?;
     if let Some(r) = all.iter().find(|r| r.id == arg) {
         return Ok(r.clone());
+    }
+    if arg == REBALANCE {
+        let mut rebalances = all.into_iter().filter(|r| r.kind == RolloutKind::Rebalance);
+        let found = if in_progress { rebalances.find(|r| !r.state.is_final()) } else { rebalances.next() };
+        return found.ok_or_else(|| match in_progress {
+            true => "No rebalance is in progress".to_string(),
+            false => "No rebalance found".to_string(),
+        });
     }
     let unit = unitf::mangle(arg);
     let mut of_unit = all.into_iter().filter(|r| r.units.iter().any(|u| u.name == unit));
@@ -281,9 +294,16 @@ fn report_end(ctx: &mut Ctx<'_>, rollout: &Rollout) {
     }
 }
 
+/// The argument of `rollout-status` and friends that names the newest rebalance (`fleetctl rebalance`).
+pub const REBALANCE: &str = "rebalance";
+
 /// Sends the rollout and waits for it (unless `--no-block`).
 fn launch(ctx: &mut Ctx<'_>, kind: RolloutKind, units: Vec<RolloutRequestUnit>, pace: Pace) -> i32 {
-    let Some(first) = units.first() else { return EXIT_DONE };
+    let stem = match (kind, units.first()) {
+        (RolloutKind::Rebalance, _) => REBALANCE.to_string(),
+        (_, Some(first)) => first.name.clone(),
+        (_, None) => return EXIT_DONE,
+    };
     let taken: Vec<String> = match ctx.client.rollouts() {
         Ok(all) => all.into_iter().map(|r| r.id).collect(),
         Err(e) => {
@@ -291,7 +311,7 @@ fn launch(ctx: &mut Ctx<'_>, kind: RolloutKind, units: Vec<RolloutRequestUnit>, 
             return EXIT_ERROR;
         }
     };
-    let id = unused_rollout_id(&first.name, crate::model::now_ms(), &taken);
+    let id = unused_rollout_id(&stem, crate::model::now_ms(), &taken);
     let names: Vec<String> = units.iter().map(|u| u.name.clone()).collect();
     let request = RolloutRequest {
         kind,
@@ -351,6 +371,31 @@ pub fn restart_rolling(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     }
     let units = names.into_iter().map(|name| RolloutRequestUnit { name, options: Vec::new() }).collect();
     launch(ctx, RolloutKind::Restart, units, pace)
+}
+
+/// `rebalance`: one rebalance rollout (the engine leader plans the moves), then waits like rollout-status.
+pub fn rebalance(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
+    if let Some(extra) = args.first() {
+        ctx.warn(&format!("Error starting rebalance: rebalance takes no arguments, got {extra:?}"));
+        return EXIT_ERROR;
+    }
+    let max = ctx.flags.int("max-unavailable");
+    let Some(max_unavailable) = u32::try_from(max).ok().filter(|m| *m >= 1) else {
+        ctx.warn(&format!("Error starting rebalance: --max-unavailable must be at least 1, got {max}"));
+        return EXIT_ERROR;
+    };
+    let health_timeout = ctx.flags.duration("health-timeout");
+    if health_timeout.is_zero() {
+        ctx.warn("Error starting rebalance: --health-timeout must be longer than 0");
+        return EXIT_ERROR;
+    }
+    let pace = Pace {
+        max_unavailable,
+        min_healthy: ctx.flags.duration("min-healthy"),
+        health_timeout,
+        on_failure: OnFailure::Pause,
+    };
+    launch(ctx, RolloutKind::Rebalance, Vec::new(), pace)
 }
 
 /// `YYYY-MM-DD HH:MM:SS` (UTC) of Unix milliseconds; `-` for 0 (not known).

@@ -29,6 +29,7 @@ pub fn start_engine(
             machine_id: machine_id.to_string(),
             reconcile_interval: config.engine_reconcile_interval(),
             disable_engine: false,
+            rebalance: config.engine_rebalance,
         },
     )
     .with_agent_ttl(config.agent_ttl().unwrap_or(std::time::Duration::from_secs(30)));

@@ -50,6 +50,8 @@ pub struct Config {
     pub token_limit: i64,
     pub enable_grpc: bool,
     pub disable_engine: bool,
+    /// The engine leader rebalances on its own when a machine joins or returns (docs/rebalance.md).
+    pub engine_rebalance: bool,
     pub disable_watches: bool,
     pub verify_units: bool,
     pub authorized_keys_file: String,
@@ -88,6 +90,7 @@ impl Default for Config {
             token_limit: 100,
             enable_grpc: false,
             disable_engine: false,
+            engine_rebalance: false,
             disable_watches: false,
             verify_units: false,
             authorized_keys_file: String::new(),
@@ -171,7 +174,7 @@ fn read_file(provided: Option<&Path>) -> Result<(ConfigSource, BTreeMap<String, 
 }
 
 /// Every fleet.conf option (also read as `FLEET_<OPTION>` from the environment), in spec order.
-pub const OPTION_NAMES: [&str; 27] = [
+pub const OPTION_NAMES: [&str; 28] = [
     "verbosity",
     "etcd_servers",
     "etcd_username",
@@ -190,6 +193,7 @@ pub const OPTION_NAMES: [&str; 27] = [
     "token_limit",
     "enable_grpc",
     "disable_engine",
+    "engine_rebalance",
     "disable_watches",
     "verify_units",
     "authorized_keys_file",
@@ -220,7 +224,7 @@ fn apply(config: &mut Config, key: &str, value: &str, warnings: &mut Vec<String>
             Some(v) => config.engine_reconcile_interval = v,
             None => bad("number of seconds"),
         },
-        "systemd_user" | "enable_grpc" | "disable_engine" | "disable_watches" | "verify_units" => {
+        "systemd_user" | "enable_grpc" | "disable_engine" | "engine_rebalance" | "disable_watches" | "verify_units" => {
             match parse_go_bool(value) {
                 Some(v) => *bool_field(config, key) = v,
                 None => bad("boolean"),
@@ -256,6 +260,7 @@ fn bool_field<'a>(config: &'a mut Config, key: &str) -> &'a mut bool {
         "systemd_user" => &mut config.systemd_user,
         "enable_grpc" => &mut config.enable_grpc,
         "disable_engine" => &mut config.disable_engine,
+        "engine_rebalance" => &mut config.engine_rebalance,
         "disable_watches" => &mut config.disable_watches,
         _ => &mut config.verify_units,
     }

@@ -10,7 +10,7 @@ use super::error::{RegistryError, Result};
 use super::keys::{Component, check_component};
 use super::records::{UnitObject, encode_json};
 use super::snapshot::Snapshot;
-use crate::rollout::{Control, RolloutProgress, RolloutSpec, RolloutUnit};
+use crate::rollout::{Control, Move, RolloutProgress, RolloutSpec, RolloutUnit};
 
 /// A new version a rollout stores for one of its units.
 #[derive(Debug, Clone)]
@@ -75,6 +75,21 @@ impl Registry {
         Err(RegistryError::UnitChanged { unit })
     }
 
+    /// Engine leader with `engine_rebalance` on: stores a rebalance rollout (spec and control, no units), fenced to
+    /// `fence`. `Some(revision)`; `None` when a rollout with this ID exists.
+    pub async fn create_rebalance(&self, spec: &RolloutSpec, fence: &LeaderFence) -> Result<Option<i64>> {
+        check_component(Component::RolloutId, &spec.id)?;
+        let k = &self.keys;
+        let spec_key = k.rollout_spec(&spec.id);
+        let compares = vec![Compare::version(spec_key.as_str(), CompareOp::Equal, 0)];
+        let ops = vec![
+            TxnOp::put(spec_key.as_str(), encode_json(spec), None),
+            TxnOp::put(k.rollout_control(&spec.id), encode_json(&Control::default()), None),
+        ];
+        let written = self.fenced_txn("create rebalance", &spec_key, Some(fence), compares, ops).await?;
+        Ok(written.map(|resp| resp.header().map_or(0, |h| h.revision())))
+    }
+
     /// Stores a user's control of an existing rollout. Returns the write's revision.
     pub async fn set_rollout_control(&self, id: &str, control: &Control) -> Result<i64> {
         check_component(Component::RolloutId, id)?;
@@ -93,8 +108,10 @@ impl Registry {
 
     /// Engine leader: stores a rollout's progress if it is still at the revision `view` shows (absent there: still
     /// absent), with the rollback's unit objects (`hash` back to `from`, history continued from `view`) in the same
-    /// transaction, fenced to `fence` (leader key and lease). `false` when the progress or a unit changed since
-    /// `view` (another writer): nothing was written; [`RegistryError::NotLeader`] when `fence` no longer leads.
+    /// transaction, and a rebalance's released `moves` (each unit's target from `from` to `to`, if still on
+    /// `from`), fenced to `fence` (leader key and lease). `Some(revision)` of the write; `None` when the
+    /// progress or a unit changed since `view` (another writer): nothing was written; [`RegistryError::NotLeader`]
+    /// when `fence` no longer leads.
     pub async fn write_rollout_progress(
         &self,
         view: &Snapshot,
@@ -102,7 +119,8 @@ impl Registry {
         progress: &RolloutProgress,
         fence: &LeaderFence,
         roll_back: &[RolloutUnit],
-    ) -> Result<bool> {
+        moves: &[Move],
+    ) -> Result<Option<i64>> {
         check_component(Component::RolloutId, id)?;
         let k = &self.keys;
         let revision = view.rollout_records().get(id).map_or(0, |r| r.progress_revision);
@@ -128,8 +146,15 @@ impl Registry {
             }
             ops.push(TxnOp::put(k.unit_object(&unit.name), encode_json(&object), None));
         }
+        for m in moves {
+            check_component(Component::UnitName, &m.unit)?;
+            check_component(Component::MachineId, &m.to)?;
+            let target = k.unit_target(&m.unit);
+            compares.push(Compare::value(target.as_str(), CompareOp::Equal, m.from.as_str()));
+            ops.push(TxnOp::put(target.as_str(), m.to.as_str(), None));
+        }
         let written = self.fenced_txn("write rollout progress", &key, Some(fence), compares, ops).await?;
-        Ok(written.is_some())
+        Ok(written.map(|resp| resp.header().map_or(0, |h| h.revision())))
     }
 
     /// Engine leader: deletes the finished rollouts `ids` (every key of each), in transactions fenced to `fence`

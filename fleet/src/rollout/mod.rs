@@ -29,6 +29,10 @@ pub enum RolloutKind {
     Replace,
     /// The same version is restarted, machine by machine.
     Restart,
+    /// Units move between machines towards an even spread (issue 14 item 4, docs/rebalance.md): the spec names
+    /// no units; the engine leader plans the moves when it first takes the rollout up (its first progress), one
+    /// step per move (`machine` the destination, `fromMachine` the source).
+    Rebalance,
 }
 
 /// What a failed step does to the rollout.
@@ -204,6 +208,45 @@ pub struct Step {
     /// machine publishes it: a step whose counter moves before `minHealthyMs` is over fails.
     #[serde(rename = "restartsAtHealthy", default, skip_serializing_if = "Option::is_none")]
     pub restarts_at_healthy: Option<u32>,
+    /// A rebalance step: the machine the unit moves away from (`machine` is where it goes). Empty otherwise.
+    #[serde(rename = "fromMachine", default, skip_serializing_if = "String::is_empty")]
+    pub from_machine: String,
+}
+
+/// One move of a rebalance: `unit` leaves machine `from` for machine `to`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    pub unit: String,
+    pub from: String,
+    pub to: String,
+}
+
+impl Move {
+    /// The pending step that carries this move.
+    pub fn step(&self) -> Step {
+        Step {
+            unit: self.unit.clone(),
+            machine: self.to.clone(),
+            phase: Phase::Pending,
+            released_ms: 0,
+            healthy_since_ms: 0,
+            detail: String::new(),
+            restarts_at_healthy: None,
+            from_machine: self.from.clone(),
+        }
+    }
+}
+
+/// The moves a rebalance progress releases between `before` and `after` (steps that went from pending to
+/// updating): the engine writes each unit's new target in the same transaction as `after`.
+pub fn released_moves(before: Option<&RolloutProgress>, after: &RolloutProgress) -> Vec<Move> {
+    after
+        .steps
+        .iter()
+        .filter(|s| s.phase == Phase::Updating && !s.from_machine.is_empty())
+        .filter(|s| before.is_none_or(|b| b.step(&s.unit, &s.machine).is_none_or(|old| old.phase == Phase::Pending)))
+        .map(|s| Move { unit: s.unit.clone(), from: s.from_machine.clone(), to: s.machine.clone() })
+        .collect()
 }
 
 /// `P/rollouts/<id>/progress`: written by the engine leader only.
@@ -309,7 +352,7 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
             step.detail.clear();
         }
     }
-    if !spec.units.iter().any(|u| cluster.exists(&u.name)) {
+    if spec.kind != RolloutKind::Rebalance && !spec.units.iter().any(|u| cluster.exists(&u.name)) {
         progress.state = RolloutState::Aborted;
         progress.reason = "its units were destroyed".into();
         return Advanced { progress, roll_back, wake_at_ms: None };
@@ -317,7 +360,6 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
     let mut wake: Option<u64> = None;
     let mut soonest = |t: u64| wake = Some(wake.map_or(t, |w: u64| w.min(t)));
     for step in progress.steps.iter_mut().filter(|s| s.phase.in_flight()) {
-        let unit = spec.unit(&step.unit).expect("steps are made from the spec's units");
         let seen = cluster.observe(&step.unit, &step.machine);
         if !cluster.exists(&step.unit) {
             step.phase = Phase::Skipped;
@@ -330,8 +372,13 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
             continue;
         }
         let arrived = match spec.kind {
-            RolloutKind::Replace => seen.hash.as_deref() == Some(&unit.to) && seen.running.as_deref() == Some(&unit.to),
+            RolloutKind::Replace => {
+                let unit = spec.unit(&step.unit).expect("replace steps are made from the spec's units");
+                seen.hash.as_deref() == Some(&unit.to) && seen.running.as_deref() == Some(&unit.to)
+            }
             RolloutKind::Restart => seen.restarted_for.as_deref() == Some(&spec.id),
+            // The destination started it (its launched marker) and runs the version it publishes.
+            RolloutKind::Rebalance => seen.running.is_some() && seen.running == seen.hash,
         };
         let active = seen.active_state == "active";
         let mut restarting = false;
@@ -464,6 +511,7 @@ fn first_progress(spec: &RolloutSpec, cluster: &impl Cluster) -> RolloutProgress
             healthy_since_ms: 0,
             detail: String::new(),
             restarts_at_healthy: None,
+            from_machine: String::new(),
         }));
     }
     RolloutProgress { state: RolloutState::Running, reason: String::new(), steps, resumes: 0 }

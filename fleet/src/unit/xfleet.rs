@@ -11,7 +11,7 @@ use super::name::expand_specifiers;
 use super::parse::ParseError;
 
 /// Every `[X-Fleet]` key fleet understands; anything else draws a warning from fleetctl.
-pub const RECOGNIZED_KEYS: [&str; 12] = [
+pub const RECOGNIZED_KEYS: [&str; 13] = [
     "MachineID",
     "X-ConditionMachineID",
     "X-ConditionMachineBootID",
@@ -24,6 +24,7 @@ pub const RECOGNIZED_KEYS: [&str; 12] = [
     "Global",
     "Replaces",
     AT_MOST_ONCE_KEY,
+    "Rebalance",
 ];
 
 /// `AtMostOnce=true`: the unit must never run on two machines at once (issue 14 item 2; docs/at-most-once.md).
@@ -58,6 +59,9 @@ pub struct Requirements {
     /// The last `AtMostOnce` value is true (`true`, `yes`, `1`, `on`, any case): never run on two machines at
     /// once. Values other than a boolean are refused at submit ([`validate_options`]).
     pub at_most_once: bool,
+    /// The last `Rebalance` value is falsy (`false`, `no`, `0`, `off`, `f`, any case): rebalancing never moves the
+    /// unit (docs/rebalance.md). An extension of this implementation; the scheduler ignores it.
+    pub stays: bool,
 }
 
 impl Requirements {
@@ -90,7 +94,8 @@ impl Requirements {
         let global = values("Global").last().is_some_and(|v| is_truthy(v));
         let replaces = values("Replaces");
         let at_most_once = values(AT_MOST_ONCE_KEY).last().is_some_and(|v| parse_bool(v) == Some(true));
-        Requirements { machine_id, machine_of, machine_metadata, conflicts, global, replaces, at_most_once }
+        let stays = values("Rebalance").last().is_some_and(|v| is_falsy(v));
+        Requirements { machine_id, machine_of, machine_metadata, conflicts, global, replaces, at_most_once, stays }
     }
 
     /// Whether a machine with this ID may run the unit: its full ID or its 8-character short ID equals the
@@ -108,6 +113,11 @@ impl Requirements {
             .iter()
             .all(|(key, accepted)| metadata.get(key).is_some_and(|have| accepted.iter().any(|v| v == have)))
     }
+}
+
+/// The opposite of [`is_truthy`] for the values this implementation adds (`Rebalance=false`).
+fn is_falsy(value: &str) -> bool {
+    matches!(value.to_lowercase().as_str(), "false" | "no" | "0" | "off" | "f")
 }
 
 /// `isTruthyValue`.
@@ -354,6 +364,24 @@ mod tests {
         ] {
             assert_eq!(reqs(text, "g.service").global, want, "{text:?}");
         }
+    }
+
+    #[test]
+    fn rebalance_false_makes_a_unit_stay_last_value_wins() {
+        for (text, want) in [
+            ("Rebalance=false\n", true),
+            ("Rebalance=No\n", true),
+            ("Rebalance=0\n", true),
+            ("Rebalance=off\n", true),
+            ("Rebalance=true\n", false),
+            ("Rebalance=false\nRebalance=true\n", false),
+            ("Rebalance=maybe\n", false),
+            ("", false),
+        ] {
+            assert_eq!(reqs(text, "u.service").stays, want, "{text:?}");
+        }
+        let unit = UnitFile::parse("[X-Fleet]\nRebalance=false\n").unwrap();
+        assert!(unrecognized_xfleet_keys(&unit).is_empty(), "Rebalance is a known [X-Fleet] key");
     }
 
     #[test]

@@ -42,7 +42,12 @@ struct RunningEngine {
 impl RunningEngine {
     async fn start(reg: &Registry, id: &str, eiv: Duration) -> RunningEngine {
         let reflector = Reflector::start(reg);
-        let config = EngineConfig { machine_id: id.to_string(), reconcile_interval: eiv, disable_engine: false };
+        let config = EngineConfig {
+            machine_id: id.to_string(),
+            reconcile_interval: eiv,
+            disable_engine: false,
+            rebalance: false,
+        };
         let engine = Engine::new(reg.clone(), reflector.subscribe(), config);
         let status = engine.status();
         let cancel = CancellationToken::new();
@@ -315,7 +320,8 @@ async fn a_disabled_engine_returns_at_once_and_never_leads() {
     let etcd = TestEtcd::start().await;
     let reg = etcd.registry("/test/engine-disabled").await;
     let reflector = Reflector::start(&reg);
-    let config = EngineConfig { machine_id: "m1".into(), reconcile_interval: EIV, disable_engine: true };
+    let config =
+        EngineConfig { machine_id: "m1".into(), reconcile_interval: EIV, disable_engine: true, rebalance: false };
     let engine = Engine::new(reg.clone(), reflector.subscribe(), config);
     let status = engine.status();
     timeout(WAIT, engine.run(CancellationToken::new())).await.expect("a disabled engine returns at once");

@@ -667,17 +667,20 @@ async fn rollout_progress_is_fenced_and_a_rollback_never_resurrects_a_destroyed_
     let other = LeaderFence { machine: "m2".into(), lease: lease.id() };
     let aborted = RolloutProgress { state: RolloutState::Aborted, ..Default::default() };
     let err = reg
-        .write_rollout_progress(&snap, "r1", &aborted, &other, std::slice::from_ref(&unit))
+        .write_rollout_progress(&snap, "r1", &aborted, &other, std::slice::from_ref(&unit), &[])
         .await
         .expect_err("an engine that does not hold the leader key must write nothing, but it wrote");
     assert!(matches!(err, RegistryError::NotLeader { .. }), "progress by a non-leader: {err}");
     reg.destroy_unit("db.service").await.unwrap();
     assert!(
-        !reg.write_rollout_progress(&snap, "r1", &aborted, &leader, std::slice::from_ref(&unit)).await.unwrap(),
+        reg.write_rollout_progress(&snap, "r1", &aborted, &leader, std::slice::from_ref(&unit), &[])
+            .await
+            .unwrap()
+            .is_none(),
         "a view that still shows the destroyed unit cannot write it back"
     );
     let snap = refl.sync(WAIT).await.unwrap();
-    assert!(reg.write_rollout_progress(&snap, "r1", &aborted, &leader, &[unit]).await.unwrap());
+    assert!(reg.write_rollout_progress(&snap, "r1", &aborted, &leader, &[unit], &[]).await.unwrap().is_some());
     let snap = refl.sync(WAIT).await.unwrap();
     assert!(snap.unit_record("db.service").is_none(), "the destroyed unit stays destroyed");
     assert_eq!(snap.rollouts()[0].state(), RolloutState::Aborted);
@@ -751,7 +754,9 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
     let snap = refl.sync(WAIT).await.unwrap();
     let done = RolloutProgress { state: RolloutState::Done, ..Default::default() };
     for i in 0..7 {
-        assert!(reg.write_rollout_progress(&snap, &format!("done-{i}"), &done, &leader, &[]).await.unwrap());
+        assert!(
+            reg.write_rollout_progress(&snap, &format!("done-{i}"), &done, &leader, &[], &[]).await.unwrap().is_some()
+        );
     }
     let snap = refl.sync(WAIT).await.unwrap();
     let rollouts = snap.rollouts();
@@ -768,7 +773,7 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
     assert_eq!(reg.read_snapshot().await.unwrap().rollout_records().len(), 6, "every key of the deleted ones is gone");
 
     // Once the running rollout finishes, v12 is no longer needed.
-    assert!(reg.write_rollout_progress(&snap, "running", &done, &leader, &[]).await.unwrap());
+    assert!(reg.write_rollout_progress(&snap, "running", &done, &leader, &[], &[]).await.unwrap().is_some());
     refl.sync(WAIT).await.unwrap();
     assert_eq!(reg.collect_garbage().await.unwrap(), 1, "v12 goes with the rollout that needed it");
 }
@@ -849,12 +854,15 @@ async fn a_deposed_leaders_writes_are_rejected() {
     let snap = reg.read_snapshot().await.unwrap();
     let done = RolloutProgress { state: RolloutState::Done, ..Default::default() };
     let err = reg
-        .write_rollout_progress(&snap, "r1", &done, &deposed, &[])
+        .write_rollout_progress(&snap, "r1", &done, &deposed, &[], &[])
         .await
         .expect_err("a deposed leader's rollout progress must be refused, but it was written");
     assert!(matches!(err, RegistryError::NotLeader { .. }), "rollout progress by a deposed leader: {err}");
     assert!(reg.read_snapshot().await.unwrap().rollouts()[0].progress.is_none(), "nothing was written");
-    assert!(reg.write_rollout_progress(&snap, "r1", &done, &current, &[]).await.unwrap(), "the leader writes");
+    assert!(
+        reg.write_rollout_progress(&snap, "r1", &done, &current, &[], &[]).await.unwrap().is_some(),
+        "the leader writes"
+    );
     let snap = reg.read_snapshot().await.unwrap();
     let err = reg
         .delete_rollouts(&snap, &["r1"], &deposed)
