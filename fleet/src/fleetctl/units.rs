@@ -57,8 +57,7 @@ pub fn submit(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
 fn trigger(ctx: &mut Ctx<'_>, args: &[String], target: JobState) -> Result<(Vec<String>, Vec<String>), String> {
     let names = unitf::mangle_unique(args);
     // Look every unit up first (in parallel): a missing unit aborts the command before anything changed.
-    let client = ctx.client;
-    let looked_up = parallel::map(&names, |name| client.unit(name));
+    let looked_up = parallel::look_up(ctx.client, &names);
     let mut units = Vec::with_capacity(names.len());
     for (name, found) in names.iter().zip(looked_up) {
         match found {
@@ -69,8 +68,12 @@ fn trigger(ctx: &mut Ctx<'_>, args: &[String], target: JobState) -> Result<(Vec<
     }
     // Units already in the target state are skipped, unless replaced in place (`--keep-machine`): the state came
     // with the new content, and they are waited for all the same.
-    let to_set: Vec<&Unit> = units.iter().filter(|u| u.desired_state != target.as_str()).collect();
-    let results = parallel::map(&to_set, |u| client.set_unit_target_state(&u.name, target.as_str()));
+    let put = units
+        .iter()
+        .filter(|u| u.desired_state != target.as_str())
+        .map(|u| Unit { name: u.name.clone(), desired_state: target.as_str().to_string(), ..Default::default() })
+        .collect();
+    let results = parallel::write_units(ctx.client, &crate::schema::UnitBatch { put, destroy: Vec::new() });
     if let Some(e) = results.into_iter().find_map(Result::err) {
         return Err(e.to_string());
     }
@@ -276,8 +279,8 @@ pub fn destroy(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     };
     let mut code = 0;
     let mut destroyed = Vec::new();
-    let client = ctx.client;
-    let results = parallel::map(&units, |u| client.destroy_unit(&u.name));
+    let batch = crate::schema::UnitBatch { put: Vec::new(), destroy: units.iter().map(|u| u.name.clone()).collect() };
+    let results = parallel::write_units(ctx.client, &batch);
     for (u, result) in units.iter().zip(results) {
         match result {
             Ok(()) => {
@@ -293,11 +296,9 @@ pub fn destroy(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     }
     // B4 Rec: wait (unless --no-block) until the units are gone everywhere.
     if let Some(attempts) = ctx.block_attempts() {
-        for (i, n) in destroyed.iter().enumerate() {
-            if let Err(e) = wait_for_destroyed(ctx, n, attempts, (i, destroyed.len())) {
-                ctx.warn(&format!("Error destroying units: {e}"));
-                code = 1;
-            }
+        for e in wait_for_destroyed(ctx, &destroyed, attempts) {
+            ctx.warn(&format!("Error destroying units: {e}"));
+            code = 1;
         }
     }
     code
