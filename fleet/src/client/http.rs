@@ -746,6 +746,49 @@ mod tests {
         );
     }
 
+    fn batch_of(put: &[&str], destroy: &[&str]) -> UnitBatch {
+        let unit = |n: &&str| Unit { name: n.to_string(), desired_state: "launched".into(), ..Default::default() };
+        UnitBatch { put: put.iter().map(unit).collect(), destroy: destroy.iter().map(|n| n.to_string()).collect() }
+    }
+
+    #[test]
+    fn batch_results_read_as_the_single_requests_answers() {
+        let reply = r#"{"results":[{"name":"a.service","code":204},{"name":"b.service","code":404,"message":"unit does not exist"},{"name":"c.service","code":204}]}"#;
+        let (url, seen) = serve(vec![(200, reply)]);
+        let results = client(&url).unit_batch(&batch_of(&["a.service", "b.service"], &["c.service"])).unwrap();
+        assert_eq!(
+            results,
+            [Ok(()), Err(ClientError::Api { code: 404, message: "unit does not exist".into() }), Ok(())]
+        );
+        assert!(seen.lock().unwrap()[0].starts_with("POST /fleet/v1/units-batch?alt=json HTTP/1.1 {\"put\":["));
+    }
+
+    #[test]
+    fn a_server_without_the_batch_route_is_asked_once_then_per_unit() {
+        // The original fleet answers an unknown path 404.
+        let (url, seen) = serve(vec![(404, r#"{"error":{"code":404,"message":""}}"#)]);
+        let c = client(&url);
+        assert_eq!(c.unit_batch(&batch_of(&["a.service", "b.service"], &[])), None);
+        assert_eq!(c.unit_batch(&batch_of(&["a.service", "b.service"], &[])), None, "remembered, no second request");
+        assert_eq!(seen.lock().unwrap().len(), 1);
+        let (url, _) = serve(vec![(405, r#"{"error":{"code":405,"message":""}}"#)]);
+        assert_eq!(client(&url).unit_batch(&batch_of(&[], &["a.service", "b.service"])), None);
+    }
+
+    #[test]
+    fn big_batches_are_split_under_the_body_limit_in_order() {
+        let names: Vec<String> = (0..100).map(|i| format!("t@{i}.service")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let batch = batch_of(&refs, &refs);
+        let parts = split_batch(&batch, 2000);
+        assert!(parts.len() > 2, "{}", parts.len());
+        assert!(parts.iter().all(|p| serde_json::to_vec(p).unwrap().len() <= 2000 + 200));
+        let puts: Vec<String> = parts.iter().flat_map(|p| p.put.iter().map(|u| u.name.clone())).collect();
+        let destroys: Vec<String> = parts.iter().flat_map(|p| p.destroy.clone()).collect();
+        assert_eq!((puts, destroys), (names.clone(), names));
+        assert_eq!(split_batch(&batch, 1 << 20).len(), 1);
+    }
+
     const UNAVAILABLE: &str = r#"{"error":{"code":503,"message":"fleet server unable to communicate with etcd"}}"#;
 
     #[test]
