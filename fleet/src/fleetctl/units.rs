@@ -451,6 +451,38 @@ mod tests {
         assert_eq!(o.out, "Unit hello.service inactive\nTriggered unit hello.service start\n");
     }
 
+    /// From `parallel::LIST_LOOKUPS_FROM` units on, lookups and waits use one listing per step: the output is
+    /// still the per-unit one, in argument order, and the cluster gets the same writes.
+    #[test]
+    fn many_units_print_and_write_as_one_by_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cluster();
+        let names: Vec<String> = (0..40).map(|i| format!("many{i}.service")).collect();
+        let files: Vec<String> = names.iter().map(|n| write(dir.path(), n, HELLO)).collect();
+        let args =
+            |cmd: &[&'static str]| cmd.iter().copied().chain(files.iter().map(String::as_str)).collect::<Vec<_>>();
+        // Every 7th unit is launched already: neither created nor triggered, so a lookup answered for the wrong
+        // name shows.
+        let launched = |i: usize| i % 7 == 3;
+        for (i, n) in names.iter().enumerate().filter(|(i, _)| launched(*i)) {
+            c.insert_unit(n, &format!("{HELLO}# {i}\n"), "launched");
+        }
+        let fresh = || names.iter().enumerate().filter(|(i, _)| !launched(*i)).map(|(_, n)| n);
+        let o = run(&c, &args(&["start", "--no-block"]));
+        let inactive: String = fresh().map(|n| format!("Unit {n} inactive\n")).collect();
+        let triggered: String = fresh().map(|n| format!("Triggered unit {n} start\n")).collect();
+        assert_eq!((o.code, o.out, o.err), (0, format!("{inactive}{triggered}"), String::new()));
+        let log = c.log();
+        for n in fresh() {
+            assert!(log.contains(&format!("create {n} inactive")) && log.contains(&format!("set {n} launched")), "{n}");
+        }
+        let o = run(&c, &args(&["destroy"]));
+        let destroyed: String = names.iter().map(|n| format!("Destroyed {n}\n")).collect();
+        assert_eq!((o.code, o.out, o.err), (0, destroyed, String::new()));
+        assert!(names.iter().all(|n| c.log().contains(&format!("destroy {n}"))));
+        assert_eq!(run(&c, &["list-unit-files", "--no-legend"]).out, "");
+    }
+
     #[test]
     fn start_that_never_converges_times_out_with_the_originals_messages() {
         let c = cluster();
