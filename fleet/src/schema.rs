@@ -139,6 +139,35 @@ pub struct Unit {
     pub reschedule: bool,
 }
 
+/// Extension of this implementation: the body of `POST /fleet/v1/units-batch`, many unit writes in one request.
+/// Each of `put` is decided and answered exactly as `PUT /units/<its name>` with it as the body would be (create,
+/// replace or set the desired state); each of `destroy` as `DELETE /units/<name>`. Servers without the route answer
+/// 404 (the original fleet) and clients fall back to one request per unit.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct UnitBatch {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub put: Vec<Unit>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub destroy: Vec<String>,
+}
+
+/// The answer to a [`UnitBatch`]: one result per write, `put` then `destroy`, each in request order.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct UnitBatchReply {
+    #[serde(default)]
+    pub results: Vec<UnitBatchResult>,
+}
+
+/// What the single-unit request would have answered: its status code and, for an error, its message (§8.3).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct UnitBatchResult {
+    #[serde(default)]
+    pub name: String,
+    pub code: u16,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
 /// One page of `GET /units`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct UnitPage {

@@ -72,6 +72,7 @@ impl ApiHandler for Api {
             Ok(Route::GetUnit(name)) => self.get_unit(&name),
             Ok(Route::PutUnit(name)) => self.put_unit(&name, &request).await,
             Ok(Route::DeleteUnit(name)) => self.delete_unit(&name).await,
+            Ok(Route::UnitBatch) => self.unit_batch(&request).await,
             Ok(Route::ListStates) => self.list_states(query.as_deref()),
             Ok(Route::GetState(name)) => self.get_state(&name),
             Ok(Route::Metrics) => self.metrics(),

@@ -23,6 +23,8 @@ pub enum Route {
     GetRollout(String),
     PutRollout(String),
     PatchRollout(String),
+    /// Many unit writes in one request (`POST /units-batch`, issue 16).
+    UnitBatch,
 }
 
 /// A request the API refuses before any handler runs.
@@ -68,6 +70,10 @@ pub fn route(method: &Method, raw_path: &str) -> Result<Route, RouteError> {
         "/units" => match *method {
             Method::GET => Ok(Route::ListUnits),
             _ => Err(RouteError::MethodNotAllowed("only GET supported against this resource")),
+        },
+        "/units-batch" => match *method {
+            Method::POST => Ok(Route::UnitBatch),
+            _ => Err(RouteError::MethodNotAllowed("only POST supported against this resource")),
         },
         "/state" => match *method {
             Method::GET => Ok(Route::ListStates),
@@ -177,6 +183,11 @@ mod tests {
         assert_eq!(route(&Method::DELETE, "/fleet/v1/units/a.service"), Ok(Route::DeleteUnit("a.service".into())));
         assert_eq!(route(&get, "/fleet/v1/state/a.service"), Ok(Route::GetState("a.service".into())));
         assert_eq!(route(&get, "/metrics"), Ok(Route::Metrics));
+        assert_eq!(route(&Method::POST, "/fleet/v1/units-batch"), Ok(Route::UnitBatch));
+        assert_eq!(
+            route(&get, "/fleet/v1/units-batch"),
+            Err(RouteError::MethodNotAllowed("only POST supported against this resource"))
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `/fleet/v1/units` (spec §8.6): list, get, create/replace/set desired state (decided by [`wire::decide_put`]),
-//! destroy.
+//! destroy; and `POST /fleet/v1/units-batch` (an extension, issue 16): many of those writes in one request, each
+//! decided and answered as its single request would be, written in few etcd transactions (`registry::unit_batch`).
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -7,6 +8,7 @@ use http::{Request, Response, StatusCode};
 use super::handler::{Api, internal};
 use super::query;
 use super::reply;
+use crate::model::JobState;
 use crate::registry::{PutUnit, RegistryError};
 use crate::schema;
 use crate::unit::UnitFile;
@@ -114,6 +116,99 @@ impl Api {
             Err(RegistryError::UnitNotFound { .. }) => reply::error(StatusCode::NOT_FOUND, "unit does not exist"),
             Err(err) => internal("store unit", &err),
         }
+    }
+}
+
+/// What a single-unit request answers for a registry result (`status` on success).
+fn batch_result<T>(name: &str, result: &Result<T, RegistryError>, status: StatusCode) -> schema::UnitBatchResult {
+    let (code, message) = match result {
+        Ok(_) => (status, String::new()),
+        Err(RegistryError::UnitNotFound { .. }) => (StatusCode::NOT_FOUND, "unit does not exist".to_string()),
+        Err(err) => {
+            tracing::error!(op = "unit batch", unit = %name, error = %err, "API request failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, String::new())
+        }
+    };
+    schema::UnitBatchResult { name: name.to_string(), code: code.as_u16(), message }
+}
+
+/// A unit of a batch to store: its index in the request, name, canonical text, hash and store options.
+struct ToStore {
+    index: usize,
+    name: String,
+    text: String,
+    hash: String,
+    desired: JobState,
+    options: StoreOptions,
+}
+
+impl Api {
+    /// `POST /units-batch`: every `put` decided against the registry view as the request found it (as
+    /// [`Api::put_unit`] decides one), then all creations and replacements written, then all desired states, then
+    /// all destroys; one answer per write. Waits until the view shows every write (read-your-writes).
+    pub(super) async fn unit_batch(&self, request: &Request<Bytes>) -> Response<Bytes> {
+        if let Err(err) = check_content_type(request) {
+            return err.response();
+        }
+        let batch: schema::UnitBatch = match serde_json::from_slice(request.body()) {
+            Ok(batch) => batch,
+            Err(err) => return bad_request(format!("unable to decode body: {err}")),
+        };
+        let puts = batch.put.len();
+        let mut results: Vec<Option<schema::UnitBatchResult>> = (0..puts + batch.destroy.len()).map(|_| None).collect();
+        let snapshot = self.snapshot();
+        let mut stores = Vec::new();
+        let mut desired_changes = Vec::new();
+        for (index, unit) in batch.put.into_iter().enumerate() {
+            let existing_hash = snapshot.unit(&unit.name).map(|v| v.hash.to_string());
+            match wire::decide_put(&unit, existing_hash.as_deref()) {
+                Err(err) => {
+                    let message = err.message;
+                    results[index] =
+                        Some(schema::UnitBatchResult { name: unit.name, code: err.status.as_u16(), message });
+                }
+                Ok(action @ (PutAction::Create(desired) | PutAction::Replace(desired))) => {
+                    let options = StoreOptions::of(&unit, &action);
+                    let file = UnitFile::from_options(unit.options);
+                    let (text, hash) = (file.canonical(), file.hash().to_hex());
+                    stores.push(ToStore { index, name: unit.name, text, hash, desired, options });
+                }
+                Ok(PutAction::SetDesired(state)) => desired_changes.push((index, unit.name, state)),
+            }
+        }
+        drop(snapshot);
+        let mut revision = 0;
+        let writes: Vec<PutUnit<'_>> = stores
+            .iter()
+            .map(|s| PutUnit {
+                name: &s.name,
+                text: &s.text,
+                hash: &s.hash,
+                desired: s.desired,
+                reschedule: s.options.reschedule,
+                no_restart: s.options.no_restart,
+            })
+            .collect();
+        for (store, written) in stores.iter().zip(self.registry.put_units(&writes).await) {
+            revision = revision.max(written.as_ref().ok().and_then(|w| w.revision()).unwrap_or(0));
+            results[store.index] = Some(batch_result(&store.name, &written, StatusCode::CREATED));
+        }
+        let changes: Vec<(&str, JobState)> = desired_changes.iter().map(|(_, n, s)| (n.as_str(), *s)).collect();
+        for ((index, name, _), written) in desired_changes.iter().zip(self.registry.set_desired_many(&changes).await) {
+            revision = revision.max(*written.as_ref().unwrap_or(&0));
+            results[*index] = Some(batch_result(name, &written, StatusCode::NO_CONTENT));
+        }
+        let names: Vec<&str> = batch.destroy.iter().map(String::as_str).collect();
+        for (i, (name, destroyed)) in names.iter().zip(self.registry.destroy_units(&names).await).enumerate() {
+            revision = revision.max(destroyed.as_ref().map_or(0, |d| d.revision));
+            results[puts + i] = Some(batch_result(name, &destroyed, StatusCode::NO_CONTENT));
+        }
+        tracing::info!(stored = stores.len(), desired = changes.len(), destroyed = names.len(), "unit batch");
+        if revision > 0 {
+            self.settle(revision).await;
+        }
+        let results = results.into_iter().map(|r| r.expect("every write of the batch has a result")).collect();
+        reply::json(&schema::UnitBatchReply { results })
     }
 }
 

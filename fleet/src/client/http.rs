@@ -8,7 +8,12 @@
 //! timeout allows, so a command run right after fleetd (or its machine) starts waits it out instead of failing;
 //! a fleetd still unavailable when the time is up is reported as [`ClientError::Unavailable`]. No other answer
 //! and no transport error is retried.
+//!
+//! Many unit writes go in `POST /units-batch` requests ([`Client::unit_batch`], bodies up to [`MAX_BATCH_BODY`]); a
+//! server that answers it 404 or 405 (the original fleet) is remembered as having no batch route, and the caller
+//! falls back to one request per unit.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -23,7 +28,7 @@ use super::{BuildError, Client, ClientError, StateFilter};
 use crate::rollout::Action;
 use crate::schema::{
     ErrorBody, Machine, MachineMetadataOp, MachinePage, Rollout, RolloutControl, RolloutList, RolloutRequest, Unit,
-    UnitHistory, UnitPage, UnitState, UnitStatePage,
+    UnitBatch, UnitBatchReply, UnitHistory, UnitPage, UnitState, UnitStatePage,
 };
 
 const API_PREFIX: &str = "/fleet/v1";
@@ -41,7 +46,13 @@ pub struct HttpClient {
     /// TLS for an `https://` endpoint (from `--ca-file`, `--cert-file`, `--key-file`).
     tls: Option<tokio_rustls::TlsConnector>,
     runtime: tokio::runtime::Runtime,
+    /// The server answered `POST /units-batch` with 404 or 405: it has no batch route.
+    no_batch_route: AtomicBool,
 }
+
+/// Largest body of one `POST /units-batch` request, well under the server's 4 MiB limit on request bodies; a
+/// larger batch is sent as several requests.
+pub const MAX_BATCH_BODY: usize = 1 << 20;
 
 /// Requests in flight at once over a direct connection (fleetctl's parallel commands use 16 workers).
 const MAX_IN_FLIGHT: usize = 16;
@@ -78,7 +89,15 @@ impl HttpClient {
             .enable_all()
             .build()
             .map_err(|e| BuildError::Runtime(e.to_string()))?;
-        Ok(HttpClient { endpoint, timeout, tunnel: None, pool: ConnectionPool::new(MAX_IN_FLIGHT), tls: None, runtime })
+        Ok(HttpClient {
+            endpoint,
+            timeout,
+            tunnel: None,
+            pool: ConnectionPool::new(MAX_IN_FLIGHT),
+            tls: None,
+            runtime,
+            no_batch_route: AtomicBool::new(false),
+        })
     }
 
     /// Speaks TLS to an `https://` endpoint with `files`; any other endpoint ignores them.
@@ -196,6 +215,35 @@ impl HttpClient {
         self.check(self.send(http::Method::PUT, &path, &[], Some(body))?).map(|_| ())
     }
 
+    /// One `POST /units-batch` request; `None` when the server has no such route.
+    fn send_batch(&self, batch: &UnitBatch) -> Option<Vec<Result<(), ClientError>>> {
+        let count = batch.put.len() + batch.destroy.len();
+        let failed = |e: ClientError| Some(vec![Err(e); count]);
+        let body = match serde_json::to_vec(batch) {
+            Ok(body) => body,
+            Err(e) => return failed(ClientError::Other(e.to_string())),
+        };
+        let resp = match self.send(http::Method::POST, "/units-batch", &[], Some(body)) {
+            Ok(resp) => resp,
+            Err(e) => return failed(e),
+        };
+        if resp.status == 404 || resp.status == 405 {
+            tracing::debug!(status = resp.status, "no batch route on this server; one request per unit");
+            self.no_batch_route.store(true, Ordering::Relaxed);
+            return None;
+        }
+        let url = self.url("/units-batch", &[]).1;
+        let reply: UnitBatchReply = match self.check(resp).and_then(|r| decode(&r.body, &url)) {
+            Ok(reply) => reply,
+            Err(e) => return failed(e),
+        };
+        if reply.results.len() != count {
+            let cause = format!("{} results for {count} writes", reply.results.len());
+            return failed(ClientError::Decode { url, cause });
+        }
+        Some(reply.results.into_iter().map(batch_result).collect())
+    }
+
     fn patch_machines(&self, ops: &[MachineMetadataOp]) -> Result<(), ClientError> {
         let body = serde_json::to_vec(ops).map_err(|e| ClientError::Other(e.to_string()))?;
         self.check(self.send(http::Method::PATCH, "/machines", &[], Some(body))?).map(|_| ())
@@ -256,6 +304,17 @@ impl Client for HttpClient {
 
     fn set_unit_target_state(&self, name: &str, state: &str) -> Result<(), ClientError> {
         self.put_unit(&Unit { name: name.to_string(), desired_state: state.to_string(), ..Default::default() })
+    }
+
+    fn unit_batch(&self, batch: &UnitBatch) -> Option<Vec<Result<(), ClientError>>> {
+        if self.no_batch_route.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut results = Vec::with_capacity(batch.put.len() + batch.destroy.len());
+        for part in split_batch(batch, MAX_BATCH_BODY) {
+            results.extend(self.send_batch(&part)?);
+        }
+        Some(results)
     }
 
     fn destroy_unit(&self, name: &str) -> Result<(), ClientError> {
@@ -452,6 +511,37 @@ fn describe(e: &hyper::Error) -> String {
         return crate::tls::describe_client_failure(tls);
     }
     if e.is_incomplete_message() { "EOF".to_string() } else { e.to_string() }
+}
+
+/// One write of a batch as its single request's answer would read: 2xx is done, anything else the API error.
+fn batch_result(result: crate::schema::UnitBatchResult) -> Result<(), ClientError> {
+    if (200..300).contains(&result.code) {
+        return Ok(());
+    }
+    Err(ClientError::Api { code: result.code, message: result.message })
+}
+
+/// `batch` split into batches whose JSON stays under `max_body` bytes (a write larger than that alone), in order.
+pub fn split_batch(batch: &UnitBatch, max_body: usize) -> Vec<UnitBatch> {
+    let mut parts = vec![UnitBatch::default()];
+    let mut size = 0;
+    let mut room = |len: usize, parts: &mut Vec<UnitBatch>| {
+        let last = parts.last().expect("parts start non-empty");
+        if size + len > max_body && !(last.put.is_empty() && last.destroy.is_empty()) {
+            parts.push(UnitBatch::default());
+            size = 0;
+        }
+        size += len + 1;
+    };
+    for unit in &batch.put {
+        room(serde_json::to_vec(unit).map_or(0, |v| v.len()), &mut parts);
+        parts.last_mut().expect("parts start non-empty").put.push(unit.clone());
+    }
+    for name in &batch.destroy {
+        room(name.len() + 2, &mut parts);
+        parts.last_mut().expect("parts start non-empty").destroy.push(name.clone());
+    }
+    parts
 }
 
 fn error_from(status: u16, body: &[u8]) -> ClientError {
@@ -654,6 +744,49 @@ mod tests {
             seen[0],
             "PUT /fleet/v1/units/hello@1.service?alt=json HTTP/1.1 {\"desiredState\":\"launched\",\"name\":\"hello@1.service\"}"
         );
+    }
+
+    fn batch_of(put: &[&str], destroy: &[&str]) -> UnitBatch {
+        let unit = |n: &&str| Unit { name: n.to_string(), desired_state: "launched".into(), ..Default::default() };
+        UnitBatch { put: put.iter().map(unit).collect(), destroy: destroy.iter().map(|n| n.to_string()).collect() }
+    }
+
+    #[test]
+    fn batch_results_read_as_the_single_requests_answers() {
+        let reply = r#"{"results":[{"name":"a.service","code":204},{"name":"b.service","code":404,"message":"unit does not exist"},{"name":"c.service","code":204}]}"#;
+        let (url, seen) = serve(vec![(200, reply)]);
+        let results = client(&url).unit_batch(&batch_of(&["a.service", "b.service"], &["c.service"])).unwrap();
+        assert_eq!(
+            results,
+            [Ok(()), Err(ClientError::Api { code: 404, message: "unit does not exist".into() }), Ok(())]
+        );
+        assert!(seen.lock().unwrap()[0].starts_with("POST /fleet/v1/units-batch?alt=json HTTP/1.1 {\"put\":["));
+    }
+
+    #[test]
+    fn a_server_without_the_batch_route_is_asked_once_then_per_unit() {
+        // The original fleet answers an unknown path 404.
+        let (url, seen) = serve(vec![(404, r#"{"error":{"code":404,"message":""}}"#)]);
+        let c = client(&url);
+        assert_eq!(c.unit_batch(&batch_of(&["a.service", "b.service"], &[])), None);
+        assert_eq!(c.unit_batch(&batch_of(&["a.service", "b.service"], &[])), None, "remembered, no second request");
+        assert_eq!(seen.lock().unwrap().len(), 1);
+        let (url, _) = serve(vec![(405, r#"{"error":{"code":405,"message":""}}"#)]);
+        assert_eq!(client(&url).unit_batch(&batch_of(&[], &["a.service", "b.service"])), None);
+    }
+
+    #[test]
+    fn big_batches_are_split_under_the_body_limit_in_order() {
+        let names: Vec<String> = (0..100).map(|i| format!("t@{i}.service")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let batch = batch_of(&refs, &refs);
+        let parts = split_batch(&batch, 2000);
+        assert!(parts.len() > 2, "{}", parts.len());
+        assert!(parts.iter().all(|p| serde_json::to_vec(p).unwrap().len() <= 2000 + 200));
+        let puts: Vec<String> = parts.iter().flat_map(|p| p.put.iter().map(|u| u.name.clone())).collect();
+        let destroys: Vec<String> = parts.iter().flat_map(|p| p.destroy.clone()).collect();
+        assert_eq!((puts, destroys), (names.clone(), names));
+        assert_eq!(split_batch(&batch, 1 << 20).len(), 1);
     }
 
     const UNAVAILABLE: &str = r#"{"error":{"code":503,"message":"fleet server unable to communicate with etcd"}}"#;

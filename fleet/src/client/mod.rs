@@ -18,7 +18,7 @@ mod pool;
 use std::time::Duration;
 
 use crate::rollout::Action;
-use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitHistory, UnitState};
+use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitBatch, UnitHistory, UnitState};
 use crate::version::SemVer;
 
 /// Everything fleetctl does to a cluster. Names and semantics follow the original's `client.API`.
@@ -58,6 +58,14 @@ pub trait Client: Send + Sync {
     fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError>;
     /// Pause, resume (`run`) or abort a rollout that is not final (`PATCH /rollouts/<id>`).
     fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError>;
+    /// Many unit writes at once (`POST /units-batch`, an extension): one result per write, `put` then `destroy`,
+    /// each what [`Client::create_unit`] (or [`Client::set_unit_target_state`] for a unit without options) and
+    /// [`Client::destroy_unit`] would have returned. `None` when this client or its server has no batch route (the
+    /// original fleet): the caller then sends one request per unit.
+    fn unit_batch(&self, batch: &UnitBatch) -> Option<Vec<Result<(), ClientError>>> {
+        let _ = batch;
+        None
+    }
 }
 
 /// A shared client is a client (lets tests keep a handle on the fake they hand out).
@@ -109,6 +117,9 @@ impl<T: Client + ?Sized> Client for std::sync::Arc<T> {
     }
     fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError> {
         (**self).control_rollout(id, action)
+    }
+    fn unit_batch(&self, batch: &UnitBatch) -> Option<Vec<Result<(), ClientError>>> {
+        (**self).unit_batch(batch)
     }
 }
 

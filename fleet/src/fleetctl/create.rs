@@ -263,11 +263,11 @@ fn prepare_unit(
     })
 }
 
-/// Sends the prepared creations (in parallel); the first failure in argument order is the error.
+/// Sends the prepared creations (batched, or in parallel); the first failure in argument order is the error.
 fn send_units(ctx: &Ctx<'_>, pending: &mut Vec<Unit>) -> Result<(), String> {
-    let client = ctx.client;
-    let results = parallel::map(pending, |unit| client.create_unit(unit));
-    let sent = std::mem::take(pending);
+    let batch = crate::schema::UnitBatch { put: std::mem::take(pending), destroy: Vec::new() };
+    let results = parallel::write_units(ctx.client, &batch);
+    let sent = batch.put;
     for (unit, result) in sent.iter().zip(results) {
         result.map_err(|e| format!("failed creating unit {}: {e}", unit.name))?;
         tracing::debug!(unit = %unit.name, "created unit");
@@ -288,8 +288,7 @@ struct ArgLookup<'a> {
 /// kept per argument, so a caller reports one only when it reaches that argument, after acting on the ones before.
 fn look_up_args<'a>(ctx: &Ctx<'_>, args: &'a [String]) -> Vec<ArgLookup<'a>> {
     let names: Vec<String> = args.iter().map(|a| unitf::mangle(a)).collect();
-    let client = ctx.client;
-    let lookups = parallel::map(&names, |name| client.unit(name));
+    let lookups = parallel::look_up(ctx.client, &names);
     let mut seen = std::collections::HashSet::new();
     args.iter()
         .zip(names)

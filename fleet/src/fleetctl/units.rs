@@ -57,8 +57,7 @@ pub fn submit(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
 fn trigger(ctx: &mut Ctx<'_>, args: &[String], target: JobState) -> Result<(Vec<String>, Vec<String>), String> {
     let names = unitf::mangle_unique(args);
     // Look every unit up first (in parallel): a missing unit aborts the command before anything changed.
-    let client = ctx.client;
-    let looked_up = parallel::map(&names, |name| client.unit(name));
+    let looked_up = parallel::look_up(ctx.client, &names);
     let mut units = Vec::with_capacity(names.len());
     for (name, found) in names.iter().zip(looked_up) {
         match found {
@@ -69,8 +68,12 @@ fn trigger(ctx: &mut Ctx<'_>, args: &[String], target: JobState) -> Result<(Vec<
     }
     // Units already in the target state are skipped, unless replaced in place (`--keep-machine`): the state came
     // with the new content, and they are waited for all the same.
-    let to_set: Vec<&Unit> = units.iter().filter(|u| u.desired_state != target.as_str()).collect();
-    let results = parallel::map(&to_set, |u| client.set_unit_target_state(&u.name, target.as_str()));
+    let put = units
+        .iter()
+        .filter(|u| u.desired_state != target.as_str())
+        .map(|u| Unit { name: u.name.clone(), desired_state: target.as_str().to_string(), ..Default::default() })
+        .collect();
+    let results = parallel::write_units(ctx.client, &crate::schema::UnitBatch { put, destroy: Vec::new() });
     if let Some(e) = results.into_iter().find_map(Result::err) {
         return Err(e.to_string());
     }
@@ -276,8 +279,8 @@ pub fn destroy(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     };
     let mut code = 0;
     let mut destroyed = Vec::new();
-    let client = ctx.client;
-    let results = parallel::map(&units, |u| client.destroy_unit(&u.name));
+    let batch = crate::schema::UnitBatch { put: Vec::new(), destroy: units.iter().map(|u| u.name.clone()).collect() };
+    let results = parallel::write_units(ctx.client, &batch);
     for (u, result) in units.iter().zip(results) {
         match result {
             Ok(()) => {
@@ -293,11 +296,9 @@ pub fn destroy(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     }
     // B4 Rec: wait (unless --no-block) until the units are gone everywhere.
     if let Some(attempts) = ctx.block_attempts() {
-        for (i, n) in destroyed.iter().enumerate() {
-            if let Err(e) = wait_for_destroyed(ctx, n, attempts, (i, destroyed.len())) {
-                ctx.warn(&format!("Error destroying units: {e}"));
-                code = 1;
-            }
+        for e in wait_for_destroyed(ctx, &destroyed, attempts) {
+            ctx.warn(&format!("Error destroying units: {e}"));
+            code = 1;
         }
     }
     code
@@ -448,6 +449,38 @@ mod tests {
         let f = write(dir.path(), "hello.service", HELLO);
         let o = run(&c, &["start", "--no-block", &f]);
         assert_eq!(o.out, "Unit hello.service inactive\nTriggered unit hello.service start\n");
+    }
+
+    /// From `parallel::LIST_LOOKUPS_FROM` units on, lookups and waits use one listing per step: the output is
+    /// still the per-unit one, in argument order, and the cluster gets the same writes.
+    #[test]
+    fn many_units_print_and_write_as_one_by_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cluster();
+        let names: Vec<String> = (0..40).map(|i| format!("many{i}.service")).collect();
+        let files: Vec<String> = names.iter().map(|n| write(dir.path(), n, HELLO)).collect();
+        let args =
+            |cmd: &[&'static str]| cmd.iter().copied().chain(files.iter().map(String::as_str)).collect::<Vec<_>>();
+        // Every 7th unit is launched already: neither created nor triggered, so a lookup answered for the wrong
+        // name shows.
+        let launched = |i: usize| i % 7 == 3;
+        for (i, n) in names.iter().enumerate().filter(|(i, _)| launched(*i)) {
+            c.insert_unit(n, &format!("{HELLO}# {i}\n"), "launched");
+        }
+        let fresh = || names.iter().enumerate().filter(|(i, _)| !launched(*i)).map(|(_, n)| n);
+        let o = run(&c, &args(&["start", "--no-block"]));
+        let inactive: String = fresh().map(|n| format!("Unit {n} inactive\n")).collect();
+        let triggered: String = fresh().map(|n| format!("Triggered unit {n} start\n")).collect();
+        assert_eq!((o.code, o.out, o.err), (0, format!("{inactive}{triggered}"), String::new()));
+        let log = c.log();
+        for n in fresh() {
+            assert!(log.contains(&format!("create {n} inactive")) && log.contains(&format!("set {n} launched")), "{n}");
+        }
+        let o = run(&c, &args(&["destroy"]));
+        let destroyed: String = names.iter().map(|n| format!("Destroyed {n}\n")).collect();
+        assert_eq!((o.code, o.out, o.err), (0, destroyed, String::new()));
+        assert!(names.iter().all(|n| c.log().contains(&format!("destroy {n}"))));
+        assert_eq!(run(&c, &["list-unit-files", "--no-legend"]).out, "");
     }
 
     #[test]

@@ -2,15 +2,16 @@
 //! N attempts or none, and the waits built on it — unit job states, systemd activity after `start`, global units on
 //! every machine that reports them, and destroyed units disappearing.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::Ctx;
 use super::progress::{self, Waiting};
 use super::table::location_legend;
-use crate::client::Client;
 use crate::client::StateFilter;
+use crate::client::{Client, ClientError};
 use crate::model::JobState;
+use crate::schema::Unit;
 use crate::unit::xfleet::{Candidate, accepted_by_machine};
 use crate::unit::{Requirements, UnitFile};
 
@@ -75,8 +76,13 @@ fn whereabouts(state: &str, machine: &str) -> String {
 
 /// Whether `name` has reached `target` (current state; desired state for global units). Prints
 /// `Unit <name> <currentState>[ on <legend>]` when it has.
-fn assert_unit_state(ctx: &mut Ctx<'_>, name: &str, target: JobState) -> Seen {
-    let u = match ctx.client.unit(name) {
+fn assert_unit_state(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    found: Result<Option<Unit>, ClientError>,
+    target: JobState,
+) -> Seen {
+    let u = match found {
         Ok(Some(u)) => u,
         Ok(None) => {
             tracing::debug!(unit = %name, "unit not found while waiting");
@@ -132,11 +138,15 @@ pub fn wait_for_unit_states(
     let timing = ctx.timing;
     let ok = poll(timing, attempts, || {
         let mut waiting = Vec::new();
-        pending.retain(|n| match assert_unit_state(ctx, n, target) {
-            Seen::Reached => false,
-            Seen::NotYet(at) => {
-                waiting.push(Waiting { unit: n.clone(), at });
-                true
+        let listed = pending.len() >= super::parallel::LIST_LOOKUPS_FROM;
+        let mut found = super::parallel::look_up(ctx.client, &pending).into_iter();
+        pending.retain(|n| {
+            match assert_unit_state(ctx, n, single_for_global(ctx.client, n, found.next(), listed), target) {
+                Seen::Reached => false,
+                Seen::NotYet(at) => {
+                    waiting.push(Waiting { unit: n.clone(), at });
+                    true
+                }
             }
         });
         let done = names.len() - pending.len();
@@ -153,6 +163,22 @@ pub fn wait_for_unit_states(
     );
     ctx.warn(&format!("Error waiting for units: {err}"));
     Err(err)
+}
+
+/// A global unit found in a listing is asked for again: a listing shows a global unit's current state as
+/// `inactive`, a single request as empty, and the message printed when it is reached quotes the single request's.
+fn single_for_global(
+    client: &dyn Client,
+    name: &str,
+    found: Option<Result<Option<Unit>, ClientError>>,
+    listed: bool,
+) -> Result<Option<Unit>, ClientError> {
+    match found {
+        Some(Ok(Some(u))) if !listed || !super::stored::unit_is_global(&u) => Ok(Some(u)),
+        Some(Err(e)) => Err(e),
+        Some(Ok(None)) => Ok(None),
+        _ => client.unit(name),
+    }
 }
 
 fn runs_active(s: &crate::schema::UnitState) -> bool {
@@ -320,31 +346,68 @@ pub fn global_progress(
     GlobalProgress { good, expected: machines.len() }
 }
 
-/// After `destroy` (B4 Rec): wait until the unit is gone and no machine reports a state for it any more.
-/// `(done, total)`: how many of the units being destroyed are gone already, for the progress line.
-pub fn wait_for_destroyed(
-    ctx: &mut Ctx<'_>,
-    name: &str,
-    attempts: u64,
-    (done, total): (usize, usize),
-) -> Result<(), String> {
+/// Waits until every unit of `names` is gone everywhere: neither listed nor reported by any machine. All are
+/// polled together (one listing of units and one of states per poll from [`super::parallel::LIST_LOOKUPS_FROM`]
+/// units on, else per unit), so a destroy of many units waits as long as its slowest unit. Returns one error per
+/// unit still there after `attempts`, in `names` order.
+pub fn wait_for_destroyed(ctx: &mut Ctx<'_>, names: &[String], attempts: u64) -> Vec<String> {
     let client = ctx.client;
-    let filter = StateFilter { machine_id: None, unit_name: Some(name.to_string()) };
-    let ok = poll(ctx.timing, attempts, || {
-        let states = client.unit_states(&filter);
-        let gone = matches!(client.unit(name), Ok(None)) && states.as_ref().is_ok_and(|s| s.is_empty());
-        let at = match &states {
-            Ok(s) if !s.is_empty() => format!("reported by {} machine(s)", s.len()),
-            _ => String::new(),
-        };
-        let waiting = [Waiting { unit: name.to_string(), at }];
-        let waiting = if gone { &[][..] } else { &waiting[..] };
-        let line =
-            progress::line("destroy", "destroyed", done + usize::from(gone), total, waiting, ctx.started.elapsed());
+    let mut pending: Vec<String> = names.to_vec();
+    poll(ctx.timing, attempts, || {
+        let left = still_there(client, &pending);
+        let mut waiting = Vec::new();
+        let mut kept = Vec::new();
+        for (name, at) in pending.drain(..).zip(left) {
+            if let Some(at) = at {
+                waiting.push(Waiting { unit: name.clone(), at });
+                kept.push(name);
+            }
+        }
+        pending = kept;
+        let line = progress::line(
+            "destroy",
+            "destroyed",
+            names.len() - pending.len(),
+            names.len(),
+            &waiting,
+            ctx.started.elapsed(),
+        );
         ctx.show_progress(&line);
-        gone
+        pending.is_empty()
     });
-    if ok { Ok(()) } else { Err(format!("timed out waiting for unit {name} to be destroyed")) }
+    pending.iter().map(|name| format!("timed out waiting for unit {name} to be destroyed")).collect()
+}
+
+/// For each of `names`: `None` when the unit is gone (not listed, no machine reports it), else where it still is
+/// (`reported by N machine(s)`, or empty). A failed request counts as "still there".
+fn still_there(client: &dyn Client, names: &[String]) -> Vec<Option<String>> {
+    let reported = |n: usize| if n > 0 { format!("reported by {n} machine(s)") } else { String::new() };
+    if names.len() < super::parallel::LIST_LOOKUPS_FROM {
+        return names
+            .iter()
+            .map(|name| {
+                let filter = StateFilter { machine_id: None, unit_name: Some(name.clone()) };
+                let states = client.unit_states(&filter);
+                let gone = matches!(client.unit(name), Ok(None)) && states.as_ref().is_ok_and(|s| s.is_empty());
+                (!gone).then(|| reported(states.map_or(0, |s| s.len())))
+            })
+            .collect();
+    }
+    let (Ok(units), Ok(states)) = (client.units(), client.unit_states(&StateFilter::default())) else {
+        return names.iter().map(|_| Some(String::new())).collect();
+    };
+    let listed: BTreeSet<&str> = units.iter().map(|u| u.name.as_str()).collect();
+    let mut machines: BTreeMap<&str, usize> = BTreeMap::new();
+    for s in &states {
+        *machines.entry(s.name.as_str()).or_default() += 1;
+    }
+    names
+        .iter()
+        .map(|name| {
+            let n = machines.get(name.as_str()).copied().unwrap_or(0);
+            (listed.contains(name.as_str()) || n > 0).then(|| reported(n))
+        })
+        .collect()
 }
 
 #[cfg(test)]

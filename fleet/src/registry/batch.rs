@@ -3,6 +3,62 @@
 
 use std::collections::HashSet;
 
+/// etcd's default `--max-txn-ops`: a transaction may hold at most this many compares, and this many operations in
+/// each branch (etcd 3.4 `checkTxnReqsPermission`/`checkTxnRequest`; the harness's etcd keeps the default).
+pub const MAX_TXN_OPS: usize = 128;
+
+/// What one item adds to a transaction: its compares and operations, and a key it shares with other items (a unit
+/// body: many instances of one template have the same) that is written once per transaction, costing one more
+/// operation only for the first item that names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnCost<'a> {
+    pub compares: usize,
+    pub ops: usize,
+    pub shared: Option<&'a str>,
+}
+
+/// `items` split into consecutive groups for one transaction each, in order: every item's compares and operations
+/// stay in one group (a unit is never half written), a group holds each unit (`unit_of`) at most once, and its
+/// compares and operations (shared keys counted once) stay within `limit`. An item that alone exceeds `limit` gets
+/// a group of its own (etcd then refuses it and the caller reports that unit).
+pub fn cost_batches<'a, T>(
+    items: &'a [T],
+    limit: usize,
+    unit_of: impl Fn(&T) -> &str,
+    cost_of: impl Fn(&'a T) -> TxnCost<'a>,
+) -> Vec<&'a [T]> {
+    let mut batches = Vec::new();
+    let mut start = 0;
+    let (mut compares, mut ops) = (0, 0);
+    let mut units: HashSet<&str> = HashSet::new();
+    let mut shared: HashSet<&str> = HashSet::new();
+    for (i, item) in items.iter().enumerate() {
+        let cost = cost_of(item);
+        let new_shared = cost.shared.is_some_and(|k| !shared.contains(k));
+        let item_ops = cost.ops + usize::from(new_shared);
+        let full = compares + cost.compares > limit || ops + item_ops > limit;
+        if i > start && (full || units.contains(unit_of(item))) {
+            batches.push(&items[start..i]);
+            start = i;
+            (compares, ops) = (0, 0);
+            units.clear();
+            shared.clear();
+        }
+        units.insert(unit_of(item));
+        compares += cost.compares;
+        ops += cost.ops;
+        if let Some(key) = cost.shared {
+            if shared.insert(key) {
+                ops += 1;
+            }
+        }
+    }
+    if start < items.len() {
+        batches.push(&items[start..]);
+    }
+    batches
+}
+
 /// `items` split into consecutive groups for one transaction each: in order, at most `limit` items per group, and a
 /// new group whenever a unit (`unit_of`) comes back — a move is an unschedule then a schedule of the same key, a
 /// state is published then removed. `limit` 0 is taken as 1.
@@ -46,5 +102,48 @@ mod tests {
         let flat: Vec<&&str> = txn_batches(&moved, 64, |s| s).into_iter().flatten().collect();
         assert_eq!(flat, moved.iter().collect::<Vec<_>>());
         assert_eq!(sizes(&["a", "b"], 0), [1, 1]);
+    }
+
+    /// (unit, compares, ops, shared key) items split by [`cost_batches`]: group sizes.
+    fn cost_sizes(items: &[(&str, usize, usize, Option<&str>)], limit: usize) -> Vec<usize> {
+        cost_batches(items, limit, |i| i.0, |i| TxnCost { compares: i.1, ops: i.2, shared: i.3 })
+            .iter()
+            .map(|b| b.len())
+            .collect()
+    }
+
+    #[test]
+    fn cost_batches_count_a_shared_body_once_per_transaction() {
+        assert!(cost_sizes(&[], MAX_TXN_OPS).is_empty());
+        // 1,000 instances of one template: object + desired per unit, the one body once per transaction:
+        // 2 × 63 + 1 = 127 operations, 63 compares.
+        let names: Vec<String> = (0..1000).map(|i| format!("t@{i}.service")).collect();
+        let instances: Vec<_> = names.iter().map(|n| (n.as_str(), 1, 2, Some("body"))).collect();
+        let sizes = cost_sizes(&instances, MAX_TXN_OPS);
+        assert_eq!(sizes[0], 63, "{sizes:?}");
+        assert_eq!(sizes.iter().sum::<usize>(), 1000);
+        assert!(sizes.len() == 16, "{sizes:?}");
+        // Distinct bodies: 3 operations per unit → 42 per transaction.
+        let distinct: Vec<_> = names.iter().map(|n| (n.as_str(), 1, 2, Some(n.as_str()))).collect();
+        assert_eq!(cost_sizes(&distinct, MAX_TXN_OPS)[0], 42);
+        // Compares bound the group too (a destroy: 1 compare, 1 operation per unit).
+        let plain: Vec<_> = names.iter().map(|n| (n.as_str(), 1, 1, None)).collect();
+        assert_eq!(cost_sizes(&plain, MAX_TXN_OPS)[..2], [128, 128]);
+    }
+
+    #[test]
+    fn cost_batches_never_split_a_unit_and_never_repeat_one_in_a_transaction() {
+        let items = [("a", 1, 3, None), ("b", 1, 3, None), ("a", 1, 3, None), ("c", 1, 3, None)];
+        assert_eq!(cost_sizes(&items, 6), [2, 2]);
+        assert_eq!(cost_sizes(&items, 128), [2, 2]);
+        // An item bigger than the limit is alone (and whole), never split or dropped.
+        let big = [("a", 1, 1, None), ("b", 1, 9, None), ("c", 1, 1, None)];
+        assert_eq!(cost_sizes(&big, 4), [1, 1, 1]);
+        let flat: Vec<_> = cost_batches(&big, 4, |i| i.0, |i| TxnCost { compares: i.1, ops: i.2, shared: i.3 })
+            .into_iter()
+            .flatten()
+            .map(|i| i.0)
+            .collect();
+        assert_eq!(flat, ["a", "b", "c"]);
     }
 }

@@ -7,8 +7,9 @@
 //! * Writes, one file per concern, each an `impl Registry` block whose operations are single etcd transactions
 //!   wherever two writers could race: `units` (create/replace/desired/destroy/schedule/launched), `bodies` (body
 //!   GC), `states` (unit state publishing), `machines` (presence, metadata), `engine` (leader lease, engine
-//!   version), `layout` (layout version).
-//! * `batch` — [`txn_batches`]: how batched writers split their work into transactions.
+//!   version), `layout` (layout version), `unit_batch` (create/replace, desired state and destroy of many units in
+//!   few transactions, never half a unit; the API's batch route).
+//! * `batch` — [`txn_batches`], [`cost_batches`]: how batched writers split their work into transactions.
 //! * `lease` — [`LeaseKeeper`]: grant, manual keep-alive, loss notification, revoke.
 //! * `endpoints` — with several etcd endpoints, probes each and keeps members that do not answer out of the
 //!   client's balancer, so requests, keep-alives and watches go to live members.
@@ -37,12 +38,13 @@ mod rollouts;
 mod scoped;
 mod snapshot;
 mod states;
+mod unit_batch;
 mod units;
 mod views;
 
 use std::time::Duration;
 
-pub use batch::txn_batches;
+pub use batch::{MAX_TXN_OPS, TxnCost, cost_batches, txn_batches};
 pub use engine::{Campaign, EngineVersionCheck, LeaderFence};
 pub use error::{RegistryError, Result};
 pub use keys::{Component, DEFAULT_PREFIX, InvalidComponent, Key, Keys, LAYOUT_VERSION, check_component};

@@ -116,7 +116,7 @@ fn revision_of(resp: &etcd_client::TxnResponse) -> i64 {
 }
 
 impl PutUnit<'_> {
-    fn check(&self) -> Result<()> {
+    pub(super) fn check(&self) -> Result<()> {
         check_component(Component::UnitName, self.name)?;
         check_component(Component::Hash, self.hash)?;
         let actual = hex::encode(Sha1::digest(self.text.as_bytes()));

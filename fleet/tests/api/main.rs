@@ -282,3 +282,64 @@ async fn machine_metadata_patch_uses_the_nested_value_format() {
         .await;
     assert_eq!(string_value.status, 400, "a bare string value is refused like the original");
 }
+
+/// `POST /units-batch` answers every write exactly as its single request (`PUT`/`DELETE /units/<name>`) answers it
+/// on the same registry state, status and error message alike, and the writes are visible when it answers.
+#[tokio::test]
+async fn unit_batch_answers_each_write_as_its_single_request() {
+    let single = Server::start(100).await;
+    let batched = Server::start(100).await;
+    let exec = r#"[{"section":"Service","name":"ExecStart","value":"/bin/sleep 1000"}]"#;
+    let other = r#"[{"section":"Service","name":"ExecStart","value":"/bin/sleep 2000"}]"#;
+    let exists = format!(r#"{{"name":"e.service","options":{exec}}}"#);
+    for s in [&single, &batched] {
+        assert_eq!(s.put_json("/fleet/v1/units/e.service", &exists).await.status, 201);
+    }
+    // (name, PUT body); the same writes once as single requests, once in one batch.
+    let puts = [
+        ("a.service", format!(r#"{{"name":"a.service","desiredState":"launched","options":{exec}}}"#)),
+        ("t@.service", format!(r#"{{"name":"t@.service","desiredState":"launched","options":{exec}}}"#)),
+        ("m.service", r#"{"name":"m.service","desiredState":"launched"}"#.to_string()),
+        ("e.service", r#"{"name":"e.service","desiredState":"loaded"}"#.to_string()),
+        ("e.service", format!(r#"{{"name":"e.service","options":{other}}}"#)),
+        ("b.service", format!(r#"{{"name":"b.service","desiredState":"running","options":{exec}}}"#)),
+        ("e.service", r#"{"name":"e.service"}"#.to_string()),
+    ];
+    let destroys = ["a.service", "missing.service"];
+    let mut expected = Vec::new();
+    for (name, body) in &puts {
+        let r = single.put_json(&format!("/fleet/v1/units/{name}"), body).await;
+        let message = if r.body.is_empty() { String::new() } else { r.json()["error"]["message"].to_string() };
+        expected.push((name.to_string(), r.status, message));
+    }
+    for name in destroys {
+        let r = single.request("DELETE", &format!("/fleet/v1/units/{name}"), &[], "").await;
+        let message = if r.body.is_empty() { String::new() } else { r.json()["error"]["message"].to_string() };
+        expected.push((name.to_string(), r.status, message));
+    }
+    // The single requests ran one after the other, the batch decides every put on the state it found; the writes
+    // above are chosen so that both give the same answers (e.service exists throughout).
+    let bodies: Vec<&str> = puts.iter().map(|(_, b)| b.as_str()).collect();
+    let batch = format!(r#"{{"put":[{}],"destroy":["a.service","missing.service"]}}"#, bodies.join(","));
+    let reply = batched.request("POST", "/fleet/v1/units-batch", &[("Content-Type", "application/json")], &batch).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let got: Vec<(String, u16, String)> = reply.json()["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let message = r.get("message").map_or(String::new(), |m| m.to_string());
+            (r["name"].as_str().unwrap().to_string(), r["code"].as_u64().unwrap() as u16, message)
+        })
+        .collect();
+    assert_eq!(got, expected);
+    // Read-your-writes: the batch's units are listed as written.
+    let list = batched.get("/fleet/v1/units").await.json();
+    let names: Vec<&str> = list["units"].as_array().unwrap().iter().map(|u| u["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["e.service"], "a.service created then destroyed, nothing else valid");
+    assert_eq!(list["units"][0]["options"][0]["value"], "/bin/sleep 2000");
+    let wrong = batched.request("POST", "/fleet/v1/units-batch", &[("Content-Type", "text/plain")], "{}").await;
+    assert_eq!(wrong.status, 415);
+    let get = batched.get("/fleet/v1/units-batch").await;
+    assert_eq!(get.status, 405);
+}

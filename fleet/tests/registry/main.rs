@@ -949,3 +949,64 @@ async fn registry_talks_to_etcd_over_tls_with_a_client_certificate() {
     let no_ca = Registry::connect(&config(ClientFiles::default())).await.expect_err("https without a CA is refused");
     assert!(no_ca.to_string().contains("need the CA that signed etcd"), "{no_ca}");
 }
+
+/// The API's batch writes: many units in few transactions (one revision each), each unit whole, and every unit its
+/// own result when some of a transaction's units fail (a missing unit, a bad hash, a name given twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_unit_writes_use_few_transactions_and_report_each_unit() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/batch").await;
+    let refl = connected(&reg).await;
+    let (v1, v2) = (version("[Service]\nExecStart=/bin/sleep 1\n"), version("[Service]\nExecStart=/bin/sleep 2\n"));
+    let names: Vec<String> = (0..300).map(|i| format!("t@{i}.service")).collect();
+    let start = refl.sync(WAIT).await.unwrap().revision();
+
+    // 300 instances of one body: 63 per transaction (object + desired each, the body once) → 5 revisions.
+    let puts: Vec<PutUnit<'_>> = names.iter().map(|n| put(n, &v1, JobState::Inactive)).collect();
+    let written = reg.put_units(&puts).await;
+    assert!(written.iter().all(|w| matches!(w, Ok(UnitWrite::Created { .. }))), "{:?}", written.first());
+    let last = written.iter().filter_map(|w| w.as_ref().ok()?.revision()).max().unwrap();
+    assert_eq!(last - start, 5, "300 units of one template in 5 transactions");
+    let snap = refl.wait_for_revision(last, WAIT).await.unwrap();
+    for n in &names {
+        let u = snap.unit(n).unwrap_or_else(|| panic!("{n} written whole"));
+        assert_eq!((u.hash, u.desired, &**u.body), (v1.hash.as_str(), JobState::Inactive, v1.text.as_str()), "{n}");
+    }
+
+    // A replace, an unchanged unit, a hash that does not match its text, and a name given twice.
+    let bad = PutUnit { hash: &v2.hash, ..put("bad.service", &v1, JobState::Inactive) };
+    let mixed = [
+        put(&names[0], &v2, JobState::Loaded),
+        put(&names[1], &v1, JobState::Loaded),
+        bad,
+        put("new.service", &v2, JobState::Inactive),
+        put("new.service", &v2, JobState::Inactive),
+    ];
+    let written = reg.put_units(&mixed).await;
+    assert!(matches!(&written[0], Ok(UnitWrite::Replaced { previous: Some(p), .. }) if *p == v1.hash), "{written:?}");
+    assert!(matches!(written[1], Ok(UnitWrite::Unchanged)), "{:?}", written[1]);
+    assert!(matches!(written[2], Err(RegistryError::HashMismatch { .. })), "{:?}", written[2]);
+    assert!(matches!(written[3], Ok(UnitWrite::Created { .. })), "{:?}", written[3]);
+    assert!(matches!(written[4], Ok(UnitWrite::Unchanged)), "second of a repeated name: {:?}", written[4]);
+
+    // Desired states: one missing unit among 200 fails alone; the others are set.
+    let mut changes: Vec<(&str, JobState)> = names[..200].iter().map(|n| (n.as_str(), JobState::Launched)).collect();
+    changes.insert(100, ("missing.service", JobState::Launched));
+    let set = reg.set_desired_many(&changes).await;
+    assert!(matches!(&set[100], Err(RegistryError::UnitNotFound { unit }) if unit == "missing.service"), "{set:?}");
+    assert_eq!(set.iter().filter(|r| r.is_ok()).count(), 200);
+    let snap = refl.wait_for_revision(*set.iter().flatten().max().unwrap(), WAIT).await.unwrap();
+    assert!(names[..200].iter().all(|n| snap.unit(n).unwrap().desired == JobState::Launched));
+    assert_eq!(snap.unit(&names[200]).unwrap().desired, JobState::Inactive);
+
+    // Destroy all 300 and a missing one: every key of every unit goes, the missing one is reported.
+    let mut doomed: Vec<&str> = names.iter().map(String::as_str).collect();
+    doomed.insert(7, "missing.service");
+    let destroyed = reg.destroy_units(&doomed).await;
+    assert!(matches!(&destroyed[7], Err(RegistryError::UnitNotFound { .. })), "{:?}", destroyed[7]);
+    assert_eq!(destroyed[0].as_ref().unwrap().object.as_ref().unwrap().hash, v2.hash);
+    assert_eq!(destroyed.iter().filter(|r| r.is_ok()).count(), 300);
+    let snap = refl.wait_for_revision(destroyed.iter().flatten().map(|d| d.revision).max().unwrap(), WAIT).await;
+    let left = unit_names(&snap.unwrap());
+    assert_eq!(left, ["new.service".to_string()].into_iter().collect(), "only the unit not destroyed is left");
+}

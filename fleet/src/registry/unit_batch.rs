@@ -1,0 +1,222 @@
+//! Unit writes for many units at once (the API's batch route): create/replace, desired state and destroy in as few
+//! etcd transactions as etcd's `--max-txn-ops` allows ([`cost_batches`]). Every key of one unit is written in one
+//! transaction, so a unit is never half written. When a transaction's compares fail (another writer changed one of
+//! its units since it was read) or etcd refuses it, nothing of it was written, and its units are written one by one
+//! through the single-unit operations of `units.rs`, so every unit gets its own result, in request order.
+
+use std::collections::HashSet;
+
+use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp, TxnOpResponse};
+
+use super::Registry;
+use super::batch::{MAX_TXN_OPS, TxnCost, cost_batches, txn_batches};
+use super::error::Result;
+use super::keys::{Component, check_component};
+use super::records::{UnitObject, decode_json, encode_json};
+use super::units::{Destroyed, PutUnit, UnitWrite};
+use crate::model::JobState;
+
+/// One unit of a batched create/replace, after its read: what to write and how to guard it.
+struct Planned<'a> {
+    index: usize,
+    unit: &'a PutUnit<'a>,
+    /// The object's mod revision as read (`None`: it did not exist).
+    read_revision: Option<i64>,
+    /// The replaced object as read (`None` when absent or unreadable).
+    old: Option<UnitObject>,
+}
+
+impl Planned<'_> {
+    fn cost(&self) -> TxnCost<'_> {
+        let ops = 2 + usize::from(self.unit.reschedule);
+        TxnCost { compares: 1, ops, shared: Some(self.unit.hash) }
+    }
+}
+
+fn revision_of(resp: &etcd_client::TxnResponse) -> i64 {
+    resp.header().map_or(0, |h| h.revision())
+}
+
+impl Registry {
+    /// [`Registry::put_unit`] for many units: the results in `units` order. The objects are read in transactions of
+    /// up to [`MAX_TXN_OPS`] gets; the writes go in transactions holding each shared body once.
+    pub async fn put_units(&self, units: &[PutUnit<'_>]) -> Vec<Result<UnitWrite>> {
+        let mut results: Vec<Option<Result<UnitWrite>>> = units.iter().map(|_| None).collect();
+        let mut valid = Vec::with_capacity(units.len());
+        for (index, unit) in units.iter().enumerate() {
+            match unit.check() {
+                Ok(()) => valid.push(index),
+                Err(err) => results[index] = Some(Err(err)),
+            }
+        }
+        let mut planned: Vec<Planned<'_>> = Vec::with_capacity(valid.len());
+        for chunk in valid.chunks(MAX_TXN_OPS) {
+            let gets: Vec<TxnOp> =
+                chunk.iter().map(|&i| TxnOp::get(self.keys.unit_object(units[i].name), None)).collect();
+            let resp = match self.txn("read units", &self.keys.units_dir(), Txn::new().and_then(gets)).await {
+                Ok(resp) => resp,
+                Err(err) => {
+                    tracing::debug!(error = %err, "batched read failed; writing these units one by one");
+                    for &i in chunk {
+                        results[i] = Some(self.put_unit(&units[i]).await);
+                    }
+                    continue;
+                }
+            };
+            for (&index, op) in chunk.iter().zip(resp.op_responses()) {
+                let unit = &units[index];
+                let kv = match op {
+                    TxnOpResponse::Get(g) => g.kvs().first().map(|kv| (kv.value().to_vec(), kv.mod_revision())),
+                    _ => None,
+                };
+                let key = self.keys.unit_object(unit.name);
+                // An unreadable object is replaced (with no previous hash), as `put_unit` does.
+                let old = kv.as_ref().and_then(|(raw, _)| decode_json::<UnitObject>(&key, "unit object", raw).ok());
+                if old.as_ref().is_some_and(|o| o.hash == unit.hash) {
+                    results[index] = Some(Ok(UnitWrite::Unchanged));
+                    continue;
+                }
+                planned.push(Planned { index, unit, read_revision: kv.map(|(_, r)| r), old });
+            }
+        }
+        for group in cost_batches(&planned, MAX_TXN_OPS, |p| p.unit.name, Planned::cost) {
+            let mut compares = Vec::with_capacity(group.len());
+            let mut ops = Vec::with_capacity(group.len() * 3);
+            let mut bodies: HashSet<&str> = HashSet::new();
+            let now = crate::model::now_ms();
+            for p in group {
+                let k = &self.keys;
+                let (unit, key) = (p.unit, k.unit_object(p.unit.name));
+                compares.push(match p.read_revision {
+                    Some(revision) => Compare::mod_revision(key.as_str(), CompareOp::Equal, revision),
+                    None => Compare::version(key.as_str(), CompareOp::Equal, 0),
+                });
+                if bodies.insert(unit.hash) {
+                    ops.push(TxnOp::put(k.body(unit.hash), unit.text, None));
+                }
+                let object = UnitObject::next(p.old.as_ref(), unit.name, unit.hash, unit.no_restart, now);
+                ops.push(TxnOp::put(key.as_str(), encode_json(&object), None));
+                ops.push(TxnOp::put(k.unit_desired(unit.name), unit.desired.as_str(), None));
+                if unit.reschedule {
+                    ops.push(TxnOp::delete(k.unit_target(unit.name), None));
+                }
+            }
+            let txn = Txn::new().when(compares).and_then(ops);
+            match self.txn("put units", &self.keys.units_dir(), txn).await {
+                Ok(resp) if resp.succeeded() => {
+                    let revision = revision_of(&resp);
+                    for p in group {
+                        results[p.index] = Some(Ok(match p.read_revision {
+                            Some(_) => {
+                                UnitWrite::Replaced { previous: p.old.as_ref().map(|o| o.hash.clone()), revision }
+                            }
+                            None => UnitWrite::Created { revision },
+                        }));
+                    }
+                }
+                outcome => {
+                    if let Err(err) = outcome {
+                        tracing::debug!(error = %err, "batched unit write failed; writing its units one by one");
+                    }
+                    for p in group {
+                        results[p.index] = Some(self.put_unit(p.unit).await);
+                    }
+                }
+            }
+        }
+        results.into_iter().map(|r| r.expect("every unit is checked, unchanged, planned or failed")).collect()
+    }
+
+    /// [`Registry::set_desired`] for many units (each with its state): the revision of each write, in order. Up to
+    /// [`MAX_TXN_OPS`] units per transaction.
+    pub async fn set_desired_many(&self, changes: &[(&str, JobState)]) -> Vec<Result<i64>> {
+        let mut results: Vec<Option<Result<i64>>> = changes.iter().map(|_| None).collect();
+        let mut valid = Vec::with_capacity(changes.len());
+        for (index, (name, _)) in changes.iter().enumerate() {
+            match check_component(Component::UnitName, name) {
+                Ok(()) => valid.push((index, *name)),
+                Err(err) => results[index] = Some(Err(err.into())),
+            }
+        }
+        for group in txn_batches(&valid, MAX_TXN_OPS, |v| v.1) {
+            let compares = group
+                .iter()
+                .map(|&(i, _)| Compare::version(self.keys.unit_object(changes[i].0), CompareOp::Greater, 0));
+            let ops = group
+                .iter()
+                .map(|&(i, _)| TxnOp::put(self.keys.unit_desired(changes[i].0), changes[i].1.as_str(), None));
+            let txn = Txn::new().when(compares.collect::<Vec<_>>()).and_then(ops.collect::<Vec<_>>());
+            match self.txn("set desired states", &self.keys.units_dir(), txn).await {
+                Ok(resp) if resp.succeeded() => {
+                    let revision = revision_of(&resp);
+                    for &(i, _) in group {
+                        results[i] = Some(Ok(revision));
+                    }
+                }
+                outcome => {
+                    if let Err(err) = outcome {
+                        tracing::debug!(error = %err, "batched desired states failed; writing them one by one");
+                    }
+                    for &(i, _) in group {
+                        results[i] = Some(self.set_desired(changes[i].0, changes[i].1).await);
+                    }
+                }
+            }
+        }
+        results.into_iter().map(|r| r.expect("every change is checked or written")).collect()
+    }
+
+    /// [`Registry::destroy_unit`] for many units, in order. Up to [`MAX_TXN_OPS`] units per transaction.
+    pub async fn destroy_units(&self, names: &[&str]) -> Vec<Result<Destroyed>> {
+        let mut results: Vec<Option<Result<Destroyed>>> = names.iter().map(|_| None).collect();
+        let mut valid = Vec::with_capacity(names.len());
+        for (index, name) in names.iter().enumerate() {
+            match check_component(Component::UnitName, name) {
+                Ok(()) => valid.push((index, *name)),
+                Err(err) => results[index] = Some(Err(err.into())),
+            }
+        }
+        for group in txn_batches(&valid, MAX_TXN_OPS, |v| v.1) {
+            let compares =
+                group.iter().map(|&(i, _)| Compare::version(self.keys.unit_object(names[i]), CompareOp::Greater, 0));
+            let deletes = group.iter().map(|&(i, _)| {
+                TxnOp::delete(self.keys.unit_dir(names[i]), Some(DeleteOptions::new().with_prefix().with_prev_key()))
+            });
+            let txn = Txn::new().when(compares.collect::<Vec<_>>()).and_then(deletes.collect::<Vec<_>>());
+            match self.txn("destroy units", &self.keys.units_dir(), txn).await {
+                Ok(resp) if resp.succeeded() => {
+                    let revision = revision_of(&resp);
+                    let deleted: Vec<Option<Vec<u8>>> = resp
+                        .op_responses()
+                        .into_iter()
+                        .zip(group)
+                        .map(|(op, &(i, _))| match op {
+                            TxnOpResponse::Delete(d) => {
+                                let object = self.keys.unit_object(names[i]);
+                                d.prev_kvs()
+                                    .iter()
+                                    .find(|kv| kv.key() == object.as_bytes())
+                                    .map(|kv| kv.value().to_vec())
+                            }
+                            _ => None,
+                        })
+                        .collect();
+                    for (&(i, _), raw) in group.iter().zip(deleted) {
+                        let key = self.keys.unit_object(names[i]);
+                        let object = raw.and_then(|raw| decode_json(&key, "unit object", &raw).ok());
+                        results[i] = Some(Ok(Destroyed { object, revision }));
+                    }
+                }
+                outcome => {
+                    if let Err(err) = outcome {
+                        tracing::debug!(error = %err, "batched destroy failed; destroying its units one by one");
+                    }
+                    for &(i, _) in group {
+                        results[i] = Some(self.destroy_unit(names[i]).await);
+                    }
+                }
+            }
+        }
+        results.into_iter().map(|r| r.expect("every unit is checked or destroyed")).collect()
+    }
+}
