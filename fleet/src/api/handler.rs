@@ -10,6 +10,7 @@ use http::{Request, Response, StatusCode};
 use super::reply;
 use super::route::{Route, RouteError, route};
 use super::serve::{ApiHandler, StreamedBody};
+use super::ui;
 use super::ui::hub::{EVENTS_PATH, Hub};
 use crate::registry::{Reflector, Registry, RegistryError, Snapshot};
 use crate::schema::{PageToken, TokenError};
@@ -66,7 +67,7 @@ pub(super) fn internal(op: &str, err: &RegistryError) -> Response<Bytes> {
 
 impl ApiHandler for Api {
     fn stream(&self, method: &http::Method, uri: &http::Uri) -> Option<Response<StreamedBody>> {
-        (*method == http::Method::GET && uri.path() == EVENTS_PATH).then(|| self.ui_events())
+        (*method == http::Method::GET && uri.path() == EVENTS_PATH).then(|| ui::events(&self.ui))
     }
 
     async fn handle(&self, request: Request<Bytes>) -> Response<Bytes> {
@@ -88,7 +89,7 @@ impl ApiHandler for Api {
             Ok(Route::GetRollout(id)) => self.get_rollout(&id),
             Ok(Route::PutRollout(id)) => self.put_rollout(&id, &request).await,
             Ok(Route::PatchRollout(id)) => self.patch_rollout(&id, &request).await,
-            Ok(Route::Ui(rest)) => self.ui(&rest, query.as_deref()),
+            Ok(Route::Ui(rest)) => ui::respond(&self.ui, &rest, query.as_deref()),
             Err(RouteError::Redirect(to)) => {
                 let location = match &query {
                     Some(q) => format!("{to}?{q}"),

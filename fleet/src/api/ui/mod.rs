@@ -19,10 +19,10 @@ use futures::StreamExt;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::BodyExt;
 
-use super::handler::Api;
 use super::reply;
 use super::route::decode_segment;
 use super::serve::StreamedBody;
+use hub::Hub;
 use render::Mode;
 
 const APP_JS: &str = include_str!("assets/app.js");
@@ -31,56 +31,51 @@ const STYLE_CSS: &str = include_str!("assets/style.css");
 /// What the page may load: its own script and style sheet, nothing inline, nothing from elsewhere.
 const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-impl Api {
-    /// `GET /ui…`: `rest` is the path after `/ui`.
-    pub(in crate::api) fn ui(&self, rest: &str, query: Option<&str>) -> Response<Bytes> {
-        let flag = |name: &str| query.is_some_and(|q| q.split('&').any(|pair| pair.split('=').next() == Some(name)));
-        match rest {
-            "" => {
-                let mut response = reply::status(StatusCode::MOVED_PERMANENTLY);
-                response.headers_mut().insert(header::LOCATION, HeaderValue::from_static("/ui/"));
-                response
-            }
-            "/" => {
-                let mode = if flag("plain") { Mode::Plain } else { Mode::Live };
-                html(render::page(&board::board(&self.ui.snapshot()), mode))
-            }
-            "/app.js" => asset(APP_JS, "text/javascript; charset=utf-8"),
-            "/style.css" => asset(STYLE_CSS, "text/css; charset=utf-8"),
-            _ => {
-                let Some(name) = rest.strip_prefix("/units/").filter(|n| !n.is_empty() && !n.contains('/')) else {
-                    return reply::error(StatusCode::NOT_FOUND, "no such page under /ui/");
-                };
-                let Some(name) = decode_segment(name) else {
-                    return reply::error(
-                        StatusCode::BAD_REQUEST,
-                        "unit name in the path is not valid percent-encoded UTF-8",
-                    );
-                };
-                let snapshot = self.ui.snapshot();
-                match board::detail(&snapshot, &name) {
-                    Some(detail) => html(render::detail(
-                        &detail,
-                        &self.ui.history(&name),
-                        &board::columns(&snapshot),
-                        flag("fragment"),
-                    )),
-                    None => reply::error(StatusCode::NOT_FOUND, &format!("unit {name:?} does not exist")),
+/// `GET /ui…`: `rest` is the path after `/ui`.
+pub fn respond(hub: &Hub, rest: &str, query: Option<&str>) -> Response<Bytes> {
+    let flag = |name: &str| query.is_some_and(|q| q.split('&').any(|pair| pair.split('=').next() == Some(name)));
+    match rest {
+        "" => {
+            let mut response = reply::status(StatusCode::MOVED_PERMANENTLY);
+            response.headers_mut().insert(header::LOCATION, HeaderValue::from_static("/ui/"));
+            response
+        }
+        "/" => {
+            let mode = if flag("plain") { Mode::Plain } else { Mode::Live };
+            html(render::page(&board::board(&hub.snapshot()), mode))
+        }
+        "/app.js" => asset(APP_JS, "text/javascript; charset=utf-8"),
+        "/style.css" => asset(STYLE_CSS, "text/css; charset=utf-8"),
+        _ => {
+            let Some(name) = rest.strip_prefix("/units/").filter(|n| !n.is_empty() && !n.contains('/')) else {
+                return reply::error(StatusCode::NOT_FOUND, "no such page under /ui/");
+            };
+            let Some(name) = decode_segment(name) else {
+                return reply::error(
+                    StatusCode::BAD_REQUEST,
+                    "unit name in the path is not valid percent-encoded UTF-8",
+                );
+            };
+            let snapshot = hub.snapshot();
+            match board::detail(&snapshot, &name) {
+                Some(detail) => {
+                    html(render::detail(&detail, &hub.history(&name), &board::columns(&snapshot), flag("fragment")))
                 }
+                None => reply::error(StatusCode::NOT_FOUND, &format!("unit {name:?} does not exist")),
             }
         }
     }
+}
 
-    /// `GET /ui/events`: the page's server-sent events (see [`hub::Hub::events`]).
-    pub(in crate::api) fn ui_events(&self) -> Response<StreamedBody> {
-        let frames = self.ui.events().map(|frame| Ok(hyper::body::Frame::data(frame)));
-        let mut response = Response::new(http_body_util::StreamBody::new(frames).boxed_unsync());
-        let headers = response.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-        response
-    }
+/// `GET /ui/events`: the page's server-sent events (see [`hub::Hub::events`]).
+pub fn events(hub: &Hub) -> Response<StreamedBody> {
+    let frames = hub.events().map(|frame| Ok(hyper::body::Frame::data(frame)));
+    let mut response = Response::new(http_body_util::StreamBody::new(frames).boxed_unsync());
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
 }
 
 fn html(body: String) -> Response<Bytes> {
