@@ -232,7 +232,7 @@ fn changes_of(name: &str, before: Option<&Row>, after: Option<&Row>, out: &mut V
     let new_cells = after.map_or(&empty, |r| &r.cells);
     let machines: BTreeSet<&String> = old_cells.keys().chain(new_cells.keys()).collect();
     for machine in machines {
-        let text = |c: Option<&Cell>| c.map_or("gone".to_string(), cell_text);
+        let text = |c: Option<&Cell>| c.map_or("absent".to_string(), cell_text);
         let (was, is) = (old_cells.get(machine), new_cells.get(machine));
         if was.map(cell_text) != is.map(cell_text) {
             out.push(machine_change(machine, format!("{} → {}", text(was), text(is))));
