@@ -258,3 +258,55 @@ async fn the_cluster_page_follows_units_live_without_a_reload() {
     assert_eq!(load_marker(&browser).await, marker, "the page was reloaded while a unit was destroyed");
     browser.close().await.unwrap();
 }
+
+/// One request over TLS with `client`'s certificate; reads until `enough` is in the answer (or the server closes).
+async fn https(cluster: &Cluster, client: &fleet_harness::pki::CertFiles, request: &str, enough: &str) -> String {
+    let pki = cluster.tls().expect("a TLS cluster");
+    let m1 = cluster.machine(1).unwrap();
+    let config = fleet_harness::pki::client_config(pki.ca.cert(), Some(client)).unwrap();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect((m1.ip(), fleet_harness::API_PORT)).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from(m1.ip().to_string()).unwrap();
+    let mut stream = connector.connect(name, tcp).await.unwrap_or_else(|e| panic!("TLS handshake with m1: {e}"));
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 8192];
+    let read_all = async {
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buffer[..n]),
+            }
+            if String::from_utf8_lossy(&answer).contains(enough) {
+                break;
+            }
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(30), read_all).await.is_err() {
+        panic!("no {enough:?} within 30 s in the answer to {request:?}: {}", String::from_utf8_lossy(&answer));
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// On a secure cluster the page sits behind the API's TLS and roles: the read-only role sees the table and the
+/// event stream; writing methods stay refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_role_sees_the_page_over_tls() {
+    let cluster = Cluster::builder().machines(1).agent_ttl("3s").tls(true).start().await.unwrap();
+    let hello = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/units/hello.service");
+    ok(&cluster.fleetctl(1, &["start", hello]).await.unwrap(), "fleetctl start (admin role)");
+    let read = &cluster.tls().unwrap().read;
+    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: m1\r\nConnection: close\r\n\r\n");
+
+    let plain = https(&cluster, read, &get("/ui/?plain"), "</html>").await;
+    assert!(plain.starts_with("HTTP/1.1 200"), "read role, GET /ui/?plain: {plain}");
+    assert!(plain.contains(r#"<tr data-unit="hello.service">"#), "read role, GET /ui/?plain: {plain}");
+
+    let events = https(&cluster, read, &get("/ui/events"), "event: board").await;
+    assert!(events.starts_with("HTTP/1.1 200"), "read role, GET /ui/events: {events}");
+    assert!(events.contains("content-type: text/event-stream"), "read role, GET /ui/events: {events}");
+
+    let post = "POST /ui/ HTTP/1.1\r\nHost: m1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    let refused = https(&cluster, read, post, "\r\n\r\n{").await;
+    assert!(refused.starts_with("HTTP/1.1 403"), "read role, POST /ui/: {refused}");
+}

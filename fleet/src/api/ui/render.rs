@@ -194,7 +194,7 @@ pub fn detail(detail: &Detail, history: &[Recorded], machines: &[Column], fragme
         escape(&row.hash)
     );
     if let Some(previous) = &detail.previous_hash {
-        let _ = write!(out, "<dt>previous version</dt><dd><code>{}</code></dd>\n", escape(previous));
+        let _ = writeln!(out, "<dt>previous version</dt><dd><code>{}</code></dd>", escape(previous));
     }
     out.push_str("</dl>\n<h3>versions by machine</h3>\n<table class=\"versions\"><thead><tr><th>machine</th><th>state</th><th>file on the machine</th><th>running</th><th></th></tr></thead><tbody>\n");
     for (machine, cell) in &row.cells {
@@ -206,9 +206,9 @@ pub fn detail(detail: &Detail, history: &[Recorded], machines: &[Column], fragme
         } else {
             "differs from the desired version"
         };
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<tr data-machine=\"{}\"><td title=\"{}\">{}</td><td class=\"{}\">{}</td><td><code>{}</code></td><td><code>{}</code></td><td>{}</td></tr>\n",
+            "<tr data-machine=\"{}\"><td title=\"{}\">{}</td><td class=\"{}\">{}</td><td><code>{}</code></td><td><code>{}</code></td><td>{}</td></tr>",
             escape(machine),
             escape(machine),
             escape(name),
@@ -227,9 +227,9 @@ pub fn detail(detail: &Detail, history: &[Recorded], machines: &[Column], fragme
             .machine
             .as_deref()
             .map(|m| machines.iter().find(|c| c.id == m).map_or(m.to_string(), |c| c.short.clone()));
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<li><time>{at}</time> {}{}</li>\n",
+            "<li><time>{at}</time> {}{}</li>",
             place.map(|p| format!("<span class=\"on\">{}</span> ", escape(&p))).unwrap_or_default(),
             escape(&recorded.change.change)
         );
