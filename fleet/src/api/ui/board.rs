@@ -169,25 +169,22 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Diff {
             out.update.machines = Some(after);
         }
     }
-    let units_changed = !std::ptr::eq(old.unit_records(), new.unit_records());
-    let states_changed = !std::ptr::eq(old.state_records(), new.state_records());
-    let bodies_changed = !std::ptr::eq(old.bodies(), new.bodies());
-    let mut candidates: BTreeSet<&str> = BTreeSet::new();
-    if units_changed || bodies_changed {
-        candidates.extend(old.unit_records().keys().map(String::as_str));
-        candidates.extend(new.unit_records().keys().map(String::as_str));
+    let mut changed: BTreeSet<&str> = BTreeSet::new();
+    if !std::ptr::eq(old.unit_records(), new.unit_records()) {
+        differing_keys(old.unit_records(), new.unit_records(), &mut changed);
     }
-    if states_changed {
-        candidates.extend(old.state_records().keys().map(String::as_str));
-        candidates.extend(new.state_records().keys().map(String::as_str));
+    if !std::ptr::eq(old.state_records(), new.state_records()) {
+        differing_keys(old.state_records(), new.state_records(), &mut changed);
     }
-    for name in candidates {
-        let records_same = old.unit_record(name) == new.unit_record(name)
-            && old.state_records().get(name) == new.state_records().get(name);
-        let visibility_same = old.unit(name).is_some() == new.unit(name).is_some();
-        if records_same && visibility_same {
-            continue;
+    if !std::ptr::eq(old.bodies(), new.bodies()) {
+        // A unit is shown only while its body is stored: a body arriving or going changes rows, not records.
+        for name in new.unit_records().keys() {
+            if old.unit(name).is_some() != new.unit(name).is_some() {
+                changed.insert(name);
+            }
         }
+    }
+    for name in changed {
         let (before, after) = (row(old, name), row(new, name));
         if new.unit_record(name).is_none() {
             out.gone.push(name.to_string());
@@ -200,6 +197,46 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Diff {
         changes_of(name, before.as_ref(), after.as_ref(), &mut out.changes);
     }
     out
+}
+
+/// Adds to `out` the keys whose values differ between two sorted maps (present in one only included): one walk
+/// of both in step, no lookups.
+fn differing_keys<'a, V: PartialEq>(
+    old: &'a BTreeMap<String, V>,
+    new: &'a BTreeMap<String, V>,
+    out: &mut BTreeSet<&'a str>,
+) {
+    let (mut a, mut b) = (old.iter().peekable(), new.iter().peekable());
+    loop {
+        match (a.peek(), b.peek()) {
+            (None, None) => return,
+            (Some((k, _)), None) => {
+                out.insert(k.as_str());
+                a.next();
+            }
+            (None, Some((k, _))) => {
+                out.insert(k.as_str());
+                b.next();
+            }
+            (Some((ka, va)), Some((kb, vb))) => match ka.cmp(kb) {
+                std::cmp::Ordering::Less => {
+                    out.insert(ka.as_str());
+                    a.next();
+                }
+                std::cmp::Ordering::Greater => {
+                    out.insert(kb.as_str());
+                    b.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    if va != vb {
+                        out.insert(ka.as_str());
+                    }
+                    a.next();
+                    b.next();
+                }
+            },
+        }
+    }
 }
 
 /// The remembered changes between two versions of one row.
