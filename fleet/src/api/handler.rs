@@ -9,7 +9,9 @@ use http::{Request, Response, StatusCode};
 
 use super::reply;
 use super::route::{Route, RouteError, route};
-use super::serve::ApiHandler;
+use super::serve::{ApiHandler, StreamedBody};
+use super::ui;
+use super::ui::hub::{EVENTS_PATH, Hub};
 use crate::registry::{Reflector, Registry, RegistryError, Snapshot};
 use crate::schema::{PageToken, TokenError};
 use crate::wire::ApiError;
@@ -25,11 +27,14 @@ pub struct Api {
     pub(super) registry: Registry,
     pub(super) reflector: Arc<Reflector>,
     pub(super) token_limit: u16,
+    /// The cluster page's shared registry watch and recent state changes.
+    pub(super) ui: Hub,
 }
 
 impl Api {
     pub fn new(registry: Registry, reflector: Arc<Reflector>, token_limit: u16) -> Api {
-        Api { registry, reflector, token_limit: token_limit.max(1) }
+        let ui = Hub::start(reflector.subscribe());
+        Api { registry, reflector, token_limit: token_limit.max(1), ui }
     }
 
     pub(super) fn snapshot(&self) -> Arc<Snapshot> {
@@ -61,6 +66,10 @@ pub(super) fn internal(op: &str, err: &RegistryError) -> Response<Bytes> {
 }
 
 impl ApiHandler for Api {
+    fn stream(&self, method: &http::Method, uri: &http::Uri) -> Option<Response<StreamedBody>> {
+        (*method == http::Method::GET && uri.path() == EVENTS_PATH).then(|| ui::events(&self.ui))
+    }
+
     async fn handle(&self, request: Request<Bytes>) -> Response<Bytes> {
         let path = request.uri().path().to_string();
         let query = request.uri().query().map(str::to_string);
@@ -81,6 +90,7 @@ impl ApiHandler for Api {
             Ok(Route::GetRollout(id)) => self.get_rollout(&id),
             Ok(Route::PutRollout(id)) => self.put_rollout(&id, &request).await,
             Ok(Route::PatchRollout(id)) => self.patch_rollout(&id, &request).await,
+            Ok(Route::Ui(rest)) => ui::respond(&self.ui, &rest, query.as_deref()),
             Err(RouteError::Redirect(to)) => {
                 let location = match &query {
                     Some(q) => format!("{to}?{q}"),

@@ -11,6 +11,7 @@ mod rollouts;
 pub mod route;
 pub mod serve;
 mod states;
+mod ui;
 mod units;
 
 pub use handler::Api;

@@ -25,6 +25,8 @@ pub enum Route {
     PatchRollout(String),
     /// Many unit writes in one request (`POST /units-batch`, issue 16).
     UnitBatch,
+    /// The live cluster page (issue 17): the path after `/ui` (`""`, `/`, `/units/<name>`, …).
+    Ui(String),
 }
 
 /// A request the API refuses before any handler runs.
@@ -49,6 +51,12 @@ pub fn route(method: &Method, raw_path: &str) -> Result<Route, RouteError> {
     }
     if raw_path == "/" {
         return Err(RouteError::MethodNotAllowed(""));
+    }
+    if let Some(rest) = raw_path.strip_prefix("/ui").filter(|r| r.is_empty() || r.starts_with('/')) {
+        return match *method {
+            Method::GET | Method::HEAD => Ok(Route::Ui(rest.to_string())),
+            _ => Err(RouteError::MethodNotAllowed("only GET supported against this resource")),
+        };
     }
     if raw_path == "/metrics" {
         return if method == Method::GET { Ok(Route::Metrics) } else { Err(RouteError::MethodNotAllowed("")) };
@@ -187,6 +195,14 @@ mod tests {
         assert_eq!(
             route(&get, "/fleet/v1/units-batch"),
             Err(RouteError::MethodNotAllowed("only POST supported against this resource"))
+        );
+        assert_eq!(route(&get, "/ui/"), Ok(Route::Ui("/".into())));
+        assert_eq!(route(&get, "/ui"), Ok(Route::Ui("".into())));
+        assert_eq!(route(&get, "/ui/units/a%40b.service"), Ok(Route::Ui("/units/a%40b.service".into())));
+        assert_eq!(route(&get, "/uix"), Err(RouteError::NotFound));
+        assert_eq!(
+            route(&Method::PUT, "/ui/"),
+            Err(RouteError::MethodNotAllowed("only GET supported against this resource"))
         );
     }
 

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -41,9 +42,18 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// (still sending) reads the answer instead of a connection reset.
 const OVERSIZE_DRAIN: usize = 32 << 20;
 
+/// A response body sent as it is produced (the cluster page's server-sent events).
+pub type StreamedBody = UnsyncBoxBody<Bytes, Infallible>;
+
 /// Serves one fully-read request.
 pub trait ApiHandler: Send + Sync + 'static {
     fn handle(&self, request: Request<Bytes>) -> impl Future<Output = Response<Bytes>> + Send;
+
+    /// A streamed answer (server-sent events) for a request that asks for one, decided from its method and URI
+    /// once it is authorised and before its body is read; `None` leaves the request to [`ApiHandler::handle`].
+    fn stream(&self, _method: &http::Method, _uri: &http::Uri) -> Option<Response<StreamedBody>> {
+        None
+    }
 }
 
 /// TLS on the TCP listeners: the rustls configuration and whether it demands client certificates (then every
@@ -221,8 +231,25 @@ async fn dispatch<H: ApiHandler>(
     handler: Option<Arc<H>>,
     access: &Access,
     request: Request<Incoming>,
-) -> Response<Full<Bytes>> {
-    let response = match (access::authorize(access, request.method()), handler) {
+) -> Response<StreamedBody> {
+    let streamed = match (access::authorize(access, request.method()), &handler) {
+        (Ok(()), Some(handler)) => handler.stream(request.method(), request.uri()),
+        _ => None,
+    };
+    let response = match streamed {
+        Some(streamed) => streamed,
+        None => whole(handler, access, request).await.map(|body| Full::new(body).boxed_unsync()),
+    };
+    let (mut parts, body) = response.into_parts();
+    if let Ok(server) = HeaderValue::from_str(&format!("fleetd/{VERSION}")) {
+        parts.headers.insert(http::header::SERVER, server);
+    }
+    Response::from_parts(parts, body)
+}
+
+/// The answer to a request whose body is read whole first (every request but a stream).
+async fn whole<H: ApiHandler>(handler: Option<Arc<H>>, access: &Access, request: Request<Incoming>) -> Response<Bytes> {
+    match (access::authorize(access, request.method()), handler) {
         (Err(denied), _) => {
             tracing::info!(method = %request.method(), path = request.uri().path(), reason = %denied, "API request refused");
             error_response(StatusCode::FORBIDDEN, &denied.to_string())
@@ -245,12 +272,7 @@ async fn dispatch<H: ApiHandler>(
                 ),
             }
         }
-    };
-    let (mut parts, body) = response.into_parts();
-    if let Ok(server) = HeaderValue::from_str(&format!("fleetd/{VERSION}")) {
-        parts.headers.insert(http::header::SERVER, server);
     }
-    Response::from_parts(parts, Full::new(body))
 }
 
 enum BodyError {

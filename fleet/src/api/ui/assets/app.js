@@ -1,0 +1,209 @@
+// fleet's cluster page: follows the server-sent events at ./events and rewrites the board in place; the page is
+// never reloaded. Registry text reaches the DOM only as textContent or attribute values; the detail panel is HTML
+// the server rendered with everything escaped.
+(function () {
+  'use strict';
+
+  // Set once per page load: a reload would replace it (the browser test checks that it survives updates).
+  window.fleetPageLoad = String(Date.now()) + '-' + String(Math.random()).slice(2);
+
+  var table = document.getElementById('board');
+  var statusLine = document.getElementById('status');
+  var revisionLine = document.getElementById('revision');
+  var detail = document.getElementById('detail');
+  var machines = [];
+  var rows = new Map();
+  var rowElements = new Map();
+  var openUnit = null;
+
+  function element(tag, className, text) {
+    var e = document.createElement(tag);
+    if (className) e.className = className;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  // The same fixed mapping as the server's render::state_class.
+  function stateClass(active) {
+    switch (active) {
+      case 'active': return 's-active';
+      case 'activating': case 'reloading': return 's-activating';
+      case 'deactivating': return 's-deactivating';
+      case 'failed': return 's-failed';
+      case 'inactive': return 's-inactive';
+      case 'scheduled': return 's-scheduled';
+      default: return 's-other';
+    }
+  }
+
+  function cellText(cell) {
+    return cell.sub ? cell.active + '/' + cell.sub : cell.active;
+  }
+
+  function short(hash) {
+    return hash ? hash.slice(0, 7) : '';
+  }
+
+  function header() {
+    var tr = element('tr');
+    ['unit', 'desired', 'current'].forEach(function (title) { tr.appendChild(element('th', '', title)); });
+    machines.forEach(function (m) {
+      var th = element('th', 'machine');
+      th.dataset.machine = m.id;
+      th.title = m.id;
+      th.appendChild(element('div', 'mid', m.short));
+      th.appendChild(element('div', 'ip', m.ip));
+      Object.keys(m.metadata).sort().forEach(function (key) {
+        th.appendChild(element('div', 'meta', key + '=' + m.metadata[key]));
+      });
+      tr.appendChild(th);
+    });
+    var thead = element('thead');
+    thead.appendChild(tr);
+    return thead;
+  }
+
+  function rowElement(row) {
+    var tr = element('tr');
+    tr.dataset.unit = row.name;
+    var th = element('th');
+    var link = element('a', 'unit', row.name);
+    link.href = 'units/' + encodeURIComponent(row.name);
+    th.appendChild(link);
+    tr.appendChild(th);
+    tr.appendChild(element('td', 'desired', row.desired));
+    tr.appendChild(element('td', 'current', row.current));
+    machines.forEach(function (m) {
+      var cell = row.cells[m.id];
+      var td = element('td', 'cell');
+      td.dataset.machine = m.id;
+      if (cell) {
+        td.classList.add(stateClass(cell.active));
+        if (cell.target) td.classList.add('target');
+        if (cell.hash && cell.hash !== row.hash) td.classList.add('outdated');
+        td.textContent = cellText(cell);
+        td.title = 'load ' + (cell.load || '-') + (cell.hash ? ', file ' + short(cell.hash) : '') +
+          (cell.running ? ', running ' + short(cell.running) : '');
+      }
+      tr.appendChild(td);
+    });
+    return tr;
+  }
+
+  function renderAll() {
+    var tbody = element('tbody');
+    rowElements.clear();
+    Array.from(rows.keys()).sort().forEach(function (name) {
+      var tr = rowElement(rows.get(name));
+      rowElements.set(name, tr);
+      tbody.appendChild(tr);
+    });
+    table.replaceChildren(header(), tbody);
+    showEmpty();
+  }
+
+  function showEmpty() {
+    var note = document.getElementById('empty');
+    if (rows.size === 0 && !note) {
+      note = element('p', 'note', 'No units.');
+      note.id = 'empty';
+      table.after(note);
+    } else if (rows.size > 0 && note) {
+      note.remove();
+    }
+  }
+
+  function putRow(row) {
+    rows.set(row.name, row);
+    var tr = rowElement(row);
+    var existing = rowElements.get(row.name);
+    rowElements.set(row.name, tr);
+    if (existing) {
+      existing.replaceWith(tr);
+      return;
+    }
+    var tbody = table.tBodies[0];
+    var after = null;
+    for (var i = 0; i < tbody.rows.length; i++) {
+      if (tbody.rows[i].dataset.unit > row.name) { after = tbody.rows[i]; break; }
+    }
+    tbody.insertBefore(tr, after);
+  }
+
+  function removeRow(name) {
+    rows.delete(name);
+    var tr = rowElements.get(name);
+    if (tr) tr.remove();
+    rowElements.delete(name);
+  }
+
+  function showState(view) {
+    revisionLine.textContent = 'revision ' + view.revision;
+    statusLine.textContent = view.connected
+      ? 'live · ' + rows.size + ' units · ' + machines.length + ' machines'
+      : 'live, but this fleetd has lost etcd: showing the last state it saw';
+    statusLine.className = view.connected ? 'status live' : 'status stale';
+  }
+
+  function loadDetail(name) {
+    openUnit = name;
+    fetch('units/' + encodeURIComponent(name) + '?fragment', { cache: 'no-store' })
+      .then(function (response) {
+        return response.text().then(function (text) { return { ok: response.ok, text: text }; });
+      })
+      .then(function (answer) {
+        if (openUnit !== name) return;
+        if (answer.ok) {
+          detail.innerHTML = answer.text; // server-rendered, every registry value escaped
+        } else {
+          detail.replaceChildren(element('p', 'note', name + ': ' + answer.text));
+        }
+        var close = element('button', 'close', '×');
+        close.type = 'button';
+        close.title = 'close';
+        close.addEventListener('click', function () { openUnit = null; detail.hidden = true; });
+        detail.prepend(close);
+        detail.hidden = false;
+      })
+      .catch(function (err) { detail.replaceChildren(element('p', 'note', String(err))); detail.hidden = false; });
+  }
+
+  table.addEventListener('click', function (event) {
+    var link = event.target.closest('a.unit');
+    if (!link) return;
+    event.preventDefault();
+    loadDetail(link.closest('tr').dataset.unit);
+  });
+
+  var source = new EventSource('events');
+  source.addEventListener('board', function (event) {
+    var board = JSON.parse(event.data);
+    machines = board.machines;
+    rows.clear();
+    board.rows.forEach(function (row) { rows.set(row.name, row); });
+    renderAll();
+    showState(board);
+    if (openUnit) loadDetail(openUnit);
+  });
+  source.addEventListener('update', function (event) {
+    var update = JSON.parse(event.data);
+    if (update.machines) {
+      machines = update.machines;
+      update.rows.forEach(function (row) { rows.set(row.name, row); });
+      update.removed.forEach(function (name) { rows.delete(name); });
+      renderAll();
+    } else {
+      update.rows.forEach(putRow);
+      update.removed.forEach(removeRow);
+      showEmpty();
+    }
+    showState(update);
+    var touched = update.rows.some(function (row) { return row.name === openUnit; }) ||
+      update.removed.indexOf(openUnit) >= 0;
+    if (openUnit && touched) loadDetail(openUnit);
+  });
+  source.addEventListener('error', function () {
+    statusLine.textContent = 'reconnecting…';
+    statusLine.className = 'status stale';
+  });
+})();

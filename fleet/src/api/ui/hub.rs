@@ -1,0 +1,274 @@
+//! The one registry watch behind every open cluster page, and the memory of recent state changes.
+//!
+//! A [`Hub`] per API handler runs one task on the reflector's snapshot channel. For each new snapshot it computes
+//! [`board::diff`] against the previous one, appends the state changes to a bounded per-unit ring
+//! ([`HISTORY_PER_UNIT`] entries; a unit's ring goes when the unit leaves the registry) and, when any page is
+//! open, serialises the update once into a server-sent-events frame on a broadcast channel of
+//! [`FRAMES_BUFFERED`] frames. Each open page holds only a receiver of that channel: no watch, no copy of the
+//! board. A page that falls more than [`FRAMES_BUFFERED`] frames behind (its connection not draining) is dropped —
+//! its stream ends, and the browser's `EventSource` reconnects after [`RETRY_MS`] and starts again from a fresh
+//! board — so a slow page never grows fleetd's memory.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::Stream;
+use serde::Serialize;
+use tokio::sync::{broadcast, watch};
+
+use super::board::{self, Recorded};
+use crate::model::now_ms;
+use crate::registry::Snapshot;
+
+/// The path of the event stream (answered by [`Hub::events`]).
+pub const EVENTS_PATH: &str = "/ui/events";
+/// Frames kept for pages that have not read them yet; a page further behind is dropped.
+pub const FRAMES_BUFFERED: usize = 32;
+/// Recent state changes remembered per unit.
+pub const HISTORY_PER_UNIT: usize = 16;
+/// A comment sent on an idle stream, so that a closed page is noticed (by the failing write) and proxies keep it.
+pub const KEEPALIVE: Duration = Duration::from_secs(30);
+/// How long a browser waits before reconnecting a dropped stream (the `retry:` field).
+pub const RETRY_MS: u64 = 2000;
+
+/// Shares one registry watch among all open pages; dropping it stops the watch task.
+pub struct Hub {
+    shared: Arc<Shared>,
+    task: tokio::task::AbortHandle,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    frames: broadcast::Sender<Bytes>,
+}
+
+struct State {
+    /// The snapshot the last broadcast frame brought pages to.
+    snapshot: Arc<Snapshot>,
+    history: History,
+}
+
+/// Recent changes per unit, each ring at most `limit` long.
+#[derive(Debug, Default)]
+pub struct History {
+    per_unit: HashMap<String, VecDeque<Recorded>>,
+    limit: usize,
+}
+
+impl History {
+    pub fn new(limit: usize) -> History {
+        History { per_unit: HashMap::new(), limit }
+    }
+
+    /// Remembers `diff`'s changes at `at_ms` and forgets units that left the registry.
+    pub fn record(&mut self, diff: &board::Diff, at_ms: u64) {
+        for change in &diff.changes {
+            let ring = self.per_unit.entry(change.unit.clone()).or_default();
+            if ring.len() == self.limit {
+                ring.pop_front();
+            }
+            ring.push_back(Recorded { at_ms, change: change.clone() });
+        }
+        for unit in &diff.gone {
+            self.per_unit.remove(unit);
+        }
+    }
+
+    /// `unit`'s remembered changes, oldest first.
+    pub fn of(&self, unit: &str) -> Vec<Recorded> {
+        self.per_unit.get(unit).map(|ring| ring.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Entries held in all rings.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.per_unit.values().map(VecDeque::len).sum()
+    }
+}
+
+impl Hub {
+    /// Starts following `snapshots` (the reflector's channel) in a background task.
+    pub fn start(snapshots: watch::Receiver<Arc<Snapshot>>) -> Hub {
+        let (frames, _) = broadcast::channel(FRAMES_BUFFERED);
+        let first = snapshots.borrow().clone();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State { snapshot: first, history: History::new(HISTORY_PER_UNIT) }),
+            frames,
+        });
+        let task = tokio::spawn(follow(shared.clone(), snapshots)).abort_handle();
+        Hub { shared, task }
+    }
+
+    /// The snapshot open pages are at (what a detail should show next to [`Hub::history`]).
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.shared.lock().snapshot.clone()
+    }
+
+    /// `unit`'s remembered changes, oldest first.
+    pub fn history(&self, unit: &str) -> Vec<Recorded> {
+        self.shared.lock().history.of(unit)
+    }
+
+    /// Pages open now.
+    pub fn pages(&self) -> usize {
+        self.shared.frames.receiver_count()
+    }
+
+    /// A new page's event stream: the whole board, then each update, keep-alive comments while idle. The board and
+    /// the first update are taken under one lock, so a page misses no change and sees none twice.
+    pub fn events(&self) -> impl Stream<Item = Bytes> + Send + 'static {
+        let (snapshot, receiver) = {
+            let state = self.shared.lock();
+            (state.snapshot.clone(), self.shared.frames.subscribe())
+        };
+        tracing::debug!(pages = self.pages(), "cluster page opened");
+        let mut first = format!("retry: {RETRY_MS}\n").into_bytes();
+        first.extend_from_slice(&frame("board", &board::board(&snapshot)));
+        let keepalive = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
+        let pump = Pump { first: Some(Bytes::from(first)), receiver, keepalive };
+        futures::stream::unfold(pump, |mut pump| async move {
+            if let Some(first) = pump.first.take() {
+                return Some((first, pump));
+            }
+            tokio::select! {
+                received = pump.receiver.recv() => match received {
+                    Ok(frame) => Some((frame, pump)),
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::info!(missed, "cluster page dropped: it fell behind the registry's updates");
+                        None
+                    }
+                    Err(broadcast::error::RecvError::Closed) => None,
+                },
+                _ = pump.keepalive.tick() => Some((Bytes::from_static(b": keepalive\n\n"), pump)),
+            }
+        })
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Brings pages and history from the last snapshot to `new`.
+    fn advance(&self, new: Arc<Snapshot>, at_ms: u64) {
+        let mut state = self.lock();
+        let diff = board::diff(&state.snapshot, &new);
+        state.history.record(&diff, at_ms);
+        let connection_changed = state.snapshot.is_connected() != new.is_connected();
+        state.snapshot = new;
+        // Sent under the lock: a page subscribing now gets either this snapshot's board or this frame, never neither.
+        if (!diff.update.is_empty() || connection_changed) && self.frames.receiver_count() > 0 {
+            let _ = self.frames.send(frame("update", &diff.update));
+        }
+    }
+}
+
+struct Pump {
+    first: Option<Bytes>,
+    receiver: broadcast::Receiver<Bytes>,
+    keepalive: tokio::time::Interval,
+}
+
+async fn follow(shared: Arc<Shared>, mut snapshots: watch::Receiver<Arc<Snapshot>>) {
+    while snapshots.changed().await.is_ok() {
+        let new = snapshots.borrow_and_update().clone();
+        shared.advance(new, now_ms());
+    }
+}
+
+/// One server-sent event: `event: <name>` and the value as one line of JSON (JSON text has no raw newlines).
+pub fn frame<T: Serialize>(event: &str, value: &T) -> Bytes {
+    let json = serde_json::to_string(value).unwrap_or_else(|err| {
+        tracing::error!(error = %err, "cannot encode a cluster page event");
+        "{}".into()
+    });
+    Bytes::from(format!("event: {event}\ndata: {json}\n\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::super::board::tests::{H1, M1, Registry};
+    use super::*;
+
+    fn text(frame: &Bytes) -> String {
+        String::from_utf8(frame.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_page_gets_the_board_then_each_change_from_the_one_shared_watch() {
+        let mut r = Registry::new();
+        r.machine(M1, "10.0.0.1", "{}").unit("a.service", H1, "launched").target("a.service", M1);
+        let (publish, snapshots) = watch::channel(Arc::new(r.now()));
+        let hub = Hub::start(snapshots);
+        let mut page = Box::pin(hub.events());
+        let mut other = Box::pin(hub.events());
+        assert_eq!(hub.pages(), 2, "two pages, one receiver each");
+        let board = text(&page.next().await.unwrap());
+        assert!(board.starts_with("retry: 2000\nevent: board\ndata: {"), "{board}");
+        assert!(board.contains("\"active\":\"scheduled\""), "{board}");
+        let _ = other.next().await;
+
+        r.state("a.service", M1, H1, "active", "running");
+        publish.send_replace(Arc::new(r.now()));
+        for stream in [&mut page, &mut other] {
+            let update = text(&stream.next().await.unwrap());
+            assert!(update.starts_with("event: update\ndata: {"), "{update}");
+            assert!(update.contains("\"active\":\"active\",\"sub\":\"running\""), "{update}");
+            assert!(update.ends_with("}\n\n"), "{update}");
+        }
+        let history = hub.history("a.service");
+        assert_eq!(history.len(), 1, "{history:?}");
+        assert_eq!(history[0].change.change, "scheduled → active/running");
+    }
+
+    #[tokio::test]
+    async fn a_page_that_falls_behind_is_dropped_not_buffered() {
+        let mut r = Registry::new();
+        r.machine(M1, "10.0.0.1", "{}").unit("a.service", H1, "launched").target("a.service", M1);
+        let (_publish, snapshots) = watch::channel(Arc::new(r.now()));
+        let hub = Hub::start(snapshots);
+        let mut slow = Box::pin(hub.events());
+        let _ = slow.next().await;
+        // More updates than the buffer holds while the page reads nothing (applied as the hub's task would).
+        for i in 0..FRAMES_BUFFERED + 5 {
+            r.state("a.service", M1, H1, "active", &format!("step{i}"));
+            hub.shared.advance(Arc::new(r.now()), 0);
+        }
+        let mut received = 0;
+        while let Some(frame) = slow.next().await {
+            received += 1;
+            assert!(received <= FRAMES_BUFFERED, "a lagging page kept receiving: {}", text(&frame));
+        }
+        assert_eq!(received, 0, "the lagging page's stream ended at once");
+        assert_eq!(hub.pages(), 0, "the dropped page holds no receiver");
+    }
+
+    #[test]
+    fn history_is_bounded_per_unit_and_forgets_destroyed_units() {
+        let mut history = History::new(3);
+        let change =
+            |unit: &str, n: usize| board::StateChange { unit: unit.into(), machine: None, change: n.to_string() };
+        let diff = board::Diff {
+            changes: (0..5).map(|n| change("a", n)).chain([change("b", 9)]).collect(),
+            ..Default::default()
+        };
+        history.record(&diff, 7);
+        let kept: Vec<String> = history.of("a").into_iter().map(|r| r.change.change).collect();
+        assert_eq!(kept, ["2", "3", "4"]);
+        assert_eq!(history.len(), 4);
+        history.record(&board::Diff { gone: vec!["a".into()], ..Default::default() }, 8);
+        assert!(history.of("a").is_empty());
+        assert_eq!(history.len(), 1);
+    }
+}

@@ -1,0 +1,96 @@
+//! The live cluster page at `/ui/` (issue 17): machines (with their metadata) as columns, units as rows, each cell
+//! the unit's state on that machine; a unit's detail at `/ui/units/<name>`; kept live by server-sent events at
+//! `/ui/events` from one shared registry watch. Read-only (GET only), served on the API listeners behind
+//! the same TLS and roles as the API, so the `read` role may see it. [`hub::Hub`] is the
+//! shared watch; `board` the pure model and diff; `render` the HTML.
+//!
+//! * `/ui/` — the page: the board rendered on the server (readable without JavaScript) plus `app.js`, which
+//!   follows `/ui/events` and rewrites rows in place, never reloading the page.
+//! * `/ui/?plain` — the same table without the script.
+//! * `/ui/units/<name>` — a unit's detail page (`?fragment`: the panel the live page shows).
+//! * `/ui/app.js`, `/ui/style.css` — the front end, hand-written and embedded in the binary.
+
+mod board;
+pub(in crate::api) mod hub;
+mod render;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{HeaderValue, Response, StatusCode, header};
+use http_body_util::BodyExt;
+
+use super::reply;
+use super::route::decode_segment;
+use super::serve::StreamedBody;
+use hub::Hub;
+use render::Mode;
+
+const APP_JS: &str = include_str!("assets/app.js");
+const STYLE_CSS: &str = include_str!("assets/style.css");
+
+/// What the page may load: its own script and style sheet, nothing inline, nothing from elsewhere.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// `GET /ui…`: `rest` is the path after `/ui`.
+pub fn respond(hub: &Hub, rest: &str, query: Option<&str>) -> Response<Bytes> {
+    let flag = |name: &str| query.is_some_and(|q| q.split('&').any(|pair| pair.split('=').next() == Some(name)));
+    match rest {
+        "" => {
+            let mut response = reply::status(StatusCode::MOVED_PERMANENTLY);
+            response.headers_mut().insert(header::LOCATION, HeaderValue::from_static("/ui/"));
+            response
+        }
+        "/" => {
+            let mode = if flag("plain") { Mode::Plain } else { Mode::Live };
+            html(render::page(&board::board(&hub.snapshot()), mode))
+        }
+        "/app.js" => asset(APP_JS, "text/javascript; charset=utf-8"),
+        "/style.css" => asset(STYLE_CSS, "text/css; charset=utf-8"),
+        _ => {
+            let Some(name) = rest.strip_prefix("/units/").filter(|n| !n.is_empty() && !n.contains('/')) else {
+                return reply::error(StatusCode::NOT_FOUND, "no such page under /ui/");
+            };
+            let Some(name) = decode_segment(name) else {
+                return reply::error(
+                    StatusCode::BAD_REQUEST,
+                    "unit name in the path is not valid percent-encoded UTF-8",
+                );
+            };
+            let snapshot = hub.snapshot();
+            match board::detail(&snapshot, &name) {
+                Some(detail) => {
+                    html(render::detail(&detail, &hub.history(&name), &board::columns(&snapshot), flag("fragment")))
+                }
+                None => reply::error(StatusCode::NOT_FOUND, &format!("unit {name:?} does not exist")),
+            }
+        }
+    }
+}
+
+/// `GET /ui/events`: the page's server-sent events (see [`hub::Hub::events`]).
+pub fn events(hub: &Hub) -> Response<StreamedBody> {
+    let frames = hub.events().map(|frame| Ok(hyper::body::Frame::data(frame)));
+    let mut response = Response::new(http_body_util::StreamBody::new(frames).boxed_unsync());
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+fn html(body: String) -> Response<Bytes> {
+    let mut response = reply::text(body, "text/html; charset=utf-8");
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response
+}
+
+fn asset(text: &'static str, content_type: &'static str) -> Response<Bytes> {
+    let mut response = Response::new(Bytes::from_static(text.as_bytes()));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response
+}
