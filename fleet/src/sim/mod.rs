@@ -42,7 +42,7 @@ Options:
   --etcd URLS          etcd client URLs (comma-separated)
   --machines N         simulated machines in this process
   --first K            index of the first machine (machine IDs are derived from indexes; default 0)
-  --prefix P           etcd key prefix (default /fleet/)
+  --prefix P           etcd key prefix (default fleet's, /_coreos.com/fleet/)
   --dir D              where the machines' units directories go (default a fresh directory under /tmp)
   --ttl SECS           presence lease TTL (agent_ttl; default 10)
   --engine             the first machine of this process also runs the engine
@@ -81,7 +81,7 @@ pub enum SimArgsError {
 pub fn parse_args(args: &[String]) -> Result<SimOptions, SimArgsError> {
     let mut o = SimOptions {
         etcd: Vec::new(),
-        prefix: "/fleet/".into(),
+        prefix: "/_coreos.com/fleet/".into(),
         machines: 0,
         first: 0,
         dir: None,

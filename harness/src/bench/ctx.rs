@@ -38,11 +38,20 @@ impl Row {
 impl Ctx {
     /// Starts the cluster and waits until fleet lists every machine.
     pub async fn new(opts: &Options) -> Result<Ctx, String> {
-        let cluster = Cluster::builder()
+        Ctx::new_with(opts, |b| b).await
+    }
+
+    /// [`Ctx::new`] with more settings of the cluster (e.g. fleet.conf keys).
+    pub async fn new_with(
+        opts: &Options,
+        configure: impl FnOnce(crate::ClusterBuilder) -> crate::ClusterBuilder,
+    ) -> Result<Ctx, String> {
+        let builder = Cluster::builder()
             .machines(opts.machines)
             .agent_ttl(&opts.agent_ttl)
             .config("verbosity", &opts.verbosity.to_string())
-            .tls(opts.tls)
+            .tls(opts.tls);
+        let cluster = configure(builder)
             .start()
             .await
             .map_err(|e| format!("cluster: {e}"))?;
