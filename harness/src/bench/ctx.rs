@@ -51,10 +51,7 @@ impl Ctx {
             .agent_ttl(&opts.agent_ttl)
             .config("verbosity", &opts.verbosity.to_string())
             .tls(opts.tls);
-        let cluster = configure(builder)
-            .start()
-            .await
-            .map_err(|e| format!("cluster: {e}"))?;
+        let cluster = configure(builder).start().await.map_err(|e| format!("cluster: {e}"))?;
         cluster.wait_for_n_machines(1, opts.machines).await.map_err(|e| format!("machines: {e}"))?;
         let dir = tempfile::Builder::new().prefix("fleet-bench-").tempdir().map_err(|e| e.to_string())?;
         let command_timeout = opts.timeout.max(opts.destroy_timeout);

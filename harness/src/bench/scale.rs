@@ -108,6 +108,10 @@ pub struct ScaleCell {
     /// Units per simulated machine: fewest and most.
     pub placement_min: usize,
     pub placement_max: usize,
+    /// Units listed on a simulated machine when all were active (the rest ran elsewhere: a placement error).
+    pub on_sim_machines: usize,
+    /// Simulated machines that stopped on their own before the leave (lease lost, agent failed).
+    pub machines_lost: usize,
     pub idle_etcd: EtcdWindow,
     pub idle_sim_cpu_pct: f64,
     pub memory: Memory,
@@ -190,7 +194,14 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
     cell.procs = opts.sim_procs.clamp(1, machines);
 
     let t_reg = Instant::now();
-    let mut sims = SimProcs::start(&format!("http://{etcd_addr}"), machines, cell.procs, ttl, SIM_METADATA)?;
+    let mut sims = SimProcs::start(
+        &format!("http://{etcd_addr}"),
+        &ctx.cluster.key_prefix(),
+        machines,
+        cell.procs,
+        ttl,
+        SIM_METADATA,
+    )?;
     sims.wait_registered(machines, opts.timeout).await?;
     let listed = poll::until(t_reg, opts.poll.max(Duration::from_millis(200)), opts.timeout, machines + 1, || async {
         let (out, _) = ctx.fleetctl_ok(&["list-machines", "--no-legend", "--full", "--fields", "machine"]).await?;
@@ -250,6 +261,7 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
     }
     let ids: Vec<String> = (0..machines).map(machine_id).collect();
     (cell.placement_min, cell.placement_max) = spread(&last_rows, &ids);
+    cell.on_sim_machines = last_rows.iter().filter(|r| ids.contains(&r.machine)).count();
     cell.memory = Memory {
         sim_rss_mib: (sim_b.1 as f64 / 1024.0 * 10.0).round() / 10.0,
         sim_rss_kib_per_machine: (sim_b.1 as f64 / machines as f64).round(),
@@ -272,6 +284,7 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
     cell.idle_etcd = etcd_window(&scrape_a, &scrape_b, &etcd_a, &etcd_b);
     cell.idle_sim_cpu_pct = cpu_pct(sim_b.0.saturating_sub(sim_a.0), t_idle.elapsed());
 
+    cell.machines_lost = sims.events().lost.len();
     if cell.procs >= 2 {
         let gone = sims.kill_last().await?;
         let t1 = Instant::now();

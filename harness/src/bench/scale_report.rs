@@ -40,7 +40,15 @@ pub fn table(cells: &[ScaleCell]) -> String {
         }
         let leave = c.leave.as_ref().map_or_else(
             || "—".to_string(),
-            |l| format!("{} machines, {} units, {} ({} s)", l.machines_left, l.units_moved, opt_s(l.all_active_again_s), l.ttl_s),
+            |l| {
+                format!(
+                    "{} machines, {} units, {} ({} s)",
+                    l.machines_left,
+                    l.units_moved,
+                    opt_s(l.all_active_again_s),
+                    l.ttl_s
+                )
+            },
         );
         let _ = writeln!(
             s,
@@ -106,7 +114,12 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, xs: &[usize], serie
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-    let _ = writeln!(s, r#"<text x="{}" y="20" text-anchor="middle" font-size="14">{}</text>"#, left + pw / 2.0, escape(title));
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="20" text-anchor="middle" font-size="14">{}</text>"#,
+        left + pw / 2.0,
+        escape(title)
+    );
     for k in 0..=4 {
         let v = max * k as f64 / 4.0;
         let y = y_at(v);
@@ -116,7 +129,13 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, xs: &[usize], serie
     for (i, x) in xs.iter().enumerate() {
         let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{x}</text>"#, x_at(i), top + ph + 18.0);
     }
-    let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#, left + pw / 2.0, h - 8.0, escape(x_label));
+    let _ = writeln!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+        left + pw / 2.0,
+        h - 8.0,
+        escape(x_label)
+    );
     let _ = writeln!(
         s,
         r#"<text x="14" y="{:.1}" text-anchor="middle" transform="rotate(-90 14 {:.1})">{}</text>"#,
@@ -127,12 +146,18 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, xs: &[usize], serie
     for (n, line) in series.iter().enumerate() {
         let colour = COLOURS[n % COLOURS.len()];
         let points: Vec<String> = line.points.iter().map(|(i, v)| format!("{:.1},{:.1}", x_at(*i), y_at(*v))).collect();
-        let _ = writeln!(s, r#"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/>"#, points.join(" "));
+        let _ =
+            writeln!(s, r#"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/>"#, points.join(" "));
         for (i, v) in &line.points {
             let _ = writeln!(s, r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{colour}"/>"#, x_at(*i), y_at(*v));
         }
         let ly = top + 16.0 * n as f64 + 8.0;
-        let _ = writeln!(s, r#"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{colour}" stroke-width="2"/>"#, left + pw + 12.0, left + pw + 32.0);
+        let _ = writeln!(
+            s,
+            r#"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{colour}" stroke-width="2"/>"#,
+            left + pw + 12.0,
+            left + pw + 32.0
+        );
         let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}">{}</text>"#, left + pw + 38.0, ly + 4.0, escape(&line.name));
     }
     s.push_str("</svg>\n");
@@ -164,7 +189,9 @@ pub fn charts(cells: &[ScaleCell]) -> Vec<(String, String)> {
                 }
                 let points = per
                     .into_iter()
-                    .map(|(m, vs)| (xs.iter().position(|x| *x == m).unwrap_or(0), vs.iter().sum::<f64>() / vs.len() as f64))
+                    .map(|(m, vs)| {
+                        (xs.iter().position(|x| *x == m).unwrap_or(0), vs.iter().sum::<f64>() / vs.len() as f64)
+                    })
                     .collect();
                 Series { name: format!("{u} units"), points }
             })
@@ -174,7 +201,13 @@ pub fn charts(cells: &[ScaleCell]) -> Vec<(String, String)> {
     vec![
         (
             "scale-all-active.svg".to_string(),
-            line_chart("start --no-block → all units active", "simulated machines", "seconds", &xs, &series(&|c| c.all_active_s)),
+            line_chart(
+                "start --no-block → all units active",
+                "simulated machines",
+                "seconds",
+                &xs,
+                &series(&|c| c.all_active_s),
+            ),
         ),
         (
             "scale-etcd.svg".to_string(),
@@ -273,8 +306,15 @@ mod tests {
         assert!(active.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""), "{active}");
         assert!(active.ends_with("</svg>\n"));
         // y axis up to 10 s (nice bound of 6.5); x categories 100, 300, 1000 at 64, 237, 410.
-        assert!(active.contains(r##"<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="64.0,218.9 237.0,118.6"/>"##), "{active}");
-        assert!(active.contains(">1000</text>") && active.contains(">10</text>") && active.contains(">1000 units</text>"));
+        assert!(
+            active.contains(
+                r##"<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="64.0,218.9 237.0,118.6"/>"##
+            ),
+            "{active}"
+        );
+        assert!(
+            active.contains(">1000</text>") && active.contains(">10</text>") && active.contains(">1000 units</text>")
+        );
         assert_eq!(active.matches("<circle").count(), 2, "the timed-out cell has no point");
         let leave = &charts[3].1;
         assert_eq!(leave.matches("<circle").count(), 1, "{leave}");
@@ -283,12 +323,19 @@ mod tests {
 
     #[test]
     fn axes_end_at_nice_numbers() {
-        assert_eq!([nice_max(6.5), nice_max(0.0), nice_max(128_571.0), nice_max(3.0), nice_max(1.0)], [10.0, 1.0, 200_000.0, 5.0, 1.0]);
+        assert_eq!(
+            [nice_max(6.5), nice_max(0.0), nice_max(128_571.0), nice_max(3.0), nice_max(1.0)],
+            [10.0, 1.0, 200_000.0, 5.0, 1.0]
+        );
     }
 
     #[test]
     fn bad_json_is_named() {
         assert_eq!(cells_from_json("{}").unwrap_err(), "bench JSON: no `runs` array");
-        assert!(cells_from_json("{\"runs\":[{\"scale\":[{\"machines\":\"x\"}]}]}").unwrap_err().starts_with("bench JSON: runs[0].scale:"));
+        assert!(
+            cells_from_json("{\"runs\":[{\"scale\":[{\"machines\":\"x\"}]}]}")
+                .unwrap_err()
+                .starts_with("bench JSON: runs[0].scale:")
+        );
     }
 }

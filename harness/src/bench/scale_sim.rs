@@ -91,9 +91,17 @@ pub fn split(machines: usize, procs: usize) -> Vec<(usize, usize)> {
 }
 
 impl SimProcs {
-    /// Starts `machines` simulated machines in `procs` processes against `etcd` (`http://ip:port`), each with
+    /// Starts `machines` simulated machines in `procs` processes against `etcd` (`http://ip:port`) under key
+    /// `prefix`, each with
     /// `metadata`, lease TTL `ttl_s`; the first process also runs the engine.
-    pub fn start(etcd: &str, machines: usize, procs: usize, ttl_s: u64, metadata: &str) -> Result<SimProcs, String> {
+    pub fn start(
+        etcd: &str,
+        prefix: &str,
+        machines: usize,
+        procs: usize,
+        ttl_s: u64,
+        metadata: &str,
+    ) -> Result<SimProcs, String> {
         let bin = crate::config::locate("fleet-sim", "FLEET_SIM_BIN").map_err(|e| e.to_string())?;
         let events = Arc::new(Mutex::new(Events::default()));
         let (tx, changed) = watch::channel(0u64);
@@ -101,7 +109,7 @@ impl SimProcs {
         let mut started = Vec::new();
         for (i, (first, n)) in split(machines, procs).into_iter().enumerate() {
             let mut cmd = Command::new(&bin);
-            cmd.args(["--etcd", etcd, "--machines", &n.to_string(), "--first", &first.to_string()])
+            cmd.args(["--etcd", etcd, "--prefix", prefix, "--machines", &n.to_string(), "--first", &first.to_string()])
                 .args(["--ttl", &ttl_s.to_string(), "--metadata", metadata])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
@@ -109,6 +117,13 @@ impl SimProcs {
                 .kill_on_drop(true);
             if i == 0 {
                 cmd.arg("--engine");
+            }
+            // SAFETY: prctl is async-signal-safe; the simulators die with the bench even when it is killed outright.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
             }
             let mut child = cmd.spawn().map_err(|e| format!("starting {}: {e}", bin.display()))?;
             let pid = child.id().unwrap_or(0);
@@ -146,7 +161,12 @@ impl SimProcs {
                     return Ok(t0.elapsed());
                 }
                 if !e.lost.is_empty() {
-                    return Err(format!("{} simulated machine(s) failed, first: {} {}", e.lost.len(), e.lost[0].0, e.lost[0].1));
+                    return Err(format!(
+                        "{} simulated machine(s) failed, first: {} {}",
+                        e.lost.len(),
+                        e.lost[0].0,
+                        e.lost[0].1
+                    ));
                 }
             }
             match tokio::time::timeout_at(deadline, self.changed.changed()).await {
@@ -199,9 +219,8 @@ pub fn host_proc(pid: u32) -> Option<(u64, u64, u64)> {
     let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     let ticks = rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib = |key: &str| {
-        status.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-    };
+    let kib =
+        |key: &str| status.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok());
     Some((ticks, kib("VmRSS:")?, kib("VmHWM:")?))
 }
 
