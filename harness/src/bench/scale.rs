@@ -25,6 +25,8 @@ use super::{Options, units};
 
 /// The template of the scale scenario.
 pub const TEMPLATE: &str = "s@.service";
+/// `etcd_request_timeout` of the real machine's fleetd (serving the API), in seconds.
+pub const API_ETCD_TIMEOUT_S: u64 = 10;
 /// Metadata of every simulated machine, required by the template.
 pub const SIM_METADATA: &str = "sim=true";
 
@@ -188,7 +190,12 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
     let ttl = ttl_secs(&opts.agent_ttl)?;
     let (machines, units) = (cell.machines, cell.units);
     let single = Options { machines: 1, ..opts.clone() };
-    let ctx = Ctx::new_with(&single, |b| b.config("disable_engine", "true")).await?;
+    // The API's etcd requests get 10 s instead of fleet's 1 s: with hundreds of watchers on one etcd on this
+    // 2-core host, a create took over a second and fleetctl failed with a 500 (measured at 100 machines).
+    let ctx = Ctx::new_with(&single, |b| {
+        b.config("disable_engine", "true").config("etcd_request_timeout", &API_ETCD_TIMEOUT_S.to_string())
+    })
+    .await?;
     let etcd_addr = ctx.etcd_addr().await?;
     let etcd_name = ctx.cluster.etcd().name().to_string();
     cell.procs = opts.sim_procs.clamp(1, machines);
