@@ -2,7 +2,8 @@
 //! like fleetd: `FLEET_SIM_BIN` or this workspace's build), each running its share of the machines against the
 //! cluster's etcd, the first also the engine. Their stdout lines (`fleet::sim::report`, four forms: `registered
 //! N`, `pass {json}`, `lost <id> <reason>`, `stopped`) are collected as they come; RSS and CPU from `/proc`.
-//! Processes are killed when dropped (also on error).
+//! Processes are killed when dropped (also on error). Each one's stderr (warnings and errors) goes to
+//! `$TMPDIR/fleet-bench-sim-<first index>.log`.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -108,11 +109,14 @@ impl SimProcs {
         let tx = Arc::new(tx);
         let mut started = Vec::new();
         for (i, (first, n)) in split(machines, procs).into_iter().enumerate() {
+            // Warnings and errors of each simulator go to a file of its own, kept for a post-mortem.
+            let log_path = std::env::temp_dir().join(format!("fleet-bench-sim-{first}.log"));
+            let log = std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
             let mut cmd = Command::new(&bin);
             cmd.args(["--etcd", etcd, "--prefix", prefix, "--machines", &n.to_string(), "--first", &first.to_string()])
                 .args(["--ttl", &ttl_s.to_string(), "--metadata", metadata])
                 .stdout(Stdio::piped())
-                .stderr(Stdio::null())
+                .stderr(Stdio::from(log))
                 .env("RUST_LOG", "warn")
                 .kill_on_drop(true);
             if i == 0 {
