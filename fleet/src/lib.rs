@@ -17,6 +17,7 @@ pub mod model;
 pub mod registry;
 pub mod rollout;
 pub mod schema;
+pub mod sim;
 pub mod ssh;
 pub mod systemd;
 pub mod tls;

@@ -321,7 +321,7 @@ impl Cluster {
             serves_api: self.serves_api,
             machine_id: self.machine_ids.get(&slot).cloned(),
             etcd_url: self.etcd.iter().map(Etcd::url).collect::<Vec<_>>().join(","),
-            key_prefix: format!("/fleet_harness/{}/", self.run),
+            key_prefix: key_prefix(&self.run),
             metadata,
             conf_overrides,
             wait: self.boot,
@@ -369,6 +369,11 @@ impl Cluster {
     }
 
     /// The run id labelling every object of this cluster.
+    /// The etcd key prefix of this cluster's fleet (`etcd_key_prefix` of every machine).
+    pub fn key_prefix(&self) -> String {
+        key_prefix(self.run_id())
+    }
+
     pub fn run_id(&self) -> &RunId {
         &self.run
     }
@@ -701,4 +706,9 @@ impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cluster").field("run", &self.run).field("machines", &self.machines).finish()
     }
+}
+
+/// The etcd key prefix of a cluster's fleet: one per run, so clusters sharing nothing never meet in etcd.
+fn key_prefix(run: &RunId) -> String {
+    format!("/fleet_harness/{run}/")
 }

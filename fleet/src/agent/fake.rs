@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::systemd::{FileChange, JobResult, SystemdError, SystemdOps, UnitStatus};
+use crate::systemd::{FileChange, JobResult, SystemdError, SystemdOps, UnitChanges, UnitStatus};
 
 #[derive(Default)]
 pub(crate) struct Fake {
@@ -101,6 +101,13 @@ impl SystemdOps for Fake {
         let current = self.current_files.lock().unwrap().contains(name);
         async move { Ok(current) }
     }
+    fn changes(&self) -> UnitChanges {
+        // No signals: a closed channel (the publisher then works on its resync period only).
+        UnitChanges::new(tokio::sync::broadcast::channel(1).1)
+    }
+    fn restart_counts(&self, _names: &[String]) -> impl Future<Output = Vec<(String, u32)>> + Send {
+        std::future::ready(Vec::new())
+    }
 }
 
 impl SystemdOps for Arc<Fake> {
@@ -136,5 +143,11 @@ impl SystemdOps for Arc<Fake> {
     }
     fn file_is_current(&self, name: &str) -> impl Future<Output = crate::systemd::Result<bool>> + Send {
         self.as_ref().file_is_current(name)
+    }
+    fn changes(&self) -> UnitChanges {
+        self.as_ref().changes()
+    }
+    fn restart_counts(&self, names: &[String]) -> impl Future<Output = Vec<(String, u32)>> + Send {
+        self.as_ref().restart_counts(names)
     }
 }

@@ -15,6 +15,7 @@
 //! | `handoff.rs` | pure: the record (`agent-state.json`) a restarted fleetd adopts the running units from |
 //! | `publisher.rs` | pure: diff of published unit states against systemd's (this machine's states only) |
 //! | `debug.rs` | the SIGUSR1 dump |
+//! | `sim.rs` | [`sim::SimSystemd`]: a simulated unit manager behind the same [`crate::systemd::SystemdOps`] (in memory, answers as systemd does), for the scale simulation |
 //! | `timing.rs` | reconcile interval, heartbeat / re-publish period from the TTL |
 //! | `error.rs` | [`AgentError`] |
 //!
@@ -45,6 +46,7 @@ pub mod plan;
 mod publish_loop;
 pub mod publisher;
 mod runner;
+pub mod sim;
 pub mod timing;
 pub mod units_dir;
 

@@ -5,7 +5,7 @@
 //! Triggers: a unit file written or removed, a systemd change of a loaded unit (`Missed` → full re-read), a
 //! failed write (retried after [`RETRY`]), and every `refresh_period(ttl)` a resync that re-reads everything and
 //! repairs this machine's keys against the registry snapshot. It runs beside the reconcile loop on its own
-//! `Systemd` handle, so a long stop job in a plan never delays publishing (that is how other machines see a unit
+//! systemd handle, so a long stop job in a plan never delays publishing (that is how other machines see a unit
 //! `deactivating` and wait for it, see [`super::handover`]).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,7 +22,7 @@ use super::debug::DebugHandle;
 use super::publisher::{PublishOp, Publisher, counts_restarts, restart_counts_to_read, unit_states};
 use crate::model::UnitState;
 use crate::registry::{MAX_STATE_WRITES_PER_TXN, Registry, Snapshot, StateRecord, StateWrite, txn_batches};
-use crate::systemd::{Systemd, UnitChange, UnitChanges};
+use crate::systemd::{SystemdOps, UnitChange, UnitChanges};
 
 /// Delay before repeating failed registry writes or a failed systemd read.
 pub const RETRY: Duration = Duration::from_secs(1);
@@ -37,9 +37,9 @@ struct RestartCounters {
 }
 
 /// Everything one publishing run needs; the caches it updates outlive it (they belong to the agent).
-pub(crate) struct PublishLoop<'a> {
+pub(crate) struct PublishLoop<'a, S> {
     pub registry: &'a Registry,
-    pub systemd: &'a Systemd,
+    pub systemd: &'a S,
     pub machine: &'a str,
     pub lease: i64,
     pub period: Duration,
@@ -50,7 +50,7 @@ pub(crate) struct PublishLoop<'a> {
     pub debug: &'a DebugHandle,
 }
 
-impl PublishLoop<'_> {
+impl<S: SystemdOps> PublishLoop<'_, S> {
     /// Publishes until `stop` is cancelled. Starts by re-publishing every state it published before, binding
     /// them to this run's lease.
     pub async fn run(mut self, stop: CancellationToken) {

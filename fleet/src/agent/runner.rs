@@ -56,11 +56,12 @@ pub struct AgentConfig {
     pub ttl: Duration,
 }
 
-/// The per-machine agent (spec §7). See the module docs.
-pub struct Agent {
+/// The per-machine agent (spec §7), on systemd ([`Systemd`]) or on any other unit manager behind [`SystemdOps`]
+/// (the scale simulation's). See the module docs.
+pub struct Agent<S = Systemd> {
     config: AgentConfig,
-    systemd: Systemd,
-    executor: Executor<Systemd>,
+    systemd: S,
+    executor: Executor<S>,
     publisher: Publisher,
     cache: UnitCache,
     changes: UnitChanges,
@@ -69,9 +70,9 @@ pub struct Agent {
     fence: Fence,
 }
 
-impl Agent {
+impl<S: SystemdOps + Clone> Agent<S> {
     /// Opens the units directory (adopting files already there, hashes recorded) and subscribes to systemd.
-    pub async fn new(config: AgentConfig, systemd: Systemd) -> Result<Agent, AgentError> {
+    pub async fn new(config: AgentConfig, systemd: S) -> Result<Agent<S>, AgentError> {
         let units = UnitsDir::open(&config.units_dir)?;
         info!(
             dir = %config.units_dir.display(),
@@ -445,9 +446,9 @@ async fn write_restarted_markers(registry: &Registry, machine: &str, lease: i64,
 }
 
 /// The reconcile half of a run.
-struct ReconcileLoop<'a> {
+struct ReconcileLoop<'a, S> {
     registry: &'a Registry,
-    executor: &'a mut Executor<Systemd>,
+    executor: &'a mut Executor<S>,
     cache: &'a mut UnitCache,
     machine: &'a str,
     lease: i64,
@@ -460,7 +461,7 @@ struct ReconcileLoop<'a> {
     skipped: Option<Skip>,
 }
 
-impl ReconcileLoop<'_> {
+impl<S: SystemdOps> ReconcileLoop<'_, S> {
     async fn run(mut self, stop: &CancellationToken) -> Result<(), AgentError> {
         let mut tick = interval_at(Instant::now() + RECONCILE_INTERVAL, RECONCILE_INTERVAL);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);

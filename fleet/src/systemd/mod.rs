@@ -8,7 +8,8 @@
 //! | `types.rs` | plain data handed out: [`JobResult`], [`UnitStatus`], [`FileChange`], [`UnitChange`], [`Bus`] |
 //! | `error.rs` | [`SystemdError`]: call, target, D-Bus error name and message |
 //!
-//! [`SystemdOps`] is the seam the agent's executor is written against: [`Systemd`] implements it, tests fake it.
+//! [`SystemdOps`] is the seam the agent is written against: [`Systemd`] implements it, tests fake it, and the scale
+//! simulation runs agents on `agent::sim::SimSystemd` instead.
 
 mod client;
 mod error;
@@ -21,6 +22,7 @@ use std::path::Path;
 
 pub use client::Systemd;
 pub use error::{NO_SUCH_UNIT, Result, SystemdError};
+pub(crate) use events::Event;
 pub use events::UnitChanges;
 pub use types::{Bus, FileChange, JobResult, UnitChange, UnitStatus, unit_name_from_path};
 
@@ -38,6 +40,10 @@ pub trait SystemdOps: Send + Sync {
     fn states(&self, names: &[String]) -> impl Future<Output = Result<Vec<UnitStatus>>> + Send;
     /// Whether systemd's definition of the unit is its file on disk (a daemon-reload would change nothing for it).
     fn file_is_current(&self, name: &str) -> impl Future<Output = Result<bool>> + Send;
+    /// Change notifications (a unit changed, or some were missed) for the state publisher.
+    fn changes(&self) -> UnitChanges;
+    /// The restart counter of each named service that is loaded (left out when it cannot be read).
+    fn restart_counts(&self, names: &[String]) -> impl Future<Output = Vec<(String, u32)>> + Send;
 }
 
 impl SystemdOps for Systemd {
@@ -73,5 +79,11 @@ impl SystemdOps for Systemd {
     }
     fn file_is_current(&self, name: &str) -> impl Future<Output = Result<bool>> + Send {
         Systemd::file_is_current(self, name)
+    }
+    fn changes(&self) -> UnitChanges {
+        Systemd::changes(self)
+    }
+    fn restart_counts(&self, names: &[String]) -> impl Future<Output = Vec<(String, u32)>> + Send {
+        Systemd::restart_counts(self, names)
     }
 }

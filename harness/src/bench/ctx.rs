@@ -38,14 +38,20 @@ impl Row {
 impl Ctx {
     /// Starts the cluster and waits until fleet lists every machine.
     pub async fn new(opts: &Options) -> Result<Ctx, String> {
-        let cluster = Cluster::builder()
+        Ctx::new_with(opts, |b| b).await
+    }
+
+    /// [`Ctx::new`] with more settings of the cluster (e.g. fleet.conf keys).
+    pub async fn new_with(
+        opts: &Options,
+        configure: impl FnOnce(crate::ClusterBuilder) -> crate::ClusterBuilder,
+    ) -> Result<Ctx, String> {
+        let builder = Cluster::builder()
             .machines(opts.machines)
             .agent_ttl(&opts.agent_ttl)
             .config("verbosity", &opts.verbosity.to_string())
-            .tls(opts.tls)
-            .start()
-            .await
-            .map_err(|e| format!("cluster: {e}"))?;
+            .tls(opts.tls);
+        let cluster = configure(builder).start().await.map_err(|e| format!("cluster: {e}"))?;
         cluster.wait_for_n_machines(1, opts.machines).await.map_err(|e| format!("machines: {e}"))?;
         let dir = tempfile::Builder::new().prefix("fleet-bench-").tempdir().map_err(|e| e.to_string())?;
         let command_timeout = opts.timeout.max(opts.destroy_timeout);

@@ -1,6 +1,7 @@
 //! `fleet-harness bench`: the performance measurements of the core and replace issues on a harness cluster —
 //! starting N template instances, list latency, destroy, fleetd memory and CPU, etcd writes while idle, and
-//! `start --replace`, and rolling replace/restart (issue 12, [`rolling`]). Each measured N (and the replace
+//! `start --replace`, rolling replace/restart (issue 12, [`rolling`]), and simulated machines at scale (issue 16
+//! item 3, [`scale`]). Each measured N (and the replace
 //! scenario, and each machine count of the rolling one) gets a fresh cluster, removed at the end (also on error:
 //! [`crate::Cluster`]'s drop).
 
@@ -13,6 +14,9 @@ pub mod procs;
 pub mod replace;
 pub mod report;
 pub mod rolling;
+pub mod scale;
+pub mod scale_report;
+pub mod scale_sim;
 pub mod start;
 pub mod stats;
 pub mod units;
@@ -28,6 +32,8 @@ pub enum Scenario {
     Start,
     Replace,
     Rolling,
+    /// Simulated machines at scale ([`scale`]); not part of `All`.
+    Scale,
     All,
 }
 
@@ -42,6 +48,10 @@ impl Scenario {
 
     pub fn rolling(self) -> bool {
         matches!(self, Scenario::Rolling | Scenario::All)
+    }
+
+    pub fn scale(self) -> bool {
+        self == Scenario::Scale
     }
 }
 
@@ -78,6 +88,14 @@ pub struct Options {
     pub rolling_machines: Vec<usize>,
     /// Run the clusters with TLS (etcd and the API, client certificates; [`crate::ClusterBuilder::tls`]).
     pub tls: bool,
+    /// Simulated machine counts of the scale scenario.
+    pub sim_machines: Vec<usize>,
+    /// Unit counts of the scale scenario.
+    pub sim_units: Vec<usize>,
+    /// `fleet-sim` processes the simulated machines are spread over (the last one leaves in the leave test).
+    pub sim_procs: usize,
+    /// Cells of the scale matrix skipped (machines, units): too long on this host, said in the report.
+    pub sim_skip: Vec<(usize, usize)>,
 }
 
 impl Default for Options {
@@ -99,6 +117,10 @@ impl Default for Options {
             baseline: true,
             rolling_machines: vec![3, 10],
             tls: false,
+            sim_machines: vec![100, 300, 1000],
+            sim_units: vec![1000, 10000],
+            sim_procs: 10,
+            sim_skip: Vec::new(),
         }
     }
 }
@@ -107,7 +129,7 @@ impl Default for Options {
 pub async fn run(opts: &Options) -> BenchReport {
     let mut report = BenchReport::new(opts, Context::now().await);
     for run in 1..=opts.runs {
-        let mut r = RunReport { run, start: Vec::new(), replace: None, rolling: Vec::new() };
+        let mut r = RunReport { run, ..RunReport::default() };
         if opts.scenario.start() {
             for &n in &opts.units {
                 tracing::info!(run, units = n, "start scenario");
@@ -123,6 +145,23 @@ pub async fn run(opts: &Options) -> BenchReport {
             for &machines in &opts.rolling_machines {
                 tracing::info!(run, machines, "rolling scenario");
                 r.rolling.push(rolling::run(opts, machines, machines == largest).await);
+            }
+        }
+        if opts.scenario.scale() {
+            for &units in &opts.sim_units {
+                for &machines in &opts.sim_machines {
+                    if opts.sim_skip.contains(&(machines, units)) {
+                        r.scale.push(scale::ScaleCell {
+                            machines,
+                            units,
+                            error: Some("skipped (--sim-skip)".into()),
+                            ..Default::default()
+                        });
+                        continue;
+                    }
+                    tracing::info!(run, machines, units, "scale scenario");
+                    r.scale.push(scale::run(opts, machines, units).await);
+                }
             }
         }
         report.runs.push(r);

@@ -49,6 +49,8 @@ pub struct RunReport {
     pub start: Vec<StartReport>,
     pub replace: Option<ReplaceReport>,
     pub rolling: Vec<RollingReport>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scale: Vec<super::scale::ScaleCell>,
 }
 
 /// Everything measured.
@@ -89,6 +91,7 @@ impl BenchReport {
             r.start.iter().any(|s| !s.errors.is_empty())
                 || r.replace.as_ref().is_some_and(|x| !x.errors.is_empty())
                 || r.rolling.iter().any(|x| !x.errors.is_empty())
+                || r.scale.iter().any(|x| x.error.as_deref().is_some_and(|e| !e.starts_with("skipped")))
         })
     }
 
@@ -123,6 +126,10 @@ impl BenchReport {
             if !run.rolling.is_empty() {
                 let _ = writeln!(s, "\nrun {} — rolling scenario", run.run);
                 s.push_str(&rolling_table(&run.rolling));
+            }
+            if !run.scale.is_empty() {
+                let _ = writeln!(s, "\nrun {} — scale scenario (simulated machines)", run.run);
+                s.push_str(&super::scale_report::table(&run.scale));
             }
         }
         s
@@ -469,6 +476,7 @@ mod tests {
                 start: vec![StartReport { units: 100, ..Default::default() }],
                 replace: Some(ReplaceReport::default()),
                 rolling: vec![RollingReport { machines: 3, ..Default::default() }],
+                scale: Vec::new(),
             }],
             ..Default::default()
         };

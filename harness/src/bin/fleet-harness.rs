@@ -138,6 +138,29 @@ enum Command {
         /// Clusters with TLS: etcd and the fleet API over TLS, client certificates required (the cost of TLS).
         #[arg(long)]
         tls: bool,
+        /// Scale scenario: simulated machine counts, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "100,300,1000")]
+        sim_machines: Vec<usize>,
+        /// Scale scenario: unit counts, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+        sim_units: Vec<usize>,
+        /// Scale scenario: fleet-sim processes the machines are spread over (the last one leaves at the end).
+        #[arg(long, default_value_t = 10)]
+        sim_procs: usize,
+        /// Scale scenario: cells to skip, as MACHINESxUNITS, comma-separated (e.g. 1000x10000).
+        #[arg(long, value_delimiter = ',')]
+        sim_skip: Vec<String>,
+        /// Scale scenario: write its SVG charts (drawn from the report's JSON) into this directory.
+        #[arg(long)]
+        svg_dir: Option<std::path::PathBuf>,
+    },
+    /// Draw the scale scenario's table and SVG charts again from a saved `bench --json` report.
+    ScalePlot {
+        /// The JSON report.
+        json: std::path::PathBuf,
+        /// Directory for the SVG files.
+        #[arg(long)]
+        svg_dir: std::path::PathBuf,
     },
     /// Remove leftovers of harness runs whose process is gone (`--all`: every harness object).
     Reap {
@@ -151,6 +174,7 @@ enum ScenarioArg {
     Start,
     Replace,
     Rolling,
+    Scale,
     All,
 }
 
@@ -233,7 +257,19 @@ async fn main() -> ExitCode {
             rolling_machines,
             json,
             tls,
+            sim_machines,
+            sim_units,
+            sim_procs,
+            sim_skip,
+            svg_dir,
         } => {
+            let sim_skip = match sim_skip.iter().map(|c| parse_cell(c)).collect::<Result<Vec<_>, _>>() {
+                Ok(cells) => cells,
+                Err(e) => {
+                    eprintln!("fleet-harness: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let opts = bench::Options {
                 units,
                 machines,
@@ -241,6 +277,7 @@ async fn main() -> ExitCode {
                     ScenarioArg::Start => bench::Scenario::Start,
                     ScenarioArg::Replace => bench::Scenario::Replace,
                     ScenarioArg::Rolling => bench::Scenario::Rolling,
+                    ScenarioArg::Scale => bench::Scenario::Scale,
                     ScenarioArg::All => bench::Scenario::All,
                 },
                 runs,
@@ -254,10 +291,15 @@ async fn main() -> ExitCode {
                 baseline: !no_baseline,
                 rolling_machines,
                 tls,
+                sim_machines,
+                sim_units,
+                sim_procs,
+                sim_skip,
                 ..bench::Options::default()
             };
-            bench_cmd(&opts, json).await
+            bench_cmd(&opts, json, svg_dir.as_deref()).await
         }
+        Command::ScalePlot { json, svg_dir } => scale_plot(&json, &svg_dir),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -386,12 +428,40 @@ fn down(name: &str) -> Result<(), Error> {
     Ok(())
 }
 
-async fn bench_cmd(opts: &bench::Options, json: bool) -> Result<(), Error> {
+/// `MACHINESxUNITS` of `--sim-skip`.
+fn parse_cell(text: &str) -> Result<(usize, usize), String> {
+    text.split_once('x')
+        .and_then(|(m, u)| Some((m.parse().ok()?, u.parse().ok()?)))
+        .ok_or_else(|| format!("--sim-skip: {text:?} is not MACHINESxUNITS like 1000x10000"))
+}
+
+/// Writes the scale charts of a bench JSON report into `dir`; prints the table.
+fn write_charts(json: &str, dir: &std::path::Path) -> Result<(), Error> {
+    let cells = bench::scale_report::cells_from_json(json)?;
+    std::fs::create_dir_all(dir)?;
+    for (name, svg) in bench::scale_report::charts(&cells) {
+        std::fs::write(dir.join(&name), svg)?;
+        eprintln!("wrote {}", dir.join(&name).display());
+    }
+    Ok(())
+}
+
+fn scale_plot(json: &std::path::Path, dir: &std::path::Path) -> Result<(), Error> {
+    let text = std::fs::read_to_string(json).map_err(|e| format!("{}: {e}", json.display()))?;
+    write_charts(&text, dir)?;
+    print!("{}", bench::scale_report::table(&bench::scale_report::cells_from_json(&text)?));
+    Ok(())
+}
+
+async fn bench_cmd(opts: &bench::Options, json: bool, svg_dir: Option<&std::path::Path>) -> Result<(), Error> {
     // Ctrl-C drops the bench future, and with it the cluster in use (removed by its drop).
     let report = tokio::select! {
         r = bench::run(opts) => r,
         _ = tokio::signal::ctrl_c() => return Err("interrupted; the cluster in use was removed".into()),
     };
+    if let Some(dir) = svg_dir {
+        write_charts(&serde_json::to_string(&report)?, dir)?;
+    }
     if json {
         // The table still goes to stderr, for whoever watches.
         eprint!("{}", report.table());
