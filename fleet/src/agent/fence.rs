@@ -29,7 +29,7 @@ use super::desired::ClusterUnit;
 use super::plan::Desired;
 use crate::at_most_once::{presence_in_doubt, stop_deadline};
 use crate::model::JobState;
-use crate::systemd::{Systemd, UnitChange, UnitChanges};
+use crate::systemd::{SystemdOps, UnitChange, UnitChanges};
 use crate::unit::{Requirements, UnitFile};
 
 /// What the fence shares with the reconcile loop; kept by the agent across runs.
@@ -89,8 +89,8 @@ fn is_running(active_state: &str) -> bool {
 }
 
 /// The fence's loop for one run of the agent (one presence lease).
-pub(crate) struct FenceLoop<'a> {
-    pub systemd: Systemd,
+pub(crate) struct FenceLoop<'a, S: SystemdOps> {
+    pub systemd: S,
     pub units_dir: &'a Path,
     pub margin: Duration,
     pub alive_until: watch::Receiver<Option<Instant>>,
@@ -98,7 +98,7 @@ pub(crate) struct FenceLoop<'a> {
     pub changes: UnitChanges,
 }
 
-impl FenceLoop<'_> {
+impl<S: SystemdOps> FenceLoop<'_, S> {
     pub async fn run(mut self, stop: CancellationToken) {
         loop {
             let until = *self.alive_until.borrow_and_update();

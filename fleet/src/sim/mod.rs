@@ -269,8 +269,10 @@ impl SimMachine {
                     machine_id: id.clone(),
                     reconcile_interval: Duration::from_secs(2),
                     disable_engine: false,
+                    rebalance: false,
                 },
-            );
+            )
+            .with_agent_ttl(self.options.ttl);
             let mut status = engine.status();
             let lines = lines.clone();
             tokio::spawn(async move {
@@ -289,7 +291,7 @@ impl SimMachine {
         });
         let _ = registered.send(());
         let result = tokio::select! {
-            result = agent.run(registry.clone(), reflector.subscribe(), presence.id(), stop.child_token()) => {
+            result = agent.run(registry.clone(), reflector.subscribe(), presence.id(), presence.alive_until(), stop.child_token()) => {
                 result.map_err(|e| format!("agent stopped: {e}"))
             }
             reason = presence.lost() => Err(format!("presence lease lost: {reason}")),
