@@ -362,6 +362,9 @@ impl Recorder {
                     Err(refused) => refused.response(),
                 }
             }
+            // The original fleet has no batch route: its mux answers 404, and fleetctl falls back to one request per
+            // unit — the wire these tests pin.
+            Ok(Route::UnitBatch) => error_response(StatusCode::NOT_FOUND, "404 page not found"),
             Ok(other) => error_response(StatusCode::NOT_IMPLEMENTED, &format!("not served here: {other:?}")),
             Err(e) => error_response(StatusCode::NOT_FOUND, &format!("no route: {e:?}")),
         }
@@ -433,7 +436,18 @@ impl Endpoint {
             String::from_utf8_lossy(&out.stderr)
         );
         let requests = self.recorder.requests.lock().unwrap();
-        requests.iter().filter(|r| r.method != "GET").map(Recorded::line).collect()
+        let writes: Vec<String> = requests.iter().filter(|r| r.method != "GET").map(Recorded::line).collect();
+        // Against a server without the batch route (the original), fleetctl asks for it once, is answered 404 and
+        // falls back to the original's one request per unit: the wire these tests pin.
+        let (probes, per_unit): (Vec<String>, Vec<String>) =
+            writes.into_iter().partition(|line| line.starts_with("POST /fleet/v1/units-batch"));
+        assert!(
+            probes.len() <= 1,
+            "fleetctl {} asked for the batch route {} times after a 404",
+            args.join(" "),
+            probes.len()
+        );
+        per_unit
     }
 }
 
