@@ -368,12 +368,12 @@ impl Cluster {
         Ok(fleetctl::command(&self.binaries.fleetctl, &m.endpoint(), EndpointVia::Flag, args, &self.fleetctl_env()))
     }
 
-    /// The run id labelling every object of this cluster.
     /// The etcd key prefix of this cluster's fleet (`etcd_key_prefix` of every machine).
     pub fn key_prefix(&self) -> String {
         key_prefix(self.run_id())
     }
 
+    /// The run id labelling every object of this cluster.
     pub fn run_id(&self) -> &RunId {
         &self.run
     }

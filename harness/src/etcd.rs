@@ -147,20 +147,6 @@ pub struct Etcd {
 }
 
 impl Etcd {
-    /// Starts a single etcd as container `name` and waits until it reports healthy.
-    /// With `tls`, etcd serves `https://` with that certificate and requires client certificates signed by the CA.
-    pub async fn start(
-        place: &Placement,
-        name: &str,
-        wait: WaitOptions,
-        tls: Option<&crate::pki::ClusterPki>,
-    ) -> Result<Self, EtcdError> {
-        let etcd = Etcd::launch(place, &Members::new(name, 1), 0, tls).await?;
-        etcd.wait_healthy(wait).await?;
-        tracing::info!(etcd = %name, "etcd healthy");
-        Ok(etcd)
-    }
-
     /// Starts every member of `members` and waits until each reports healthy (which needs a quorum, so all are
     /// launched before any is waited for).
     pub async fn start_members(
@@ -263,7 +249,7 @@ impl Etcd {
     }
 
     /// `etcdctl` inside the container against this member only, with `args` after the connection flags.
-    async fn etcdctl(&self, args: &[&str]) -> Result<Output, EtcdError> {
+    pub(crate) async fn etcdctl(&self, args: &[&str]) -> Result<Output, EtcdError> {
         let mut cmd = vec![ETCDCTL.to_string(), "--command-timeout=2s".into()];
         if self.tls {
             cmd.extend([
@@ -418,11 +404,5 @@ mod tests {
         assert_eq!(leader_index(&[None, st(2, 3), st(3, 3)]), Some(2), "a dead member is skipped");
         assert_eq!(leader_index(&[st(1, 0), st(2, 0), None]), None, "no leader during an election");
         assert_eq!(leader_index(&[st(1, 3), st(2, 3), None]), None, "the named leader did not answer");
-    }
-
-    #[test]
-    fn unparsable_status_is_an_error() {
-        let err = parse_status("[{\"Endpoint\":\"x\"}]").unwrap_err();
-        assert!(err.contains("no Status"), "{err}");
     }
 }

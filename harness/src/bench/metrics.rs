@@ -81,16 +81,30 @@ pub struct EtcdRates {
     pub watch_streams: f64,
 }
 
+/// Seconds from scrape `a` to scrape `b` (at least 1 ms).
+pub fn window_secs(a: &Scrape, b: &Scrape) -> f64 {
+    b.at.duration_since(a.at).as_secs_f64().max(1e-3)
+}
+
+/// Increase of [`Scrape::sum`]`(name, labels)` from scrape `a` to scrape `b`.
+pub fn delta(a: &Scrape, b: &Scrape, name: &str, labels: &[&str]) -> f64 {
+    b.sum(name, labels) - a.sum(name, labels)
+}
+
+/// [`delta`] per second of the window between the scrapes.
+pub fn per_s(a: &Scrape, b: &Scrape, name: &str, labels: &[&str]) -> f64 {
+    delta(a, b, name, labels) / window_secs(a, b)
+}
+
 /// Rates of the second scrape over the first.
 pub fn rates(a: &Scrape, b: &Scrape) -> EtcdRates {
-    let secs = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
-    let per_s = |name: &str, labels: &[&str]| (b.sum(name, labels) - a.sum(name, labels)) / secs;
+    let secs = window_secs(a, b);
+    let per_s = |name: &str, labels: &[&str]| per_s(a, b, name, labels);
     let r = |x: f64| (x * 100.0).round() / 100.0;
     let (puts, deletes, txns) =
         (per_s("etcd_mvcc_put_total", &[]), per_s("etcd_mvcc_delete_total", &[]), per_s("etcd_mvcc_txn_total", &[]));
-    let delta = |name: &str| b.sum(name, &[]) - a.sum(name, &[]);
-    let fsyncs = delta("etcd_disk_wal_fsync_duration_seconds_count");
-    let fsync_s = delta("etcd_disk_wal_fsync_duration_seconds_sum");
+    let fsyncs = delta(a, b, "etcd_disk_wal_fsync_duration_seconds_count", &[]);
+    let fsync_s = delta(a, b, "etcd_disk_wal_fsync_duration_seconds_sum", &[]);
     EtcdRates {
         window_s: r(secs),
         writes_per_s: r(puts + deletes + txns),

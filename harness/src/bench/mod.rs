@@ -151,12 +151,7 @@ pub async fn run(opts: &Options) -> BenchReport {
             for &units in &opts.sim_units {
                 for &machines in &opts.sim_machines {
                     if opts.sim_skip.contains(&(machines, units)) {
-                        r.scale.push(scale::ScaleCell {
-                            machines,
-                            units,
-                            error: Some("skipped (--sim-skip)".into()),
-                            ..Default::default()
-                        });
+                        r.scale.push(scale::ScaleCell::skipped(machines, units));
                         continue;
                     }
                     tracing::info!(run, machines, units, "scale scenario");

@@ -1,7 +1,7 @@
 //! Resident memory and CPU of fleetd (and etcd) from `/proc` inside the containers, and which fleetd leads the
 //! engine (from its log, black-box).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -37,25 +37,42 @@ async fn sample(name: &str, script: &str) -> Result<ProcSample, String> {
     parse(&out.stdout, Instant::now()).ok_or_else(|| format!("{name}: cannot read /proc: {}", out.describe()))
 }
 
+/// The output of [`PROBE`]: pid, stat line, the `Vm` lines of status, CLK_TCK (the last numeric line).
 fn parse(text: &str, at: Instant) -> Option<ProcSample> {
     let mut lines = text.lines();
     let pid = lines.next()?.trim().parse().ok().filter(|&p: &u32| p > 0)?;
-    // Fields after the command name (which may hold spaces) start at field 3 (`state`); utime, stime are 14, 15.
     let stat = lines.next()?;
+    let status: Vec<&str> = lines.collect();
+    let clk_tck = status.iter().rev().find_map(|l| l.trim().parse().ok()).unwrap_or(100);
+    parse_proc(pid, stat, &status.join("\n"), clk_tck, at)
+}
+
+/// Pure: a sample of process `pid` from its `/proc/<pid>/stat` and `/proc/<pid>/status` texts (memory 0 when
+/// status has no `VmRSS:` / `VmHWM:` line).
+pub fn parse_proc(pid: u32, stat: &str, status: &str, clk_tck: u64, at: Instant) -> Option<ProcSample> {
+    // Fields after the command name (which may hold spaces) start at field 3 (`state`); utime, stime are 14, 15.
     let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     let ticks = rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?;
-    let (mut rss_kib, mut hwm_kib, mut clk_tck) = (0, 0, 100);
-    for l in lines {
+    let (mut rss_kib, mut hwm_kib) = (0, 0);
+    for l in status.lines() {
         let kib = || l.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
         if l.starts_with("VmRSS:") {
             rss_kib = kib();
         } else if l.starts_with("VmHWM:") {
             hwm_kib = kib();
-        } else if let Ok(t) = l.trim().parse() {
-            clk_tck = t;
         }
     }
     Some(ProcSample { pid, ticks, clk_tck, rss_kib, hwm_kib, at })
+}
+
+/// CPU seconds of `ticks` clock ticks.
+pub fn cpu_secs(ticks: u64, clk_tck: u64) -> f64 {
+    ticks as f64 / clk_tck.max(1) as f64
+}
+
+/// CPU use of `ticks` clock ticks over `window`, in percent of one core (not rounded).
+pub fn cpu_pct(ticks: u64, clk_tck: u64, window: Duration) -> f64 {
+    100.0 * cpu_secs(ticks, clk_tck) / window.as_secs_f64().max(1e-3)
 }
 
 /// A process over a window: memory at the end, CPU used.
@@ -74,8 +91,7 @@ pub struct ProcReport {
 
 /// What happened between two samples of the same process.
 pub fn report(name: &str, leader: bool, a: &ProcSample, b: &ProcSample) -> ProcReport {
-    let secs = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
-    let cpu_s = b.ticks.saturating_sub(a.ticks) as f64 / b.clk_tck.max(1) as f64;
+    let ticks = b.ticks.saturating_sub(a.ticks);
     let r = |x: f64| (x * 100.0).round() / 100.0;
     ProcReport {
         name: name.to_string(),
@@ -83,8 +99,8 @@ pub fn report(name: &str, leader: bool, a: &ProcSample, b: &ProcSample) -> ProcR
         leader,
         rss_mib: r(b.rss_kib as f64 / 1024.0),
         peak_rss_mib: r(b.hwm_kib as f64 / 1024.0),
-        cpu_pct: r(100.0 * cpu_s / secs),
-        cpu_s: r(cpu_s),
+        cpu_pct: r(cpu_pct(ticks, b.clk_tck, b.at.duration_since(a.at))),
+        cpu_s: r(cpu_secs(ticks, b.clk_tck)),
         restarted: a.pid != b.pid,
     }
 }

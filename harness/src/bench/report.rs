@@ -91,7 +91,7 @@ impl BenchReport {
             r.start.iter().any(|s| !s.errors.is_empty())
                 || r.replace.as_ref().is_some_and(|x| !x.errors.is_empty())
                 || r.rolling.iter().any(|x| !x.errors.is_empty())
-                || r.scale.iter().any(|x| x.error.as_deref().is_some_and(|e| !e.starts_with("skipped")))
+                || r.scale.iter().any(|x| x.failed())
         })
     }
 

@@ -121,6 +121,21 @@ pub struct ScaleCell {
     pub error: Option<String>,
 }
 
+impl ScaleCell {
+    /// The error of a cell skipped with `--sim-skip`: said in the report, not a failure.
+    pub const SKIPPED: &str = "skipped (--sim-skip)";
+
+    /// A cell skipped with `--sim-skip`.
+    pub fn skipped(machines: usize, units: usize) -> ScaleCell {
+        ScaleCell { machines, units, error: Some(Self::SKIPPED.into()), ..ScaleCell::default() }
+    }
+
+    /// Whether the cell failed (a skipped cell did not).
+    pub fn failed(&self) -> bool {
+        self.error.as_deref().is_some_and(|e| e != Self::SKIPPED)
+    }
+}
+
 /// Pure: the fewest and most units per machine of `rows` over `machines` (full IDs, as `list-units --full`
 /// shows them; machines without units count 0).
 pub fn spread(rows: &[Row], machines: &[String]) -> (usize, usize) {
@@ -151,31 +166,41 @@ pub async fn run(opts: &Options, machines: usize, units: usize) -> ScaleCell {
     cell
 }
 
-fn etcd_window(a: &Scrape, b: &Scrape, etcd_a: &procs::ProcSample, etcd_b: &procs::ProcSample) -> EtcdWindow {
-    let r = metrics::rates(a, b);
-    let secs = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
-    let delta = |name: &str| b.sum(name, &[]) - a.sum(name, &[]);
+/// etcd's metrics and process, and the simulator processes, at one moment.
+struct Sample {
+    scrape: Scrape,
+    etcd: procs::ProcSample,
+    /// CPU ticks of all simulator processes, and their RSS / peak RSS in KiB.
+    sim: (u64, u64, u64),
+}
+
+async fn sample(etcd_addr: &str, etcd_name: &str, pids: &[u32]) -> Result<Sample, String> {
+    let (scrape, etcd) = (metrics::scrape(etcd_addr).await?, procs::sample_etcd(etcd_name).await?);
+    let sim = pids
+        .iter()
+        .filter_map(|p| host_proc(*p))
+        .fold((0, 0, 0), |(t, r, h), s| (t + s.ticks, r + s.rss_kib, h + s.hwm_kib));
+    Ok(Sample { scrape, etcd, sim })
+}
+
+fn etcd_window(a: &Sample, b: &Sample) -> EtcdWindow {
+    let (sa, sb) = (&a.scrape, &b.scrape);
+    let r = metrics::rates(sa, sb);
     let round = |x: f64| (x * 100.0).round() / 100.0;
-    let events = delta("etcd_debugging_mvcc_events_total");
     EtcdWindow {
         window_s: r.window_s,
-        requests_per_s: round(delta("grpc_server_msg_received_total") / secs),
+        requests_per_s: round(metrics::per_s(sa, sb, "grpc_server_msg_received_total", &[])),
         writes_per_s: r.writes_per_s,
-        watch_events: events,
-        watch_events_per_s: round(events / secs),
+        watch_events: metrics::delta(sa, sb, "etcd_debugging_mvcc_events_total", &[]),
+        watch_events_per_s: round(metrics::per_s(sa, sb, "etcd_debugging_mvcc_events_total", &[])),
         lease_keepalives_per_s: r.lease_keepalives_per_s,
-        cpu_pct: procs::report("etcd", false, etcd_a, etcd_b).cpu_pct,
+        cpu_pct: procs::report("etcd", false, &a.etcd, &b.etcd).cpu_pct,
     }
 }
 
-/// CPU ticks of all simulator processes, and their RSS / peak RSS in KiB.
-fn sim_sample(pids: &[u32]) -> (u64, u64, u64) {
-    pids.iter().filter_map(|p| host_proc(*p)).fold((0, 0, 0), |(t, r, h), (t2, r2, h2)| (t + t2, r + r2, h + h2))
-}
-
-fn cpu_pct(ticks: u64, window: Duration) -> f64 {
-    let pct = 100.0 * ticks as f64 / clk_tck() as f64 / window.as_secs_f64().max(1e-3);
-    (pct * 10.0).round() / 10.0
+/// The simulator processes' CPU between two samples `window` apart, in percent of one core.
+fn sim_cpu_pct(a: &Sample, b: &Sample, window: Duration) -> f64 {
+    (procs::cpu_pct(b.sim.0.saturating_sub(a.sim.0), clk_tck(), window) * 10.0).round() / 10.0
 }
 
 /// Running `s@` instances of `rows` (none on `gone`).
@@ -227,8 +252,7 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
     args.extend(names.iter().map(String::as_str));
 
     let pids = sims.pids();
-    let (scrape_a, etcd_a, sim_a) =
-        (metrics::scrape(&etcd_addr).await?, procs::sample_etcd(&etcd_name).await?, sim_sample(&pids));
+    let a = sample(&etcd_addr, &etcd_name, &pids).await?;
     let t0 = Instant::now();
     let (_, took) = ctx.fleetctl_ok(&args).await?;
     cell.command_s = secs(took);
@@ -245,15 +269,14 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
     .await;
     let last_rows = last.into_inner();
     let start_window = t0.elapsed();
-    let (scrape_b, etcd_b, sim_b) =
-        (metrics::scrape(&etcd_addr).await?, procs::sample_etcd(&etcd_name).await?, sim_sample(&pids));
+    let b = sample(&etcd_addr, &etcd_name, &pids).await?;
     cell.first_active_s = polled.first_s;
     cell.half_active_s = polled.half_s;
     cell.all_active_s = polled.done_s;
     cell.last_active = polled.last_count;
     cell.polls = polled.polls;
-    cell.start_etcd = etcd_window(&scrape_a, &scrape_b, &etcd_a, &etcd_b);
-    cell.start_sim_cpu_pct = cpu_pct(sim_b.0.saturating_sub(sim_a.0), start_window);
+    cell.start_etcd = etcd_window(&a, &b);
+    cell.start_sim_cpu_pct = sim_cpu_pct(&a, &b, start_window);
     {
         let events = sims.events();
         let during: Vec<_> = events.passes.iter().filter(|(at, _)| *at >= t0).map(|(_, p)| p).collect();
@@ -270,10 +293,10 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
     (cell.placement_min, cell.placement_max) = spread(&last_rows, &ids);
     cell.on_sim_machines = last_rows.iter().filter(|r| ids.contains(&r.machine)).count();
     cell.memory = Memory {
-        sim_rss_mib: (sim_b.1 as f64 / 1024.0 * 10.0).round() / 10.0,
-        sim_rss_kib_per_machine: (sim_b.1 as f64 / machines as f64).round(),
-        sim_peak_rss_mib: (sim_b.2 as f64 / 1024.0 * 10.0).round() / 10.0,
-        etcd_rss_mib: (etcd_b.rss_kib as f64 / 1024.0 * 10.0).round() / 10.0,
+        sim_rss_mib: (b.sim.1 as f64 / 1024.0 * 10.0).round() / 10.0,
+        sim_rss_kib_per_machine: (b.sim.1 as f64 / machines as f64).round(),
+        sim_peak_rss_mib: (b.sim.2 as f64 / 1024.0 * 10.0).round() / 10.0,
+        etcd_rss_mib: (b.etcd.rss_kib as f64 / 1024.0 * 10.0).round() / 10.0,
     };
     if cell.all_active_s.is_none() {
         ctx.finish().await;
@@ -282,14 +305,12 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
     }
 
     tokio::time::sleep(opts.settle).await;
-    let (scrape_a, etcd_a, sim_a) =
-        (metrics::scrape(&etcd_addr).await?, procs::sample_etcd(&etcd_name).await?, sim_sample(&pids));
+    let a = sample(&etcd_addr, &etcd_name, &pids).await?;
     let t_idle = Instant::now();
     tokio::time::sleep(opts.idle).await;
-    let (scrape_b, etcd_b, sim_b) =
-        (metrics::scrape(&etcd_addr).await?, procs::sample_etcd(&etcd_name).await?, sim_sample(&pids));
-    cell.idle_etcd = etcd_window(&scrape_a, &scrape_b, &etcd_a, &etcd_b);
-    cell.idle_sim_cpu_pct = cpu_pct(sim_b.0.saturating_sub(sim_a.0), t_idle.elapsed());
+    let b = sample(&etcd_addr, &etcd_name, &pids).await?;
+    cell.idle_etcd = etcd_window(&a, &b);
+    cell.idle_sim_cpu_pct = sim_cpu_pct(&a, &b, t_idle.elapsed());
 
     cell.machines_lost = sims.events().lost.len();
     if cell.procs >= 2 {

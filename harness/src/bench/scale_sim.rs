@@ -14,6 +14,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
+use super::procs::{self, ProcSample};
+
 /// One engine pass as `fleet-sim` reports it.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct Pass {
@@ -217,15 +219,14 @@ impl SimProcs {
     }
 }
 
-/// `/proc` figures of a host process: (utime + stime ticks, RSS KiB, peak RSS KiB).
-pub fn host_proc(pid: u32) -> Option<(u64, u64, u64)> {
+/// A sample of host process `pid` from `/proc` (`None` when it is gone, or has no memory lines: a zombie).
+pub fn host_proc(pid: u32) -> Option<ProcSample> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks = rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib =
-        |key: &str| status.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok());
-    Some((ticks, kib("VmRSS:")?, kib("VmHWM:")?))
+    if !(status.contains("\nVmRSS:") && status.contains("\nVmHWM:")) {
+        return None;
+    }
+    procs::parse_proc(pid, &stat, &status, clk_tck(), Instant::now())
 }
 
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`).
@@ -258,5 +259,12 @@ mod tests {
         assert_eq!(split(7, 3), [(0, 3), (3, 2), (5, 2)]);
         assert_eq!(split(2, 10), [(0, 1), (1, 1)]);
         assert_eq!(machine_id(0), "51510000000000000000000000000000");
+    }
+
+    #[test]
+    fn this_process_is_read_from_proc() {
+        let me = host_proc(std::process::id()).expect("/proc/self");
+        assert!(me.rss_kib > 0 && me.hwm_kib >= me.rss_kib, "{me:?}");
+        assert_eq!(me.clk_tck, clk_tck());
     }
 }

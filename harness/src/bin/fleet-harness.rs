@@ -435,11 +435,10 @@ fn parse_cell(text: &str) -> Result<(usize, usize), String> {
         .ok_or_else(|| format!("--sim-skip: {text:?} is not MACHINESxUNITS like 1000x10000"))
 }
 
-/// Writes the scale charts of a bench JSON report into `dir`; prints the table.
-fn write_charts(json: &str, dir: &std::path::Path) -> Result<(), Error> {
-    let cells = bench::scale_report::cells_from_json(json)?;
+/// Writes the charts of scale `cells` into `dir`.
+fn write_charts(cells: &[bench::scale::ScaleCell], dir: &std::path::Path) -> Result<(), Error> {
     std::fs::create_dir_all(dir)?;
-    for (name, svg) in bench::scale_report::charts(&cells) {
+    for (name, svg) in bench::scale_report::charts(cells) {
         std::fs::write(dir.join(&name), svg)?;
         eprintln!("wrote {}", dir.join(&name).display());
     }
@@ -448,8 +447,9 @@ fn write_charts(json: &str, dir: &std::path::Path) -> Result<(), Error> {
 
 fn scale_plot(json: &std::path::Path, dir: &std::path::Path) -> Result<(), Error> {
     let text = std::fs::read_to_string(json).map_err(|e| format!("{}: {e}", json.display()))?;
-    write_charts(&text, dir)?;
-    print!("{}", bench::scale_report::table(&bench::scale_report::cells_from_json(&text)?));
+    let cells = bench::scale_report::cells_from_json(&text)?;
+    write_charts(&cells, dir)?;
+    print!("{}", bench::scale_report::table(&cells));
     Ok(())
 }
 
@@ -460,7 +460,8 @@ async fn bench_cmd(opts: &bench::Options, json: bool, svg_dir: Option<&std::path
         _ = tokio::signal::ctrl_c() => return Err("interrupted; the cluster in use was removed".into()),
     };
     if let Some(dir) = svg_dir {
-        write_charts(&serde_json::to_string(&report)?, dir)?;
+        let cells: Vec<_> = report.runs.iter().flat_map(|r| r.scale.iter().cloned()).collect();
+        write_charts(&cells, dir)?;
     }
     if json {
         // The table still goes to stderr, for whoever watches.

@@ -26,6 +26,8 @@ pub struct Round {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FaultWindow {
     pub label: String,
+    /// [`Fault::kind`](super::schedule::Fault::kind).
+    pub kind: &'static str,
     pub start_ms: u64,
     pub undone_ms: u64,
     pub converged_ms: Option<u64>,
@@ -243,15 +245,11 @@ pub fn disruption(
 ) -> Option<(u64, Option<u64>)> {
     let until = next_start_ms.unwrap_or(u64::MAX);
     let mut window = rounds.iter().filter(|r| r.t_ms >= fault.start_ms && r.t_ms < until);
-    let each_once = |r: &Round| units.iter().all(|u| running_on(r, &u.name).len() == 1);
+    let names: Vec<&str> = units.iter().map(|u| u.name.as_str()).collect();
+    let each_once = |r: &Round| super::sample::each_once(r, &names);
     let first_bad = window.by_ref().find(|r| !each_once(r))?;
     let back = window.find(|r| each_once(r)).map(|r| r.t_ms);
     Some((first_bad.t_ms, back))
-}
-
-/// Seconds from a fault's undoing to its convergence, per fault (`None`: did not converge).
-pub fn convergence(faults: &[FaultWindow]) -> Vec<(String, Option<u64>)> {
-    faults.iter().map(|f| (f.label.clone(), f.converged_ms.map(|c| c.saturating_sub(f.undone_ms)))).collect()
 }
 
 #[cfg(test)]
@@ -286,6 +284,7 @@ mod tests {
     fn fault(label: &str, start_ms: u64, undone_ms: u64, converged_ms: u64, touches: &[&str]) -> FaultWindow {
         FaultWindow {
             label: label.into(),
+            kind: "test fault",
             start_ms,
             undone_ms,
             converged_ms: Some(converged_ms),

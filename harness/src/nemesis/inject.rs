@@ -130,19 +130,18 @@ async fn netem(member: &crate::etcd::Etcd, args: &[&str]) -> Result<(), String> 
 /// The machine ID in the engine leader key, read with etcdctl in the first etcd member that answers; waits up to
 /// 30 s for a leader (one may be between terms).
 async fn engine_leader(cluster: &Cluster) -> Result<String, String> {
-    let key = format!("/fleet_harness/{}/engine/leader", cluster.run_id());
+    let key = format!("{}engine/leader", cluster.key_prefix());
     let what = "an engine leader in etcd";
     let wait = crate::wait::WaitOptions::secs(30).with_poll(Duration::from_millis(250));
     crate::wait::wait_for(wait, what, || async {
         let mut last = String::from("no etcd member answered");
         for member in cluster.etcd_members() {
-            let cmd = ["/usr/bin/etcdctl", "--command-timeout=2s", "get", "--print-value-only", &key];
-            match crate::container::exec(member.name(), &cmd).await {
+            match member.etcdctl(&["get", "--print-value-only", &key]).await {
                 Ok(out) if out.success() && !out.stdout.trim().is_empty() => {
                     return crate::wait::Check::Ready(out.stdout.trim().to_string());
                 }
                 Ok(out) => last = format!("{}: {}", member.name(), out.describe()),
-                Err(e) => last = format!("{}: {e}", member.name()),
+                Err(e) => last = e.to_string(),
             }
         }
         crate::wait::Check::NotYet(last)

@@ -125,9 +125,15 @@ impl Report {
         let _ = writeln!(s, "replay: {}", o.replay_command());
         let _ = writeln!(s, "units launched and active once each after {}", check::secs(self.launched_ms));
         let _ = writeln!(s, "faults ({}):", self.faults.len());
-        for (i, f) in self.faults.iter().enumerate() {
-            let next = self.faults.get(i + 1).map(|n| n.start_ms);
-            let disrupted = match check::disruption(&self.rounds, &self.units, f, next) {
+        let next_start = |i: usize| self.faults.get(i + 1).map(|n| n.start_ms);
+        let disruptions: Vec<_> = self
+            .faults
+            .iter()
+            .enumerate()
+            .map(|(i, f)| check::disruption(&self.rounds, &self.units, f, next_start(i)))
+            .collect();
+        for (f, disruption) in self.faults.iter().zip(&disruptions) {
+            let disrupted = match *disruption {
                 None => "units undisturbed".to_string(),
                 Some((from, Some(to))) => {
                     format!("units disturbed {} ({} to {})", check::secs(to - from), check::secs(from), check::secs(to))
@@ -147,21 +153,19 @@ impl Report {
             );
         }
         let _ = writeln!(s, "by fault kind: convergence after undone (n, median, max); units disturbed (n, max):");
-        let mut disturbed: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-        for (i, f) in self.faults.iter().enumerate() {
-            let next = self.faults.get(i + 1).map(|n| n.start_ms);
-            if let Some((from, to)) = check::disruption(&self.rounds, &self.units, f, next) {
-                let end = to.or(next).unwrap_or_else(|| self.rounds.last().map_or(from, |r| r.t_ms));
-                disturbed.entry(kind_of(&f.label)).or_default().push(end - from);
+        let mut disturbed: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+        for (i, (f, disruption)) in self.faults.iter().zip(&disruptions).enumerate() {
+            if let Some((from, to)) = *disruption {
+                let end = to.or(next_start(i)).unwrap_or_else(|| self.rounds.last().map_or(from, |r| r.t_ms));
+                disturbed.entry(f.kind).or_default().push(end - from);
             }
         }
-        let mut by_kind: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-        let mut missed: BTreeMap<String, usize> = BTreeMap::new();
+        let mut by_kind: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+        let mut missed: BTreeMap<&str, usize> = BTreeMap::new();
         for f in &self.faults {
-            let kind = kind_of(&f.label);
             match f.converged_ms {
-                Some(c) => by_kind.entry(kind).or_default().push(c - f.undone_ms),
-                None => *missed.entry(kind).or_default() += 1,
+                Some(c) => by_kind.entry(f.kind).or_default().push(c - f.undone_ms),
+                None => *missed.entry(f.kind).or_default() += 1,
             }
         }
         for (kind, mut times) in by_kind {
@@ -194,26 +198,6 @@ impl Report {
         }
         s
     }
-}
-
-/// `machine kill m2 for 7s` → `machine kill`: the label without its parameters.
-fn kind_of(label: &str) -> String {
-    for (prefix, kind) in [
-        ("machine kill", "machine kill"),
-        ("fleetd kill", "fleetd kill -9"),
-        ("engine leader churn", "engine leader churn"),
-        ("etcd member", "etcd member kill"),
-        ("etcd leader", "etcd leader kill"),
-        ("slow etcd", "slow etcd"),
-    ] {
-        if label.starts_with(prefix) {
-            return kind.to_string();
-        }
-    }
-    if label.contains("cut from etcd") {
-        return if label.contains("longer than") { "partition > TTL" } else { "partition < TTL" }.to_string();
-    }
-    label.to_string()
 }
 
 /// The unit files the nemesis launches: `nem-once-<i>.service` (at-most-once) then `nem-<i>.service`.
@@ -353,7 +337,7 @@ async fn drive(
             f if f.is_etcd() => BTreeSet::new(),
             _ => touched.into_iter().collect(),
         };
-        faults.push(FaultWindow { label, start_ms, undone_ms, converged_ms, touches });
+        faults.push(FaultWindow { label, kind: fault.kind(), start_ms, undone_ms, converged_ms, touches });
     }
     Ok((faults, launched_ms))
 }

@@ -42,8 +42,8 @@ pub async fn round(machines: &[(String, String)], t_ms: u64) -> Round {
 }
 
 /// Whether every unit in `names` is active on exactly one machine in `round`.
-pub fn each_once(round: &Round, names: &[String]) -> bool {
-    names.iter().all(|n| round.machines.values().flatten().filter(|units| units.contains_key(n)).count() == 1)
+pub fn each_once<S: AsRef<str>>(round: &Round, names: &[S]) -> bool {
+    names.iter().all(|n| round.machines.values().flatten().filter(|units| units.contains_key(n.as_ref())).count() == 1)
 }
 
 /// `unit`'s rounds between `from_ms` and `to_ms`, one line each: `12.5s  m1:pid 210  m2:-  m3:down`, only where

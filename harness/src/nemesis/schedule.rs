@@ -53,6 +53,20 @@ impl Fault {
         matches!(self, Fault::EtcdMemberKill { .. } | Fault::EtcdLeaderKill { .. } | Fault::SlowEtcd { .. })
     }
 
+    /// The fault's kind: its label without parameters (`machine kill m2 for 7s` → `machine kill`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::MachineKill { .. } => "machine kill",
+            Fault::FleetdKill { .. } => "fleetd kill -9",
+            Fault::EngineLeaderChurn => "engine leader churn",
+            Fault::Partition { beyond_ttl: true, .. } => "partition > TTL",
+            Fault::Partition { beyond_ttl: false, .. } => "partition < TTL",
+            Fault::EtcdMemberKill { .. } => "etcd member kill",
+            Fault::EtcdLeaderKill { .. } => "etcd leader kill",
+            Fault::SlowEtcd { .. } => "slow etcd",
+        }
+    }
+
     /// How long the fault lasts before it is undone (zero for the instant ones).
     pub fn down(&self) -> Duration {
         match self {
