@@ -80,6 +80,11 @@ impl MachineState {
     }
 }
 
+/// The first 7 bytes of a hash, as fleetctl shows it (the whole text when shorter or not cut at a character).
+pub fn short_hash(hash: &str) -> &str {
+    hash.get(..7).unwrap_or(hash)
+}
+
 /// First 8 characters of a machine ID (the whole ID when shorter).
 pub fn short_machine_id(id: &str) -> &str {
     match id.char_indices().nth(8) {

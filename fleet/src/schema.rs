@@ -204,6 +204,13 @@ pub struct UnitState {
     pub machine_presence: String,
 }
 
+impl UnitState {
+    /// `machinePresence` as shown: `present` when omitted (a state the machine published).
+    pub fn presence(&self) -> &str {
+        if self.machine_presence.is_empty() { "present" } else { &self.machine_presence }
+    }
+}
+
 /// One page of `GET /state`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct UnitStatePage {

@@ -232,13 +232,14 @@ async fn dispatch<H: ApiHandler>(
     access: &Access,
     request: Request<Incoming>,
 ) -> Response<StreamedBody> {
-    let streamed = match (access::authorize(access, request.method()), &handler) {
+    let authorized = access::authorize(access, request.method());
+    let streamed = match (&authorized, &handler) {
         (Ok(()), Some(handler)) => handler.stream(request.method(), request.uri()),
         _ => None,
     };
     let response = match streamed {
         Some(streamed) => streamed,
-        None => whole(handler, access, request).await.map(|body| Full::new(body).boxed_unsync()),
+        None => whole(handler, authorized, request).await.map(|body| Full::new(body).boxed_unsync()),
     };
     let (mut parts, body) = response.into_parts();
     if let Ok(server) = HeaderValue::from_str(&format!("fleetd/{VERSION}")) {
@@ -247,9 +248,13 @@ async fn dispatch<H: ApiHandler>(
     Response::from_parts(parts, body)
 }
 
-/// The answer to a request whose body is read whole first (every request but a stream).
-async fn whole<H: ApiHandler>(handler: Option<Arc<H>>, access: &Access, request: Request<Incoming>) -> Response<Bytes> {
-    match (access::authorize(access, request.method()), handler) {
+/// The answer to a request whose body is read whole first (every request but a stream), `authorized` or not.
+async fn whole<H: ApiHandler>(
+    handler: Option<Arc<H>>,
+    authorized: Result<(), access::Denied>,
+    request: Request<Incoming>,
+) -> Response<Bytes> {
+    match (authorized, handler) {
         (Err(denied), _) => {
             tracing::info!(method = %request.method(), path = request.uri().path(), reason = %denied, "API request refused");
             error_response(StatusCode::FORBIDDEN, &denied.to_string())

@@ -5,11 +5,11 @@
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 
-use super::handler::{Api, internal};
+use super::handler::Api;
 use super::query;
 use super::reply;
 use crate::model::JobState;
-use crate::registry::{PutUnit, RegistryError};
+use crate::registry::{PutUnit, RegistryError, Snapshot};
 use crate::schema;
 use crate::unit::UnitFile;
 use crate::wire::ApiError;
@@ -51,8 +51,7 @@ impl Api {
                 self.settle(destroyed.revision).await;
                 reply::status(StatusCode::NO_CONTENT)
             }
-            Err(RegistryError::UnitNotFound { .. }) => reply::error(StatusCode::NOT_FOUND, "unit does not exist"),
-            Err(err) => internal("destroy unit", &err),
+            Err(err) => error_reply("destroy unit", name, &err),
         }
     }
 
@@ -81,28 +80,15 @@ impl Api {
             ));
         }
         let name = path_name;
-        let request = schema::Unit { name: name.to_string(), ..body };
-        let existing_hash = self.snapshot().unit(name).map(|v| v.hash.to_string());
-        let action = match wire::decide_put(&request, existing_hash.as_deref()) {
-            Ok(action) => action,
-            Err(err) => return err.response(),
-        };
-        let result = match action.clone() {
-            PutAction::Create(desired) | PutAction::Replace(desired) => {
-                let StoreOptions { reschedule, no_restart } = StoreOptions::of(&request, &action);
-                let file = UnitFile::from_options(request.options);
-                let (text, hash) = (file.canonical(), file.hash().to_hex());
-                let put = PutUnit { name, text: &text, hash: &hash, desired, reschedule, no_restart };
-                let stored = self.registry.put_unit(&put).await;
-                match stored {
-                    Ok(write) => {
-                        tracing::info!(unit = %name, hash = %&hash[..7], %desired, no_restart, "stored unit");
-                        Ok((write.revision(), StatusCode::CREATED))
-                    }
-                    Err(err) => Err(err),
-                }
-            }
-            PutAction::SetDesired(state) => {
+        let prepared = prepare_put(&self.snapshot(), schema::Unit { name: name.to_string(), ..body });
+        let result = match prepared {
+            Prepared::Rejected(_, err) => return err.response(),
+            Prepared::Store(store) => self.registry.put_unit(&store.put()).await.map(|write| {
+                let (hash, desired, no_restart) = (&store.hash[..7], store.desired, store.options.no_restart);
+                tracing::info!(unit = %name, %hash, %desired, no_restart, "stored unit");
+                (write.revision(), StatusCode::CREATED)
+            }),
+            Prepared::SetDesired(_, state) => {
                 self.registry.set_desired(name, state).await.map(|revision| (Some(revision), StatusCode::NO_CONTENT))
             }
         };
@@ -113,33 +99,73 @@ impl Api {
                 }
                 reply::status(status)
             }
-            Err(RegistryError::UnitNotFound { .. }) => reply::error(StatusCode::NOT_FOUND, "unit does not exist"),
-            Err(err) => internal("store unit", &err),
+            Err(err) => error_reply("store unit", name, &err),
         }
     }
+}
+
+/// The status and message a single-unit request answers for a registry error (logging an unexpected one).
+fn unit_error(op: &str, unit: &str, err: &RegistryError) -> (StatusCode, &'static str) {
+    match err {
+        RegistryError::UnitNotFound { .. } => (StatusCode::NOT_FOUND, "unit does not exist"),
+        err => {
+            tracing::error!(op, unit, error = %err, "API request failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, "")
+        }
+    }
+}
+
+/// [`unit_error`] as a response.
+fn error_reply(op: &str, unit: &str, err: &RegistryError) -> Response<Bytes> {
+    let (status, message) = unit_error(op, unit, err);
+    reply::error(status, message)
 }
 
 /// What a single-unit request answers for a registry result (`status` on success).
 fn batch_result<T>(name: &str, result: &Result<T, RegistryError>, status: StatusCode) -> schema::UnitBatchResult {
     let (code, message) = match result {
-        Ok(_) => (status, String::new()),
-        Err(RegistryError::UnitNotFound { .. }) => (StatusCode::NOT_FOUND, "unit does not exist".to_string()),
-        Err(err) => {
-            tracing::error!(op = "unit batch", unit = %name, error = %err, "API request failed");
-            (StatusCode::INTERNAL_SERVER_ERROR, String::new())
-        }
+        Ok(_) => (status, ""),
+        Err(err) => unit_error("unit batch", name, err),
     };
-    schema::UnitBatchResult { name: name.to_string(), code: code.as_u16(), message }
+    schema::UnitBatchResult { name: name.to_string(), code: code.as_u16(), message: message.to_string() }
 }
 
-/// A unit of a batch to store: its index in the request, name, canonical text, hash and store options.
+/// A unit to store: its name, canonical text, hash, desired state and store options.
 struct ToStore {
-    index: usize,
     name: String,
     text: String,
     hash: String,
     desired: JobState,
     options: StoreOptions,
+}
+
+impl ToStore {
+    fn put(&self) -> PutUnit<'_> {
+        let StoreOptions { reschedule, no_restart } = self.options;
+        PutUnit { name: &self.name, text: &self.text, hash: &self.hash, desired: self.desired, reschedule, no_restart }
+    }
+}
+
+/// A put decided against the stored unit in `snapshot` ([`wire::decide_put`]): refused (with the unit's name), a
+/// unit file to store, or a desired state to set.
+enum Prepared {
+    Rejected(String, ApiError),
+    Store(ToStore),
+    SetDesired(String, JobState),
+}
+
+fn prepare_put(snapshot: &Snapshot, unit: schema::Unit) -> Prepared {
+    let existing_hash = snapshot.unit(&unit.name).map(|v| v.hash.to_string());
+    match wire::decide_put(&unit, existing_hash.as_deref()) {
+        Err(err) => Prepared::Rejected(unit.name, err),
+        Ok(action @ (PutAction::Create(desired) | PutAction::Replace(desired))) => {
+            let options = StoreOptions::of(&unit, &action);
+            let file = UnitFile::from_options(unit.options);
+            let (text, hash) = (file.canonical(), file.hash().to_hex());
+            Prepared::Store(ToStore { name: unit.name, text, hash, desired, options })
+        }
+        Ok(PutAction::SetDesired(state)) => Prepared::SetDesired(unit.name, state),
+    }
 }
 
 impl Api {
@@ -160,38 +186,21 @@ impl Api {
         let mut stores = Vec::new();
         let mut desired_changes = Vec::new();
         for (index, unit) in batch.put.into_iter().enumerate() {
-            let existing_hash = snapshot.unit(&unit.name).map(|v| v.hash.to_string());
-            match wire::decide_put(&unit, existing_hash.as_deref()) {
-                Err(err) => {
+            match prepare_put(&snapshot, unit) {
+                Prepared::Rejected(name, err) => {
                     let message = err.message;
-                    results[index] =
-                        Some(schema::UnitBatchResult { name: unit.name, code: err.status.as_u16(), message });
+                    results[index] = Some(schema::UnitBatchResult { name, code: err.status.as_u16(), message });
                 }
-                Ok(action @ (PutAction::Create(desired) | PutAction::Replace(desired))) => {
-                    let options = StoreOptions::of(&unit, &action);
-                    let file = UnitFile::from_options(unit.options);
-                    let (text, hash) = (file.canonical(), file.hash().to_hex());
-                    stores.push(ToStore { index, name: unit.name, text, hash, desired, options });
-                }
-                Ok(PutAction::SetDesired(state)) => desired_changes.push((index, unit.name, state)),
+                Prepared::Store(store) => stores.push((index, store)),
+                Prepared::SetDesired(name, state) => desired_changes.push((index, name, state)),
             }
         }
         drop(snapshot);
         let mut revision = 0;
-        let writes: Vec<PutUnit<'_>> = stores
-            .iter()
-            .map(|s| PutUnit {
-                name: &s.name,
-                text: &s.text,
-                hash: &s.hash,
-                desired: s.desired,
-                reschedule: s.options.reschedule,
-                no_restart: s.options.no_restart,
-            })
-            .collect();
-        for (store, written) in stores.iter().zip(self.registry.put_units(&writes).await) {
+        let writes: Vec<PutUnit<'_>> = stores.iter().map(|(_, s)| s.put()).collect();
+        for ((index, store), written) in stores.iter().zip(self.registry.put_units(&writes).await) {
             revision = revision.max(written.as_ref().ok().and_then(|w| w.revision()).unwrap_or(0));
-            results[store.index] = Some(batch_result(&store.name, &written, StatusCode::CREATED));
+            results[*index] = Some(batch_result(&store.name, &written, StatusCode::CREATED));
         }
         let changes: Vec<(&str, JobState)> = desired_changes.iter().map(|(_, n, s)| (n.as_str(), *s)).collect();
         for ((index, name, _), written) in desired_changes.iter().zip(self.registry.set_desired_many(&changes).await) {

@@ -128,11 +128,7 @@ pub fn unit_state_list(states: &[UnitState], machines: &[Machine]) -> UnitStateL
                 sub: s.systemd_sub_state.clone(),
                 hash: s.hash.clone(),
                 running_hash: s.running_hash.clone(),
-                machine_presence: if s.machine_presence.is_empty() {
-                    "present".into()
-                } else {
-                    s.machine_presence.clone()
-                },
+                machine_presence: s.presence().to_string(),
             })
             .collect(),
     }

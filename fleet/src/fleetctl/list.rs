@@ -90,8 +90,7 @@ pub fn unit_state_cell(s: &UnitState, field: &str, machines: &[Machine], full: b
         "running-hash" if s.running_hash.is_empty() => "-".into(),
         "running-hash" if full => s.running_hash.clone(),
         "running-hash" => s.running_hash.chars().take(7).collect(),
-        "presence" if s.machine_presence.is_empty() => "present".into(),
-        "presence" => s.machine_presence.clone(),
+        "presence" => s.presence().to_string(),
         _ => String::new(),
     }
 }

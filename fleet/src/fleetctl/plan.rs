@@ -24,7 +24,7 @@ use crate::agent::cluster::reloadable;
 use crate::agent::desired::{ClusterUnit, ThisMachine, desired_units};
 use crate::agent::plan::{self as agent_plan, Actual, Desired, Planned, Task};
 use crate::engine::{ScheduleInput, UnitSpec, explain, schedule};
-use crate::model::{JobState, MachineState};
+use crate::model::{JobState, MachineState, short_hash};
 use crate::schema::{Machine, Unit, UnitState};
 use crate::unit::{Requirements, UnitFile};
 
@@ -395,10 +395,6 @@ pub fn classify(tasks: &[Planned], old_hash: Option<&str>, new_hash: &str) -> Op
 
 fn short(machine: &str) -> &str {
     machine.get(..8).unwrap_or(machine)
-}
-
-fn short_hash(hash: &str) -> &str {
-    hash.get(..7).unwrap_or(hash)
 }
 
 /// `fleetctl plan COMMAND [flags] UNIT...`: `args[0]` is `start`, `load` or `submit`.

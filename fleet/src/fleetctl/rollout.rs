@@ -75,6 +75,17 @@ pub struct Pace {
 
 /// The pace the flags ask for, or what is wrong with them.
 pub fn pace(flags: &Flags) -> Result<Pace, String> {
+    let pace = pace_with(flags, OnFailure::Pause)?;
+    let on_failure = match flags.str("on-failure") {
+        "pause" => OnFailure::Pause,
+        "rollback" => OnFailure::Rollback,
+        other => return Err(format!("invalid --on-failure {other:?}: expected pause or rollback")),
+    };
+    Ok(Pace { on_failure, ..pace })
+}
+
+/// [`pace`] with `on_failure` instead of `--on-failure`.
+fn pace_with(flags: &Flags, on_failure: OnFailure) -> Result<Pace, String> {
     let max = flags.int("max-unavailable");
     if max < 1 {
         return Err(format!("--max-unavailable must be at least 1, got {max}"));
@@ -84,11 +95,6 @@ pub fn pace(flags: &Flags) -> Result<Pace, String> {
     if health_timeout.is_zero() {
         return Err("--health-timeout must be longer than 0".into());
     }
-    let on_failure = match flags.str("on-failure") {
-        "pause" => OnFailure::Pause,
-        "rollback" => OnFailure::Rollback,
-        other => return Err(format!("invalid --on-failure {other:?}: expected pause or rollback")),
-    };
     Ok(Pace { max_unavailable, min_healthy: flags.duration("min-healthy"), health_timeout, on_failure })
 }
 
@@ -380,20 +386,17 @@ pub fn rebalance(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
         return EXIT_ERROR;
     }
     let max = ctx.flags.int("max-unavailable");
-    let Some(max_unavailable) = u32::try_from(max).ok().filter(|m| *m >= 1) else {
-        ctx.warn(&format!("Error starting rebalance: --max-unavailable must be at least 1, got {max}"));
-        return EXIT_ERROR;
+    // A value too large for the pace has always been refused with the lower bound here.
+    let pace = match u32::try_from(max) {
+        Err(_) if max > 0 => Err(format!("--max-unavailable must be at least 1, got {max}")),
+        _ => pace_with(ctx.flags, OnFailure::Pause),
     };
-    let health_timeout = ctx.flags.duration("health-timeout");
-    if health_timeout.is_zero() {
-        ctx.warn("Error starting rebalance: --health-timeout must be longer than 0");
-        return EXIT_ERROR;
-    }
-    let pace = Pace {
-        max_unavailable,
-        min_healthy: ctx.flags.duration("min-healthy"),
-        health_timeout,
-        on_failure: OnFailure::Pause,
+    let pace = match pace {
+        Ok(pace) => pace,
+        Err(e) => {
+            ctx.warn(&format!("Error starting rebalance: {e}"));
+            return EXIT_ERROR;
+        }
     };
     launch(ctx, RolloutKind::Rebalance, Vec::new(), pace)
 }

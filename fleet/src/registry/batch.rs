@@ -63,23 +63,7 @@ pub fn cost_batches<'a, T>(
 /// new group whenever a unit (`unit_of`) comes back — a move is an unschedule then a schedule of the same key, a
 /// state is published then removed. `limit` 0 is taken as 1.
 pub fn txn_batches<T>(items: &[T], limit: usize, unit_of: impl Fn(&T) -> &str) -> Vec<&[T]> {
-    let limit = limit.max(1);
-    let mut batches = Vec::new();
-    let mut start = 0;
-    let mut units: HashSet<&str> = HashSet::new();
-    for (i, item) in items.iter().enumerate() {
-        let unit = unit_of(item);
-        if i - start == limit || !units.insert(unit) {
-            batches.push(&items[start..i]);
-            start = i;
-            units.clear();
-            units.insert(unit);
-        }
-    }
-    if start < items.len() {
-        batches.push(&items[start..]);
-    }
-    batches
+    cost_batches(items, limit.max(1), unit_of, |_| TxnCost { compares: 0, ops: 1, shared: None })
 }
 
 #[cfg(test)]

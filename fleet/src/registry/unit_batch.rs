@@ -12,8 +12,8 @@ use super::Registry;
 use super::batch::{MAX_TXN_OPS, TxnCost, cost_batches, txn_batches};
 use super::error::Result;
 use super::keys::{Component, check_component};
-use super::records::{UnitObject, decode_json, encode_json};
-use super::units::{Destroyed, PutUnit, UnitWrite};
+use super::records::{UnitObject, decode_json};
+use super::units::{Destroyed, PutUnit, UnitWrite, revision_of};
 use crate::model::JobState;
 
 /// One unit of a batched create/replace, after its read: what to write and how to guard it.
@@ -31,10 +31,6 @@ impl Planned<'_> {
         let ops = 2 + usize::from(self.unit.reschedule);
         TxnCost { compares: 1, ops, shared: Some(self.unit.hash) }
     }
-}
-
-fn revision_of(resp: &etcd_client::TxnResponse) -> i64 {
-    resp.header().map_or(0, |h| h.revision())
 }
 
 impl Registry {
@@ -85,21 +81,15 @@ impl Registry {
             let mut bodies: HashSet<&str> = HashSet::new();
             let now = crate::model::now_ms();
             for p in group {
-                let k = &self.keys;
-                let (unit, key) = (p.unit, k.unit_object(p.unit.name));
+                let (unit, key) = (p.unit, self.keys.unit_object(p.unit.name));
                 compares.push(match p.read_revision {
                     Some(revision) => Compare::mod_revision(key.as_str(), CompareOp::Equal, revision),
                     None => Compare::version(key.as_str(), CompareOp::Equal, 0),
                 });
                 if bodies.insert(unit.hash) {
-                    ops.push(TxnOp::put(k.body(unit.hash), unit.text, None));
+                    ops.push(self.body_op(unit));
                 }
-                let object = UnitObject::next(p.old.as_ref(), unit.name, unit.hash, unit.no_restart, now);
-                ops.push(TxnOp::put(key.as_str(), encode_json(&object), None));
-                ops.push(TxnOp::put(k.unit_desired(unit.name), unit.desired.as_str(), None));
-                if unit.reschedule {
-                    ops.push(TxnOp::delete(k.unit_target(unit.name), None));
-                }
+                self.unit_ops(unit, p.old.as_ref(), now, &mut ops);
             }
             let txn = Txn::new().when(compares).and_then(ops);
             match self.txn("put units", &self.keys.units_dir(), txn).await {
@@ -186,24 +176,8 @@ impl Registry {
             match self.txn("destroy units", &self.keys.units_dir(), txn).await {
                 Ok(resp) if resp.succeeded() => {
                     let revision = revision_of(&resp);
-                    let deleted: Vec<Option<Vec<u8>>> = resp
-                        .op_responses()
-                        .into_iter()
-                        .zip(group)
-                        .map(|(op, &(i, _))| match op {
-                            TxnOpResponse::Delete(d) => {
-                                let object = self.keys.unit_object(names[i]);
-                                d.prev_kvs()
-                                    .iter()
-                                    .find(|kv| kv.key() == object.as_bytes())
-                                    .map(|kv| kv.value().to_vec())
-                            }
-                            _ => None,
-                        })
-                        .collect();
-                    for (&(i, _), raw) in group.iter().zip(deleted) {
-                        let key = self.keys.unit_object(names[i]);
-                        let object = raw.and_then(|raw| decode_json(&key, "unit object", &raw).ok());
+                    for (&(i, _), op) in group.iter().zip(resp.op_responses()) {
+                        let object = self.destroyed_object(names[i], &op);
                         results[i] = Some(Ok(Destroyed { object, revision }));
                     }
                 }

@@ -111,7 +111,7 @@ impl UnitWrite {
     }
 }
 
-fn revision_of(resp: &etcd_client::TxnResponse) -> i64 {
+pub(super) fn revision_of(resp: &etcd_client::TxnResponse) -> i64 {
     resp.header().map_or(0, |h| h.revision())
 }
 
@@ -133,17 +133,34 @@ impl PutUnit<'_> {
 
 impl Registry {
     fn unit_write_ops(&self, unit: &PutUnit<'_>, old: Option<&UnitObject>) -> Vec<TxnOp> {
+        let mut ops = vec![self.body_op(unit)];
+        self.unit_ops(unit, old, crate::model::now_ms(), &mut ops);
+        ops
+    }
+
+    /// The put of the unit's body, which units of one hash share.
+    pub(super) fn body_op(&self, unit: &PutUnit<'_>) -> TxnOp {
+        TxnOp::put(self.keys.body(unit.hash), unit.text, None)
+    }
+
+    /// Appends the writes of one unit but its body to `ops`: its object (replacing `old`), its desired state, and
+    /// the removal of its target on `reschedule`.
+    pub(super) fn unit_ops(&self, unit: &PutUnit<'_>, old: Option<&UnitObject>, now: u64, ops: &mut Vec<TxnOp>) {
         let k = &self.keys;
-        let object = UnitObject::next(old, unit.name, unit.hash, unit.no_restart, crate::model::now_ms());
-        let mut ops = vec![
-            TxnOp::put(k.body(unit.hash), unit.text, None),
-            TxnOp::put(k.unit_object(unit.name), encode_json(&object), None),
-            TxnOp::put(k.unit_desired(unit.name), unit.desired.as_str(), None),
-        ];
+        let object = UnitObject::next(old, unit.name, unit.hash, unit.no_restart, now);
+        ops.push(TxnOp::put(k.unit_object(unit.name), encode_json(&object), None));
+        ops.push(TxnOp::put(k.unit_desired(unit.name), unit.desired.as_str(), None));
         if unit.reschedule {
             ops.push(TxnOp::delete(k.unit_target(unit.name), None));
         }
-        ops
+    }
+
+    /// The unit object that a destroy's prefix delete `op` removed, decoded (`None` if absent or unreadable).
+    pub(super) fn destroyed_object(&self, name: &str, op: &TxnOpResponse) -> Option<UnitObject> {
+        let TxnOpResponse::Delete(d) = op else { return None };
+        let key = self.keys.unit_object(name);
+        let kv = d.prev_kvs().iter().find(|kv| kv.key() == key.as_bytes())?;
+        decode_json(&key, "unit object", kv.value()).ok()
     }
 
     /// Creates a unit that must not exist yet (fleetctl `submit` semantics); [`RegistryError::UnitExists`] names
@@ -237,13 +254,7 @@ impl Registry {
         if !resp.succeeded() {
             return Err(RegistryError::UnitNotFound { unit: name.to_string() });
         }
-        let deleted = resp.op_responses().into_iter().find_map(|r| match r {
-            TxnOpResponse::Delete(d) => {
-                d.prev_kvs().iter().find(|kv| kv.key() == object.as_bytes()).map(|kv| kv.value().to_vec())
-            }
-            _ => None,
-        });
-        let object = deleted.and_then(|raw| decode_json(&object, "unit object", &raw).ok());
+        let object = resp.op_responses().iter().find_map(|op| self.destroyed_object(name, op));
         Ok(Destroyed { object, revision: revision_of(&resp) })
     }
 

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::model::{MachineState, short_machine_id};
+use crate::model::{MachineState, short_hash, short_machine_id};
 use crate::registry::Snapshot;
 
 /// A machine column: its ID, address and merged metadata.
@@ -312,11 +312,6 @@ pub fn detail(snapshot: &Snapshot, name: &str) -> Option<Detail> {
 /// A cell as one short text: `active/running`, or `scheduled`.
 pub fn cell_text(cell: &Cell) -> String {
     if cell.sub.is_empty() { cell.active.clone() } else { format!("{}/{}", cell.active, cell.sub) }
-}
-
-/// The first 7 characters of a hash, as fleetctl shows it.
-pub fn short_hash(hash: &str) -> &str {
-    hash.get(..7).unwrap_or(hash)
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use futures::StreamExt;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::BodyExt;
 
+use super::query;
 use super::reply;
 use super::route::decode_segment;
 use super::serve::StreamedBody;
@@ -33,7 +34,8 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; st
 
 /// `GET /ui…`: `rest` is the path after `/ui`.
 pub fn respond(hub: &Hub, rest: &str, query: Option<&str>) -> Response<Bytes> {
-    let flag = |name: &str| query.is_some_and(|q| q.split('&').any(|pair| pair.split('=').next() == Some(name)));
+    let pairs = query::pairs(query);
+    let flag = |name: &str| query::values(&pairs, name).next().is_some();
     match rest {
         "" => {
             let mut response = reply::status(StatusCode::MOVED_PERMANENTLY);

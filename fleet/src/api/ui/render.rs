@@ -4,7 +4,8 @@
 
 use std::fmt::Write as _;
 
-use super::board::{Board, Cell, Column, Detail, Recorded, Row, cell_text, short_hash};
+use super::board::{Board, Cell, Column, Detail, Recorded, Row, cell_text};
+use crate::model::short_hash;
 
 /// HTML-escapes text for element content and quoted attribute values.
 pub fn escape(text: &str) -> String {
