@@ -94,6 +94,11 @@ impl std::fmt::Display for Violation {
 }
 
 /// `12.3s`.
+/// Whether every unit in `names` is active on exactly one machine in `round`.
+pub fn each_once<S: AsRef<str>>(round: &Round, names: &[S]) -> bool {
+    names.iter().all(|n| round.machines.values().flatten().filter(|units| units.contains_key(n.as_ref())).count() == 1)
+}
+
 pub fn secs(ms: u64) -> String {
     format!("{:.1}s", ms as f64 / 1000.0)
 }
@@ -246,7 +251,7 @@ pub fn disruption(
     let until = next_start_ms.unwrap_or(u64::MAX);
     let mut window = rounds.iter().filter(|r| r.t_ms >= fault.start_ms && r.t_ms < until);
     let names: Vec<&str> = units.iter().map(|u| u.name.as_str()).collect();
-    let each_once = |r: &Round| super::sample::each_once(r, &names);
+    let each_once = |r: &Round| each_once(r, &names);
     let first_bad = window.by_ref().find(|r| !each_once(r))?;
     let back = window.find(|r| each_once(r)).map(|r| r.t_ms);
     Some((first_bad.t_ms, back))

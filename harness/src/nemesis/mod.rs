@@ -355,7 +355,7 @@ async fn converge(
     loop {
         let last = timeline.lock().expect("timeline lock").rounds.last().cloned();
         if let Some(round) = last.filter(|r| r.t_ms > since_ms)
-            && sample::each_once(&round, names)
+            && check::each_once(&round, names)
             && machines_listed(cluster, opts.machines).await
         {
             return Some(round.t_ms);

@@ -41,11 +41,6 @@ pub async fn round(machines: &[(String, String)], t_ms: u64) -> Round {
     Round { t_ms, machines: futures::future::join_all(looks).await.into_iter().collect() }
 }
 
-/// Whether every unit in `names` is active on exactly one machine in `round`.
-pub fn each_once<S: AsRef<str>>(round: &Round, names: &[S]) -> bool {
-    names.iter().all(|n| round.machines.values().flatten().filter(|units| units.contains_key(n.as_ref())).count() == 1)
-}
-
 /// `unit`'s rounds between `from_ms` and `to_ms`, one line each: `12.5s  m1:pid 210  m2:-  m3:down`, only where
 /// something changed from the line before.
 pub fn timeline(rounds: &[Round], unit: &str, from_ms: u64, to_ms: u64) -> Vec<String> {
@@ -74,6 +69,7 @@ pub fn timeline(rounds: &[Round], unit: &str, from_ms: u64, to_ms: u64) -> Vec<S
 
 #[cfg(test)]
 mod tests {
+    use super::super::check::each_once;
     use super::*;
 
     #[test]
