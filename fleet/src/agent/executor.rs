@@ -163,6 +163,11 @@ pub struct Executor<S> {
     /// The loaded set (unit → recorded hash), re-sent whenever a file is written or removed, so state publishing
     /// can follow it without waiting for a running plan.
     loaded_tx: watch::Sender<BTreeMap<String, String>>,
+    /// Units updated in place whose new file is not in effect yet → the hash published for them meanwhile (the
+    /// previous file's). Released once the daemon-reload and the unit reloads of the run are done, so a published
+    /// new hash means systemd runs the new definition and `ExecReload=` has finished: a waiting client never sees
+    /// the new version still reloading.
+    held: BTreeMap<String, String>,
 }
 
 impl<S: SystemdOps> Executor<S> {
@@ -194,6 +199,7 @@ impl<S: SystemdOps> Executor<S> {
             reload_required: false,
             recorded,
             loaded_tx,
+            held: BTreeMap::new(),
         }
     }
 
@@ -242,13 +248,20 @@ impl<S: SystemdOps> Executor<S> {
         self.reload_needed
     }
 
-    fn loaded_changed(&self) {
-        let now = self.units.hashes();
+    /// Re-sends the loaded set when it changed: the recorded hashes, with the previous hash of each unit whose
+    /// in-place update is still [`held`](Self::held).
+    fn loaded_changed(&mut self) {
+        let on_disk = self.units.hashes();
+        self.held.retain(|name, _| on_disk.contains_key(name));
+        let held = &self.held;
+        let published = |name: &String, hash: &String| held.get(name).unwrap_or(hash).clone();
         self.loaded_tx.send_if_modified(|seen| {
-            if seen == now {
+            let same = seen.len() == on_disk.len()
+                && seen.iter().zip(on_disk).all(|((sn, sh), (n, h))| sn == n && *sh == published(n, h));
+            if same {
                 return false;
             }
-            seen.clone_from(now);
+            *seen = on_disk.iter().map(|(n, h)| (n.clone(), published(n, h))).collect();
             true
         });
     }
@@ -377,6 +390,12 @@ impl<S: SystemdOps> Executor<S> {
                 reports.push(TaskReport { planned: p, outcome });
             }
         }
+        // Every unit reload of this run has finished; once systemd also reads the new files, the in-place
+        // updates are in effect and their new hashes may be published.
+        if !self.reload_needed && !self.held.is_empty() {
+            self.held.clear();
+            self.loaded_changed();
+        }
         self.record_state();
         reports
     }
@@ -470,6 +489,7 @@ impl<S: SystemdOps> Executor<S> {
             };
             let file = self.units.write(name, &unit.text).and_then(|changed| Ok((self.units.path_of(name)?, changed)));
             written.push(file.map(|(path, changed)| (name.clone(), path, changed, unit.install)));
+            self.held.remove(name);
         }
         self.loaded_changed();
         let linked: Vec<Result<bool, crate::systemd::SystemdError>> = {
@@ -540,10 +560,14 @@ impl<S: SystemdOps> Executor<S> {
                 outcomes.push(Err(AgentError::MissingUnit(name.clone())));
                 continue;
             };
+            let previous = self.units.hash_of(name).map(str::to_string);
             outcomes.push(self.units.write(name, &unit.text).map(|changed| {
                 self.reload_needed |= changed;
                 if changed {
                     self.changed_files.insert(name.clone());
+                    if let Some(previous) = previous.filter(|p| p != hash) {
+                        self.held.entry(name.clone()).or_insert(previous);
+                    }
                 }
                 self.believed.entry(name.clone()).or_insert(JobState::Loaded);
                 info!(unit = %name, hash = %hash, "updated unit file in place; the running process is kept");

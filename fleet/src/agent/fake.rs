@@ -18,6 +18,9 @@ pub(crate) struct Fake {
     pub(crate) active: Mutex<BTreeMap<String, String>>,
     /// Units whose definition systemd already reads from disk (`file_is_current`); others need a daemon-reload.
     pub(crate) current_files: Mutex<BTreeSet<String>>,
+    /// Called at each `reload` (ReloadUnit) call, e.g. to look at what is published while the job runs.
+    #[allow(clippy::type_complexity)]
+    pub(crate) on_reload_unit: Mutex<Option<Box<dyn FnMut(&str) + Send>>>,
 }
 
 impl Fake {
@@ -58,6 +61,9 @@ impl SystemdOps for Fake {
     }
     fn reload(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
         let r = self.record("reload_unit", name);
+        if let Some(hook) = self.on_reload_unit.lock().unwrap().as_mut() {
+            hook(name);
+        }
         async move { r.map(|_| JobResult::Done) }
     }
     fn wait_inactive(&self, name: &str) -> impl Future<Output = crate::systemd::Result<String>> + Send {

@@ -133,6 +133,49 @@ async fn replace_without_restart_rewrites_the_file_reloads_and_keeps_the_running
     assert_eq!(s.exec.launched_hashes().get("a.service"), Some(&hash(V2)));
 }
 
+/// The new hash of a unit updated in place is published only once systemd runs the new definition and its
+/// `ExecReload=` has finished: a client waiting for the new hash must not find the unit still reloading.
+#[tokio::test]
+async fn in_place_update_publishes_the_new_hash_after_the_unit_reload() {
+    let mut s = setup();
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    s.fake.calls();
+    let published = s.exec.watch_loaded();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (rx, record) = (published.clone(), Arc::clone(&seen));
+    *s.fake.on_reload_unit.lock().unwrap() =
+        Some(Box::new(move |name| record.lock().unwrap().push(rx.borrow().get(name).cloned())));
+    let mut d = desired(&[("a.service", JobState::Launched, V2, false)]);
+    d.get_mut("a.service").unwrap().update = crate::agent::plan::Update::InPlace { reload: true };
+    let reports = s.exec.reconcile(&d).await;
+    assert!(reports.iter().all(|r| r.outcome.is_ok()), "{:?}", outcomes(&reports));
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [Some(hash(V1))],
+        "while the unit reloads, the published hash must still be the previous file's"
+    );
+    assert_eq!(published.borrow().get("a.service"), Some(&hash(V2)), "published once the reload finished");
+}
+
+/// An in-place update whose daemon-reload is deferred keeps publishing the previous hash until a later run did it.
+#[tokio::test]
+async fn in_place_update_with_a_deferred_daemon_reload_keeps_the_previous_hash() {
+    let mut s = setup();
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    let published = s.exec.watch_loaded();
+    s.fake.fail("reload ", "", "systemd is busy");
+    let mut d = desired(&[("a.service", JobState::Launched, V2, false)]);
+    d.get_mut("a.service").unwrap().update = crate::agent::plan::Update::InPlace { reload: false };
+    s.exec.reconcile(&d).await;
+    assert_eq!(std::fs::read_to_string(s.dir.join("a.service")).unwrap(), V2, "the file is written");
+    assert_eq!(published.borrow().get("a.service"), Some(&hash(V1)), "systemd does not run v2 yet");
+    s.fake.fail.lock().unwrap().clear();
+    assert!(s.exec.reload_pending());
+    // The runner plans the due daemon-reload on its next round.
+    s.exec.run(vec![Planned { task: Task::Reload, reason: Reason::UnitFilesChanged }], &d).await;
+    assert_eq!(published.borrow().get("a.service"), Some(&hash(V2)), "published after the daemon-reload");
+}
+
 #[tokio::test]
 async fn a_failed_task_skips_only_the_rest_of_its_own_unit() {
     let mut s = setup();
