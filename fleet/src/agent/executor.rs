@@ -147,6 +147,9 @@ pub struct Executor<S> {
     believed: BTreeMap<String, JobState>,
     /// Start jobs that outlived `start_wait`.
     pending_starts: BTreeSet<String>,
+    /// Units this run's Stop tasks stopped (job done, unit inactive): their Unload skips a second stop and wait,
+    /// three D-Bus round trips of every replace.
+    stopped_in_run: BTreeSet<String>,
     /// Launched units → hash of the version they were started with (lags the file after an Update).
     running: BTreeMap<String, String>,
     /// Unit → the last rolling restart's token it was (re)started for; persisted in [`RESTARTS_FILE`].
@@ -192,6 +195,7 @@ impl<S: SystemdOps> Executor<S> {
             config,
             believed,
             pending_starts: BTreeSet::new(),
+            stopped_in_run: BTreeSet::new(),
             running,
             restarts,
             reload_needed: false,
@@ -362,6 +366,7 @@ impl<S: SystemdOps> Executor<S> {
     pub async fn run(&mut self, planned: Vec<Planned>, desired: &BTreeMap<String, Desired>) -> Vec<TaskReport> {
         let mut failed: BTreeSet<String> = BTreeSet::new();
         let mut reports = Vec::with_capacity(planned.len());
+        self.stopped_in_run.clear();
         let mut rest = planned.into_iter().peekable();
         while let Some(first) = rest.next() {
             let mut batch = vec![first];
@@ -610,6 +615,7 @@ impl<S: SystemdOps> Executor<S> {
                 let result = result?;
                 self.pending_starts.remove(*name);
                 self.running.remove(*name);
+                self.stopped_in_run.insert(name.to_string());
                 if self.believed.contains_key(*name) {
                     self.believed.insert(name.to_string(), JobState::Loaded);
                 }
@@ -626,7 +632,11 @@ impl<S: SystemdOps> Executor<S> {
         }
         let results: Vec<Result<(), AgentError>> = {
             let this = &*self;
-            stream::iter(names).map(|name| this.unload_in_systemd(name)).buffered(CONCURRENT_JOBS).collect().await
+            stream::iter(names)
+                .map(|name| this.unload_in_systemd(name, this.stopped_in_run.contains(*name)))
+                .buffered(CONCURRENT_JOBS)
+                .collect()
+                .await
         };
         let mut outcomes = Vec::with_capacity(names.len());
         for (name, result) in names.iter().zip(results) {
@@ -644,9 +654,12 @@ impl<S: SystemdOps> Executor<S> {
         outcomes
     }
 
-    /// The systemd side of an unload: stop (and wait), disable the runtime link, reset-failed.
-    async fn unload_in_systemd(&self, name: &str) -> Result<(), AgentError> {
-        self.stop_and_wait(name).await?;
+    /// The systemd side of an unload: stop (and wait) unless `stopped` already in this run, disable the runtime
+    /// link, reset-failed.
+    async fn unload_in_systemd(&self, name: &str, stopped: bool) -> Result<(), AgentError> {
+        if !stopped {
+            self.stop_and_wait(name).await?;
+        }
         match self.systemd.disable_runtime(name).await {
             // A file that was never linked (e.g. left by a crash) has nothing to disable.
             Err(e) if !e.is_not_loaded() && e.dbus_name() != Some(crate::systemd::NO_SUCH_UNIT) => return Err(e.into()),

@@ -88,8 +88,6 @@ async fn replacing_a_launched_unit_stops_and_waits_before_deleting_and_starting(
         [
             "stop a.service",
             "wait_inactive a.service",
-            "stop a.service",
-            "wait_inactive a.service",
             "disable a.service",
             "reset_failed a.service",
             "link a.service",
