@@ -166,6 +166,12 @@ async fn main() {
     check(left.is_empty(), "units directory empty", format!("{left:?}"));
     let links = sh("ls /run/systemd/system/ 2>/dev/null | grep -E 'replace-sync|install|failing' || true");
     check(links.is_empty(), "runtime links removed", format!("{links:?}"));
+    let again = systemd
+        .unlink_runtime("replace-sync.service", std::path::Path::new(&format!("{DIR}/replace-sync.service")))
+        .await;
+    check(matches!(again, Ok(false)), "unlink of a link that is gone changes nothing", format!("{again:?}"));
+    let enabled = sh("systemctl is-enabled replace-sync.service 2>&1");
+    check(!enabled.contains("linked"), "systemd no longer lists the unlinked unit as linked", &enabled);
     let st =
         systemd.states(&["replace-sync.service".to_string(), "install.service".to_string()]).await.expect("states");
     check(st.iter().all(|s| s.active_state == "inactive"), "all inactive", format!("{st:?}"));

@@ -4,7 +4,8 @@
 //! * Load = write the file, link it as a runtime unit, enable it (runtime) when it has `[Install]`; a failed enable
 //!   removes the file again.
 //! * Stop = stop, wait for the job and for the unit to be inactive (its stop hooks have run).
-//! * Unload = Stop → disable runtime → reset-failed (a unit that is "not loaded" is fine) → delete the file.
+//! * Unload = Stop (unless this run stopped it) → remove the runtime link (on disk for a unit without
+//!   `[Install]`, else disable runtime) → reset-failed (a unit that is "not loaded" is fine) → delete the file.
 //! * Reload = one daemon-reload, only when files or links changed, and never while one of the agent's own start
 //!   jobs is still running (then the reload and the starts after it wait for the next reconcile).
 //! * Start = start and wait for the job result (up to `start_wait`; a longer job is left running and tracked).
@@ -51,6 +52,15 @@ pub const FRESH_CHECK_MAX: usize = 8;
 /// daemon-reload costs more than the stop and start together.
 pub fn daemon_reload_needed(changed: &BTreeSet<String>, current: &BTreeMap<&str, bool>) -> bool {
     changed.iter().any(|name| current.get(name.as_str()) != Some(&true))
+}
+
+/// Whether the unit file at `path` has an `[Install]` section (it may have been enabled, not only linked); a file
+/// that cannot be read or parsed counts as having one, so its unload asks systemd.
+fn has_install_section(path: &std::path::Path) -> bool {
+    std::fs::read(path)
+        .ok()
+        .and_then(|bytes| crate::unit::UnitFile::parse_bytes(&bytes).ok())
+        .is_none_or(|file| file.has_section("Install"))
 }
 
 /// Time limits of the executor.
@@ -633,7 +643,10 @@ impl<S: SystemdOps> Executor<S> {
         let results: Vec<Result<(), AgentError>> = {
             let this = &*self;
             stream::iter(names)
-                .map(|name| this.unload_in_systemd(name, this.stopped_in_run.contains(*name)))
+                .map(|name| {
+                    let link = this.units.path_of(name).ok().filter(|path| !has_install_section(path));
+                    this.unload_in_systemd(name, this.stopped_in_run.contains(*name), link)
+                })
                 .buffered(CONCURRENT_JOBS)
                 .collect()
                 .await
@@ -654,17 +667,37 @@ impl<S: SystemdOps> Executor<S> {
         outcomes
     }
 
-    /// The systemd side of an unload: stop (and wait) unless `stopped` already in this run, disable the runtime
-    /// link, reset-failed.
-    async fn unload_in_systemd(&self, name: &str, stopped: bool) -> Result<(), AgentError> {
+    /// The systemd side of an unload: stop (and wait) unless `stopped` already in this run, remove the runtime
+    /// link (for a unit without `[Install]`, whose file is `link`, on the file system when it is there; else
+    /// `DisableUnitFiles`, which also undoes an enablement), reset-failed.
+    async fn unload_in_systemd(&self, name: &str, stopped: bool, link: Option<PathBuf>) -> Result<(), AgentError> {
         if !stopped {
             self.stop_and_wait(name).await?;
         }
+        let unlinked = match &link {
+            Some(path) => self.systemd.unlink_runtime(name, path).await.unwrap_or_else(|e| {
+                debug!(unit = %name, err = %e, "cannot remove the runtime link directly; asking systemd");
+                false
+            }),
+            None => false,
+        };
+        if unlinked {
+            debug!(unit = %name, "removed the runtime link");
+        } else {
+            self.disable_in_systemd(name).await?;
+        }
+        self.reset_failed_in_systemd(name).await
+    }
+
+    async fn disable_in_systemd(&self, name: &str) -> Result<(), AgentError> {
         match self.systemd.disable_runtime(name).await {
             // A file that was never linked (e.g. left by a crash) has nothing to disable.
-            Err(e) if !e.is_not_loaded() && e.dbus_name() != Some(crate::systemd::NO_SUCH_UNIT) => return Err(e.into()),
-            _ => {}
+            Err(e) if !e.is_not_loaded() && e.dbus_name() != Some(crate::systemd::NO_SUCH_UNIT) => Err(e.into()),
+            _ => Ok(()),
         }
+    }
+
+    async fn reset_failed_in_systemd(&self, name: &str) -> Result<(), AgentError> {
         match self.systemd.reset_failed(name).await {
             Err(e) if !e.is_not_loaded() => Err(e.into()),
             _ => Ok(()),

@@ -18,6 +18,8 @@ pub(crate) struct Fake {
     pub(crate) active: Mutex<BTreeMap<String, String>>,
     /// Units whose definition systemd already reads from disk (`file_is_current`); others need a daemon-reload.
     pub(crate) current_files: Mutex<BTreeSet<String>>,
+    /// Units without a runtime link of theirs (`unlink_runtime` answers false).
+    pub(crate) not_linked: Mutex<BTreeSet<String>>,
     /// Called at each `reload` (ReloadUnit) call, e.g. to look at what is published while the job runs.
     #[allow(clippy::type_complexity)]
     pub(crate) on_reload_unit: Mutex<Option<Box<dyn FnMut(&str) + Send>>>,
@@ -82,6 +84,11 @@ impl SystemdOps for Fake {
         let r = self.record("disable", name);
         async move { r.map(|_| Vec::new()) }
     }
+    fn unlink_runtime(&self, name: &str, _target: &Path) -> impl Future<Output = crate::systemd::Result<bool>> + Send {
+        let r = self.record("unlink", name);
+        let linked = !self.not_linked.lock().unwrap().contains(name);
+        async move { r.map(|_| linked) }
+    }
     fn reset_failed(&self, name: &str) -> impl Future<Output = crate::systemd::Result<()>> + Send {
         let r = self.record("reset_failed", name);
         async move { r }
@@ -137,6 +144,9 @@ impl SystemdOps for Arc<Fake> {
     }
     fn disable_runtime(&self, name: &str) -> impl Future<Output = crate::systemd::Result<Vec<FileChange>>> + Send {
         self.as_ref().disable_runtime(name)
+    }
+    fn unlink_runtime(&self, name: &str, target: &Path) -> impl Future<Output = crate::systemd::Result<bool>> + Send {
+        self.as_ref().unlink_runtime(name, target)
     }
     fn reset_failed(&self, name: &str) -> impl Future<Output = crate::systemd::Result<()>> + Send {
         self.as_ref().reset_failed(name)

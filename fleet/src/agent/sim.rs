@@ -375,6 +375,17 @@ impl SystemdOps for SimSystemd {
         async move { Ok(changes) }
     }
 
+    fn unlink_runtime(&self, name: &str, target: &Path) -> impl Future<Output = crate::systemd::Result<bool>> + Send {
+        let removed = {
+            let mut units = self.lock();
+            match units.get_mut(name) {
+                Some(unit) if !unit.enabled && unit.link.as_deref() == Some(target) => unit.link.take().is_some(),
+                _ => false,
+            }
+        };
+        async move { Ok(removed) }
+    }
+
     fn reset_failed(&self, name: &str) -> impl Future<Output = crate::systemd::Result<()>> + Send {
         let changed = {
             let mut units = self.lock();

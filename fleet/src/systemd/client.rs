@@ -1,7 +1,7 @@
 //! `Systemd`: the connection to one systemd instance and the high-level operations the agent needs. Start and stop
 //! wait for their job's `JobRemoved` signal (subscribed before the call is issued, so a fast job cannot slip by).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use std::sync::Arc;
@@ -30,6 +30,8 @@ pub struct Systemd {
     conn: Connection,
     manager: ManagerProxy<'static>,
     events: Arc<Events>,
+    /// Where `LinkUnitFiles(runtime=true)` puts its links, when known (see [`Systemd::unlink_runtime`]).
+    runtime_dir: Option<PathBuf>,
 }
 
 impl Systemd {
@@ -40,7 +42,12 @@ impl Systemd {
             Bus::User => Connection::session().await,
         }
         .map_err(|e| SystemdError::Connect { bus: bus.as_str(), message: e.to_string() })?;
-        Systemd::from_connection(conn).await
+        let mut systemd = Systemd::from_connection(conn).await?;
+        systemd.runtime_dir = match bus {
+            Bus::System => Some(PathBuf::from("/run/systemd/system")),
+            Bus::User => std::env::var_os("XDG_RUNTIME_DIR").map(|d| PathBuf::from(d).join("systemd/user")),
+        };
+        Ok(systemd)
     }
 
     /// Wrap an existing bus connection.
@@ -58,7 +65,7 @@ impl Systemd {
             }
         }
         let events = Events::start(&conn, &manager).await?;
-        Ok(Systemd { conn, manager, events })
+        Ok(Systemd { conn, manager, events, runtime_dir: None })
     }
 
     /// `StartUnit(name, "replace")` and wait for the job's result.
@@ -154,6 +161,27 @@ impl Systemd {
             .await
             .map_err(|e| SystemdError::call("DisableUnitFiles", name, e))?;
         Ok(file_changes(changes))
+    }
+
+    /// Removes the runtime link `name` → `target` that [`Systemd::link_runtime`] made, on the file system: what
+    /// `DisableUnitFiles(runtime=true)` does for a linked unit that is not enabled, without its scan of every
+    /// runtime link (with 333 units linked a call cost PID 1 several milliseconds, so unloading them all cost
+    /// seconds). False, with nothing changed, when there is no such link (or the link directory is not known):
+    /// then [`Systemd::disable_runtime`] is the way. systemd sees the change at the next daemon-reload.
+    pub async fn unlink_runtime(&self, name: &str, target: &Path) -> Result<bool> {
+        let Some(dir) = &self.runtime_dir else { return Ok(false) };
+        let link = dir.join(name);
+        match std::fs::read_link(&link) {
+            Ok(points_to) if points_to == target => {
+                std::fs::remove_file(&link).map(|()| true).map_err(|e| SystemdError::Call {
+                    call: "unlink",
+                    target: link.display().to_string(),
+                    name: String::new(),
+                    message: e.to_string(),
+                })
+            }
+            _ => Ok(false),
+        }
     }
 
     /// `ResetFailedUnit(name)`; "not loaded" (the unit is already gone) counts as success (spec B8).

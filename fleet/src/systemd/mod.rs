@@ -3,7 +3,7 @@
 //! | file | owns |
 //! |---|---|
 //! | `proxies.rs` | hand-written zbus proxies (Manager, Unit, Service, Job) |
-//! | `client.rs` | [`Systemd`]: connect (system or user bus), start/stop waiting for the job result, wait for a unit to be inactive, link/enable/disable runtime, reset-failed, daemon-reload, states, change notifications |
+//! | `client.rs` | [`Systemd`]: connect (system or user bus), start/stop waiting for the job result, wait for a unit to be inactive, link/enable/disable runtime, unlink a runtime link on disk, reset-failed, daemon-reload, states, change notifications |
 //! | `events.rs` | one task per connection draining systemd's signals into a broadcast channel ([`UnitChanges`]) |
 //! | `types.rs` | plain data handed out: [`JobResult`], [`UnitStatus`], [`FileChange`], [`UnitChange`], [`Bus`] |
 //! | `error.rs` | [`SystemdError`]: call, target, D-Bus error name and message |
@@ -35,6 +35,9 @@ pub trait SystemdOps: Send + Sync {
     fn link_runtime(&self, path: &Path) -> impl Future<Output = Result<Vec<FileChange>>> + Send;
     fn enable_runtime(&self, path: &Path) -> impl Future<Output = Result<Vec<FileChange>>> + Send;
     fn disable_runtime(&self, name: &str) -> impl Future<Output = Result<Vec<FileChange>>> + Send;
+    /// Removes the runtime link `name` → `target` of a linked, not enabled unit without asking systemd; false
+    /// (nothing changed) when there is no such link.
+    fn unlink_runtime(&self, name: &str, target: &Path) -> impl Future<Output = Result<bool>> + Send;
     fn reset_failed(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
     fn daemon_reload(&self) -> impl Future<Output = Result<()>> + Send;
     fn states(&self, names: &[String]) -> impl Future<Output = Result<Vec<UnitStatus>>> + Send;
@@ -67,6 +70,9 @@ impl SystemdOps for Systemd {
     }
     fn disable_runtime(&self, name: &str) -> impl Future<Output = Result<Vec<FileChange>>> + Send {
         Systemd::disable_runtime(self, name)
+    }
+    fn unlink_runtime(&self, name: &str, target: &Path) -> impl Future<Output = Result<bool>> + Send {
+        Systemd::unlink_runtime(self, name, target)
     }
     fn reset_failed(&self, name: &str) -> impl Future<Output = Result<()>> + Send {
         Systemd::reset_failed(self, name)

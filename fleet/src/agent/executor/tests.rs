@@ -88,7 +88,7 @@ async fn replacing_a_launched_unit_stops_and_waits_before_deleting_and_starting(
         [
             "stop a.service",
             "wait_inactive a.service",
-            "disable a.service",
+            "unlink a.service",
             "reset_failed a.service",
             "link a.service",
             "reload ",
@@ -229,6 +229,7 @@ async fn unload_tolerates_a_unit_that_is_not_loaded() {
     s.fake.calls();
     s.fake.fail("stop a.service", NO_SUCH_UNIT, "Unit a.service not loaded.");
     s.fake.fail("reset_failed a.service", NO_SUCH_UNIT, "Unit a.service not loaded.");
+    s.fake.not_linked.lock().unwrap().insert("a.service".into());
     s.fake.fail("disable a.service", NO_SUCH_UNIT, "Unit file a.service does not exist.");
     let reports = s.exec.reconcile(&BTreeMap::new()).await;
     assert_eq!(outcomes(&reports), ["UnloadUnit a.service Done", "ReloadUnitFiles - Done"]);
@@ -240,10 +241,32 @@ async fn unload_tolerates_a_unit_that_is_not_loaded() {
 async fn unload_fails_and_keeps_the_file_when_disable_fails() {
     let mut s = setup();
     s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    s.fake.not_linked.lock().unwrap().insert("a.service".into());
     s.fake.fail("disable a.service", "org.freedesktop.DBus.Error.AccessDenied", "denied");
     let reports = s.exec.reconcile(&BTreeMap::new()).await;
     assert!(reports[0].outcome.is_err());
     assert!(s.dir.join("a.service").exists(), "retried next reconcile");
+}
+
+/// An unload removes a plain unit's runtime link on disk (DisableUnitFiles scans every runtime link); a unit with
+/// `[Install]` (it may be enabled) or without a link of ours goes through systemd.
+#[tokio::test]
+async fn unload_unlinks_plain_units_and_disables_installed_or_unlinked_ones() {
+    let mut s = setup();
+    let installed = "[Service]\nExecStart=/bin/sleep 1\n\n[Install]\nWantedBy=multi-user.target\n";
+    let d = desired(&[
+        ("a.service", JobState::Loaded, V1, false),
+        ("b.service", JobState::Loaded, installed, true),
+        ("c.service", JobState::Loaded, V2, false),
+    ]);
+    s.exec.reconcile(&d).await;
+    s.fake.calls();
+    s.fake.not_linked.lock().unwrap().insert("c.service".into());
+    let reports = s.exec.reconcile(&BTreeMap::new()).await;
+    assert!(reports.iter().all(|r| r.outcome.is_ok()), "{:?}", outcomes(&reports));
+    let calls: Vec<String> =
+        s.fake.calls().into_iter().filter(|c| c.starts_with("unlink") || c.starts_with("disable")).collect();
+    assert_eq!(calls, ["unlink a.service", "disable b.service", "unlink c.service", "disable c.service"]);
 }
 
 #[tokio::test]
