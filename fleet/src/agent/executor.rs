@@ -5,7 +5,10 @@
 //!   removes the file again.
 //! * Stop = stop, wait for the job and for the unit to be inactive (its stop hooks have run).
 //! * Unload = Stop (unless this run stopped it) → remove the runtime link (on disk for a unit without
-//!   `[Install]`, else disable runtime) → reset-failed (a unit that is "not loaded" is fine) → delete the file.
+//!   `[Install]`, else disable runtime) → reset-failed of the batch's units systemd shows failed (a unit that is
+//!   "not loaded" is fine) → delete the file.
+//! * Stop and wait: a stop job that is done left its unit inactive or failed; after another result the unit's state
+//!   is waited for.
 //! * Reload = one daemon-reload, only when files or links changed, and never while one of the agent's own start
 //!   jobs is still running (then the reload and the starts after it wait for the next reconcile).
 //! * Start = start and wait for the job result (up to `start_wait`; a longer job is left running and tracked).
@@ -651,8 +654,11 @@ impl<S: SystemdOps> Executor<S> {
                 .collect()
                 .await
         };
+        let unloaded: Vec<&str> = names.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(n, _)| *n).collect();
+        let mut reset_errors = self.reset_failed_where_failed(&unloaded).await;
         let mut outcomes = Vec::with_capacity(names.len());
         for (name, result) in names.iter().zip(results) {
+            let result = result.and_then(|()| reset_errors.remove(*name).map_or(Ok(()), Err));
             outcomes.push(match result {
                 Ok(()) => {
                     self.pending_starts.remove(*name);
@@ -667,9 +673,31 @@ impl<S: SystemdOps> Executor<S> {
         outcomes
     }
 
+    /// Resets the units among `names` that systemd shows failed (one `ListUnitsByNames` instead of a
+    /// `ResetFailedUnit` per unit; every one of them when the states cannot be read). Returns the failures.
+    async fn reset_failed_where_failed(&self, names: &[&str]) -> BTreeMap<String, AgentError> {
+        if names.is_empty() {
+            return BTreeMap::new();
+        }
+        let owned: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let failed: Vec<String> = match self.systemd.states(&owned).await {
+            Ok(states) => states.into_iter().filter(|s| s.active_state == "failed").map(|s| s.name).collect(),
+            Err(e) => {
+                debug!(err = %e, "cannot read the states of unloaded units; resetting each");
+                owned
+            }
+        };
+        let results: Vec<Result<(), AgentError>> = stream::iter(&failed)
+            .map(|name| self.reset_failed_in_systemd(name))
+            .buffered(CONCURRENT_JOBS)
+            .collect()
+            .await;
+        failed.into_iter().zip(results).filter_map(|(name, r)| r.err().map(|e| (name, e))).collect()
+    }
+
     /// The systemd side of an unload: stop (and wait) unless `stopped` already in this run, remove the runtime
     /// link (for a unit without `[Install]`, whose file is `link`, on the file system when it is there; else
-    /// `DisableUnitFiles`, which also undoes an enablement), reset-failed.
+    /// `DisableUnitFiles`, which also undoes an enablement). Reset-failed follows for the batch.
     async fn unload_in_systemd(&self, name: &str, stopped: bool, link: Option<PathBuf>) -> Result<(), AgentError> {
         if !stopped {
             self.stop_and_wait(name).await?;
@@ -683,10 +711,10 @@ impl<S: SystemdOps> Executor<S> {
         };
         if unlinked {
             debug!(unit = %name, "removed the runtime link");
+            Ok(())
         } else {
-            self.disable_in_systemd(name).await?;
+            self.disable_in_systemd(name).await
         }
-        self.reset_failed_in_systemd(name).await
     }
 
     async fn disable_in_systemd(&self, name: &str) -> Result<(), AgentError> {
@@ -713,6 +741,12 @@ impl<S: SystemdOps> Executor<S> {
                 Err(e) if e.is_not_loaded() => return Ok(JobResult::Done),
                 Err(e) => return Err(AgentError::from(e)),
             };
+            // A stop job is done only once its unit is inactive or failed (its stop hooks have run); another
+            // result (canceled, say) says nothing about the unit, so then its state is waited for.
+            if result.is_done() {
+                info!(unit = %name, result = %result, "Stopped unit");
+                return Ok(result);
+            }
             let state = self.systemd.wait_inactive(name).await?;
             info!(unit = %name, result = %result, state = %state, "Stopped unit");
             Ok(result)

@@ -18,6 +18,8 @@ pub(crate) struct Fake {
     pub(crate) active: Mutex<BTreeMap<String, String>>,
     /// Units whose definition systemd already reads from disk (`file_is_current`); others need a daemon-reload.
     pub(crate) current_files: Mutex<BTreeSet<String>>,
+    /// Result of a unit's stop job (default done).
+    pub(crate) stop_results: Mutex<BTreeMap<String, JobResult>>,
     /// Units without a runtime link of theirs (`unlink_runtime` answers false).
     pub(crate) not_linked: Mutex<BTreeSet<String>>,
     /// Called at each `reload` (ReloadUnit) call, e.g. to look at what is published while the job runs.
@@ -59,7 +61,8 @@ impl SystemdOps for Fake {
     }
     fn stop(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
         let r = self.record("stop", name);
-        async move { r.map(|_| JobResult::Done) }
+        let result = self.stop_results.lock().unwrap().get(name).cloned().unwrap_or(JobResult::Done);
+        async move { r.map(|_| result) }
     }
     fn reload(&self, name: &str) -> impl Future<Output = crate::systemd::Result<JobResult>> + Send {
         let r = self.record("reload_unit", name);

@@ -206,7 +206,7 @@ async fn a_changed_unit_on_this_machine_is_replaced_in_one_pass() {
         ]
     );
     let calls = s.fake.calls();
-    let stop_done = calls.iter().position(|c| c == "wait_inactive a.service").unwrap();
+    let stop_done = calls.iter().position(|c| c == "stop a.service").unwrap();
     let start = calls.iter().position(|c| c == "start a.service").unwrap();
     assert!(stop_done < start, "{calls:?}");
     assert_eq!(done.markers, [Marker::Launched { unit: "a.service".into(), hash: hash(V2) }]);
