@@ -41,8 +41,10 @@ use crate::model::{JobState, UnitState};
 use crate::systemd::{JobResult, SystemdOps};
 
 /// Start, stop and unload jobs of one batch in flight at once. systemd runs jobs in parallel; issuing one and
-/// waiting for it before the next made a batch of hundreds of units take seconds per machine.
-pub const CONCURRENT_JOBS: usize = 32;
+/// waiting for it before the next made a batch of hundreds of units take seconds per machine, and 32 at a time
+/// kept PID 1's queue short enough that 333 stops took 2.6 s where `systemctl stop` of all took 1.5 s (1,000
+/// units on 3 machines: destroy 1.9–2.0× → 1.5–1.7× the floor with 256).
+pub const CONCURRENT_JOBS: usize = 256;
 /// At most this many changed unit files are checked one by one with systemd ([`daemon_reload_needed`]); more
 /// take one daemon-reload, which is then cheaper than the checks.
 pub const FRESH_CHECK_MAX: usize = 8;
