@@ -23,7 +23,7 @@ fn main() {
         .unwrap_or(0);
     fleet::fleetd::logging::init(verbosity);
     tracing::info!("Starting fleetd version {VERSION}");
-    limit_malloc_arenas();
+    fleet::fleetd::heap::limit_arenas();
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -36,18 +36,3 @@ fn main() {
         std::process::exit(1);
     }
 }
-
-/// glibc gives every thread that allocates its own malloc arena; fleetd's few threads allocate small, short-lived
-/// buffers, and per-thread arenas mostly hold freed memory that is never returned. One shared arena keeps the
-/// resident size near what is live (measured by the bench: fleetd RSS with 1,000 units).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn limit_malloc_arenas() {
-    // SAFETY: mallopt only sets an allocator tunable; called before the runtime starts any thread.
-    let applied = unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
-    if applied != 1 {
-        tracing::debug!("mallopt(M_ARENA_MAX) was refused; keeping glibc's default arenas");
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn limit_malloc_arenas() {}

@@ -4,6 +4,7 @@ pub mod args;
 pub mod components;
 pub mod config;
 pub mod handoff;
+pub mod heap;
 pub mod ini;
 pub mod logging;
 pub mod server;

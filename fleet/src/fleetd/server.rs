@@ -118,6 +118,7 @@ pub async fn run(config_path: Option<PathBuf>) -> Result<(), ServerError> {
     let (api_tls, api_tls_rx) = watch::channel(api_tls(&loaded.config)?);
     let api_stop = CancellationToken::new();
     let serving = tokio::spawn(crate::api::serve::serve_secured(listeners, api_rx, api_tls_rx, api_stop.clone()));
+    tokio::spawn(super::heap::trim_freed_memory(api_stop.clone()));
 
     let mut daemon = Daemon {
         config_path,

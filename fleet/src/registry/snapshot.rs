@@ -25,10 +25,15 @@ pub struct Snapshot {
     leader: Option<LeaderRecord>,
     units: Arc<BTreeMap<String, UnitRecord>>,
     bodies: Arc<BTreeMap<String, BodyRecord>>,
-    states: Arc<BTreeMap<String, BTreeMap<String, StateRecord>>>,
+    states: Arc<BTreeMap<String, PerMachine<StateRecord>>>,
     machines: Arc<BTreeMap<String, MachineRecord>>,
     rollouts: Arc<BTreeMap<String, RolloutRecord>>,
 }
+
+/// A unit's records per machine ID, in machine order. A unit is on one machine or a few (a global unit on every
+/// one), so a sorted vector: the smallest B-tree node holds 11 entries, ~1.4 KiB for one machine's state, which
+/// made the states of 1,000 units 1.6 MiB in every fleetd (massif).
+pub type PerMachine<V> = litemap::LiteMap<String, V>;
 
 /// The keys of one rollout under `P/rollouts/<id>/`; without a spec it is ignored.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -66,9 +71,9 @@ pub struct UnitRecord {
     /// Machine the engine scheduled the unit to.
     pub target: Option<String>,
     /// Machines whose agent started the unit → hash they started.
-    pub launched: BTreeMap<String, String>,
+    pub launched: PerMachine<String>,
     /// Machines whose agent restarted the unit for a rollout → that rollout's ID.
-    pub restarted: BTreeMap<String, String>,
+    pub restarted: PerMachine<String>,
 }
 
 impl UnitRecord {
@@ -179,7 +184,7 @@ impl Snapshot {
     }
 
     /// Published unit states: unit name → machine ID → state.
-    pub fn state_records(&self) -> &BTreeMap<String, BTreeMap<String, StateRecord>> {
+    pub fn state_records(&self) -> &BTreeMap<String, PerMachine<StateRecord>> {
         &self.states
     }
 

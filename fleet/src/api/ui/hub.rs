@@ -9,7 +9,7 @@
 //! its stream ends, and the browser's `EventSource` reconnects after [`RETRY_MS`] and starts again from a fresh
 //! board — so a slow page never grows fleetd's memory.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use futures::Stream;
 use serde::Serialize;
 use tokio::sync::{broadcast, watch};
 
-use super::board::{self, Recorded};
+use super::board::{self, Recorded, StateChange};
 use crate::model::now_ms;
 use crate::registry::Snapshot;
 
@@ -50,35 +50,72 @@ struct State {
     history: History,
 }
 
-/// Recent changes per unit, each ring at most `limit` long.
+/// Recent changes per unit, each ring at most `limit` long. Kept compact because every fleetd remembers them for
+/// every unit whether or not a page is open: the ring is keyed by the unit (not repeated in each entry), machine IDs
+/// are shared, and the text is one allocation (massif: 871 KiB for the changes of 1,000 started units before, as
+/// whole [`Recorded`] values).
 #[derive(Debug, Default)]
 pub struct History {
-    per_unit: HashMap<String, VecDeque<Recorded>>,
+    per_unit: HashMap<String, VecDeque<Entry>>,
+    machines: BTreeSet<Arc<str>>,
     limit: usize,
+}
+
+/// One remembered change, without its unit.
+#[derive(Debug)]
+struct Entry {
+    at_ms: u64,
+    machine: Option<Arc<str>>,
+    change: Box<str>,
 }
 
 impl History {
     pub fn new(limit: usize) -> History {
-        History { per_unit: HashMap::new(), limit }
+        History { per_unit: HashMap::new(), machines: BTreeSet::new(), limit }
     }
 
     /// Remembers `diff`'s changes at `at_ms` and forgets units that left the registry.
     pub fn record(&mut self, diff: &board::Diff, at_ms: u64) {
         for change in &diff.changes {
+            let machine = change.machine.as_deref().map(|m| self.machine(m));
             let ring = self.per_unit.entry(change.unit.clone()).or_default();
             if ring.len() == self.limit {
                 ring.pop_front();
             }
-            ring.push_back(Recorded { at_ms, change: change.clone() });
+            ring.push_back(Entry { at_ms, machine, change: change.change.as_str().into() });
         }
         for unit in &diff.gone {
             self.per_unit.remove(unit);
         }
+        if !diff.gone.is_empty() {
+            // Machines no entry names any more (e.g. every unit of a machine that left) are let go.
+            self.machines.retain(|m| Arc::strong_count(m) > 1);
+        }
+    }
+
+    /// The shared copy of a machine ID.
+    fn machine(&mut self, id: &str) -> Arc<str> {
+        if let Some(known) = self.machines.get(id) {
+            return known.clone();
+        }
+        let id: Arc<str> = id.into();
+        self.machines.insert(id.clone());
+        id
     }
 
     /// `unit`'s remembered changes, oldest first.
     pub fn of(&self, unit: &str) -> Vec<Recorded> {
-        self.per_unit.get(unit).map(|ring| ring.iter().cloned().collect()).unwrap_or_default()
+        let Some(ring) = self.per_unit.get(unit) else { return Vec::new() };
+        ring.iter()
+            .map(|e| Recorded {
+                at_ms: e.at_ms,
+                change: StateChange {
+                    unit: unit.to_string(),
+                    machine: e.machine.as_deref().map(str::to_string),
+                    change: e.change.to_string(),
+                },
+            })
+            .collect()
     }
 
     /// Entries held in all rings.
@@ -270,5 +307,24 @@ mod tests {
         history.record(&board::Diff { gone: vec!["a".into()], ..Default::default() }, 8);
         assert!(history.of("a").is_empty());
         assert_eq!(history.len(), 1);
+    }
+
+    #[test]
+    fn history_gives_back_each_change_as_recorded_and_lets_gone_machines_go() {
+        let mut history = History::new(4);
+        let on = |unit: &str, machine: Option<&str>, text: &str| board::StateChange {
+            unit: unit.into(),
+            machine: machine.map(Into::into),
+            change: text.into(),
+        };
+        let changes = vec![on("a", Some("m1"), "scheduled → active/running"), on("a", None, "destroyed")];
+        history.record(&board::Diff { changes: changes.clone(), ..Default::default() }, 42);
+        history.record(&board::Diff { changes: vec![on("b", Some("m1"), "x")], ..Default::default() }, 43);
+        let got = history.of("a");
+        assert_eq!(got.iter().map(|r| r.at_ms).collect::<Vec<_>>(), [42, 42]);
+        assert_eq!(got.into_iter().map(|r| r.change).collect::<Vec<_>>(), changes);
+        assert_eq!(history.machines.len(), 1, "one shared copy of m1");
+        history.record(&board::Diff { gone: vec!["a".into(), "b".into()], ..Default::default() }, 44);
+        assert!(history.machines.is_empty(), "no entry names m1 any more");
     }
 }
