@@ -770,14 +770,17 @@ impl<S: SystemdOps> Executor<S> {
             return Ok(Outcome::Deferred("own start jobs still running"));
         }
         if !self.reload_required && self.changed_files.len() <= FRESH_CHECK_MAX {
-            let mut current = BTreeMap::new();
-            for name in self.changed_files.iter().filter(|n| self.units.hashes().contains_key(*n)) {
-                let is_current = self.systemd.file_is_current(name).await.unwrap_or_else(|e| {
-                    debug!(unit = %name, err = %e, "cannot ask systemd whether it reads the unit file from disk");
-                    false
+            // The (at most FRESH_CHECK_MAX) checks run concurrently: they are on a rolling step's path.
+            let systemd = &self.systemd;
+            let checks =
+                self.changed_files.iter().filter(|n| self.units.hashes().contains_key(*n)).map(|name| async move {
+                    let is_current = systemd.file_is_current(name).await.unwrap_or_else(|e| {
+                        debug!(unit = %name, err = %e, "cannot ask systemd whether it reads the unit file from disk");
+                        false
+                    });
+                    (name.as_str(), is_current)
                 });
-                current.insert(name.as_str(), is_current);
-            }
+            let current: BTreeMap<&str, bool> = futures::future::join_all(checks).await.into_iter().collect();
             if !daemon_reload_needed(&self.changed_files, &current) {
                 info!(units = ?self.changed_files, "systemd already reads the changed unit files from disk: no daemon-reload");
                 self.clear_reload();
