@@ -21,8 +21,6 @@ pub const CHANGE_THRESHOLD: usize = 64 * 1024;
 /// What the allocator holds, in bytes (glibc's `mallinfo2`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HeapStats {
-    /// Bytes obtained from the kernel with `brk`/`sbrk` (the main arena) and by the other arenas.
-    pub arena: usize,
     /// Bytes in chunks handed out and not freed.
     pub in_use: usize,
     /// Bytes in free chunks.
@@ -59,7 +57,7 @@ pub fn limit_arenas() {}
 pub fn stats() -> Option<HeapStats> {
     // SAFETY: mallinfo2 only reads the allocator's bookkeeping (under its lock).
     let info = unsafe { libc::mallinfo2() };
-    Some(HeapStats { arena: info.arena, in_use: info.uordblks, free: info.fordblks, top_free: info.keepcost })
+    Some(HeapStats { in_use: info.uordblks, free: info.fordblks, top_free: info.keepcost })
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
@@ -104,7 +102,7 @@ mod tests {
     #[test]
     fn trims_only_free_memory_glibc_keeps_below_the_top() {
         let mib = 1024 * 1024;
-        let stats = |free, top_free| HeapStats { arena: 8 * mib, in_use: 2 * mib, free, top_free };
+        let stats = |free, top_free| HeapStats { in_use: 2 * mib, free, top_free };
         assert!(worth_trimming(stats(3 * mib, mib), None), "2 MiB free below the top is worth a trim");
         assert!(!worth_trimming(stats(3 * mib, 3 * mib), None), "free memory at the top is glibc's own to trim");
         assert!(!worth_trimming(stats(mib / 2, 0), None), "half a MiB is not worth the arena lock");
@@ -114,7 +112,7 @@ mod tests {
     #[test]
     fn an_unchanged_heap_is_not_trimmed_again() {
         let mib = 1024 * 1024;
-        let trimmed = HeapStats { arena: 8 * mib, in_use: 2 * mib, free: 3 * mib, top_free: 0 };
+        let trimmed = HeapStats { in_use: 2 * mib, free: 3 * mib, top_free: 0 };
         assert!(!worth_trimming(trimmed, Some(trimmed)), "nothing changed since the last trim");
         let idle = HeapStats { in_use: trimmed.in_use + 1024, free: trimmed.free - 1024, ..trimmed };
         assert!(!worth_trimming(idle, Some(trimmed)), "an idle fleetd's few allocations are no reason");
