@@ -74,6 +74,14 @@ pub struct Rollout {
     pub reason: String,
     #[serde(default)]
     pub steps: Vec<Step>,
+    /// The registry revision of its newest change (0 when the server does not say): pass it back as
+    /// `waitRevision` to wait for the next change (`GET /rollouts/<id>?waitRevision=N`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub revision: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// One stored version of a unit (`GET /fleet/v1/units/<name>/history`, an extension of this implementation).

@@ -200,7 +200,22 @@ pub fn rollout(r: &crate::rollout::Rollout) -> schema::Rollout {
         state: r.state(),
         reason: progress.reason,
         steps: progress.steps,
+        revision: 0,
     }
+}
+
+/// A rollout as stored, with the revision of its newest change; `None` while its spec is unreadable.
+pub fn stored_rollout(record: &crate::registry::RolloutRecord) -> Option<schema::Rollout> {
+    record.rollout().map(|r| schema::Rollout { revision: record.revision, ..rollout(&r) })
+}
+
+/// Every stored rollout, newest first (as [`crate::registry::Snapshot::rollouts`] orders them).
+pub fn stored_rollouts<'a>(
+    records: impl IntoIterator<Item = &'a crate::registry::RolloutRecord>,
+) -> Vec<schema::Rollout> {
+    let mut all: Vec<schema::Rollout> = records.into_iter().filter_map(stored_rollout).collect();
+    all.sort_by(|a, b| (b.created_ms, &b.id).cmp(&(a.created_ms, &a.id)));
+    all
 }
 
 /// The control a user's `action` leaves on `rollout` (`PATCH /rollouts/<id>`): refused once the rollout is final;

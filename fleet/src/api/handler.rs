@@ -87,7 +87,7 @@ impl ApiHandler for Api {
             Ok(Route::Metrics) => self.metrics(),
             Ok(Route::UnitHistory(name)) => self.unit_history(&name),
             Ok(Route::ListRollouts) => self.list_rollouts(),
-            Ok(Route::GetRollout(id)) => self.get_rollout(&id),
+            Ok(Route::GetRollout(id)) => self.get_rollout(&id, query.as_deref()).await,
             Ok(Route::PutRollout(id)) => self.put_rollout(&id, &request).await,
             Ok(Route::PatchRollout(id)) => self.patch_rollout(&id, &request).await,
             Ok(Route::Ui(rest)) => ui::respond(&self.ui, &rest, query.as_deref()),

@@ -1,11 +1,18 @@
 //! `/fleet/v1/rollouts` (an extension of this implementation, issue 12): start a rolling replace or restart
 //! (`PUT /rollouts/<id>`), list and show rollouts, and pause, resume or abort one (`PATCH /rollouts/<id>`). The
 //! decision is the pure [`wire::decide_rollout`]; the engine leader drives what is stored.
+//!
+//! `GET /rollouts/<id>?waitRevision=N[&waitMs=M]` is a change wait (as etcd v2's `?wait=true&waitIndex=`): it
+//! answers as soon as the rollout's `revision` is above `N` (or it is gone), else after `M` ms with the rollout as
+//! it is, so a client follows a rollout without polling.
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 
 use super::handler::{Api, internal};
+use super::query;
 use super::reply;
 use crate::registry::{RegistryError, RolloutBody};
 use crate::rollout::Control;
@@ -14,13 +21,26 @@ use crate::wire;
 
 impl Api {
     pub(super) fn list_rollouts(&self) -> Response<Bytes> {
-        let rollouts = self.snapshot().rollouts().iter().map(wire::rollout).collect();
+        let rollouts = wire::stored_rollouts(self.snapshot().rollout_records().values());
         reply::json(&schema::RolloutList { rollouts })
     }
 
-    pub(super) fn get_rollout(&self, id: &str) -> Response<Bytes> {
-        match self.snapshot().rollout_records().get(id).and_then(|r| r.rollout()) {
-            Some(r) => reply::json(&wire::rollout(&r)),
+    pub(super) async fn get_rollout(&self, id: &str, query: Option<&str>) -> Response<Bytes> {
+        let wait = match change_wait(query) {
+            Ok(wait) => wait,
+            Err(message) => return reply::error(StatusCode::BAD_REQUEST, &message),
+        };
+        if let Some(ChangeWait { after, limit }) = wait {
+            let what = format!("rollout {id:?} to change after revision {after}");
+            let changed = |s: &crate::registry::Snapshot| match s.rollout_records().get(id) {
+                Some(record) if record.revision <= after => None,
+                _ => Some(()),
+            };
+            // Running out of time is an answer too: the rollout as it is, for the client to wait again.
+            let _ = self.reflector.wait_for(limit, &what, changed).await;
+        }
+        match self.snapshot().rollout_records().get(id).and_then(wire::stored_rollout) {
+            Some(r) => reply::json(&r),
             None => reply::error(StatusCode::NOT_FOUND, "rollout does not exist"),
         }
     }
@@ -50,7 +70,7 @@ impl Api {
                 tracing::info!(rollout = %id, kind = ?plan.spec.kind, units = plan.spec.units.len(), "stored rollout");
                 self.settle(revision).await;
                 let stored = crate::rollout::Rollout { spec: plan.spec, control: Control::default(), progress: None };
-                let mut response = reply::json(&wire::rollout(&stored));
+                let mut response = reply::json(&schema::Rollout { revision, ..wire::rollout(&stored) });
                 *response.status_mut() = StatusCode::CREATED;
                 response
             }
@@ -83,5 +103,78 @@ impl Api {
             Err(RegistryError::RolloutNotFound { .. }) => reply::error(StatusCode::NOT_FOUND, "rollout does not exist"),
             Err(err) => internal("control rollout", &err),
         }
+    }
+}
+
+/// The longest a change wait holds a request; a longer `waitMs` is cut to it.
+pub const MAX_CHANGE_WAIT: Duration = Duration::from_secs(60);
+/// How long a change wait holds a request without `waitMs`.
+pub const DEFAULT_CHANGE_WAIT: Duration = Duration::from_secs(10);
+
+/// A change wait a `GET /rollouts/<id>` asks for: answer once the rollout's revision is above `after`, or after
+/// `limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangeWait {
+    pub after: i64,
+    pub limit: Duration,
+}
+
+/// The change wait in `query` (`waitRevision`, `waitMs`), `None` without `waitRevision`, or what is wrong with it.
+pub fn change_wait(query: Option<&str>) -> Result<Option<ChangeWait>, String> {
+    let pairs = query::pairs(query);
+    let one = |key: &str| -> Result<Option<u64>, String> {
+        let values: Vec<&str> = query::values(&pairs, key).collect();
+        match values[..] {
+            [] => Ok(None),
+            [text] => text
+                .parse::<u64>()
+                .map(Some)
+                .map_err(|_| format!("{key} must be a whole number of at least 0, got {text:?}")),
+            _ => Err(format!("{key} given {} times", values.len())),
+        }
+    };
+    let (revision, wait_ms) = (one("waitRevision")?, one("waitMs")?);
+    match (revision, wait_ms) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err("waitMs needs waitRevision (the revision of the rollout last seen)".to_string()),
+        (Some(after), wait_ms) => Ok(Some(ChangeWait {
+            after: i64::try_from(after).unwrap_or(i64::MAX),
+            limit: wait_ms.map_or(DEFAULT_CHANGE_WAIT, Duration::from_millis).min(MAX_CHANGE_WAIT),
+        })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_wait_is_asked_for_with_a_revision() {
+        assert_eq!(change_wait(None), Ok(None));
+        assert_eq!(change_wait(Some("alt=json")), Ok(None));
+        assert_eq!(
+            change_wait(Some("alt=json&waitRevision=41")),
+            Ok(Some(ChangeWait { after: 41, limit: DEFAULT_CHANGE_WAIT }))
+        );
+        assert_eq!(
+            change_wait(Some("waitRevision=7&waitMs=1500")),
+            Ok(Some(ChangeWait { after: 7, limit: Duration::from_millis(1500) }))
+        );
+        assert_eq!(
+            change_wait(Some("waitRevision=7&waitMs=86400000")),
+            Ok(Some(ChangeWait { after: 7, limit: MAX_CHANGE_WAIT }))
+        );
+    }
+
+    #[test]
+    fn a_malformed_change_wait_is_refused_by_name() {
+        let err = change_wait(Some("waitRevision=-1")).unwrap_err();
+        assert!(err.contains("waitRevision") && err.contains("\"-1\""), "{err}");
+        let err = change_wait(Some("waitRevision=3&waitMs=soon")).unwrap_err();
+        assert!(err.contains("waitMs") && err.contains("soon"), "{err}");
+        let err = change_wait(Some("waitMs=100")).unwrap_err();
+        assert!(err.contains("needs waitRevision"), "{err}");
+        let err = change_wait(Some("waitRevision=1&waitRevision=2")).unwrap_err();
+        assert!(err.contains("given 2 times"), "{err}");
     }
 }

@@ -11,7 +11,8 @@
 //! * After a replace or destroy, unreferenced unit bodies are garbage-collected (the original leaked them, L9).
 //! * Rollouts are decided as the API decides them ([`wire::decide_rollout`] over a whole-registry read, then
 //!   [`Registry::create_rollout`]; [`wire::decide_control`] then [`Registry::set_rollout_control`]) and shown as the
-//!   API shows them ([`wire::rollout`]). The engine leader of the cluster drives them as usual.
+//!   API shows them ([`wire::stored_rollout`]); a wait for a rollout's next change is one etcd watch of its keys.
+//!   The engine leader of the cluster drives them as usual.
 //!
 //! The trait is synchronous: the client owns one single-threaded tokio runtime and blocks on it per call. The etcd
 //! connection is established lazily by the first request, so an unreachable etcd surfaces as that command's error
@@ -226,14 +227,14 @@ impl Client for EtcdClient {
             let object = snapshot.unit_record(name).and_then(|r| r.object.as_ref());
             bodies.push(RolloutBody { unit, text, object_revision: *object_revision, object });
         }
-        self.run(self.registry.create_rollout(&plan.spec, &bodies))?;
+        let revision = self.run(self.registry.create_rollout(&plan.spec, &bodies))?;
         let stored = crate::rollout::Rollout { spec: plan.spec, control: Control::default(), progress: None };
-        Ok(wire::rollout(&stored))
+        Ok(Rollout { revision, ..wire::rollout(&stored) })
     }
 
     fn rollouts(&self) -> Result<Vec<Rollout>, ClientError> {
         let snapshot = self.run(self.registry.read_snapshot())?;
-        Ok(snapshot.rollouts().iter().map(wire::rollout).collect())
+        Ok(wire::stored_rollouts(snapshot.rollout_records().values()))
     }
 
     fn unit_history(&self, name: &str) -> Result<Option<UnitHistory>, ClientError> {
@@ -246,7 +247,15 @@ impl Client for EtcdClient {
 
     fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError> {
         let snapshot = self.run(self.registry.read_snapshot())?;
-        Ok(snapshot.rollout_records().get(id).and_then(|r| r.rollout()).map(|r| wire::rollout(&r)))
+        Ok(snapshot.rollout_records().get(id).and_then(wire::stored_rollout))
+    }
+
+    fn rollout_change(&self, id: &str, revision: i64, limit: Duration) -> Result<Option<Rollout>, ClientError> {
+        if crate::registry::check_component(crate::registry::Component::RolloutId, id).is_err() {
+            return Ok(None);
+        }
+        self.run(self.registry.wait_rollout_change(id, revision, limit))?;
+        self.rollout(id)
     }
 
     fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError> {

@@ -200,13 +200,13 @@ impl HttpClient {
         decode(&resp.body, &self.url(path, query).1)
     }
 
-    fn get_optional<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>, ClientError> {
-        let resp = self.send(http::Method::GET, path, &[], None)?;
+    fn get_optional<T: DeserializeOwned>(&self, path: &str, query: &[(&str, &str)]) -> Result<Option<T>, ClientError> {
+        let resp = self.send(http::Method::GET, path, query, None)?;
         if resp.status == 404 {
             return Ok(None);
         }
         let resp = self.check(resp)?;
-        decode(&resp.body, &self.url(path, &[]).1).map(Some)
+        decode(&resp.body, &self.url(path, query).1).map(Some)
     }
 
     fn put_unit(&self, unit: &Unit) -> Result<(), ClientError> {
@@ -287,7 +287,7 @@ impl Client for HttpClient {
     }
 
     fn unit(&self, name: &str) -> Result<Option<Unit>, ClientError> {
-        self.get_optional(&format!("/units/{}", escape_path(name)))
+        self.get_optional(&format!("/units/{}", escape_path(name)), &[])
     }
 
     fn create_unit(&self, unit: &Unit) -> Result<(), ClientError> {
@@ -334,7 +334,7 @@ impl Client for HttpClient {
     }
 
     fn unit_state(&self, name: &str) -> Result<Option<UnitState>, ClientError> {
-        self.get_optional(&format!("/state/{}", escape_path(name)))
+        self.get_optional(&format!("/state/{}", escape_path(name)), &[])
     }
 
     fn set_machine_metadata(&self, machine_id: &str, key: &str, value: &str) -> Result<(), ClientError> {
@@ -357,11 +357,19 @@ impl Client for HttpClient {
     }
 
     fn unit_history(&self, name: &str) -> Result<Option<UnitHistory>, ClientError> {
-        self.get_optional(&format!("/units/{}/history", escape_path(name)))
+        self.get_optional(&format!("/units/{}/history", escape_path(name)), &[])
     }
 
     fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError> {
-        self.get_optional(&format!("/rollouts/{}", escape_path(id)))
+        self.get_optional(&format!("/rollouts/{}", escape_path(id)), &[])
+    }
+
+    fn rollout_change(&self, id: &str, revision: i64, limit: Duration) -> Result<Option<Rollout>, ClientError> {
+        // The server's wait must end well inside the request timeout, which bounds the whole exchange.
+        let wait = self.timeout.map_or(limit, |t| limit.min(t.saturating_sub(t / 3)));
+        let (revision, wait_ms) = (revision.to_string(), wait.as_millis().to_string());
+        let query = [("waitRevision", revision.as_str()), ("waitMs", wait_ms.as_str())];
+        self.get_optional(&format!("/rollouts/{}", escape_path(id)), &query)
     }
 
     fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError> {

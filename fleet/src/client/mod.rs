@@ -56,6 +56,13 @@ pub trait Client: Send + Sync {
     fn unit_history(&self, name: &str) -> Result<Option<UnitHistory>, ClientError>;
     /// One rollout, or `None` when it does not exist (`GET /rollouts/<id>`).
     fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError>;
+    /// The rollout once it changed after `revision` (the [`Rollout::revision`] it was seen at), or as it is after
+    /// about `limit`; `None` when it does not exist (`GET /rollouts/<id>?waitRevision=`). A client that cannot wait
+    /// for a change answers at once, as [`Client::rollout`] does.
+    fn rollout_change(&self, id: &str, revision: i64, limit: Duration) -> Result<Option<Rollout>, ClientError> {
+        let _ = (revision, limit);
+        self.rollout(id)
+    }
     /// Pause, resume (`run`) or abort a rollout that is not final (`PATCH /rollouts/<id>`).
     fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError>;
     /// Many unit writes at once (`POST /units-batch`, an extension): one result per write, `put` then `destroy`,
@@ -114,6 +121,9 @@ impl<T: Client + ?Sized> Client for std::sync::Arc<T> {
     }
     fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError> {
         (**self).rollout(id)
+    }
+    fn rollout_change(&self, id: &str, revision: i64, limit: Duration) -> Result<Option<Rollout>, ClientError> {
+        (**self).rollout_change(id, revision, limit)
     }
     fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError> {
         (**self).control_rollout(id, action)

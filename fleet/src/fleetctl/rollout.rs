@@ -3,8 +3,9 @@
 //! `rollout-abort`.
 //!
 //! The cluster drives a rollout (the engine leader advances it, the agents follow it); fleetctl only creates one
-//! (`PUT /fleet/v1/rollouts/<id>`, all units in one request), shows and waits for one (polling `GET`), and sends a
-//! user's action (`PATCH`). So a fleetctl that is interrupted leaves the rollout going; `rollout-status` picks it up.
+//! (`PUT /fleet/v1/rollouts/<id>`, all units in one request), shows and waits for one (`GET` with a change wait,
+//! `?waitRevision=`, which the server answers when the rollout changes; polling a server without one), and sends
+//! a user's action (`PATCH`). So a fleetctl that is interrupted leaves the rollout going; `rollout-status` picks it up.
 //!
 //! Exit codes of the commands that wait ([`exit_code`]): 0 done, 1 error, 2 paused (a failed step, or paused by
 //! request), 3 rolled back, 4 aborted.
@@ -33,10 +34,17 @@ pub const EXIT_ABORTED: i32 = 4;
 /// up; about a minute at the 250 ms cadence failed polls keep, longer when requests time out.
 const MAX_FAILED_POLLS: u32 = 240;
 
-/// How often a rollout wait polls while the API answers. A step can take tens of milliseconds (one stop and one
-/// start), so the start/stop waits' 250 ms cadence (the original's, which `--block-attempts` counts in) would make
-/// the command outlast its rollout by up to a poll per step it sees.
+/// How often a rollout wait polls a server that cannot wait for a change (one without rollout revisions). A step
+/// can take tens of milliseconds (one stop and one start), so the start/stop waits' 250 ms cadence (the
+/// original's, which `--block-attempts` counts in) would make the command outlast its rollout by up to a poll per
+/// step it sees.
 const ROLLOUT_POLL: Duration = Duration::from_millis(50);
+
+/// How long one change wait may be held by the server (`waitMs`; the client keeps it inside `--request-timeout`):
+/// a rollout wait otherwise learns of each change as it is made, with one request per change.
+const CHANGE_WAIT: Duration = Duration::from_secs(10);
+/// The same while a progress line is drawn, whose elapsed time should tick.
+const CHANGE_WAIT_WITH_PROGRESS: Duration = Duration::from_secs(1);
 
 /// The exit code a rollout in `state` ends a wait with; `None` while it runs (keep waiting).
 pub fn exit_code(state: RolloutState) -> Option<i32> {
@@ -233,11 +241,25 @@ fn wait(ctx: &mut Ctx<'_>, mut rollout: Rollout) -> i32 {
             report_end(ctx, &rollout);
             return code;
         }
-        if !ctx.timing.interval.is_zero() {
-            let pause = if failed_polls == 0 { ROLLOUT_POLL.min(ctx.timing.interval) } else { ctx.timing.interval };
-            std::thread::sleep(pause);
-        }
-        match ctx.client.rollout(&rollout.id) {
+        let next = if failed_polls == 0 && rollout.revision > 0 {
+            // The server holds the request until the rollout changes (or the wait runs out).
+            let asked = std::time::Instant::now();
+            let limit = if ctx.progress { CHANGE_WAIT_WITH_PROGRESS } else { CHANGE_WAIT };
+            let next = ctx.client.rollout_change(&rollout.id, rollout.revision, limit);
+            let unchanged = matches!(&next, Ok(Some(now)) if now.revision == rollout.revision);
+            if unchanged && asked.elapsed() < ROLLOUT_POLL {
+                // Answered at once with nothing new: a server that does not hold requests; pace it as a poll.
+                std::thread::sleep(ROLLOUT_POLL.min(ctx.timing.interval));
+            }
+            next
+        } else {
+            if !ctx.timing.interval.is_zero() {
+                let pause = if failed_polls == 0 { ROLLOUT_POLL.min(ctx.timing.interval) } else { ctx.timing.interval };
+                std::thread::sleep(pause);
+            }
+            ctx.client.rollout(&rollout.id)
+        };
+        match next {
             Ok(Some(now)) => {
                 rollout = now;
                 failed_polls = 0;

@@ -33,6 +33,33 @@ pub const MAX_ROLLOUT_UNITS: usize = 40;
 const MAX_ROLLOUT_DELETES_PER_TXN: usize = 60;
 
 impl Registry {
+    /// Waits until a key of rollout `id` is written or deleted after revision `after`, or `limit` passes (one
+    /// etcd watch from `after + 1`; fleetctl's etcd driver follows a rollout with it). `Ok(true)` on a change,
+    /// `Ok(false)` when the time ran out; a compacted `after` counts as a change (the caller re-reads).
+    pub async fn wait_rollout_change(&self, id: &str, after: i64, limit: std::time::Duration) -> Result<bool> {
+        check_component(Component::RolloutId, id)?;
+        let dir = self.keys().rollout_dir(id);
+        let options = etcd_client::WatchOptions::new().with_prefix().with_start_revision(after.saturating_add(1));
+        let waiting = async {
+            // Dropping the stream cancels the watch.
+            let mut stream =
+                self.client().watch(dir.as_str(), Some(options)).await.map_err(RegistryError::etcd("watch", &dir))?;
+            let changed = loop {
+                match stream.message().await.map_err(RegistryError::etcd("watch", &dir))? {
+                    Some(resp) if resp.compact_revision() > 0 || resp.canceled() => break true,
+                    Some(resp) if !resp.events().is_empty() => break true,
+                    Some(_) => continue,
+                    None => break true,
+                }
+            };
+            Ok(changed)
+        };
+        match tokio::time::timeout(limit, waiting).await {
+            Ok(result) => result,
+            Err(_) => Ok(false),
+        }
+    }
+
     /// Stores a new rollout: its spec and control, and for a replace every unit's new version (object and body,
     /// the old hash kept as `previousHash`), all in one transaction that fails if the rollout exists or a unit
     /// changed since it was read. Returns the write's revision.

@@ -43,6 +43,10 @@ pub struct RolloutRecord {
     pub progress: Option<RolloutProgress>,
     /// Mod revision of the progress key (0 when absent): the engine's compare-and-swap guard.
     pub progress_revision: i64,
+    /// Mod revision of the newest write to any of its keys: it moves whenever what the API shows of the rollout
+    /// does, which is what a change wait (`GET /rollouts/<id>?waitRevision=`) compares. A rollout's keys are only
+    /// ever deleted all together, so a delete never needs to move it.
+    pub revision: i64,
 }
 
 impl RolloutRecord {
@@ -241,9 +245,9 @@ impl Snapshot {
     pub fn apply(&mut self, keys: &Keys, raw_key: &[u8], change: Change<'_>) {
         let Some(key) = keys.parse(raw_key) else { return };
         let full = || String::from_utf8_lossy(raw_key).into_owned();
-        let value = match change {
-            Change::Put { value, .. } => Some(value),
-            Change::Delete => None,
+        let (value, put_revision) = match change {
+            Change::Put { value, mod_revision, .. } => (Some(value), mod_revision),
+            Change::Delete => (None, 0),
         };
         let warn = |e: super::error::RegistryError| {
             tracing::warn!(error = %e, "ignoring undecodable registry value");
@@ -341,18 +345,15 @@ impl Snapshot {
                     None => u.restarted.remove(&machine),
                 };
             }),
-            Key::RolloutSpec { id } => self.update_rollout(id, |r| {
+            Key::RolloutSpec { id } => self.update_rollout(id, put_revision, |r| {
                 r.spec = value.and_then(|v| decode_json(&full(), "rollout spec", v).map_err(warn).ok())
             }),
-            Key::RolloutControl { id } => self.update_rollout(id, |r| {
+            Key::RolloutControl { id } => self.update_rollout(id, put_revision, |r| {
                 r.control = value.and_then(|v| decode_json(&full(), "rollout control", v).map_err(warn).ok())
             }),
-            Key::RolloutProgress { id } => self.update_rollout(id, |r| {
+            Key::RolloutProgress { id } => self.update_rollout(id, put_revision, |r| {
                 r.progress = value.and_then(|v| decode_json(&full(), "rollout progress", v).map_err(warn).ok());
-                r.progress_revision = match change {
-                    Change::Put { mod_revision, .. } => mod_revision,
-                    Change::Delete => 0,
-                };
+                r.progress_revision = put_revision;
             }),
             Key::MachineMetadata { machine, key } => self.update_machine(machine, |m| {
                 match value.map(|v| decode_text(&full(), "metadata value", v)) {
@@ -367,10 +368,11 @@ impl Snapshot {
         }
     }
 
-    fn update_rollout(&mut self, id: String, f: impl FnOnce(&mut RolloutRecord)) {
+    fn update_rollout(&mut self, id: String, put_revision: i64, f: impl FnOnce(&mut RolloutRecord)) {
         let rollouts = Arc::make_mut(&mut self.rollouts);
         let record = rollouts.entry(id.clone()).or_default();
         f(record);
+        record.revision = record.revision.max(put_revision);
         if record.is_empty() {
             rollouts.remove(&id);
         }

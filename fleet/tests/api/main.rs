@@ -343,3 +343,51 @@ async fn unit_batch_answers_each_write_as_its_single_request() {
     let get = batched.get("/fleet/v1/units-batch").await;
     assert_eq!(get.status, 405);
 }
+
+/// `GET /rollouts/<id>?waitRevision=N` (an extension): held until the rollout changes after revision N, answered
+/// with the rollout as it is when its `waitMs` runs out, refused by name when malformed.
+#[tokio::test]
+async fn a_rollout_change_wait_answers_when_the_rollout_changes() {
+    let s = Arc::new(Server::start(100).await);
+    let created = s.put_json("/fleet/v1/units/api.service", HELLO).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let started = s.put_json("/fleet/v1/rollouts/r1", r#"{"kind":"restart","units":[{"name":"api.service"}]}"#).await;
+    assert_eq!(started.status, 201, "{}", started.body);
+    let revision = started.json()["revision"].as_i64().expect("a created rollout carries its revision");
+    assert!(revision > 0, "{}", started.body);
+    let shown = s.get("/fleet/v1/rollouts/r1").await.json();
+    assert_eq!(shown["revision"].as_i64(), Some(revision), "GET shows the revision PUT answered: {shown}");
+    let listed = s.get("/fleet/v1/rollouts").await.json();
+    assert_eq!(listed["rollouts"][0]["revision"].as_i64(), Some(revision), "{listed}");
+
+    // Nothing changes: the wait runs out and answers with the rollout as it is.
+    let idle = s.get(&format!("/fleet/v1/rollouts/r1?waitRevision={revision}&waitMs=200")).await;
+    assert_eq!(idle.status, 200, "{}", idle.body);
+    assert_eq!((idle.json()["revision"].as_i64(), idle.json()["action"].as_str()), (Some(revision), Some("run")));
+
+    // A change while a wait is held answers it (whether the PATCH lands before or after the wait is registered).
+    let waiter = tokio::spawn({
+        let s = s.clone();
+        async move { s.get(&format!("/fleet/v1/rollouts/r1?waitRevision={revision}&waitMs=60000")).await }
+    });
+    let paused = s.request("PATCH", "/fleet/v1/rollouts/r1", &[], r#"{"action":"pause"}"#).await;
+    assert_eq!(paused.status, 204, "{}", paused.body);
+    let changed = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the change wait answered when the rollout changed, not at the end of its 60 s")
+        .unwrap();
+    assert_eq!(changed.status, 200, "{}", changed.body);
+    let changed = changed.json();
+    assert!(changed["revision"].as_i64().unwrap_or(0) > revision, "the answer shows the change: {changed}");
+    assert_eq!(changed["action"], "pause", "{changed}");
+
+    // An older revision than the rollout's answers at once.
+    let behind = s.get(&format!("/fleet/v1/rollouts/r1?waitRevision={revision}&waitMs=60000")).await;
+    assert_eq!(behind.json()["action"], "pause");
+
+    let bad = s.get("/fleet/v1/rollouts/r1?waitRevision=soon").await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("waitRevision") && bad.body.contains("soon"), "{}", bad.body);
+    let missing = s.get("/fleet/v1/rollouts/nope?waitRevision=1&waitMs=60000").await;
+    assert_eq!(missing.status, 404, "a rollout that does not exist is answered at once: {}", missing.body);
+}

@@ -1010,3 +1010,56 @@ async fn batched_unit_writes_use_few_transactions_and_report_each_unit() {
     let left = unit_names(&snap.unwrap());
     assert_eq!(left, ["new.service".to_string()].into_iter().collect(), "only the unit not destroyed is left");
 }
+
+/// A rollout's revision (the reflector's record) moves with each write of its keys, and
+/// `wait_rollout_change` (fleetctl's etcd driver following a rollout) ends on the next write after a revision,
+/// at once for a write it missed, and with `false` when nothing was written in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollouts_revision_moves_with_its_writes_and_a_change_wait_ends_on_the_next() {
+    use fleet::rollout::{Action, Control, OnFailure, RolloutKind, RolloutSpec, RolloutUnit};
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/rollout-change").await;
+    let refl = connected(&reg).await;
+    let v1 = version("[Service]\nExecStart=/bin/true\n");
+    reg.create_unit(&put("db.service", &v1, JobState::Launched)).await.unwrap();
+    let unit = RolloutUnit { name: "db.service".into(), from: v1.hash.clone(), to: v1.hash.clone() };
+    let spec = RolloutSpec {
+        id: "r1".into(),
+        kind: RolloutKind::Restart,
+        units: vec![unit],
+        max_unavailable: 1,
+        min_healthy_ms: 0,
+        health_timeout_ms: 1000,
+        on_failure: OnFailure::Pause,
+        created_ms: 1,
+    };
+    let created = reg.create_rollout(&spec, &[]).await.unwrap();
+    let snap = refl.wait_for_revision(created, WAIT).await.unwrap();
+    assert_eq!(snap.rollout_records()["r1"].revision, created, "the revision is the creating write's");
+
+    assert!(
+        !reg.wait_rollout_change("r1", created, Duration::from_millis(200)).await.unwrap(),
+        "nothing written: the wait runs out"
+    );
+    let waiter = tokio::spawn({
+        let reg = reg.clone();
+        async move { reg.wait_rollout_change("r1", created, Duration::from_secs(60)).await }
+    });
+    let paused = reg.set_rollout_control("r1", &Control { action: Action::Pause, resumes: 0 }).await.unwrap();
+    let changed = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the wait ended on the control write, not after its 60 s")
+        .unwrap()
+        .unwrap();
+    assert!(changed, "the wait reports the write");
+    assert!(
+        reg.wait_rollout_change("r1", created, Duration::from_secs(60)).await.unwrap(),
+        "a write after the revision given, made before the wait began, ends it at once"
+    );
+    let snap = refl.wait_for_revision(paused, WAIT).await.unwrap();
+    assert_eq!(snap.rollout_records()["r1"].revision, paused, "the control write moved the revision");
+    assert!(matches!(
+        reg.wait_rollout_change("no such/id", 0, Duration::from_secs(60)).await,
+        Err(RegistryError::InvalidComponent(_))
+    ));
+}

@@ -527,6 +527,7 @@ fn the_status_table_shows_machines_like_list_units() {
             step("8363165e6276f500b71169eca9b3f76b", crate::rollout::Phase::Failed, "boom"),
             step("d91d98fca203da3cb89fb5c100ed0823", crate::rollout::Phase::Pending, ""),
         ],
+        revision: 0,
     };
     assert_eq!(
         render_status(&rollout, &machines, false, true),
@@ -588,6 +589,7 @@ fn a_wait_goes_on_while_the_engine_has_not_taken_up_a_resume_or_an_abort() {
         state,
         reason: String::new(),
         steps: phases.iter().map(|p| step(*p)).collect(),
+        revision: 0,
     };
     use Action::{Abort, Pause, Run};
     use Phase::{Failed, Pending, Updating};
