@@ -61,6 +61,9 @@ pub struct Memory {
     pub sim_rss_kib_per_machine: f64,
     pub sim_peak_rss_mib: f64,
     pub etcd_rss_mib: f64,
+    /// The real fleetd on the one real machine (its API, its registry view of every unit, state and machine;
+    /// no engine, no units of its own), settled after the idle window.
+    pub fleetd_rss_mib: f64,
 }
 
 /// The engine's passes during the start.
@@ -297,6 +300,7 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
         sim_rss_kib_per_machine: (b.sim.1 as f64 / machines as f64).round(),
         sim_peak_rss_mib: (b.sim.2 as f64 / 1024.0 * 10.0).round() / 10.0,
         etcd_rss_mib: (b.etcd.rss_kib as f64 / 1024.0 * 10.0).round() / 10.0,
+        fleetd_rss_mib: 0.0,
     };
     if cell.all_active_s.is_none() {
         ctx.finish().await;
@@ -311,6 +315,10 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
     let b = sample(&etcd_addr, &etcd_name, &pids).await?;
     cell.idle_etcd = etcd_window(&a, &b);
     cell.idle_sim_cpu_pct = sim_cpu_pct(&a, &b, t_idle.elapsed());
+    if let Some(real) = ctx.machine_names().first() {
+        let fleetd = procs::sample_fleetd(real).await?;
+        cell.memory.fleetd_rss_mib = (fleetd.rss_kib as f64 / 1024.0 * 10.0).round() / 10.0;
+    }
 
     cell.machines_lost = sims.events().lost.len();
     if cell.procs >= 2 {

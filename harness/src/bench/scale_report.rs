@@ -30,7 +30,7 @@ pub fn table(cells: &[ScaleCell]) -> String {
     s.push_str(
         "| machines | units | registered s | start cmd s | half / all active s | engine passes, mean / max ms | \
          etcd req/s, writes/s (start) | watch events (/s) | units per machine | sim RSS MiB (KiB/machine) | \
-         etcd RSS MiB | idle: sim CPU %, etcd CPU %, etcd writes/s, req/s | 10 % leave: units moved, all active again s (TTL) |\n",
+         etcd / real fleetd RSS MiB | idle: sim CPU %, etcd CPU %, etcd writes/s, req/s | 10 % leave: units moved, all active again s (TTL) |\n",
     );
     s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for c in cells {
@@ -52,7 +52,7 @@ pub fn table(cells: &[ScaleCell]) -> String {
         );
         let _ = writeln!(
             s,
-            "| {} | {} | {:.1} | {:.2} | {} / {} | {}, {:.1} / {:.1} | {:.0}, {:.0} | {:.0} ({:.0}) | {}–{} | {:.0} ({:.0}) | {:.0} | {:.1}, {:.1}, {:.1}, {:.0} | {leave} |",
+            "| {} | {} | {:.1} | {:.2} | {} / {} | {}, {:.1} / {:.1} | {:.0}, {:.0} | {:.0} ({:.0}) | {}–{} | {:.0} ({:.0}) | {:.0} / {:.1} | {:.1}, {:.1}, {:.1}, {:.0} | {leave} |",
             c.machines,
             c.units,
             c.register_s,
@@ -71,6 +71,7 @@ pub fn table(cells: &[ScaleCell]) -> String {
             c.memory.sim_rss_mib,
             c.memory.sim_rss_kib_per_machine,
             c.memory.etcd_rss_mib,
+            c.memory.fleetd_rss_mib,
             c.idle_sim_cpu_pct,
             c.idle_etcd.cpu_pct,
             c.idle_etcd.writes_per_s,
@@ -230,6 +231,16 @@ pub fn charts(cells: &[ScaleCell]) -> Vec<(String, String)> {
             ),
         ),
         (
+            "scale-fleetd-memory.svg".to_string(),
+            line_chart(
+                "the real fleetd's memory (API and registry view, no engine)",
+                "simulated machines",
+                "RSS, MiB",
+                &xs,
+                &series(&|c| (done(c) && c.memory.fleetd_rss_mib > 0.0).then_some(c.memory.fleetd_rss_mib)),
+            ),
+        ),
+        (
             "scale-leave.svg".to_string(),
             line_chart(
                 "10 % of the machines leave at once",
@@ -257,7 +268,8 @@ mod tests {
        "idle_etcd":{"window_s":10.0,"requests_per_s":34.0,"writes_per_s":0.0,"watch_events":0.0,
                     "watch_events_per_s":0.0,"lease_keepalives_per_s":30.0,"cpu_pct":1.5},
        "idle_sim_cpu_pct":2.0,
-       "memory":{"sim_rss_mib":300.0,"sim_rss_kib_per_machine":3072.0,"sim_peak_rss_mib":320.0,"etcd_rss_mib":80.0},
+       "memory":{"sim_rss_mib":300.0,"sim_rss_kib_per_machine":3072.0,"sim_peak_rss_mib":320.0,"etcd_rss_mib":80.0,
+                 "fleetd_rss_mib":9.4},
        "leave":{"machines_left":10,"units_moved":100,"all_active_again_s":12.5,"ttl_s":10},"error":null},
       {"machines":300,"units":1000,"procs":10,"register_s":6.0,"command_s":0.5,"first_active_s":2.0,
        "half_active_s":4.0,"all_active_s":6.5,"last_active":1000,"polls":60,
@@ -290,9 +302,9 @@ mod tests {
         assert_eq!(rows.len(), 5, "{t}");
         assert_eq!(
             rows[2],
-            "| 100 | 1000 | 2.0 | 0.50 | 1.50 / 2.25 | 4, 120.0 / 300.0 | 900, 800 | 200000 (80000) | 10–10 | 300 (3072) | 80 | 2.0, 1.5, 0.0, 34 | 10 machines, 100 units, 12.50 (10 s) |"
+            "| 100 | 1000 | 2.0 | 0.50 | 1.50 / 2.25 | 4, 120.0 / 300.0 | 900, 800 | 200000 (80000) | 10–10 | 300 (3072) | 80 / 9.4 | 2.0, 1.5, 0.0, 34 | 10 machines, 100 units, 12.50 (10 s) |"
         );
-        assert!(rows[3].ends_with("| 3–4 | 900 (3072) | 90 | 5.0, 3.0, 0.0, 100 | — |"), "{}", rows[3]);
+        assert!(rows[3].ends_with("| 3–4 | 900 (3072) | 90 / 0.0 | 5.0, 3.0, 0.0, 100 | — |"), "{}", rows[3]);
         assert_eq!(rows[4], "| 1000 | 1000 | 412 of 1000 units active after 300s |||||||||||");
     }
 
@@ -301,7 +313,16 @@ mod tests {
         let cells = cells_from_json(REPORT).unwrap();
         let charts = charts(&cells);
         let names: Vec<&str> = charts.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["scale-all-active.svg", "scale-etcd.svg", "scale-memory.svg", "scale-leave.svg"]);
+        assert_eq!(
+            names,
+            [
+                "scale-all-active.svg",
+                "scale-etcd.svg",
+                "scale-memory.svg",
+                "scale-fleetd-memory.svg",
+                "scale-leave.svg"
+            ]
+        );
         let active = &charts[0].1;
         assert!(active.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""), "{active}");
         assert!(active.ends_with("</svg>\n"));
@@ -316,7 +337,9 @@ mod tests {
             active.contains(">1000</text>") && active.contains(">10</text>") && active.contains(">1000 units</text>")
         );
         assert_eq!(active.matches("<circle").count(), 2, "the timed-out cell has no point");
-        let leave = &charts[3].1;
+        let fleetd = &charts[3].1;
+        assert_eq!(fleetd.matches("<circle").count(), 1, "only the cell that measured its fleetd: {fleetd}");
+        let leave = &charts[4].1;
         assert_eq!(leave.matches("<circle").count(), 1, "{leave}");
         assert!(line_chart("a<b", "x", "y", &[1], &[]).contains(">a&lt;b</text>"));
     }
