@@ -5,12 +5,11 @@
 //! connect error`) instead of going to a live member, so a leased write, a lease keep-alive or a watch re-open
 //! fails at random for as long as the member is down — long enough to lose a presence lease of a few seconds.
 //!
-//! [`spawn`] starts one task that probes every endpoint on its own single-endpoint connection (etcd's `Status`
-//! RPC with the request timeout: answered, and the member knows a leader) every [`PROBE_INTERVAL`], and removes a
-//! member that fails from the shared client and adds it back once it answers again (additions first, so the
-//! balancer is never empty in between). [`decide`] is the pure rule:
-//! never remove the last member in the balancer (with every member failing the balancer is left as it is, so
-//! requests still reach whichever comes back first).
+//! [`spawn`] starts one task that probes every endpoint on its own single-endpoint connection (etcd's `Status` RPC with
+//! the request timeout: answered, and the member knows a leader) every [`PROBE_INTERVAL`], and removes a member that
+//! fails from the registry's clients (requests and watch) and adds it back once it answers again (additions first, so
+//! the balancer is never empty in between). [`decide`] is the pure rule: never remove the last member in the balancer
+//! (with every member failing the balancer is left as it is, so requests still reach whichever comes back first).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -43,14 +42,14 @@ pub fn decide(all: &[String], in_balancer: &BTreeSet<String>, healthy: &BTreeSet
 /// Starts the health task for `client` over `endpoints` (a no-op for a single endpoint: nothing to balance).
 /// `probe_options` are the client's own connect options (TLS, credentials, timeouts). The task ends with the
 /// runtime.
-pub fn spawn(client: etcd_client::Client, endpoints: Vec<String>, probe_options: etcd_client::ConnectOptions) {
+pub fn spawn(clients: Vec<etcd_client::Client>, endpoints: Vec<String>, probe_options: etcd_client::ConnectOptions) {
     if endpoints.len() < 2 {
         return;
     }
-    tokio::spawn(run(client, endpoints, probe_options));
+    tokio::spawn(run(clients, endpoints, probe_options));
 }
 
-async fn run(client: etcd_client::Client, endpoints: Vec<String>, options: etcd_client::ConnectOptions) {
+async fn run(clients: Vec<etcd_client::Client>, endpoints: Vec<String>, options: etcd_client::ConnectOptions) {
     let mut probes: Vec<Option<etcd_client::Client>> = endpoints.iter().map(|_| None).collect();
     let mut in_balancer: BTreeSet<String> = endpoints.iter().cloned().collect();
     let mut ticker = tokio::time::interval(PROBE_INTERVAL);
@@ -74,21 +73,23 @@ async fn run(client: etcd_client::Client, endpoints: Vec<String>, options: etcd_
         }
         let changes = decide(&endpoints, &in_balancer, &healthy);
         for endpoint in changes.add {
-            match client.add_endpoint(&endpoint).await {
-                Ok(()) => {
+            let added = futures::future::join_all(clients.iter().map(|c| c.add_endpoint(&endpoint))).await;
+            match added.into_iter().find_map(Result::err) {
+                None => {
                     tracing::info!(endpoint = %endpoint, "etcd member answers again; back in use");
                     in_balancer.insert(endpoint);
                 }
-                Err(e) => tracing::warn!(endpoint = %endpoint, error = %e, "cannot add etcd endpoint"),
+                Some(e) => tracing::warn!(endpoint = %endpoint, error = %e, "cannot add etcd endpoint"),
             }
         }
         for endpoint in changes.remove {
-            match client.remove_endpoint(&endpoint).await {
-                Ok(()) => {
+            let removed = futures::future::join_all(clients.iter().map(|c| c.remove_endpoint(&endpoint))).await;
+            match removed.into_iter().find_map(Result::err) {
+                None => {
                     tracing::warn!(endpoint = %endpoint, "etcd member unreachable; requests go to the other members");
                     in_balancer.remove(&endpoint);
                 }
-                Err(e) => tracing::warn!(endpoint = %endpoint, error = %e, "cannot remove etcd endpoint"),
+                Some(e) => tracing::warn!(endpoint = %endpoint, error = %e, "cannot remove etcd endpoint"),
             }
         }
     }

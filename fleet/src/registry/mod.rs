@@ -130,10 +130,12 @@ fn etcd_tls(files: &crate::tls::ClientFiles) -> Result<etcd_client::TlsOptions> 
     Ok(options)
 }
 
-/// Handle for typed registry writes and one-shot reads. Cheap to clone; all clones share one connection.
+/// Handle for typed registry writes and one-shot reads. Cheap to clone; all clones share one connection for
+/// requests and leases, and one of its own for the reflector's watch (see [`Registry::watch_connection`]).
 #[derive(Clone)]
 pub struct Registry {
     client: etcd_client::Client,
+    watch_client: etcd_client::Client,
     keys: Keys,
 }
 
@@ -160,16 +162,26 @@ impl Registry {
         if config.endpoints.iter().any(|e| e.starts_with("https://")) {
             options = options.with_tls(etcd_tls(&config.tls)?);
         }
-        let client = etcd_client::Client::connect(&config.endpoints, Some(options.clone()))
-            .await
-            .map_err(RegistryError::etcd("connect", config.endpoints.join(",")))?;
-        endpoints::spawn(client.clone(), config.endpoints.clone(), options);
-        Ok(Registry::new(client, Keys::new(&config.prefix)))
+        let connect = || async {
+            etcd_client::Client::connect(&config.endpoints, Some(options.clone()))
+                .await
+                .map_err(RegistryError::etcd("connect", config.endpoints.join(",")))
+        };
+        let (client, watch_client) = (connect().await?, connect().await?);
+        endpoints::spawn(vec![client.clone(), watch_client.clone()], config.endpoints.clone(), options);
+        Ok(Registry { client, watch_client, keys: Keys::new(&config.prefix) })
     }
 
-    /// A registry over an existing client.
+    /// A registry over an existing client (its watches share that client's connection).
     pub fn new(client: etcd_client::Client, keys: Keys) -> Registry {
-        Registry { client, keys }
+        Registry { watch_client: client.clone(), client, keys }
+    }
+
+    /// The client the reflector watches through: a connection of its own, so that a backlog of watch events for
+    /// a machine that reads them slowly does not hold up its lease keep-alives and writes queued on the same
+    /// connection (mass lease loss in the scale bench, 1,000 machines: docs/scale.md).
+    pub fn watch_connection(&self) -> etcd_client::Client {
+        self.watch_client.clone()
     }
 
     /// The key layout in use.

@@ -226,7 +226,7 @@ async fn list_and_watch(
     let prefix = keys.prefix();
     // No prev_kv: a delete event carries its key, and the snapshot already holds the previous value.
     let options = WatchOptions::new().with_prefix().with_start_revision(revision + 1);
-    let mut watcher = registry.client().watch_client().max_decoding_message_size(super::MAX_MESSAGE);
+    let mut watcher = registry.watch_connection().watch_client().max_decoding_message_size(super::MAX_MESSAGE);
     let mut stream = match watcher.watch(prefix, Some(options)).await {
         Ok(s) => s,
         Err(e) => return End::Failed(format!("watch {prefix}: {e}")),
