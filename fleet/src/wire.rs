@@ -209,13 +209,11 @@ pub fn stored_rollout(record: &crate::registry::RolloutRecord) -> Option<schema:
     record.rollout().map(|r| schema::Rollout { revision: record.revision, ..rollout(&r) })
 }
 
-/// Every stored rollout, newest first (as [`crate::registry::Snapshot::rollouts`] orders them).
-pub fn stored_rollouts<'a>(
-    records: impl IntoIterator<Item = &'a crate::registry::RolloutRecord>,
-) -> Vec<schema::Rollout> {
-    let mut all: Vec<schema::Rollout> = records.into_iter().filter_map(stored_rollout).collect();
-    all.sort_by(|a, b| (b.created_ms, &b.id).cmp(&(a.created_ms, &a.id)));
-    all
+/// Every stored rollout as the API lists it: [`crate::registry::Snapshot::rollouts`]'s order (newest first), each
+/// with its revision.
+pub fn stored_rollouts(snapshot: &crate::registry::Snapshot) -> Vec<schema::Rollout> {
+    let revision = |id: &str| snapshot.rollout_records().get(id).map_or(0, |r| r.revision);
+    snapshot.rollouts().iter().map(|r| schema::Rollout { revision: revision(&r.spec.id), ..rollout(r) }).collect()
 }
 
 /// The control a user's `action` leaves on `rollout` (`PATCH /rollouts/<id>`): refused once the rollout is final;

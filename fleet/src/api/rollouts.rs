@@ -21,7 +21,7 @@ use crate::wire;
 
 impl Api {
     pub(super) fn list_rollouts(&self) -> Response<Bytes> {
-        let rollouts = wire::stored_rollouts(self.snapshot().rollout_records().values());
+        let rollouts = wire::stored_rollouts(&self.snapshot());
         reply::json(&schema::RolloutList { rollouts })
     }
 

@@ -234,7 +234,7 @@ impl Client for EtcdClient {
 
     fn rollouts(&self) -> Result<Vec<Rollout>, ClientError> {
         let snapshot = self.run(self.registry.read_snapshot())?;
-        Ok(wire::stored_rollouts(snapshot.rollout_records().values()))
+        Ok(wire::stored_rollouts(&snapshot))
     }
 
     fn unit_history(&self, name: &str) -> Result<Option<UnitHistory>, ClientError> {
