@@ -13,7 +13,7 @@ use fleet::agent::executor::{Executor, ExecutorConfig, Outcome, markers};
 use fleet::agent::plan::{Desired, Update};
 use fleet::agent::units_dir::UnitsDir;
 use fleet::model::JobState;
-use fleet::systemd::{Bus, JobResult, Systemd, UnitChange};
+use fleet::systemd::{Bus, Definition, JobResult, Systemd, UnitChange};
 use fleet::unit::UnitHash;
 
 const DIR: &str = "/run/fleet/units";
@@ -21,6 +21,8 @@ const DIR: &str = "/run/fleet/units";
 const V1: &str = "[Service]\nExecStart=/bin/sleep 1000\nExecStopPost=/bin/sh -c 'sleep 1; date +%%s.%%N > /tmp/stop-post; touch /tmp/fleetSyncReplaceFile'\n";
 const V2: &str = "[Service]\nExecStartPre=/bin/sh -c 'test -f /tmp/fleetSyncReplaceFile && date +%%s.%%N > /tmp/start-pre'\nExecStart=/bin/sleep 1000\n";
 const FAILING: &str = "[Service]\nType=oneshot\nExecStart=/bin/false\n";
+const MANY_V1: &str = "[Service]\nExecStart=/bin/sleep 1001\n";
+const MANY_V2: &str = "[Service]\nExecStart=/bin/sleep 1002\n";
 const INSTALL: &str = "[Service]\nExecStart=/bin/sleep 1000\n\n[Install]\nWantedBy=multi-user.target\n";
 
 fn check(ok: bool, what: &str, detail: impl std::fmt::Display) {
@@ -176,7 +178,57 @@ async fn main() {
         systemd.states(&["replace-sync.service".to_string(), "install.service".to_string()]).await.expect("states");
     check(st.iter().all(|s| s.active_state == "inactive"), "all inactive", format!("{st:?}"));
 
-    // 5. Notifications arrived for our units.
+    // 5. New and unloaded plain units need no daemon-reload: systemd reads a new file when it first loads the
+    //    unit and forgets a stopped, unlinked one. A loaded unit whose file changes on disk does need one.
+    let many: Vec<String> = (0..40).map(|i| format!("many-{i}.service")).collect();
+    let launch: Vec<(&str, JobState, &str, bool)> =
+        many.iter().map(|n| (n.as_str(), JobState::Launched, MANY_V1, false)).collect();
+    let reports = exec.reconcile(&desired(&launch)).await;
+    let reload = reports.iter().find(|r| r.planned.task.kind() == "ReloadUnitFiles").map(|r| &r.outcome);
+    check(
+        matches!(reload, Some(Ok(Outcome::Skipped(_)))),
+        "40 new units start without a daemon-reload",
+        format!("{reload:?}"),
+    );
+    let st = systemd.states(&many).await.expect("states");
+    check(st.iter().all(|s| s.active_state == "active"), "the 40 new units run", format!("{:?}", st.first()));
+    let loaded = systemd.definitions(&many[..1]).await.expect("definitions");
+    check(
+        loaded[0].1 == Definition::Loaded { stale: false },
+        "a new unit's definition is its file",
+        format!("{loaded:?}"),
+    );
+    std::fs::write(format!("{DIR}/many-0.service"), MANY_V2).expect("rewrite many-0");
+    let stale = systemd.definitions(&many[..1]).await.expect("definitions");
+    check(
+        stale[0].1 == Definition::Loaded { stale: true },
+        "a file changed under a loaded unit is stale",
+        format!("{stale:?}"),
+    );
+    std::fs::write(format!("{DIR}/many-0.service"), MANY_V1).expect("restore many-0");
+    let reports = exec.reconcile(&BTreeMap::new()).await;
+    check(reports.iter().all(|r| r.outcome.is_ok()), "unload the 40", format!("{} tasks", reports.len()));
+    let reload = reports.iter().find(|r| r.planned.task.kind() == "ReloadUnitFiles").map(|r| &r.outcome);
+    let listed = sh("systemctl list-units --all --no-legend 'many-*' | wc -l");
+    let gone = systemd.definitions(&many).await.expect("definitions");
+    check(
+        listed == "0" && gone.iter().all(|(_, d)| *d == Definition::NotFound),
+        "unloaded units are gone from systemd",
+        format!("listed {listed}, reload {reload:?}, first {:?}", gone.first()),
+    );
+    check(
+        matches!(reload, Some(Ok(Outcome::Skipped(_)))),
+        "the unload of the 40 takes no daemon-reload",
+        format!("{reload:?}"),
+    );
+    let again = desired(&[("many-0.service", JobState::Launched, MANY_V2, false)]);
+    let reports = exec.reconcile(&again).await;
+    check(reports.iter().all(|r| r.outcome.is_ok()), "load many-0 again, changed", format!("{} tasks", reports.len()));
+    let exec_start = sh("systemctl show -p ExecStart --value many-0.service");
+    check(exec_start.contains("1002"), "systemd runs the new file of a unit loaded again", &exec_start);
+    exec.purge(Duration::from_secs(30)).await;
+
+    // 6. Notifications arrived for our units.
     let mut seen = std::collections::BTreeSet::new();
     while let Ok(Some(c)) = tokio::time::timeout(Duration::from_millis(200), changes.recv()).await {
         match c {

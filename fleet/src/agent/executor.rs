@@ -9,8 +9,10 @@
 //!   "not loaded" is fine) → delete the file.
 //! * Stop and wait: a stop job that is done left its unit inactive or failed; after another result the unit's state
 //!   is waited for.
-//! * Reload = one daemon-reload, only when files or links changed, and never while one of the agent's own start
-//!   jobs is still running (then the reload and the starts after it wait for the next reconcile).
+//! * Reload = one daemon-reload, only when files or links changed and systemd does not already match them (each
+//!   changed unit asked, see [`crate::systemd::Definition::matches_disk`]: new and unloaded units need none), and never while one of
+//!   the agent's own start jobs is still running (then the reload and the starts after it wait for the next
+//!   reconcile).
 //! * Start = start and wait for the job result (up to `start_wait`; a longer job is left running and tracked).
 //! * Update = overwrite a loaded unit's file with the new version, no stop (a replace without restart); the
 //!   version the unit runs stays the one it was started with until it is started again.
@@ -45,20 +47,6 @@ use crate::systemd::{JobResult, SystemdOps};
 /// kept PID 1's queue short enough that 333 stops took 2.6 s where `systemctl stop` of all took 1.5 s (1,000
 /// units on 3 machines: destroy 1.9–2.0× → 1.5–1.7× the floor with 256).
 pub const CONCURRENT_JOBS: usize = 256;
-/// At most this many changed unit files are checked one by one with systemd ([`daemon_reload_needed`]); more
-/// take one daemon-reload, which is then cheaper than the checks.
-pub const FRESH_CHECK_MAX: usize = 8;
-
-/// Whether the unit files changed since the last daemon-reload (`changed`) need one: not when systemd already
-/// reads every one of them from disk (`current`: unit → systemd's definition is its file, asked only of units
-/// that still have a file). A unit whose file was removed (absent from `current`) or that systemd still holds in
-/// an older version needs it. systemd reads a unit file when it loads the unit, so a replaced unit that systemd
-/// dropped after its stop (or a new one) is read fresh without a reload — the common case of a replace, where a
-/// daemon-reload costs more than the stop and start together.
-pub fn daemon_reload_needed(changed: &BTreeSet<String>, current: &BTreeMap<&str, bool>) -> bool {
-    changed.iter().any(|name| current.get(name.as_str()) != Some(&true))
-}
-
 /// Whether the unit file at `path` has an `[Install]` section (it may have been enabled, not only linked); a file
 /// that cannot be read or parsed counts as having one, so its unload asks systemd.
 fn has_install_section(path: &std::path::Path) -> bool {
@@ -172,7 +160,7 @@ pub struct Executor<S> {
     /// Files or links changed since the last daemon-reload.
     reload_needed: bool,
     /// The units whose files or links changed since the last daemon-reload; if systemd already reads each of
-    /// them from disk (see [`daemon_reload_needed`]), the reload is skipped.
+    /// them from disk (see [`crate::systemd::Definition::matches_disk`]), the reload is skipped.
     changed_files: BTreeSet<String>,
     /// A change that always needs a daemon-reload (an `[Install]` unit enabled, a failed enable cleaned up).
     reload_required: bool,
@@ -766,31 +754,44 @@ impl<S: SystemdOps> Executor<S> {
         if !self.reload_needed {
             return Ok(Outcome::Skipped("no unit file changed"));
         }
+        if !self.reload_required {
+            match self.unit_needing_reload().await {
+                None => {
+                    info!(
+                        units = self.changed_files.len(),
+                        "systemd already matches every changed unit file: no daemon-reload"
+                    );
+                    self.clear_reload();
+                    return Ok(Outcome::Skipped("systemd already matches the changed unit files"));
+                }
+                Some(why) => debug!(%why, "a daemon-reload is needed"),
+            }
+        }
         if self.starts_running().await {
             return Ok(Outcome::Deferred("own start jobs still running"));
-        }
-        if !self.reload_required && self.changed_files.len() <= FRESH_CHECK_MAX {
-            // The (at most FRESH_CHECK_MAX) checks run concurrently: they are on a rolling step's path.
-            let systemd = &self.systemd;
-            let checks =
-                self.changed_files.iter().filter(|n| self.units.hashes().contains_key(*n)).map(|name| async move {
-                    let is_current = systemd.file_is_current(name).await.unwrap_or_else(|e| {
-                        debug!(unit = %name, err = %e, "cannot ask systemd whether it reads the unit file from disk");
-                        false
-                    });
-                    (name.as_str(), is_current)
-                });
-            let current: BTreeMap<&str, bool> = futures::future::join_all(checks).await.into_iter().collect();
-            if !daemon_reload_needed(&self.changed_files, &current) {
-                info!(units = ?self.changed_files, "systemd already reads the changed unit files from disk: no daemon-reload");
-                self.clear_reload();
-                return Ok(Outcome::Skipped("systemd already reads the changed unit files"));
-            }
         }
         info!("Instructing systemd to reload units");
         self.systemd.daemon_reload().await?;
         self.clear_reload();
         Ok(Outcome::Done)
+    }
+
+    /// Asks systemd what it holds of each changed unit ([`crate::systemd::Definition::matches_disk`]) and says
+    /// which is the first that needs a daemon-reload, and why. Not knowing counts as needing one.
+    async fn unit_needing_reload(&self) -> Option<String> {
+        let names: Vec<String> = self.changed_files.iter().cloned().collect();
+        let definitions = match self.systemd.definitions(&names).await {
+            Ok(d) => d,
+            Err(e) => return Some(format!("cannot ask systemd ({e})")),
+        };
+        let hashes = self.units.hashes();
+        definitions.into_iter().find_map(|(name, definition)| {
+            let has_file = hashes.contains_key(&name);
+            (!definition.matches_disk(has_file)).then(|| {
+                let file = if has_file { "its file is there" } else { "its file is gone" };
+                format!("{name}: systemd holds {definition:?} and {file}")
+            })
+        })
     }
 
     fn clear_reload(&mut self) {

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::systemd::{FileChange, JobResult, SystemdError, SystemdOps, UnitChanges, UnitStatus};
+use crate::systemd::{Definition, FileChange, JobResult, SystemdError, SystemdOps, UnitChanges, UnitStatus};
 
 #[derive(Default)]
 pub(crate) struct Fake {
@@ -16,8 +16,11 @@ pub(crate) struct Fake {
     pub(crate) start_delay: Mutex<Option<Duration>>,
     /// Active state reported by `states`.
     pub(crate) active: Mutex<BTreeMap<String, String>>,
-    /// Units whose definition systemd already reads from disk (`file_is_current`); others need a daemon-reload.
+    /// Units whose definition systemd already reads from disk (`definitions`: loaded, not stale); the others are
+    /// loaded in an older version and need a daemon-reload.
     pub(crate) current_files: Mutex<BTreeSet<String>>,
+    /// Units systemd holds nothing of (`definitions`: not found), e.g. garbage-collected after their unload.
+    pub(crate) forgotten: Mutex<BTreeSet<String>>,
     /// Result of a unit's stop job (default done).
     pub(crate) stop_results: Mutex<BTreeMap<String, JobResult>>,
     /// Units without a runtime link of theirs (`unlink_runtime` answers false).
@@ -113,9 +116,23 @@ impl SystemdOps for Fake {
             .collect();
         async move { Ok(out) }
     }
-    fn file_is_current(&self, name: &str) -> impl Future<Output = crate::systemd::Result<bool>> + Send {
-        let current = self.current_files.lock().unwrap().contains(name);
-        async move { Ok(current) }
+    fn definitions(
+        &self,
+        names: &[String],
+    ) -> impl Future<Output = crate::systemd::Result<Vec<(String, Definition)>>> + Send {
+        let (forgotten, current) = (self.forgotten.lock().unwrap(), self.current_files.lock().unwrap());
+        let definitions = names
+            .iter()
+            .map(|name| {
+                let definition = if forgotten.contains(name) {
+                    Definition::NotFound
+                } else {
+                    Definition::Loaded { stale: !current.contains(name) }
+                };
+                (name.clone(), definition)
+            })
+            .collect();
+        async move { Ok(definitions) }
     }
     fn changes(&self) -> UnitChanges {
         // No signals: a closed channel (the publisher then works on its resync period only).
@@ -160,8 +177,11 @@ impl SystemdOps for Arc<Fake> {
     fn states(&self, names: &[String]) -> impl Future<Output = crate::systemd::Result<Vec<UnitStatus>>> + Send {
         self.as_ref().states(names)
     }
-    fn file_is_current(&self, name: &str) -> impl Future<Output = crate::systemd::Result<bool>> + Send {
-        self.as_ref().file_is_current(name)
+    fn definitions(
+        &self,
+        names: &[String],
+    ) -> impl Future<Output = crate::systemd::Result<Vec<(String, Definition)>>> + Send {
+        self.as_ref().definitions(names)
     }
     fn changes(&self) -> UnitChanges {
         self.as_ref().changes()

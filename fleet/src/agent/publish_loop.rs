@@ -19,18 +19,20 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::debug::DebugHandle;
-use super::publisher::{PublishOp, Publisher, counts_restarts, restart_counts_to_read, unit_states};
+use super::publisher::{PublishOp, Publisher, counts_restarts, restart_counts_to_read, states_to_read, unit_states};
 use crate::model::UnitState;
 use crate::registry::{MAX_STATE_WRITES_PER_TXN, Registry, Snapshot, StateRecord, StateWrite, txn_batches};
-use crate::systemd::{SystemdOps, UnitChange, UnitChanges};
+use crate::systemd::{SystemdOps, UnitChange, UnitChanges, UnitStatus};
 
 /// Delay before repeating failed registry writes or a failed systemd read.
 pub const RETRY: Duration = Duration::from_secs(1);
 /// Registry writes in flight at once.
 const WRITERS: usize = 8;
 
-/// The restart counters (`NRestarts`) last read per service, and which to read again.
-struct RestartCounters {
+/// What was last read from systemd — each loaded unit's state, and the restart counters (`NRestarts`) per
+/// service — and what to read again: the units named in change notifications since (`changed`), or all.
+struct Reads {
+    statuses: BTreeMap<String, UnitStatus>,
     known: BTreeMap<String, u32>,
     changed: BTreeSet<String>,
     all: bool,
@@ -66,9 +68,10 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
         let mut dirty = true;
         let mut dbus_open = true;
         let mut resync = interval_at(Instant::now() + self.period, self.period);
-        // Restart counters: read again for the units named in change notifications since the last read (all of
-        // them at the start, after missed notifications and on resync), kept otherwise.
-        let mut counters = RestartCounters { known: BTreeMap::new(), changed: BTreeSet::new(), all: true };
+        // States and restart counters: read again for the units named in change notifications since the last read
+        // (all of them at the start, after missed notifications and on resync), kept otherwise.
+        let mut counters =
+            Reads { statuses: BTreeMap::new(), known: BTreeMap::new(), changed: BTreeSet::new(), all: true };
         loop {
             if dirty {
                 dirty = false;
@@ -117,7 +120,7 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
 
     /// Takes the change notifications already queued (the read that follows covers them), noting which units
     /// changed for their restart counters.
-    fn drain_changes(&mut self, counters: &mut RestartCounters) {
+    fn drain_changes(&mut self, counters: &mut Reads) {
         while let Some(Some(change)) = self.changes.recv().now_or_never() {
             match change {
                 UnitChange::Unit(name) => {
@@ -128,22 +131,25 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
         }
     }
 
-    /// Reads the loaded units' states (and the restart counters of the services that changed) and writes what
-    /// changed. False if anything failed.
-    async fn publish_current(&mut self, counters: &mut RestartCounters) -> bool {
+    /// Reads the states of the loaded units that changed (all of them when `counters.all`) and the restart
+    /// counters of the services that changed, and writes what changed. False if anything failed.
+    async fn publish_current(&mut self, counters: &mut Reads) -> bool {
         let hashes = self.loaded.borrow_and_update().clone();
-        let names: Vec<String> = hashes.keys().cloned().collect();
-        let statuses = match self.systemd.states(&names).await {
+        let names = states_to_read(&hashes, &counters.statuses, &counters.changed, counters.all);
+        let read = match self.systemd.states(&names).await {
             Ok(s) => s,
             Err(e) => {
                 warn!(err = %e, units = names.len(), "cannot read unit states from systemd");
                 return false;
             }
         };
+        counters.statuses.retain(|name, _| hashes.contains_key(name));
+        counters.statuses.extend(read.into_iter().map(|s| (s.name.clone(), s)));
+        let statuses: Vec<UnitStatus> = counters.statuses.values().cloned().collect();
         let read = restart_counts_to_read(&statuses, &counters.changed, counters.all, &counters.known);
         counters.changed.clear();
         counters.all = false;
-        counters.known.retain(|name, _| statuses.iter().any(|s| &s.name == name && counts_restarts(s)));
+        counters.known.retain(|name, _| counters.statuses.get(name).is_some_and(counts_restarts));
         for name in &read {
             counters.known.remove(name);
         }
@@ -151,7 +157,7 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
         let now = unit_states(self.machine, &statuses, &hashes, &counters.known);
         let ops = self.publisher.changes(&now);
         let ok = self.write(ops).await;
-        self.debug.set_subscribed(names);
+        self.debug.set_subscribed(hashes.into_keys());
         ok
     }
 

@@ -54,6 +54,20 @@ pub fn unit_states(
         .collect()
 }
 
+/// The loaded units (`loaded`: unit → hash) whose systemd state must be read now: every one when `all` (at the
+/// start, after missed notifications, on resync), else those named in change notifications since the last read
+/// (`changed`) and those with no state read yet (`seen`). The others keep the state read last: systemd announces
+/// every change of a unit, and reading all of hundreds of units at every notification kept PID 1 busy while it
+/// was starting them.
+pub fn states_to_read(
+    loaded: &BTreeMap<String, String>,
+    seen: &BTreeMap<String, UnitStatus>,
+    changed: &BTreeSet<String>,
+    all: bool,
+) -> Vec<String> {
+    loaded.keys().filter(|name| all || changed.contains(*name) || !seen.contains_key(*name)).cloned().collect()
+}
+
 /// Whether the unit's restart counter (`NRestarts`) is published with its state: a loaded service that is active or
 /// on its way there (a restart by systemd passes through `activating`).
 pub fn counts_restarts(s: &UnitStatus) -> bool {
@@ -213,6 +227,18 @@ mod tests {
 
     fn map(states: &[UnitState]) -> BTreeMap<String, UnitState> {
         states.iter().map(|s| (s.name.clone(), s.clone())).collect()
+    }
+
+    #[test]
+    fn only_changed_and_unread_units_are_read_again_unless_all() {
+        let loaded: BTreeMap<String, String> =
+            [("a.service", "h1"), ("b.service", "h2"), ("c.service", "h3")].map(|(n, h)| (n.into(), h.into())).into();
+        let seen: BTreeMap<String, UnitStatus> =
+            ["a.service", "b.service", "gone.service"].map(|n| (n.to_string(), status(n, "loaded", "active"))).into();
+        let changed: BTreeSet<String> = ["b.service".to_string(), "gone.service".to_string()].into();
+        assert_eq!(states_to_read(&loaded, &seen, &changed, false), ["b.service", "c.service"], "b changed, c unread");
+        assert_eq!(states_to_read(&loaded, &seen, &BTreeSet::new(), false), ["c.service"]);
+        assert_eq!(states_to_read(&loaded, &seen, &BTreeSet::new(), true), ["a.service", "b.service", "c.service"]);
     }
 
     #[test]

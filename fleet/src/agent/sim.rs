@@ -5,13 +5,13 @@
 //! * `link_runtime`/`enable_runtime` record the runtime link (and the `[Install]` enablement) of a unit file and
 //!   report the symlinks made (none when they were already there); nothing is loaded yet.
 //! * A unit is **loaded** (its file read from disk, the definition kept) when it is first referenced: by
-//!   `states` (`ListUnitsByNames` loads units), `start`, or `file_is_current` (`LoadUnit`); it is then
+//!   `states` (`ListUnitsByNames` loads units), `start`, or `definitions` (`ListUnitsByNames` too); it is then
 //!   `loaded`/`inactive`/`dead`. A unit without a file is `not-found`/`inactive`/`dead`.
 //! * `start` → `activating`/`start` → `active`/`running`, job `done`; a unit whose `ExecStart=` is `/bin/false`
 //!   (or `/usr/bin/false`) ends `failed`/`failed` with job `failed`. `stop` → `deactivating` → `inactive`/`dead`,
 //!   after which the definition is dropped (systemd garbage-collects an inactive unit nothing references; the next
 //!   reference reads the file again). `start`/`stop`/`reload` of a unit with no file: `NoSuchUnit`.
-//! * A loaded unit whose file changed on disk needs a daemon-reload (`file_is_current` false); `daemon_reload`
+//! * A loaded unit whose file changed on disk needs a daemon-reload (`definitions`: stale); `daemon_reload`
 //!   re-reads every loaded unit's file, and forgets inactive units whose file and link are gone (a running unit
 //!   whose file vanished stays running, `not-found`).
 //! * Every state change is announced on [`SystemdOps::changes`] (as `PropertiesChanged` would be).
@@ -31,7 +31,9 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
-use crate::systemd::{Event, FileChange, JobResult, NO_SUCH_UNIT, SystemdError, SystemdOps, UnitChanges, UnitStatus};
+use crate::systemd::{
+    Definition, Event, FileChange, JobResult, NO_SUCH_UNIT, SystemdError, SystemdOps, UnitChanges, UnitStatus,
+};
 
 /// Where systemd keeps runtime links (what `LinkUnitFiles(runtime=true)` reports).
 const RUNTIME_DIR: &str = "/run/systemd/system";
@@ -211,6 +213,16 @@ impl SimSystemd {
         }
     }
 
+    /// systemd garbage-collects an inactive unit it holds no definition of once nothing links it either.
+    fn forget_if_unreferenced(units: &mut BTreeMap<String, SimUnit>, name: &str) {
+        if units
+            .get(name)
+            .is_some_and(|u| u.active == Active::Inactive && u.definition.is_none() && u.link.is_none() && !u.enabled)
+        {
+            units.remove(name);
+        }
+    }
+
     async fn job(&self, call: &'static str, name: &str, job: Job) -> crate::systemd::Result<JobResult> {
         let step = {
             let mut units = self.lock();
@@ -369,6 +381,7 @@ impl SystemdOps for SimSystemd {
                         destination: String::new(),
                     });
                 }
+                Self::forget_if_unreferenced(&mut units, name);
             }
             changes
         };
@@ -379,7 +392,11 @@ impl SystemdOps for SimSystemd {
         let removed = {
             let mut units = self.lock();
             match units.get_mut(name) {
-                Some(unit) if !unit.enabled && unit.link.as_deref() == Some(target) => unit.link.take().is_some(),
+                Some(unit) if !unit.enabled && unit.link.as_deref() == Some(target) => {
+                    unit.link = None;
+                    Self::forget_if_unreferenced(&mut units, name);
+                    true
+                }
                 _ => false,
             }
         };
@@ -459,16 +476,27 @@ impl SystemdOps for SimSystemd {
         async move { Ok(out) }
     }
 
-    fn file_is_current(&self, name: &str) -> impl Future<Output = crate::systemd::Result<bool>> + Send {
-        let current = {
+    fn definitions(
+        &self,
+        names: &[String],
+    ) -> impl Future<Output = crate::systemd::Result<Vec<(String, Definition)>>> + Send {
+        let definitions = {
             let mut units = self.lock();
-            Self::ensure_loaded(&mut units, name)
-                && units.get(name).is_some_and(|u| {
-                    let on_disk = u.link.as_ref().and_then(|p| std::fs::read_to_string(p).ok());
-                    on_disk.is_some() && on_disk == u.definition
+            names
+                .iter()
+                .map(|name| {
+                    let definition = if Self::ensure_loaded(&mut units, name) {
+                        let unit = units.get(name).expect("loaded above");
+                        let on_disk = unit.link.as_ref().and_then(|p| std::fs::read_to_string(p).ok());
+                        Definition::Loaded { stale: on_disk.is_none() || on_disk != unit.definition }
+                    } else {
+                        Definition::NotFound
+                    };
+                    (name.clone(), definition)
                 })
+                .collect()
         };
-        async move { Ok(current) }
+        async move { Ok(definitions) }
     }
 
     fn changes(&self) -> UnitChanges {

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use tokio::sync::broadcast;
+use futures::StreamExt;
+use tokio::sync::{Semaphore, SemaphorePermit, broadcast};
 use tracing::{debug, warn};
 use zbus::proxy::CacheProperties;
 use zbus::{Connection, OwnedObjectPath};
@@ -14,7 +15,7 @@ use zbus::{Connection, OwnedObjectPath};
 use super::error::{Result, SystemdError};
 use super::events::{Event, Events, UnitChanges};
 use super::proxies::{FileChangeTuple, JobProxy, ManagerProxy, ServiceProxy, UnitProxy};
-use super::types::{Bus, FileChange, JobResult, UnitStatus};
+use super::types::{Bus, Definition, FileChange, JobResult, UnitStatus};
 
 const SYSTEMD: &str = "org.freedesktop.systemd1";
 
@@ -32,7 +33,14 @@ pub struct Systemd {
     events: Arc<Events>,
     /// Where `LinkUnitFiles(runtime=true)` puts its links, when known (see [`Systemd::unlink_runtime`]).
     runtime_dir: Option<PathBuf>,
+    /// Slots for operations awaiting systemd's reply on this connection ([`CALL_SLOTS`]).
+    calls: Arc<Semaphore>,
 }
+
+/// Operations awaiting a reply on one connection at once, each with at most two calls in flight. dbus-daemon
+/// refuses a connection's 129th pending call (`max_replies_per_connection`, 128 by default: `LimitsExceeded`),
+/// and the agent runs hundreds of operations concurrently (a start of 333 units hit it).
+pub const CALL_SLOTS: usize = 48;
 
 impl Systemd {
     /// Connect to the system bus (or the session bus for `Bus::User`) and subscribe to systemd's signals.
@@ -65,14 +73,16 @@ impl Systemd {
             }
         }
         let events = Events::start(&conn, &manager).await?;
-        Ok(Systemd { conn, manager, events, runtime_dir: None })
+        Ok(Systemd { conn, manager, events, runtime_dir: None, calls: Arc::new(Semaphore::new(CALL_SLOTS)) })
     }
 
     /// `StartUnit(name, "replace")` and wait for the job's result.
     pub async fn start(&self, name: &str) -> Result<JobResult> {
         let mut removed = self.events.subscribe();
+        let slot = self.call_slot().await;
         let job =
             self.manager.start_unit(name, "replace").await.map_err(|e| SystemdError::call("StartUnit", name, e))?;
+        drop(slot);
         debug!(unit = %name, job = %job.as_str(), "start job queued");
         self.wait_job(&mut removed, &job, name).await
     }
@@ -80,8 +90,10 @@ impl Systemd {
     /// `ReloadUnit(name, "replace")` (= `systemctl reload`, runs `ExecReload=`) and wait for the job's result.
     pub async fn reload(&self, name: &str) -> Result<JobResult> {
         let mut removed = self.events.subscribe();
+        let slot = self.call_slot().await;
         let job =
             self.manager.reload_unit(name, "replace").await.map_err(|e| SystemdError::call("ReloadUnit", name, e))?;
+        drop(slot);
         debug!(unit = %name, job = %job.as_str(), "reload job queued");
         self.wait_job(&mut removed, &job, name).await
     }
@@ -90,13 +102,16 @@ impl Systemd {
     /// `is_not_loaded()` is true.
     pub async fn stop(&self, name: &str) -> Result<JobResult> {
         let mut removed = self.events.subscribe();
+        let slot = self.call_slot().await;
         let job = self.manager.stop_unit(name, "replace").await.map_err(|e| SystemdError::call("StopUnit", name, e))?;
+        drop(slot);
         debug!(unit = %name, job = %job.as_str(), "stop job queued");
         self.wait_job(&mut removed, &job, name).await
     }
 
     /// Wait until the unit is `inactive` or `failed` (or not loaded at all); returns the active state seen.
     pub async fn wait_inactive(&self, name: &str) -> Result<String> {
+        let slot = self.call_slot().await;
         let path = match self.manager.get_unit(name).await {
             Ok(path) => path,
             Err(e) => {
@@ -106,9 +121,13 @@ impl Systemd {
         };
         // Subscribe first, then read: a change between the two cannot be missed.
         let mut changes = self.events.subscribe();
+        drop(slot);
         let unit = self.unit_proxy(path, name).await?;
         loop {
-            let state = match unit.active_state().await {
+            let slot = self.call_slot().await;
+            let state = unit.active_state().await;
+            drop(slot);
+            let state = match state {
                 Ok(state) => state,
                 Err(e) => {
                     let e = SystemdError::call("Get(ActiveState)", name, e);
@@ -131,8 +150,45 @@ impl Systemd {
         }
     }
 
-    /// `LinkUnitFiles([path], runtime=true, force=true)`: shows as `linked-runtime`.
+    /// Links the unit file at `path` as a runtime unit (shows as `linked-runtime`): what `LinkUnitFiles([path],
+    /// runtime=true, force=true)` does — a symlink `<runtime dir>/<file name>` → `path`, replacing whatever was
+    /// there — made on the file system when the runtime directory is known. Each `LinkUnitFiles` call costs PID 1
+    /// a scan of the unit directories, which with hundreds of units linked made a start of 333 of them spend
+    /// seconds of PID 1's time on links alone; systemd finds the new link when it next loads the unit. Without a
+    /// known runtime directory, `LinkUnitFiles` does it. Reports the symlink made (none when it was there).
     pub async fn link_runtime(&self, path: &Path) -> Result<Vec<FileChange>> {
+        let (Some(dir), Some(name)) = (&self.runtime_dir, path.file_name()) else {
+            return self.link_runtime_by_systemd(path).await;
+        };
+        let link = dir.join(name);
+        let fail = |call: &'static str, e: std::io::Error| SystemdError::Call {
+            call,
+            target: link.display().to_string(),
+            name: String::new(),
+            message: e.to_string(),
+        };
+        if std::fs::read_link(&link).is_ok_and(|points_to| points_to == path) {
+            return Ok(Vec::new());
+        }
+        std::fs::create_dir_all(dir).map_err(|e| fail("mkdir", e))?;
+        // A new link under a temporary name, renamed over the old entry: systemd never sees the name missing.
+        let temporary = dir.join(format!(".#{}.fleet-link", name.to_string_lossy()));
+        let _ = std::fs::remove_file(&temporary);
+        std::os::unix::fs::symlink(path, &temporary).map_err(|e| fail("symlink", e))?;
+        if let Err(e) = std::fs::rename(&temporary, &link) {
+            let _ = std::fs::remove_file(&temporary);
+            return Err(fail("rename", e));
+        }
+        Ok(vec![FileChange {
+            kind: "symlink".into(),
+            file: link.display().to_string(),
+            destination: path.display().to_string(),
+        }])
+    }
+
+    /// `LinkUnitFiles([path], runtime=true, force=true)`.
+    async fn link_runtime_by_systemd(&self, path: &Path) -> Result<Vec<FileChange>> {
+        let _slot = self.call_slot().await;
         let p = path.to_string_lossy();
         let changes = self
             .manager
@@ -144,6 +200,7 @@ impl Systemd {
 
     /// `EnableUnitFiles([path], runtime=true, force=true)`, for units with an `[Install]` section (spec §4.6).
     pub async fn enable_runtime(&self, path: &Path) -> Result<Vec<FileChange>> {
+        let _slot = self.call_slot().await;
         let p = path.to_string_lossy();
         let (_, changes) = self
             .manager
@@ -155,6 +212,7 @@ impl Systemd {
 
     /// `DisableUnitFiles([name], runtime=true)`: removes the runtime link and any runtime enablement.
     pub async fn disable_runtime(&self, name: &str) -> Result<Vec<FileChange>> {
+        let _slot = self.call_slot().await;
         let changes = self
             .manager
             .disable_unit_files(&[name], true)
@@ -186,6 +244,7 @@ impl Systemd {
 
     /// `ResetFailedUnit(name)`; "not loaded" (the unit is already gone) counts as success (spec B8).
     pub async fn reset_failed(&self, name: &str) -> Result<()> {
+        let _slot = self.call_slot().await;
         match self.manager.reset_failed_unit(name).await {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -202,6 +261,7 @@ impl Systemd {
 
     /// `Reload()` (= `systemctl daemon-reload`); returns once systemd has reloaded.
     pub async fn daemon_reload(&self) -> Result<()> {
+        let _slot = self.call_slot().await;
         self.manager.reload().await.map_err(|e| SystemdError::call("Reload", SYSTEMD, e))
     }
 
@@ -212,6 +272,7 @@ impl Systemd {
             return Ok(Vec::new());
         }
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let _slot = self.call_slot().await;
         let listed = self
             .manager
             .list_units_by_names(&refs)
@@ -230,39 +291,75 @@ impl Systemd {
 
     /// Result of the unit's service (`Result` of org.freedesktop.systemd1.Service), e.g. `success`, `exit-code`.
     pub async fn service_result(&self, name: &str) -> Result<String> {
+        let _slot = self.call_slot().await;
         let path = self.manager.load_unit(name).await.map_err(|e| SystemdError::call("LoadUnit", name, e))?;
         let service = self.service_proxy(path, name).await?;
         service.result().await.map_err(|e| SystemdError::call("Get(Result)", name, e))
     }
 
-    /// Whether systemd's definition of `name` is the unit file on disk: the unit loads (`LoadUnit`: a unit that is
-    /// not loaded is read from disk now) with `LoadState=loaded` and `NeedDaemonReload=no`. When true, a
-    /// daemon-reload would change nothing for this unit.
-    pub async fn file_is_current(&self, name: &str) -> Result<bool> {
-        let path = self.manager.load_unit(name).await.map_err(|e| SystemdError::call("LoadUnit", name, e))?;
-        let unit = self.unit_proxy(path, name).await?;
-        // Both reads in flight at once: this check is on a rolling step's path (one D-Bus round trip less).
-        let (load_state, stale) = futures::join!(unit.load_state(), unit.need_daemon_reload());
-        let load_state = load_state.map_err(|e| SystemdError::call("Get(LoadState)", name, e))?;
-        let stale = stale.map_err(|e| SystemdError::call("Get(NeedDaemonReload)", name, e))?;
-        Ok(load_state == "loaded" && !stale)
+    /// What systemd holds of each named unit ([`Definition`]), in the order given: one `ListUnitsByNames` (it
+    /// loads a unit that is not loaded, reading its file now, or finds it `not-found`), then `NeedDaemonReload` of
+    /// each loaded one, concurrently.
+    pub async fn definitions(&self, names: &[String]) -> Result<Vec<(String, Definition)>> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let listed = {
+            let _slot = self.call_slot().await;
+            self.manager
+                .list_units_by_names(&refs)
+                .await
+                .map_err(|e| SystemdError::call("ListUnitsByNames", names.join(","), e))?
+        };
+        let reads = futures::stream::iter(listed)
+            .map(|(name, _, load_state, _, _, _, path, ..)| async move {
+                if load_state != "loaded" {
+                    return Ok((name, Definition::from_properties(&load_state, false)));
+                }
+                let unit = self.unit_proxy(path, &name).await?;
+                let _slot = self.call_slot().await;
+                let stale = unit
+                    .need_daemon_reload()
+                    .await
+                    .map_err(|e| SystemdError::call("Get(NeedDaemonReload)", &name, e))?;
+                Ok((name, Definition::Loaded { stale }))
+            })
+            .buffered(CALL_SLOTS)
+            .collect::<Vec<Result<(String, Definition)>>>()
+            .await;
+        reads.into_iter().collect()
     }
 
     /// systemd's restart counter (`NRestarts` of org.freedesktop.systemd1.Service) of each named service that is
     /// loaded, in the order given; a unit whose counter cannot be read (not loaded, not a service, gone meanwhile)
     /// is left out and logged at debug level.
     pub async fn restart_counts(&self, names: &[String]) -> Vec<(String, u32)> {
-        let mut counts = Vec::with_capacity(names.len());
-        for name in names {
-            match self.restart_count(name).await {
-                Ok(n) => counts.push((name.clone(), n)),
+        // Concurrently (each read takes a call slot): one after the other, a start of 333 units made the
+        // publisher wait seconds for the counters, in PID 1's queue behind the start jobs, before it published
+        // any of their states.
+        let reads = futures::stream::iter(names.iter().cloned())
+            .map(|name| self.named_restart_count(name))
+            .buffered(CALL_SLOTS)
+            .collect::<Vec<_>>()
+            .await;
+        let mut counts = Vec::with_capacity(reads.len());
+        for (name, read) in reads {
+            match read {
+                Ok(n) => counts.push((name, n)),
                 Err(e) => tracing::debug!(unit = %name, err = %e, "cannot read the restart counter"),
             }
         }
         counts
     }
 
+    async fn named_restart_count(&self, name: String) -> (String, Result<u32>) {
+        let count = self.restart_count(&name).await;
+        (name, count)
+    }
+
     async fn restart_count(&self, name: &str) -> Result<u32> {
+        let _slot = self.call_slot().await;
         let path = self.manager.get_unit(name).await.map_err(|e| SystemdError::call("GetUnit", name, e))?;
         let service = self.service_proxy(path, name).await?;
         service.n_restarts().await.map_err(|e| SystemdError::call("Get(NRestarts)", name, e))
@@ -272,6 +369,7 @@ impl Systemd {
     /// process is not in a unit or no job is pending. During `systemctl restart` the job is `restart` while its
     /// stop phase runs (systemd turns it into `start` only once the stop finished).
     pub async fn own_unit_job(&self) -> Result<Option<String>> {
+        let _slot = self.call_slot().await;
         let pid = std::process::id();
         let unit = match self.manager.get_unit_by_pid(pid).await {
             Ok(path) => path,
@@ -293,6 +391,12 @@ impl Systemd {
             .map_err(|e| SystemdError::call("Job", job.as_str(), e))?;
         let job_type = job_proxy.job_type().await.map_err(|e| SystemdError::call("Get(JobType)", job.as_str(), e))?;
         Ok(Some(job_type))
+    }
+
+    /// Waits for a free call slot ([`CALL_SLOTS`]); the slot is held until the permit is dropped.
+    async fn call_slot(&self) -> SemaphorePermit<'_> {
+        // The semaphore is never closed.
+        self.calls.acquire().await.expect("the call semaphore is never closed")
     }
 
     /// The unit object at `path`, its properties read afresh on every call (systemd's own values, never a cache);
@@ -367,6 +471,7 @@ impl Systemd {
     }
 
     async fn job_exists(&self, job: &OwnedObjectPath) -> bool {
+        let _slot = self.call_slot().await;
         let proxy =
             match JobProxy::builder(&self.conn).path(job.clone()).cache_properties(CacheProperties::No).build().await {
                 Ok(p) => p,

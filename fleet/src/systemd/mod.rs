@@ -24,7 +24,7 @@ pub use client::Systemd;
 pub use error::{NO_SUCH_UNIT, Result, SystemdError};
 pub(crate) use events::Event;
 pub use events::UnitChanges;
-pub use types::{Bus, FileChange, JobResult, UnitChange, UnitStatus, unit_name_from_path};
+pub use types::{Bus, Definition, FileChange, JobResult, UnitChange, UnitStatus, unit_name_from_path};
 
 /// The operations the agent performs on systemd. Start and stop return once the job has finished.
 pub trait SystemdOps: Send + Sync {
@@ -41,8 +41,9 @@ pub trait SystemdOps: Send + Sync {
     fn reset_failed(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
     fn daemon_reload(&self) -> impl Future<Output = Result<()>> + Send;
     fn states(&self, names: &[String]) -> impl Future<Output = Result<Vec<UnitStatus>>> + Send;
-    /// Whether systemd's definition of the unit is its file on disk (a daemon-reload would change nothing for it).
-    fn file_is_current(&self, name: &str) -> impl Future<Output = Result<bool>> + Send;
+    /// What systemd holds of each named unit, in the order given (loading them: a unit not loaded yet is read
+    /// from disk now).
+    fn definitions(&self, names: &[String]) -> impl Future<Output = Result<Vec<(String, Definition)>>> + Send;
     /// Change notifications (a unit changed, or some were missed) for the state publisher.
     fn changes(&self) -> UnitChanges;
     /// The restart counter of each named service that is loaded (left out when it cannot be read).
@@ -83,8 +84,8 @@ impl SystemdOps for Systemd {
     fn states(&self, names: &[String]) -> impl Future<Output = Result<Vec<UnitStatus>>> + Send {
         Systemd::states(self, names)
     }
-    fn file_is_current(&self, name: &str) -> impl Future<Output = Result<bool>> + Send {
-        Systemd::file_is_current(self, name)
+    fn definitions(&self, names: &[String]) -> impl Future<Output = Result<Vec<(String, Definition)>>> + Send {
+        Systemd::definitions(self, names)
     }
     fn changes(&self) -> UnitChanges {
         Systemd::changes(self)

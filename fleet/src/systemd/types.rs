@@ -85,6 +85,43 @@ pub struct UnitStatus {
     pub sub_state: String,
 }
 
+/// What systemd holds of one unit, as far as a daemon-reload is concerned (`LoadUnit`, then `LoadState` and
+/// `NeedDaemonReload`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Definition {
+    /// Loaded from its file; `stale` when the file changed (or vanished) on disk since (`NeedDaemonReload`).
+    Loaded { stale: bool },
+    /// No file of that name is visible to systemd (`not-found`): nothing is held that a reload would drop.
+    NotFound,
+    /// Any other load state (`error`, `bad-setting`, `masked`, ...).
+    Other(String),
+}
+
+impl Definition {
+    /// From `LoadState` and `NeedDaemonReload`.
+    pub fn from_properties(load_state: &str, need_daemon_reload: bool) -> Definition {
+        match load_state {
+            "loaded" => Definition::Loaded { stale: need_daemon_reload },
+            "not-found" => Definition::NotFound,
+            other => Definition::Other(other.to_string()),
+        }
+    }
+
+    /// Whether a daemon-reload would change nothing for this unit: systemd reads its file as it is now when
+    /// `has_file`, and holds nothing of it when the file is gone. systemd reads a unit file when it first loads
+    /// the unit (finding a new link without a reload: it rebuilds its name cache when a unit directory changed)
+    /// and forgets a stopped unit nothing references, so a new unit, a replaced one that systemd dropped after its
+    /// stop, and an unloaded one match; one still held in an older version, or not seen although its file is
+    /// there, does not.
+    pub fn matches_disk(&self, has_file: bool) -> bool {
+        match self {
+            Definition::Loaded { stale } => has_file && !stale,
+            Definition::NotFound => !has_file,
+            Definition::Other(_) => false,
+        }
+    }
+}
+
 /// One symlink change reported by LinkUnitFiles / EnableUnitFiles / DisableUnitFiles.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileChange {

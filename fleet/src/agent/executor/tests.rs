@@ -1,6 +1,6 @@
 //! Executor tests against a fake systemd that records every call.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -423,22 +423,57 @@ async fn a_replace_skips_the_daemon_reload_when_systemd_reads_the_new_file_alrea
 }
 
 #[tokio::test]
-async fn an_install_unit_or_a_removed_file_still_takes_a_daemon_reload() {
+async fn an_install_unit_or_a_removed_file_systemd_still_holds_takes_a_daemon_reload() {
     let mut s = setup();
     s.fake.current_files.lock().unwrap().insert("a.service".into());
     s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, true)])).await;
     assert!(s.fake.calls().contains(&"reload ".to_string()), "an enabled [Install] unit needs the reload");
     s.exec.reconcile(&desired(&[])).await;
-    assert!(s.fake.calls().contains(&"reload ".to_string()), "a removed unit file needs the reload");
+    assert!(
+        s.fake.calls().contains(&"reload ".to_string()),
+        "a removed unit file systemd still holds needs the reload"
+    );
+}
+
+#[tokio::test]
+async fn new_and_unloaded_units_systemd_matches_take_no_daemon_reload() {
+    let mut s = setup();
+    let names = ["a.service", "b.service", "c.service"];
+    s.fake.current_files.lock().unwrap().extend(names.iter().map(|n| n.to_string()));
+    let units: Vec<(&str, JobState, &str, bool)> = names.iter().map(|n| (*n, JobState::Launched, V1, false)).collect();
+    let reports = s.exec.reconcile(&desired(&units)).await;
+    assert!(reports.iter().all(|r| r.outcome.is_ok()), "{:?}", outcomes(&reports));
+    let calls = s.fake.calls();
+    assert!(!calls.contains(&"reload ".to_string()), "new units systemd loads fresh: {calls:?}");
+    assert!(calls.contains(&"start c.service".to_string()), "{calls:?}");
+    assert!(!s.exec.reload_pending());
+
+    // Unloaded, and systemd has garbage-collected all three: nothing left for a reload to drop.
+    s.fake.forgotten.lock().unwrap().extend(names.iter().map(|n| n.to_string()));
+    let reports = s.exec.reconcile(&desired(&[])).await;
+    assert!(reports.iter().all(|r| r.outcome.is_ok()), "{:?}", outcomes(&reports));
+    let calls = s.fake.calls();
+    assert!(!calls.contains(&"reload ".to_string()), "unloaded units systemd forgot: {calls:?}");
+    assert!(!s.exec.reload_pending());
+
+    // One of three still held (in an older version) is enough for the reload.
+    s.fake.forgotten.lock().unwrap().remove("b.service");
+    s.fake.current_files.lock().unwrap().remove("b.service");
+    s.exec.reconcile(&desired(&units)).await;
+    assert!(s.fake.calls().contains(&"reload ".to_string()), "b is held in an older version");
 }
 
 #[test]
-fn daemon_reload_is_needed_unless_systemd_reads_every_changed_file() {
-    let changed: BTreeSet<String> = ["a.service".to_string(), "b.service".to_string()].into();
-    let all: BTreeMap<&str, bool> = [("a.service", true), ("b.service", true)].into();
-    assert!(!daemon_reload_needed(&changed, &all));
-    let stale: BTreeMap<&str, bool> = [("a.service", true), ("b.service", false)].into();
-    assert!(daemon_reload_needed(&changed, &stale), "b is loaded in an older version");
-    let removed: BTreeMap<&str, bool> = [("a.service", true)].into();
-    assert!(daemon_reload_needed(&changed, &removed), "b's file was removed");
+fn a_definition_matches_the_disk_only_when_a_reload_would_change_nothing() {
+    use crate::systemd::Definition;
+    assert!(Definition::Loaded { stale: false }.matches_disk(true), "loaded from the file as it is");
+    assert!(!Definition::Loaded { stale: true }.matches_disk(true), "loaded in an older version");
+    assert!(!Definition::Loaded { stale: false }.matches_disk(false), "held although its file is gone");
+    assert!(!Definition::NotFound.matches_disk(true), "systemd does not see the new file yet");
+    assert!(Definition::NotFound.matches_disk(false), "gone from disk and from systemd");
+    assert!(!Definition::Other("bad-setting".into()).matches_disk(true));
+    assert!(!Definition::Other("masked".into()).matches_disk(false));
+    assert_eq!(Definition::from_properties("loaded", true), Definition::Loaded { stale: true });
+    assert_eq!(Definition::from_properties("not-found", false), Definition::NotFound);
+    assert_eq!(Definition::from_properties("error", false), Definition::Other("error".into()));
 }

@@ -103,7 +103,11 @@ async fn a_replace_stops_reads_the_new_file_and_starts_it() {
     assert!(reports.iter().all(|r| r.outcome.is_ok()), "{reports:?}");
     assert!(reports.iter().any(|r| matches!(r.outcome, Ok(Outcome::Started(JobResult::Done)))));
     assert_eq!(known(&s.sim), ["a.service loaded/active/running"]);
-    assert!(s.sim.file_is_current("a.service").await.unwrap(), "systemd runs the new file");
+    assert_eq!(
+        s.sim.definitions(&["a.service".to_string()]).await.unwrap()[0].1,
+        Definition::Loaded { stale: false },
+        "systemd runs the new file"
+    );
 }
 
 #[tokio::test]
@@ -117,6 +121,20 @@ async fn an_unload_leaves_nothing_behind() {
     assert!(reports.iter().all(|r| r.outcome.is_ok()), "{reports:?}");
     assert!(known(&s.sim).is_empty(), "unlinked inactive units are forgotten: {:?}", known(&s.sim));
     assert_eq!(state(&s.sim, "a.service").await, "not-found/inactive/dead");
+}
+
+#[tokio::test]
+async fn a_start_and_an_unload_of_plain_units_take_no_daemon_reload() {
+    let mut s = setup();
+    let names: Vec<String> = (0..20).map(|i| format!("u{i}.service")).collect();
+    let d: Vec<(&str, JobState, &str)> = names.iter().map(|n| (n.as_str(), JobState::Launched, V1)).collect();
+    let reports = s.exec.reconcile(&desired(&d)).await;
+    assert!(reports.iter().all(|r| r.outcome.is_ok()), "{reports:?}");
+    assert_eq!(known(&s.sim).len(), 20);
+    let reports = s.exec.reconcile(&BTreeMap::new()).await;
+    assert!(reports.iter().all(|r| r.outcome.is_ok()), "{reports:?}");
+    assert!(known(&s.sim).is_empty(), "stopped, unlinked units are forgotten: {:?}", known(&s.sim));
+    assert_eq!(s.sim.daemon_reloads(), 0, "systemd matched the disk after the start and after the unload");
 }
 
 #[tokio::test]
@@ -141,11 +159,15 @@ async fn a_changed_file_of_a_loaded_unit_needs_a_daemon_reload() {
     // ListUnitsByNames loads what it is asked about: a linked unit reads as loaded/inactive.
     assert_eq!(state(&sim, "a.service").await, "loaded/inactive/dead");
     sim.start("a.service").await.unwrap();
-    assert!(sim.file_is_current("a.service").await.unwrap());
+    assert_eq!(sim.definitions(&["a.service".to_string()]).await.unwrap()[0].1, Definition::Loaded { stale: false });
     std::fs::write(&path, V2).unwrap();
-    assert!(!sim.file_is_current("a.service").await.unwrap(), "systemd still holds V1");
+    assert_eq!(
+        sim.definitions(&["a.service".to_string()]).await.unwrap()[0].1,
+        Definition::Loaded { stale: true },
+        "systemd still holds V1"
+    );
     sim.daemon_reload().await.unwrap();
-    assert!(sim.file_is_current("a.service").await.unwrap());
+    assert_eq!(sim.definitions(&["a.service".to_string()]).await.unwrap()[0].1, Definition::Loaded { stale: false });
     // A running unit whose file and link vanish keeps running, not found.
     sim.disable_runtime("a.service").await.unwrap();
     sim.daemon_reload().await.unwrap();
