@@ -185,7 +185,8 @@ async fn etcd_member_loss(ctx: Ctx, kill: MemberToKill) -> Outcome {
     let active: BTreeMap<String, String> =
         fleet_harness::wait::active_to_single(&fleet_harness::wait::filter_active(&listed))
             .map_err(|e| ctx.fail(format!("list-units with {victim_name} down: {e}")))?;
-    ensure_eq(&format!("placement listed with {victim_name} down"), &before, &active)?;
+    // The listing itself (the last fleetctl) goes with a failure: which units were missing, and how they showed.
+    ensure_eq(&format!("placement listed with {victim_name} down"), &before, &active).map_err(|e| ctx.fail(e))?;
     // Every fleetd notices the dead member and stops sending it requests (before that, a request the balancer
     // routes to it fails: see docs/faults.md).
     let url = ctx.cluster().etcd_members()[victim].url();

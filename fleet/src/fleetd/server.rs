@@ -89,11 +89,14 @@ struct Daemon {
     /// TLS of the API's TCP listeners, re-read from the configured files on every reload (certificate rotation).
     api_tls: watch::Sender<Option<crate::api::serve::ServerTls>>,
     signals: Signals,
-    /// The presence lease of the last successful registration, revoked if it still holds our machine key when we
-    /// register again after a monitor restart.
+    /// The presence lease of the last successful registration: kept when registering again after a monitor
+    /// restart if etcd still holds it, else revoked if it still holds our machine key.
     previous_presence: Option<i64>,
     /// A registration handed on by a reload, used by the next run instead of registering again.
     carried: Option<Registered>,
+    /// The etcd connection of the last registration and the settings it was made with, used again by the next
+    /// registration while they are unchanged.
+    connection: Option<(EtcdConfig, Registry)>,
     /// The presence lease the previous fleetd process of this machine left (`presence.json`), adopted at the first
     /// registration when etcd still holds it.
     inherited: Option<i64>,
@@ -131,6 +134,7 @@ pub async fn run(config_path: Option<PathBuf>) -> Result<(), ServerError> {
         signals,
         previous_presence: None,
         carried: None,
+        connection: None,
         inherited,
     };
     loop {
@@ -361,21 +365,42 @@ impl Daemon {
 
     /// Connects to etcd and registers this machine under a new presence lease.
     async fn register(&mut self, ttl: Duration) -> Result<(Registry, LeaseKeeper), RegistryError> {
-        let registry = Registry::connect(&etcd_config(self.config())).await?;
+        // The connection of the last registration, not a new one: its balancer has already taken dead etcd
+        // members out, while a new one starts over with every endpoint and routes requests to a dead member until
+        // its first probe (after an etcd leader was killed, re-registering on new connections failed for 7 s,
+        // long enough for the presence lease to expire).
+        let etcd = etcd_config(self.config());
+        let registry = match &self.connection {
+            Some((settings, registry)) if *settings == etcd => registry.clone(),
+            _ => {
+                let registry = Registry::connect(&etcd).await?;
+                self.connection = Some((etcd, registry.clone()));
+                registry
+            }
+        };
         registry.ensure_layout_version().await?;
-        let presence = match self.inherited.take() {
-            Some(lease) => match LeaseKeeper::adopt(&registry, lease, ttl).await? {
+        // A presence lease this machine held before — the previous fleetd process's, or this process's own, given
+        // up when no renewal succeeded within a TTL — is kept while etcd still holds it: its keys (presence, unit
+        // states, launched markers) never vanished, so no engine saw this machine leave. Revoking it instead deleted
+        // them: during an etcd leader election that outlasted the TTL, the engine then moved every unit of this
+        // machine away and the agent stopped them.
+        let earlier = match self.inherited.take() {
+            Some(lease) => Some((lease, "the previous fleetd process's")),
+            None => self.previous_presence.map(|lease| (lease, "this machine's last")),
+        };
+        let presence = match earlier {
+            Some((lease, whose)) => match LeaseKeeper::adopt(&registry, lease, ttl).await? {
                 Some(kept) => {
                     tracing::info!(
                         lease = format_args!("{lease:x}"),
-                        "keeping the presence lease of the previous fleetd process"
+                        "keeping {whose} presence lease: etcd still holds it"
                     );
                     kept
                 }
                 None => {
                     tracing::info!(
                         lease = format_args!("{lease:x}"),
-                        "the previous fleetd process's presence lease is gone; registering afresh"
+                        "{whose} presence lease is gone; registering afresh"
                     );
                     LeaseKeeper::grant(&registry, ttl).await?
                 }

@@ -39,14 +39,24 @@ pub fn decide(all: &[String], in_balancer: &BTreeSet<String>, healthy: &BTreeSet
     changes
 }
 
-/// Starts the health task for `client` over `endpoints` (a no-op for a single endpoint: nothing to balance).
-/// `probe_options` are the client's own connect options (TLS, credentials, timeouts). The task ends with the
-/// runtime.
-pub fn spawn(clients: Vec<etcd_client::Client>, endpoints: Vec<String>, probe_options: etcd_client::ConnectOptions) {
-    if endpoints.len() < 2 {
-        return;
+/// The running health task; dropping it stops the task (and its hold on the clients' connections).
+#[derive(Debug)]
+pub struct Health(tokio::task::JoinHandle<()>);
+
+impl Drop for Health {
+    fn drop(&mut self) {
+        self.0.abort();
     }
-    tokio::spawn(run(clients, endpoints, probe_options));
+}
+
+/// Starts the health task for `clients` over `endpoints` (none for a single endpoint: nothing to balance).
+/// `probe_options` are the clients' own connect options (TLS, credentials, timeouts).
+pub fn spawn(
+    clients: Vec<etcd_client::Client>,
+    endpoints: Vec<String>,
+    probe_options: etcd_client::ConnectOptions,
+) -> Option<Health> {
+    (endpoints.len() >= 2).then(|| Health(tokio::spawn(run(clients, endpoints, probe_options))))
 }
 
 async fn run(clients: Vec<etcd_client::Client>, endpoints: Vec<String>, options: etcd_client::ConnectOptions) {

@@ -42,6 +42,7 @@ mod unit_batch;
 mod units;
 mod views;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use batch::{MAX_TXN_OPS, TxnCost, cost_batches, txn_batches};
@@ -80,7 +81,7 @@ pub(crate) fn range_end(prefix: &[u8]) -> Vec<u8> {
 }
 
 /// How to reach etcd.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EtcdConfig {
     /// Client URLs, e.g. `http://127.0.0.1:2379`.
     pub endpoints: Vec<String>,
@@ -137,6 +138,8 @@ pub struct Registry {
     client: etcd_client::Client,
     watch_client: etcd_client::Client,
     keys: Keys,
+    /// The endpoint health task of a registry over several endpoints; it stops with the last clone.
+    _health: Option<Arc<endpoints::Health>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -168,13 +171,13 @@ impl Registry {
                 .map_err(RegistryError::etcd("connect", config.endpoints.join(",")))
         };
         let (client, watch_client) = (connect().await?, connect().await?);
-        endpoints::spawn(vec![client.clone(), watch_client.clone()], config.endpoints.clone(), options);
-        Ok(Registry { client, watch_client, keys: Keys::new(&config.prefix) })
+        let health = endpoints::spawn(vec![client.clone(), watch_client.clone()], config.endpoints.clone(), options);
+        Ok(Registry { client, watch_client, keys: Keys::new(&config.prefix), _health: health.map(Arc::new) })
     }
 
     /// A registry over an existing client (its watches share that client's connection).
     pub fn new(client: etcd_client::Client, keys: Keys) -> Registry {
-        Registry { watch_client: client.clone(), client, keys }
+        Registry { watch_client: client.clone(), client, keys, _health: None }
     }
 
     /// The client the reflector watches through: a connection of its own, so that a backlog of watch events for
