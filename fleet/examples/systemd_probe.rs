@@ -229,11 +229,16 @@ async fn main() {
     exec.purge(Duration::from_secs(30)).await;
 
     // 6. Notifications arrived for our units.
+    // They carry the values the publisher takes from them: a service's NRestarts, its ActiveState and SubState.
     let mut seen = std::collections::BTreeSet::new();
+    let mut reported: Vec<fleet::systemd::Reported> = Vec::new();
     while let Ok(Some(c)) = tokio::time::timeout(Duration::from_millis(200), changes.recv()).await {
         match c {
-            UnitChange::Unit(u) => {
-                seen.insert(u);
+            UnitChange::Unit { name, reported: r } => {
+                if name == "replace-sync.service" {
+                    reported.push(r);
+                }
+                seen.insert(name);
             }
             UnitChange::Missed => {
                 seen.insert("<missed>".to_string());
@@ -241,5 +246,11 @@ async fn main() {
         }
     }
     check(seen.contains("replace-sync.service"), "change notifications", format!("{seen:?}"));
+    let running = Some(("active".to_string(), "running".to_string()));
+    check(
+        reported.iter().any(|r| r.active == running) && reported.iter().any(|r| r.restarts == Some(0)),
+        "change notifications carry ActiveState/SubState and NRestarts",
+        format!("{reported:?}"),
+    );
     println!("ALL PASSED");
 }

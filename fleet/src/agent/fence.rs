@@ -150,11 +150,11 @@ impl<S: SystemdOps> FenceLoop<'_, S> {
                     lease_followed = false;
                 }
                 change = self.changes.recv(), if signals => match change {
-                    Some(UnitChange::Unit(unit)) if names.contains(&unit) || self.file_declares(&unit) => {
+                    Some(UnitChange::Unit { name: unit, .. }) if names.contains(&unit) || self.file_declares(&unit) => {
                         names = self.stop_running().await;
                     }
                     Some(UnitChange::Missed) => names = self.stop_running().await,
-                    Some(UnitChange::Unit(_)) => {}
+                    Some(UnitChange::Unit { .. }) => {}
                     None => {
                         warn!("systemd signals ended; the fence can stop nothing more");
                         signals = false;

@@ -19,24 +19,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::debug::DebugHandle;
-use super::publisher::{PublishOp, Publisher, counts_restarts, restart_counts_to_read, states_to_read, unit_states};
+use super::publisher::{PublishOp, Publisher, Readings};
 use crate::model::UnitState;
 use crate::registry::{MAX_STATE_WRITES_PER_TXN, Registry, Snapshot, StateRecord, StateWrite, txn_batches};
-use crate::systemd::{SystemdOps, UnitChange, UnitChanges, UnitStatus};
+use crate::systemd::{SystemdOps, UnitChange, UnitChanges};
 
 /// Delay before repeating failed registry writes or a failed systemd read.
 pub const RETRY: Duration = Duration::from_secs(1);
 /// Registry writes in flight at once.
 const WRITERS: usize = 8;
-
-/// What was last read from systemd — each loaded unit's state, and the restart counters (`NRestarts`) per
-/// service — and what to read again: the units named in change notifications since (`changed`), or all.
-struct Reads {
-    statuses: BTreeMap<String, UnitStatus>,
-    known: BTreeMap<String, u32>,
-    changed: BTreeSet<String>,
-    all: bool,
-}
 
 /// Everything one publishing run needs; the caches it updates outlive it (they belong to the agent).
 pub(crate) struct PublishLoop<'a, S> {
@@ -68,15 +59,14 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
         let mut dirty = true;
         let mut dbus_open = true;
         let mut resync = interval_at(Instant::now() + self.period, self.period);
-        // States and restart counters: read again for the units named in change notifications since the last read
-        // (all of them at the start, after missed notifications and on resync), kept otherwise.
-        let mut counters =
-            Reads { statuses: BTreeMap::new(), known: BTreeMap::new(), changed: BTreeSet::new(), all: true };
+        // States and restart counters: taken from change signals, read only where no signal told (everything at
+        // the start, after missed notifications and on resync).
+        let mut readings = Readings::new();
         loop {
             if dirty {
                 dirty = false;
-                self.drain_changes(&mut counters);
-                if !self.publish_current(&mut counters).await {
+                self.drain_changes(&mut readings);
+                if !self.publish_current(&mut readings).await {
                     retry_at = retry_at.or(Some(Instant::now() + RETRY));
                 }
             }
@@ -88,14 +78,14 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
                     Err(_) => return,
                 },
                 change = self.changes.recv(), if dbus_open => match change {
-                    Some(UnitChange::Unit(name)) => {
+                    Some(UnitChange::Unit { name, reported }) => {
                         if self.loaded.borrow().contains_key(&name) {
-                            counters.changed.insert(name);
+                            readings.note(&name, &reported);
                             dirty = true;
                         }
                     }
                     Some(UnitChange::Missed) => {
-                        counters.all = true;
+                        readings.read_all();
                         dirty = true;
                     }
                     None => {
@@ -107,7 +97,7 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
                     if !self.repair().await {
                         retry_at = retry_at.or(Some(Instant::now() + RETRY));
                     }
-                    counters.all = true;
+                    readings.read_all();
                     dirty = true;
                 }
                 _ = sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
@@ -118,24 +108,25 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
         }
     }
 
-    /// Takes the change notifications already queued (the read that follows covers them), noting which units
-    /// changed for their restart counters.
-    fn drain_changes(&mut self, counters: &mut Reads) {
+    /// Takes the change notifications already queued (of the loaded units; the read that follows covers the rest).
+    fn drain_changes(&mut self, readings: &mut Readings) {
         while let Some(Some(change)) = self.changes.recv().now_or_never() {
             match change {
-                UnitChange::Unit(name) => {
-                    counters.changed.insert(name);
+                UnitChange::Unit { name, reported } => {
+                    if self.loaded.borrow().contains_key(&name) {
+                        readings.note(&name, &reported);
+                    }
                 }
-                UnitChange::Missed => counters.all = true,
+                UnitChange::Missed => readings.read_all(),
             }
         }
     }
 
-    /// Reads the states of the loaded units that changed (all of them when `counters.all`) and the restart
-    /// counters of the services that changed, and writes what changed. False if anything failed.
-    async fn publish_current(&mut self, counters: &mut Reads) -> bool {
+    /// Reads what no change signal told of the loaded units' states and services' restart counters, and writes
+    /// what changed. False if anything failed.
+    async fn publish_current(&mut self, readings: &mut Readings) -> bool {
         let hashes = self.loaded.borrow_and_update().clone();
-        let names = states_to_read(&hashes, &counters.statuses, &counters.changed, counters.all);
+        let names = readings.states_to_read(&hashes);
         let read = match self.systemd.states(&names).await {
             Ok(s) => s,
             Err(e) => {
@@ -143,18 +134,10 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
                 return false;
             }
         };
-        counters.statuses.retain(|name, _| hashes.contains_key(name));
-        counters.statuses.extend(read.into_iter().map(|s| (s.name.clone(), s)));
-        let statuses: Vec<UnitStatus> = counters.statuses.values().cloned().collect();
-        let read = restart_counts_to_read(&statuses, &counters.changed, counters.all, &counters.known);
-        counters.changed.clear();
-        counters.all = false;
-        counters.known.retain(|name, _| counters.statuses.get(name).is_some_and(counts_restarts));
-        for name in &read {
-            counters.known.remove(name);
-        }
-        counters.known.extend(self.systemd.restart_counts(&read).await);
-        let now = unit_states(self.machine, &statuses, &hashes, &counters.known);
+        readings.took_states(&hashes, read);
+        let counters = readings.restarts_to_read();
+        readings.took_restarts(self.systemd.restart_counts(&counters).await);
+        let now = readings.unit_states(self.machine, &hashes);
         let ops = self.publisher.changes(&now);
         let ok = self.write(ops).await;
         self.debug.set_subscribed(hashes.into_keys());

@@ -14,7 +14,9 @@
 //! * A loaded unit whose file changed on disk needs a daemon-reload (`definitions`: stale); `daemon_reload`
 //!   re-reads every loaded unit's file, and forgets inactive units whose file and link are gone (a running unit
 //!   whose file vanished stays running, `not-found`).
-//! * Every state change is announced on [`SystemdOps::changes`] (as `PropertiesChanged` would be).
+//! * Every state change is announced on [`SystemdOps::changes`] with the values systemd's `PropertiesChanged`
+//!   signals carry (`NRestarts` of a service, then `ActiveState`/`SubState`); a definition read again by
+//!   `daemon_reload` is announced without values.
 //!
 //! Latency: each job (start, stop, reload) can be given a modelled duration ([`SimConfig::job_latency`], default
 //! 0: the state changes happen in the call). It is a cost model only, never needed for correctness. Every other
@@ -32,7 +34,7 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 
 use crate::systemd::{
-    Definition, Event, FileChange, JobResult, NO_SUCH_UNIT, SystemdError, SystemdOps, UnitChanges, UnitStatus,
+    Definition, Event, FileChange, JobResult, NO_SUCH_UNIT, Reported, SystemdError, SystemdOps, UnitChanges, UnitStatus,
 };
 
 /// Where systemd keeps runtime links (what `LinkUnitFiles(runtime=true)` reports).
@@ -193,9 +195,27 @@ impl SimSystemd {
         self.inner.units.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Announces a state change of `name` as systemd does: a service's Service-interface signal carrying its
+    /// `NRestarts` (always 0 here), then the Unit-interface signal carrying `ActiveState` and `SubState`.
     fn announce(&self, name: &str) {
+        // Not `lock()`: a signal is no operation the agent asked for.
+        let units = self.inner.units.lock().unwrap_or_else(|e| e.into_inner());
+        let (active, sub) = units.get(name).map_or(Active::Inactive, |u| u.active).states();
+        drop(units);
+        if name.ends_with(".service") {
+            self.send(name, Reported { active: None, restarts: Some(0) });
+        }
+        self.send(name, Reported { active: Some((active.to_string(), sub.to_string())), restarts: None });
+    }
+
+    /// Announces a change that carries none of the values the publisher follows (a definition read again).
+    fn announce_definition(&self, name: &str) {
+        self.send(name, Reported::default());
+    }
+
+    fn send(&self, name: &str, reported: Reported) {
         // No subscriber is fine (nobody is publishing right now).
-        let _ = self.inner.events.send(Event::PropertiesChanged { unit: name.to_string() });
+        let _ = self.inner.events.send(Event::PropertiesChanged { unit: name.to_string(), reported });
     }
 
     /// Loads `name` from its linked file if it is not loaded; false when it has no readable file.
@@ -457,7 +477,7 @@ impl SystemdOps for SimSystemd {
             changed
         };
         for name in &changed {
-            self.announce(name);
+            self.announce_definition(name);
         }
         async move { Ok(()) }
     }

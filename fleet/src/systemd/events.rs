@@ -3,6 +3,7 @@
 //! replies included), so no caller ever holds a zbus stream; callers subscribe to the channel instead, where a
 //! slow reader only lags.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -10,11 +11,11 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 use zbus::message::Type as MessageType;
-use zbus::{Connection, MatchRule, MessageStream};
+use zbus::{Connection, MatchRule, MessageStream, Variant};
 
 use super::error::{Result, SystemdError};
 use super::proxies::ManagerProxy;
-use super::types::{UnitChange, unit_name_from_path};
+use super::types::{Reported, UnitChange, unit_name_from_path};
 
 const SYSTEMD: &str = "org.freedesktop.systemd1";
 const UNIT_NAMESPACE: &str = "/org/freedesktop/systemd1/unit";
@@ -24,13 +25,25 @@ const CAPACITY: usize = 4096;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Event {
     JobRemoved { job: String, unit: String, result: String },
-    PropertiesChanged { unit: String },
+    PropertiesChanged { unit: String, reported: Reported },
 }
 
 impl Event {
     pub(crate) fn unit(&self) -> &str {
         match self {
-            Event::JobRemoved { unit, .. } | Event::PropertiesChanged { unit } => unit,
+            Event::JobRemoved { unit, .. } | Event::PropertiesChanged { unit, .. } => unit,
+        }
+    }
+}
+
+/// What a `PropertiesChanged` message of a unit object carried ([`Reported`]; empty when its body does not decode).
+fn reported(msg: &zbus::Message) -> Reported {
+    let body = msg.body();
+    match body.deserialize::<(&str, HashMap<&str, Variant<'_>>, Vec<&str>)>() {
+        Ok((interface, changed, _)) => Reported::from_signal(interface, changed.iter().map(|(k, v)| (*k, v))),
+        Err(e) => {
+            debug!(err = %e, "undecodable PropertiesChanged body");
+            Reported::default()
         }
     }
 }
@@ -83,7 +96,7 @@ impl Events {
                         Some(Ok(msg)) => {
                             let header = msg.header();
                             match header.path().and_then(|p| unit_name_from_path(p.as_str())) {
-                                Some(unit) => Event::PropertiesChanged { unit },
+                                Some(unit) => Event::PropertiesChanged { unit, reported: reported(&msg) },
                                 None => continue,
                             }
                         }
@@ -104,7 +117,8 @@ impl Events {
     }
 }
 
-/// Change notifications for the publisher: every unit that changed, or `Missed` after falling behind.
+/// Change notifications for the publisher and the fence: every unit that changed (with the values its signal
+/// carried), or `Missed` after falling behind.
 pub struct UnitChanges {
     rx: broadcast::Receiver<Event>,
 }
@@ -114,12 +128,16 @@ impl UnitChanges {
         UnitChanges { rx }
     }
 
-    /// The next change; `None` once the D-Bus connection is gone.
+    /// The next change; `None` once the D-Bus connection is gone. Finished jobs are not changes here: a job that
+    /// changes a unit's state makes systemd send `PropertiesChanged` too.
     pub async fn recv(&mut self) -> Option<UnitChange> {
-        match self.rx.recv().await {
-            Ok(event) => Some(UnitChange::Unit(event.unit().to_string())),
-            Err(broadcast::error::RecvError::Lagged(_)) => Some(UnitChange::Missed),
-            Err(broadcast::error::RecvError::Closed) => None,
+        loop {
+            return match self.rx.recv().await {
+                Ok(Event::PropertiesChanged { unit, reported }) => Some(UnitChange::Unit { name: unit, reported }),
+                Ok(Event::JobRemoved { .. }) => continue,
+                Err(broadcast::error::RecvError::Lagged(_)) => Some(UnitChange::Missed),
+                Err(broadcast::error::RecvError::Closed) => None,
+            };
         }
     }
 }

@@ -24,7 +24,7 @@ pub use client::Systemd;
 pub use error::{NO_SUCH_UNIT, Result, SystemdError};
 pub(crate) use events::Event;
 pub use events::UnitChanges;
-pub use types::{Bus, Definition, FileChange, JobResult, UnitChange, UnitStatus, unit_name_from_path};
+pub use types::{Bus, Definition, FileChange, JobResult, Reported, UnitChange, UnitStatus, unit_name_from_path};
 
 /// The operations the agent performs on systemd. Start and stop return once the job has finished.
 pub trait SystemdOps: Send + Sync {
