@@ -136,7 +136,7 @@ impl SystemdOps for Fake {
     }
     fn changes(&self) -> UnitChanges {
         // No signals: a closed channel (the publisher then works on its resync period only).
-        UnitChanges::new(tokio::sync::broadcast::channel(1).1)
+        UnitChanges::closed()
     }
     fn restart_counts(&self, _names: &[String]) -> impl Future<Output = Vec<(String, u32)>> + Send {
         std::future::ready(Vec::new())

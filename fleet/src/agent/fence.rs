@@ -153,7 +153,6 @@ impl<S: SystemdOps> FenceLoop<'_, S> {
                     Some(UnitChange::Unit { name: unit, .. }) if names.contains(&unit) || self.file_declares(&unit) => {
                         names = self.stop_running().await;
                     }
-                    Some(UnitChange::Missed) => names = self.stop_running().await,
                     Some(UnitChange::Unit { .. }) => {}
                     None => {
                         warn!("systemd signals ended; the fence can stop nothing more");

@@ -84,10 +84,6 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
                             dirty = true;
                         }
                     }
-                    Some(UnitChange::Missed) => {
-                        readings.read_all();
-                        dirty = true;
-                    }
                     None => {
                         warn!("systemd change notifications ended; publishing on the resync period only");
                         dbus_open = false;
@@ -117,7 +113,6 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
                         readings.note(&name, &reported);
                     }
                 }
-                UnitChange::Missed => readings.read_all(),
             }
         }
     }

@@ -31,16 +31,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::broadcast;
-
 use crate::systemd::{
-    Definition, Event, FileChange, JobResult, NO_SUCH_UNIT, Reported, SystemdError, SystemdOps, UnitChanges, UnitStatus,
+    ChangeFeed, Definition, FileChange, JobResult, NO_SUCH_UNIT, Reported, SystemdError, SystemdOps, UnitChanges,
+    UnitStatus,
 };
 
 /// Where systemd keeps runtime links (what `LinkUnitFiles(runtime=true)` reports).
 const RUNTIME_DIR: &str = "/run/systemd/system";
-/// Change notifications buffered per subscriber before it counts as lagging (`Missed`).
-const EVENT_CAPACITY: usize = 4096;
 
 /// Cost model of the simulated unit manager.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -129,7 +126,7 @@ struct SimUnit {
 struct Inner {
     config: SimConfig,
     units: Mutex<BTreeMap<String, SimUnit>>,
-    events: broadcast::Sender<Event>,
+    changes: ChangeFeed,
     operations: AtomicU64,
     reloads: AtomicU64,
 }
@@ -161,12 +158,11 @@ fn unit_name(path: &Path) -> String {
 
 impl SimSystemd {
     pub fn new(config: SimConfig) -> SimSystemd {
-        let (events, _) = broadcast::channel(EVENT_CAPACITY);
         SimSystemd {
             inner: Arc::new(Inner {
                 config,
                 units: Mutex::new(BTreeMap::new()),
-                events,
+                changes: ChangeFeed::default(),
                 operations: AtomicU64::new(0),
                 reloads: AtomicU64::new(0),
             }),
@@ -214,8 +210,7 @@ impl SimSystemd {
     }
 
     fn send(&self, name: &str, reported: Reported) {
-        // No subscriber is fine (nobody is publishing right now).
-        let _ = self.inner.events.send(Event::PropertiesChanged { unit: name.to_string(), reported });
+        self.inner.changes.push(name, &reported);
     }
 
     /// Loads `name` from its linked file if it is not loaded; false when it has no readable file.
@@ -520,7 +515,7 @@ impl SystemdOps for SimSystemd {
     }
 
     fn changes(&self) -> UnitChanges {
-        UnitChanges::new(self.inner.events.subscribe())
+        self.inner.changes.subscribe()
     }
 
     /// Loaded units restart 0 times: the simulation models no `Restart=`.

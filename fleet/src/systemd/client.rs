@@ -420,11 +420,11 @@ impl Systemd {
             .map_err(|e| SystemdError::call("Service", what, e))
     }
 
-    /// Notifications of changes to any unit (PropertiesChanged on unit objects, finished jobs): the trigger for
-    /// re-reading states. Carries only the unit name; filter for the units you follow. A reader that falls behind
-    /// gets `UnitChange::Missed` instead of stalling anything.
+    /// Notifications of changes to any unit (`PropertiesChanged` on unit objects), with the values they carried;
+    /// filter for the units you follow. A reader that falls behind holds one pending change per unit (the newest
+    /// values merged) instead of stalling or losing anything.
     pub fn changes(&self) -> UnitChanges {
-        UnitChanges::new(self.events.subscribe())
+        self.events.changes()
     }
 
     /// Wait for `job`'s JobRemoved on a receiver subscribed before the job was queued.

@@ -131,13 +131,11 @@ pub struct FileChange {
     pub destination: String,
 }
 
-/// A change notification: a unit changed (with what its signal carried), or notifications were missed.
+/// A change notification: some property of this unit changed; `reported` holds the newest values its signals
+/// carried (empty when one of them carried none of what the publisher follows).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UnitChange {
-    /// Some property of this unit changed; `reported` holds the new values the signal carried, if any.
     Unit { name: String, reported: Reported },
-    /// The receiver fell behind and notifications were dropped: re-read everything.
-    Missed,
 }
 
 /// What one `PropertiesChanged` signal of a unit carried of the values the state publisher follows: the Unit
