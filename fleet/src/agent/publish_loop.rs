@@ -2,9 +2,9 @@
 //! notifications, reads the states of the loaded units, and writes the differences to this machine's
 //! `P/states/<name>/<machine>` keys (bound to its lease; never another machine's keys, B7).
 //!
-//! Triggers: a unit file written or removed, a systemd change of a loaded unit (`Missed` → full re-read), a
-//! failed write (retried after [`RETRY`]), and every `refresh_period(ttl)` a resync that re-reads everything and
-//! repairs this machine's keys against the registry snapshot. It runs beside the reconcile loop on its own
+//! Triggers: a unit file written or removed, a systemd change of a loaded unit (with the values its signals
+//! carried, [`Readings`]), a failed write (retried after [`RETRY`]), and every `refresh_period(ttl)` a resync that
+//! re-reads every state and repairs this machine's keys against the registry snapshot. It runs beside the reconcile loop on its own
 //! systemd handle, so a long stop job in a plan never delays publishing (that is how other machines see a unit
 //! `deactivating` and wait for it, see [`super::handover`]).
 
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use tokio::sync::watch;
-use tokio::time::{Instant, interval_at, sleep_until};
+use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
@@ -59,6 +59,8 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
         let mut dirty = true;
         let mut dbus_open = true;
         let mut resync = interval_at(Instant::now() + self.period, self.period);
+        // A round slower than the period must not make the next rounds resyncs back to back.
+        resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
         // States and restart counters: taken from change signals, read only where no signal told (everything at
         // the start, after missed notifications and on resync).
         let mut readings = Readings::new();
@@ -93,7 +95,7 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
                     if !self.repair().await {
                         retry_at = retry_at.or(Some(Instant::now() + RETRY));
                     }
-                    readings.read_all();
+                    readings.read_all_states();
                     dirty = true;
                 }
                 _ = sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {

@@ -69,10 +69,12 @@ pub fn counts_restarts(s: &UnitStatus) -> bool {
 /// interface's `ActiveState` and `SubState`, the Service interface's `NRestarts`. Those are taken from the signal
 /// ([`Readings::note`]); only what no signal carried is read (`ListUnitsByNames` for states, one `Get` per
 /// counter): a unit seen for the first time (its load state, which no signal carries), one whose notification
-/// carried nothing, and everything at the start, after missed notifications and on resync. Reading the counter of
-/// every changed service cost PID 1 two calls per unit per change (4,000 of the 4,500 calls of a start of 333
-/// units). A signal applied after a read that overtook it is no harm: the last signal of a unit carries its
-/// current values, since any later change sends another.
+/// carried nothing, every state at the start and on resync (one call), and the counter of a service whose state
+/// read differs from what the signals said (a sign that some were missed). Reading the counter of every changed
+/// service cost PID 1 two calls per unit per change (4,000 of the 4,500 calls of a start of 333 units), and so did
+/// reading every counter at each resync (every 1.5 s with `agent_ttl=3s`, back to back while rounds were slow). A
+/// signal applied after a read that overtook it is no harm: the last signal of a unit carries its current values,
+/// since any later change sends another.
 #[derive(Debug, Default)]
 pub struct Readings {
     statuses: BTreeMap<String, UnitStatus>,
@@ -81,14 +83,14 @@ pub struct Readings {
     stale_states: BTreeSet<String>,
     /// Services whose restart counter must be read.
     stale_restarts: BTreeSet<String>,
-    /// Read everything.
-    all: bool,
+    /// Read every state.
+    all_states: bool,
 }
 
 impl Readings {
     /// Nothing known yet: the first round reads everything.
     pub fn new() -> Readings {
-        Readings { all: true, ..Readings::default() }
+        Readings { all_states: true, ..Readings::default() }
     }
 
     /// A change notification of `name` carrying `reported`.
@@ -113,37 +115,46 @@ impl Readings {
         }
     }
 
-    /// Notifications were missed (or a resync is due): read everything again.
-    pub fn read_all(&mut self) {
-        self.all = true;
+    /// A resync is due: read every state again.
+    pub fn read_all_states(&mut self) {
+        self.all_states = true;
     }
 
-    /// The loaded units (`loaded`: unit → hash) whose state must be read now: every one after [`Self::read_all`],
+    /// The loaded units (`loaded`: unit → hash) whose state must be read now: every one after [`Self::read_all_states`],
     /// else those no signal told about and those with no state read yet.
     pub fn states_to_read(&self, loaded: &BTreeMap<String, String>) -> Vec<String> {
         loaded
             .keys()
-            .filter(|name| self.all || self.stale_states.contains(*name) || !self.statuses.contains_key(*name))
+            .filter(|name| self.all_states || self.stale_states.contains(*name) || !self.statuses.contains_key(*name))
             .cloned()
             .collect()
     }
 
-    /// Takes the states read (those [`Self::states_to_read`] named), forgetting the units no longer loaded.
+    /// Takes the states read (those [`Self::states_to_read`] named), forgetting the units no longer loaded. A
+    /// state that differs from what the signals said makes the unit's counter stale too.
     pub fn took_states(&mut self, loaded: &BTreeMap<String, String>, read: Vec<UnitStatus>) {
         self.statuses.retain(|name, _| loaded.contains_key(name));
         self.restarts.retain(|name, _| loaded.contains_key(name));
-        self.statuses.extend(read.into_iter().map(|s| (s.name.clone(), s)));
+        for status in read {
+            let differs = self.statuses.get(&status.name).is_some_and(|known| {
+                (&known.active_state, &known.sub_state) != (&status.active_state, &status.sub_state)
+            });
+            if differs {
+                self.stale_restarts.insert(status.name.clone());
+            }
+            self.statuses.insert(status.name.clone(), status);
+        }
         self.stale_states.clear();
+        self.all_states = false;
     }
 
     /// The services whose restart counter must be read now: those that [`counts_restarts`] and either have no
-    /// known counter, or a notification carried nothing, or everything is read.
+    /// known counter or a stale one.
     pub fn restarts_to_read(&self) -> Vec<String> {
         self.statuses
             .values()
             .filter(|s| {
-                counts_restarts(s)
-                    && (self.all || self.stale_restarts.contains(&s.name) || !self.restarts.contains_key(&s.name))
+                counts_restarts(s) && (self.stale_restarts.contains(&s.name) || !self.restarts.contains_key(&s.name))
             })
             .map(|s| s.name.clone())
             .collect()
@@ -154,7 +165,6 @@ impl Readings {
     pub fn took_restarts(&mut self, read: Vec<(String, u32)>) {
         self.restarts.extend(read);
         self.stale_restarts.clear();
-        self.all = false;
     }
 
     /// The states to publish now ([`unit_states`] of what is known).
@@ -357,11 +367,17 @@ mod tests {
         assert_eq!(readings.restarts_to_read(), ["b.service", "c.service"]);
         readings.took_restarts(vec![("b.service".into(), 4), ("c.service".into(), 0)]);
         assert!(readings.states_to_read(&units).is_empty() && readings.restarts_to_read().is_empty(), "all known now");
-        readings.read_all();
-        assert_eq!(readings.states_to_read(&units), ["a.service", "b.service", "c.service"], "after missed signals");
+        readings.read_all_states();
+        assert_eq!(readings.states_to_read(&units), ["a.service", "b.service", "c.service"], "resync");
         units.remove("a.service");
-        readings.took_states(&units, Vec::new());
-        assert_eq!(readings.restarts_to_read(), ["b.service", "c.service"], "a is no longer loaded");
+        readings.took_states(
+            &units,
+            vec![status("b.service", "loaded", "activating"), status("c.service", "loaded", "active")],
+        );
+        assert_eq!(readings.restarts_to_read(), ["b.service"], "b's state was not what the signals said; c's was");
+        readings.took_restarts(vec![("b.service".into(), 5)]);
+        assert_eq!(readings.unit_states(M, &units).keys().collect::<Vec<_>>(), ["b.service", "c.service"], "a is gone");
+        assert!(readings.states_to_read(&units).is_empty() && readings.restarts_to_read().is_empty());
     }
 
     #[test]
@@ -508,8 +524,8 @@ mod tests {
                 status("sock.socket", "loaded", "active"),
             ],
         );
-        assert_eq!(readings.restarts_to_read(), ["known.service", "new.service"], "the first round reads all");
-        readings.took_restarts(vec![("known.service".into(), 2), ("new.service".into(), 0)]);
+        assert_eq!(readings.restarts_to_read(), ["new.service"], "known's counter came with its signal");
+        readings.took_restarts(vec![("new.service".into(), 0)]);
         readings.note("new.service", &restarts(1));
         assert!(readings.restarts_to_read().is_empty());
     }
