@@ -363,7 +363,8 @@ impl Daemon {
         }
     }
 
-    /// Connects to etcd and registers this machine under a new presence lease.
+    /// Connects to etcd and registers this machine: under the presence lease it held before while etcd still holds
+    /// it, else under a new one.
     async fn register(&mut self, ttl: Duration) -> Result<(Registry, LeaseKeeper), RegistryError> {
         // The connection of the last registration, not a new one: its balancer has already taken dead etcd
         // members out, while a new one starts over with every endpoint and routes requests to a dead member until

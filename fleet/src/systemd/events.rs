@@ -60,6 +60,8 @@ pub(crate) struct Events {
 impl Drop for Events {
     fn drop(&mut self) {
         self.task.abort();
+        // Subscribers still waiting learn that nothing more comes, as they do when the stream ends.
+        self.feed.close();
     }
 }
 
@@ -109,10 +111,10 @@ impl Events {
                         None => break,
                     },
                 };
-                // No receivers is fine: nobody is waiting right now.
                 if let Event::PropertiesChanged { unit, reported } = &event {
                     changes.push(unit, reported);
                 }
+                // No receivers is fine: nobody is waiting right now.
                 let _ = tx.send(event);
             }
             warn!("systemd signal stream ended (D-Bus connection lost)");
