@@ -4,8 +4,8 @@
 //!
 //! Triggers: a unit file written or removed, a systemd change of a loaded unit (with the values its signals
 //! carried, [`Readings`]), a failed write (retried after [`RETRY`]), and every `refresh_period(ttl)` a resync that
-//! re-reads every state and repairs this machine's keys against the registry snapshot. It runs beside the reconcile loop on its own
-//! systemd handle, so a long stop job in a plan never delays publishing (that is how other machines see a unit
+//! re-reads every state and repairs this machine's keys against the registry snapshot. It runs beside the
+//! reconcile loop on its own systemd handle, so a long stop job in a plan never delays publishing (that is how other machines see a unit
 //! `deactivating` and wait for it, see [`super::handover`]).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -61,8 +61,8 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
         let mut resync = interval_at(Instant::now() + self.period, self.period);
         // A round slower than the period must not make the next rounds resyncs back to back.
         resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        // States and restart counters: taken from change signals, read only where no signal told (everything at
-        // the start, after missed notifications and on resync).
+        // States and restart counters: taken from change signals, read only where no signal told (every state at
+        // the start and on resync).
         let mut readings = Readings::new();
         loop {
             if dirty {
@@ -80,12 +80,7 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
                     Err(_) => return,
                 },
                 change = self.changes.recv(), if dbus_open => match change {
-                    Some(UnitChange::Unit { name, reported }) => {
-                        if self.loaded.borrow().contains_key(&name) {
-                            readings.note(&name, &reported);
-                            dirty = true;
-                        }
-                    }
+                    Some(change) => dirty |= self.take(&mut readings, change),
                     None => {
                         warn!("systemd change notifications ended; publishing on the resync period only");
                         dbus_open = false;
@@ -106,17 +101,20 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
         }
     }
 
-    /// Takes the change notifications already queued (of the loaded units; the read that follows covers the rest).
+    /// Takes the change notifications already queued.
     fn drain_changes(&mut self, readings: &mut Readings) {
         while let Some(Some(change)) = self.changes.recv().now_or_never() {
-            match change {
-                UnitChange::Unit { name, reported } => {
-                    if self.loaded.borrow().contains_key(&name) {
-                        readings.note(&name, &reported);
-                    }
-                }
-            }
+            self.take(readings, change);
         }
+    }
+
+    /// Notes a change of a loaded unit (others are no concern of the publisher); true if it was one.
+    fn take(&self, readings: &mut Readings, UnitChange::Unit { name, reported }: UnitChange) -> bool {
+        let loaded = self.loaded.borrow().contains_key(&name);
+        if loaded {
+            readings.note(&name, &reported);
+        }
+        loaded
     }
 
     /// Reads what no change signal told of the loaded units' states and services' restart counters, and writes

@@ -30,14 +30,14 @@ impl PublishOp {
 /// The states to publish for the units the agent has loaded: systemd's load/active/sub state joined with the hash
 /// recorded for the unit file and, for a service that [`counts_restarts`], its restart counter from `restarts`.
 /// Units systemd did not report are left out.
-pub fn unit_states(
+pub fn unit_states<'a>(
     machine_id: &str,
-    statuses: &[UnitStatus],
+    statuses: impl IntoIterator<Item = &'a UnitStatus>,
     hashes: &BTreeMap<String, String>,
     restarts: &BTreeMap<String, u32>,
 ) -> BTreeMap<String, UnitState> {
     statuses
-        .iter()
+        .into_iter()
         .filter_map(|s| {
             let hash = hashes.get(&s.name)?;
             let state = UnitState {
@@ -169,8 +169,7 @@ impl Readings {
 
     /// The states to publish now ([`unit_states`] of what is known).
     pub fn unit_states(&self, machine_id: &str, hashes: &BTreeMap<String, String>) -> BTreeMap<String, UnitState> {
-        let statuses: Vec<UnitStatus> = self.statuses.values().cloned().collect();
-        unit_states(machine_id, &statuses, hashes, &self.restarts)
+        unit_states(machine_id, self.statuses.values(), hashes, &self.restarts)
     }
 }
 

@@ -26,14 +26,21 @@ const CAPACITY: usize = 4096;
 /// One signal from systemd.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Event {
-    JobRemoved { job: String, unit: String, result: String },
-    PropertiesChanged { unit: String, reported: Reported },
+    JobRemoved {
+        job: String,
+        unit: String,
+        result: String,
+    },
+    /// The values it carried go to the [`ChangeFeed`]; job waits need only the unit.
+    PropertiesChanged {
+        unit: String,
+    },
 }
 
 impl Event {
     pub(crate) fn unit(&self) -> &str {
         match self {
-            Event::JobRemoved { unit, .. } | Event::PropertiesChanged { unit, .. } => unit,
+            Event::JobRemoved { unit, .. } | Event::PropertiesChanged { unit } => unit,
         }
     }
 }
@@ -103,7 +110,10 @@ impl Events {
                         Some(Ok(msg)) => {
                             let header = msg.header();
                             match header.path().and_then(|p| unit_name_from_path(p.as_str())) {
-                                Some(unit) => Event::PropertiesChanged { unit, reported: reported(&msg) },
+                                Some(unit) => {
+                                    changes.push(&unit, &reported(&msg));
+                                    Event::PropertiesChanged { unit }
+                                }
                                 None => continue,
                             }
                         }
@@ -111,9 +121,6 @@ impl Events {
                         None => break,
                     },
                 };
-                if let Event::PropertiesChanged { unit, reported } = &event {
-                    changes.push(unit, reported);
-                }
                 // No receivers is fine: nobody is waiting right now.
                 let _ = tx.send(event);
             }
