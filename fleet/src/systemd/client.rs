@@ -7,13 +7,13 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use tokio::sync::{Semaphore, SemaphorePermit, broadcast};
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::{debug, warn};
 use zbus::proxy::CacheProperties;
 use zbus::{Connection, OwnedObjectPath};
 
 use super::error::{Result, SystemdError};
-use super::events::{Event, Events, UnitChanges};
+use super::events::{Events, JobWait, UnitChanges};
 use super::proxies::{FileChangeTuple, JobProxy, ManagerProxy, ServiceProxy, UnitProxy};
 use super::types::{Bus, Definition, FileChange, JobResult, UnitStatus};
 
@@ -78,35 +78,35 @@ impl Systemd {
 
     /// `StartUnit(name, "replace")` and wait for the job's result.
     pub async fn start(&self, name: &str) -> Result<JobResult> {
-        let mut removed = self.events.subscribe();
+        let queuing = self.events.waits().queuing();
         let slot = self.call_slot().await;
         let job =
             self.manager.start_unit(name, "replace").await.map_err(|e| SystemdError::call("StartUnit", name, e))?;
         drop(slot);
         debug!(unit = %name, job = %job.as_str(), "start job queued");
-        self.wait_job(&mut removed, &job, name).await
+        self.wait_job(queuing.job(job.as_str()), &job, name).await
     }
 
     /// `ReloadUnit(name, "replace")` (= `systemctl reload`, runs `ExecReload=`) and wait for the job's result.
     pub async fn reload(&self, name: &str) -> Result<JobResult> {
-        let mut removed = self.events.subscribe();
+        let queuing = self.events.waits().queuing();
         let slot = self.call_slot().await;
         let job =
             self.manager.reload_unit(name, "replace").await.map_err(|e| SystemdError::call("ReloadUnit", name, e))?;
         drop(slot);
         debug!(unit = %name, job = %job.as_str(), "reload job queued");
-        self.wait_job(&mut removed, &job, name).await
+        self.wait_job(queuing.job(job.as_str()), &job, name).await
     }
 
     /// `StopUnit(name, "replace")` and wait for the job's result. A unit systemd does not know is an error for which
     /// `is_not_loaded()` is true.
     pub async fn stop(&self, name: &str) -> Result<JobResult> {
-        let mut removed = self.events.subscribe();
+        let queuing = self.events.waits().queuing();
         let slot = self.call_slot().await;
         let job = self.manager.stop_unit(name, "replace").await.map_err(|e| SystemdError::call("StopUnit", name, e))?;
         drop(slot);
         debug!(unit = %name, job = %job.as_str(), "stop job queued");
-        self.wait_job(&mut removed, &job, name).await
+        self.wait_job(queuing.job(job.as_str()), &job, name).await
     }
 
     /// Wait until the unit is `inactive` or `failed` (or not loaded at all); returns the active state seen.
@@ -119,8 +119,8 @@ impl Systemd {
                 return if e.is_not_loaded() { Ok("inactive".to_string()) } else { Err(e) };
             }
         };
-        // Subscribe first, then read: a change between the two cannot be missed.
-        let mut changes = self.events.subscribe();
+        // Watch first, then read: a change between the two cannot be missed.
+        let watch = self.events.waits().watch_unit(name);
         drop(slot);
         let unit = self.unit_proxy(path, name).await?;
         loop {
@@ -137,15 +137,9 @@ impl Systemd {
             if state == "inactive" || state == "failed" {
                 return Ok(state);
             }
-            let deadline = tokio::time::Instant::now() + INACTIVE_CHECK_PERIOD;
-            loop {
-                match tokio::time::timeout_at(deadline, changes.recv()).await {
-                    Ok(Ok(event)) if event.unit() != name => continue,
-                    Ok(Err(broadcast::error::RecvError::Closed)) => {
-                        return Err(SystemdError::StreamEnded { what: format!("{name} to become inactive") });
-                    }
-                    _ => break,
-                }
+            // The unit's next change, or a fresh read after a while in case a signal was lost.
+            if let Ok(false) = tokio::time::timeout(INACTIVE_CHECK_PERIOD, watch.changed()).await {
+                return Err(SystemdError::StreamEnded { what: format!("{name} to become inactive") });
             }
         }
     }
@@ -427,41 +421,27 @@ impl Systemd {
         self.events.changes()
     }
 
-    /// Wait for `job`'s JobRemoved on a receiver subscribed before the job was queued.
-    async fn wait_job(
-        &self,
-        removed: &mut broadcast::Receiver<Event>,
-        job: &OwnedObjectPath,
-        unit: &str,
-    ) -> Result<JobResult> {
+    /// Wait for `job`'s JobRemoved (`wait` was registered before the job was queued), checking now and then that
+    /// the job still exists in case its signal was lost.
+    async fn wait_job(&self, mut wait: JobWait, job: &OwnedObjectPath, unit: &str) -> Result<JobResult> {
         let mut check = tokio::time::interval(JOB_CHECK_PERIOD);
         check.tick().await;
         loop {
             tokio::select! {
-                event = removed.recv() => match event {
-                    Ok(event) => {
-                        if let Some(result) = job_result_of(&event, job) {
-                            debug!(unit = %unit, job = %job.as_str(), result = %result, "job finished");
-                            return Ok(result);
-                        }
+                result = wait.result() => match result {
+                    Some(result) => {
+                        debug!(unit = %unit, job = %job.as_str(), result = %result, "job finished");
+                        return Ok(result);
                     }
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        debug!(unit = %unit, missed = n, "fell behind systemd's signals; checking the job directly");
-                        check.reset_immediately();
-                    }
-                    Err(broadcast::error::RecvError::Closed) => {
-                        return Err(SystemdError::StreamEnded { what: format!("job {} of {unit}", job.as_str()) });
-                    }
+                    None => return Err(SystemdError::StreamEnded { what: format!("job {} of {unit}", job.as_str()) }),
                 },
                 _ = check.tick() => {
                     if self.job_exists(job).await {
                         continue;
                     }
-                    // Gone: its signal may already be queued; otherwise it was lost.
-                    while let Ok(event) = removed.try_recv() {
-                        if let Some(result) = job_result_of(&event, job) {
-                            return Ok(result);
-                        }
+                    // Gone: its signal may have arrived meanwhile; otherwise it was lost.
+                    if let Some(result) = wait.arrived() {
+                        return Ok(result);
                     }
                     warn!(unit = %unit, job = %job.as_str(), "job vanished without a JobRemoved signal");
                     return Ok(JobResult::Unknown);
@@ -481,13 +461,6 @@ impl Systemd {
             Ok(_) => true,
             Err(e) => !SystemdError::call("Get(Job.State)", job.as_str(), e).is_gone(),
         }
-    }
-}
-
-fn job_result_of(event: &Event, job: &OwnedObjectPath) -> Option<JobResult> {
-    match event {
-        Event::JobRemoved { job: j, result, .. } if j == job.as_str() => Some(JobResult::parse(result)),
-        _ => None,
     }
 }
 

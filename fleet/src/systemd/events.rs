@@ -1,15 +1,15 @@
-//! One task per connection drains systemd's signals (JobRemoved, PropertiesChanged of unit objects) into a
-//! broadcast channel (for job waits, which check the job directly when they lag) and into a [`ChangeFeed`] of unit
-//! changes (for the state publisher and the fence, which must never lose one). zbus applies backpressure: a
-//! signal stream nobody reads stalls the whole connection (method replies included), so no caller ever holds a
-//! zbus stream; callers subscribe to the channel or the feed instead, where a slow reader only lags.
+//! One task per connection drains systemd's signals (JobRemoved, PropertiesChanged of unit objects) into
+//! [`Waits`] (a job's result for its waiter, a unit's change for whoever waits for it to stop) and into a
+//! [`ChangeFeed`] of unit changes (for the state publisher and the fence, which must never lose one). zbus applies
+//! backpressure: a signal stream nobody reads stalls the whole connection (method replies included), so no caller
+//! ever holds a zbus stream; callers register with the waits or subscribe to the feed instead.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use futures::StreamExt;
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 use zbus::message::Type as MessageType;
@@ -17,33 +17,10 @@ use zbus::{Connection, MatchRule, MessageStream, Variant};
 
 use super::error::{Result, SystemdError};
 use super::proxies::ManagerProxy;
-use super::types::{Reported, UnitChange, unit_name_from_path};
+use super::types::{JobResult, Reported, UnitChange, unit_name_from_path};
 
 const SYSTEMD: &str = "org.freedesktop.systemd1";
 const UNIT_NAMESPACE: &str = "/org/freedesktop/systemd1/unit";
-const CAPACITY: usize = 4096;
-
-/// One signal from systemd.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Event {
-    JobRemoved {
-        job: String,
-        unit: String,
-        result: String,
-    },
-    /// The values it carried go to the [`ChangeFeed`]; job waits need only the unit.
-    PropertiesChanged {
-        unit: String,
-    },
-}
-
-impl Event {
-    pub(crate) fn unit(&self) -> &str {
-        match self {
-            Event::JobRemoved { unit, .. } | Event::PropertiesChanged { unit } => unit,
-        }
-    }
-}
 
 /// What a `PropertiesChanged` message of a unit object carried ([`Reported`]; empty when its body does not decode).
 fn reported(msg: &zbus::Message) -> Reported {
@@ -57,9 +34,9 @@ fn reported(msg: &zbus::Message) -> Reported {
     }
 }
 
-/// The channel and the task feeding it; the task stops when the last `Systemd` clone is dropped.
+/// The waits, the feed and the task feeding them; the task stops when the last `Systemd` clone is dropped.
 pub(crate) struct Events {
-    sender: broadcast::Sender<Event>,
+    waits: Arc<Waits>,
     feed: Arc<ChangeFeed>,
     task: JoinHandle<()>,
 }
@@ -67,7 +44,8 @@ pub(crate) struct Events {
 impl Drop for Events {
     fn drop(&mut self) {
         self.task.abort();
-        // Subscribers still waiting learn that nothing more comes, as they do when the stream ends.
+        // Whoever still waits learns that nothing more comes, as when the stream ends.
+        self.waits.close();
         self.feed.close();
     }
 }
@@ -88,55 +66,238 @@ impl Events {
         let mut props = MessageStream::for_match_rule(rule, conn, None)
             .await
             .map_err(|e| SystemdError::call("AddMatch", UNIT_NAMESPACE, e))?;
-        let (sender, _) = broadcast::channel(CAPACITY);
-        let tx = sender.clone();
+        let waits = Arc::new(Waits::default());
         let feed = Arc::new(ChangeFeed::default());
-        let changes = Arc::clone(&feed);
+        let (task_waits, changes) = (Arc::clone(&waits), Arc::clone(&feed));
         let task = tokio::spawn(async move {
             loop {
-                let event = tokio::select! {
+                tokio::select! {
                     sig = jobs.next() => match sig {
                         Some(sig) => match sig.args() {
-                            Ok(a) => Event::JobRemoved {
-                                job: a.job().as_str().to_string(),
-                                unit: a.unit().clone(),
-                                result: a.result().clone(),
-                            },
-                            Err(e) => { debug!(err = %e, "undecodable JobRemoved"); continue; }
+                            Ok(a) => task_waits.job_removed(a.job().as_str(), JobResult::parse(a.result())),
+                            Err(e) => debug!(err = %e, "undecodable JobRemoved"),
                         },
                         None => break,
                     },
                     msg = props.next() => match msg {
                         Some(Ok(msg)) => {
                             let header = msg.header();
-                            match header.path().and_then(|p| unit_name_from_path(p.as_str())) {
-                                Some(unit) => {
-                                    changes.push(&unit, &reported(&msg));
-                                    Event::PropertiesChanged { unit }
-                                }
-                                None => continue,
+                            if let Some(unit) = header.path().and_then(|p| unit_name_from_path(p.as_str())) {
+                                changes.push(&unit, &reported(&msg));
+                                task_waits.unit_changed(&unit);
                             }
                         }
-                        Some(Err(e)) => { debug!(err = %e, "bad PropertiesChanged message"); continue; }
+                        Some(Err(e)) => debug!(err = %e, "bad PropertiesChanged message"),
                         None => break,
                     },
-                };
-                // No receivers is fine: nobody is waiting right now.
-                let _ = tx.send(event);
+                }
             }
             warn!("systemd signal stream ended (D-Bus connection lost)");
+            task_waits.close();
             changes.close();
         });
-        Ok(Arc::new(Events { sender, feed, task }))
+        Ok(Arc::new(Events { waits, feed, task }))
     }
 
-    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Event> {
-        self.sender.subscribe()
+    /// Where job results and unit changes are waited for.
+    pub(crate) fn waits(&self) -> &Arc<Waits> {
+        &self.waits
     }
 
     /// Change notifications from now on, coalesced per unit ([`ChangeFeed`]).
     pub(crate) fn changes(&self) -> UnitChanges {
         self.feed.subscribe()
+    }
+}
+
+/// Waits for one signal each, found by the event task with one map lookup per signal: a job's `JobRemoved`, a
+/// unit's next `PropertiesChanged`. (A broadcast channel woke every waiter on every signal: during a start of 333
+/// units, with 256 start jobs waited on at once, that was over a million wake-ups per machine.)
+#[derive(Default)]
+pub(crate) struct Waits {
+    state: Mutex<WaitState>,
+}
+
+#[derive(Default)]
+struct WaitState {
+    /// Calls under way that may queue a job ([`Queuing`]): a job can finish, and its `JobRemoved` arrive here,
+    /// before the caller has read the job's path from the reply.
+    queuing: usize,
+    /// Results of jobs removed while some call was queuing and nobody waited for them (yet); forgotten once no
+    /// call is queuing, as then every caller has claimed its own.
+    early: HashMap<String, JobResult>,
+    /// Job path → its waiter.
+    jobs: HashMap<String, oneshot::Sender<JobResult>>,
+    /// Unit → the watchers told of its next change.
+    units: HashMap<String, Vec<Arc<Notify>>>,
+    /// The signal stream ended: nothing more comes.
+    closed: bool,
+}
+
+impl Waits {
+    fn state(&self) -> std::sync::MutexGuard<'_, WaitState> {
+        lock(&self.state)
+    }
+
+    /// To be called before a call that queues a job; the job's path goes to [`Queuing::job`].
+    pub(crate) fn queuing(self: &Arc<Self>) -> Queuing {
+        self.state().queuing += 1;
+        Queuing { waits: Some(Arc::clone(self)) }
+    }
+
+    fn job_removed(&self, job: &str, result: JobResult) {
+        let mut state = self.state();
+        if let Some(waiter) = state.jobs.remove(job) {
+            // A waiter that went away meanwhile no longer wants it.
+            let _ = waiter.send(result);
+        } else if state.queuing > 0 {
+            state.early.insert(job.to_string(), result);
+        }
+    }
+
+    /// Tells of `unit`'s changes from now on (subscribe first, then read its state: no change slips between).
+    pub(crate) fn watch_unit(self: &Arc<Self>, unit: &str) -> UnitWatch {
+        let notify = Arc::new(Notify::new());
+        self.state().units.entry(unit.to_string()).or_default().push(Arc::clone(&notify));
+        UnitWatch { waits: Arc::clone(self), unit: unit.to_string(), notify }
+    }
+
+    fn unit_changed(&self, unit: &str) {
+        if let Some(watchers) = self.state().units.get(unit) {
+            for notify in watchers {
+                notify.notify_one();
+            }
+        }
+    }
+
+    /// The signal stream ended: job waiters get nothing, unit watchers are woken to find it closed.
+    fn close(&self) {
+        let mut state = self.state();
+        state.closed = true;
+        state.jobs.clear();
+        state.early.clear();
+        for notify in state.units.values().flatten() {
+            notify.notify_one();
+        }
+    }
+}
+
+/// A call that may queue a job is under way (see [`Waits::queuing`]).
+pub(crate) struct Queuing {
+    waits: Option<Arc<Waits>>,
+}
+
+impl Queuing {
+    /// The call queued `job`: wait for its result.
+    pub(crate) fn job(mut self, job: &str) -> JobWait {
+        let waits = self.waits.take().expect("a Queuing is consumed once");
+        let result = {
+            let mut state = waits.state();
+            let result = match state.early.remove(job) {
+                Some(result) => JobWaitState::Finished(Some(result)),
+                None if state.closed => JobWaitState::Finished(None),
+                None => {
+                    let (sender, receiver) = oneshot::channel();
+                    state.jobs.insert(job.to_string(), sender);
+                    JobWaitState::Waiting(receiver)
+                }
+            };
+            state.done_queuing();
+            result
+        };
+        JobWait { waits, job: job.to_string(), result }
+    }
+}
+
+impl WaitState {
+    fn done_queuing(&mut self) {
+        self.queuing = self.queuing.saturating_sub(1);
+        if self.queuing == 0 {
+            self.early.clear();
+        }
+    }
+}
+
+impl Drop for Queuing {
+    fn drop(&mut self) {
+        // The call failed: it queued nothing.
+        if let Some(waits) = self.waits.take() {
+            waits.state().done_queuing();
+        }
+    }
+}
+
+/// The wait for one job's `JobRemoved`.
+pub(crate) struct JobWait {
+    waits: Arc<Waits>,
+    job: String,
+    result: JobWaitState,
+}
+
+enum JobWaitState {
+    Waiting(oneshot::Receiver<JobResult>),
+    /// The result (`None`: the signal stream ended first).
+    Finished(Option<JobResult>),
+}
+
+impl JobWait {
+    /// The job's result once its `JobRemoved` arrived; `None` when the signal stream ended first. Cancel-safe.
+    pub(crate) async fn result(&mut self) -> Option<JobResult> {
+        match &mut self.result {
+            JobWaitState::Waiting(receiver) => {
+                let result = receiver.await.ok();
+                self.result = JobWaitState::Finished(result.clone());
+                result
+            }
+            JobWaitState::Finished(result) => result.clone(),
+        }
+    }
+
+    /// The result if its `JobRemoved` has arrived by now.
+    pub(crate) fn arrived(&mut self) -> Option<JobResult> {
+        match &mut self.result {
+            JobWaitState::Waiting(receiver) => receiver.try_recv().ok(),
+            JobWaitState::Finished(result) => result.clone(),
+        }
+    }
+}
+
+impl Drop for JobWait {
+    fn drop(&mut self) {
+        if matches!(self.result, JobWaitState::Waiting(_)) {
+            self.waits.state().jobs.remove(&self.job);
+        }
+    }
+}
+
+/// Wakes on each change of one unit (see [`Waits::watch_unit`]).
+pub(crate) struct UnitWatch {
+    waits: Arc<Waits>,
+    unit: String,
+    notify: Arc<Notify>,
+}
+
+impl UnitWatch {
+    /// Returns at the unit's next change (at once when one came since the last call); false once the signal
+    /// stream has ended.
+    pub(crate) async fn changed(&self) -> bool {
+        if self.waits.state().closed {
+            return false;
+        }
+        self.notify.notified().await;
+        !self.waits.state().closed
+    }
+}
+
+impl Drop for UnitWatch {
+    fn drop(&mut self) {
+        let mut state = self.waits.state();
+        if let Some(watchers) = state.units.get_mut(&self.unit) {
+            watchers.retain(|n| !Arc::ptr_eq(n, &self.notify));
+            if watchers.is_empty() {
+                state.units.remove(&self.unit);
+            }
+        }
     }
 }
 
@@ -277,6 +438,53 @@ mod tests {
             out.push((name, reported));
         }
         out
+    }
+
+    #[tokio::test]
+    async fn a_job_that_finished_before_its_caller_registered_it_is_not_missed() {
+        let waits = Arc::new(Waits::default());
+        let (fast, slow) = (waits.queuing(), waits.queuing());
+        waits.job_removed("/job/1", JobResult::Done);
+        waits.job_removed("/job/other-client", JobResult::Done);
+        assert_eq!(fast.job("/job/1").result().now_or_never(), Some(Some(JobResult::Done)), "the result kept for it");
+        let mut slow = slow.job("/job/2");
+        assert!(waits.state().early.is_empty(), "no call is queuing: results nobody claimed are forgotten");
+        assert_eq!(slow.arrived(), None);
+        waits.job_removed("/job/2", JobResult::Failed);
+        assert_eq!(slow.result().await, Some(JobResult::Failed));
+        waits.job_removed("/job/3", JobResult::Done);
+        assert!(waits.state().early.is_empty(), "with no call queuing nothing is kept");
+    }
+
+    #[test]
+    fn dropped_waits_leave_nothing_registered() {
+        let waits = Arc::new(Waits::default());
+        drop(waits.queuing());
+        let wait = waits.queuing().job("/job/1");
+        let watch = waits.watch_unit("a.service");
+        let other = waits.watch_unit("a.service");
+        drop((wait, watch));
+        let state = waits.state();
+        assert_eq!((state.queuing, state.jobs.len()), (0, 0), "a failed call and a dropped job wait unregister");
+        assert_eq!(state.units.get("a.service").map(Vec::len), Some(1), "only the watch still held is left");
+        drop(state);
+        drop(other);
+        assert!(waits.state().units.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_unit_watch_wakes_for_its_own_unit_only_and_ends_when_the_stream_does() {
+        let waits = Arc::new(Waits::default());
+        let watch = waits.watch_unit("a.service");
+        waits.unit_changed("b.service");
+        assert!(watch.changed().now_or_never().is_none(), "another unit's change does not wake it");
+        waits.unit_changed("a.service");
+        assert_eq!(watch.changed().now_or_never(), Some(true), "a change before the wait is kept");
+        let mut job = waits.queuing().job("/job/1");
+        waits.close();
+        assert!(!watch.changed().await, "the watch learns that the stream ended");
+        assert_eq!(job.result().await, None, "a job wait learns that no result comes");
+        assert_eq!(waits.queuing().job("/job/2").result().await, None, "as does one registered after the end");
     }
 
     #[test]
