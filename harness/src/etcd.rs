@@ -250,7 +250,17 @@ impl Etcd {
 
     /// `etcdctl` inside the container against this member only, with `args` after the connection flags.
     pub(crate) async fn etcdctl(&self, args: &[&str]) -> Result<Output, EtcdError> {
-        let mut cmd = vec![ETCDCTL.to_string(), "--command-timeout=2s".into()];
+        let mut with_timeout = vec!["--command-timeout=2s"];
+        with_timeout.extend_from_slice(args);
+        let cmd = self.etcdctl_command(&with_timeout);
+        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        container::exec(&self.name, &cmd).await.map_err(|source| EtcdError::Exec { name: self.name.clone(), source })
+    }
+
+    /// The `etcdctl` command line (to run inside this member's container) against this member only, with `args`
+    /// after the connection flags.
+    pub(crate) fn etcdctl_command(&self, args: &[&str]) -> Vec<String> {
+        let mut cmd = vec![ETCDCTL.to_string()];
         if self.tls {
             cmd.extend([
                 "--endpoints=https://127.0.0.1:2379".to_string(),
@@ -262,8 +272,7 @@ impl Etcd {
             cmd.push("--endpoints=http://127.0.0.1:2379".into());
         }
         cmd.extend(args.iter().map(|a| a.to_string()));
-        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
-        container::exec(&self.name, &cmd).await.map_err(|source| EtcdError::Exec { name: self.name.clone(), source })
+        cmd
     }
 
     /// This member's own ID and the leader it knows (`etcdctl endpoint status`).

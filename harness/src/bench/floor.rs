@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::cpu::{self, CpuSplit};
 use super::ctx::Ctx;
 use super::stats::secs;
 use super::units;
@@ -19,7 +20,7 @@ use super::units;
 /// Instance prefix of the floor's units (fleet's are `t@`).
 pub const PREFIX: &str = "f";
 
-/// Polling interval of the wait loops inside the machines, in seconds (the bench polls list-units every 50 ms).
+/// Polling interval of the wait loops inside the machines, in seconds (the destroy's wait for systemd is the same).
 const POLL_S: &str = "0.05";
 
 /// One machine's share, each step in seconds since the script began.
@@ -43,6 +44,9 @@ pub struct Floor {
     pub stop_s: Option<f64>,
     pub start_machines: Vec<MachineFloor>,
     pub stop_machines: Vec<MachineFloor>,
+    /// Whose CPU seconds the start and the stop took.
+    pub start_cpu: Option<CpuSplit>,
+    pub stop_cpu: Option<CpuSplit>,
     pub errors: Vec<String>,
 }
 
@@ -157,10 +161,22 @@ async fn on_each(
 /// Measures the floor for `n` instances: start, then stop and unload.
 pub async fn measure(ctx: &Ctx, n: usize) -> Floor {
     let text = units::template("floor");
+    let machines = ctx.cluster.machines().len();
+    let cpu0 = cpu::sample(ctx).await;
     let (start_s, start_machines, mut errors) = on_each(ctx, n, |a, b| start_script(a, b, &text)).await;
+    let cpu1 = cpu::sample(ctx).await;
     let (stop_s, stop_machines, stop_errors) = on_each(ctx, n, stop_script).await;
+    let cpu2 = cpu::sample(ctx).await;
     errors.extend(stop_errors);
-    Floor { start_s, stop_s, start_machines, stop_machines, errors }
+    Floor {
+        start_s,
+        stop_s,
+        start_machines,
+        stop_machines,
+        start_cpu: Some(cpu::split(&cpu0, &cpu1, machines)),
+        stop_cpu: Some(cpu::split(&cpu1, &cpu2, machines)),
+        errors,
+    }
 }
 
 /// `fleet / floor` as `1.23×`, or `—` when either is missing.

@@ -5,12 +5,14 @@
 //! scenario, and each machine count of the rolling one) gets a fresh cluster, removed at the end (also on error:
 //! [`crate::Cluster`]'s drop).
 
+pub mod cpu;
 pub mod ctx;
 pub mod floor;
 pub mod idle;
 pub mod metrics;
 pub mod poll;
 pub mod procs;
+pub mod registry_watch;
 pub mod replace;
 pub mod report;
 pub mod rolling;

@@ -4,7 +4,9 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
+use super::cpu::CpuSplit;
 use super::idle::Idle;
+use super::registry_watch::StartStages;
 use super::replace::{ReplaceReport, ReplaceTiming};
 use super::rolling::{RollingReport, RollingTiming};
 use super::start::{StartReport, StartTiming};
@@ -100,7 +102,7 @@ impl BenchReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "fleet bench: {} machines, agent_ttl {}, verbosity {}, list-units polled every {} ms, idle windows {} s",
+            "fleet bench: {} machines, agent_ttl {}, verbosity {}, replace scenarios poll list-units every {} ms, idle windows {} s",
             self.machines, self.agent_ttl, self.verbosity, self.poll_ms, self.idle_window_s
         );
         let _ = writeln!(s, "fleetd {}\nfleetctl {}", self.fleetd, self.fleetctl);
@@ -182,42 +184,42 @@ fn start_table(reports: &[StartReport]) -> String {
         col(&|r| timing(&r.start, |t| format!("{:.3} s", t.command_s))),
         "< 0.5 s @1000",
     ));
+    let stage = |r: &StartReport, f: &dyn Fn(&StartStages) -> Option<f64>| timing(&r.start, |t| opt_s(f(&t.stages)));
     rows.push((
-        "  all scheduled",
+        "  all scheduled (registry)",
         col(&|r| timing(&r.start, |t| with_ratio(t.stages.all_scheduled_s, floor_start(r)))),
         "",
     ));
     rows.push((
         "  first / half / all loaded",
         col(&|r| {
-            timing(&r.start, |t| {
-                format!(
-                    "{} / {} / {}",
-                    opt_s(t.stages.first_loaded_s),
-                    opt_s(t.stages.half_loaded_s),
-                    opt_s(t.stages.all_loaded_s)
-                )
-            })
+            format!(
+                "{} / {} / {}",
+                stage(r, &|s| s.first_loaded_s),
+                stage(r, &|s| s.half_loaded_s),
+                stage(r, &|s| s.all_loaded_s)
+            )
         }),
         "",
     ));
     rows.push((
         "  first / half active",
-        col(&|r| timing(&r.start, |t| format!("{} / {}", opt_s(t.polled.first_s), opt_s(t.polled.half_s)))),
+        col(&|r| format!("{} / {}", stage(r, &|s| s.first_active_s), stage(r, &|s| s.half_active_s))),
         "",
     ));
     rows.push((
         "  all active/running (× floor)",
-        col(&|r| timing(&r.start, |t| with_ratio(t.polled.done_s, floor_start(r)))),
+        col(&|r| timing(&r.start, |t| with_ratio(t.stages.all_active_s, floor_start(r)))),
         "≤ 1.25× floor",
     ));
-    rows.push(("  polls, mean interval", col(&|r| timing(&r.start, |t| polls(&t.polled))), ""));
+    rows.push(("  list-units shows all active", col(&|r| timing(&r.start, |t| opt_s(t.list_units_agrees_s))), ""));
+    rows.push(("  registry events seen", col(&|r| timing(&r.start, |t| t.events.to_string())), ""));
     rows.push((
         "start (blocking): command",
         col(&|r| timing(&r.blocking_start, |t| format!("{:.3} s", t.command_s))),
         "",
     ));
-    rows.push(("  all active/running", col(&|r| timing(&r.blocking_start, |t| opt_s(t.polled.done_s))), ""));
+    rows.push(("  all active/running", col(&|r| timing(&r.blocking_start, |t| opt_s(t.stages.all_active_s))), ""));
     rows.push((
         "daemon-reloads per machine during start",
         col(&|r| {
@@ -242,6 +244,7 @@ fn start_table(reports: &[StartReport]) -> String {
         }),
         "",
     ));
+    cpu_rows(&mut rows, reports);
     rows.push((
         "etcd during start: revisions, writes",
         col(&|r| {
@@ -264,20 +267,15 @@ fn start_table(reports: &[StartReport]) -> String {
         |r: &StartReport, f: &dyn Fn(&super::start::DestroyTiming) -> String| r.destroy.as_ref().map_or("—".into(), f);
     rows.push(("destroy: command", col(&|r| d(r, &|t| format!("{:.3} s", t.command_s))), ""));
     rows.push(("  nothing running (systemd)", col(&|r| d(r, &|t| opt_s(t.machines_clear_s))), ""));
-    rows.push(("  list-units empty", col(&|r| d(r, &|t| opt_s(t.list_empty_s))), ""));
+    rows.push(("  registry clear", col(&|r| d(r, &|t| opt_s(t.registry_clear_s))), ""));
     rows.push((
         "  both (× floor stop + unload)",
         col(&|r| d(r, &|t| with_ratio(t.done_s, floor_stop(r)))),
         "≤ 1.5× floor @1000",
     ));
     rows.push((
-        "  polls, mean interval",
-        col(&|r| d(r, &|t| format!("{}, {:.0} ms", t.polls, t.poll_interval_ms))),
-        "",
-    ));
-    rows.push((
-        "  left at the end (run / listed)",
-        col(&|r| d(r, &|t| format!("{} / {}", t.still_running, t.still_listed))),
+        "  list-units rows left after",
+        col(&|r| d(r, &|t| t.list_units_left.map_or("—".into(), |n| n.to_string()))),
         "",
     ));
     rows.push((
@@ -341,7 +339,9 @@ fn start_table(reports: &[StartReport]) -> String {
             let _ = writeln!(out, "  error (N={}): {e}", r.units);
         }
         let idle_errors = [&r.baseline, &r.idle].into_iter().flatten().flat_map(|i| i.usage.errors.iter());
-        for e in idle_errors {
+        let floor_cpu = r.floor.iter().flat_map(|f| [&f.start_cpu, &f.stop_cpu]);
+        let cpu_errors = floor_cpu.chain([&r.start_cpu, &r.destroy_cpu]).flatten().flat_map(|c| c.errors.iter());
+        for e in idle_errors.chain(cpu_errors) {
             let _ = writeln!(out, "  measurement error (N={}): {e}", r.units);
         }
     }
@@ -367,6 +367,73 @@ fn floor_steps(
     slowest.map_or("—".into(), |m| {
         steps.iter().map(|k| m.steps.get(*k).map_or("—".into(), |v| format!("{v:.3}"))).collect::<Vec<_>>().join(" / ")
     })
+}
+
+/// CPU seconds during the floor's and fleet's start and stop, by whom: `floor / fleet` per row.
+fn cpu_rows(rows: &mut Vec<(&str, Vec<String>, &str)>, reports: &[StartReport]) {
+    let pair = |a: Option<&CpuSplit>, b: Option<&CpuSplit>, f: &dyn Fn(&CpuSplit) -> f64| match (a, b) {
+        (Some(a), Some(b)) => format!("{:.2} / {:.2}", f(a), f(b)),
+        _ => "—".into(),
+    };
+    type Figure = (&'static str, fn(&CpuSplit) -> f64);
+    let figures: [Figure; 8] = [
+        ("  host busy", |c| c.host_s),
+        ("  machines: PID 1", |c| c.machines.get("pid1").copied().unwrap_or(0.0)),
+        ("    dbus-daemon", |c| c.machines.get("dbus-daemon").copied().unwrap_or(0.0)),
+        ("    fleetd", |c| c.machines.get("fleetd").copied().unwrap_or(0.0)),
+        ("    journald", |c| c.machines.get("journald").copied().unwrap_or(0.0)),
+        ("    units, commands run in them", |c| c.machines.get("other").copied().unwrap_or(0.0)),
+        ("  etcd", |c| c.etcd_s),
+        ("  host outside containers (bench, docker)", |c| c.outside_s),
+    ];
+    let col = |f: &dyn Fn(&StartReport) -> String| reports.iter().map(f).collect::<Vec<_>>();
+    rows.push((
+        "CPU s, start: floor / fleet",
+        col(&|r| pair(r.floor.as_ref().and_then(|f| f.start_cpu.as_ref()), r.start_cpu.as_ref(), &|c| c.window_s)),
+        "(window s)",
+    ));
+    for (label, f) in figures {
+        rows.push((
+            label,
+            col(&|r| pair(r.floor.as_ref().and_then(|f| f.start_cpu.as_ref()), r.start_cpu.as_ref(), &f)),
+            "",
+        ));
+    }
+    rows.push((
+        "  steal",
+        col(&|r| pair(r.floor.as_ref().and_then(|f| f.start_cpu.as_ref()), r.start_cpu.as_ref(), &|c| c.steal_s)),
+        "",
+    ));
+    rows.push((
+        "  host processes, fleet start (top)",
+        col(&|r| r.start_cpu.as_ref().map_or("—".into(), |c| top(&c.by_process, 6))),
+        "",
+    ));
+    rows.push((
+        "  host processes, floor start (top)",
+        col(&|r| r.floor.as_ref().and_then(|f| f.start_cpu.as_ref()).map_or("—".into(), |c| top(&c.by_process, 6))),
+        "",
+    ));
+    rows.push((
+        "CPU s, stop: floor / fleet destroy",
+        col(&|r| pair(r.floor.as_ref().and_then(|f| f.stop_cpu.as_ref()), r.destroy_cpu.as_ref(), &|c| c.window_s)),
+        "(window s)",
+    ));
+    for (label, f) in figures {
+        rows.push((
+            label,
+            col(&|r| pair(r.floor.as_ref().and_then(|f| f.stop_cpu.as_ref()), r.destroy_cpu.as_ref(), &f)),
+            "",
+        ));
+    }
+}
+
+/// `name s, name s, …` of the first `n` processes, then `irq` and `exited`.
+fn top(by_process: &[(String, f64)], n: usize) -> String {
+    let rest = |name: &str| name == "irq" || name == "exited";
+    let named = by_process.iter().filter(|(name, _)| !rest(name)).take(n);
+    let tail = by_process.iter().filter(|(name, _)| rest(name));
+    named.chain(tail).map(|(name, s)| format!("{name} {s:.2}")).collect::<Vec<_>>().join(", ")
 }
 
 fn polls(p: &super::poll::Polled) -> String {

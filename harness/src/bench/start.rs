@@ -1,19 +1,23 @@
-//! The start scenario for one N, on a fresh cluster: idle baseline, the systemd floor ([`floor`]), `start --no-block` of N instances until all
-//! are active/running, CPU during the start, an idle window, list latencies, destroy until nothing runs, and (for
-//! small N) the blocking `start`.
+//! The start scenario for one N, on a fresh cluster: idle baseline, the systemd floor ([`floor`]), `start --no-block`
+//! of N instances until the registry shows all active/running ([`RegistryWatch`], event-driven; list-units
+//! confirms once at the end), the CPU split during the start ([`cpu`]), an idle window, list latencies, destroy
+//! until nothing runs, and (for small N) the blocking `start`.
 
-use std::cell::Cell;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::cpu::{self, CpuSplit};
 use super::ctx::{Ctx, instances};
 use super::floor::{self, Floor};
 use super::idle::{self, Idle, Usage};
 use super::metrics::{self, EtcdRates};
-use super::poll::{self, Polled, Progress};
+use super::registry_watch::{RegistryWatch, Seen, StartStages};
 use super::stats::{Latency, secs};
 use super::{Options, units};
+
+/// Instance prefix of fleet's units in the start scenario (the floor's are [`floor::PREFIX`]).
+const PREFIX: &str = "t@";
 
 /// A start of N instances.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -21,21 +25,14 @@ pub struct StartTiming {
     /// Wall time of the fleetctl command itself.
     pub command_s: f64,
     pub command_error: Option<String>,
-    /// `done_s`: all N `active/running` in list-units, counted from the command's start.
-    #[serde(flatten)]
-    pub polled: Polled,
-    /// The stages before "active", from the same polls: every instance listed on a machine (scheduled), and the
-    /// first / half / all with systemd load state `loaded` reported.
-    pub stages: Stages,
-}
-
-/// Per-stage timeline of a start (seconds since the command's start; None: never seen).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Stages {
-    pub all_scheduled_s: Option<f64>,
-    pub first_loaded_s: Option<f64>,
-    pub half_loaded_s: Option<f64>,
-    pub all_loaded_s: Option<f64>,
+    /// When the registry first showed each stage (seconds since the command began).
+    pub stages: StartStages,
+    /// When `fleetctl list-units` (read after the registry showed all active) first listed all N active/running.
+    pub list_units_agrees_s: Option<f64>,
+    /// Registry events the watch saw.
+    pub events: usize,
+    /// Why the wait ended without all active, naming the last counts seen.
+    pub wait_error: Option<String>,
 }
 
 /// A destroy of N instances.
@@ -43,17 +40,16 @@ pub struct Stages {
 pub struct DestroyTiming {
     pub command_s: f64,
     pub command_error: Option<String>,
-    /// No instance active (nor activating/deactivating) in systemd on any machine.
+    /// No instance active (nor activating, deactivating, reloading) in systemd on any machine: the last machine's
+    /// own wait loop (the floor's stop loop) ended.
     pub machines_clear_s: Option<f64>,
-    /// list-units shows none of them.
-    pub list_empty_s: Option<f64>,
+    /// The registry holds no unit object and no published state of them (list-units lists none).
+    pub registry_clear_s: Option<f64>,
     /// Both.
     pub done_s: Option<f64>,
-    pub polls: usize,
-    pub poll_interval_ms: f64,
-    /// What the last poll saw: instances still running in systemd, still listed.
-    pub still_running: usize,
-    pub still_listed: usize,
+    /// Rows of them list-units still showed, read once at the end.
+    pub list_units_left: Option<usize>,
+    pub errors: Vec<String>,
 }
 
 /// Everything measured for one N.
@@ -68,6 +64,9 @@ pub struct StartReport {
     pub start_reloads: Option<Vec<usize>>,
     /// CPU used and peak memory from the start command until all were active.
     pub start_usage: Option<Usage>,
+    /// Whose CPU seconds the start took, and the destroy.
+    pub start_cpu: Option<CpuSplit>,
+    pub destroy_cpu: Option<CpuSplit>,
     /// etcd's activity over the same span.
     pub start_etcd: Option<EtcdRates>,
     pub idle: Option<Idle>,
@@ -105,14 +104,16 @@ async fn scenario(ctx: &Ctx, opts: &Options, n: usize, r: &mut StartReport) -> R
     r.floor = Some(measured);
     let names = instances("t", n);
     let addr = ctx.etcd_addr().await?;
-    let (m0, before, reloads0) = tokio::join!(metrics::scrape(&addr), idle::snapshot(ctx), ctx.daemon_reloads());
+    let (m0, before, reloads0, cpu0) =
+        tokio::join!(metrics::scrape(&addr), idle::snapshot(ctx), ctx.daemon_reloads(), cpu::sample(ctx));
     let started = start(ctx, opts, &names, false).await;
-    let (m1, after, reloads1) = tokio::join!(metrics::scrape(&addr), idle::snapshot(ctx), ctx.daemon_reloads());
+    let (m1, after, reloads1, cpu1) =
+        tokio::join!(metrics::scrape(&addr), idle::snapshot(ctx), ctx.daemon_reloads(), cpu::sample(ctx));
+    r.start_cpu = Some(cpu::split(&cpu0, &cpu1, opts.machines));
     r.start_reloads = Some(reloads1?.iter().zip(reloads0?).map(|(b, a)| b.saturating_sub(a)).collect());
     r.start_etcd = Some(metrics::rates(&m0?, &m1?));
-    let all_up = started.polled.done_s.is_some();
-    if !all_up {
-        r.errors.push(format!("start: not all {n} active/running within {:?}", opts.timeout));
+    if let Some(e) = &started.wait_error {
+        r.errors.push(format!("start: not all {n} active/running: {e}"));
     }
     r.start = Some(started);
     r.start_usage = Some(idle::usage(&before, &after, &idle::leaders(ctx).await));
@@ -120,23 +121,24 @@ async fn scenario(ctx: &Ctx, opts: &Options, n: usize, r: &mut StartReport) -> R
     r.idle = Some(idle::measure(ctx, opts.idle).await);
     r.list_units = Some(latency(ctx, "list-units", opts.list_runs).await?);
     r.list_unit_files = Some(latency(ctx, "list-unit-files", opts.list_runs).await?);
+    let cpu0 = cpu::sample(ctx).await;
     let destroyed = destroy(ctx, opts, &names).await;
+    r.destroy_cpu = Some(cpu::split(&cpu0, &cpu::sample(ctx).await, opts.machines));
     let clean = destroyed.done_s.is_some();
-    if !clean {
-        r.errors.push(format!("destroy: not done within {:?}", opts.destroy_timeout));
-    }
+    r.errors.extend(destroyed.errors.iter().map(|e| format!("destroy: {e}")));
     r.destroy = Some(destroyed);
     if clean && n <= opts.blocking_max {
         let blocking = start(ctx, opts, &names, true).await;
-        if blocking.polled.done_s.is_none() {
-            r.errors.push(format!("blocking start: not all {n} active/running within {:?}", opts.timeout));
+        if let Some(e) = &blocking.wait_error {
+            r.errors.push(format!("blocking start: not all {n} active/running: {e}"));
         }
         r.blocking_start = Some(blocking);
     }
     Ok(())
 }
 
-/// One `fleetctl start [--no-block] <names>`, polled until all are active/running.
+/// One `fleetctl start [--no-block] <names>`, followed in the registry until all are active/running, then
+/// confirmed with list-units.
 async fn start(ctx: &Ctx, opts: &Options, names: &[String], blocking: bool) -> StartTiming {
     let mut args: Vec<&str> = vec!["start"];
     if !blocking {
@@ -144,40 +146,63 @@ async fn start(ctx: &Ctx, opts: &Options, names: &[String], blocking: bool) -> S
     }
     args.extend(names.iter().map(String::as_str));
     let n = names.len();
+    let mut timing = StartTiming::default();
+    let mut watch = match RegistryWatch::start(ctx, PREFIX).await {
+        Ok(w) => w,
+        Err(e) => {
+            timing.wait_error = Some(e);
+            return timing;
+        }
+    };
     let t0 = Instant::now();
     let command = async {
         let res = ctx.fleetctl_ok(&args).await;
         (secs(t0.elapsed()), res.err())
     };
-    let stages = Cell::new(Stages::default());
-    let stages_ref = &stages;
-    let polled = poll::until(t0, opts.poll, opts.timeout, n, || async move {
-        let rows = ctx.list_units().await?;
-        let ours: Vec<_> = rows.iter().filter(|r| r.unit.starts_with("t@")).collect();
-        let scheduled = ours.iter().filter(|r| !r.machine.is_empty() && r.machine != "-").count();
-        let loaded = ours.iter().filter(|r| r.load == "loaded").count();
-        let mut s = stages_ref.take();
-        s.see(secs(t0.elapsed()), n, scheduled, loaded);
-        stages_ref.set(s);
-        let count = ours.iter().filter(|r| r.running()).count();
-        Ok(Progress { count, done: count == n })
-    });
-    let ((command_s, command_error), polled) = tokio::join!(command, polled);
-    StartTiming { command_s, command_error, polled, stages: stages.take() }
+    let mut stages = StartStages::default();
+    let mut events = 0;
+    let followed = watch.until(
+        t0,
+        opts.timeout,
+        |at_s, seen: &Seen| {
+            stages.see(at_s, n, &seen.counts);
+            events = seen.events;
+        },
+        |c| c.running >= n,
+    );
+    let ((command_s, command_error), followed) = tokio::join!(command, followed);
+    timing.command_s = command_s;
+    timing.command_error = command_error;
+    timing.stages = stages;
+    timing.events = events;
+    match followed {
+        Ok(_) => match list_units_until(ctx, t0, opts.timeout, |running, _| running >= n).await {
+            Ok(at) => timing.list_units_agrees_s = Some(at),
+            Err(e) => timing.wait_error = Some(format!("the registry shows all active, list-units does not: {e}")),
+        },
+        Err(e) => timing.wait_error = Some(e),
+    }
+    timing
 }
 
-impl Stages {
-    /// Records what one poll at `at` saw: `scheduled` and `loaded` of `n` instances.
-    pub fn see(&mut self, at: f64, n: usize, scheduled: usize, loaded: usize) {
-        let first = |slot: &mut Option<f64>, reached: bool| {
-            if reached && slot.is_none() {
-                *slot = Some(at);
-            }
-        };
-        first(&mut self.all_scheduled_s, scheduled == n);
-        first(&mut self.first_loaded_s, loaded > 0);
-        first(&mut self.half_loaded_s, loaded * 2 >= n);
-        first(&mut self.all_loaded_s, loaded == n);
+/// Reads list-units until `done(running, listed)` of our instances holds; the time (since `t0`) it first did.
+async fn list_units_until(
+    ctx: &Ctx,
+    t0: Instant,
+    timeout: Duration,
+    done: impl Fn(usize, usize) -> bool,
+) -> Result<f64, String> {
+    loop {
+        let rows = ctx.list_units().await?;
+        let ours: Vec<_> = rows.iter().filter(|r| r.unit.starts_with(PREFIX)).collect();
+        let running = ours.iter().filter(|r| r.running()).count();
+        if done(running, ours.len()) {
+            return Ok(secs(t0.elapsed()));
+        }
+        if t0.elapsed() >= timeout {
+            return Err(format!("after {timeout:?} list-units shows {} of ours, {running} active/running", ours.len()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -190,45 +215,79 @@ async fn latency(ctx: &Ctx, command: &str, runs: usize) -> Result<Latency, Strin
     Ok(Latency::of(&samples))
 }
 
-/// One `fleetctl destroy <names>`, polled until systemd runs none of them on any machine and list-units shows none.
+/// One `fleetctl destroy <names>`, followed until systemd runs none of them on any machine (a wait loop inside
+/// each machine, as the floor's stop) and the registry holds none of them; list-units confirms once at the end.
 async fn destroy(ctx: &Ctx, opts: &Options, names: &[String]) -> DestroyTiming {
     let mut args: Vec<&str> = vec!["destroy"];
     args.extend(names.iter().map(String::as_str));
-    let (machines_clear, list_empty) = (Cell::new(None), Cell::new(None));
-    let (running, listed) = (Cell::new(names.len()), Cell::new(names.len()));
-    let (machines_clear, list_empty, running, listed) = (&machines_clear, &list_empty, &running, &listed);
+    let mut timing = DestroyTiming::default();
+    let mut watch = match RegistryWatch::start(ctx, PREFIX).await {
+        Ok(w) => w,
+        Err(e) => {
+            timing.errors.push(e);
+            return timing;
+        }
+    };
     let t0 = Instant::now();
     let command = async {
         let res = ctx.fleetctl_ok(&args).await;
         (secs(t0.elapsed()), res.err())
     };
-    let polled = poll::until(t0, opts.poll, opts.destroy_timeout, names.len(), || async move {
-        let (rows, counts) = tokio::join!(ctx.list_units(), ctx.systemd_running("t@*"));
-        let (rows, counts) = (rows?, counts?);
-        let at = secs(t0.elapsed());
-        running.set(counts.iter().sum());
-        listed.set(rows.iter().filter(|r| r.unit.starts_with("t@")).count());
-        if running.get() == 0 && machines_clear.get().is_none() {
-            machines_clear.set(Some(at));
-        }
-        if listed.get() == 0 && list_empty.get().is_none() {
-            list_empty.set(Some(at));
-        }
-        let left = running.get() + listed.get();
-        Ok(Progress { count: left, done: left == 0 })
-    });
-    let ((command_s, command_error), polled) = tokio::join!(command, polled);
-    DestroyTiming {
-        command_s,
-        command_error,
-        machines_clear_s: machines_clear.get(),
-        list_empty_s: list_empty.get(),
-        done_s: polled.done_s,
-        polls: polled.polls,
-        poll_interval_ms: polled.poll_interval_ms,
-        still_running: running.get(),
-        still_listed: listed.get(),
+    let machines_clear = async {
+        let waits = ctx.cluster.machines().iter().map(|m| async move {
+            let out = m.exec(&["sh", "-c", &clear_script(opts.destroy_timeout)]).await.map_err(|e| e.to_string())?;
+            if out.success() {
+                Ok(secs(t0.elapsed()))
+            } else {
+                Err(format!(
+                    "{}: still running after {:?}: {}",
+                    m.container_name(),
+                    opts.destroy_timeout,
+                    out.describe()
+                ))
+            }
+        });
+        let times: Result<Vec<f64>, String> = futures::future::join_all(waits).await.into_iter().collect();
+        times.map(|t| t.into_iter().fold(0.0, f64::max))
+    };
+    // The registry starts full: every instance has an object and a state (the start before saw them).
+    let registry_clear = watch.until(t0, opts.destroy_timeout, |_, _| {}, |c| c.objects == 0 && c.with_state == 0);
+    let ((command_s, command_error), machines, registry) = tokio::join!(command, machines_clear, registry_clear);
+    timing.command_s = command_s;
+    timing.command_error = command_error;
+    match machines {
+        Ok(at) => timing.machines_clear_s = Some(at),
+        Err(e) => timing.errors.push(e),
     }
+    match registry {
+        Ok(at) => timing.registry_clear_s = Some(at),
+        Err(e) => timing.errors.push(format!("registry: {e}")),
+    }
+    timing.done_s = timing.machines_clear_s.zip(timing.registry_clear_s).map(|(a, b)| a.max(b));
+    match ctx.list_units().await {
+        Ok(rows) => {
+            let left = rows.iter().filter(|r| r.unit.starts_with(PREFIX)).count();
+            timing.list_units_left = Some(left);
+            if left > 0 {
+                timing.errors.push(format!("list-units still shows {left} of them after the registry was clear"));
+            }
+        }
+        Err(e) => timing.errors.push(format!("list-units: {e}")),
+    }
+    timing
+}
+
+/// Waits inside a machine until systemd shows no bench instance active, activating, deactivating or reloading
+/// (polled every 50 ms, as the floor's stop loop); fails after `limit`.
+fn clear_script(limit: Duration) -> String {
+    format!(
+        r#"end=$(( $(date +%s) + {limit} ))
+until [ "$(systemctl list-units '{PREFIX}*' --state=active,activating,deactivating,reloading --no-legend --plain | wc -l)" -eq 0 ]; do
+  [ "$(date +%s)" -lt "$end" ] || {{ systemctl list-units '{PREFIX}*' --state=active,activating,deactivating,reloading --no-legend --plain | head -n 5; exit 1; }}
+  sleep 0.05
+done"#,
+        limit = limit.as_secs().max(1)
+    )
 }
 
 #[cfg(test)]
@@ -236,16 +295,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stages_keep_the_first_poll_that_reached_each() {
-        let mut s = Stages::default();
-        s.see(0.1, 4, 2, 0);
-        s.see(0.2, 4, 4, 1);
-        s.see(0.3, 4, 4, 2);
-        s.see(0.4, 4, 4, 4);
-        s.see(0.5, 4, 4, 4);
-        assert_eq!(
-            (s.all_scheduled_s, s.first_loaded_s, s.half_loaded_s, s.all_loaded_s),
-            (Some(0.2), Some(0.2), Some(0.3), Some(0.4))
-        );
+    fn the_clear_script_names_the_instances_and_its_limit() {
+        let s = clear_script(Duration::from_secs(600));
+        assert!(s.contains("systemctl list-units 't@*' --state=active,activating,deactivating,reloading"), "{s}");
+        assert!(s.contains("+ 600 ))"), "{s}");
+        assert!(s.contains("exit 1"), "{s}");
     }
 }
