@@ -5,15 +5,17 @@
 //! ever holds a zbus stream; callers register with the waits or subscribe to the feed instead.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use futures::StreamExt;
+use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 use zbus::message::Type as MessageType;
-use zbus::{Connection, MatchRule, MessageStream, Variant};
+use zbus::{Connection, MatchRule, MessageStream, Signature, Variant};
 
 use super::error::{Result, SystemdError};
 use super::proxies::ManagerProxy;
@@ -22,15 +24,112 @@ use super::types::{JobResult, Reported, UnitChange, unit_name_from_path};
 const SYSTEMD: &str = "org.freedesktop.systemd1";
 const UNIT_NAMESPACE: &str = "/org/freedesktop/systemd1/unit";
 
+/// systemd's D-Bus interface of every unit (`ActiveState`, `SubState`).
+const UNIT_INTERFACE: &str = "org.freedesktop.systemd1.Unit";
+/// systemd's D-Bus interface of service units (`NRestarts`).
+const SERVICE_INTERFACE: &str = "org.freedesktop.systemd1.Service";
+
 /// What a `PropertiesChanged` message of a unit object carried ([`Reported`]; empty when its body does not decode).
 fn reported(msg: &zbus::Message) -> Reported {
-    let body = msg.body();
-    match body.deserialize::<(&str, HashMap<&str, Variant<'_>>, Vec<&str>)>() {
-        Ok((interface, changed, _)) => Reported::from_signal(interface, changed.iter().map(|(k, v)| (*k, v))),
+    match msg.body().deserialize::<PropertiesChanged>() {
+        Ok(PropertiesChanged(reported)) => reported,
         Err(e) => {
             debug!(err = %e, "undecodable PropertiesChanged body");
             Reported::default()
         }
+    }
+}
+
+/// A `PropertiesChanged` body (`sa{sv}as`: interface, changed properties by name, names of invalidated ones)
+/// decoded straight into the [`Reported`] it carries, building no other value: the Unit interface's `ActiveState`
+/// and `SubState` (both in one signal, or neither counts) and the Service interface's `NRestarts`; a value of
+/// another type, or from the other interface, counts as absent. Any other value is walked over as
+/// [`IgnoredAny`], which builds nothing (zbus only parses each variant's signature, a few small allocations for a
+/// container type), and the body of another interface is not read past its name. (Decoding every value into a
+/// map of `Variant`s took 13.6 % of fleetd's CPU during a start of 333 units, with its 6,000 signals.)
+struct PropertiesChanged(Reported);
+
+impl zbus::Type for PropertiesChanged {
+    const SIGNATURE: &'static Signature = &zbus::signature!("sa{sv}as");
+}
+
+impl<'de> Deserialize<'de> for PropertiesChanged {
+    fn deserialize<D: Deserializer<'de>>(body: D) -> std::result::Result<Self, D::Error> {
+        body.deserialize_tuple(3, BodyVisitor).map(PropertiesChanged)
+    }
+}
+
+struct BodyVisitor;
+
+impl<'de> Visitor<'de> for BodyVisitor {
+    type Value = Reported;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a PropertiesChanged body (sa{sv}as)")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut body: A) -> std::result::Result<Reported, A::Error> {
+        let interface = match body.next_element::<&str>()?.ok_or_else(|| de::Error::invalid_length(0, &self))? {
+            UNIT_INTERFACE => Followed::Unit,
+            SERVICE_INTERFACE => Followed::Service,
+            _ => return Ok(Reported::default()),
+        };
+        let reported = body.next_element_seed(interface)?.ok_or_else(|| de::Error::invalid_length(1, &self))?;
+        body.next_element::<IgnoredAny>()?.ok_or_else(|| de::Error::invalid_length(2, &self))?;
+        Ok(reported)
+    }
+}
+
+/// An interface whose signals carry values [`Reported`] keeps; as a seed, it decodes their changed properties.
+#[derive(Clone, Copy)]
+enum Followed {
+    Unit,
+    Service,
+}
+
+impl<'de> DeserializeSeed<'de> for Followed {
+    type Value = Reported;
+
+    fn deserialize<D: Deserializer<'de>>(self, changed: D) -> std::result::Result<Reported, D::Error> {
+        changed.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Followed {
+    type Value = Reported;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("changed properties (a{sv})")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut changed: A) -> std::result::Result<Reported, A::Error> {
+        let mut reported = Reported::default();
+        let (mut active, mut sub) = (None, None);
+        while let Some(property) = changed.next_key::<&str>()? {
+            // Only these three values are built (as a `Variant` borrowing the body: no allocation).
+            match (self, property) {
+                (Followed::Unit, "ActiveState") => active = string(changed.next_value()?),
+                (Followed::Unit, "SubState") => sub = string(changed.next_value()?),
+                (Followed::Service, "NRestarts") => {
+                    reported.restarts = match changed.next_value()? {
+                        Variant::U32(n) => Some(n),
+                        _ => None,
+                    }
+                }
+                _ => {
+                    changed.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        reported.active = active.zip(sub);
+        Ok(reported)
+    }
+}
+
+fn string(value: Variant<'_>) -> Option<String> {
+    match value {
+        Variant::Str(s) => Some(s.as_str().to_owned()),
+        _ => None,
     }
 }
 
@@ -430,6 +529,140 @@ mod tests {
 
     fn restarts(n: u32) -> Reported {
         Reported { active: None, restarts: Some(n) }
+    }
+
+    /// A `PropertiesChanged` signal of a unit object with this body (its bytes as systemd would send them).
+    fn signal<B: serde::Serialize + zbus::DynamicType>(body: &B) -> zbus::Message {
+        zbus::Message::signal(
+            "/org/freedesktop/systemd1/unit/a_2eservice",
+            "org.freedesktop.DBus.Properties",
+            "PropertiesChanged",
+        )
+        .build(body)
+        .unwrap()
+    }
+
+    fn changed<'a>(interface: &'a str, properties: Vec<(&'a str, Variant<'a>)>) -> zbus::Message {
+        let invalidated = vec!["ExecCondition", "ExecStartPre", "ExecStart", "ExecReload", "ExecStop"];
+        signal(&(interface, properties.into_iter().collect::<HashMap<_, _>>(), invalidated))
+    }
+
+    /// An `Exec*` command list as systemd's Service interface has it: `a(sasbttttuii)` (path, argv, ignore
+    /// failure, start and exit timestamps, PID, exit code and status).
+    fn commands(n: usize) -> Variant<'static> {
+        let command = |i: u64| {
+            let argv = (0..20).map(|a| format!("--argument-{a}=/some/path/{i}")).collect::<Vec<_>>();
+            ("/usr/bin/docker".to_string(), argv, false, i, i + 1, i + 2, i + 3, 42u32, 1i32, 0i32)
+        };
+        Variant::from((0..n as u64).map(command).collect::<Vec<_>>())
+    }
+
+    /// A Service-interface body with values of many types around `NRestarts`.
+    fn service(restarts: Variant<'static>) -> Vec<(&'static str, Variant<'static>)> {
+        vec![
+            ("MainPID", Variant::from(4242u32)),
+            ("StatusText", Variant::from("Ready.")),
+            ("Result", Variant::from("success")),
+            ("ExecMainStartTimestamp", Variant::from(1_700_000_000_000_000u64)),
+            ("StatusErrno", Variant::from(0i32)),
+            ("RemainAfterExit", Variant::from(true)),
+            ("Environment", Variant::from(vec!["A=1", "B=2"])),
+            ("ExecStartPre", commands(3)),
+            ("ExecStart", commands(5)),
+            ("NRestarts", restarts),
+            ("ExecStop", commands(2)),
+            ("ExecStopPost", commands(0)),
+        ]
+    }
+
+    fn states(active: &str, sub: &str) -> Reported {
+        Reported { active: Some((active.into(), sub.into())), restarts: None }
+    }
+
+    #[test]
+    fn a_signal_reports_the_active_and_sub_state_of_units_and_the_restarts_of_services() {
+        let unit = |active: Variant<'static>, sub: Option<Variant<'static>>| {
+            let mut properties = vec![
+                ("ActiveState", active),
+                ("ActiveEnterTimestamp", Variant::from(1_700_000_000_000_000u64)),
+                ("Job", Variant::from((0u32, zbus::ObjectPath::from_static_str_unchecked("/")))),
+                ("Conditions", Variant::from(vec![("ConditionPathExists", false, false, "/x", 1i32)])),
+                ("CanStart", Variant::from(true)),
+            ];
+            properties.extend(sub.map(|s| ("SubState", s)));
+            properties
+        };
+        assert_eq!(
+            reported(&changed(UNIT_INTERFACE, unit(Variant::from("active"), Some(Variant::from("running"))))),
+            states("active", "running"),
+            "ActiveState and SubState among a timestamp, a structure, an array of structures and a boolean"
+        );
+        assert_eq!(
+            reported(&changed(SERVICE_INTERFACE, service(Variant::from(3u32)))),
+            Reported { active: None, restarts: Some(3) },
+            "NRestarts among command lists, strings, numbers, booleans and arrays"
+        );
+        assert_eq!(
+            reported(&changed(UNIT_INTERFACE, unit(Variant::from("active"), None))),
+            Reported::default(),
+            "ActiveState without SubState"
+        );
+        assert_eq!(
+            reported(&changed(UNIT_INTERFACE, unit(Variant::from(1u32), Some(Variant::from("running"))))),
+            Reported::default(),
+            "an ActiveState that is no string"
+        );
+        assert_eq!(
+            reported(&changed(SERVICE_INTERFACE, service(Variant::from("3")))),
+            Reported::default(),
+            "an NRestarts that is no u32"
+        );
+    }
+
+    #[test]
+    fn a_signal_reports_nothing_of_another_interface_or_of_the_wrong_one() {
+        for interface in ["org.freedesktop.systemd1.Socket", "org.freedesktop.systemd1.Scope", ""] {
+            let mut properties = service(Variant::from(3u32));
+            properties.extend([("ActiveState", Variant::from("active")), ("SubState", Variant::from("running"))]);
+            assert_eq!(reported(&changed(interface, properties)), Reported::default(), "{interface}");
+        }
+        let mut states_on_service = service(Variant::from(3u32));
+        states_on_service.retain(|(name, _)| *name != "NRestarts");
+        states_on_service.extend([("ActiveState", Variant::from("active")), ("SubState", Variant::from("running"))]);
+        assert_eq!(
+            reported(&changed(SERVICE_INTERFACE, states_on_service)),
+            Reported::default(),
+            "the states count on the Unit interface only"
+        );
+        let mut restarts_on_unit = service(Variant::from(3u32));
+        restarts_on_unit.push(("ActiveState", Variant::from("active")));
+        assert_eq!(
+            reported(&changed(UNIT_INTERFACE, restarts_on_unit)),
+            Reported::default(),
+            "NRestarts counts on the Service interface only"
+        );
+    }
+
+    #[test]
+    fn an_undecodable_signal_body_reports_nothing() {
+        let both = || HashMap::from([("ActiveState", Variant::from("active")), ("SubState", Variant::from("running"))]);
+        assert_eq!(reported(&signal(&(UNIT_INTERFACE, both()))), Reported::default(), "sa{{sv}}: no invalidated list");
+        assert_eq!(reported(&signal(&(UNIT_INTERFACE, both(), vec![1u32]))), Reported::default(), "sa{{sv}}au");
+        assert_eq!(
+            reported(&signal(&(
+                UNIT_INTERFACE,
+                HashMap::from([("ActiveState", "active"), ("SubState", "running")]),
+                vec!["x"]
+            ))),
+            Reported::default(),
+            "sa{{ss}}as"
+        );
+        assert_eq!(reported(&signal(&())), Reported::default(), "no body");
+        assert_eq!(
+            reported(&signal(&(UNIT_INTERFACE, both(), Vec::<&str>::new()))),
+            states("active", "running"),
+            "the same values in a body of the right signature"
+        );
     }
 
     fn taken(changes: &mut UnitChanges) -> Vec<(String, Reported)> {

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `proxies.rs` | hand-written zbus proxies (Manager, Unit, Service, Job) |
 //! | `client.rs` | [`Systemd`]: connect (system or user bus), start/stop waiting for the job result, wait for a unit to be inactive, link/enable/disable runtime, unlink a runtime link on disk, reset-failed, daemon-reload, states, change notifications |
-//! | `events.rs` | one task per connection draining systemd's signals into the waits (a job's result to its waiter, a unit's change to its watchers) and a per-unit coalescing [`UnitChanges`] feed |
+//! | `events.rs` | one task per connection draining systemd's signals into the waits (a job's result to its waiter, a unit's change to its watchers) and a per-unit coalescing [`UnitChanges`] feed; a `PropertiesChanged` body decoded into the [`Reported`] values only |
 //! | `types.rs` | plain data handed out: [`JobResult`], [`UnitStatus`], [`FileChange`], [`UnitChange`], [`Bus`] |
 //! | `error.rs` | [`SystemdError`]: call, target, D-Bus error name and message |
 //!

@@ -140,7 +140,8 @@ pub enum UnitChange {
 
 /// What one `PropertiesChanged` signal of a unit carried of the values the state publisher follows: the Unit
 /// interface's `ActiveState` and `SubState`, or the Service interface's `NRestarts`. systemd sends both interfaces'
-/// signals at every change of a service. Empty when the signal carried none of them (another interface).
+/// signals at every change of a service. Empty when the signal carried none of them (another interface). Decoded from
+/// the signal's body, without building any other of its values, in `events.rs`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reported {
     /// `ActiveState` and `SubState`.
@@ -148,32 +149,6 @@ pub struct Reported {
     /// `NRestarts`.
     pub restarts: Option<u32>,
 }
-
-impl Reported {
-    /// From one signal's interface name and changed properties (name → value), as systemd sends them.
-    pub fn from_signal<'a>(
-        interface: &str,
-        changed: impl IntoIterator<Item = (&'a str, &'a zbus::Variant<'a>)>,
-    ) -> Reported {
-        let mut reported = Reported::default();
-        let (mut active, mut sub) = (None, None);
-        for (property, value) in changed {
-            match (interface, property, value) {
-                (UNIT_INTERFACE, "ActiveState", zbus::Variant::Str(v)) => active = Some(v.to_string()),
-                (UNIT_INTERFACE, "SubState", zbus::Variant::Str(v)) => sub = Some(v.to_string()),
-                (SERVICE_INTERFACE, "NRestarts", zbus::Variant::U32(n)) => reported.restarts = Some(*n),
-                _ => {}
-            }
-        }
-        reported.active = active.zip(sub);
-        reported
-    }
-}
-
-/// systemd's D-Bus interface of every unit.
-pub const UNIT_INTERFACE: &str = "org.freedesktop.systemd1.Unit";
-/// systemd's D-Bus interface of service units.
-pub const SERVICE_INTERFACE: &str = "org.freedesktop.systemd1.Service";
 
 /// The unit name encoded in a systemd unit object path (`/org/freedesktop/systemd1/unit/hello_2eservice` →
 /// `hello.service`). None for paths outside the unit namespace or with a broken escape.
@@ -222,32 +197,6 @@ mod tests {
         assert_eq!(unit_name_from_path("/org/freedesktop/systemd1/unit/bad_2"), None);
         assert_eq!(unit_name_from_path("/org/freedesktop/systemd1/job/12"), None);
         assert_eq!(unit_name_from_path("/org/freedesktop/systemd1/unit/a/b"), None);
-    }
-
-    #[test]
-    fn a_signal_reports_the_active_and_sub_state_of_units_and_the_restarts_of_services() {
-        use zbus::Variant as Value;
-        let (active, sub, restarts, pid) =
-            (Value::from("active"), Value::from("running"), Value::from(3u32), Value::from(42u32));
-        let unit = [("ActiveState", &active), ("SubState", &sub), ("MainPID", &pid)];
-        assert_eq!(
-            Reported::from_signal(UNIT_INTERFACE, unit),
-            Reported { active: Some(("active".into(), "running".into())), restarts: None }
-        );
-        assert_eq!(
-            Reported::from_signal(SERVICE_INTERFACE, [("NRestarts", &restarts), ("MainPID", &pid)]),
-            Reported { active: None, restarts: Some(3) }
-        );
-        assert_eq!(
-            Reported::from_signal(UNIT_INTERFACE, [("ActiveState", &active)]),
-            Reported::default(),
-            "no SubState"
-        );
-        assert_eq!(Reported::from_signal("org.freedesktop.systemd1.Socket", unit), Reported::default());
-        assert_eq!(
-            Reported::from_signal(UNIT_INTERFACE, [("ActiveState", &pid), ("SubState", &sub)]),
-            Reported::default()
-        );
     }
 
     #[test]
