@@ -28,6 +28,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt};
@@ -168,7 +169,8 @@ pub struct Executor<S> {
     recorded: AgentRecord,
     /// The loaded set (unit → recorded hash), re-sent whenever a file is written or removed, so state publishing
     /// can follow it without waiting for a running plan.
-    loaded_tx: watch::Sender<BTreeMap<String, String>>,
+    /// Shared, not copied: the publisher takes it at every round.
+    loaded_tx: watch::Sender<Arc<BTreeMap<String, String>>>,
     /// Units updated in place whose new file is not in effect yet → the hash published for them meanwhile (the
     /// previous file's). Released once the daemon-reload and the unit reloads of the run are done, so a published
     /// new hash means systemd runs the new definition and `ExecReload=` has finished: a waiting client never sees
@@ -178,7 +180,7 @@ pub struct Executor<S> {
 
 impl<S: SystemdOps> Executor<S> {
     pub fn new(systemd: S, units: UnitsDir, config: ExecutorConfig) -> Self {
-        let (loaded_tx, _) = watch::channel(units.hashes().clone());
+        let (loaded_tx, _) = watch::channel(Arc::new(units.hashes().clone()));
         let restarts = read_restarts(&units.dir().join(RESTARTS_FILE));
         let recorded = std::fs::read(record_dir(units.dir()).join(AGENT_STATE_FILE))
             .ok()
@@ -228,7 +230,7 @@ impl<S: SystemdOps> Executor<S> {
 
     /// Follows the loaded set (unit → recorded hash) as files are written and removed, also in the middle of a
     /// plan (e.g. while a long stop job runs).
-    pub fn watch_loaded(&self) -> watch::Receiver<BTreeMap<String, String>> {
+    pub fn watch_loaded(&self) -> watch::Receiver<Arc<BTreeMap<String, String>>> {
         self.loaded_tx.subscribe()
     }
 
@@ -268,7 +270,7 @@ impl<S: SystemdOps> Executor<S> {
             if same {
                 return false;
             }
-            *seen = on_disk.iter().map(|(n, h)| (n.clone(), published(n, h))).collect();
+            *seen = Arc::new(on_disk.iter().map(|(n, h)| (n.clone(), published(n, h))).collect());
             true
         });
     }

@@ -37,7 +37,7 @@ pub(crate) struct PublishLoop<'a, S> {
     pub lease: i64,
     pub period: Duration,
     pub publisher: &'a mut Publisher,
-    pub loaded: watch::Receiver<BTreeMap<String, String>>,
+    pub loaded: watch::Receiver<Arc<BTreeMap<String, String>>>,
     pub changes: &'a mut UnitChanges,
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
     pub debug: &'a DebugHandle,
@@ -120,7 +120,7 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
     /// Reads what no change signal told of the loaded units' states and services' restart counters, and writes
     /// what changed. False if anything failed.
     async fn publish_current(&mut self, readings: &mut Readings) -> bool {
-        let hashes = self.loaded.borrow_and_update().clone();
+        let hashes = Arc::clone(&self.loaded.borrow_and_update());
         let names = readings.states_to_read(&hashes);
         let read = match self.systemd.states(&names).await {
             Ok(s) => s,
@@ -135,7 +135,7 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
         let now = readings.unit_states(self.machine, &hashes);
         let ops = self.publisher.changes(&now);
         let ok = self.write(ops).await;
-        self.debug.set_subscribed(hashes.into_keys());
+        self.debug.set_subscribed(hashes.keys().cloned());
         ok
     }
 
@@ -151,7 +151,7 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
             .iter()
             .filter_map(|(unit, per_machine)| per_machine.get(self.machine).map(|r| (unit.clone(), r.clone())))
             .collect();
-        let hashes = self.loaded.borrow().clone();
+        let hashes = Arc::clone(&self.loaded.borrow());
         let loaded: BTreeSet<&str> = hashes.keys().map(String::as_str).collect();
         let ops = self.publisher.repair(&stored, &loaded);
         if !ops.is_empty() {
@@ -202,7 +202,7 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
             }
         }
         let ok = pending.is_empty();
-        self.debug.set_published(self.publisher.published(), pending);
+        self.debug.sync_published(self.publisher.published(), ops.iter().map(PublishOp::unit), pending);
         ok
     }
 }

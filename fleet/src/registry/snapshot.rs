@@ -25,7 +25,10 @@ pub struct Snapshot {
     leader: Option<LeaderRecord>,
     units: Arc<BTreeMap<String, UnitRecord>>,
     bodies: Arc<BTreeMap<String, BodyRecord>>,
-    states: Arc<BTreeMap<String, PerMachine<StateRecord>>>,
+    /// Each unit's states behind their own `Arc`: a batch of watch events copies the map (it is shared with the
+    /// snapshots consumers still hold) as names and pointers, not as every record (that copy took 13 % of a
+    /// fleetd's CPU during a start of 1,000 units); and an unchanged unit is the same pointer in both snapshots.
+    states: Arc<BTreeMap<String, Arc<PerMachine<StateRecord>>>>,
     machines: Arc<BTreeMap<String, MachineRecord>>,
     rollouts: Arc<BTreeMap<String, RolloutRecord>>,
 }
@@ -188,7 +191,7 @@ impl Snapshot {
     }
 
     /// Published unit states: unit name → machine ID → state.
-    pub fn state_records(&self) -> &BTreeMap<String, PerMachine<StateRecord>> {
+    pub fn state_records(&self) -> &BTreeMap<String, Arc<PerMachine<StateRecord>>> {
         &self.states
     }
 
@@ -313,11 +316,11 @@ impl Snapshot {
                     value.and_then(|v| decode_json::<StateRecord>(&full(), "unit state", v).map_err(warn).ok());
                 match record {
                     Some(r) => {
-                        states.entry(unit).or_default().insert(machine, r);
+                        Arc::make_mut(states.entry(unit).or_default()).insert(machine, r);
                     }
                     None => {
                         if let Some(per_machine) = states.get_mut(&unit) {
-                            per_machine.remove(&machine);
+                            Arc::make_mut(per_machine).remove(&machine);
                             if per_machine.is_empty() {
                                 states.remove(&unit);
                             }

@@ -170,35 +170,35 @@ impl Drop for RegistryWatch {
 impl RegistryWatch {
     /// Starts watching the cluster's fleet keys from the current revision on.
     pub async fn start(ctx: &Ctx, instance_prefix: &str) -> Result<RegistryWatch, String> {
-        let etcd = ctx.cluster.etcd();
         let prefix = ctx.cluster.key_prefix();
         let prefix = if prefix.ends_with('/') { prefix } else { format!("{prefix}/") };
+        let etcdctl = Etcdctl::of(ctx).await?;
         // What is there now, and the revision it was read at: the watch goes on from the next one.
-        let out = etcd
-            .etcdctl(&["get", &prefix, "--prefix", "-w", "json"])
+        let out = etcdctl
+            .command(&["get", &prefix, "--prefix", "-w", "json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
             .await
-            .map_err(|e| format!("registry watch: {e}"))?;
-        if !out.success() {
-            return Err(format!("registry watch: cannot read the registry: {}", out.describe()));
+            .map_err(|e| format!("registry watch: cannot run etcdctl get: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(format!("registry watch: etcdctl get failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
         }
-        let (revision, present) = parse_get(&out.stdout, &prefix)
-            .ok_or_else(|| format!("registry watch: cannot parse `etcdctl get`: {}", super::ctx::short(&out.stdout)))?;
+        let (revision, present) = parse_get(&stdout, &prefix)
+            .ok_or_else(|| format!("registry watch: cannot parse `etcdctl get`: {}", super::ctx::short(&stdout)))?;
         let mut tally = Tally::new(instance_prefix);
         for (key, value) in &present {
             tally.apply(key, Some(value));
         }
         let from = (revision + 1).to_string();
-        let cmd = etcd.etcdctl_command(&["watch", "--prefix", &prefix, "--rev", &from, "-w", "json"]);
-        let mut child = tokio::process::Command::new("docker")
-            .arg("exec")
-            .arg(etcd.name())
-            .args(&cmd)
-            .stdin(Stdio::null())
+        let mut child = etcdctl
+            .command(&["watch", "--prefix", &prefix, "--rev", &from, "-w", "json"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| format!("registry watch: cannot run docker exec: {e}"))?;
+            .map_err(|e| format!("registry watch: cannot run etcdctl watch: {e}"))?;
         let stdout = child.stdout.take().ok_or("registry watch: no stdout")?;
         let (tx, seen) = watch::channel(Seen { counts: tally.counts(), ..Seen::default() });
         let task = tokio::spawn(async move {
@@ -262,6 +262,48 @@ impl RegistryWatch {
         }
     }
 }
+
+/// How the bench reaches etcd: the host's own `etcdctl` on the cluster network (nothing relayed, so the
+/// measurement costs no Docker CPU), or inside the etcd container in a TLS cluster (its certificates are there).
+enum Etcdctl {
+    Host { endpoint: String },
+    InContainer { container: String, base: Vec<String> },
+}
+
+impl Etcdctl {
+    async fn of(ctx: &Ctx) -> Result<Etcdctl, String> {
+        let etcd = ctx.cluster.etcd();
+        if etcd.is_tls() {
+            return Ok(Etcdctl::InContainer { container: etcd.name().to_string(), base: etcd.etcdctl_command(&[]) });
+        }
+        let ip = crate::docker::container_ip(etcd.name(), ctx.cluster.network())
+            .await
+            .map_err(|e| format!("registry watch: {e}"))?
+            .ok_or_else(|| format!("registry watch: {} has no address", etcd.name()))?;
+        Ok(Etcdctl::Host { endpoint: format!("http://{ip}:{}", crate::etcd::PORT) })
+    }
+
+    /// The command running `etcdctl args…` (stdin closed).
+    fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let mut cmd = match self {
+            Etcdctl::Host { endpoint } => {
+                let mut cmd = tokio::process::Command::new(ETCDCTL);
+                cmd.arg(format!("--endpoints={endpoint}"));
+                cmd
+            }
+            Etcdctl::InContainer { container, base } => {
+                let mut cmd = tokio::process::Command::new("docker");
+                cmd.arg("exec").arg(container).args(base);
+                cmd
+            }
+        };
+        cmd.args(args).stdin(Stdio::null());
+        cmd
+    }
+}
+
+/// The host's etcdctl (Debian's etcd-client, installed by `ci/setup`).
+const ETCDCTL: &str = "/usr/bin/etcdctl";
 
 /// Keys (relative to fleet's prefix) with their values.
 pub type KeyValues = Vec<(String, Vec<u8>)>;

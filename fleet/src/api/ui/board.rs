@@ -112,7 +112,7 @@ pub fn row(snapshot: &Snapshot, name: &str) -> Option<Row> {
     let unit = snapshot.unit(name)?;
     let record = snapshot.unit_record(name)?;
     let mut cells = BTreeMap::new();
-    for (machine, state) in snapshot.state_records().get(name).into_iter().flatten() {
+    for (machine, state) in snapshot.state_records().get(name).into_iter().flat_map(|states| states.iter()) {
         cells.insert(
             machine.clone(),
             Cell {
@@ -228,6 +228,8 @@ fn differing_keys<'a, V: PartialEq>(
                     b.next();
                 }
                 std::cmp::Ordering::Equal => {
+                    // For `Arc` values of an `Eq` type (a snapshot's states), `!=` is a pointer comparison first:
+                    // an unchanged unit costs no walk of its records.
                     if va != vb {
                         out.insert(ka.as_str());
                     }
