@@ -334,6 +334,15 @@ fn start_table(reports: &[StartReport]) -> String {
         "",
     ));
     let mut out = render(&rows);
+    // Too wide for a column: one line per N and window, under the table.
+    for r in reports {
+        let floor = r.floor.as_ref().and_then(|f| f.start_cpu.as_ref());
+        for (what, split) in [("floor start", floor), ("fleet start", r.start_cpu.as_ref())] {
+            if let Some(c) = split {
+                let _ = writeln!(out, "  CPU s by host process, {what} (N={}): {}", r.units, top(&c.by_process, 8));
+            }
+        }
+    }
     for r in reports {
         for e in &r.errors {
             let _ = writeln!(out, "  error (N={}): {e}", r.units);
@@ -404,16 +413,7 @@ fn cpu_rows(rows: &mut Vec<(&str, Vec<String>, &str)>, reports: &[StartReport]) 
         col(&|r| pair(r.floor.as_ref().and_then(|f| f.start_cpu.as_ref()), r.start_cpu.as_ref(), &|c| c.steal_s)),
         "",
     ));
-    rows.push((
-        "  host processes, fleet start (top)",
-        col(&|r| r.start_cpu.as_ref().map_or("—".into(), |c| top(&c.by_process, 6))),
-        "",
-    ));
-    rows.push((
-        "  host processes, floor start (top)",
-        col(&|r| r.floor.as_ref().and_then(|f| f.start_cpu.as_ref()).map_or("—".into(), |c| top(&c.by_process, 6))),
-        "",
-    ));
+
     rows.push((
         "CPU s, stop: floor / fleet destroy",
         col(&|r| pair(r.floor.as_ref().and_then(|f| f.stop_cpu.as_ref()), r.destroy_cpu.as_ref(), &|c| c.window_s)),
@@ -553,5 +553,24 @@ mod tests {
         assert!(t.contains("run 1 — rolling scenario"), "{t}");
         assert!(!r.has_errors());
         serde_json::to_string(&r).unwrap();
+    }
+
+    #[test]
+    fn the_cpu_split_shows_floor_and_fleet_side_by_side() {
+        let split = |pid1: f64, host: f64| CpuSplit {
+            window_s: 1.0,
+            host_s: host,
+            machines: [("pid1".to_string(), pid1)].into(),
+            by_process: vec![("systemd".into(), pid1), ("irq".into(), 0.1), ("exited".into(), 0.5)],
+            ..CpuSplit::default()
+        };
+        let floor = super::super::floor::Floor { start_cpu: Some(split(4.5, 14.0)), ..Default::default() };
+        let r =
+            StartReport { units: 1000, floor: Some(floor), start_cpu: Some(split(5.25, 19.5)), ..Default::default() };
+        let t = start_table(&[r]);
+        let row = t.lines().find(|l| l.contains("machines: PID 1")).unwrap_or_default();
+        assert!(row.contains("4.50 / 5.25"), "{t}");
+        assert!(t.lines().any(|l| l.contains("host busy") && l.contains("14.00 / 19.50")), "{t}");
+        assert!(t.contains("CPU s by host process, fleet start (N=1000): systemd 5.25, irq 0.10, exited 0.50"), "{t}");
     }
 }
