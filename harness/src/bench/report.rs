@@ -396,35 +396,27 @@ fn cpu_rows(rows: &mut Vec<(&str, Vec<String>, &str)>, reports: &[StartReport]) 
         ("  host outside containers (bench, docker)", |c| c.outside_s),
     ];
     let col = |f: &dyn Fn(&StartReport) -> String| reports.iter().map(f).collect::<Vec<_>>();
-    rows.push((
-        "CPU s, start: floor / fleet",
-        col(&|r| pair(r.floor.as_ref().and_then(|f| f.start_cpu.as_ref()), r.start_cpu.as_ref(), &|c| c.window_s)),
-        "(window s)",
-    ));
-    for (label, f) in figures {
-        rows.push((
-            label,
-            col(&|r| pair(r.floor.as_ref().and_then(|f| f.start_cpu.as_ref()), r.start_cpu.as_ref(), &f)),
-            "",
-        ));
-    }
-    rows.push((
-        "  steal",
-        col(&|r| pair(r.floor.as_ref().and_then(|f| f.start_cpu.as_ref()), r.start_cpu.as_ref(), &|c| c.steal_s)),
-        "",
-    ));
-
-    rows.push((
-        "CPU s, stop: floor / fleet destroy",
-        col(&|r| pair(r.floor.as_ref().and_then(|f| f.stop_cpu.as_ref()), r.destroy_cpu.as_ref(), &|c| c.window_s)),
-        "(window s)",
-    ));
-    for (label, f) in figures {
-        rows.push((
-            label,
-            col(&|r| pair(r.floor.as_ref().and_then(|f| f.stop_cpu.as_ref()), r.destroy_cpu.as_ref(), &f)),
-            "",
-        ));
+    type Windows = fn(&StartReport) -> (Option<&CpuSplit>, Option<&CpuSplit>);
+    let windows: [(&str, Windows); 2] = [
+        ("CPU s, start: floor / fleet", |r| {
+            (r.floor.as_ref().and_then(|f| f.start_cpu.as_ref()), r.start_cpu.as_ref())
+        }),
+        ("CPU s, stop: floor / fleet destroy", |r| {
+            (r.floor.as_ref().and_then(|f| f.stop_cpu.as_ref()), r.destroy_cpu.as_ref())
+        }),
+    ];
+    for (title, window) in windows {
+        let both = |f: &dyn Fn(&CpuSplit) -> f64| {
+            col(&|r| {
+                let (floor, fleet) = window(r);
+                pair(floor, fleet, f)
+            })
+        };
+        rows.push((title, both(&|c| c.window_s), "(window s)"));
+        for (label, f) in figures {
+            rows.push((label, both(&f), ""));
+        }
+        rows.push(("  steal", both(&|c| c.steal_s), ""));
     }
 }
 
