@@ -208,6 +208,9 @@ pub struct Step {
     /// machine publishes it: a step whose counter moves before `minHealthyMs` is over fails.
     #[serde(rename = "restartsAtHealthy", default, skip_serializing_if = "Option::is_none")]
     pub restarts_at_healthy: Option<u32>,
+    /// When a healthy step first saw its unit `failed` or `inactive` (0: not now); see [`DOWN_SETTLE_MS`].
+    #[serde(rename = "downSinceMs", default, skip_serializing_if = "is_zero")]
+    pub down_since_ms: u64,
     /// A rebalance step: the machine the unit moves away from (`machine` is where it goes). Empty otherwise.
     #[serde(rename = "fromMachine", default, skip_serializing_if = "String::is_empty")]
     pub from_machine: String,
@@ -232,6 +235,7 @@ impl Move {
             healthy_since_ms: 0,
             detail: String::new(),
             restarts_at_healthy: None,
+            down_since_ms: 0,
             from_machine: self.from.clone(),
         }
     }
@@ -381,6 +385,10 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
             RolloutKind::Rebalance => seen.running.is_some() && seen.running == seen.hash,
         };
         let active = seen.active_state == "active";
+        let down = matches!(seen.active_state.as_str(), "failed" | "inactive");
+        if !down {
+            step.down_since_ms = 0;
+        }
         let mut restarting = false;
         if step.phase == Phase::Updating && arrived && active {
             step.phase = Phase::Healthy;
@@ -403,6 +411,16 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
             // (`Restart=`, which moves the restart counter): the step fails once the unit settles, naming the
             // counter or the state it settled in. Not done meanwhile; the health deadline still applies.
             restarting = true;
+        } else if step.phase == Phase::Healthy
+            && step.restarts_at_healthy.is_some()
+            && down
+            && now_ms < down_since(step, now_ms) + DOWN_SETTLE_MS
+        {
+            // systemd restarts a unit with `Restart=` through `failed` (on its way to `auto-restart`) and
+            // `inactive` (when the restart job stops it before starting it again), and the agent may publish
+            // either, milliseconds before the next state: down counts as settled only once it lasted.
+            restarting = true;
+            soonest(step.down_since_ms + DOWN_SETTLE_MS);
         } else if step.phase == Phase::Healthy && !(arrived && active) {
             step.phase = Phase::Failed;
             step.detail = format!(
@@ -482,6 +500,24 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
 }
 
 /// Whether systemd is moving the unit between states (it settles `active`, `inactive` or `failed`).
+/// How long a healthy step's unit may show `failed` or `inactive` before that counts as where it settled:
+/// systemd (252) restarting a unit with `Restart=` passes through both for milliseconds, and the agent may
+/// publish them (seen under load: the rollout paused on `failed`, or on `inactive`, instead of naming the restart
+/// counter).
+pub const DOWN_SETTLE_MS: u64 = 1_000;
+
+/// When `step` first saw its unit down, noting `now_ms` if this is the first time.
+fn down_since(step: &mut Step, now_ms: u64) -> u64 {
+    if step.down_since_ms == 0 {
+        step.down_since_ms = now_ms;
+    }
+    step.down_since_ms
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 fn settling(active_state: &str) -> bool {
     matches!(active_state, "activating" | "deactivating" | "reloading")
 }
@@ -511,6 +547,7 @@ fn first_progress(spec: &RolloutSpec, cluster: &impl Cluster) -> RolloutProgress
             healthy_since_ms: 0,
             detail: String::new(),
             restarts_at_healthy: None,
+            down_since_ms: 0,
             from_machine: String::new(),
         }));
     }

@@ -138,10 +138,12 @@ fn a_failed_health_check_pauses_and_keeps_the_others_on_the_old_version() {
     c.set("m1", NEW, "active");
     step(&mut r, &c, 1_000);
     c.set("m1", NEW, "failed");
-    let a = step(&mut r, &c, 3_000);
+    step(&mut r, &c, 3_000);
+    assert_eq!(r.state(), RolloutState::Running, "failed for an instant may be systemd restarting it");
+    let a = step(&mut r, &c, 3_000 + DOWN_SETTLE_MS);
     assert_eq!(r.state(), RolloutState::Paused);
     assert!(
-        a.progress.reason.contains("db.service on m1: the new version stopped being active after 2 s"),
+        a.progress.reason.contains("db.service on m1: the new version stopped being active after 3 s"),
         "{}",
         a.progress.reason
     );
@@ -303,10 +305,52 @@ fn a_healthy_step_whose_unit_is_between_states_waits_until_it_settles() {
     c.systemd("m1", "deactivating", "stop-post", Some(0));
     step(&mut r, &c, 2_000);
     c.systemd("m1", "failed", "failed", None);
-    step(&mut r, &c, 3_000);
+    let a = step(&mut r, &c, 3_000);
+    assert_eq!(phases(&r)[0], ("m1", "healthy"), "failed only for an instant is not settled yet");
+    assert_eq!(a.wake_at_ms, Some(3_000 + DOWN_SETTLE_MS), "woken when failed has lasted");
+    step(&mut r, &c, 3_000 + DOWN_SETTLE_MS);
     assert_eq!(phases(&r)[0], ("m1", "failed"));
     let reason = &r.progress.as_ref().unwrap().reason;
-    assert!(reason.contains("stopped being active after 2 s: activeState=failed"), "{reason}");
+    assert!(reason.contains("stopped being active after 3 s: activeState=failed"), "{reason}");
+}
+
+/// systemd (252) restarts a unit with `Restart=` through `failed` and `inactive`, and the agent may publish either:
+/// the step waits for the restart and then names the counter, not the passing state.
+#[test]
+fn a_unit_failed_on_its_way_to_auto_restart_is_named_by_its_restart_counter() {
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 10_000, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 1_000);
+    c.systemd("m1", "failed", "failed", Some(0));
+    step(&mut r, &c, 2_000);
+    assert_eq!(phases(&r)[0], ("m1", "healthy"), "failed for an instant: not settled");
+    c.systemd("m1", "activating", "auto-restart", Some(0));
+    step(&mut r, &c, 2_010);
+    assert_eq!(phases(&r)[0], ("m1", "healthy"));
+    // The restart job stops it before it starts it again: inactive for an instant.
+    c.systemd("m1", "inactive", "dead", None);
+    step(&mut r, &c, 2_100);
+    assert_eq!(phases(&r)[0], ("m1", "healthy"), "inactive for an instant: not settled");
+    c.systemd("m1", "active", "running", Some(1));
+    step(&mut r, &c, 2_200);
+    assert_eq!(phases(&r)[0], ("m1", "failed"));
+    let reason = &r.progress.as_ref().unwrap().reason;
+    assert!(reason.contains("the restart counter moved from 0 to 1"), "{reason}");
+    // A second spell of failed is timed from its own start.
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 10_000, OnFailure::Pause));
+    c.set("m1", NEW, "active");
+    c.systemd("m1", "active", "running", Some(0));
+    step(&mut r, &c, 0);
+    step(&mut r, &c, 1_000);
+    c.systemd("m1", "failed", "failed", Some(0));
+    step(&mut r, &c, 2_000);
+    c.systemd("m1", "activating", "start-pre", Some(0));
+    step(&mut r, &c, 2_500);
+    c.systemd("m1", "failed", "failed", Some(0));
+    step(&mut r, &c, 5_000);
+    assert_eq!(phases(&r)[0], ("m1", "healthy"), "the earlier failed spell does not count");
 }
 
 #[test]

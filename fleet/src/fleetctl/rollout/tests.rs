@@ -507,6 +507,7 @@ fn the_status_table_shows_machines_like_list_units() {
         healthy_since_ms: 0,
         detail: detail.into(),
         restarts_at_healthy: None,
+        down_since_ms: 0,
         from_machine: String::new(),
     };
     let rollout = Rollout {
@@ -572,6 +573,7 @@ fn a_wait_goes_on_while_the_engine_has_not_taken_up_a_resume_or_an_abort() {
         healthy_since_ms: 0,
         detail: String::new(),
         restarts_at_healthy: None,
+        down_since_ms: 0,
         from_machine: String::new(),
     };
     let shown = |state, action, phases: &[Phase], resumed: (u32, u32)| Rollout {
