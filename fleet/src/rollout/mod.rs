@@ -499,7 +499,6 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
     Advanced { progress, roll_back, wake_at_ms: wake }
 }
 
-/// Whether systemd is moving the unit between states (it settles `active`, `inactive` or `failed`).
 /// How long a healthy step's unit may show `failed` or `inactive` before that counts as where it settled:
 /// systemd (252) restarting a unit with `Restart=` passes through both for milliseconds, and the agent may
 /// publish them (seen under load: the rollout paused on `failed`, or on `inactive`, instead of naming the restart
@@ -518,6 +517,7 @@ fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
+/// Whether systemd is moving the unit between states (it settles `active`, `inactive` or `failed`).
 fn settling(active_state: &str) -> bool {
     matches!(active_state, "activating" | "deactivating" | "reloading")
 }
