@@ -125,21 +125,6 @@ impl Ctx {
             .ok_or_else(|| format!("{etcd} has no address"))
     }
 
-    /// Units matching `glob` that systemd runs (or is starting or stopping) on each machine.
-    pub async fn systemd_running(&self, glob: &str) -> Result<Vec<usize>, String> {
-        let script = format!(
-            "systemctl list-units '{glob}' --state=active,activating,deactivating,reloading --no-legend --plain | wc -l"
-        );
-        let counts = self.cluster.machines().iter().map(|m| {
-            let script = script.clone();
-            async move {
-                let out = m.exec(&["sh", "-c", &script]).await.map_err(|e| e.to_string())?;
-                out.stdout.trim().parse::<usize>().map_err(|_| out.describe())
-            }
-        });
-        futures::future::join_all(counts).await.into_iter().collect()
-    }
-
     /// How many `daemon-reload`s systemd has done on each machine since it booted (its journal's "Reloading"
     /// messages; the machines run journald).
     pub async fn daemon_reloads(&self) -> Result<Vec<usize>, String> {

@@ -12,6 +12,7 @@ use super::ctx::{Ctx, instances};
 use super::floor::{self, Floor};
 use super::idle::{self, Idle, Usage};
 use super::metrics::{self, EtcdRates};
+use super::poll::{self, Progress};
 use super::registry_watch::{RegistryWatch, Seen, StartStages};
 use super::stats::{Latency, secs};
 use super::{Options, units};
@@ -176,34 +177,26 @@ async fn start(ctx: &Ctx, opts: &Options, names: &[String], blocking: bool) -> S
     timing.stages = stages;
     timing.events = events;
     match followed {
-        Ok(_) => match list_units_until(ctx, t0, opts.timeout, |running, _| running >= n).await {
-            Ok(at) => timing.list_units_agrees_s = Some(at),
-            Err(e) => timing.wait_error = Some(format!("the registry shows all active, list-units does not: {e}")),
-        },
+        Ok(_) => {
+            let listed = poll::until(t0, Duration::from_millis(50), opts.timeout, n, || async move {
+                let rows = ctx.list_units().await?;
+                let running = rows.iter().filter(|r| r.unit.starts_with(PREFIX) && r.running()).count();
+                Ok(Progress { count: running, done: running >= n })
+            })
+            .await;
+            timing.list_units_agrees_s = listed.done_s;
+            if listed.done_s.is_none() {
+                timing.wait_error = Some(format!(
+                    "the registry shows all active, list-units does not: {} of {n} active/running after {:?}{}",
+                    listed.last_count,
+                    opts.timeout,
+                    listed.last_error.map(|e| format!(" ({e})")).unwrap_or_default()
+                ));
+            }
+        }
         Err(e) => timing.wait_error = Some(e),
     }
     timing
-}
-
-/// Reads list-units until `done(running, listed)` of our instances holds; the time (since `t0`) it first did.
-async fn list_units_until(
-    ctx: &Ctx,
-    t0: Instant,
-    timeout: Duration,
-    done: impl Fn(usize, usize) -> bool,
-) -> Result<f64, String> {
-    loop {
-        let rows = ctx.list_units().await?;
-        let ours: Vec<_> = rows.iter().filter(|r| r.unit.starts_with(PREFIX)).collect();
-        let running = ours.iter().filter(|r| r.running()).count();
-        if done(running, ours.len()) {
-            return Ok(secs(t0.elapsed()));
-        }
-        if t0.elapsed() >= timeout {
-            return Err(format!("after {timeout:?} list-units shows {} of ours, {running} active/running", ours.len()));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// `runs` runs of `fleetctl <command>` (default table output), one after the other.
