@@ -43,6 +43,8 @@ struct State {
     converge: bool,
     lag: u32,
     log: Vec<String>,
+    /// Single-unit reads (`unit()`), by name.
+    unit_reads: BTreeMap<String, u32>,
     fail: Option<ClientError>,
     daemon_version: Option<SemVer>,
     /// Options of every version a rollout replaced, by hash (what a rollback returns to).
@@ -174,6 +176,11 @@ impl FakeClient {
     /// `rollout <id> <action>`.
     pub fn log(&self) -> Vec<String> {
         self.lock().log.clone()
+    }
+
+    /// How many single-unit reads asked for `name`.
+    pub fn unit_reads(&self, name: &str) -> u32 {
+        self.lock().unit_reads.get(name).copied().unwrap_or(0)
     }
 
     /// The canonical text of a stored unit.
@@ -349,6 +356,7 @@ impl Client for FakeClient {
 
     fn unit(&self, name: &str) -> Result<Option<Unit>, ClientError> {
         let mut st = self.lock();
+        *st.unit_reads.entry(name.to_string()).or_default() += 1;
         Self::check_fail(&st)?;
         Ok(Self::view(&mut st, name))
     }

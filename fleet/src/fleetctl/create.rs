@@ -211,7 +211,7 @@ fn unit_file_for(ctx: &mut Ctx<'_>, arg: &str, path: &Path, name: &str) -> Resul
     };
     let template = info.template.clone();
     let from_template = |e: String| format!("failed getting Unit({arg}) from template: {e}");
-    match ctx.client.unit(&template) {
+    match ctx.registry_template(&template) {
         Ok(Some(t)) => return Ok(UnitFile::from_options(t.options)),
         Ok(None) => {}
         Err(e) => return Err(from_template(format!("error retrieving template Unit({template}) from Registry: {e}"))),

@@ -77,6 +77,9 @@ pub struct Ctx<'a> {
     /// A progress line is on the screen (to be erased before other output).
     progress_shown: bool,
     machines: Option<Vec<Machine>>,
+    /// Registry templates read by this command, by name (`None`: not in the registry): the instances of one
+    /// template are created from one read of it, not one each.
+    registry_templates: std::collections::HashMap<String, Option<crate::schema::Unit>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -100,6 +103,7 @@ impl<'a> Ctx<'a> {
             started: std::time::Instant::now(),
             progress_shown: false,
             machines: None,
+            registry_templates: Default::default(),
         }
     }
 
@@ -156,6 +160,16 @@ impl<'a> Ctx<'a> {
             self.machines = Some(ms);
         }
         self.machines.as_deref().unwrap_or(&[])
+    }
+
+    /// The registry's template `name`, read once per invocation (a failed read is not remembered).
+    pub fn registry_template(&mut self, name: &str) -> Result<Option<crate::schema::Unit>, crate::client::ClientError> {
+        if let Some(known) = self.registry_templates.get(name) {
+            return Ok(known.clone());
+        }
+        let read = self.client.unit(name)?;
+        self.registry_templates.insert(name.to_string(), read.clone());
+        Ok(read)
     }
 
     /// `--no-block` ⇒ `None` (do not wait); `--block-attempts=N>0` ⇒ `Some(N)`; otherwise `Some(0)` = no limit.

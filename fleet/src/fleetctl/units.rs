@@ -703,6 +703,31 @@ mod tests {
     }
 
     #[test]
+    fn the_instances_of_one_command_read_their_registry_template_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cluster();
+        c.insert_unit("many@.service", HELLO, "inactive");
+        // Past LIST_LOOKUPS_FROM, so the instances themselves are looked up in one listing too.
+        let names: Vec<String> =
+            (1..=40).map(|i| dir.path().join(format!("many@{i}.service")).display().to_string()).collect();
+        let mut args = vec!["start", "--no-block"];
+        args.extend(names.iter().map(String::as_str));
+        let o = run(&c, &args);
+        assert_eq!(o.code, 0, "{}", o.err);
+        assert_eq!(c.unit_text("many@40.service").unwrap(), HELLO);
+        assert_eq!(c.unit_reads("many@.service"), 1, "one read of the template for 40 instances");
+        // A template that is not in the registry is asked for once too, then read from the directory.
+        write(dir.path(), "local@.service", TEMPLATE);
+        let names: Vec<String> =
+            (1..=3).map(|i| dir.path().join(format!("local@{i}.service")).display().to_string()).collect();
+        let mut args = vec!["submit"];
+        args.extend(names.iter().map(String::as_str));
+        assert_eq!(run(&c, &args).code, 0);
+        assert_eq!(c.unit_text("local@3.service").unwrap(), TEMPLATE);
+        assert_eq!(c.unit_reads("local@.service"), 1);
+    }
+
+    #[test]
     fn submit_is_idempotent_and_warns_about_differences() {
         let dir = tempfile::tempdir().unwrap();
         let c = cluster();
