@@ -34,9 +34,7 @@ impl UnitCache {
                     .filter(|h| *h != view.hash)
                     .and_then(|h| snapshot.bodies().get_key_value(h));
                 let mut unit = match pinned {
-                    Some((hash, body)) => {
-                        self.unit(&UnitView { hash: hash.as_str(), body: &body.text, no_restart: false, ..view })
-                    }
+                    Some((hash, body)) => self.unit(&UnitView { hash, body: &body.text, no_restart: false, ..view }),
                     None => self.unit(&view),
                 };
                 unit.restart = rollout::restart_token(&rollouts, &unit.name, me).map(str::to_string);

@@ -149,7 +149,7 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
         let stored: BTreeMap<String, StateRecord> = snapshot
             .state_records()
             .iter()
-            .filter_map(|(unit, per_machine)| per_machine.get(self.machine).map(|r| (unit.clone(), r.clone())))
+            .filter_map(|(unit, per_machine)| per_machine.get(self.machine).map(|r| (unit.to_string(), r.clone())))
             .collect();
         let hashes = Arc::clone(&self.loaded.borrow());
         let loaded: BTreeSet<&str> = hashes.keys().map(String::as_str).collect();

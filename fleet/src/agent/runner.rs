@@ -295,7 +295,7 @@ pub(crate) async fn reconcile_fenced<S: SystemdOps>(
     let have: BTreeMap<String, String> = snapshot
         .unit_records()
         .iter()
-        .filter_map(|(name, r)| r.launched.get(me).map(|h| (name.clone(), h.clone())))
+        .filter_map(|(name, r)| r.launched.get(me).map(|h| (name.to_string(), h.clone())))
         .collect();
     let markers = marker_plan(&reports, executor.loaded(), &executor.launched_hashes(), &have);
     Ok(Reconciled { reports, held: round.held, markers })

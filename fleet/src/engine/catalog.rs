@@ -51,7 +51,7 @@ impl UnitCatalog {
             let constraints: Constraints = (*requirements).clone();
             let target = if constraints.global { None } else { record.target.clone() };
             units.push(UnitSpec {
-                name: name.clone(),
+                name: name.to_string(),
                 desired: record.desired.unwrap_or(crate::model::JobState::Inactive),
                 target,
                 constraints,

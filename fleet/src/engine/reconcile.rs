@@ -227,7 +227,7 @@ impl Reconciler {
         view: &registry::Snapshot,
         fence: &LeaderFence,
     ) -> Result<usize, RegistryError> {
-        self.collected.retain(|(hash, rev)| view.bodies().get(hash).is_some_and(|b| b.mod_revision == *rev));
+        self.collected.retain(|(hash, rev)| view.bodies().get(hash.as_str()).is_some_and(|b| b.mod_revision == *rev));
         let candidates: Vec<(String, i64)> =
             view.unreferenced_bodies().into_iter().filter(|c| !self.collected.contains(c)).collect();
         if candidates.is_empty() {

@@ -55,7 +55,7 @@ pub use records::{HISTORY_LEN, MachineObject, StateRecord, UnitObject, Version};
 pub use reflector::Reflector;
 pub use rollout_cluster::SnapshotCluster;
 pub use rollouts::{MAX_ROLLOUT_UNITS, RolloutBody};
-pub use snapshot::{BodyRecord, Change, LeaderRecord, MachineRecord, RolloutRecord, Snapshot, UnitRecord};
+pub use snapshot::{BodyRecord, Change, LeaderRecord, MachineRecord, RolloutRecord, Section, Snapshot, UnitRecord};
 pub use states::{MAX_STATE_WRITES_PER_TXN, StateWrite};
 pub use units::{Destroyed, MAX_MARKERS_PER_TXN, MAX_PLACEMENTS_PER_TXN, PlacementWrite, PutUnit, UnitWrite};
 pub use views::{UnitView, current_state};

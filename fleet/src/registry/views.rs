@@ -166,8 +166,8 @@ impl Snapshot {
             .collect();
         self.bodies()
             .iter()
-            .filter(|(hash, _)| !referenced.contains(hash.as_str()))
-            .map(|(hash, b)| (hash.clone(), b.mod_revision))
+            .filter(|(hash, _)| !referenced.contains(&hash.as_ref()))
+            .map(|(hash, b)| (hash.to_string(), b.mod_revision))
             .collect()
     }
 }
@@ -285,7 +285,7 @@ mod tests {
         let unref = s.unreferenced_bodies();
         assert_eq!(unref.len(), 1);
         assert_eq!(unref[0].0, h3);
-        assert_eq!(unref[0].1, s.bodies()[&h3].mod_revision);
+        assert_eq!(unref[0].1, s.bodies()[h3.as_str()].mod_revision);
     }
 }
 

@@ -57,7 +57,7 @@ impl Cluster {
     fn bodies(&self) -> Vec<String> {
         let reg = self.registry();
         let snapshot = self.runtime.block_on(reg.read_snapshot()).expect("read registry");
-        snapshot.bodies().keys().cloned().collect()
+        snapshot.bodies().keys().map(|k| k.to_string()).collect()
     }
 }
 

@@ -122,7 +122,7 @@ async fn create_replace_destroy_and_collect_bodies() {
     ));
     assert_eq!(reg.collect_garbage().await.unwrap(), 2, "a's older versions v1 and v2 are unreferenced now");
     let snap = refl.sync(WAIT).await.unwrap();
-    let bodies: Vec<&String> = snap.bodies().keys().collect();
+    let bodies: Vec<&str> = snap.bodies().keys().map(|k| &**k).collect();
     assert_eq!(bodies, [&v3.hash]);
     assert!(snap.unit("a.service").is_none() && snap.unit_record("a.service").is_none());
 
@@ -744,7 +744,7 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
     refl.sync(WAIT).await.unwrap();
     assert_eq!(reg.collect_garbage().await.unwrap(), 2);
     let snap = refl.sync(WAIT).await.unwrap();
-    assert!(snap.bodies().contains_key(&v12.hash) && !snap.bodies().contains_key(&versions[0].hash));
+    assert!(snap.bodies().contains_key(v12.hash.as_str()) && !snap.bodies().contains_key(versions[0].hash.as_str()));
 
     // Seven finished rollouts: the two oldest expire; only the leader deletes them.
     let current = &versions[11].hash;

@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::model::{MachineState, short_hash, short_machine_id};
-use crate::registry::Snapshot;
+use crate::registry::{Section, Snapshot};
+use imbl::ordmap::DiffItem;
 
 /// A machine column: its ID, address and merged metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -170,13 +171,9 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Diff {
         }
     }
     let mut changed: BTreeSet<&str> = BTreeSet::new();
-    if !std::ptr::eq(old.unit_records(), new.unit_records()) {
-        differing_keys(old.unit_records(), new.unit_records(), &mut changed);
-    }
-    if !std::ptr::eq(old.state_records(), new.state_records()) {
-        differing_keys(old.state_records(), new.state_records(), &mut changed);
-    }
-    if !std::ptr::eq(old.bodies(), new.bodies()) {
+    differing_keys(old.unit_records(), new.unit_records(), &mut changed);
+    differing_keys(old.state_records(), new.state_records(), &mut changed);
+    if !old.bodies().ptr_eq(new.bodies()) {
         // A unit is shown only while its body is stored: a body arriving or going changes rows, not records.
         for name in new.unit_records().keys() {
             if old.unit(name).is_some() != new.unit(name).is_some() {
@@ -199,45 +196,15 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Diff {
     out
 }
 
-/// Adds to `out` the keys whose values differ between two sorted maps (present in one only included): one walk
-/// of both in step, no lookups.
-fn differing_keys<'a, V: PartialEq>(
-    old: &'a BTreeMap<String, V>,
-    new: &'a BTreeMap<String, V>,
-    out: &mut BTreeSet<&'a str>,
-) {
-    let (mut a, mut b) = (old.iter().peekable(), new.iter().peekable());
-    loop {
-        match (a.peek(), b.peek()) {
-            (None, None) => return,
-            (Some((k, _)), None) => {
-                out.insert(k.as_str());
-                a.next();
-            }
-            (None, Some((k, _))) => {
-                out.insert(k.as_str());
-                b.next();
-            }
-            (Some((ka, va)), Some((kb, vb))) => match ka.cmp(kb) {
-                std::cmp::Ordering::Less => {
-                    out.insert(ka.as_str());
-                    a.next();
-                }
-                std::cmp::Ordering::Greater => {
-                    out.insert(kb.as_str());
-                    b.next();
-                }
-                std::cmp::Ordering::Equal => {
-                    // For `Arc` values of an `Eq` type (a snapshot's states), `!=` is a pointer comparison first:
-                    // an unchanged unit costs no walk of its records.
-                    if va != vb {
-                        out.insert(ka.as_str());
-                    }
-                    a.next();
-                    b.next();
-                }
-            },
-        }
+/// Adds the keys whose records differ between `old` and `new` (added, removed or changed). Nodes the two sections
+/// share are skipped without a look, and for `Arc` values of an `Eq` type `!=` compares pointers first: a diff costs
+/// what changed, not the number of units.
+fn differing_keys<'a, V: PartialEq + Clone>(old: &'a Section<V>, new: &'a Section<V>, out: &mut BTreeSet<&'a str>) {
+    for item in old.diff(new) {
+        out.insert(match item {
+            DiffItem::Add(key, _) | DiffItem::Remove(key, _) => key,
+            DiffItem::Update { new: (key, _), .. } => key,
+        });
     }
 }
 
