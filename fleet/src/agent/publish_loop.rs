@@ -121,6 +121,7 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
     /// what changed. False if anything failed.
     async fn publish_current(&mut self, readings: &mut Readings) -> bool {
         let hashes = Arc::clone(&self.loaded.borrow_and_update());
+        let loaded_changed = readings.took_loaded(&hashes);
         let names = readings.states_to_read(&hashes);
         let read = match self.systemd.states(&names).await {
             Ok(s) => s,
@@ -132,10 +133,16 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
         readings.took_states(&hashes, read);
         let counters = readings.restarts_to_read();
         readings.took_restarts(self.systemd.restart_counts(&counters).await);
-        let now = readings.unit_states(self.machine, &hashes);
-        let ops = self.publisher.changes(&now);
+        let now = readings.states_now(self.machine, &hashes);
+        let ops = self.publisher.changes_now(&now);
         let ok = self.write(ops).await;
-        self.debug.set_subscribed(hashes.keys().cloned());
+        if !ok {
+            // The publisher forgot what failed; only a full comparison finds it again.
+            readings.touch_all();
+        }
+        if loaded_changed {
+            self.debug.set_subscribed(hashes.keys().cloned());
+        }
         ok
     }
 

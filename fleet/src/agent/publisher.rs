@@ -3,6 +3,7 @@
 //! writes are done by the caller; a failed write is handed back with [`Publisher::failed`] and retried.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::model::UnitState;
 use crate::registry::StateRecord;
@@ -85,16 +86,49 @@ pub struct Readings {
     stale_restarts: BTreeSet<String>,
     /// Read every state.
     all_states: bool,
+    /// Units whose state to publish may have changed since [`Self::states_now`] last looked (a signal, a read).
+    touched: BTreeSet<String>,
+    /// Every unit's state to publish must be computed again: at the start, on resync, when the loaded set changed.
+    all_touched: bool,
+    /// The loaded set (unit → hash) the last round saw, compared by identity.
+    loaded: Option<Arc<BTreeMap<String, String>>>,
+}
+
+/// The states to publish now, from [`Readings::states_now`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum StatesNow {
+    /// Every loaded unit's state systemd reported.
+    All(BTreeMap<String, UnitState>),
+    /// Only units that may have changed (`names`), with the states of those systemd reported; every other unit's
+    /// state is as last computed.
+    Touched { names: BTreeSet<String>, states: BTreeMap<String, UnitState> },
 }
 
 impl Readings {
     /// Nothing known yet: the first round reads everything.
     pub fn new() -> Readings {
-        Readings { all_states: true, ..Readings::default() }
+        Readings { all_states: true, all_touched: true, ..Readings::default() }
+    }
+
+    /// The loaded set (unit → hash) this round works with; true if it is not the one the last round saw (every
+    /// state is then computed again: a unit loaded, gone or with a new hash).
+    pub fn took_loaded(&mut self, loaded: &Arc<BTreeMap<String, String>>) -> bool {
+        if self.loaded.as_ref().is_some_and(|seen| Arc::ptr_eq(seen, loaded)) {
+            return false;
+        }
+        self.loaded = Some(Arc::clone(loaded));
+        self.all_touched = true;
+        true
+    }
+
+    /// Compute every state to publish again in the next [`Self::states_now`] (after a failed write).
+    pub fn touch_all(&mut self) {
+        self.all_touched = true;
     }
 
     /// A change notification of `name` carrying `reported`.
     pub fn note(&mut self, name: &str, reported: &Reported) {
+        self.touched.insert(name.to_string());
         if let Some(n) = reported.restarts {
             self.restarts.insert(name.to_string(), n);
             self.stale_restarts.remove(name);
@@ -118,6 +152,7 @@ impl Readings {
     /// A resync is due: read every state again.
     pub fn read_all_states(&mut self) {
         self.all_states = true;
+        self.all_touched = true;
     }
 
     /// The loaded units (`loaded`: unit → hash) whose state must be read now: every one after [`Self::read_all_states`],
@@ -142,6 +177,7 @@ impl Readings {
             if differs {
                 self.stale_restarts.insert(status.name.clone());
             }
+            self.touched.insert(status.name.clone());
             self.statuses.insert(status.name.clone(), status);
         }
         self.stale_states.clear();
@@ -163,6 +199,7 @@ impl Readings {
     /// Takes the counters read (those [`Self::restarts_to_read`] named, after [`Self::took_states`]): the round
     /// is complete.
     pub fn took_restarts(&mut self, read: Vec<(String, u32)>) {
+        self.touched.extend(read.iter().map(|(name, _)| name.clone()));
         self.restarts.extend(read);
         self.stale_restarts.clear();
     }
@@ -170,6 +207,18 @@ impl Readings {
     /// The states to publish now ([`unit_states`] of what is known).
     pub fn unit_states(&self, machine_id: &str, hashes: &BTreeMap<String, String>) -> BTreeMap<String, UnitState> {
         unit_states(machine_id, self.statuses.values(), hashes, &self.restarts)
+    }
+
+    /// The states to publish now, for the units that may have changed since the last call (all of them when
+    /// [`Self::took_loaded`], a resync or [`Self::touch_all`] asked): a round during a start of hundreds of units
+    /// costs the few that changed, not a copy of every state.
+    pub fn states_now(&mut self, machine_id: &str, hashes: &BTreeMap<String, String>) -> StatesNow {
+        let names = std::mem::take(&mut self.touched);
+        if std::mem::take(&mut self.all_touched) {
+            return StatesNow::All(self.unit_states(machine_id, hashes));
+        }
+        let states = unit_states(machine_id, names.iter().filter_map(|n| self.statuses.get(n)), hashes, &self.restarts);
+        StatesNow::Touched { names, states }
     }
 }
 
@@ -226,6 +275,25 @@ pub struct Publisher {
 impl Publisher {
     pub fn new() -> Self {
         Publisher::default()
+    }
+
+    /// Ops for the states [`Readings::states_now`] gave; they are assumed written (report failures with
+    /// [`Publisher::failed`], then have every state computed again: [`Readings::touch_all`]).
+    pub fn changes_now(&mut self, now: &StatesNow) -> Vec<PublishOp> {
+        let (names, states) = match now {
+            StatesNow::All(states) => return self.changes(states),
+            StatesNow::Touched { names, states } => (names, states),
+        };
+        let mut ops = Vec::new();
+        for name in names {
+            match (self.published.get(name), states.get(name).filter(|s| publishable(s))) {
+                (last, Some(current)) if last != Some(current) => ops.push(PublishOp::Publish(current.clone())),
+                (Some(_), None) => ops.push(PublishOp::Remove(name.clone())),
+                _ => {}
+            }
+        }
+        self.apply(&ops);
+        ops
     }
 
     /// Ops for the current states; they are assumed written (report failures with [`Publisher::failed`]).
@@ -527,5 +595,106 @@ mod tests {
         readings.took_restarts(vec![("new.service".into(), 0)]);
         readings.note("new.service", &restarts(1));
         assert!(readings.restarts_to_read().is_empty());
+    }
+
+    /// The publish loop's rounds with random systemd changes, loaded-set changes and failed writes: publishing only
+    /// the touched units writes exactly what comparing every unit writes, round after round.
+    #[test]
+    fn publishing_the_touched_units_writes_what_comparing_every_unit_writes() {
+        let mut seed: u64 = 0x5eed;
+        let mut random = move |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let names: Vec<String> = (0..12).map(|i| format!("u{i}.service")).collect();
+        let actives = ["active", "activating", "failed", "inactive"];
+        // What systemd holds: unit → (active state, restart counter).
+        let mut systemd: BTreeMap<String, (String, u32)> =
+            names.iter().map(|n| (n.clone(), ("inactive".to_string(), 0))).collect();
+        let mut loaded = Arc::new(loaded(&["u0.service", "u1.service", "u2.service"]));
+        let mut readings = Readings::new();
+        let (mut incremental, mut reference) = (Publisher::new(), Publisher::new());
+        let mut partial_rounds = 0;
+        for round in 0..400 {
+            if random(8) == 0 {
+                let mut next = (*loaded).clone();
+                let name = &names[random(12) as usize];
+                match random(3) {
+                    0 => next.remove(name),
+                    _ => next.insert(name.clone(), format!("h{}", random(3))),
+                };
+                loaded = Arc::new(next);
+            }
+            for _ in 0..random(4) {
+                let name = names[random(12) as usize].clone();
+                let unit = systemd.get_mut(&name).unwrap();
+                unit.0 = actives[random(4) as usize].to_string();
+                unit.1 += u32::from(random(2) == 0);
+                if loaded.contains_key(&name) {
+                    let reported = match random(3) {
+                        0 => Reported { active: Some((unit.0.clone(), "sub".into())), restarts: Some(unit.1) },
+                        1 => Reported { active: Some((unit.0.clone(), "sub".into())), restarts: None },
+                        _ => Reported::default(),
+                    };
+                    readings.note(&name, &reported);
+                }
+            }
+            if random(20) == 0 {
+                readings.read_all_states();
+            }
+            // One round of `publish_current`, reading from `systemd`.
+            readings.took_loaded(&loaded);
+            let read = readings
+                .states_to_read(&loaded)
+                .into_iter()
+                .map(|n| UnitStatus {
+                    load_state: "loaded".into(),
+                    active_state: systemd[&n].0.clone(),
+                    sub_state: "sub".into(),
+                    name: n,
+                })
+                .collect();
+            readings.took_states(&loaded, read);
+            let counters = readings.restarts_to_read().into_iter().map(|n| (n.clone(), systemd[&n].1)).collect();
+            readings.took_restarts(counters);
+            let every = readings.unit_states(M, &loaded);
+            let now = readings.states_now(M, &loaded);
+            partial_rounds += usize::from(matches!(now, StatesNow::Touched { .. }));
+            let (mut got, mut want) = (incremental.changes_now(&now), reference.changes(&every));
+            got.sort_by(|a, b| a.unit().cmp(b.unit()));
+            want.sort_by(|a, b| a.unit().cmp(b.unit()));
+            assert_eq!(got, want, "round {round}");
+            if let Some(op) = want.first().filter(|_| random(10) == 0) {
+                incremental.failed(op);
+                reference.failed(op);
+                readings.touch_all();
+            }
+            assert_eq!(incremental.published(), reference.published(), "round {round}");
+        }
+        assert!(partial_rounds > 200, "most rounds publish only what was touched ({partial_rounds} of 400)");
+    }
+
+    #[test]
+    fn a_round_after_a_signal_computes_only_its_unit() {
+        let hashes = Arc::new(loaded(&["a.service", "b.service"]));
+        let mut readings = Readings::new();
+        let mut publisher = Publisher::new();
+        assert!(readings.took_loaded(&hashes));
+        readings.took_states(
+            &hashes,
+            vec![status("a.service", "loaded", "active"), status("b.service", "loaded", "active")],
+        );
+        let first = readings.states_now(M, &hashes);
+        assert!(matches!(&first, StatesNow::All(states) if states.len() == 2), "{first:?}");
+        assert_eq!(publisher.changes_now(&first).len(), 2);
+        assert!(!readings.took_loaded(&hashes), "the same loaded set");
+        readings.note("b.service", &active("failed", "failed"));
+        let next = readings.states_now(M, &hashes);
+        let StatesNow::Touched { names, states } = &next else { panic!("{next:?}") };
+        assert_eq!(names.iter().collect::<Vec<_>>(), ["b.service"]);
+        assert_eq!(states["b.service"].active_state, "failed");
+        assert_eq!(publisher.changes_now(&next), vec![PublishOp::Publish(states["b.service"].clone())]);
+        assert!(readings.took_loaded(&Arc::new(loaded(&["a.service"]))), "a new loaded set");
+        assert!(matches!(readings.states_now(M, &hashes), StatesNow::All(_)));
     }
 }

@@ -20,10 +20,7 @@ pub fn filter(verbosity: i64, rust_log: Option<&str>) -> Targets {
 
 pub fn init(verbosity: i64) {
     let filter = filter(verbosity, std::env::var("RUST_LOG").ok().as_deref());
-    let layer = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .without_time();
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(false).without_time();
     let _ = tracing_subscriber::registry().with(layer.with_filter(filter)).try_init();
 }
 
