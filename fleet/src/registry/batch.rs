@@ -7,6 +7,11 @@ use std::collections::HashSet;
 /// each branch (etcd 3.4 `checkTxnReqsPermission`/`checkTxnRequest`; the harness's etcd keeps the default).
 pub const MAX_TXN_OPS: usize = 128;
 
+/// Transactions of one batched write in flight at once: their round trips overlap, and etcd commits concurrent
+/// proposals together (one WAL fsync for several). The groups of a batch never share a unit, so their order does
+/// not matter.
+pub const TXNS_IN_FLIGHT: usize = 4;
+
 /// What one item adds to a transaction: its compares and operations, and a key it shares with other items (a unit
 /// body: many instances of one template have the same) that is written once per transaction, costing one more
 /// operation only for the first item that names it.

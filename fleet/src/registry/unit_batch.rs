@@ -2,14 +2,16 @@
 //! etcd transactions as etcd's `--max-txn-ops` allows ([`cost_batches`]). Every key of one unit is written in one
 //! transaction, so a unit is never half written. When a transaction's compares fail (another writer changed one of
 //! its units since it was read) or etcd refuses it, nothing of it was written, and its units are written one by one
-//! through the single-unit operations of `units.rs`, so every unit gets its own result, in request order.
+//! through the single-unit operations of `units.rs`, so every unit gets its own result, in request order. The
+//! transactions of one step go [`TXNS_IN_FLIGHT`] at a time.
 
 use std::collections::HashSet;
 
-use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use futures::StreamExt;
 
 use super::Registry;
-use super::batch::{MAX_TXN_OPS, TxnCost, cost_batches, txn_batches};
+use super::batch::{MAX_TXN_OPS, TXNS_IN_FLIGHT, TxnCost, cost_batches, txn_batches};
 use super::error::Result;
 use super::keys::{Component, check_component};
 use super::records::{UnitObject, decode_json};
@@ -46,10 +48,15 @@ impl Registry {
             }
         }
         let mut planned: Vec<Planned<'_>> = Vec::with_capacity(valid.len());
-        for chunk in valid.chunks(MAX_TXN_OPS) {
+        let dir = self.keys.units_dir();
+        let reads = in_flight(valid.chunks(MAX_TXN_OPS), |chunk| {
             let gets: Vec<TxnOp> =
                 chunk.iter().map(|&i| TxnOp::get(self.keys.unit_object(units[i].name), None)).collect();
-            let resp = match self.txn("read units", &self.keys.units_dir(), Txn::new().and_then(gets)).await {
+            self.txn("read units", &dir, Txn::new().and_then(gets))
+        })
+        .await;
+        for (chunk, read) in reads {
+            let resp = match read {
                 Ok(resp) => resp,
                 Err(err) => {
                     tracing::debug!(error = %err, "batched read failed; writing these units one by one");
@@ -75,7 +82,9 @@ impl Registry {
                 planned.push(Planned { index, unit, read_revision: kv.map(|(_, r)| r), old });
             }
         }
-        for group in cost_batches(&planned, MAX_TXN_OPS, |p| p.unit.name, Planned::cost) {
+        let dir = self.keys.units_dir();
+        let groups = cost_batches(&planned, MAX_TXN_OPS, |p| p.unit.name, Planned::cost);
+        let written = in_flight(groups, |group| {
             let mut compares = Vec::with_capacity(group.len());
             let mut ops = Vec::with_capacity(group.len() * 3);
             let mut bodies: HashSet<&str> = HashSet::new();
@@ -91,8 +100,11 @@ impl Registry {
                 }
                 self.unit_ops(unit, p.old.as_ref(), now, &mut ops);
             }
-            let txn = Txn::new().when(compares).and_then(ops);
-            match self.txn("put units", &self.keys.units_dir(), txn).await {
+            self.txn("put units", &dir, Txn::new().when(compares).and_then(ops))
+        })
+        .await;
+        for (group, outcome) in written {
+            match outcome {
                 Ok(resp) if resp.succeeded() => {
                     let revision = revision_of(&resp);
                     for p in group {
@@ -128,7 +140,8 @@ impl Registry {
                 Err(err) => results[index] = Some(Err(err.into())),
             }
         }
-        for group in txn_batches(&valid, MAX_TXN_OPS, |v| v.1) {
+        let dir = self.keys.units_dir();
+        let written = in_flight(txn_batches(&valid, MAX_TXN_OPS, |v| v.1), |group| {
             let compares = group
                 .iter()
                 .map(|&(i, _)| Compare::version(self.keys.unit_object(changes[i].0), CompareOp::Greater, 0));
@@ -136,7 +149,11 @@ impl Registry {
                 .iter()
                 .map(|&(i, _)| TxnOp::put(self.keys.unit_desired(changes[i].0), changes[i].1.as_str(), None));
             let txn = Txn::new().when(compares.collect::<Vec<_>>()).and_then(ops.collect::<Vec<_>>());
-            match self.txn("set desired states", &self.keys.units_dir(), txn).await {
+            self.txn("set desired states", &dir, txn)
+        })
+        .await;
+        for (group, outcome) in written {
+            match outcome {
                 Ok(resp) if resp.succeeded() => {
                     let revision = revision_of(&resp);
                     for &(i, _) in group {
@@ -166,14 +183,19 @@ impl Registry {
                 Err(err) => results[index] = Some(Err(err.into())),
             }
         }
-        for group in txn_batches(&valid, MAX_TXN_OPS, |v| v.1) {
+        let dir = self.keys.units_dir();
+        let written = in_flight(txn_batches(&valid, MAX_TXN_OPS, |v| v.1), |group| {
             let compares =
                 group.iter().map(|&(i, _)| Compare::version(self.keys.unit_object(names[i]), CompareOp::Greater, 0));
             let deletes = group.iter().map(|&(i, _)| {
                 TxnOp::delete(self.keys.unit_dir(names[i]), Some(DeleteOptions::new().with_prefix().with_prev_key()))
             });
             let txn = Txn::new().when(compares.collect::<Vec<_>>()).and_then(deletes.collect::<Vec<_>>());
-            match self.txn("destroy units", &self.keys.units_dir(), txn).await {
+            self.txn("destroy units", &dir, txn)
+        })
+        .await;
+        for (group, outcome) in written {
+            match outcome {
                 Ok(resp) if resp.succeeded() => {
                     let revision = revision_of(&resp);
                     for (&(i, _), op) in group.iter().zip(resp.op_responses()) {
@@ -193,4 +215,22 @@ impl Registry {
         }
         results.into_iter().map(|r| r.expect("every unit is checked or destroyed")).collect()
     }
+}
+
+/// Sends the transaction `send` builds for each group, [`TXNS_IN_FLIGHT`] at a time; the outcomes in group order.
+async fn in_flight<'g, T: 'g, F>(
+    groups: impl IntoIterator<Item = &'g [T]>,
+    send: impl Fn(&'g [T]) -> F,
+) -> Vec<(&'g [T], Result<TxnResponse>)>
+where
+    F: std::future::Future<Output = Result<TxnResponse>>,
+{
+    // The futures are made before the stream (they do nothing until polled): a stream mapping through a closure
+    // trips the compiler's proof that the API handler's future is `Send` ("FnOnce is not general enough").
+    let sent: Vec<_> = groups.into_iter().map(|group| paired(group, send(group))).collect();
+    futures::stream::iter(sent).buffered(TXNS_IN_FLIGHT).collect().await
+}
+
+async fn paired<G, F: std::future::Future>(group: G, sent: F) -> (G, F::Output) {
+    (group, sent.await)
 }
