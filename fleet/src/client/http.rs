@@ -54,10 +54,10 @@ pub struct HttpClient {
 /// larger batch is sent as several requests.
 pub const MAX_BATCH_BODY: usize = 1 << 20;
 
-/// Most writes in one `POST /units-batch` request. The server writes a request's units one transaction after
-/// another (63 instances each), so a request's time grows with its writes: 1 MiB of instances is ~5,000 writes,
+/// Most writes in one `POST /units-batch` request. The server writes a request's units in transactions of 63
+/// instances, a few at a time, so a request's time grows with its writes: 1 MiB of instances is ~5,000 writes,
 /// ~80 transactions, which took over fleetctl's 3 s `--request-timeout` on an etcd with 300 watchers (the scale
-/// bench, 300 machines × 10,000 units). 1,000 writes are ~16 transactions.
+/// bench, 300 machines × 10,000 units, when they went one after another). 1,000 writes are ~16 transactions.
 pub const MAX_BATCH_WRITES: usize = 1000;
 
 /// Requests in flight at once over a direct connection (fleetctl's parallel commands use 16 workers).
