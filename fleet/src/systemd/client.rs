@@ -155,16 +155,11 @@ impl Systemd {
             return self.link_runtime_by_systemd(path).await;
         };
         let link = dir.join(name);
-        let fail = |call: &'static str, e: std::io::Error| SystemdError::Call {
-            call,
-            target: link.display().to_string(),
-            name: String::new(),
-            message: e.to_string(),
-        };
+        let fail = |op: &'static str, e: std::io::Error| SystemdError::file(op, &link, &e);
         if std::fs::read_link(&link).is_ok_and(|points_to| points_to == path) {
             return Ok(Vec::new());
         }
-        std::fs::create_dir_all(dir).map_err(|e| fail("mkdir", e))?;
+        std::fs::create_dir_all(dir).map_err(|e| SystemdError::file("mkdir", dir, &e))?;
         // A new link under a temporary name, renamed over the old entry: systemd never sees the name missing.
         let temporary = dir.join(format!(".#{}.fleet-link", name.to_string_lossy()));
         let _ = std::fs::remove_file(&temporary);
@@ -225,12 +220,7 @@ impl Systemd {
         let link = dir.join(name);
         match std::fs::read_link(&link) {
             Ok(points_to) if points_to == target => {
-                std::fs::remove_file(&link).map(|()| true).map_err(|e| SystemdError::Call {
-                    call: "unlink",
-                    target: link.display().to_string(),
-                    name: String::new(),
-                    message: e.to_string(),
-                })
+                std::fs::remove_file(&link).map(|()| true).map_err(|e| SystemdError::file("unlink", &link, &e))
             }
             _ => Ok(false),
         }

@@ -18,6 +18,9 @@ pub enum SystemdError {
     /// A method call failed: `name` is the D-Bus error name (empty for transport errors), `message` its text.
     #[error("{call}({target}) failed: {name}: {message}")]
     Call { call: &'static str, target: String, name: String, message: String },
+    /// A change of unit files on disk (a runtime link made or removed without a D-Bus call) failed.
+    #[error("{op} {path}: {message}")]
+    File { op: &'static str, path: String, message: String },
     /// A wait ran out of time.
     #[error("waited {secs} s for {what}")]
     Timeout { what: String, secs: u64 },
@@ -27,6 +30,11 @@ pub enum SystemdError {
 }
 
 impl SystemdError {
+    /// A `File` error of `op` on `path`.
+    pub(crate) fn file(op: &'static str, path: &std::path::Path, err: &std::io::Error) -> Self {
+        SystemdError::File { op, path: path.display().to_string(), message: err.to_string() }
+    }
+
     /// Build a `Call` error out of whatever zbus reported for `call` on `target`.
     pub(crate) fn call(call: &'static str, target: impl Into<String>, err: zbus::Error) -> Self {
         let (name, message) = match &err {
@@ -83,6 +91,15 @@ mod tests {
         assert!(call("org.freedesktop.DBus.Error.Failed", "Unit a.service not loaded.").is_not_loaded());
         assert!(!call("org.freedesktop.DBus.Error.AccessDenied", "denied").is_not_loaded());
         assert!(!SystemdError::Timeout { what: "x".into(), secs: 1 }.is_not_loaded());
+    }
+
+    #[test]
+    fn a_file_error_names_the_operation_and_the_path() {
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let err = SystemdError::file("symlink", std::path::Path::new("/run/systemd/system/a.service"), &denied);
+        assert_eq!(err.to_string(), format!("symlink /run/systemd/system/a.service: {denied}"));
+        assert_eq!(err.dbus_name(), None);
+        assert!(!err.is_not_loaded());
     }
 
     #[test]
