@@ -8,8 +8,7 @@ use std::collections::HashSet;
 pub const MAX_TXN_OPS: usize = 128;
 
 /// Transactions of one batched write in flight at once: their round trips overlap, and etcd commits concurrent
-/// proposals together (one WAL fsync for several). The groups of a batch never share a unit, so their order does
-/// not matter.
+/// proposals together (one WAL fsync for several). Only groups of one [`waves`] wave go together.
 pub const TXNS_IN_FLIGHT: usize = 4;
 
 /// What one item adds to a transaction: its compares and operations, and a key it shares with other items (a unit
@@ -71,9 +70,38 @@ pub fn txn_batches<T>(items: &[T], limit: usize, unit_of: impl Fn(&T) -> &str) -
     cost_batches(items, limit.max(1), unit_of, |_| TxnCost { compares: 0, ops: 1, shared: None })
 }
 
+/// `groups` (consecutive, in request order) in waves to write one after another: each wave a run of consecutive
+/// groups that share no unit (`unit_of`), so the groups of a wave may commit in any order while a unit named twice
+/// in a request is still written in request order (the second of two creations finds the first, as its single
+/// request would).
+pub fn waves<'a, T>(groups: Vec<&'a [T]>, unit_of: impl Fn(&T) -> &str) -> Vec<Vec<&'a [T]>> {
+    let mut waves: Vec<Vec<&'a [T]>> = Vec::new();
+    let mut units: HashSet<&str> = HashSet::new();
+    for group in groups {
+        let fresh = group.iter().all(|item| !units.contains(unit_of(item)));
+        if !fresh || waves.is_empty() {
+            waves.push(Vec::new());
+            units.clear();
+        }
+        units.extend(group.iter().map(&unit_of));
+        waves.last_mut().expect("a wave was pushed").push(group);
+    }
+    waves
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_unit_named_again_starts_a_new_wave() {
+        let items = ["a", "b", "c", "a", "d", "e", "d"];
+        let groups = vec![&items[0..2], &items[2..3], &items[3..5], &items[5..6], &items[6..7]];
+        let waves = waves(groups, |s| s);
+        let shape: Vec<Vec<Vec<&str>>> = waves.iter().map(|w| w.iter().map(|g| g.to_vec()).collect()).collect();
+        assert_eq!(shape, [vec![vec!["a", "b"], vec!["c"]], vec![vec!["a", "d"], vec!["e"]], vec![vec!["d"]]]);
+        assert!(super::waves(Vec::<&[&str]>::new(), |s| s).is_empty());
+    }
 
     fn sizes(items: &[&str], limit: usize) -> Vec<usize> {
         txn_batches(items, limit, |s| s).iter().map(|b| b.len()).collect()

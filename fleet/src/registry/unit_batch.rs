@@ -3,7 +3,8 @@
 //! transaction, so a unit is never half written. When a transaction's compares fail (another writer changed one of
 //! its units since it was read) or etcd refuses it, nothing of it was written, and its units are written one by one
 //! through the single-unit operations of `units.rs`, so every unit gets its own result, in request order. The
-//! transactions of one step go [`TXNS_IN_FLIGHT`] at a time.
+//! transactions of one step go [`TXNS_IN_FLIGHT`] at a time, in [`waves`]: a unit named twice is written in
+//! request order.
 
 use std::collections::HashSet;
 
@@ -11,7 +12,7 @@ use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp, TxnOpResponse, 
 use futures::StreamExt;
 
 use super::Registry;
-use super::batch::{MAX_TXN_OPS, TXNS_IN_FLIGHT, TxnCost, cost_batches, txn_batches};
+use super::batch::{MAX_TXN_OPS, TXNS_IN_FLIGHT, TxnCost, cost_batches, txn_batches, waves};
 use super::error::Result;
 use super::keys::{Component, check_component};
 use super::records::{UnitObject, decode_json};
@@ -84,24 +85,28 @@ impl Registry {
         }
         let dir = self.keys.units_dir();
         let groups = cost_batches(&planned, MAX_TXN_OPS, |p| p.unit.name, Planned::cost);
-        let written = in_flight(groups, |group| {
-            let mut compares = Vec::with_capacity(group.len());
-            let mut ops = Vec::with_capacity(group.len() * 3);
-            let mut bodies: HashSet<&str> = HashSet::new();
-            let now = crate::model::now_ms();
-            for p in group {
-                let (unit, key) = (p.unit, self.keys.unit_object(p.unit.name));
-                compares.push(match p.read_revision {
-                    Some(revision) => Compare::mod_revision(key.as_str(), CompareOp::Equal, revision),
-                    None => Compare::version(key.as_str(), CompareOp::Equal, 0),
-                });
-                if bodies.insert(unit.hash) {
-                    ops.push(self.body_op(unit));
+        let written = in_waves(
+            groups,
+            |p| p.unit.name,
+            |group| {
+                let mut compares = Vec::with_capacity(group.len());
+                let mut ops = Vec::with_capacity(group.len() * 3);
+                let mut bodies: HashSet<&str> = HashSet::new();
+                let now = crate::model::now_ms();
+                for p in group {
+                    let (unit, key) = (p.unit, self.keys.unit_object(p.unit.name));
+                    compares.push(match p.read_revision {
+                        Some(revision) => Compare::mod_revision(key.as_str(), CompareOp::Equal, revision),
+                        None => Compare::version(key.as_str(), CompareOp::Equal, 0),
+                    });
+                    if bodies.insert(unit.hash) {
+                        ops.push(self.body_op(unit));
+                    }
+                    self.unit_ops(unit, p.old.as_ref(), now, &mut ops);
                 }
-                self.unit_ops(unit, p.old.as_ref(), now, &mut ops);
-            }
-            self.txn("put units", &dir, Txn::new().when(compares).and_then(ops))
-        })
+                self.txn("put units", &dir, Txn::new().when(compares).and_then(ops))
+            },
+        )
         .await;
         for (group, outcome) in written {
             match outcome {
@@ -141,16 +146,20 @@ impl Registry {
             }
         }
         let dir = self.keys.units_dir();
-        let written = in_flight(txn_batches(&valid, MAX_TXN_OPS, |v| v.1), |group| {
-            let compares = group
-                .iter()
-                .map(|&(i, _)| Compare::version(self.keys.unit_object(changes[i].0), CompareOp::Greater, 0));
-            let ops = group
-                .iter()
-                .map(|&(i, _)| TxnOp::put(self.keys.unit_desired(changes[i].0), changes[i].1.as_str(), None));
-            let txn = Txn::new().when(compares.collect::<Vec<_>>()).and_then(ops.collect::<Vec<_>>());
-            self.txn("set desired states", &dir, txn)
-        })
+        let written = in_waves(
+            txn_batches(&valid, MAX_TXN_OPS, |v| v.1),
+            |v| v.1,
+            |group| {
+                let compares = group
+                    .iter()
+                    .map(|&(i, _)| Compare::version(self.keys.unit_object(changes[i].0), CompareOp::Greater, 0));
+                let ops = group
+                    .iter()
+                    .map(|&(i, _)| TxnOp::put(self.keys.unit_desired(changes[i].0), changes[i].1.as_str(), None));
+                let txn = Txn::new().when(compares.collect::<Vec<_>>()).and_then(ops.collect::<Vec<_>>());
+                self.txn("set desired states", &dir, txn)
+            },
+        )
         .await;
         for (group, outcome) in written {
             match outcome {
@@ -184,15 +193,23 @@ impl Registry {
             }
         }
         let dir = self.keys.units_dir();
-        let written = in_flight(txn_batches(&valid, MAX_TXN_OPS, |v| v.1), |group| {
-            let compares =
-                group.iter().map(|&(i, _)| Compare::version(self.keys.unit_object(names[i]), CompareOp::Greater, 0));
-            let deletes = group.iter().map(|&(i, _)| {
-                TxnOp::delete(self.keys.unit_dir(names[i]), Some(DeleteOptions::new().with_prefix().with_prev_key()))
-            });
-            let txn = Txn::new().when(compares.collect::<Vec<_>>()).and_then(deletes.collect::<Vec<_>>());
-            self.txn("destroy units", &dir, txn)
-        })
+        let written = in_waves(
+            txn_batches(&valid, MAX_TXN_OPS, |v| v.1),
+            |v| v.1,
+            |group| {
+                let compares = group
+                    .iter()
+                    .map(|&(i, _)| Compare::version(self.keys.unit_object(names[i]), CompareOp::Greater, 0));
+                let deletes = group.iter().map(|&(i, _)| {
+                    TxnOp::delete(
+                        self.keys.unit_dir(names[i]),
+                        Some(DeleteOptions::new().with_prefix().with_prev_key()),
+                    )
+                });
+                let txn = Txn::new().when(compares.collect::<Vec<_>>()).and_then(deletes.collect::<Vec<_>>());
+                self.txn("destroy units", &dir, txn)
+            },
+        )
         .await;
         for (group, outcome) in written {
             match outcome {
@@ -229,6 +246,22 @@ where
     // trips the compiler's proof that the API handler's future is `Send` ("FnOnce is not general enough").
     let sent: Vec<_> = groups.into_iter().map(|group| paired(group, send(group))).collect();
     futures::stream::iter(sent).buffered(TXNS_IN_FLIGHT).collect().await
+}
+
+/// [`in_flight`] for writes: one [`waves`] wave after another, so a unit named twice is written in request order.
+async fn in_waves<'g, T: 'g, F>(
+    groups: Vec<&'g [T]>,
+    unit_of: impl Fn(&T) -> &str,
+    send: impl Fn(&'g [T]) -> F,
+) -> Vec<(&'g [T], Result<TxnResponse>)>
+where
+    F: std::future::Future<Output = Result<TxnResponse>>,
+{
+    let mut outcomes = Vec::with_capacity(groups.len());
+    for wave in waves(groups, unit_of) {
+        outcomes.extend(in_flight(wave, &send).await);
+    }
+    outcomes
 }
 
 async fn paired<G, F: std::future::Future>(group: G, sent: F) -> (G, F::Output) {
