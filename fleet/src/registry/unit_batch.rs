@@ -146,20 +146,16 @@ impl Registry {
             }
         }
         let dir = self.keys.units_dir();
-        let written = in_waves(
-            txn_batches(&valid, MAX_TXN_OPS, |v| v.1),
-            |v| v.1,
-            |group| {
-                let compares = group
-                    .iter()
-                    .map(|&(i, _)| Compare::version(self.keys.unit_object(changes[i].0), CompareOp::Greater, 0));
-                let ops = group
-                    .iter()
-                    .map(|&(i, _)| TxnOp::put(self.keys.unit_desired(changes[i].0), changes[i].1.as_str(), None));
-                let txn = Txn::new().when(compares.collect::<Vec<_>>()).and_then(ops.collect::<Vec<_>>());
-                self.txn("set desired states", &dir, txn)
-            },
-        )
+        let written = in_unit_waves(&valid, |group| {
+            let compares = group
+                .iter()
+                .map(|&(i, _)| Compare::version(self.keys.unit_object(changes[i].0), CompareOp::Greater, 0));
+            let ops = group
+                .iter()
+                .map(|&(i, _)| TxnOp::put(self.keys.unit_desired(changes[i].0), changes[i].1.as_str(), None));
+            let txn = Txn::new().when(compares.collect::<Vec<_>>()).and_then(ops.collect::<Vec<_>>());
+            self.txn("set desired states", &dir, txn)
+        })
         .await;
         for (group, outcome) in written {
             match outcome {
@@ -193,23 +189,15 @@ impl Registry {
             }
         }
         let dir = self.keys.units_dir();
-        let written = in_waves(
-            txn_batches(&valid, MAX_TXN_OPS, |v| v.1),
-            |v| v.1,
-            |group| {
-                let compares = group
-                    .iter()
-                    .map(|&(i, _)| Compare::version(self.keys.unit_object(names[i]), CompareOp::Greater, 0));
-                let deletes = group.iter().map(|&(i, _)| {
-                    TxnOp::delete(
-                        self.keys.unit_dir(names[i]),
-                        Some(DeleteOptions::new().with_prefix().with_prev_key()),
-                    )
-                });
-                let txn = Txn::new().when(compares.collect::<Vec<_>>()).and_then(deletes.collect::<Vec<_>>());
-                self.txn("destroy units", &dir, txn)
-            },
-        )
+        let written = in_unit_waves(&valid, |group| {
+            let compares =
+                group.iter().map(|&(i, _)| Compare::version(self.keys.unit_object(names[i]), CompareOp::Greater, 0));
+            let deletes = group.iter().map(|&(i, _)| {
+                TxnOp::delete(self.keys.unit_dir(names[i]), Some(DeleteOptions::new().with_prefix().with_prev_key()))
+            });
+            let txn = Txn::new().when(compares.collect::<Vec<_>>()).and_then(deletes.collect::<Vec<_>>());
+            self.txn("destroy units", &dir, txn)
+        })
         .await;
         for (group, outcome) in written {
             match outcome {
@@ -262,6 +250,18 @@ where
         outcomes.extend(in_flight(wave, &send).await);
     }
     outcomes
+}
+
+/// [`in_waves`] over checked `(index, unit name)` pairs split by [`txn_batches`] (the desired-state and destroy
+/// steps: one operation per unit).
+async fn in_unit_waves<'g, F>(
+    valid: &'g [(usize, &'g str)],
+    send: impl Fn(&'g [(usize, &'g str)]) -> F,
+) -> Vec<(&'g [(usize, &'g str)], Result<TxnResponse>)>
+where
+    F: std::future::Future<Output = Result<TxnResponse>>,
+{
+    in_waves(txn_batches(valid, MAX_TXN_OPS, |v| v.1), |v| v.1, send).await
 }
 
 async fn paired<G, F: std::future::Future>(group: G, sent: F) -> (G, F::Output) {
