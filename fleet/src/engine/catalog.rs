@@ -175,7 +175,7 @@ mod tests {
         assert_eq!(snap.units().count(), 2);
         assert_eq!(catalog.cached_bodies(), 1);
         assert!(catalog.missing.is_empty());
-        assert_eq!(catalog.bodies.units(), 2, "only the two listed units keep requirements");
+        assert_eq!(catalog.bodies.units(), 1, "the two listed units share one body without specifiers: one entry");
     }
 
     #[test]

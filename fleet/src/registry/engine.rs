@@ -142,7 +142,7 @@ impl Registry {
     pub async fn check_engine_version(&self, mine: u32) -> Result<EngineVersionCheck> {
         let key = self.keys.engine_version();
         for _ in 0..MAX_ATTEMPTS {
-            let resp = self.client.clone().get(key.as_str(), None).await.map_err(RegistryError::etcd("get", &key))?;
+            let resp = self.kv().get(key.as_str(), None).await.map_err(RegistryError::etcd("get", &key))?;
             let (stored, guard) = match resp.kvs().first() {
                 Some(kv) => (
                     Some(decode_u32(&key, "engine version", kv.value())?),

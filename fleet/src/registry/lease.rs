@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use etcd_client::Client;
+use etcd_client::LeaseClient;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
@@ -42,11 +42,13 @@ impl LeaseKeeper {
     /// Grants a lease of `ttl` (etcd rounds up to whole seconds and enforces its own minimum) and starts keeping
     /// it alive every TTL/3.
     pub async fn grant(registry: &Registry, ttl: Duration) -> Result<LeaseKeeper> {
-        let mut client = registry.client();
         let secs = ttl.as_secs_f64().ceil().max(1.0) as i64;
         let sent = Instant::now();
-        let resp =
-            client.lease_grant(secs, None).await.map_err(RegistryError::etcd("lease grant", format!("ttl {secs}s")))?;
+        let resp = registry
+            .leases()
+            .grant(secs, None)
+            .await
+            .map_err(RegistryError::etcd("lease grant", format!("ttl {secs}s")))?;
         let (id, ttl) = (resp.id(), Duration::from_secs(resp.ttl().max(1) as u64));
         tracing::debug!(lease = format_args!("{id:x}"), ttl = ?ttl, "lease granted");
         Ok(LeaseKeeper::keep(registry, id, ttl, sent + ttl))
@@ -56,10 +58,10 @@ impl LeaseKeeper {
     /// etcd still holds it with a TTL of `ttl`; `None` when it expired, was revoked, or was granted another TTL
     /// (the caller grants a fresh one).
     pub async fn adopt(registry: &Registry, id: i64, ttl: Duration) -> Result<Option<LeaseKeeper>> {
-        let mut client = registry.client();
         let sent = Instant::now();
-        let resp = client
-            .lease_time_to_live(id, None)
+        let resp = registry
+            .leases()
+            .time_to_live(id, None)
             .await
             .map_err(RegistryError::etcd("lease time-to-live", format!("lease {id:x}")))?;
         let (remaining, granted) = (resp.ttl(), resp.granted_ttl());
@@ -79,7 +81,7 @@ impl LeaseKeeper {
     fn keep(registry: &Registry, id: i64, ttl: Duration, alive_until: Instant) -> LeaseKeeper {
         let (tx, status) = watch::channel(LeaseStatus::Alive);
         let (until_tx, until) = watch::channel(Some(alive_until));
-        let task = tokio::spawn(keep_alive(registry.client(), id, ttl, alive_until, tx, until_tx));
+        let task = tokio::spawn(keep_alive(registry.leases(), id, ttl, alive_until, tx, until_tx));
         LeaseKeeper { id, ttl, registry: registry.clone(), status, alive_until: until, task }
     }
 
@@ -126,7 +128,7 @@ impl LeaseKeeper {
     /// Revoking a lease that already expired is not an error.
     pub async fn revoke(self) -> Result<()> {
         self.task.abort();
-        match self.registry.client().lease_revoke(self.id).await {
+        match self.registry.leases().revoke(self.id).await {
             Ok(_) => Ok(()),
             Err(etcd_client::Error::GRpcStatus(s)) if s.message().contains("lease not found") => Ok(()),
             Err(e) => Err(RegistryError::Etcd { op: "lease revoke", key: format!("lease {:x}", self.id), source: e }),
@@ -141,7 +143,7 @@ impl Drop for LeaseKeeper {
 }
 
 async fn keep_alive(
-    mut client: Client,
+    mut client: LeaseClient,
     id: i64,
     ttl: Duration,
     alive_until: Instant,
@@ -187,13 +189,13 @@ type KeepAlive = (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
 
 /// One keep-alive round trip; `Ok(ttl)` is etcd's answer (0 = lease gone).
 async fn renew_once(
-    client: &mut Client,
+    client: &mut LeaseClient,
     id: i64,
     stream: &mut Option<KeepAlive>,
     limit: Duration,
 ) -> Result<i64, String> {
     if stream.is_none() {
-        let opened = timeout(limit, client.lease_keep_alive(id)).await.map_err(|_| "opening keep-alive timed out")?;
+        let opened = timeout(limit, client.keep_alive(id)).await.map_err(|_| "opening keep-alive timed out")?;
         *stream = Some(opened.map_err(|e| e.to_string())?);
     }
     let (keeper, responses) = stream.as_mut().expect("stream opened above");

@@ -88,7 +88,7 @@ impl Registry {
         check_component(Component::MachineId, id)?;
         check_component(Component::MetadataKey, key)?;
         let k = self.keys.machine_metadata(id, key);
-        let resp = self.client.clone().put(k.as_str(), value, None).await.map_err(RegistryError::etcd("put", k))?;
+        let resp = self.kv().put(k.as_str(), value, None).await.map_err(RegistryError::etcd("put", k))?;
         Ok(resp.header().map_or(0, |h| h.revision()))
     }
 

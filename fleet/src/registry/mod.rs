@@ -135,8 +135,10 @@ fn etcd_tls(files: &crate::tls::ClientFiles) -> Result<etcd_client::TlsOptions> 
 /// requests and leases, and one of its own for the reflector's watch (see [`Registry::watch_connection`]).
 #[derive(Clone)]
 pub struct Registry {
-    client: etcd_client::Client,
-    watch_client: etcd_client::Client,
+    // Behind `Arc`s: an etcd client is 3.7 KB (a gRPC stub per etcd service), and a registry is held by many
+    // futures, whose size (on the heap and on the stack that polls them) grew by that much per clone held.
+    client: Arc<etcd_client::Client>,
+    watch_client: Arc<etcd_client::Client>,
     keys: Keys,
     /// The endpoint health task of a registry over several endpoints; it stops with the last clone.
     _health: Option<Arc<endpoints::Health>>,
@@ -172,11 +174,17 @@ impl Registry {
         };
         let (client, watch_client) = (connect().await?, connect().await?);
         let health = endpoints::spawn(vec![client.clone(), watch_client.clone()], config.endpoints.clone(), options);
-        Ok(Registry { client, watch_client, keys: Keys::new(&config.prefix), _health: health.map(Arc::new) })
+        Ok(Registry {
+            client: Arc::new(client),
+            watch_client: Arc::new(watch_client),
+            keys: Keys::new(&config.prefix),
+            _health: health.map(Arc::new),
+        })
     }
 
     /// A registry over an existing client (its watches share that client's connection).
     pub fn new(client: etcd_client::Client, keys: Keys) -> Registry {
+        let client = Arc::new(client);
         Registry { watch_client: client.clone(), client, keys, _health: None }
     }
 
@@ -184,7 +192,7 @@ impl Registry {
     /// a machine that reads them slowly does not hold up its lease keep-alives and writes queued on the same
     /// connection (mass lease loss in the scale bench, 1,000 machines: docs/scale.md).
     pub fn watch_connection(&self) -> etcd_client::Client {
-        self.watch_client.clone()
+        (*self.watch_client).clone()
     }
 
     /// The key layout in use.
@@ -194,7 +202,18 @@ impl Registry {
 
     /// A clone of the underlying client (for operations the registry does not wrap, e.g. maintenance in tests).
     pub fn client(&self) -> etcd_client::Client {
-        self.client.clone()
+        (*self.client).clone()
+    }
+
+    /// The key-value stub of the client (400 bytes, where a whole client is 3.7 KB): what reads and writes hold
+    /// while they wait.
+    pub(crate) fn kv(&self) -> etcd_client::KvClient {
+        self.client.kv_client()
+    }
+
+    /// The lease stub of the client.
+    pub(crate) fn leases(&self) -> etcd_client::LeaseClient {
+        self.client.lease_client()
     }
 
     /// A one-shot consistent read of the whole prefix (what the reflector does on (re-)list). For tools that do not
@@ -250,7 +269,7 @@ impl Registry {
         key: &str,
         txn: etcd_client::Txn,
     ) -> Result<etcd_client::TxnResponse> {
-        self.client.clone().txn(txn).await.map_err(RegistryError::etcd(op, key))
+        self.kv().txn(txn).await.map_err(RegistryError::etcd(op, key))
     }
 }
 
@@ -260,5 +279,13 @@ mod tests {
     fn range_end_increments_the_last_byte() {
         assert_eq!(super::range_end(b"/p/"), b"/p0");
         assert_eq!(super::range_end(b"a\xff"), b"b");
+    }
+
+    #[test]
+    fn a_registry_is_small_enough_to_hold_in_futures() {
+        // Every future that holds a registry (lease keeper, agent, engine, the daemon's run) carries its size; with
+        // two etcd clients by value it was 7,440 bytes and the daemon's top future 146 KB.
+        let size = std::mem::size_of::<super::Registry>();
+        assert!(size <= 128, "a Registry takes {size} bytes: keep its etcd clients behind pointers");
     }
 }

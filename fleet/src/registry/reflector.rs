@@ -129,7 +129,7 @@ impl Reflector {
         let key = self.registry.keys().layout_version();
         let resp = self
             .registry
-            .client()
+            .kv()
             .get(key.as_str(), Some(etcd_client::GetOptions::new().with_count_only()))
             .await
             .map_err(RegistryError::etcd("get", key))?;
@@ -336,7 +336,7 @@ async fn list_and_watch(
 /// alive at `at` was written after `revision`, and as many keys exist, so none was deleted either.
 async fn progress_confirmed(registry: &Registry, revision: i64, raw_keys: u64, at: i64) -> Result<bool> {
     let prefix = registry.keys().prefix();
-    let mut kv = registry.client().kv_client();
+    let mut kv = registry.kv();
     let at_progress = || etcd_client::GetOptions::new().with_prefix().with_revision(at);
     let newer = at_progress().with_min_mod_revision(revision + 1).with_keys_only().with_limit(1);
     let newer = kv.get(prefix, Some(newer)).await.map_err(RegistryError::etcd("get", prefix))?;

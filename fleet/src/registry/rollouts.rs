@@ -42,8 +42,12 @@ impl Registry {
         let options = etcd_client::WatchOptions::new().with_prefix().with_start_revision(after.saturating_add(1));
         let waiting = async {
             // Dropping the stream cancels the watch.
-            let mut stream =
-                self.client().watch(dir.as_str(), Some(options)).await.map_err(RegistryError::etcd("watch", &dir))?;
+            let mut stream = self
+                .client
+                .watch_client()
+                .watch(dir.as_str(), Some(options))
+                .await
+                .map_err(RegistryError::etcd("watch", &dir))?;
             let changed = loop {
                 match stream.message().await.map_err(RegistryError::etcd("watch", &dir))? {
                     Some(resp) if resp.compact_revision() > 0 || resp.canceled() => break true,
@@ -93,8 +97,7 @@ impl Registry {
             return Ok(resp.header().map_or(0, |h| h.revision()));
         }
         // Tell the two refusals apart with a read (rare path).
-        let existing =
-            self.client.clone().get(spec_key.as_str(), None).await.map_err(RegistryError::etcd("get", &spec_key))?;
+        let existing = self.kv().get(spec_key.as_str(), None).await.map_err(RegistryError::etcd("get", &spec_key))?;
         if !existing.kvs().is_empty() {
             return Err(RegistryError::RolloutExists { id: spec.id.clone() });
         }

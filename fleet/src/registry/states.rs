@@ -83,8 +83,7 @@ impl Registry {
         check_component(Component::Hash, &state.hash)?;
         let key = self.keys.state(&state.name, &state.machine_id);
         let value = encode_json(&StateRecord::from_state(state));
-        self.client
-            .clone()
+        self.kv()
             .put(key.as_str(), value, Some(PutOptions::new().with_lease(lease)))
             .await
             .map_err(RegistryError::etcd("put", key))?;
@@ -96,7 +95,7 @@ impl Registry {
         check_component(Component::UnitName, name)?;
         check_component(Component::MachineId, machine)?;
         let key = self.keys.state(name, machine);
-        self.client.clone().delete(key.as_str(), None).await.map_err(RegistryError::etcd("delete", key))?;
+        self.kv().delete(key.as_str(), None).await.map_err(RegistryError::etcd("delete", key))?;
         Ok(())
     }
 }

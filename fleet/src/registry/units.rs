@@ -193,8 +193,7 @@ impl Registry {
         unit.check()?;
         let key = self.keys.unit_object(unit.name);
         for _ in 0..MAX_ATTEMPTS {
-            let resp =
-                self.client.clone().get(key.as_str(), None).await.map_err(RegistryError::etcd("get", key.as_str()))?;
+            let resp = self.kv().get(key.as_str(), None).await.map_err(RegistryError::etcd("get", key.as_str()))?;
             // An unreadable object is replaced (with no previous hash) rather than blocking every repair.
             let current = resp.kvs().first().map(|kv| {
                 let object = decode_json::<UnitObject>(&key, "unit object", kv.value())
@@ -411,7 +410,7 @@ impl Registry {
         check_component(Component::UnitName, name)?;
         check_component(Component::MachineId, machine)?;
         let key = self.keys.unit_launched(name, machine);
-        self.client.clone().delete(key.as_str(), None).await.map_err(RegistryError::etcd("delete", key))?;
+        self.kv().delete(key.as_str(), None).await.map_err(RegistryError::etcd("delete", key))?;
         Ok(())
     }
 }

@@ -65,6 +65,12 @@ pub struct Requirements {
 }
 
 impl Requirements {
+    /// Whether [`Requirements::of`] can differ between two names of `unit`: only when an `[X-Fleet]` value holds
+    /// a specifier (`%`).
+    pub fn depend_on_name(unit: &UnitFile) -> bool {
+        unit.options().iter().any(|o| o.section == XFLEET_SECTION && o.value.contains('%'))
+    }
+
     /// Requirements of `unit` when it is named `unit_name`. A name without a `.` expands no specifiers, which is
     /// how the API validates raw values (pass "").
     pub fn of(unit: &UnitFile, unit_name: &str) -> Requirements {

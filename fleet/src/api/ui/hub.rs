@@ -51,13 +51,13 @@ struct State {
 }
 
 /// Recent changes per unit, each ring at most `limit` long. Kept compact because every fleetd remembers them for
-/// every unit whether or not a page is open: the ring is keyed by the unit (not repeated in each entry), machine IDs
-/// are shared, and the text is one allocation (massif: 871 KiB for the changes of 1,000 started units before, as
-/// whole [`Recorded`] values).
+/// every unit whether or not a page is open: the ring is keyed by the unit (not repeated in each entry), and machine
+/// IDs and change texts are interned — a thousand units started one way share a handful of texts (massif: 871 KiB
+/// for the changes of 1,000 started units as whole [`Recorded`] values, then 600 KiB with a text per entry).
 #[derive(Debug, Default)]
 pub struct History {
-    per_unit: HashMap<String, VecDeque<Entry>>,
-    machines: BTreeSet<Arc<str>>,
+    per_unit: HashMap<Box<str>, VecDeque<Entry>>,
+    texts: Interned,
     limit: usize,
 }
 
@@ -66,41 +66,63 @@ pub struct History {
 struct Entry {
     at_ms: u64,
     machine: Option<Arc<str>>,
-    change: Box<str>,
+    change: Arc<str>,
+}
+
+/// One shared copy of each machine ID and change text that entries hold. Texts no entry holds any more are let go
+/// when units leave, and whenever the set has doubled since it was last swept (rings drop old entries as they go, and
+/// texts naming versions are not a closed set).
+#[derive(Debug, Default)]
+struct Interned {
+    set: BTreeSet<Arc<str>>,
+    swept_at: usize,
+}
+
+impl Interned {
+    fn get(&mut self, text: &str) -> Arc<str> {
+        if let Some(known) = self.set.get(text) {
+            return known.clone();
+        }
+        let text: Arc<str> = text.into();
+        self.set.insert(text.clone());
+        text
+    }
+
+    fn sweep(&mut self) {
+        self.set.retain(|t| Arc::strong_count(t) > 1);
+        self.swept_at = self.set.len();
+    }
+
+    fn needs_sweep(&self) -> bool {
+        self.set.len() > 2 * self.swept_at + 64
+    }
 }
 
 impl History {
     pub fn new(limit: usize) -> History {
-        History { per_unit: HashMap::new(), machines: BTreeSet::new(), limit }
+        History { per_unit: HashMap::new(), texts: Interned::default(), limit }
     }
 
     /// Remembers `diff`'s changes at `at_ms` and forgets units that left the registry.
     pub fn record(&mut self, diff: &board::Diff, at_ms: u64) {
         for change in &diff.changes {
-            let machine = change.machine.as_deref().map(|m| self.machine(m));
-            let ring = self.per_unit.entry(change.unit.clone()).or_default();
+            let machine = change.machine.as_deref().map(|m| self.texts.get(m));
+            let text = self.texts.get(&change.change);
+            let ring = match self.per_unit.get_mut(change.unit.as_str()) {
+                Some(ring) => ring,
+                None => self.per_unit.entry(change.unit.as_str().into()).or_default(),
+            };
             if ring.len() == self.limit {
                 ring.pop_front();
             }
-            ring.push_back(Entry { at_ms, machine, change: change.change.as_str().into() });
+            ring.push_back(Entry { at_ms, machine, change: text });
         }
         for unit in &diff.gone {
-            self.per_unit.remove(unit);
+            self.per_unit.remove(unit.as_str());
         }
-        if !diff.gone.is_empty() {
-            // Machines no entry names any more (e.g. every unit of a machine that left) are let go.
-            self.machines.retain(|m| Arc::strong_count(m) > 1);
+        if !diff.gone.is_empty() || self.texts.needs_sweep() {
+            self.texts.sweep();
         }
-    }
-
-    /// The shared copy of a machine ID.
-    fn machine(&mut self, id: &str) -> Arc<str> {
-        if let Some(known) = self.machines.get(id) {
-            return known.clone();
-        }
-        let id: Arc<str> = id.into();
-        self.machines.insert(id.clone());
-        id
     }
 
     /// `unit`'s remembered changes, oldest first.
@@ -310,6 +332,19 @@ mod tests {
     }
 
     #[test]
+    fn texts_that_rotated_out_of_every_ring_are_let_go() {
+        let mut history = History::new(2);
+        for i in 0..1000 {
+            let change = board::StateChange { unit: "a".into(), machine: None, change: format!("version {i}") };
+            history.record(&board::Diff { changes: vec![change], ..Default::default() }, i);
+        }
+        assert_eq!(history.len(), 2);
+        assert!(history.texts.set.len() <= 2 * 2 + 64 + 1, "{} texts kept for 2 entries", history.texts.set.len());
+        let kept: Vec<String> = history.of("a").into_iter().map(|r| r.change.change).collect();
+        assert_eq!(kept, ["version 998", "version 999"]);
+    }
+
+    #[test]
     fn history_gives_back_each_change_as_recorded_and_lets_gone_machines_go() {
         let mut history = History::new(4);
         let on = |unit: &str, machine: Option<&str>, text: &str| board::StateChange {
@@ -323,8 +358,8 @@ mod tests {
         let got = history.of("a");
         assert_eq!(got.iter().map(|r| r.at_ms).collect::<Vec<_>>(), [42, 42]);
         assert_eq!(got.into_iter().map(|r| r.change).collect::<Vec<_>>(), changes);
-        assert_eq!(history.machines.len(), 1, "one shared copy of m1");
+        assert_eq!(history.texts.set.len(), 4, "one shared copy of m1 and of each text: {:?}", history.texts);
         history.record(&board::Diff { gone: vec!["a".into(), "b".into()], ..Default::default() }, 44);
-        assert!(history.machines.is_empty(), "no entry names m1 any more");
+        assert!(history.texts.set.is_empty(), "no entry holds m1 or a text any more: {:?}", history.texts);
     }
 }
