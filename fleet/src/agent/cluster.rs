@@ -21,30 +21,42 @@ impl UnitCache {
         UnitCache::default()
     }
 
-    /// Every readable unit of `snapshot`, in name order, with its requirements, as machine `me` must run it: a
-    /// replace rollout that has not reached `me` yet keeps the unit's old version here, and a restart rollout's
-    /// step on `me` carries its restart token (see the `rollout` module). Entries for hashes and names the snapshot
-    /// no longer holds are dropped.
+    /// The readable units of `snapshot` machine `me` may run — scheduled to it, or global — in name order, with
+    /// their requirements, as `me` must run them: a replace rollout that has not reached `me` yet keeps the unit's
+    /// old version here, and a restart rollout's step on `me` carries its restart token (see the `rollout` module).
+    /// Units scheduled elsewhere are left out: no machine accepts a unit it is not scheduled to unless it is global
+    /// (`xfleet::accepted_by_machine`), and building one for every unit of the cluster on every round cost each
+    /// agent memory and time in proportion to the cluster, not to its own units. Entries for hashes and names the
+    /// snapshot no longer holds are dropped.
     pub fn cluster_units(&mut self, snapshot: &Snapshot, me: &str) -> Vec<ClusterUnit> {
         let rollouts = snapshot.rollouts();
-        let units: Vec<ClusterUnit> = snapshot
-            .units()
-            .map(|view| {
-                let pinned = rollout::pinned_hash(&rollouts, view.name, me)
-                    .filter(|h| *h != view.hash)
-                    .and_then(|h| snapshot.bodies().get_key_value(h));
-                let mut unit = match pinned {
-                    Some((hash, body)) => self.unit(&UnitView { hash, body: &body.text, no_restart: false, ..view }),
-                    None => self.unit(&view),
-                };
-                unit.restart = rollout::restart_token(&rollouts, &unit.name, me).map(str::to_string);
-                unit
-            })
-            .collect();
-        let hashes: BTreeSet<&str> = units.iter().map(|u| u.hash.as_str()).collect();
-        let names: BTreeSet<&str> = units.iter().map(|u| u.name.as_str()).collect();
-        self.bodies.retain(|name, _| names.contains(name), |hash| hashes.contains(hash));
+        let mut names: Vec<&str> = Vec::new();
+        let mut hashes: BTreeSet<&str> = BTreeSet::new();
+        let mut units: Vec<ClusterUnit> = Vec::new();
+        for view in snapshot.units() {
+            let pinned = rollout::pinned_hash(&rollouts, view.name, me)
+                .filter(|h| *h != view.hash)
+                .and_then(|h| snapshot.bodies().get_key_value(h));
+            let view = match pinned {
+                Some((hash, body)) => UnitView { hash, body: &body.text, no_restart: false, ..view },
+                None => view,
+            };
+            names.push(view.name);
+            hashes.insert(view.hash);
+            if view.target != Some(me) && !self.is_global(&view) {
+                continue;
+            }
+            let mut unit = self.unit(&view);
+            unit.restart = rollout::restart_token(&rollouts, &unit.name, me).map(str::to_string);
+            units.push(unit);
+        }
+        // `snapshot.units()` is in name order.
+        self.bodies.retain(|name, _| names.binary_search(&name).is_ok(), |hash| hashes.contains(hash));
         units
+    }
+
+    fn is_global(&mut self, view: &UnitView<'_>) -> bool {
+        self.bodies.requirements(view.name, view.hash, view.body).is_some_and(|r| r.global)
     }
 
     /// Number of parsed bodies held.
@@ -136,6 +148,22 @@ mod tests {
         assert!(Arc::ptr_eq(&units[0].requirements, &again[0].requirements), "requirements are reused");
         cache.cluster_units(&snapshot(&[("p.service", PLAIN, "loaded", None)]), "m1");
         assert_eq!((cache.bodies(), cache.bodies.units()), (1, 1));
+    }
+
+    #[test]
+    fn units_scheduled_elsewhere_are_left_out_but_their_bodies_stay_parsed() {
+        const OTHER: &str = "[Service]\nExecStart=/bin/sleep 2\n";
+        let s = snapshot(&[
+            ("a.service", PLAIN, "launched", Some("m1")),
+            ("b.service", OTHER, "launched", Some("m2")),
+            ("g@1.service", GLOBAL, "launched", None),
+            ("u.service", OTHER, "launched", None),
+        ]);
+        let mut cache = UnitCache::new();
+        let names = |units: Vec<ClusterUnit>| units.into_iter().map(|u| u.name).collect::<Vec<_>>();
+        assert_eq!(names(cache.cluster_units(&s, "m1")), ["a.service", "g@1.service"]);
+        assert_eq!(names(cache.cluster_units(&s, "m2")), ["b.service", "g@1.service"]);
+        assert_eq!(cache.bodies(), 3, "every body of the snapshot stays parsed, so the next round parses nothing");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! its stream ends, and the browser's `EventSource` reconnects after [`RETRY_MS`] and starts again from a fresh
 //! board — so a slow page never grows fleetd's memory.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -51,78 +51,119 @@ struct State {
 }
 
 /// Recent changes per unit, each ring at most `limit` long. Kept compact because every fleetd remembers them for
-/// every unit whether or not a page is open: the ring is keyed by the unit (not repeated in each entry), and machine
-/// IDs and change texts are interned — a thousand units started one way share a handful of texts (massif: 871 KiB
-/// for the changes of 1,000 started units as whole [`Recorded`] values, then 600 KiB with a text per entry).
+/// every unit whether or not a page is open: the ring is keyed by the unit (not repeated in each entry), and an
+/// entry is 16 bytes, its machine ID and change text being numbers into one counted table of the texts entries
+/// hold — a thousand units started one way share a handful of texts. (massif, 1,000 started units: 871 KiB as whole
+/// [`Recorded`] values, then 600 KiB with a text per entry, then 410 KiB with shared 40-byte entries.)
 #[derive(Debug, Default)]
 pub struct History {
     per_unit: HashMap<Box<str>, VecDeque<Entry>>,
-    texts: Interned,
+    texts: Texts,
     limit: usize,
 }
 
 /// One remembered change, without its unit.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 struct Entry {
     at_ms: u64,
-    machine: Option<Arc<str>>,
-    change: Arc<str>,
+    machine: Option<TextId>,
+    change: TextId,
 }
 
-/// One shared copy of each machine ID and change text that entries hold. Texts no entry holds any more are let go
-/// when units leave, and whenever the set has doubled since it was last swept (rings drop old entries as they go, and
-/// texts naming versions are not a closed set).
+type TextId = std::num::NonZeroU32;
+
+/// The texts entries hold, each once, with how many entries hold it; a text goes when its last entry does.
 #[derive(Debug, Default)]
-struct Interned {
-    set: BTreeSet<Arc<str>>,
-    swept_at: usize,
+struct Texts {
+    ids: HashMap<Arc<str>, TextId>,
+    /// By ID - 1: the text and its count; `None` for a free slot.
+    slots: Vec<Option<(Arc<str>, u32)>>,
+    free: Vec<TextId>,
 }
 
-impl Interned {
-    fn get(&mut self, text: &str) -> Arc<str> {
-        if let Some(known) = self.set.get(text) {
-            return known.clone();
+impl Texts {
+    /// `text`'s ID, counting one more holder.
+    fn hold(&mut self, text: &str) -> TextId {
+        if let Some(&id) = self.ids.get(text) {
+            if let Some((_, count)) = self.slot(id) {
+                *count += 1;
+            }
+            return id;
         }
         let text: Arc<str> = text.into();
-        self.set.insert(text.clone());
-        text
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.slots[id.get() as usize - 1] = Some((text.clone(), 1));
+                id
+            }
+            None => {
+                self.slots.push(Some((text.clone(), 1)));
+                TextId::new(u32::try_from(self.slots.len()).unwrap_or(u32::MAX)).unwrap_or(TextId::MIN)
+            }
+        };
+        self.ids.insert(text, id);
+        id
     }
 
-    fn sweep(&mut self) {
-        self.set.retain(|t| Arc::strong_count(t) > 1);
-        self.swept_at = self.set.len();
+    /// Counts one holder of `id` less, letting the text go with its last.
+    fn release(&mut self, id: TextId) {
+        let Some((text, count)) = self.slot(id) else { return };
+        *count -= 1;
+        if *count == 0 {
+            let text = text.clone();
+            self.ids.remove(&text);
+            self.slots[id.get() as usize - 1] = None;
+            self.free.push(id);
+        }
     }
 
-    fn needs_sweep(&self) -> bool {
-        self.set.len() > 2 * self.swept_at + 64
+    fn slot(&mut self, id: TextId) -> Option<&mut (Arc<str>, u32)> {
+        self.slots.get_mut(id.get() as usize - 1).and_then(Option::as_mut)
+    }
+
+    fn text(&self, id: TextId) -> &str {
+        self.slots.get(id.get() as usize - 1).and_then(Option::as_ref).map_or("", |(text, _)| text)
+    }
+
+    /// Texts held now.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.ids.len()
     }
 }
 
 impl History {
     pub fn new(limit: usize) -> History {
-        History { per_unit: HashMap::new(), texts: Interned::default(), limit }
+        History { per_unit: HashMap::new(), texts: Texts::default(), limit }
     }
 
     /// Remembers `diff`'s changes at `at_ms` and forgets units that left the registry.
     pub fn record(&mut self, diff: &board::Diff, at_ms: u64) {
         for change in &diff.changes {
-            let machine = change.machine.as_deref().map(|m| self.texts.get(m));
-            let text = self.texts.get(&change.change);
+            let machine = change.machine.as_deref().map(|m| self.texts.hold(m));
+            let text = self.texts.hold(&change.change);
             let ring = match self.per_unit.get_mut(change.unit.as_str()) {
                 Some(ring) => ring,
                 None => self.per_unit.entry(change.unit.as_str().into()).or_default(),
             };
-            if ring.len() == self.limit {
-                ring.pop_front();
-            }
+            let dropped = if ring.len() >= self.limit { ring.pop_front() } else { None };
             ring.push_back(Entry { at_ms, machine, change: text });
+            if let Some(dropped) = dropped {
+                self.let_go(dropped);
+            }
         }
         for unit in &diff.gone {
-            self.per_unit.remove(unit.as_str());
+            if let Some(ring) = self.per_unit.remove(unit.as_str()) {
+                ring.into_iter().for_each(|entry| self.let_go(entry));
+            }
         }
-        if !diff.gone.is_empty() || self.texts.needs_sweep() {
-            self.texts.sweep();
+    }
+
+    fn let_go(&mut self, entry: Entry) {
+        if let Some(machine) = entry.machine {
+            self.texts.release(machine);
         }
+        self.texts.release(entry.change);
     }
 
     /// `unit`'s remembered changes, oldest first.
@@ -133,8 +174,8 @@ impl History {
                 at_ms: e.at_ms,
                 change: StateChange {
                     unit: unit.to_string(),
-                    machine: e.machine.as_deref().map(str::to_string),
-                    change: e.change.to_string(),
+                    machine: e.machine.map(|m| self.texts.text(m).to_string()),
+                    change: self.texts.text(e.change).to_string(),
                 },
             })
             .collect()
@@ -332,6 +373,50 @@ mod tests {
     }
 
     #[test]
+    fn history_matches_a_plain_model_and_holds_exactly_the_texts_its_entries_name() {
+        use std::collections::{BTreeMap, BTreeSet};
+        let mut history = History::new(3);
+        let mut model: BTreeMap<String, VecDeque<Recorded>> = BTreeMap::new();
+        let mut seed = 7u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for at_ms in 0..3000 {
+            let mut diff = board::Diff::default();
+            for _ in 0..next(4) {
+                let change = board::StateChange {
+                    unit: format!("u{}", next(6)),
+                    machine: (next(3) > 0).then(|| format!("m{}", next(4))),
+                    change: format!("c{}", next(9)),
+                };
+                let ring = model.entry(change.unit.clone()).or_default();
+                if ring.len() == 3 {
+                    ring.pop_front();
+                }
+                ring.push_back(Recorded { at_ms, change: change.clone() });
+                diff.changes.push(change);
+            }
+            if next(10) == 0 {
+                let gone = format!("u{}", next(6));
+                model.remove(&gone);
+                diff.gone.push(gone);
+            }
+            history.record(&diff, at_ms);
+            for (unit, ring) in &model {
+                assert_eq!(history.of(unit), ring.iter().cloned().collect::<Vec<_>>(), "{unit} at {at_ms}");
+            }
+            let named: BTreeSet<&str> = model
+                .values()
+                .flatten()
+                .flat_map(|r| [Some(r.change.change.as_str()), r.change.machine.as_deref()])
+                .flatten()
+                .collect();
+            assert_eq!(history.texts.len(), named.len(), "texts held at {at_ms}: {:?} vs {named:?}", history.texts);
+        }
+    }
+
+    #[test]
     fn texts_that_rotated_out_of_every_ring_are_let_go() {
         let mut history = History::new(2);
         for i in 0..1000 {
@@ -339,7 +424,7 @@ mod tests {
             history.record(&board::Diff { changes: vec![change], ..Default::default() }, i);
         }
         assert_eq!(history.len(), 2);
-        assert!(history.texts.set.len() <= 2 * 2 + 64 + 1, "{} texts kept for 2 entries", history.texts.set.len());
+        assert_eq!(history.texts.len(), 2, "texts kept for 2 entries: {:?}", history.texts);
         let kept: Vec<String> = history.of("a").into_iter().map(|r| r.change.change).collect();
         assert_eq!(kept, ["version 998", "version 999"]);
     }
@@ -358,8 +443,8 @@ mod tests {
         let got = history.of("a");
         assert_eq!(got.iter().map(|r| r.at_ms).collect::<Vec<_>>(), [42, 42]);
         assert_eq!(got.into_iter().map(|r| r.change).collect::<Vec<_>>(), changes);
-        assert_eq!(history.texts.set.len(), 4, "one shared copy of m1 and of each text: {:?}", history.texts);
+        assert_eq!(history.texts.len(), 4, "one shared copy of m1 and of each text: {:?}", history.texts);
         history.record(&board::Diff { gone: vec!["a".into(), "b".into()], ..Default::default() }, 44);
-        assert!(history.texts.set.is_empty(), "no entry holds m1 or a text any more: {:?}", history.texts);
+        assert_eq!(history.texts.len(), 0, "no entry holds m1 or a text any more: {:?}", history.texts);
     }
 }
