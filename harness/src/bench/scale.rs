@@ -1,8 +1,9 @@
 //! The scale scenario (issue 16 item 3): M simulated machines ([`super::scale_sim`]: real agents and registry
 //! clients on a simulated unit manager, in a few `fleet-sim` processes on the host) against the real etcd of a
 //! harness cluster of one real machine. The real machine serves the API fleetctl talks to and runs no engine
-//! (`disable_engine=true`); the engine runs in the first `fleet-sim` process, on its first machine, so its pass
-//! times are reported. Units carry `MachineMetadata=sim=true`, so they land on simulated machines only.
+//! (`disable_engine=true`); the engine runs on the first machine of each `fleet-sim` process (one of them leads,
+//! another takes over when the leader's machine is lost, as in a cluster of fleetds), so its pass times are
+//! reported. Units carry `MachineMetadata=sim=true`, so they land on simulated machines only.
 //!
 //! Per cell (M machines, U units): register the machines; `start --no-block` of U template instances until every
 //! one is listed active (first / half / all), the engine's passes meanwhile, etcd's requests, writes and watch

@@ -1,6 +1,7 @@
 //! The simulated machines of the scale scenario: a few `fleet-sim` processes on the host (fleet's binary, found
 //! like fleetd: `FLEET_SIM_BIN` or this workspace's build), each running its share of the machines against the
-//! cluster's etcd, the first also the engine. Their stdout lines (`fleet::sim::report`, four forms: `registered
+//! cluster's etcd, the first machine of each also an engine candidate (as every fleetd is: when the leader's
+//! machine is lost, another takes over). Their stdout lines (`fleet::sim::report`, four forms: `registered
 //! N`, `pass {json}`, `lost <id> <reason>`, `stopped`) are collected as they come; RSS and CPU from `/proc`.
 //! Processes are killed when dropped (also on error). Each one's stderr (warnings and errors) goes to
 //! `$TMPDIR/fleet-bench-sim-<first index>.log`.
@@ -110,7 +111,7 @@ impl SimProcs {
         let (tx, changed) = watch::channel(0u64);
         let tx = Arc::new(tx);
         let mut started = Vec::new();
-        for (i, (first, n)) in split(machines, procs).into_iter().enumerate() {
+        for (first, n) in split(machines, procs) {
             // Warnings and errors of each simulator go to a file of its own, kept for a post-mortem.
             let log_path = std::env::temp_dir().join(format!("fleet-bench-sim-{first}.log"));
             let log = std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
@@ -121,9 +122,7 @@ impl SimProcs {
                 .stderr(Stdio::from(log))
                 .env("RUST_LOG", "warn")
                 .kill_on_drop(true);
-            if i == 0 {
-                cmd.arg("--engine");
-            }
+            cmd.arg("--engine");
             // SAFETY: prctl is async-signal-safe; the simulators die with the bench even when it is killed outright.
             unsafe {
                 cmd.pre_exec(|| {
