@@ -537,6 +537,7 @@ fn dump(agent: &crate::agent::DebugHandle, reflector: &Reflector) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn the_daemons_top_future_stays_small() {
@@ -546,7 +547,6 @@ mod tests {
         let size = std::mem::size_of_val(&run);
         assert!(size <= 48 * 1024, "fleetd's top future takes {size} bytes: box the large futures it awaits");
     }
-    use super::*;
 
     #[test]
     fn backoff_doubles_to_a_second() {

@@ -424,7 +424,7 @@ mod tests {
             history.record(&board::Diff { changes: vec![change], ..Default::default() }, i);
         }
         assert_eq!(history.len(), 2);
-        assert_eq!(history.texts.len(), 2, "texts kept for 2 entries: {:?}", history.texts);
+        assert_eq!(history.texts.len(), 2, "texts kept for the 2 entries left in the ring");
         let kept: Vec<String> = history.of("a").into_iter().map(|r| r.change.change).collect();
         assert_eq!(kept, ["version 998", "version 999"]);
     }
