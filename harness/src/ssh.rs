@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The users whose `authorized_keys` get the cluster's key.
 pub const USERS: [&str; 2] = ["core", "root"];
@@ -22,8 +22,8 @@ pub enum AgentError {
     Spawn { cmd: String, source: std::io::Error },
     #[error("`{cmd}` failed: {stderr}")]
     Failed { cmd: String, stderr: String },
-    #[error("ssh-agent did not create its socket {0} within 5 s")]
-    NoSocket(PathBuf),
+    #[error("ssh-agent did not announce its socket {socket} within 5 s (it printed {printed:?})")]
+    NotListening { socket: PathBuf, printed: String },
 }
 
 /// A key and an agent holding it. Dropping it stops the agent (unless detached).
@@ -34,6 +34,20 @@ pub struct SshAgent {
     public_key: String,
     child: Option<Child>,
     pid: u32,
+}
+
+/// The first line `out` prints within `limit` (empty if none). The read runs on its own thread, which ends with
+/// the line or with the pipe's end; the pipe's read end is dropped there, and the agent prints nothing more.
+fn first_line_within(out: Option<std::process::ChildStdout>, limit: Duration) -> String {
+    use std::io::BufRead;
+    let Some(out) = out else { return String::new() };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    rx.recv_timeout(limit).unwrap_or_default().trim().to_string()
 }
 
 fn run(cmd: &mut Command) -> Result<(), AgentError> {
@@ -56,7 +70,7 @@ impl SshAgent {
         let public_key = std::fs::read_to_string(key.with_extension("pub"))
             .map_err(|source| AgentError::Spawn { cmd: "read public key".into(), source })?;
         let mut cmd = Command::new("ssh-agent");
-        cmd.arg("-D").arg("-a").arg(&socket).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        cmd.arg("-D").arg("-a").arg(&socket).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
         if tied {
             use std::os::unix::process::CommandExt;
             // SAFETY: prctl in the child before exec; async-signal-safe.
@@ -76,15 +90,15 @@ impl SshAgent {
                 });
             }
         }
-        let child = cmd.spawn().map_err(|source| AgentError::Spawn { cmd: "ssh-agent".into(), source })?;
+        let mut child = cmd.spawn().map_err(|source| AgentError::Spawn { cmd: "ssh-agent".into(), source })?;
         let pid = child.id();
+        let stdout = child.stdout.take();
         let agent = SshAgent { socket, key, public_key: public_key.trim().to_string(), child: Some(child), pid };
-        let t0 = Instant::now();
-        while !agent.socket.exists() {
-            if t0.elapsed() > Duration::from_secs(5) {
-                return Err(AgentError::NoSocket(agent.socket.clone()));
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        // The socket file exists from bind(2) on, before listen(2): a client connecting in between is refused.
+        // ssh-agent prints `SSH_AUTH_SOCK=...` only once it listens, so that line is the readiness signal.
+        let printed = first_line_within(stdout, Duration::from_secs(5));
+        if !printed.starts_with("SSH_AUTH_SOCK=") {
+            return Err(AgentError::NotListening { socket: agent.socket.clone(), printed });
         }
         run(Command::new("ssh-add").arg("-q").arg(&agent.key).env("SSH_AUTH_SOCK", &agent.socket))?;
         Ok(agent)
