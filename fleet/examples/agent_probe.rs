@@ -172,7 +172,7 @@ fn state_of<'a>(s: &'a Snapshot, unit: &str, machine: &str) -> Option<&'a fleet:
 }
 
 fn marker_of(s: &Snapshot, unit: &str, machine: &str) -> Option<String> {
-    s.unit_record(unit).and_then(|r| r.launched.get(machine).cloned())
+    s.unit_record(unit).and_then(|r| r.launched.get(machine)).map(|h| h.to_string())
 }
 
 async fn wait<T>(r: &Reflector, what: &str, f: impl FnMut(&Snapshot) -> Option<T>) -> T {
@@ -206,8 +206,10 @@ async fn drive(url: &str, m1: &str, m2: &str) {
     let h = hash(HELLO);
     wait(&reflector, "hello active and marked launched", |s| {
         let st = state_of(s, "probe-hello.service", m1)?;
-        (st.active_state == "active" && st.hash == h && marker_of(s, "probe-hello.service", m1).as_deref() == Some(&h))
-            .then_some(())
+        (&*st.active_state == "active"
+            && *st.hash == *h
+            && marker_of(s, "probe-hello.service", m1).as_deref() == Some(&h))
+        .then_some(())
     })
     .await;
     check(true, "start: state active with hash, launched marker", &h[..8]);
@@ -216,7 +218,7 @@ async fn drive(url: &str, m1: &str, m2: &str) {
     registry.set_desired("probe-hello.service", JobState::Loaded).await.expect("desired");
     wait(&reflector, "hello stopped and unmarked", |s| {
         let st = state_of(s, "probe-hello.service", m1)?;
-        (st.active_state == "inactive" && marker_of(s, "probe-hello.service", m1).is_none()).then_some(())
+        (&*st.active_state == "inactive" && marker_of(s, "probe-hello.service", m1).is_none()).then_some(())
     })
     .await;
     check(true, "stop: state inactive, marker removed", sh("systemctl is-active probe-hello.service"));
@@ -232,7 +234,7 @@ async fn drive(url: &str, m1: &str, m2: &str) {
     registry.schedule("probe-sync.service", m1).await.expect("schedule");
     let h1 = hash(SYNC_V1);
     wait(&reflector, "sync v1 active", |s| {
-        state_of(s, "probe-sync.service", m1).filter(|st| st.active_state == "active" && st.hash == h1).map(|_| ())
+        state_of(s, "probe-sync.service", m1).filter(|st| &*st.active_state == "active" && *st.hash == *h1).map(|_| ())
     })
     .await;
     check(true, "sync v1 active", &h1[..8]);
@@ -240,8 +242,10 @@ async fn drive(url: &str, m1: &str, m2: &str) {
     let h2 = hash(SYNC_V2);
     wait(&reflector, "sync v2 active and marked", |s| {
         let st = state_of(s, "probe-sync.service", m1)?;
-        (st.active_state == "active" && st.hash == h2 && marker_of(s, "probe-sync.service", m1).as_deref() == Some(&h2))
-            .then_some(())
+        (&*st.active_state == "active"
+            && *st.hash == *h2
+            && marker_of(s, "probe-sync.service", m1).as_deref() == Some(&h2))
+        .then_some(())
     })
     .await;
     let stop_post = sh("cat /tmp/sync-stop-post");
@@ -257,7 +261,7 @@ async fn drive(url: &str, m1: &str, m2: &str) {
     registry.schedule("probe-move.service", m1).await.expect("schedule");
     let mv1 = hash(MOVE_V1);
     wait(&reflector, "move v1 active here", |s| {
-        state_of(s, "probe-move.service", m1).filter(|st| st.active_state == "active" && st.hash == mv1).map(|_| ())
+        state_of(s, "probe-move.service", m1).filter(|st| &*st.active_state == "active" && *st.hash == *mv1).map(|_| ())
     })
     .await;
     check(true, "move v1 active on this machine", &mv1[..8]);
@@ -272,8 +276,8 @@ async fn drive(url: &str, m1: &str, m2: &str) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let s = Arc::clone(&rx.borrow_and_update());
-        let a = state_of(&s, "probe-move.service", m1).map(|st| st.active_state.clone());
-        let b = state_of(&s, "probe-move.service", m2).map(|st| (st.active_state.clone(), st.hash.clone()));
+        let a = state_of(&s, "probe-move.service", m1).map(|st| st.active_state.to_string());
+        let b = state_of(&s, "probe-move.service", m2).map(|st| (st.active_state.to_string(), st.hash.to_string()));
         let row = format!(
             "here={} there={}",
             a.as_deref().unwrap_or("-"),
@@ -320,7 +324,7 @@ async fn after_outage(url: &str, m1: &str, m2: &str) {
         let mut leases = BTreeMap::new();
         for (unit, m, h) in &units {
             let st = s.state_record(unit, m)?;
-            if st.active_state != "active" || st.hash != *h || marker_of(s, unit, m).as_deref() != Some(h) {
+            if &*st.active_state != "active" || *st.hash != **h || marker_of(s, unit, m).as_deref() != Some(h) {
                 return None;
             }
             leases.insert(m.to_string(), s.machine_records().get(*m)?.lease);

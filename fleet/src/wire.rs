@@ -174,7 +174,7 @@ pub fn history(
                 .and_then(|text| UnitFile::parse(&text).ok())
                 .map(UnitFile::into_options)
                 .unwrap_or_default(),
-            hash: v.hash,
+            hash: v.hash.to_string(),
             stored_ms: v.stored_ms,
         })
         .collect();

@@ -89,14 +89,14 @@ pub fn other_copies(snapshot: &Snapshot, unit: &str, me: &str) -> Vec<OtherCopy>
         OtherCopy { machine: machine.to_string(), present, active_state: None, launched: false }
     };
     if let Some(states) = snapshot.state_records().get(unit) {
-        for (machine, record) in states.iter().filter(|(m, _)| m.as_str() != me) {
+        for (machine, record) in states.iter().filter(|(m, _)| &***m != me) {
             let mut copy = entry(machine);
-            copy.active_state = Some(record.active_state.clone());
+            copy.active_state = Some(record.active_state.to_string());
             copies.insert(machine, copy);
         }
     }
     if let Some(record) = snapshot.unit_record(unit) {
-        for machine in record.launched.keys().filter(|m| m.as_str() != me) {
+        for machine in record.launched.keys().filter(|m| &***m != me) {
             copies.entry(machine).or_insert_with(|| entry(machine)).launched = true;
         }
     }

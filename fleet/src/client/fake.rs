@@ -134,7 +134,7 @@ impl FakeClient {
     /// Put a unit into the registry as-is (no log entry).
     pub fn insert_unit(&self, name: &str, text: &str, desired: &str) {
         let options = UnitFile::parse(text).map(|u| u.options().to_vec()).unwrap_or_default();
-        let history = vec![crate::registry::Version { hash: opts_hash(&options), stored_ms: 0 }];
+        let history = vec![crate::registry::Version { hash: opts_hash(&options).into(), stored_ms: 0 }];
         self.lock().units.insert(name.into(), FakeUnit { options, history, desired: desired.into(), seen: u32::MAX });
     }
 
@@ -277,8 +277,8 @@ impl FakeClient {
         let old_object = old.map(|o| {
             st.bodies.insert(opts_hash(&o.options), o.options.clone());
             crate::registry::UnitObject {
-                name: String::new(),
-                hash: opts_hash(&o.options),
+                name: "".into(),
+                hash: opts_hash(&o.options).into(),
                 previous_hash: None,
                 no_restart: false,
                 history: o.history.clone(),
@@ -460,14 +460,14 @@ impl Client for FakeClient {
         Self::check_fail(&st)?;
         let Some(u) = st.units.get(name) else { return Ok(None) };
         let object = crate::registry::UnitObject {
-            name: name.to_string(),
-            hash: opts_hash(&u.options),
+            name: name.into(),
+            hash: opts_hash(&u.options).into(),
             previous_hash: None,
             no_restart: false,
             history: u.history.clone(),
         };
         let body = |hash: &str| {
-            let options = if hash == object.hash { Some(&u.options) } else { st.bodies.get(hash) };
+            let options = if hash == &*object.hash { Some(&u.options) } else { st.bodies.get(hash) };
             options.map(|o| std::sync::Arc::from(UnitFile::from_options(o.clone()).canonical()))
         };
         Ok(Some(wire::history(&object, body)))

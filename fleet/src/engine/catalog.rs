@@ -37,7 +37,7 @@ impl UnitCatalog {
         let mut units = Vec::with_capacity(view.unit_records().len());
         for (name, record) in view.unit_records() {
             let Some(object) = &record.object else { continue };
-            let hash = object.hash.as_str();
+            let hash = &*object.hash;
             let Some(body) = view.body(hash) else {
                 if !self.missing.contains(hash) {
                     tracing::warn!(unit = %name, hash, "unit body missing from the registry; not scheduling the unit");
@@ -49,7 +49,7 @@ impl UnitCatalog {
             // A body that does not parse leaves its units out (neither scheduled nor unscheduled).
             let Some(requirements) = self.bodies.requirements(name, hash, body) else { continue };
             let constraints: Constraints = (*requirements).clone();
-            let target = if constraints.global { None } else { record.target.clone() };
+            let target = if constraints.global { None } else { record.target.as_deref().map(String::from) };
             units.push(UnitSpec {
                 name: name.to_string(),
                 desired: record.desired.unwrap_or(crate::model::JobState::Inactive),

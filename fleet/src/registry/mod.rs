@@ -27,6 +27,7 @@ mod bodies;
 mod endpoints;
 mod engine;
 mod error;
+mod interner;
 mod keys;
 mod layout;
 mod lease;

@@ -4,6 +4,7 @@
 //! fields without breaking older readers.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -13,12 +14,12 @@ use crate::model::{JobState, MachineState, UnitState};
 /// `P/units/<name>/object`: which body the unit is, and which it was before its last replacement.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnitObject {
-    pub name: String,
+    pub name: Arc<str>,
     /// 40-hex SHA-1 of the canonical text in `P/bodies/<hash>`.
-    pub hash: String,
+    pub hash: Arc<str>,
     /// Hash before the last replacement; its body is kept (not garbage-collected) so a rollback can use it.
     #[serde(rename = "previousHash", default, skip_serializing_if = "Option::is_none")]
-    pub previous_hash: Option<String>,
+    pub previous_hash: Option<Arc<str>>,
     /// This version was stored "without restart": machines that hold an earlier version write the new file and
     /// reload systemd, but keep a running unit's process (`--no-restart`).
     #[serde(rename = "noRestart", default, skip_serializing_if = "std::ops::Not::not")]
@@ -34,17 +35,29 @@ pub const HISTORY_LEN: usize = 10;
 /// One stored version of a unit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Version {
-    pub hash: String,
+    pub hash: Arc<str>,
     /// When it was stored (Unix ms; 0 when not known, for versions stored before history was kept).
     #[serde(rename = "storedMs", default)]
     pub stored_ms: u64,
 }
 
 impl UnitObject {
+    /// Replaces the name and hashes by their shared copies.
+    pub(super) fn share_texts(&mut self, texts: &mut super::interner::Interner) {
+        texts.share_in_place(&mut self.name);
+        texts.share_in_place(&mut self.hash);
+        if let Some(previous) = &mut self.previous_hash {
+            texts.share_in_place(previous);
+        }
+        for version in &mut self.history {
+            texts.share_in_place(&mut version.hash);
+        }
+    }
+
     /// The object that stores version `hash` of unit `name` after `old` (`None`: a new unit): `old`'s hash becomes
     /// the previous one and the history gains the new version at its front.
     pub fn next(old: Option<&UnitObject>, name: &str, hash: &str, no_restart: bool, now_ms: u64) -> UnitObject {
-        let mut history = vec![Version { hash: hash.to_string(), stored_ms: now_ms }];
+        let mut history = vec![Version { hash: hash.into(), stored_ms: now_ms }];
         if let Some(old) = old {
             if old.history.is_empty() {
                 history.push(Version { hash: old.hash.clone(), stored_ms: 0 });
@@ -53,8 +66,8 @@ impl UnitObject {
         }
         history.truncate(HISTORY_LEN);
         UnitObject {
-            name: name.to_string(),
-            hash: hash.to_string(),
+            name: name.into(),
+            hash: hash.into(),
             previous_hash: old.map(|o| o.hash.clone()),
             no_restart,
             history,
@@ -67,13 +80,13 @@ impl UnitObject {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateRecord {
     /// Hash of the unit version the machine actually runs.
-    pub hash: String,
+    pub hash: Arc<str>,
     #[serde(rename = "loadState")]
-    pub load_state: String,
+    pub load_state: Arc<str>,
     #[serde(rename = "activeState")]
-    pub active_state: String,
+    pub active_state: Arc<str>,
     #[serde(rename = "subState")]
-    pub sub_state: String,
+    pub sub_state: Arc<str>,
     /// Extension: the service's restart counter (`NRestarts`) while it is active or activating; absent otherwise
     /// and from agents that do not publish it (additive: older readers ignore it).
     #[serde(rename = "nRestarts", default, skip_serializing_if = "Option::is_none")]
@@ -81,12 +94,20 @@ pub struct StateRecord {
 }
 
 impl StateRecord {
+    /// Replaces the hash and the state words by their shared copies.
+    pub(super) fn share_texts(&mut self, texts: &mut super::interner::Interner) {
+        texts.share_in_place(&mut self.hash);
+        texts.share_in_place(&mut self.load_state);
+        texts.share_in_place(&mut self.active_state);
+        texts.share_in_place(&mut self.sub_state);
+    }
+
     pub fn from_state(s: &UnitState) -> StateRecord {
         StateRecord {
-            hash: s.hash.clone(),
-            load_state: s.load_state.clone(),
-            active_state: s.active_state.clone(),
-            sub_state: s.sub_state.clone(),
+            hash: s.hash.as_str().into(),
+            load_state: s.load_state.as_str().into(),
+            active_state: s.active_state.as_str().into(),
+            sub_state: s.sub_state.as_str().into(),
             restarts: s.restarts,
         }
     }
@@ -95,10 +116,10 @@ impl StateRecord {
         UnitState {
             name: unit.to_string(),
             machine_id: machine.to_string(),
-            hash: self.hash,
-            load_state: self.load_state,
-            active_state: self.active_state,
-            sub_state: self.sub_state,
+            hash: self.hash.to_string(),
+            load_state: self.load_state.to_string(),
+            active_state: self.active_state.to_string(),
+            sub_state: self.sub_state.to_string(),
             restarts: self.restarts,
         }
     }
@@ -210,7 +231,7 @@ mod tests {
     fn history_keeps_the_newest_versions_first_and_seeds_from_objects_without_one() {
         let legacy = UnitObject { history: Vec::new(), ..UnitObject::next(None, "a.service", "h0", false, 5) };
         let mut o = UnitObject::next(Some(&legacy), "a.service", "h1", true, 10);
-        assert_eq!((o.hash.as_str(), o.previous_hash.as_deref(), o.no_restart), ("h1", Some("h0"), true));
+        assert_eq!((&*o.hash, o.previous_hash.as_deref(), o.no_restart), ("h1", Some("h0"), true));
         assert_eq!(
             o.history,
             [Version { hash: "h1".into(), stored_ms: 10 }, Version { hash: "h0".into(), stored_ms: 0 }]
@@ -219,8 +240,8 @@ mod tests {
             o = UnitObject::next(Some(&o), "a.service", &format!("h{i}"), false, 10 * i);
         }
         assert_eq!(o.history.len(), HISTORY_LEN);
-        assert_eq!(o.history[0].hash, "h19");
-        assert_eq!(o.history[HISTORY_LEN - 1].hash, "h10");
+        assert_eq!(&*o.history[0].hash, "h19");
+        assert_eq!(&*o.history[HISTORY_LEN - 1].hash, "h10");
         let json = encode_json(&UnitObject::next(None, "b.service", "h", false, 7));
         assert_eq!(json, r#"{"name":"b.service","hash":"h","history":[{"hash":"h","storedMs":7}]}"#);
     }
@@ -228,7 +249,7 @@ mod tests {
     #[test]
     fn decoders_ignore_unknown_fields() {
         let raw = br#"{"name":"a","hash":"h","future":1}"#;
-        assert_eq!(decode_json::<UnitObject>("k", "unit object", raw).unwrap().hash, "h");
+        assert_eq!(&*decode_json::<UnitObject>("k", "unit object", raw).unwrap().hash, "h");
     }
 
     #[test]

@@ -15,12 +15,12 @@ impl rollout::Cluster for SnapshotCluster<'_> {
         let state = s.state_record(unit, machine);
         Observed {
             present,
-            hash: state.map(|st| st.hash.clone()),
-            running: record.and_then(|r| r.launched.get(machine).cloned()),
-            active_state: state.map(|st| st.active_state.clone()).unwrap_or_default(),
-            sub_state: state.map(|st| st.sub_state.clone()).unwrap_or_default(),
+            hash: state.map(|st| st.hash.to_string()),
+            running: record.and_then(|r| r.launched.get(machine)).map(|h| h.to_string()),
+            active_state: state.map(|st| st.active_state.to_string()).unwrap_or_default(),
+            sub_state: state.map(|st| st.sub_state.to_string()).unwrap_or_default(),
             restarts: state.and_then(|st| st.restarts),
-            restarted_for: record.and_then(|r| r.restarted.get(machine).cloned()),
+            restarted_for: record.and_then(|r| r.restarted.get(machine)).map(|id| id.to_string()),
         }
     }
 
@@ -39,11 +39,16 @@ impl rollout::Cluster for SnapshotCluster<'_> {
             .into_iter()
             .flat_map(|per_machine| per_machine.keys())
             .filter(|m| present(m))
-            .cloned()
+            .map(|m| m.to_string())
             .collect();
         if !publishing.is_empty() {
             return publishing;
         }
-        s.unit_record(unit).and_then(|r| r.target.clone()).filter(|m| present(m)).into_iter().collect()
+        s.unit_record(unit)
+            .and_then(|r| r.target.as_deref())
+            .filter(|m| present(m))
+            .map(String::from)
+            .into_iter()
+            .collect()
     }
 }

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::interner::Interner;
 use super::keys::{Key, Keys};
 use super::records::{MachineObject, StateRecord, UnitObject, decode_job_state, decode_json, decode_text, decode_u32};
 use crate::model::JobState;
@@ -38,12 +39,25 @@ pub struct Snapshot {
     states: Section<Arc<PerMachine<StateRecord>>>,
     machines: Arc<BTreeMap<String, MachineRecord>>,
     rollouts: Arc<BTreeMap<String, RolloutRecord>>,
+    /// The texts this snapshot and its successors share (see `interner.rs`); only [`Snapshot::apply`] uses it.
+    texts: SharedTexts,
+}
+
+/// One [`Interner`] for a snapshot and every copy made of it: copies are what readers hold, and the next version
+/// of the snapshot is a changed copy, so all of them share one set of texts.
+#[derive(Clone, Default)]
+struct SharedTexts(Arc<std::sync::Mutex<Interner>>);
+
+impl std::fmt::Debug for SharedTexts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedTexts")
+    }
 }
 
 /// A unit's records per machine ID, in machine order. A unit is on one machine or a few (a global unit on every
 /// one), so a sorted vector: the smallest B-tree node holds 11 entries, ~1.4 KiB for one machine's state, which
 /// made the states of 1,000 units 1.6 MiB in every fleetd (massif).
-pub type PerMachine<V> = litemap::LiteMap<String, V>;
+pub type PerMachine<V> = litemap::LiteMap<Arc<str>, V>;
 
 /// The keys of one rollout under `P/rollouts/<id>/`; without a spec it is ignored.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -83,11 +97,11 @@ pub struct UnitRecord {
     /// `None` when the key is missing or unreadable; views read that as `inactive` (§3.2).
     pub desired: Option<JobState>,
     /// Machine the engine scheduled the unit to.
-    pub target: Option<String>,
+    pub target: Option<Arc<str>>,
     /// Machines whose agent started the unit → hash they started.
-    pub launched: PerMachine<String>,
+    pub launched: PerMachine<Arc<str>>,
     /// Machines whose agent restarted the unit for a rollout → that rollout's ID.
-    pub restarted: PerMachine<String>,
+    pub restarted: PerMachine<Arc<str>>,
 }
 
 impl UnitRecord {
@@ -262,6 +276,10 @@ impl Snapshot {
         let warn = |e: super::error::RegistryError| {
             tracing::warn!(error = %e, "ignoring undecodable registry value");
         };
+        let texts = self.texts.clone();
+        // A poisoned lock only means a panic elsewhere while sharing a text; the set itself is still sound.
+        let mut texts = texts.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let texts = &mut *texts;
         match key {
             Key::LayoutVersion => {
                 self.layout_version = value.and_then(|v| decode_u32(&full(), "layout version", v).map_err(warn).ok())
@@ -278,34 +296,45 @@ impl Snapshot {
                     Change::Delete => None,
                 }
             }
-            Key::UnitObject { unit } => self.update_unit(unit, |u| {
-                u.object = value.and_then(|v| decode_json(&full(), "unit object", v).map_err(warn).ok());
-                u.object_revision = match change {
-                    Change::Put { mod_revision, .. } => mod_revision,
-                    Change::Delete => 0,
-                };
+            Key::UnitObject { unit } => {
+                let object =
+                    value.and_then(|v| decode_json::<UnitObject>(&full(), "unit object", v).map_err(warn).ok());
+                let object = object.map(|mut o| {
+                    o.share_texts(texts);
+                    o
+                });
+                update_unit(&mut self.units, texts, &unit, |u| {
+                    u.object = object;
+                    u.object_revision = match change {
+                        Change::Put { mod_revision, .. } => mod_revision,
+                        Change::Delete => 0,
+                    };
+                })
+            }
+            Key::UnitDesired { unit } => update_unit(&mut self.units, texts, &unit, |u| {
+                u.desired = value.and_then(|v| decode_job_state(&full(), v).map_err(warn).ok())
             }),
-            Key::UnitDesired { unit } => self
-                .update_unit(unit, |u| u.desired = value.and_then(|v| decode_job_state(&full(), v).map_err(warn).ok())),
-            Key::UnitTarget { unit } => self.update_unit(unit, |u| {
-                u.target = value.and_then(|v| decode_text(&full(), "target", v).map_err(warn).ok())
-            }),
-            Key::UnitLaunched { unit, machine } => self.update_unit(unit, |u| {
-                match value.map(|v| decode_text(&full(), "launched marker", v)) {
-                    Some(Ok(hash)) => u.launched.insert(machine, hash),
-                    Some(Err(e)) => {
-                        warn(e);
-                        u.launched.remove(&machine)
-                    }
-                    None => u.launched.remove(&machine),
-                };
-            }),
+            Key::UnitTarget { unit } => {
+                let target = value.and_then(|v| decode_text(&full(), "target", v).map_err(warn).ok());
+                let target = target.map(|t| texts.share(&t));
+                update_unit(&mut self.units, texts, &unit, |u| u.target = target)
+            }
+            Key::UnitLaunched { unit, machine } => {
+                let hash = value.map(|v| decode_text(&full(), "launched marker", v));
+                let marker = per_machine_text(texts, &machine, hash, warn);
+                update_unit(&mut self.units, texts, &unit, |u| set_per_machine(&mut u.launched, &machine, marker))
+            }
+            Key::UnitRestarted { unit, machine } => {
+                let id = value.map(|v| decode_text(&full(), "restarted marker", v));
+                let marker = per_machine_text(texts, &machine, id, warn);
+                update_unit(&mut self.units, texts, &unit, |u| set_per_machine(&mut u.restarted, &machine, marker))
+            }
             Key::Body { hash } => {
                 let bodies = &mut self.bodies;
                 match change {
                     Change::Put { value, mod_revision, .. } => match decode_text(&full(), "unit body", value) {
                         Ok(text) => {
-                            bodies.insert(hash.into(), BodyRecord { text: text.into(), mod_revision });
+                            bodies.insert(texts.share(&hash), BodyRecord { text: text.into(), mod_revision });
                         }
                         Err(e) => {
                             warn(e);
@@ -320,10 +349,16 @@ impl Snapshot {
             Key::State { unit, machine } => {
                 let record =
                     value.and_then(|v| decode_json::<StateRecord>(&full(), "unit state", v).map_err(warn).ok());
-                update_record(&mut self.states, unit, |per_machine| {
+                let record = record.map(|mut r| {
+                    r.share_texts(texts);
+                    (texts.share(&machine), r)
+                });
+                update_record(&mut self.states, texts, &unit, |per_machine| {
                     match record {
-                        Some(r) => Arc::make_mut(per_machine).insert(machine, r),
-                        None if per_machine.contains_key(&machine) => Arc::make_mut(per_machine).remove(&machine),
+                        Some((machine, r)) => Arc::make_mut(per_machine).insert(machine, r),
+                        None if per_machine.contains_key(machine.as_str()) => {
+                            Arc::make_mut(per_machine).remove(machine.as_str())
+                        }
                         None => None,
                     };
                     per_machine.is_empty()
@@ -338,16 +373,6 @@ impl Snapshot {
                     m.object = None;
                     m.lease = 0;
                 }
-            }),
-            Key::UnitRestarted { unit, machine } => self.update_unit(unit, |u| {
-                match value.map(|v| decode_text(&full(), "restarted marker", v)) {
-                    Some(Ok(id)) => u.restarted.insert(machine, id),
-                    Some(Err(e)) => {
-                        warn(e);
-                        u.restarted.remove(&machine)
-                    }
-                    None => u.restarted.remove(&machine),
-                };
             }),
             Key::RolloutSpec { id } => self.update_rollout(id, put_revision, |r| {
                 r.spec = value.and_then(|v| decode_json(&full(), "rollout spec", v).map_err(warn).ok())
@@ -382,14 +407,6 @@ impl Snapshot {
         }
     }
 
-    fn update_unit(&mut self, name: String, f: impl FnOnce(&mut UnitRecord)) {
-        update_record(&mut self.units, name, |record| {
-            let record = Arc::make_mut(record);
-            f(record);
-            record.is_empty()
-        });
-    }
-
     fn update_machine(&mut self, id: String, f: impl FnOnce(&mut MachineRecord)) {
         let machines = Arc::make_mut(&mut self.machines);
         let record = machines.entry(id.clone()).or_default();
@@ -400,23 +417,72 @@ impl Snapshot {
     }
 }
 
+/// Changes the unit record `name` (a default one when absent) with `f`; an empty record is removed.
+fn update_unit(
+    units: &mut Section<Arc<UnitRecord>>,
+    texts: &mut Interner,
+    name: &str,
+    f: impl FnOnce(&mut UnitRecord),
+) {
+    update_record(units, texts, name, |record| {
+        let record = Arc::make_mut(record);
+        f(record);
+        record.is_empty()
+    });
+}
+
+/// The marker to set for `machine`, machine ID and value shared; `None` (remove it) when the key was deleted or its
+/// value is unreadable (logged).
+fn per_machine_text(
+    texts: &mut Interner,
+    machine: &str,
+    value: Option<super::error::Result<String>>,
+    warn: impl Fn(super::error::RegistryError),
+) -> Option<(Arc<str>, Arc<str>)> {
+    match value {
+        Some(Ok(text)) => Some((texts.share(machine), texts.share(&text))),
+        Some(Err(e)) => {
+            warn(e);
+            None
+        }
+        None => None,
+    }
+}
+
+/// Sets (`Some`) or removes (`None`) `machine`'s entry of `markers`.
+fn set_per_machine(markers: &mut PerMachine<Arc<str>>, machine: &str, marker: Option<(Arc<str>, Arc<str>)>) {
+    match marker {
+        Some((machine, text)) => {
+            markers.insert(machine, text);
+        }
+        None => {
+            markers.remove(machine);
+        }
+    }
+}
+
 /// Changes the record under `key` in `section` (a default one when absent) with `f`, which says whether the record
 /// is empty afterwards; an empty record is removed. Only the path to the record is copied, and a key is allocated
-/// only for a new record.
-fn update_record<V: Clone + Default>(section: &mut Section<V>, key: String, f: impl FnOnce(&mut V) -> bool) {
-    let empty = match section.get_mut(key.as_str()) {
+/// (shared with the other sections) only for a new record.
+fn update_record<V: Clone + Default>(
+    section: &mut Section<V>,
+    texts: &mut Interner,
+    key: &str,
+    f: impl FnOnce(&mut V) -> bool,
+) {
+    let empty = match section.get_mut(key) {
         Some(record) => f(record),
         None => {
             let mut record = V::default();
             if f(&mut record) {
                 return;
             }
-            section.insert(key.into(), record);
+            section.insert(texts.share(key), record);
             return;
         }
     };
     if empty {
-        section.remove(key.as_str());
+        section.remove(key);
     }
 }
 
@@ -494,10 +560,10 @@ pub(crate) mod tests {
             .put(Key::UnitTarget { unit: "a.service".into() }, "m1")
             .put(Key::UnitLaunched { unit: "a.service".into(), machine: "m1".into() }, H1);
         let r = b.snap.unit_record("a.service").unwrap();
-        assert_eq!(r.object.as_ref().unwrap().hash, H1);
+        assert_eq!(&*r.object.as_ref().unwrap().hash, H1);
         assert_eq!(r.desired, Some(JobState::Launched));
         assert_eq!(r.target.as_deref(), Some("m1"));
-        assert_eq!(r.launched.get("m1").map(String::as_str), Some(H1));
+        assert_eq!(r.launched.get("m1").map(|h| &**h), Some(H1));
         assert_eq!(b.snap.body(H1).map(|t| &**t), Some(format!("body of {H1}").as_str()));
 
         let s = b
@@ -524,9 +590,43 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn names_hashes_machine_ids_and_state_words_are_one_copy_each() {
+        let mut b = Build::new();
+        for name in ["a.service", "b.service"] {
+            let object = format!(r#"{{"name":"{name}","hash":"{H1}","history":[{{"hash":"{H1}","storedMs":1}}]}}"#);
+            b = b
+                .unit(name, H1, None, "launched")
+                .put(Key::UnitObject { unit: name.into() }, &object)
+                .put(Key::UnitTarget { unit: name.into() }, "m1")
+                .put(Key::UnitLaunched { unit: name.into(), machine: "m1".into() }, H1)
+                .state(name, "m1", H1);
+        }
+        let s = b.done();
+        let same = |what: &str, texts: Vec<&Arc<str>>| {
+            let first = texts[0];
+            for (i, text) in texts.iter().enumerate() {
+                assert_eq!(&***text, &**first, "{what}: copy {i} has other content");
+                assert!(Arc::ptr_eq(text, first), "{what}: copy {i} ({text}) is a separate allocation");
+            }
+        };
+        let (a, b) = (s.unit_record("a.service").unwrap(), s.unit_record("b.service").unwrap());
+        let (la, lb) = (a.launched.iter().next().unwrap(), b.launched.iter().next().unwrap());
+        let (oa, ob) = (a.object.as_ref().unwrap(), b.object.as_ref().unwrap());
+        let state = |unit: &str| s.state_records().get(unit).unwrap().iter().next().unwrap();
+        let ((ma, sa), (mb, sb)) = (state("a.service"), state("b.service"));
+        same("hash", vec![&oa.hash, &ob.hash, &oa.history[0].hash, la.1, lb.1, &sa.hash, &sb.hash]);
+        same("machine ID", vec![a.target.as_ref().unwrap(), b.target.as_ref().unwrap(), la.0, lb.0, ma, mb]);
+        same("load state", vec![&sa.load_state, &sb.load_state]);
+        same("active state", vec![&sa.active_state, &sb.active_state]);
+        let (units_key, _) = s.unit_records().get_key_value("a.service").unwrap();
+        let (states_key, _) = s.state_records().get_key_value("a.service").unwrap();
+        same("unit name", vec![units_key, states_key, &oa.name]);
+    }
+
+    #[test]
     fn states_are_grouped_by_unit_then_machine_and_pruned() {
         let b = Build::new().state("a.service", "m2", H1).state("a.service", "m1", H1).state("b.service", "m1", H2);
-        let machines: Vec<&String> = b.snap.state_records()["a.service"].keys().collect();
+        let machines: Vec<&str> = b.snap.state_records()["a.service"].keys().map(|m| &**m).collect();
         assert_eq!(machines, ["m1", "m2"]);
         let s = b
             .delete(Key::State { unit: "a.service".into(), machine: "m1".into() })

@@ -76,7 +76,7 @@ impl Registry {
                 let key = self.keys.unit_object(unit.name);
                 // An unreadable object is replaced (with no previous hash), as `put_unit` does.
                 let old = kv.as_ref().and_then(|(raw, _)| decode_json::<UnitObject>(&key, "unit object", raw).ok());
-                if old.as_ref().is_some_and(|o| o.hash == unit.hash) {
+                if old.as_ref().is_some_and(|o| *o.hash == *unit.hash) {
                     results[index] = Some(Ok(UnitWrite::Unchanged));
                     continue;
                 }
@@ -115,7 +115,7 @@ impl Registry {
                     for p in group {
                         results[p.index] = Some(Ok(match p.read_revision {
                             Some(_) => {
-                                UnitWrite::Replaced { previous: p.old.as_ref().map(|o| o.hash.clone()), revision }
+                                UnitWrite::Replaced { previous: p.old.as_ref().map(|o| o.hash.to_string()), revision }
                             }
                             None => UnitWrite::Created { revision },
                         }));

@@ -178,7 +178,7 @@ impl Registry {
         }
         let existing = first_get_value(&resp).map(|raw| decode_json::<UnitObject>(&key, "unit object", &raw));
         let hash = match existing {
-            Some(Ok(o)) => o.hash,
+            Some(Ok(o)) => o.hash.to_string(),
             Some(Err(e)) => return Err(e),
             None => String::new(),
         };
@@ -203,13 +203,13 @@ impl Registry {
             });
             // Guard on exactly what was read so the recorded previous hash is the one actually replaced.
             let guard = match &current {
-                Some((Some(o), _)) if o.hash == unit.hash => return Ok(UnitWrite::Unchanged),
+                Some((Some(o), _)) if *o.hash == *unit.hash => return Ok(UnitWrite::Unchanged),
                 Some((_, mod_revision)) => Compare::mod_revision(key.as_str(), CompareOp::Equal, *mod_revision),
                 None => Compare::version(key.as_str(), CompareOp::Equal, 0),
             };
             let existed = current.is_some();
             let old = current.and_then(|(o, _)| o);
-            let previous = old.as_ref().map(|o| o.hash.clone());
+            let previous = old.as_ref().map(|o| o.hash.to_string());
             let txn = Txn::new().when([guard]).and_then(self.unit_write_ops(unit, old.as_ref()));
             let resp = self.txn("put unit", &key, txn).await?;
             if resp.succeeded() {

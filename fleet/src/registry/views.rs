@@ -76,7 +76,7 @@ impl Snapshot {
 
     /// Hash of the version `machine` last started of `unit` (its launched marker), if it runs it.
     pub fn running_hash(&self, unit: &str, machine: &str) -> Option<&str> {
-        self.unit_record(unit)?.launched.get(machine).map(String::as_str).filter(|h| !h.is_empty())
+        self.unit_record(unit)?.launched.get(machine).map(|h| &**h).filter(|h| !h.is_empty())
     }
 
     /// Every readable unit, in name order.
@@ -153,15 +153,15 @@ impl Snapshot {
             .values()
             .flat_map(|r| {
                 let stored = r.object.iter().flat_map(|o| {
-                    std::iter::once(o.hash.as_str())
+                    std::iter::once(&*o.hash)
                         .chain(o.previous_hash.as_deref())
-                        .chain(o.history.iter().map(|v| v.hash.as_str()))
+                        .chain(o.history.iter().map(|v| &*v.hash))
                 });
                 // What machines run (launched markers), even when history has moved past it.
-                stored.chain(r.launched.values().map(String::as_str))
+                stored.chain(r.launched.values().map(|h| &**h))
             })
             // What machines hold on disk (published states).
-            .chain(self.state_records().values().flat_map(|per_machine| per_machine.values().map(|s| s.hash.as_str())))
+            .chain(self.state_records().values().flat_map(|per_machine| per_machine.values().map(|s| &*s.hash)))
             .chain(crate::rollout::needed_hashes(rollouts.iter()))
             .collect();
         self.bodies()

@@ -96,16 +96,8 @@ async fn create_replace_destroy_and_collect_bodies() {
         "previous hash kept for rollback"
     );
 
-    let history: Vec<&str> = snap
-        .unit_record("a.service")
-        .unwrap()
-        .object
-        .as_ref()
-        .unwrap()
-        .history
-        .iter()
-        .map(|v| v.hash.as_str())
-        .collect();
+    let history: Vec<&str> =
+        snap.unit_record("a.service").unwrap().object.as_ref().unwrap().history.iter().map(|v| &*v.hash).collect();
     assert_eq!(history, [&v3.hash, &v2.hash, &v1.hash], "every version kept, newest first");
 
     // b shares v3's body: destroying a must not collect it.
@@ -114,7 +106,7 @@ async fn create_replace_destroy_and_collect_bodies() {
     assert!(snap.unreferenced_bodies().is_empty(), "a's history keeps v1 and v2: {:?}", snap.unreferenced_bodies());
 
     let destroyed = reg.destroy_unit("a.service").await.unwrap();
-    assert_eq!(destroyed.object.unwrap().hash, v3.hash);
+    assert_eq!(*destroyed.object.unwrap().hash, *v3.hash);
     assert!(matches!(reg.destroy_unit("a.service").await.unwrap_err(), RegistryError::UnitNotFound { .. }));
     assert!(matches!(
         reg.set_desired("a.service", JobState::Loaded).await.unwrap_err(),
@@ -619,7 +611,7 @@ async fn batched_state_and_marker_writes() {
     assert!(snap.unit_record("a.service").unwrap().launched.is_empty(), "all or nothing");
     assert!(reg.mark_launched_many(&[("a.service", hash), ("b.service", hash)], "m1", lease.id()).await.unwrap());
     let snap = refl.sync(WAIT).await.unwrap();
-    assert_eq!(snap.unit_record("b.service").unwrap().launched.get("m1").map(String::as_str), Some(hash));
+    assert_eq!(snap.unit_record("b.service").unwrap().launched.get("m1").map(|h| &**h), Some(hash));
     reg.unmark_launched_many(&["a.service", "b.service"], "m1").await.unwrap();
     let snap = refl.sync(WAIT).await.unwrap();
     assert!(snap.unit_record("a.service").unwrap().launched.is_empty());
@@ -713,7 +705,7 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
     let snap = refl.sync(WAIT).await.unwrap();
     let history = &snap.unit_record("a.service").unwrap().object.as_ref().unwrap().history;
     assert!(
-        !history.iter().any(|h| h.hash == versions[0].hash || h.hash == versions[1].hash),
+        !history.iter().any(|h| *h.hash == *versions[0].hash || *h.hash == *versions[1].hash),
         "the history moved past v0 and v1"
     );
     assert_eq!(snap.unreferenced_bodies(), [], "m1 runs v0 and m2 holds v1");
@@ -1004,7 +996,7 @@ async fn batched_unit_writes_use_few_transactions_and_report_each_unit() {
     doomed.insert(7, "missing.service");
     let destroyed = reg.destroy_units(&doomed).await;
     assert!(matches!(&destroyed[7], Err(RegistryError::UnitNotFound { .. })), "{:?}", destroyed[7]);
-    assert_eq!(destroyed[0].as_ref().unwrap().object.as_ref().unwrap().hash, v2.hash);
+    assert_eq!(*destroyed[0].as_ref().unwrap().object.as_ref().unwrap().hash, *v2.hash);
     assert_eq!(destroyed.iter().filter(|r| r.is_ok()).count(), 300);
     let snap = refl.wait_for_revision(destroyed.iter().flatten().map(|d| d.revision).max().unwrap(), WAIT).await;
     let left = unit_names(&snap.unwrap());

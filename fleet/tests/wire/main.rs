@@ -169,10 +169,10 @@ fn registry_image(units: &BTreeMap<String, Stored>, rollouts: &Rollouts) -> Snap
         }
         if let Some(state) = u.published(name) {
             let published = StateRecord {
-                hash: state.hash,
-                load_state: state.systemd_load_state,
-                active_state: state.systemd_active_state,
-                sub_state: state.systemd_sub_state,
+                hash: state.hash.into(),
+                load_state: state.systemd_load_state.into(),
+                active_state: state.systemd_active_state.into(),
+                sub_state: state.systemd_sub_state.into(),
                 restarts: None,
             };
             kvs.push((keys.state(name, MACHINE), record(&published)));

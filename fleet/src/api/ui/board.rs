@@ -115,14 +115,14 @@ pub fn row(snapshot: &Snapshot, name: &str) -> Option<Row> {
     let mut cells = BTreeMap::new();
     for (machine, state) in snapshot.state_records().get(name).into_iter().flat_map(|states| states.iter()) {
         cells.insert(
-            machine.clone(),
+            machine.to_string(),
             Cell {
-                active: state.active_state.clone(),
-                sub: state.sub_state.clone(),
-                load: state.load_state.clone(),
-                hash: state.hash.clone(),
-                running: record.launched.get(machine).cloned().unwrap_or_default(),
-                target: unit.target == Some(machine.as_str()),
+                active: state.active_state.to_string(),
+                sub: state.sub_state.to_string(),
+                load: state.load_state.to_string(),
+                hash: state.hash.to_string(),
+                running: record.launched.get(machine).map(|h| h.to_string()).unwrap_or_default(),
+                target: unit.target == Some(&**machine),
             },
         );
     }
@@ -132,7 +132,7 @@ pub fn row(snapshot: &Snapshot, name: &str) -> Option<Row> {
             sub: String::new(),
             load: String::new(),
             hash: String::new(),
-            running: record.launched.get(target).cloned().unwrap_or_default(),
+            running: record.launched.get(target).map(|h| h.to_string()).unwrap_or_default(),
             target: true,
         });
     }

@@ -69,8 +69,8 @@ pub(super) fn registry_view(st: &State) -> Snapshot {
         let hash = opts_hash(&u.options);
         kvs.push((keys.body(&hash), UnitFile::from_options(u.options.clone()).canonical().into_bytes()));
         let object = UnitObject {
-            name: name.clone(),
-            hash: hash.clone(),
+            name: name.as_str().into(),
+            hash: hash.as_str().into(),
             previous_hash: u.history.get(1).map(|v| v.hash.clone()),
             no_restart: false,
             history: u.history.clone(),
@@ -92,7 +92,7 @@ pub(super) fn registry_view(st: &State) -> Snapshot {
                 (false, _) => ("inactive", "dead"),
             };
             let record = StateRecord {
-                hash: runs.to_string(),
+                hash: runs.into(),
                 load_state: "loaded".into(),
                 active_state: active.into(),
                 sub_state: sub.into(),
