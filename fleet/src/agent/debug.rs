@@ -11,7 +11,8 @@ use crate::model::{JobState, UnitState};
 #[derive(Debug, Default)]
 struct DebugInfo {
     target_states: BTreeMap<String, JobState>,
-    published: BTreeMap<String, UnitState>,
+    /// The publisher's own states, shared.
+    published: BTreeMap<String, Arc<UnitState>>,
     to_publish: BTreeMap<String, Option<UnitState>>,
     subscribed: Vec<String>,
 }
@@ -47,7 +48,7 @@ impl DebugHandle {
 
     pub(crate) fn set_published(
         &self,
-        published: &BTreeMap<String, UnitState>,
+        published: &BTreeMap<String, Arc<UnitState>>,
         pending: BTreeMap<String, Option<UnitState>>,
     ) {
         let mut info = self.lock();
@@ -60,7 +61,7 @@ impl DebugHandle {
     /// 1,000 units.
     pub(crate) fn sync_published<'a>(
         &self,
-        published: &BTreeMap<String, UnitState>,
+        published: &BTreeMap<String, Arc<UnitState>>,
         touched: impl IntoIterator<Item = &'a str>,
         pending: BTreeMap<String, Option<UnitState>>,
     ) {
@@ -111,7 +112,7 @@ mod tests {
             sub_state: "running".into(),
             restarts: None,
         };
-        h.set_published(&[("a.service".to_string(), s)].into(), [("b.service".to_string(), None)].into());
+        h.set_published(&[("a.service".to_string(), Arc::new(s))].into(), [("b.service".to_string(), None)].into());
         h.set_subscribed(["a.service".to_string()]);
         let v = h.dump();
         assert_eq!(v["Agent"]["Cache"]["TargetStates"]["a.service"], "launched");
@@ -132,13 +133,18 @@ mod tests {
             sub_state: "x".into(),
             restarts: None,
         };
-        let mut published: BTreeMap<String, UnitState> =
-            [("a.service", "active"), ("b.service", "active")].map(|(n, a)| (n.to_string(), state(n, a))).into();
+        let mut published: BTreeMap<String, Arc<UnitState>> = [("a.service", "active"), ("b.service", "active")]
+            .map(|(n, a)| (n.to_string(), Arc::new(state(n, a))))
+            .into();
         h.set_published(&published, BTreeMap::new());
-        published.insert("a.service".into(), state("a.service", "failed"));
+        published.insert("a.service".into(), Arc::new(state("a.service", "failed")));
         published.remove("b.service");
-        published.insert("c.service".into(), state("c.service", "inactive"));
+        published.insert("c.service".into(), Arc::new(state("c.service", "inactive")));
         h.sync_published(&published, ["a.service", "b.service"], [("d.service".to_string(), None)].into());
+        assert!(
+            Arc::ptr_eq(&h.lock().published["a.service"], &published["a.service"]),
+            "the dump holds the publisher's state itself, not a copy of it"
+        );
         let v = h.dump();
         let cache = &v["UnitStatePublisher"]["Cache"];
         assert_eq!(cache["a.service"]["activeState"], "failed", "a touched unit is copied: {v}");

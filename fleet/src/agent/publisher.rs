@@ -2,6 +2,7 @@
 //! now, for this machine's units only (B7: removing a state removes only this machine's entry). The registry
 //! writes are done by the caller; a failed write is handed back with [`Publisher::failed`] and retried.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -224,12 +225,14 @@ impl Readings {
 
 /// Operations that turn `last` (published) into `now` (current), in unit-name order. States without a hash or
 /// machine are never published (§7.5).
-pub fn diff(last: &BTreeMap<String, UnitState>, now: &BTreeMap<String, UnitState>) -> Vec<PublishOp> {
+pub fn diff(last: &BTreeMap<String, impl Borrow<UnitState>>, now: &BTreeMap<String, UnitState>) -> Vec<PublishOp> {
     let mut ops = Vec::new();
     let names: BTreeSet<&String> = last.keys().chain(now.keys()).collect();
     for name in names {
         match (last.get(name), now.get(name).filter(|s| publishable(s))) {
-            (_, Some(current)) if last.get(name) != Some(current) => ops.push(PublishOp::Publish(current.clone())),
+            (last, Some(current)) if last.map(Borrow::borrow) != Some(current) => {
+                ops.push(PublishOp::Publish(current.clone()))
+            }
             (Some(_), None) => ops.push(PublishOp::Remove(name.clone())),
             _ => {}
         }
@@ -241,12 +244,13 @@ pub fn diff(last: &BTreeMap<String, UnitState>, now: &BTreeMap<String, UnitState
 /// against what the agent published: missing or different states are written again, and states of units the
 /// agent neither published nor has loaded (`loaded`) are removed, e.g. left by an earlier incarnation.
 pub fn repair(
-    published: &BTreeMap<String, UnitState>,
+    published: &BTreeMap<String, impl Borrow<UnitState>>,
     stored: &BTreeMap<String, StateRecord>,
     loaded: &BTreeSet<&str>,
 ) -> Vec<PublishOp> {
     let mut ops: Vec<PublishOp> = published
         .values()
+        .map(Borrow::borrow)
         .filter(|s| stored.get(&s.name) != Some(&StateRecord::from_state(s)))
         .cloned()
         .map(PublishOp::Publish)
@@ -267,7 +271,8 @@ fn publishable(s: &UnitState) -> bool {
 /// Remembers what was published, so only changes are written, and re-publishes everything each TTL period.
 #[derive(Debug, Default)]
 pub struct Publisher {
-    published: BTreeMap<String, UnitState>,
+    /// Shared with the agent's SIGUSR1 dump ([`super::debug::DebugHandle`]), which holds the same states.
+    published: BTreeMap<String, Arc<UnitState>>,
     /// Removals whose write failed; retried with the next ops.
     removals: BTreeSet<String>,
 }
@@ -287,7 +292,9 @@ impl Publisher {
         let mut ops = Vec::new();
         for name in names {
             match (self.published.get(name), states.get(name).filter(|s| publishable(s))) {
-                (last, Some(current)) if last != Some(current) => ops.push(PublishOp::Publish(current.clone())),
+                (last, Some(current)) if last.map(|l| &**l) != Some(current) => {
+                    ops.push(PublishOp::Publish(current.clone()))
+                }
                 (Some(_), None) => ops.push(PublishOp::Remove(name.clone())),
                 _ => {}
             }
@@ -310,7 +317,7 @@ impl Publisher {
 
     /// Ops that refresh every published state (their registry entries expire after the TTL), plus failed removals.
     pub fn refresh(&mut self) -> Vec<PublishOp> {
-        let mut ops: Vec<PublishOp> = self.published.values().cloned().map(PublishOp::Publish).collect();
+        let mut ops: Vec<PublishOp> = self.published.values().map(|s| PublishOp::Publish((**s).clone())).collect();
         ops.extend(std::mem::take(&mut self.removals).into_iter().map(PublishOp::Remove));
         ops
     }
@@ -333,7 +340,7 @@ impl Publisher {
     }
 
     /// Every state this machine currently has published (SIGTERM purge removes them, §1.5).
-    pub fn published(&self) -> &BTreeMap<String, UnitState> {
+    pub fn published(&self) -> &BTreeMap<String, Arc<UnitState>> {
         &self.published
     }
 
@@ -341,7 +348,7 @@ impl Publisher {
         for op in ops {
             match op {
                 PublishOp::Publish(s) => {
-                    self.published.insert(s.name.clone(), s.clone());
+                    self.published.insert(s.name.clone(), Arc::new(s.clone()));
                 }
                 PublishOp::Remove(name) => {
                     self.published.remove(name);
@@ -481,7 +488,7 @@ mod tests {
         let mut no_machine = state("b.service", "active", "h1");
         no_machine.machine_id.clear();
         let now = map(&[state("a.service", "active", ""), no_machine]);
-        assert_eq!(diff(&BTreeMap::new(), &now), []);
+        assert_eq!(diff(&BTreeMap::<String, UnitState>::new(), &now), []);
         // ...and one that loses its hash is withdrawn.
         assert_eq!(
             diff(&map(&[state("a.service", "active", "h1")]), &map(&[state("a.service", "active", "")])),
