@@ -52,13 +52,18 @@ impl FleetConf {
     }
 }
 
-/// `fleet.service` as the original was deployed: started by systemd, restarted when it exits.
+/// `fleet.service` as the original was deployed: started by systemd, restarted when it exits; with glibc's
+/// allocator tuned as the package's unit tunes it (`ci/deb/fleet.service`).
 pub fn fleet_service() -> String {
     format!(
         "[Unit]\nDescription=fleet daemon\nWants=fleet.socket\nAfter=fleet.socket\n# Stopped before D-Bus at shutdown, so a graceful stop can still stop its units.\nAfter=dbus.service\n\n\
-         [Service]\nExecStart={FLEETD_PATH} -config {CONF_PATH}\nRestart=always\nRestartSec=10s\n"
+         [Service]\nExecStart={FLEETD_PATH} -config {CONF_PATH}\nEnvironment={FLEETD_ALLOCATOR_TUNABLES}\nRestart=always\nRestartSec=10s\n"
     )
 }
+
+/// fleetd's allocator settings, the same in the package's `fleet.service`: no per-thread caches or fast bins, so
+/// freed blocks are merged and trimmed rather than held (docs/bench.md, "fleetd under 10 MiB").
+pub const FLEETD_ALLOCATOR_TUNABLES: &str = "GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.mxfast=0";
 
 /// `fleet.socket`: the API on a Unix socket.
 pub fn fleet_socket() -> String {
@@ -230,5 +235,14 @@ mod tests {
     fn tcp_socket_activates_fleet_service() {
         assert!(fleet_tcp_socket().contains("ListenStream=54728\nService=fleet.service\n"));
         assert!(fleet_service().contains("ExecStart=/opt/fleet/fleetd -config /etc/fleet/fleet.conf\n"));
+    }
+
+    #[test]
+    fn fleetd_gets_the_allocator_settings_of_the_package_unit() {
+        let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/deb/fleet.service");
+        let package = std::fs::read_to_string(&package).unwrap();
+        let line = format!("Environment={FLEETD_ALLOCATOR_TUNABLES}\n");
+        assert!(package.contains(&line), "ci/deb/fleet.service does not set {line:?}:\n{package}");
+        assert!(fleet_service().contains(&line), "the harness's fleet.service does not set {line:?}");
     }
 }

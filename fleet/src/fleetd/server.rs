@@ -522,7 +522,8 @@ async fn exit_on_term(systemd: &Systemd) -> Exit {
     exit
 }
 
-/// SIGUSR1 (spec §1.5): the agent's caches, plus this fleetd's view of the registry, as one JSON line on stdout.
+/// SIGUSR1 (spec §1.5): the agent's caches, plus this fleetd's view of the registry and what its allocator holds
+/// (`Heap`, bytes: what a resident size is made of), as one JSON line on stdout.
 fn dump(agent: &crate::agent::DebugHandle, reflector: &Reflector) {
     let snapshot = reflector.snapshot();
     let mut dump = agent.dump();
@@ -531,6 +532,12 @@ fn dump(agent: &crate::agent::DebugHandle, reflector: &Reflector) {
             "Registry".into(),
             serde_json::json!({"Revision": snapshot.revision(), "Connected": snapshot.is_connected(), "Leader": snapshot.leader()}),
         );
+        if let Some(heap) = super::heap::stats() {
+            object.insert(
+                "Heap".into(),
+                serde_json::json!({"InUse": heap.in_use, "Free": heap.free, "TopFree": heap.top_free}),
+            );
+        }
     }
     println!("{dump}");
 }

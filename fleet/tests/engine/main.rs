@@ -191,6 +191,35 @@ async fn units_are_scheduled_least_loaded_onto_registered_machines() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_leader_plans_again_only_when_the_view_changes() {
+    init_logs();
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/engine-idle").await;
+    let view = observer(&reg).await;
+    let _machines = [register(&reg, "m1", &[]).await, register(&reg, "m2", &[]).await];
+    let engine = RunningEngine::start(&reg, "m1", EIV).await;
+    for i in 1..=4 {
+        create(&reg, &format!("idle@{i}.service"), SLEEPER, JobState::Launched).await;
+    }
+    view.wait_for(WAIT, "4 units scheduled", |s| (targets(s).len() == 4).then_some(())).await.unwrap();
+    wait_status(&engine, "4 decisions applied, then a pass with nothing left to do", |s| {
+        s.applied >= 4 && s.last_pass.as_ref().is_some_and(|p| p.planned == 0)
+    })
+    .await;
+    // Nothing changes for three resync periods: a pass would decide nothing, so none runs (each one builds the
+    // scheduling input of every unit again: heap churn on an idle leader).
+    let passes = engine.status.borrow().passes;
+    let mut rx = engine.status.clone();
+    let again = timeout(3 * EIV, rx.wait_for(|s| s.passes > passes)).await;
+    assert!(again.is_err(), "an idle leader ran a pass on an unchanged view: {:?}", *engine.status.borrow());
+    // A change to what the scheduler reads wakes it at once.
+    create(&reg, "idle@5.service", SLEEPER, JobState::Launched).await;
+    view.wait_for(WAIT, "the new unit scheduled", |s| (targets(s).len() == 5).then_some(())).await.unwrap();
+    assert_eq!(engine.status.borrow().applied, 5, "every unit was scheduled exactly once");
+    engine.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn units_of_a_machine_whose_lease_is_revoked_are_rescheduled() {
     init_logs();
     let etcd = TestEtcd::start().await;
