@@ -215,6 +215,8 @@ async fn an_idle_leader_plans_again_only_when_the_view_changes() {
     // A change to what the scheduler reads wakes it at once.
     create(&reg, "idle@5.service", SLEEPER, JobState::Launched).await;
     view.wait_for(WAIT, "the new unit scheduled", |s| (targets(s).len() == 5).then_some(())).await.unwrap();
+    // The target is visible before the pass that wrote it has counted it: wait for the count.
+    wait_status(&engine, "the fifth decision applied", |s| s.applied >= 5).await;
     assert_eq!(engine.status.borrow().applied, 5, "every unit was scheduled exactly once");
     engine.stop().await;
 }
