@@ -226,18 +226,18 @@ impl Readings {
 /// Operations that turn `last` (published) into `now` (current), in unit-name order. States without a hash or
 /// machine are never published (§7.5).
 pub fn diff(last: &BTreeMap<String, impl Borrow<UnitState>>, now: &BTreeMap<String, UnitState>) -> Vec<PublishOp> {
-    let mut ops = Vec::new();
     let names: BTreeSet<&String> = last.keys().chain(now.keys()).collect();
-    for name in names {
-        match (last.get(name), now.get(name).filter(|s| publishable(s))) {
-            (last, Some(current)) if last.map(Borrow::borrow) != Some(current) => {
-                ops.push(PublishOp::Publish(current.clone()))
-            }
-            (Some(_), None) => ops.push(PublishOp::Remove(name.clone())),
-            _ => {}
-        }
+    names.into_iter().filter_map(|name| change(name, last.get(name).map(Borrow::borrow), now.get(name))).collect()
+}
+
+/// The operation that turns unit `name`'s published state `last` into `now`, if any (an unpublishable state is
+/// withdrawn, §7.5).
+fn change(name: &str, last: Option<&UnitState>, now: Option<&UnitState>) -> Option<PublishOp> {
+    match (last, now.filter(|s| publishable(s))) {
+        (last, Some(current)) if last != Some(current) => Some(PublishOp::Publish(current.clone())),
+        (Some(_), None) => Some(PublishOp::Remove(name.to_string())),
+        _ => None,
     }
-    ops
 }
 
 /// Ops that repair this machine's states as the registry holds them (`stored`: unit → record, from a snapshot)
@@ -289,16 +289,10 @@ impl Publisher {
             StatesNow::All(states) => return self.changes(states),
             StatesNow::Touched { names, states } => (names, states),
         };
-        let mut ops = Vec::new();
-        for name in names {
-            match (self.published.get(name), states.get(name).filter(|s| publishable(s))) {
-                (last, Some(current)) if last.map(|l| &**l) != Some(current) => {
-                    ops.push(PublishOp::Publish(current.clone()))
-                }
-                (Some(_), None) => ops.push(PublishOp::Remove(name.clone())),
-                _ => {}
-            }
-        }
+        let ops: Vec<PublishOp> = names
+            .iter()
+            .filter_map(|name| change(name, self.published.get(name).map(|l| &**l), states.get(name)))
+            .collect();
         self.apply(&ops);
         ops
     }

@@ -73,6 +73,16 @@ async fn wait_status(engine: &RunningEngine, what: &str, f: impl Fn(&EngineStatu
     assert!(ok, "waited {WAIT:?} for {what} of engine {}; last: {:?}", engine.id, *engine.status.borrow());
 }
 
+/// Waits until `engine` has applied `decisions` and then run a pass with nothing left to do. The targets can be
+/// visible before the pass that wrote the last of them has counted it (and a pass that ran before that write may
+/// have planned nothing): the count, then such a pass.
+async fn wait_converged(engine: &RunningEngine, decisions: u64) {
+    wait_status(engine, &format!("{decisions} decisions applied, then a pass with nothing left to do"), |s| {
+        s.applied >= decisions && s.last_pass.as_ref().is_some_and(|p| p.planned == 0)
+    })
+    .await;
+}
+
 /// A machine registered under its own presence lease.
 struct Machine {
     lease: LeaseKeeper,
@@ -180,12 +190,7 @@ async fn units_are_scheduled_least_loaded_onto_registered_machines() {
     let s = view.snapshot();
     let loads = loads(&s);
     assert!(loads.values().all(|&n| n == 8 / 3 || n == 8 / 3 + 1), "least-loaded spreads evenly: {loads:?}");
-    // The targets can be visible before the pass that wrote the last of them has counted it (and a pass that ran
-    // before that write may have planned nothing): wait for the count, then for a pass with nothing left to do.
-    wait_status(&engine, "8 decisions applied, then a pass with nothing left to do", |s| {
-        s.applied >= 8 && s.last_pass.as_ref().is_some_and(|p| p.planned == 0)
-    })
-    .await;
+    wait_converged(&engine, 8).await;
     assert_eq!(engine.status.borrow().applied, 8, "every unit was scheduled exactly once");
     engine.stop().await;
 }
@@ -202,10 +207,7 @@ async fn an_idle_leader_plans_again_only_when_the_view_changes() {
         create(&reg, &format!("idle@{i}.service"), SLEEPER, JobState::Launched).await;
     }
     view.wait_for(WAIT, "4 units scheduled", |s| (targets(s).len() == 4).then_some(())).await.unwrap();
-    wait_status(&engine, "4 decisions applied, then a pass with nothing left to do", |s| {
-        s.applied >= 4 && s.last_pass.as_ref().is_some_and(|p| p.planned == 0)
-    })
-    .await;
+    wait_converged(&engine, 4).await;
     // Nothing changes for three resync periods: a pass would decide nothing, so none runs (each one builds the
     // scheduling input of every unit again: heap churn on an idle leader).
     let passes = engine.status.borrow().passes;
