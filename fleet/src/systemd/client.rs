@@ -46,7 +46,13 @@ impl Systemd {
     /// Connect to the system bus (or the session bus for `Bus::User`) and subscribe to systemd's signals.
     pub async fn connect(bus: Bus) -> Result<Systemd> {
         let conn = match bus {
-            Bus::System => Connection::system().await,
+            Bus::System => match super::private::connect(Path::new(super::private::PRIVATE_SOCKET)).await {
+                Ok(conn) => Ok(conn),
+                Err(e) => {
+                    debug!(error = %e, "systemd's private socket is not usable; connecting through the system bus");
+                    Connection::system().await
+                }
+            },
             Bus::User => Connection::session().await,
         }
         .map_err(|e| SystemdError::Connect { bus: bus.as_str(), message: e.to_string() })?;

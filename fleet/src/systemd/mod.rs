@@ -14,6 +14,7 @@
 mod client;
 mod error;
 mod events;
+mod private;
 mod proxies;
 mod types;
 
