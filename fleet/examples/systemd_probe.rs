@@ -13,7 +13,7 @@ use fleet::agent::executor::{Executor, ExecutorConfig, Outcome, markers};
 use fleet::agent::plan::{Desired, Update};
 use fleet::agent::units_dir::UnitsDir;
 use fleet::model::JobState;
-use fleet::systemd::{Bus, Definition, JobResult, Systemd, UnitChange};
+use fleet::systemd::{Bus, Definition, JobResult, Systemd, Transport, UnitChange};
 use fleet::unit::UnitHash;
 
 const DIR: &str = "/run/fleet/units";
@@ -59,8 +59,9 @@ fn sh(cmd: &str) -> String {
 #[tokio::main]
 async fn main() {
     tracing_subscriber::fmt().with_env_filter("fleet=debug").with_target(false).init();
-    let systemd = Systemd::connect(Bus::System).await.expect("connect to the system bus");
-    check(true, "connect", "system bus");
+    let systemd = Systemd::connect(Bus::System).await.expect("connect to systemd");
+    // As root, straight to PID 1: no dbus-daemon in between.
+    check(systemd.transport() == Transport::PrivateSocket, "connect", systemd.transport().as_str());
 
     // Change notifications: subscribe now and deliberately read nothing until the end (a lagging reader must not
     // stall the connection).
@@ -240,6 +241,7 @@ async fn main() {
                 }
                 seen.insert(name);
             }
+            UnitChange::Missed => check(false, "no change missed while connected", "UnitChange::Missed"),
         }
     }
     check(seen.contains("replace-sync.service"), "change notifications", format!("{seen:?}"));
@@ -250,5 +252,37 @@ async fn main() {
         "change notifications of a unit coalesce, carrying ActiveState/SubState and NRestarts",
         format!("{reported:?}"),
     );
+
+    // 7. `systemctl daemon-reexec` closes PID 1's private socket: the client connects again by itself, tells
+    // change subscribers that changes may have been missed, and jobs and their signals work on the new connection.
+    let mut after_reexec = systemd.changes();
+    let reexec = std::process::Command::new("systemctl").arg("daemon-reexec").status().expect("systemctl");
+    check(reexec.success(), "daemon-reexec", format!("{reexec:?}"));
+    let told = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match after_reexec.recv().await {
+                Some(UnitChange::Missed) => return Some(UnitChange::Missed),
+                Some(UnitChange::Unit { .. }) => continue,
+                None => return None,
+            }
+        }
+    })
+    .await;
+    check(
+        matches!(told, Ok(Some(UnitChange::Missed))),
+        "after daemon-reexec, subscribers are told changes may have been missed",
+        format!("{told:?}"),
+    );
+    check(systemd.transport() == Transport::PrivateSocket, "connected again", systemd.transport().as_str());
+    std::fs::write("/run/systemd/system/after-reexec.service", MANY_V1).expect("write after-reexec.service");
+    let started = tokio::time::timeout(Duration::from_secs(30), systemd.start("after-reexec.service")).await;
+    check(
+        matches!(started, Ok(Ok(JobResult::Done))),
+        "a start job on the new connection ends with its JobRemoved signal",
+        format!("{started:?}"),
+    );
+    let stopped = tokio::time::timeout(Duration::from_secs(30), systemd.stop("after-reexec.service")).await;
+    check(matches!(stopped, Ok(Ok(JobResult::Done))), "and a stop job", format!("{stopped:?}"));
+    let _ = std::fs::remove_file("/run/systemd/system/after-reexec.service");
     println!("ALL PASSED");
 }

@@ -153,6 +153,10 @@ impl<S: SystemdOps> FenceLoop<'_, S> {
                     Some(UnitChange::Unit { name: unit, .. }) if names.contains(&unit) || self.file_declares(&unit) => {
                         names = self.stop_running().await;
                     }
+                    // A change may have been missed: look again.
+                    Some(UnitChange::Missed) => {
+                        names = self.stop_running().await;
+                    }
                     Some(UnitChange::Unit { .. }) => {}
                     None => {
                         warn!("systemd signals ended; the fence can stop nothing more");

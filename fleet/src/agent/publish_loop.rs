@@ -108,13 +108,22 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
         }
     }
 
-    /// Notes a change of a loaded unit (others are no concern of the publisher); true if it was one.
-    fn take(&self, readings: &mut Readings, UnitChange::Unit { name, reported }: UnitChange) -> bool {
-        let loaded = self.loaded.borrow().contains_key(&name);
-        if loaded {
-            readings.note(&name, &reported);
+    /// Notes a change of a loaded unit (others are no concern of the publisher), or that every state must be read
+    /// again; true if it was either.
+    fn take(&self, readings: &mut Readings, change: UnitChange) -> bool {
+        match change {
+            UnitChange::Unit { name, reported } => {
+                let loaded = self.loaded.borrow().contains_key(&name);
+                if loaded {
+                    readings.note(&name, &reported);
+                }
+                loaded
+            }
+            UnitChange::Missed => {
+                readings.read_all_states();
+                true
+            }
         }
-        loaded
     }
 
     /// Reads what no change signal told of the loaded units' states and services' restart counters, and writes

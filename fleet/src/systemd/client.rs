@@ -2,20 +2,20 @@
 //! wait for their job's `JobRemoved` signal (subscribed before the call is issued, so a fast job cannot slip by).
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
-
-use std::sync::Arc;
 
 use futures::StreamExt;
 use tokio::sync::{Semaphore, SemaphorePermit};
-use tracing::{debug, warn};
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
 use zbus::proxy::CacheProperties;
 use zbus::{Connection, OwnedObjectPath};
 
 use super::error::{Result, SystemdError};
-use super::events::{Events, JobWait, UnitChanges};
+use super::events::{ChangeFeed, Events, JobWait, UnitChanges};
 use super::proxies::{FileChangeTuple, JobProxy, ManagerProxy, ServiceProxy, UnitProxy};
-use super::types::{Bus, Definition, FileChange, JobResult, UnitStatus};
+use super::types::{Bus, Definition, FileChange, JobResult, Transport, UnitStatus};
 
 const SYSTEMD: &str = "org.freedesktop.systemd1";
 
@@ -25,16 +25,43 @@ const JOB_CHECK_PERIOD: Duration = Duration::from_secs(2);
 /// How often `wait_inactive` re-reads the active state besides reacting to `PropertiesChanged`.
 const INACTIVE_CHECK_PERIOD: Duration = Duration::from_secs(1);
 
-/// Handle on one systemd instance. Cheap to clone.
+/// Handle on one systemd instance. Cheap to clone. When its connection is lost (`systemctl daemon-reexec` closes
+/// PID 1's private socket; dbus-daemon can restart) it connects again by itself: calls made meanwhile fail, job
+/// waits of the old connection end with [`SystemdError::StreamEnded`], and change subscribers are told
+/// [`UnitChange::Missed`](super::UnitChange::Missed) once the new connection is up.
 #[derive(Clone)]
 pub struct Systemd {
-    conn: Connection,
-    manager: ManagerProxy<'static>,
-    events: Arc<Events>,
+    shared: Arc<Shared>,
+}
+
+/// What every clone shares; the last one dropped stops the keeper and ends the change feed.
+struct Shared {
+    bus: Bus,
+    link: RwLock<Arc<Link>>,
+    feed: Arc<ChangeFeed>,
     /// Where `LinkUnitFiles(runtime=true)` puts its links, when known (see [`Systemd::unlink_runtime`]).
     runtime_dir: Option<PathBuf>,
-    /// Slots for operations awaiting systemd's reply on this connection ([`CALL_SLOTS`]).
-    calls: Arc<Semaphore>,
+    /// Slots for operations awaiting systemd's reply ([`CALL_SLOTS`]).
+    calls: Semaphore,
+    /// The task that connects again when the connection is lost.
+    keeper: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(keeper) = self.keeper.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+            keeper.abort();
+        }
+        self.feed.close();
+    }
+}
+
+/// One connection: its Manager proxy and its signal task.
+struct Link {
+    conn: Connection,
+    manager: ManagerProxy<'static>,
+    events: Events,
+    transport: Transport,
 }
 
 /// Operations awaiting a reply on one connection at once, each with at most two calls in flight. dbus-daemon
@@ -42,83 +69,87 @@ pub struct Systemd {
 /// and the agent runs hundreds of operations concurrently (a start of 333 units hit it).
 pub const CALL_SLOTS: usize = 48;
 
+/// How long connecting through PID 1's private socket may take before the system bus is used instead.
+const PRIVATE_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The first and the longest pause between attempts to connect again.
+const RECONNECT_FIRST: Duration = Duration::from_millis(100);
+const RECONNECT_LONGEST: Duration = Duration::from_secs(5);
+
 impl Systemd {
-    /// Connect to the system bus (or the session bus for `Bus::User`) and subscribe to systemd's signals.
+    /// Connect to systemd's system instance (as root through PID 1's private socket, else over the system bus) or,
+    /// for `Bus::User`, to the user's instance over the session bus, and follow its signals.
     pub async fn connect(bus: Bus) -> Result<Systemd> {
-        let conn = match bus {
-            Bus::System => match super::private::connect(Path::new(super::private::PRIVATE_SOCKET)).await {
-                Ok(conn) => Ok(conn),
-                Err(e) => {
-                    debug!(error = %e, "systemd's private socket is not usable; connecting through the system bus");
-                    Connection::system().await
-                }
-            },
-            Bus::User => Connection::session().await,
-        }
-        .map_err(|e| SystemdError::Connect { bus: bus.as_str(), message: e.to_string() })?;
-        let mut systemd = Systemd::from_connection(conn).await?;
-        systemd.runtime_dir = match bus {
+        let feed = Arc::new(ChangeFeed::default());
+        let link = Link::open(bus, Arc::clone(&feed)).await?;
+        info!(transport = link.transport.as_str(), "connected to systemd");
+        let runtime_dir = match bus {
             Bus::System => Some(PathBuf::from("/run/systemd/system")),
             Bus::User => std::env::var_os("XDG_RUNTIME_DIR").map(|d| PathBuf::from(d).join("systemd/user")),
         };
-        Ok(systemd)
+        let shared = Arc::new(Shared {
+            bus,
+            link: RwLock::new(Arc::new(link)),
+            feed,
+            runtime_dir,
+            calls: Semaphore::new(CALL_SLOTS),
+            keeper: Mutex::new(None),
+        });
+        let keeper = tokio::spawn(keep_connected(Arc::downgrade(&shared)));
+        *shared.keeper.lock().unwrap_or_else(|e| e.into_inner()) = Some(keeper);
+        Ok(Systemd { shared })
     }
 
-    /// Wrap an existing bus connection.
-    pub async fn from_connection(conn: Connection) -> Result<Systemd> {
-        let manager = ManagerProxy::builder(&conn)
-            .cache_properties(CacheProperties::No)
-            .build()
-            .await
-            .map_err(|e| SystemdError::call("Manager", SYSTEMD, e))?;
-        // systemd only emits JobRemoved / PropertiesChanged while some client is subscribed.
-        if let Err(e) = manager.subscribe().await {
-            let e = SystemdError::call("Subscribe", SYSTEMD, e);
-            if e.dbus_name() != Some("org.freedesktop.systemd1.AlreadySubscribed") {
-                return Err(e);
-            }
-        }
-        let events = Events::start(&conn, &manager).await?;
-        Ok(Systemd { conn, manager, events, runtime_dir: None, calls: Arc::new(Semaphore::new(CALL_SLOTS)) })
+    /// How the current connection reaches systemd.
+    pub fn transport(&self) -> Transport {
+        self.link().transport
+    }
+
+    /// The current connection.
+    fn link(&self) -> Arc<Link> {
+        self.shared.link_now()
     }
 
     /// `StartUnit(name, "replace")` and wait for the job's result.
     pub async fn start(&self, name: &str) -> Result<JobResult> {
-        let queuing = self.events.waits().queuing();
+        let link = self.link();
+        let queuing = link.events.waits().queuing();
         let slot = self.call_slot().await;
         let job =
-            self.manager.start_unit(name, "replace").await.map_err(|e| SystemdError::call("StartUnit", name, e))?;
+            link.manager.start_unit(name, "replace").await.map_err(|e| SystemdError::call("StartUnit", name, e))?;
         drop(slot);
         debug!(unit = %name, job = %job.as_str(), "start job queued");
-        self.wait_job(queuing.job(job.as_str()), &job, name).await
+        self.wait_job(&link, queuing.job(job.as_str()), &job, name).await
     }
 
     /// `ReloadUnit(name, "replace")` (= `systemctl reload`, runs `ExecReload=`) and wait for the job's result.
     pub async fn reload(&self, name: &str) -> Result<JobResult> {
-        let queuing = self.events.waits().queuing();
+        let link = self.link();
+        let queuing = link.events.waits().queuing();
         let slot = self.call_slot().await;
         let job =
-            self.manager.reload_unit(name, "replace").await.map_err(|e| SystemdError::call("ReloadUnit", name, e))?;
+            link.manager.reload_unit(name, "replace").await.map_err(|e| SystemdError::call("ReloadUnit", name, e))?;
         drop(slot);
         debug!(unit = %name, job = %job.as_str(), "reload job queued");
-        self.wait_job(queuing.job(job.as_str()), &job, name).await
+        self.wait_job(&link, queuing.job(job.as_str()), &job, name).await
     }
 
     /// `StopUnit(name, "replace")` and wait for the job's result. A unit systemd does not know is an error for which
     /// `is_not_loaded()` is true.
     pub async fn stop(&self, name: &str) -> Result<JobResult> {
-        let queuing = self.events.waits().queuing();
+        let link = self.link();
+        let queuing = link.events.waits().queuing();
         let slot = self.call_slot().await;
-        let job = self.manager.stop_unit(name, "replace").await.map_err(|e| SystemdError::call("StopUnit", name, e))?;
+        let job = link.manager.stop_unit(name, "replace").await.map_err(|e| SystemdError::call("StopUnit", name, e))?;
         drop(slot);
         debug!(unit = %name, job = %job.as_str(), "stop job queued");
-        self.wait_job(queuing.job(job.as_str()), &job, name).await
+        self.wait_job(&link, queuing.job(job.as_str()), &job, name).await
     }
 
     /// Wait until the unit is `inactive` or `failed` (or not loaded at all); returns the active state seen.
     pub async fn wait_inactive(&self, name: &str) -> Result<String> {
+        let link = self.link();
         let slot = self.call_slot().await;
-        let path = match self.manager.get_unit(name).await {
+        let path = match link.manager.get_unit(name).await {
             Ok(path) => path,
             Err(e) => {
                 let e = SystemdError::call("GetUnit", name, e);
@@ -126,9 +157,9 @@ impl Systemd {
             }
         };
         // Watch first, then read: a change between the two cannot be missed.
-        let watch = self.events.waits().watch_unit(name);
+        let watch = link.events.waits().watch_unit(name);
         drop(slot);
-        let unit = self.unit_proxy(path, name).await?;
+        let unit = link.unit_proxy(path, name).await?;
         loop {
             let slot = self.call_slot().await;
             let state = unit.active_state().await;
@@ -157,7 +188,7 @@ impl Systemd {
     /// seconds of PID 1's time on links alone; systemd finds the new link when it next loads the unit. Without a
     /// known runtime directory, `LinkUnitFiles` does it. Reports the symlink made (none when it was there).
     pub async fn link_runtime(&self, path: &Path) -> Result<Vec<FileChange>> {
-        let (Some(dir), Some(name)) = (&self.runtime_dir, path.file_name()) else {
+        let (Some(dir), Some(name)) = (&self.shared.runtime_dir, path.file_name()) else {
             return self.link_runtime_by_systemd(path).await;
         };
         let link = dir.join(name);
@@ -183,9 +214,10 @@ impl Systemd {
 
     /// `LinkUnitFiles([path], runtime=true, force=true)`.
     async fn link_runtime_by_systemd(&self, path: &Path) -> Result<Vec<FileChange>> {
+        let link = self.link();
         let _slot = self.call_slot().await;
         let p = path.to_string_lossy();
-        let changes = self
+        let changes = link
             .manager
             .link_unit_files(&[&p], true, true)
             .await
@@ -195,9 +227,10 @@ impl Systemd {
 
     /// `EnableUnitFiles([path], runtime=true, force=true)`, for units with an `[Install]` section (spec §4.6).
     pub async fn enable_runtime(&self, path: &Path) -> Result<Vec<FileChange>> {
+        let link = self.link();
         let _slot = self.call_slot().await;
         let p = path.to_string_lossy();
-        let (_, changes) = self
+        let (_, changes) = link
             .manager
             .enable_unit_files(&[&p], true, true)
             .await
@@ -207,8 +240,9 @@ impl Systemd {
 
     /// `DisableUnitFiles([name], runtime=true)`: removes the runtime link and any runtime enablement.
     pub async fn disable_runtime(&self, name: &str) -> Result<Vec<FileChange>> {
+        let link = self.link();
         let _slot = self.call_slot().await;
-        let changes = self
+        let changes = link
             .manager
             .disable_unit_files(&[name], true)
             .await
@@ -222,7 +256,7 @@ impl Systemd {
     /// seconds). False, with nothing changed, when there is no such link (or the link directory is not known):
     /// then [`Systemd::disable_runtime`] is the way. systemd sees the change at the next daemon-reload.
     pub async fn unlink_runtime(&self, name: &str, target: &Path) -> Result<bool> {
-        let Some(dir) = &self.runtime_dir else { return Ok(false) };
+        let Some(dir) = &self.shared.runtime_dir else { return Ok(false) };
         let link = dir.join(name);
         match std::fs::read_link(&link) {
             Ok(points_to) if points_to == target => {
@@ -234,8 +268,9 @@ impl Systemd {
 
     /// `ResetFailedUnit(name)`; "not loaded" (the unit is already gone) counts as success (spec B8).
     pub async fn reset_failed(&self, name: &str) -> Result<()> {
+        let link = self.link();
         let _slot = self.call_slot().await;
-        match self.manager.reset_failed_unit(name).await {
+        match link.manager.reset_failed_unit(name).await {
             Ok(()) => Ok(()),
             Err(e) => {
                 let e = SystemdError::call("ResetFailedUnit", name, e);
@@ -251,19 +286,21 @@ impl Systemd {
 
     /// `Reload()` (= `systemctl daemon-reload`); returns once systemd has reloaded.
     pub async fn daemon_reload(&self) -> Result<()> {
+        let link = self.link();
         let _slot = self.call_slot().await;
-        self.manager.reload().await.map_err(|e| SystemdError::call("Reload", SYSTEMD, e))
+        link.manager.reload().await.map_err(|e| SystemdError::call("Reload", SYSTEMD, e))
     }
 
     /// Load/active/sub state of each named unit, in the order given (`ListUnitsByNames`; unknown units come back
     /// as `not-found`/`inactive`/`dead`).
     pub async fn states(&self, names: &[String]) -> Result<Vec<UnitStatus>> {
+        let link = self.link();
         if names.is_empty() {
             return Ok(Vec::new());
         }
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let _slot = self.call_slot().await;
-        let listed = self
+        let listed = link
             .manager
             .list_units_by_names(&refs)
             .await
@@ -281,9 +318,10 @@ impl Systemd {
 
     /// Result of the unit's service (`Result` of org.freedesktop.systemd1.Service), e.g. `success`, `exit-code`.
     pub async fn service_result(&self, name: &str) -> Result<String> {
+        let link = self.link();
         let _slot = self.call_slot().await;
-        let path = self.manager.load_unit(name).await.map_err(|e| SystemdError::call("LoadUnit", name, e))?;
-        let service = self.service_proxy(path, name).await?;
+        let path = link.manager.load_unit(name).await.map_err(|e| SystemdError::call("LoadUnit", name, e))?;
+        let service = link.service_proxy(path, name).await?;
         service.result().await.map_err(|e| SystemdError::call("Get(Result)", name, e))
     }
 
@@ -291,23 +329,25 @@ impl Systemd {
     /// loads a unit that is not loaded, reading its file now, or finds it `not-found`), then `NeedDaemonReload` of
     /// each loaded one, concurrently.
     pub async fn definitions(&self, names: &[String]) -> Result<Vec<(String, Definition)>> {
+        let link = self.link();
         if names.is_empty() {
             return Ok(Vec::new());
         }
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let listed = {
             let _slot = self.call_slot().await;
-            self.manager
+            link.manager
                 .list_units_by_names(&refs)
                 .await
                 .map_err(|e| SystemdError::call("ListUnitsByNames", names.join(","), e))?
         };
+        let link = &link;
         let reads = futures::stream::iter(listed)
             .map(|(name, _, load_state, _, _, _, path, ..)| async move {
                 if load_state != "loaded" {
                     return Ok((name, Definition::from_properties(&load_state, false)));
                 }
-                let unit = self.unit_proxy(path, &name).await?;
+                let unit = link.unit_proxy(path, &name).await?;
                 let _slot = self.call_slot().await;
                 let stale = unit
                     .need_daemon_reload()
@@ -349,9 +389,10 @@ impl Systemd {
     }
 
     async fn restart_count(&self, name: &str) -> Result<u32> {
+        let link = self.link();
         let _slot = self.call_slot().await;
-        let path = self.manager.get_unit(name).await.map_err(|e| SystemdError::call("GetUnit", name, e))?;
-        let service = self.service_proxy(path, name).await?;
+        let path = link.manager.get_unit(name).await.map_err(|e| SystemdError::call("GetUnit", name, e))?;
+        let service = link.service_proxy(path, name).await?;
         service.n_restarts().await.map_err(|e| SystemdError::call("Get(NRestarts)", name, e))
     }
 
@@ -359,21 +400,22 @@ impl Systemd {
     /// process is not in a unit or no job is pending. During `systemctl restart` the job is `restart` while its
     /// stop phase runs (systemd turns it into `start` only once the stop finished).
     pub async fn own_unit_job(&self) -> Result<Option<String>> {
+        let link = self.link();
         let _slot = self.call_slot().await;
         let pid = std::process::id();
-        let unit = match self.manager.get_unit_by_pid(pid).await {
+        let unit = match link.manager.get_unit_by_pid(pid).await {
             Ok(path) => path,
             Err(e) => {
                 debug!(pid, error = %e, "this process is in no systemd unit");
                 return Ok(None);
             }
         };
-        let proxy = self.unit_proxy(unit.clone(), unit.as_str()).await?;
+        let proxy = link.unit_proxy(unit.clone(), unit.as_str()).await?;
         let (id, job) = proxy.job().await.map_err(|e| SystemdError::call("Get(Job)", unit.as_str(), e))?;
         if id == 0 {
             return Ok(None);
         }
-        let job_proxy = JobProxy::builder(&self.conn)
+        let job_proxy = JobProxy::builder(&link.conn)
             .path(job.clone())
             .cache_properties(CacheProperties::No)
             .build()
@@ -386,7 +428,106 @@ impl Systemd {
     /// Waits for a free call slot ([`CALL_SLOTS`]); the slot is held until the permit is dropped.
     async fn call_slot(&self) -> SemaphorePermit<'_> {
         // The semaphore is never closed.
-        self.calls.acquire().await.expect("the call semaphore is never closed")
+        self.shared.calls.acquire().await.expect("the call semaphore is never closed")
+    }
+
+    /// Notifications of changes to any unit (`PropertiesChanged` on unit objects), with the values they carried;
+    /// filter for the units you follow. A reader that falls behind holds one pending change per unit (the newest
+    /// values merged) instead of stalling or losing anything.
+    pub fn changes(&self) -> UnitChanges {
+        self.shared.feed.subscribe()
+    }
+
+    /// Wait for `job`'s JobRemoved (`wait` was registered before the job was queued), checking now and then that
+    /// the job still exists in case its signal was lost.
+    async fn wait_job(&self, link: &Link, mut wait: JobWait, job: &OwnedObjectPath, unit: &str) -> Result<JobResult> {
+        let mut check = tokio::time::interval(JOB_CHECK_PERIOD);
+        check.tick().await;
+        loop {
+            tokio::select! {
+                result = wait.result() => match result {
+                    Some(result) => {
+                        debug!(unit = %unit, job = %job.as_str(), result = %result, "job finished");
+                        return Ok(result);
+                    }
+                    None => return Err(SystemdError::StreamEnded { what: format!("job {} of {unit}", job.as_str()) }),
+                },
+                _ = check.tick() => {
+                    if self.job_exists(link, job).await {
+                        continue;
+                    }
+                    // Gone: its signal may have arrived meanwhile; otherwise it was lost.
+                    if let Some(result) = wait.arrived() {
+                        return Ok(result);
+                    }
+                    warn!(unit = %unit, job = %job.as_str(), "job vanished without a JobRemoved signal");
+                    return Ok(JobResult::Unknown);
+                }
+            }
+        }
+    }
+
+    async fn job_exists(&self, link: &Link, job: &OwnedObjectPath) -> bool {
+        let _slot = self.call_slot().await;
+        let proxy =
+            match JobProxy::builder(&link.conn).path(job.clone()).cache_properties(CacheProperties::No).build().await {
+                Ok(p) => p,
+                Err(_) => return true,
+            };
+        match proxy.state().await {
+            Ok(_) => true,
+            Err(e) => !SystemdError::call("Get(Job.State)", job.as_str(), e).is_gone(),
+        }
+    }
+}
+
+impl Link {
+    /// Connects as [`Systemd::connect`] describes.
+    async fn open(bus: Bus, feed: Arc<ChangeFeed>) -> Result<Link> {
+        let fail = |e: zbus::Error| SystemdError::Connect { bus: bus.as_str(), message: e.to_string() };
+        match bus {
+            Bus::System => {
+                let private = async {
+                    let conn = super::private::connect(Path::new(super::private::PRIVATE_SOCKET))
+                        .await
+                        .map_err(|e| SystemdError::Connect { bus: "private", message: e.to_string() })?;
+                    Link::over(conn, Transport::PrivateSocket, Arc::clone(&feed)).await
+                };
+                match tokio::time::timeout(PRIVATE_CONNECT_TIMEOUT, private).await {
+                    Ok(Ok(link)) => return Ok(link),
+                    Ok(Err(e)) => debug!(error = %e, "systemd's private socket is not usable; using the system bus"),
+                    Err(_) => warn!(
+                        timeout = ?PRIVATE_CONNECT_TIMEOUT,
+                        "systemd's private socket did not answer in time; using the system bus"
+                    ),
+                }
+                let conn = Connection::system().await.map_err(fail)?;
+                Link::over(conn, Transport::SystemBus, feed).await
+            }
+            Bus::User => {
+                let conn = Connection::session().await.map_err(fail)?;
+                Link::over(conn, Transport::SessionBus, feed).await
+            }
+        }
+    }
+
+    /// Follows systemd's signals on `conn`.
+    async fn over(conn: Connection, transport: Transport, feed: Arc<ChangeFeed>) -> Result<Link> {
+        let manager = ManagerProxy::builder(&conn)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|e| SystemdError::call("Manager", SYSTEMD, e))?;
+        // On a bus, systemd only emits JobRemoved / PropertiesChanged while some client is subscribed (a direct
+        // connection gets them anyway; there the call changes nothing).
+        if let Err(e) = manager.subscribe().await {
+            let e = SystemdError::call("Subscribe", SYSTEMD, e);
+            if e.dbus_name() != Some("org.freedesktop.systemd1.AlreadySubscribed") {
+                return Err(e);
+            }
+        }
+        let events = Events::start(&conn, &manager, feed).await?;
+        Ok(Link { conn, manager, events, transport })
     }
 
     /// The unit object at `path`, its properties read afresh on every call (systemd's own values, never a cache);
@@ -409,54 +550,39 @@ impl Systemd {
             .await
             .map_err(|e| SystemdError::call("Service", what, e))
     }
+}
 
-    /// Notifications of changes to any unit (`PropertiesChanged` on unit objects), with the values they carried;
-    /// filter for the units you follow. A reader that falls behind holds one pending change per unit (the newest
-    /// values merged) instead of stalling or losing anything.
-    pub fn changes(&self) -> UnitChanges {
-        self.events.changes()
-    }
-
-    /// Wait for `job`'s JobRemoved (`wait` was registered before the job was queued), checking now and then that
-    /// the job still exists in case its signal was lost.
-    async fn wait_job(&self, mut wait: JobWait, job: &OwnedObjectPath, unit: &str) -> Result<JobResult> {
-        let mut check = tokio::time::interval(JOB_CHECK_PERIOD);
-        check.tick().await;
+/// Waits for the current connection to be lost, then connects again (pausing longer after each failed attempt),
+/// puts the new connection in place and tells change subscribers that changes may have been missed; until the
+/// last `Systemd` clone is gone.
+async fn keep_connected(shared: Weak<Shared>) {
+    loop {
+        let Some(link) = shared.upgrade().map(|s| s.link_now()) else { return };
+        link.events.lost().await;
+        warn!(transport = link.transport.as_str(), "connection to systemd lost; connecting again");
+        drop(link);
+        let mut pause = RECONNECT_FIRST;
         loop {
-            tokio::select! {
-                result = wait.result() => match result {
-                    Some(result) => {
-                        debug!(unit = %unit, job = %job.as_str(), result = %result, "job finished");
-                        return Ok(result);
-                    }
-                    None => return Err(SystemdError::StreamEnded { what: format!("job {} of {unit}", job.as_str()) }),
-                },
-                _ = check.tick() => {
-                    if self.job_exists(job).await {
-                        continue;
-                    }
-                    // Gone: its signal may have arrived meanwhile; otherwise it was lost.
-                    if let Some(result) = wait.arrived() {
-                        return Ok(result);
-                    }
-                    warn!(unit = %unit, job = %job.as_str(), "job vanished without a JobRemoved signal");
-                    return Ok(JobResult::Unknown);
+            let Some(current) = shared.upgrade() else { return };
+            match Link::open(current.bus, Arc::clone(&current.feed)).await {
+                Ok(link) => {
+                    info!(transport = link.transport.as_str(), "connected to systemd again");
+                    *current.link.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(link);
+                    current.feed.missed();
+                    break;
                 }
+                Err(e) => warn!(error = %e, retry_in = ?pause, "cannot connect to systemd"),
             }
+            drop(current);
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RECONNECT_LONGEST);
         }
     }
+}
 
-    async fn job_exists(&self, job: &OwnedObjectPath) -> bool {
-        let _slot = self.call_slot().await;
-        let proxy =
-            match JobProxy::builder(&self.conn).path(job.clone()).cache_properties(CacheProperties::No).build().await {
-                Ok(p) => p,
-                Err(_) => return true,
-            };
-        match proxy.state().await {
-            Ok(_) => true,
-            Err(e) => !SystemdError::call("Get(Job.State)", job.as_str(), e).is_gone(),
-        }
+impl Shared {
+    fn link_now(&self) -> Arc<Link> {
+        Arc::clone(&self.link.read().unwrap_or_else(|e| e.into_inner()))
     }
 }
 

@@ -133,10 +133,11 @@ fn string(value: Variant<'_>) -> Option<String> {
     }
 }
 
-/// The waits, the feed and the task feeding them; the task stops when the last `Systemd` clone is dropped.
+/// The waits of one connection and the task feeding them and the shared [`ChangeFeed`]; the task stops when the
+/// connection is lost (then `lost` fires) or the `Events` is dropped.
 pub(crate) struct Events {
     waits: Arc<Waits>,
-    feed: Arc<ChangeFeed>,
+    lost: Arc<Notify>,
     task: JoinHandle<()>,
 }
 
@@ -145,13 +146,17 @@ impl Drop for Events {
         self.task.abort();
         // Whoever still waits learns that nothing more comes, as when the stream ends.
         self.waits.close();
-        self.feed.close();
     }
 }
 
 impl Events {
-    /// Add the match rules (before returning, so nothing after this call is missed) and start draining.
-    pub(crate) async fn start(conn: &Connection, manager: &ManagerProxy<'static>) -> Result<Arc<Events>> {
+    /// Add the match rules (before returning, so nothing after this call is missed) and start draining into this
+    /// connection's waits and into `feed`, which outlives the connection.
+    pub(crate) async fn start(
+        conn: &Connection,
+        manager: &ManagerProxy<'static>,
+        feed: Arc<ChangeFeed>,
+    ) -> Result<Events> {
         let mut jobs =
             manager.receive_job_removed().await.map_err(|e| SystemdError::call("AddMatch", "JobRemoved", e))?;
         let rule = MatchRule::builder()
@@ -166,8 +171,8 @@ impl Events {
             .await
             .map_err(|e| SystemdError::call("AddMatch", UNIT_NAMESPACE, e))?;
         let waits = Arc::new(Waits::default());
-        let feed = Arc::new(ChangeFeed::default());
-        let (task_waits, changes) = (Arc::clone(&waits), Arc::clone(&feed));
+        let lost = Arc::new(Notify::new());
+        let (task_waits, changes, task_lost) = (Arc::clone(&waits), feed, Arc::clone(&lost));
         let task = tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -193,9 +198,10 @@ impl Events {
             }
             warn!("systemd signal stream ended (D-Bus connection lost)");
             task_waits.close();
-            changes.close();
+            // `notify_one` keeps a permit: a waiter that comes later still learns of the loss.
+            task_lost.notify_one();
         });
-        Ok(Arc::new(Events { waits, feed, task }))
+        Ok(Events { waits, lost, task })
     }
 
     /// Where job results and unit changes are waited for.
@@ -203,9 +209,9 @@ impl Events {
         &self.waits
     }
 
-    /// Change notifications from now on, coalesced per unit ([`ChangeFeed`]).
-    pub(crate) fn changes(&self) -> UnitChanges {
-        self.feed.subscribe()
+    /// Returns once this connection's signal stream has ended.
+    pub(crate) async fn lost(&self) {
+        self.lost.notified().await
     }
 }
 
@@ -412,6 +418,8 @@ pub(crate) struct ChangeFeed {
 /// One subscriber's pending changes, by unit.
 struct Pending {
     units: Mutex<BTreeMap<String, Merged>>,
+    /// Changes may have been missed: the subscriber is told [`UnitChange::Missed`] before anything else.
+    missed: AtomicBool,
     /// The feed has ended: once `units` is empty, nothing more comes.
     closed: AtomicBool,
     ready: Notify,
@@ -419,7 +427,12 @@ struct Pending {
 
 impl Pending {
     fn new(closed: bool) -> Arc<Pending> {
-        Arc::new(Pending { units: Mutex::new(BTreeMap::new()), closed: AtomicBool::new(closed), ready: Notify::new() })
+        Arc::new(Pending {
+            units: Mutex::new(BTreeMap::new()),
+            missed: AtomicBool::new(false),
+            closed: AtomicBool::new(closed),
+            ready: Notify::new(),
+        })
     }
 }
 
@@ -482,6 +495,16 @@ impl ChangeFeed {
         });
     }
 
+    /// Changes may have been missed: each subscriber is told to read every unit again ([`UnitChange::Missed`]).
+    pub(crate) fn missed(&self) {
+        lock(&self.subscribers).retain(|weak| {
+            let Some(pending) = weak.upgrade() else { return false };
+            pending.missed.store(true, Ordering::SeqCst);
+            pending.ready.notify_one();
+            true
+        });
+    }
+
     /// No more changes: each subscriber gets what is pending, then `None`.
     pub(crate) fn close(&self) {
         for pending in lock(&self.subscribers).drain(..).filter_map(|w| w.upgrade()) {
@@ -506,6 +529,11 @@ impl UnitChanges {
     /// The next change; `None` once the feed has ended (the D-Bus connection is gone) and nothing is pending.
     pub async fn recv(&mut self) -> Option<UnitChange> {
         loop {
+            if self.pending.missed.swap(false, Ordering::SeqCst) {
+                // Reading every unit covers the changes pending so far.
+                lock(&self.pending.units).clear();
+                return Some(UnitChange::Missed);
+            }
             if let Some((name, merged)) = lock(&self.pending.units).pop_first() {
                 return Some(UnitChange::Unit { name, reported: merged.into_reported() });
             }
@@ -763,5 +791,20 @@ mod tests {
         assert_eq!(two.recv().await, change);
         assert_eq!(two.recv().await, None, "what was pending, then the end");
         assert_eq!(UnitChanges::closed().recv().await, None);
+    }
+
+    #[tokio::test]
+    async fn a_missed_notice_comes_first_wakes_a_waiting_subscriber_and_covers_what_was_pending() {
+        let feed = ChangeFeed::default();
+        let (mut waiting, mut lagging) = (feed.subscribe(), feed.subscribe());
+        let woken = tokio::spawn(async move { waiting.recv().await });
+        tokio::task::yield_now().await;
+        feed.push("a.service", &restarts(1));
+        feed.missed();
+        assert!(woken.await.unwrap().is_some(), "a waiting recv wakes");
+        assert_eq!(lagging.recv().await, Some(UnitChange::Missed), "the notice before the pending change");
+        assert!(taken(&mut lagging).is_empty(), "reading every unit again covers the change pending before it");
+        feed.push("b.service", &restarts(2));
+        assert_eq!(taken(&mut lagging), [("b.service".into(), restarts(2))], "changes after the notice still come");
     }
 }

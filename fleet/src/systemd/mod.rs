@@ -3,9 +3,10 @@
 //! | file | owns |
 //! |---|---|
 //! | `proxies.rs` | hand-written zbus proxies (Manager, Unit, Service, Job) |
-//! | `client.rs` | [`Systemd`]: connect (system or user bus), start/stop waiting for the job result, wait for a unit to be inactive, link/enable/disable runtime, unlink a runtime link on disk, reset-failed, daemon-reload, states, change notifications |
+//! | `client.rs` | [`Systemd`]: connect (PID 1's private socket as root, else the system bus; or the user bus) and connect again when the connection is lost, start/stop waiting for the job result, wait for a unit to be inactive, link/enable/disable runtime, unlink a runtime link on disk, reset-failed, daemon-reload, states, change notifications |
 //! | `events.rs` | one task per connection draining systemd's signals into the waits (a job's result to its waiter, a unit's change to its watchers) and a per-unit coalescing [`UnitChanges`] feed; a `PropertiesChanged` body decoded into the [`Reported`] values only |
-//! | `types.rs` | plain data handed out: [`JobResult`], [`UnitStatus`], [`FileChange`], [`UnitChange`], [`Bus`] |
+//! | `private.rs` | PID 1's private socket: the handshake, and systemd's well-known sender taken out of each incoming message before zbus reads it |
+//! | `types.rs` | plain data handed out: [`JobResult`], [`UnitStatus`], [`FileChange`], [`UnitChange`], [`Bus`], [`Transport`] |
 //! | `error.rs` | [`SystemdError`]: call, target, D-Bus error name and message |
 //!
 //! [`SystemdOps`] is the seam the agent is written against: [`Systemd`] implements it, tests fake it, and the scale
@@ -25,7 +26,9 @@ pub use client::Systemd;
 pub use error::{NO_SUCH_UNIT, Result, SystemdError};
 pub(crate) use events::ChangeFeed;
 pub use events::UnitChanges;
-pub use types::{Bus, Definition, FileChange, JobResult, Reported, UnitChange, UnitStatus, unit_name_from_path};
+pub use types::{
+    Bus, Definition, FileChange, JobResult, Reported, Transport, UnitChange, UnitStatus, unit_name_from_path,
+};
 
 /// The operations the agent performs on systemd. Start and stop return once the job has finished.
 pub trait SystemdOps: Send + Sync {

@@ -28,6 +28,8 @@ const SYSTEMD_SENDER: &[u8] = b"org.freedesktop.systemd1";
 const MAX_MESSAGE: usize = 1 << 27;
 /// A primary header: endianness, type, flags, version, body length, serial, header fields' length.
 const PRIMARY_HEADER: usize = 16;
+/// Room for the bytes one read takes from the socket.
+const READ_SIZE: usize = 16 * 1024;
 /// Header field code of the sender.
 const SENDER_FIELD: u8 = 7;
 
@@ -38,8 +40,12 @@ pub async fn connect(path: &Path) -> io::Result<Connection> {
     // EXTERNAL with the uid as a decimal string, hex-encoded, as sd-bus and dbus-daemon expect it.
     // SAFETY: getuid has no preconditions and cannot fail.
     let hex = hex::encode(unsafe { libc::getuid() }.to_string());
-    stream.write_all(format!("\0AUTH EXTERNAL {hex}\r\n").as_bytes()).await?;
-    let (read, mut write) = stream.into_split();
+    // BEGIN goes with AUTH in one write, as sd-bus's own clients send it, so that systemd has left the handshake
+    // before our first message arrives. Sent after its OK instead, BEGIN and the first call could come in one read,
+    // and systemd then left that call unread until more bytes came (a connection made while it booted hung at its
+    // first call).
+    stream.write_all(format!("\0AUTH EXTERNAL {hex}\r\nBEGIN\r\n").as_bytes()).await?;
+    let (read, write) = stream.into_split();
     let mut read = BufReader::new(read);
     let mut line = String::new();
     read.read_line(&mut line).await?;
@@ -52,8 +58,7 @@ pub async fn connect(path: &Path) -> io::Result<Connection> {
             ));
         }
     };
-    write.write_all(b"BEGIN\r\n").await?;
-    // systemd sends nothing between its OK and our BEGIN, but whatever the buffer holds belongs to the messages.
+    // Whatever the buffer holds past the OK line belongs to the messages.
     let early = read.buffer().to_vec();
     let reader = Reader { half: read.into_inner(), buffer: early, start: 0, framed: 0 };
     let socket = PrivateSocket { reader, writer: Writer(write) };
@@ -110,12 +115,11 @@ impl ReadHalf for Reader {
             self.buffer.drain(..self.start);
             self.framed -= self.start;
             self.start = 0;
-            let mut chunk = [0u8; 16 * 1024];
-            let n = self.half.read(&mut chunk).await?;
-            if n == 0 {
+            // Straight into the buffer's spare room (kept between reads): no copy, no allocation per read.
+            self.buffer.reserve(READ_SIZE);
+            if self.half.read_buf(&mut self.buffer).await? == 0 {
                 return Ok((0, Vec::new()));
             }
-            self.buffer.extend_from_slice(&chunk[..n]);
         }
     }
 }
@@ -189,7 +193,8 @@ pub(super) fn strip_sender(message: &mut [u8]) -> usize {
             // Fields start 8-aligned, so the span up to the next one (or to the body) is a multiple of 8 and
             // everything after it keeps its alignment.
             let span = align8(value_end) - at;
-            let new_len = if value_end >= fields_end { previous_end - PRIMARY_HEADER } else { fields_len as usize - span };
+            let new_len =
+                if value_end >= fields_end { previous_end - PRIMARY_HEADER } else { fields_len as usize - span };
             message.copy_within(0..at, span);
             let header = &mut message[span..];
             let new_len = new_len as u32;
@@ -242,8 +247,9 @@ mod tests {
     }
 
     fn signal(body: bool) -> zbus::Message {
-        let builder = zbus::Message::signal("/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager", "JobRemoved")
-            .sender(":aaaaaaa.bbbbbbb.ccccccc");
+        let builder =
+            zbus::Message::signal("/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager", "JobRemoved")
+                .sender(":aaaaaaa.bbbbbbb.ccccccc");
         if body {
             let path = zbus::ObjectPath::try_from("/org/freedesktop/systemd1/job/7").unwrap();
             builder.build(&(7u32, path, "a.service", "org.freedesktop.systemd1")).unwrap()
@@ -269,8 +275,7 @@ mod tests {
             assert_eq!(header.path().map(|p| p.as_str()), Some("/org/freedesktop/systemd1"));
             if body {
                 let body = message.body();
-                let (id, job, unit, result): (u32, zbus::ObjectPath<'_>, String, String) =
-                    body.deserialize().unwrap();
+                let (id, job, unit, result): (u32, zbus::ObjectPath<'_>, String, String) = body.deserialize().unwrap();
                 assert_eq!((id, job.as_str(), unit.as_str()), (7, "/org/freedesktop/systemd1/job/7", "a.service"));
                 // The same text in the body is no sender: it stays.
                 assert_eq!(result, "org.freedesktop.systemd1");

@@ -122,6 +122,27 @@ impl Definition {
     }
 }
 
+/// How a connection reaches systemd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// PID 1's private socket, directly (as root).
+    PrivateSocket,
+    /// The system bus, through dbus-daemon.
+    SystemBus,
+    /// The session bus (a user's systemd).
+    SessionBus,
+}
+
+impl Transport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::PrivateSocket => "private socket",
+            Transport::SystemBus => "system bus",
+            Transport::SessionBus => "session bus",
+        }
+    }
+}
+
 /// One symlink change reported by LinkUnitFiles / EnableUnitFiles / DisableUnitFiles.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileChange {
@@ -131,11 +152,14 @@ pub struct FileChange {
     pub destination: String,
 }
 
-/// A change notification: some property of this unit changed; `reported` holds the newest values its signals
-/// carried (empty when one of them carried none of what the publisher follows).
+/// A change notification.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UnitChange {
+    /// Some property of this unit changed; `reported` holds the newest values its signals carried (empty when one
+    /// of them carried none of what the publisher follows).
     Unit { name: String, reported: Reported },
+    /// Changes may have been missed (the connection to systemd was lost and made again): read every unit again.
+    Missed,
 }
 
 /// What one `PropertiesChanged` signal of a unit carried of the values the state publisher follows: the Unit
