@@ -29,6 +29,21 @@ const UNIT_INTERFACE: &str = "org.freedesktop.systemd1.Unit";
 /// systemd's D-Bus interface of service units (`NRestarts`).
 const SERVICE_INTERFACE: &str = "org.freedesktop.systemd1.Service";
 
+/// The signals the events task takes, by path and member: the Manager's `JobRemoved`, and `PropertiesChanged` of a
+/// unit object. On a bus the match rules below ask dbus-daemon for only these; a direct connection gets every
+/// signal systemd sends (its `UnitNew`, `JobNew`, job objects' changes…), and `private` drops the others on
+/// arrival with this test, before zbus parses them.
+pub(super) fn follows_signal(path: &str, member: &str) -> bool {
+    match member {
+        "JobRemoved" => path == MANAGER_PATH,
+        "PropertiesChanged" => path.strip_prefix(UNIT_NAMESPACE).is_some_and(|rest| rest.starts_with('/')),
+        _ => false,
+    }
+}
+
+/// The Manager object, where `JobRemoved` comes from.
+const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
+
 /// What a `PropertiesChanged` message of a unit object carried ([`Reported`]; empty when its body does not decode).
 fn reported(msg: &zbus::Message) -> Reported {
     match msg.body().deserialize::<PropertiesChanged>() {
@@ -806,5 +821,15 @@ mod tests {
         assert!(taken(&mut lagging).is_empty(), "reading every unit again covers the change pending before it");
         feed.push("b.service", &restarts(2));
         assert_eq!(taken(&mut lagging), [("b.service".into(), restarts(2))], "changes after the notice still come");
+    }
+
+    #[test]
+    fn the_followed_signals_are_job_results_and_unit_changes() {
+        assert!(follows_signal("/org/freedesktop/systemd1", "JobRemoved"));
+        assert!(follows_signal("/org/freedesktop/systemd1/unit/a_2eservice", "PropertiesChanged"));
+        assert!(!follows_signal("/org/freedesktop/systemd1/job/7", "PropertiesChanged"), "a job object's changes");
+        assert!(!follows_signal("/org/freedesktop/systemd1/unitx", "PropertiesChanged"), "outside the namespace");
+        assert!(!follows_signal("/org/freedesktop/systemd1", "UnitNew"));
+        assert!(!follows_signal("/org/freedesktop/systemd1", "JobNew"));
     }
 }

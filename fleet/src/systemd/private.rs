@@ -10,6 +10,7 @@
 //! before zbus gets the socket, so no byte of a message passes the handshake.
 
 use std::io;
+use std::ops::Range;
 use std::path::Path;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -106,8 +107,9 @@ impl ReadHalf for Reader {
             if let Some(len) = message_length(&self.buffer[self.framed..])?
                 && self.buffer.len() - self.framed >= len
             {
-                // Here `start == framed`: the message's first byte is the next to hand out.
-                self.start = self.framed + strip_sender(&mut self.buffer[self.framed..self.framed + len]);
+                // Here `start == framed`: the message's first byte is the next to hand out (or, dropped, skipped).
+                let message = &mut self.buffer[self.framed..self.framed + len];
+                self.start = self.framed + admit(message, &super::events::follows_signal).unwrap_or(len);
                 self.framed += len;
                 continue;
             }
@@ -158,54 +160,104 @@ pub(super) fn message_length(bytes: &[u8]) -> io::Result<Option<usize>> {
     Ok(Some(total))
 }
 
-/// Takes the `org.freedesktop.systemd1` sender field out of `message` (one whole message), as a direct connection
-/// has no senders: the header's bytes before that field move forward over it and the fields' length shrinks.
-/// Returns where the message now starts within `message`: 0 when it had no such field (or could not be walked,
-/// then zbus judges it as it is).
-pub(super) fn strip_sender(message: &mut [u8]) -> usize {
-    let Some(fields_len) = read_u32(message, 12) else { return 0 };
-    let fields_end = PRIMARY_HEADER + fields_len as usize;
-    if fields_end > message.len() {
-        return 0;
+/// What the reader does with one whole message that arrived: `None` drops it (a signal `follows` does not take,
+/// as the bus's match rules would have kept it away), `Some(start)` hands `message[start..]` to zbus, with the
+/// `org.freedesktop.systemd1` sender taken out when it had one ([`strip_sender`]). `follows` gets a signal's path
+/// and member.
+pub(super) fn admit(message: &mut [u8], follows: &dyn Fn(&str, &str) -> bool) -> Option<usize> {
+    let Some(header) = walk(message) else { return Some(0) };
+    if message.get(1) == Some(&SIGNAL) {
+        let text = |range: Option<Range<usize>>| range.and_then(|r| std::str::from_utf8(&message[r]).ok());
+        let (path, member) = (text(header.path.clone()), text(header.member.clone()));
+        if !path.zip(member).is_some_and(|(path, member)| follows(path, member)) {
+            return None;
+        }
     }
+    Some(header.sender.map_or(0, |sender| strip_sender(message, sender)))
+}
+
+/// Message type of a signal (byte 1 of the primary header).
+const SIGNAL: u8 = 4;
+/// Header field codes of the path and the member.
+const PATH_FIELD: u8 = 1;
+const MEMBER_FIELD: u8 = 3;
+
+/// Where a message's header fields of interest are.
+struct Header {
+    path: Option<Range<usize>>,
+    member: Option<Range<usize>>,
+    /// systemd's well-known sender field.
+    sender: Option<SenderField>,
+}
+
+/// The sender field: where it starts, where its value ends, where the field before it ended, and whether it is the
+/// last field.
+#[derive(Clone, Copy)]
+struct SenderField {
+    at: usize,
+    value_end: usize,
+    previous_end: usize,
+    last: bool,
+}
+
+/// Walks the header fields of `message` (one whole message); `None` when they cannot be walked (zbus then judges
+/// the message as it is).
+fn walk(message: &[u8]) -> Option<Header> {
+    let fields_end = PRIMARY_HEADER + read_u32(message, 12)? as usize;
+    if fields_end > message.len() {
+        return None;
+    }
+    let mut header = Header { path: None, member: None, sender: None };
     let mut at = PRIMARY_HEADER;
-    // Where the previous field's value ended: the array's new end when the sender is its last field.
     let mut previous_end = PRIMARY_HEADER;
     while at < fields_end {
-        let (Some(&code), Some(&sig_len)) = (message.get(at), message.get(at + 1)) else { return 0 };
-        let Some(signature) = message.get(at + 2..at + 2 + sig_len as usize) else { return 0 };
+        let (&code, &sig_len) = (message.get(at)?, message.get(at + 1)?);
+        let signature = message.get(at + 2..at + 2 + sig_len as usize)?;
         let value = at + 2 + sig_len as usize + 1;
-        let (value_end, is_systemd_sender) = match signature {
+        let value_end = match signature {
             b"s" | b"o" => {
                 let value = align4(value);
-                let Some(len) = read_u32(message, value) else { return 0 };
-                let text = value + 4..value + 4 + len as usize;
-                (text.end + 1, code == SENDER_FIELD && message.get(text) == Some(SYSTEMD_SENDER))
+                let text = value + 4..value + 4 + read_u32(message, value)? as usize;
+                match code {
+                    PATH_FIELD => header.path = Some(text.clone()),
+                    MEMBER_FIELD => header.member = Some(text.clone()),
+                    SENDER_FIELD if message.get(text.clone()) == Some(SYSTEMD_SENDER) => {
+                        header.sender = Some(SenderField {
+                            at,
+                            value_end: text.end + 1,
+                            previous_end,
+                            last: text.end + 1 >= fields_end,
+                        })
+                    }
+                    _ => {}
+                }
+                text.end + 1
             }
-            b"g" => match message.get(value) {
-                Some(&len) => (value + 1 + len as usize + 1, false),
-                None => return 0,
-            },
-            b"u" => (align4(value) + 4, false),
-            _ => return 0,
+            b"g" => value + 1 + *message.get(value)? as usize + 1,
+            b"u" => align4(value) + 4,
+            _ => return None,
         };
-        if is_systemd_sender {
-            // Fields start 8-aligned, so the span up to the next one (or to the body) is a multiple of 8 and
-            // everything after it keeps its alignment.
-            let span = align8(value_end) - at;
-            let new_len =
-                if value_end >= fields_end { previous_end - PRIMARY_HEADER } else { fields_len as usize - span };
-            message.copy_within(0..at, span);
-            let header = &mut message[span..];
-            let new_len = new_len as u32;
-            let bytes = if header[0] == b'l' { new_len.to_le_bytes() } else { new_len.to_be_bytes() };
-            header[12..16].copy_from_slice(&bytes);
-            return span;
-        }
         previous_end = value_end;
         at = align8(value_end);
     }
-    0
+    Some(header)
+}
+
+/// Takes systemd's sender field out of `message`, as a direct connection has no senders: the header's bytes
+/// before that field move forward over it and the fields' length shrinks. Returns where the message now starts
+/// within `message`.
+fn strip_sender(message: &mut [u8], sender: SenderField) -> usize {
+    let Some(fields_len) = read_u32(message, 12) else { return 0 };
+    // Fields start 8-aligned, so the span up to the next one (or to the body) is a multiple of 8 and everything
+    // after it keeps its alignment.
+    let span = align8(sender.value_end) - sender.at;
+    let new_len = if sender.last { sender.previous_end - PRIMARY_HEADER } else { fields_len as usize - span };
+    message.copy_within(0..sender.at, span);
+    let header = &mut message[span..];
+    let new_len = new_len as u32;
+    let bytes = if header[0] == b'l' { new_len.to_le_bytes() } else { new_len.to_be_bytes() };
+    header[12..16].copy_from_slice(&bytes);
+    span
 }
 
 fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
@@ -264,7 +316,7 @@ mod tests {
             let mut bytes = as_systemd_sends(signal(body));
             assert!(parse(bytes.clone()).is_err(), "zbus takes org.freedesktop.systemd1 as a sender (body: {body})");
             assert_eq!(message_length(&bytes).unwrap(), Some(bytes.len()));
-            let start = strip_sender(&mut bytes);
+            let start = admit(&mut bytes, &|_, _| true).expect("a signal followed");
             assert!(start > 0 && start % 8 == 0, "the sender field's span, 8-aligned: {start}");
             let stripped = bytes[start..].to_vec();
             assert_eq!(message_length(&stripped).unwrap(), Some(stripped.len()), "the length still frames it");
@@ -288,9 +340,9 @@ mod tests {
         let message = zbus::Message::method_return(&signal(false).header()).build(&("x",)).unwrap();
         let mut bytes = message.data().to_vec();
         let before = bytes.clone();
-        assert_eq!(strip_sender(&mut bytes), 0);
+        assert_eq!(admit(&mut bytes, &|_, _| false), Some(0), "a reply is never dropped");
         assert_eq!(bytes, before);
-        assert_eq!(strip_sender(&mut [b'l', 0, 0]), 0, "too short to walk");
+        assert_eq!(admit(&mut [b'l', 0, 0], &|_, _| false), Some(0), "too short to walk: zbus judges it");
     }
 
     #[test]
@@ -305,5 +357,18 @@ mod tests {
         assert!(message_length(&header).unwrap_err().to_string().contains("bytes"));
         header[0] = b'x';
         assert!(message_length(&header).unwrap_err().to_string().contains("endianness"));
+    }
+
+    #[test]
+    fn a_signal_nobody_follows_is_dropped_on_arrival() {
+        let mut bytes = as_systemd_sends(signal(true));
+        let seen = std::cell::RefCell::new(None);
+        let follows = |path: &str, member: &str| {
+            *seen.borrow_mut() = Some((path.to_owned(), member.to_owned()));
+            false
+        };
+        assert_eq!(admit(&mut bytes, &follows), None);
+        let seen = seen.take().expect("the filter was asked");
+        assert_eq!(seen, ("/org/freedesktop/systemd1".to_owned(), "JobRemoved".to_owned()));
     }
 }

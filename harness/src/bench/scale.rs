@@ -28,6 +28,11 @@ use super::{Options, units};
 pub const TEMPLATE: &str = "s@.service";
 /// `etcd_request_timeout` of the real machine's fleetd (serving the API), in seconds.
 pub const API_ETCD_TIMEOUT_S: u64 = 10;
+/// fleetctl's request timeout in this scenario, in seconds, instead of its default 3 s: the start's one
+/// `units-batch` request writes every unit and waits until the API's view shows them, which with 1,000 machines
+/// watching the same etcd took longer than 3 s (`1000x10000` failed at the start command, docs/scale.md run 14).
+/// As long as the API may wait for etcd on each of its steps, with room to spare.
+pub const FLEETCTL_REQUEST_TIMEOUT_S: u64 = 6 * API_ETCD_TIMEOUT_S;
 /// Metadata of every simulated machine, required by the template.
 pub const SIM_METADATA: &str = "sim=true";
 
@@ -229,6 +234,7 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
     let etcd_name = ctx.cluster.etcd().name().to_string();
     cell.procs = opts.sim_procs.clamp(1, machines);
 
+    let request_timeout = FLEETCTL_REQUEST_TIMEOUT_S.to_string();
     let t_reg = Instant::now();
     let mut sims = SimProcs::start(
         &format!("http://{etcd_addr}"),
@@ -240,7 +246,9 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
     )?;
     sims.wait_registered(machines, opts.timeout).await?;
     let listed = poll::until(t_reg, opts.poll.max(Duration::from_millis(200)), opts.timeout, machines + 1, || async {
-        let (out, _) = ctx.fleetctl_ok(&["list-machines", "--no-legend", "--full", "--fields", "machine"]).await?;
+        let args =
+            ["--request-timeout", &request_timeout, "list-machines", "--no-legend", "--full", "--fields", "machine"];
+        let (out, _) = ctx.fleetctl_ok(&args).await?;
         let n = out.stdout.lines().filter(|l| !l.trim().is_empty()).count();
         Ok(Progress { count: n, done: n > machines })
     })
@@ -252,7 +260,7 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
 
     units::write(ctx.dir.path(), &[(TEMPLATE.to_string(), template())]).map_err(|e| e.to_string())?;
     let names = instances("s", units);
-    let mut args: Vec<&str> = vec!["start", "--no-block"];
+    let mut args: Vec<&str> = vec!["--request-timeout", &request_timeout, "start", "--no-block"];
     args.extend(names.iter().map(String::as_str));
 
     let pids = sims.pids();
