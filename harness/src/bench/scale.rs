@@ -33,6 +33,21 @@ pub const API_ETCD_TIMEOUT_S: u64 = 10;
 /// watching the same etcd took longer than 3 s (`1000x10000` failed at the start command, docs/scale.md run 14).
 /// As long as the API may wait for etcd on each of its steps, with room to spare.
 pub const FLEETCTL_REQUEST_TIMEOUT_S: u64 = 6 * API_ETCD_TIMEOUT_S;
+/// Distinct reasons a cell keeps of its lost machines.
+pub const LOST_REASONS_KEPT: usize = 5;
+
+/// The distinct reasons of `lost` (machine, reason) with their counts, most frequent first.
+fn lost_reasons(lost: &[(String, String)]) -> Vec<(String, usize)> {
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    for (_, reason) in lost {
+        *counts.entry(reason.as_str()).or_default() += 1;
+    }
+    let mut reasons: Vec<(String, usize)> = counts.into_iter().map(|(r, n)| (r.to_string(), n)).collect();
+    reasons.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    reasons.truncate(LOST_REASONS_KEPT);
+    reasons
+}
+
 /// Metadata of every simulated machine, required by the template.
 pub const SIM_METADATA: &str = "sim=true";
 
@@ -123,6 +138,10 @@ pub struct ScaleCell {
     pub on_sim_machines: usize,
     /// Simulated machines that stopped on their own before the leave (lease lost, agent failed).
     pub machines_lost: usize,
+    /// Why they stopped: each distinct reason (machine-specific parts as reported) with how many gave it, most
+    /// frequent first, at most [`LOST_REASONS_KEPT`].
+    #[serde(default)]
+    pub lost_reasons: Vec<(String, usize)>,
     pub idle_etcd: EtcdWindow,
     pub idle_sim_cpu_pct: f64,
     pub memory: Memory,
@@ -330,6 +349,7 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
     }
 
     cell.machines_lost = sims.events().lost.len();
+    cell.lost_reasons = lost_reasons(&sims.events().lost);
     if cell.procs >= 2 {
         let gone = sims.kill_last().await?;
         let t1 = Instant::now();
@@ -376,5 +396,15 @@ mod tests {
         assert!(template().ends_with("[X-Fleet]\nMachineMetadata=sim=true\n"), "{}", template());
         assert_eq!(ttl_secs("10s"), Ok(10));
         assert_eq!(ttl_secs("1m").unwrap_err(), "agent TTL \"1m\" is not a whole number of seconds like 10s");
+    }
+
+    #[test]
+    fn lost_reasons_are_counted_most_frequent_first() {
+        let lost: Vec<(String, String)> = [("m1", "lease lost"), ("m2", "agent failed"), ("m3", "lease lost")]
+            .into_iter()
+            .map(|(m, r)| (m.to_string(), r.to_string()))
+            .collect();
+        assert_eq!(lost_reasons(&lost), vec![("lease lost".to_string(), 2), ("agent failed".to_string(), 1)]);
+        assert!(lost_reasons(&[]).is_empty());
     }
 }
