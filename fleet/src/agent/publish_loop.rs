@@ -4,7 +4,8 @@
 //!
 //! Triggers: a unit file written or removed, a systemd change of a loaded unit (with the values its signals
 //! carried, [`Readings`]), a failed write (retried after [`RETRY`]), and every `refresh_period(ttl)` a resync that
-//! re-reads every state and repairs this machine's keys against the registry snapshot. It runs beside the
+//! re-reads every state and repairs this machine's keys against the registry snapshot. Rounds start at most every
+//! [`ROUND_GAP`]. It runs beside the
 //! reconcile loop on its own systemd handle, so a long stop job in a plan never delays publishing (that is how other machines see a unit
 //! `deactivating` and wait for it, see [`super::handover`]).
 
@@ -28,6 +29,12 @@ use crate::systemd::{SystemdOps, UnitChange, UnitChanges};
 pub const RETRY: Duration = Duration::from_secs(1);
 /// Registry writes in flight at once.
 const WRITERS: usize = 8;
+/// Shortest time from the start of one publishing round to the start of the next. A start of hundreds of units
+/// brings thousands of signals within seconds; a round for each wave as it came made one transaction every few
+/// milliseconds, each applied by every fleetd's view. Waiting this long collects the waves into fewer, larger
+/// rounds, and a unit that passed through a state meanwhile (`activating`) has only its newest one written. A
+/// change after a quiet spell is still published at once.
+pub const ROUND_GAP: Duration = Duration::from_millis(50);
 
 /// Everything one publishing run needs; the caches it updates outlive it (they belong to the agent).
 pub(crate) struct PublishLoop<'a, S> {
@@ -64,9 +71,11 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
         // States and restart counters: taken from change signals, read only where no signal told (every state at
         // the start and on resync).
         let mut readings = Readings::new();
+        let mut next_round = Instant::now();
         loop {
-            if dirty {
+            if dirty && Instant::now() >= next_round {
                 dirty = false;
+                next_round = Instant::now() + ROUND_GAP;
                 self.drain_changes(&mut readings);
                 if !self.publish_current(&mut readings).await {
                     retry_at = retry_at.or(Some(Instant::now() + RETRY));
@@ -97,6 +106,7 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
                     retry_at = None;
                     dirty = true;
                 }
+                _ = sleep_until(next_round), if dirty => {}
             }
         }
     }
