@@ -106,7 +106,7 @@ impl Systemd {
 
     /// The current connection.
     fn link(&self) -> Arc<Link> {
-        self.shared.link_now()
+        self.shared.link()
     }
 
     /// `StartUnit(name, "replace")` and wait for the job's result.
@@ -294,10 +294,10 @@ impl Systemd {
     /// Load/active/sub state of each named unit, in the order given (`ListUnitsByNames`; unknown units come back
     /// as `not-found`/`inactive`/`dead`).
     pub async fn states(&self, names: &[String]) -> Result<Vec<UnitStatus>> {
-        let link = self.link();
         if names.is_empty() {
             return Ok(Vec::new());
         }
+        let link = self.link();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let _slot = self.call_slot().await;
         let listed = link
@@ -329,10 +329,10 @@ impl Systemd {
     /// loads a unit that is not loaded, reading its file now, or finds it `not-found`), then `NeedDaemonReload` of
     /// each loaded one, concurrently.
     pub async fn definitions(&self, names: &[String]) -> Result<Vec<(String, Definition)>> {
-        let link = self.link();
         if names.is_empty() {
             return Ok(Vec::new());
         }
+        let link = self.link();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let listed = {
             let _slot = self.call_slot().await;
@@ -557,7 +557,7 @@ impl Link {
 /// last `Systemd` clone is gone.
 async fn keep_connected(shared: Weak<Shared>) {
     loop {
-        let Some(link) = shared.upgrade().map(|s| s.link_now()) else { return };
+        let Some(link) = shared.upgrade().map(|s| s.link()) else { return };
         link.events.lost().await;
         warn!(transport = link.transport.as_str(), "connection to systemd lost; connecting again");
         drop(link);
@@ -581,7 +581,8 @@ async fn keep_connected(shared: Weak<Shared>) {
 }
 
 impl Shared {
-    fn link_now(&self) -> Arc<Link> {
+    /// The current connection.
+    fn link(&self) -> Arc<Link> {
         Arc::clone(&self.link.read().unwrap_or_else(|e| e.into_inner()))
     }
 }

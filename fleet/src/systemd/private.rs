@@ -42,9 +42,8 @@ pub async fn connect(path: &Path) -> io::Result<Connection> {
     // SAFETY: getuid has no preconditions and cannot fail.
     let hex = hex::encode(unsafe { libc::getuid() }.to_string());
     // BEGIN goes with AUTH in one write, as sd-bus's own clients send it, so that systemd has left the handshake
-    // before our first message arrives. Sent after its OK instead, BEGIN and the first call could come in one read,
-    // and systemd then left that call unread until more bytes came (a connection made while it booted hung at its
-    // first call).
+    // before our first message arrives. Sent after its OK instead, a connection made while systemd booted hung at
+    // its first call (the call sent, no byte back; most likely BEGIN and the call came to PID 1 in one read).
     stream.write_all(format!("\0AUTH EXTERNAL {hex}\r\nBEGIN\r\n").as_bytes()).await?;
     let (read, write) = stream.into_split();
     let mut read = BufReader::new(read);
@@ -113,7 +112,8 @@ impl ReadHalf for Reader {
                 self.framed += len;
                 continue;
             }
-            // Everything handed out: drop it before reading more, so the buffer holds at most one message.
+            // Everything framed is handed out: drop it before reading more, so the buffer keeps only the start of
+            // the next message.
             self.buffer.drain(..self.start);
             self.framed -= self.start;
             self.start = 0;
