@@ -109,6 +109,48 @@ pub struct UnitState {
     /// other unit types, and from agents that do not publish it. Rollouts use it to notice a crash that systemd
     /// repaired between two published states.
     pub restarts: Option<u32>,
+    /// The unit's health check on this machine (`[X-Fleet] HealthCheck=`), published only for units that have
+    /// one; `None` otherwise and from agents that do not run checks.
+    pub health: Option<Health>,
+}
+
+/// Where a unit's health check stands on one machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthStatus {
+    /// The check has not passed or failed since the unit last became active (or the unit is not active).
+    Unknown,
+    /// The last check exited 0 within its timeout.
+    Healthy,
+    /// The last check exited non-zero, was killed at its timeout, or could not be run.
+    Unhealthy,
+}
+
+impl HealthStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthStatus::Unknown => "unknown",
+            HealthStatus::Healthy => "healthy",
+            HealthStatus::Unhealthy => "unhealthy",
+        }
+    }
+}
+
+impl fmt::Display for HealthStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A unit's health on one machine as its agent publishes it: the status, since when (the agent's clock, Unix ms;
+/// shown, never compared across machines) and the last line the check printed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Health {
+    pub status: HealthStatus,
+    #[serde(rename = "sinceMs", default)]
+    pub since_ms: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub output: String,
 }
 
 /// How a unit scheduled to a machine whose presence is gone shows in the unit states (`GET /state`, list-units):

@@ -112,10 +112,13 @@ pub struct RolloutList {
     pub rollouts: Vec<Rollout>,
 }
 
-/// `PATCH /fleet/v1/rollouts/<id>`: `run` (resume; failed steps are tried again), `pause` or `abort`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// `PATCH /fleet/v1/rollouts/<id>`: `run` (resume; failed steps are tried again, or left as they are with
+/// `skipFailed`), `pause`, `abort` or `promote` (release the rest after the canaries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RolloutControl {
     pub action: Action,
+    #[serde(rename = "skipFailed", default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_failed: bool,
 }
 
 /// A unit as the API shows it (`GET /units`, `GET /units/<name>`) and accepts it (`PUT /units/<name>`).

@@ -221,8 +221,10 @@ pub fn stored_rollouts(snapshot: &crate::registry::Snapshot) -> Vec<schema::Roll
 /// The API's `patch_rollout`, fleetctl's etcd driver and the test fake all decide with this function.
 pub fn decide_control(
     rollout: &crate::rollout::Rollout,
-    action: crate::rollout::Action,
+    request: schema::RolloutControl,
 ) -> Result<crate::rollout::Control, ApiError> {
+    use crate::rollout::Action;
+    let action = request.action;
     let state = rollout.state();
     if state.is_final() {
         return Err(ApiError::new(
@@ -230,11 +232,25 @@ pub fn decide_control(
             format!("rollout {:?} is {state}: nothing to {}", rollout.spec.id, action.as_str()),
         ));
     }
-    let mut control = rollout.control;
-    if action == crate::rollout::Action::Run {
-        control.resumes += 1;
+    if request.skip_failed && action != Action::Run {
+        return Err(ApiError::bad_request("skipFailed goes only with the action run"));
     }
-    control.action = action;
+    let mut control = rollout.control;
+    match action {
+        Action::Promote if rollout.spec.canary == 0 => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("rollout {:?} has no canaries: nothing to promote", rollout.spec.id),
+            ));
+        }
+        Action::Promote => control.promoted = true,
+        Action::Run => {
+            control.resumes += 1;
+            control.skip_failed = request.skip_failed;
+            control.action = action;
+        }
+        Action::Pause | Action::Abort => control.action = action,
+    }
     Ok(control)
 }
 
@@ -327,7 +343,7 @@ pub fn decide_rollout(
                 to
             }
         };
-        units.push(RolloutUnit { name: u.name.clone(), from, to });
+        units.push(RolloutUnit { name: u.name.clone(), from, to, ..RolloutUnit::default() });
     }
     let spec = RolloutSpec {
         id: id.to_string(),
@@ -338,6 +354,7 @@ pub fn decide_rollout(
         health_timeout_ms: request.health_timeout_ms,
         on_failure: request.on_failure,
         created_ms: now_ms,
+        ..RolloutSpec::default()
     };
     Ok(RolloutPlan { spec, bodies })
 }
@@ -377,6 +394,7 @@ fn decide_rebalance(
         health_timeout_ms: request.health_timeout_ms,
         on_failure: request.on_failure,
         created_ms: now_ms,
+        ..RolloutSpec::default()
     };
     Ok(RolloutPlan { spec, bodies: Vec::new() })
 }
@@ -398,6 +416,7 @@ mod tests {
             active_state: active.into(),
             sub_state: sub.into(),
             restarts: None,
+            health: None,
         };
         assert_eq!(super::state(state("unknown", "in-doubt"), None).machine_presence, "in-doubt");
         assert_eq!(super::state(state("active", "running"), None).machine_presence, "");

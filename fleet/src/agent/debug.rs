@@ -111,6 +111,7 @@ mod tests {
             active_state: "active".into(),
             sub_state: "running".into(),
             restarts: None,
+            health: None,
         };
         h.set_published(&[("a.service".to_string(), Arc::new(s))].into(), [("b.service".to_string(), None)].into());
         h.set_subscribed(["a.service".to_string()]);
@@ -132,6 +133,7 @@ mod tests {
             active_state: active.into(),
             sub_state: "x".into(),
             restarts: None,
+            health: None,
         };
         let mut published: BTreeMap<String, Arc<UnitState>> = [("a.service", "active"), ("b.service", "active")]
             .map(|(n, a)| (n.to_string(), Arc::new(state(n, a))))

@@ -50,6 +50,7 @@ pub fn unit_states<'a>(
                 active_state: s.active_state.clone(),
                 sub_state: s.sub_state.clone(),
                 restarts: if counts_restarts(s) { restarts.get(&s.name).copied() } else { None },
+                health: None,
             };
             Some((s.name.clone(), state))
         })
@@ -367,6 +368,7 @@ mod tests {
             active_state: active.into(),
             sub_state: if active == "active" { "running".into() } else { "dead".into() },
             restarts: None,
+            health: None,
         }
     }
 

@@ -90,7 +90,7 @@ impl Api {
         let Some(record) = self.snapshot().rollout_records().get(id).and_then(|r| r.rollout()) else {
             return reply::error(StatusCode::NOT_FOUND, "rollout does not exist");
         };
-        let control = match wire::decide_control(&record, body.action) {
+        let control = match wire::decide_control(&record, body) {
             Ok(control) => control,
             Err(err) => return err.response(),
         };

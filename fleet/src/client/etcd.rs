@@ -24,7 +24,7 @@ use std::time::Duration;
 use super::{BuildError, Client, ClientError, StateFilter};
 use crate::model::JobState;
 use crate::registry::{EtcdConfig, PutUnit, Registry, RegistryError, RolloutBody, Snapshot, UnitWrite};
-use crate::rollout::{Action, Control};
+use crate::rollout::Control;
 use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitHistory, UnitState};
 use crate::unit::{UnitFile, name};
 use crate::version::SemVer;
@@ -258,12 +258,12 @@ impl Client for EtcdClient {
         self.rollout(id)
     }
 
-    fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError> {
+    fn control_rollout(&self, id: &str, control: crate::schema::RolloutControl) -> Result<(), ClientError> {
         let snapshot = self.run(self.registry.read_snapshot())?;
         let Some(rollout) = snapshot.rollout_records().get(id).and_then(|r| r.rollout()) else {
             return Err(reject(404, "rollout does not exist"));
         };
-        let control = wire::decide_control(&rollout, action).map_err(rejected)?;
+        let control = wire::decide_control(&rollout, control).map_err(rejected)?;
         self.run(self.registry.set_rollout_control(id, &control)).map(drop)
     }
 }

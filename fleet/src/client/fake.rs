@@ -17,7 +17,7 @@ use std::sync::Mutex;
 
 use super::{Client, ClientError, StateFilter};
 
-use crate::rollout::{Action, Control};
+use crate::rollout::Control;
 use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitHistory, UnitState};
 use crate::unit::UnitOption;
 use crate::unit::{Requirements, UnitFile};
@@ -497,14 +497,14 @@ impl Client for FakeClient {
         Ok(shown)
     }
 
-    fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError> {
+    fn control_rollout(&self, id: &str, control: crate::schema::RolloutControl) -> Result<(), ClientError> {
         let mut st = self.lock();
         Self::check_fail(&st)?;
         let Some(rollout) = st.rollouts.get_mut(id) else {
             return Err(ClientError::Api { code: 404, message: "rollout does not exist".into() });
         };
-        rollout.control = wire::decide_control(rollout, action).map_err(api_error)?;
-        st.log.push(format!("rollout {id} {}", action.as_str()));
+        rollout.control = wire::decide_control(rollout, control).map_err(api_error)?;
+        st.log.push(format!("rollout {id} {}", control.action.as_str()));
         Ok(())
     }
 }
@@ -598,7 +598,12 @@ mod tests {
             "googleapi: Error 409: rollout \"r1\" already exists"
         );
         assert_eq!(
-            c.control_rollout("r2", Action::Pause).unwrap_err().to_string(),
+            c.control_rollout(
+                "r2",
+                crate::schema::RolloutControl { action: crate::rollout::Action::Pause, skip_failed: false }
+            )
+            .unwrap_err()
+            .to_string(),
             "googleapi: Error 404: rollout does not exist"
         );
     }

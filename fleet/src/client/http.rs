@@ -25,10 +25,9 @@ use serde::de::DeserializeOwned;
 use super::endpoint::{ApiEndpoint, Transport};
 use super::pool::{ConnectionPool, Sender};
 use super::{BuildError, Client, ClientError, StateFilter};
-use crate::rollout::Action;
 use crate::schema::{
-    ErrorBody, Machine, MachineMetadataOp, MachinePage, Rollout, RolloutControl, RolloutList, RolloutRequest, Unit,
-    UnitBatch, UnitBatchReply, UnitHistory, UnitPage, UnitState, UnitStatePage,
+    ErrorBody, Machine, MachineMetadataOp, MachinePage, Rollout, RolloutList, RolloutRequest, Unit, UnitBatch,
+    UnitBatchReply, UnitHistory, UnitPage, UnitState, UnitStatePage,
 };
 
 const API_PREFIX: &str = "/fleet/v1";
@@ -378,8 +377,8 @@ impl Client for HttpClient {
         self.get_optional(&format!("/rollouts/{}", escape_path(id)), &query)
     }
 
-    fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError> {
-        let body = serde_json::to_vec(&RolloutControl { action }).map_err(|e| ClientError::Other(e.to_string()))?;
+    fn control_rollout(&self, id: &str, control: crate::schema::RolloutControl) -> Result<(), ClientError> {
+        let body = serde_json::to_vec(&control).map_err(|e| ClientError::Other(e.to_string()))?;
         let path = format!("/rollouts/{}", escape_path(id));
         self.check(self.send(http::Method::PATCH, &path, &[], Some(body))?).map(|_| ())
     }

@@ -17,7 +17,6 @@ mod pool;
 
 use std::time::Duration;
 
-use crate::rollout::Action;
 use crate::schema::{Machine, Rollout, RolloutRequest, Unit, UnitBatch, UnitHistory, UnitState};
 use crate::version::SemVer;
 
@@ -64,7 +63,7 @@ pub trait Client: Send + Sync {
         self.rollout(id)
     }
     /// Pause, resume (`run`) or abort a rollout that is not final (`PATCH /rollouts/<id>`).
-    fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError>;
+    fn control_rollout(&self, id: &str, control: crate::schema::RolloutControl) -> Result<(), ClientError>;
     /// Many unit writes at once (`POST /units-batch`, an extension): one result per write, `put` then `destroy`,
     /// each what [`Client::create_unit`] (or [`Client::set_unit_target_state`] for a unit without options) and
     /// [`Client::destroy_unit`] would have returned. `None` when this client or its server has no batch route (the
@@ -125,8 +124,8 @@ impl<T: Client + ?Sized> Client for std::sync::Arc<T> {
     fn rollout_change(&self, id: &str, revision: i64, limit: Duration) -> Result<Option<Rollout>, ClientError> {
         (**self).rollout_change(id, revision, limit)
     }
-    fn control_rollout(&self, id: &str, action: Action) -> Result<(), ClientError> {
-        (**self).control_rollout(id, action)
+    fn control_rollout(&self, id: &str, control: crate::schema::RolloutControl) -> Result<(), ClientError> {
+        (**self).control_rollout(id, control)
     }
     fn unit_batch(&self, batch: &UnitBatch) -> Option<Vec<Result<(), ClientError>>> {
         (**self).unit_batch(batch)
@@ -274,7 +273,12 @@ pub fn build(config: &ClientConfig) -> Result<Box<dyn Client>, BuildError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollout::{Control, Rollout as StoredRollout};
+    use crate::rollout::{Action, Control, Rollout as StoredRollout};
+    use crate::schema::RolloutControl;
+
+    fn act(action: Action) -> RolloutControl {
+        RolloutControl { action, skip_failed: false }
+    }
     use crate::wire::decide_control;
 
     fn config(driver: &str, endpoint: &str) -> ClientConfig {
@@ -309,8 +313,9 @@ mod tests {
                 health_timeout_ms: 1,
                 on_failure: OnFailure::Pause,
                 created_ms: 0,
+                ..RolloutSpec::default()
             },
-            control: Control { action: Action::Pause, resumes: 2 },
+            control: Control { action: Action::Pause, resumes: 2, ..Control::default() },
             progress: progress.map(|state| RolloutProgress { state, ..Default::default() }),
         }
     }
@@ -319,14 +324,20 @@ mod tests {
     fn a_resume_counts_and_a_final_rollout_takes_no_action() {
         use crate::rollout::RolloutState;
         let paused = rollout(Some(RolloutState::Paused));
-        assert_eq!(decide_control(&paused, Action::Run).unwrap(), Control { action: Action::Run, resumes: 3 });
-        assert_eq!(decide_control(&paused, Action::Abort).unwrap(), Control { action: Action::Abort, resumes: 2 });
         assert_eq!(
-            decide_control(&rollout(None), Action::Pause).unwrap(),
-            Control { action: Action::Pause, resumes: 2 }
+            decide_control(&paused, act(Action::Run)).unwrap(),
+            Control { action: Action::Run, resumes: 3, ..Control::default() }
+        );
+        assert_eq!(
+            decide_control(&paused, act(Action::Abort)).unwrap(),
+            Control { action: Action::Abort, resumes: 2, ..Control::default() }
+        );
+        assert_eq!(
+            decide_control(&rollout(None), act(Action::Pause)).unwrap(),
+            Control { action: Action::Pause, resumes: 2, ..Control::default() }
         );
         for (state, action) in [(RolloutState::Done, Action::Abort), (RolloutState::RolledBack, Action::Run)] {
-            let refused = decide_control(&rollout(Some(state)), action).unwrap_err();
+            let refused = decide_control(&rollout(Some(state)), act(action)).unwrap_err();
             assert_eq!(
                 (refused.status.as_u16(), refused.message),
                 (409, format!("rollout \"db-1\" is {state}: nothing to {}", action.as_str()))

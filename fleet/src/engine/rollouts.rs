@@ -178,6 +178,7 @@ pub fn rebalance_spec(now_ms: u64) -> rollout::RolloutSpec {
         health_timeout_ms: 300_000,
         on_failure: rollout::OnFailure::Pause,
         created_ms: now_ms,
+        ..rollout::RolloutSpec::default()
     }
 }
 

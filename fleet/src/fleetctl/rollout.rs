@@ -624,8 +624,11 @@ pub fn control(ctx: &mut Ctx<'_>, args: &[String], action: Action) -> i32 {
         Action::Pause => ("pausing", "paused"),
         Action::Run => ("resuming", "resumed"),
         Action::Abort => ("aborting", "aborted"),
+        Action::Promote => ("promoting", "promoted"),
     };
-    match ctx.client.control_rollout(&rollout.id, action) {
+    let skip_failed = action == Action::Run && ctx.flags.is_given("skip-failed") && ctx.flags.bool("skip-failed");
+    let request = crate::schema::RolloutControl { action, skip_failed };
+    match ctx.client.control_rollout(&rollout.id, request) {
         Ok(()) => {
             ctx.say(&format!("Rollout {} {done}", rollout.id));
             EXIT_DONE

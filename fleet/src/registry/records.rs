@@ -91,6 +91,9 @@ pub struct StateRecord {
     /// and from agents that do not publish it (additive: older readers ignore it).
     #[serde(rename = "nRestarts", default, skip_serializing_if = "Option::is_none")]
     pub restarts: Option<u32>,
+    /// Extension: the unit's health check result (units with `HealthCheck=` only; additive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::model::Health>,
 }
 
 impl StateRecord {
@@ -109,6 +112,7 @@ impl StateRecord {
             active_state: s.active_state.as_str().into(),
             sub_state: s.sub_state.as_str().into(),
             restarts: s.restarts,
+            health: s.health.clone(),
         }
     }
 
@@ -121,6 +125,7 @@ impl StateRecord {
             active_state: self.active_state.to_string(),
             sub_state: self.sub_state.to_string(),
             restarts: self.restarts,
+            health: self.health,
         }
     }
 }

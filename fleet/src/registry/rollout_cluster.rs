@@ -21,7 +21,17 @@ impl rollout::Cluster for SnapshotCluster<'_> {
             sub_state: state.map(|st| st.sub_state.to_string()).unwrap_or_default(),
             restarts: state.and_then(|st| st.restarts),
             restarted_for: record.and_then(|r| r.restarted.get(machine)).map(|id| id.to_string()),
+            health: state.and_then(|st| st.health.clone()),
         }
+    }
+
+    fn metadata(&self, machine: &str) -> std::collections::BTreeMap<String, String> {
+        self.0
+            .machine_records()
+            .get(machine)
+            .and_then(|m| m.object.as_ref())
+            .map(|o| o.metadata.clone())
+            .unwrap_or_default()
     }
 
     fn exists(&self, unit: &str) -> bool {

@@ -118,6 +118,7 @@ impl Snapshot {
                 active_state: crate::model::UNKNOWN_STATE.into(),
                 sub_state: crate::model::IN_DOUBT.into(),
                 restarts: None,
+                health: None,
             })
         })
     }

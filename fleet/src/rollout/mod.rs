@@ -4,28 +4,38 @@
 //!
 //! A rollout is three records, each with one writer:
 //! * the **spec** (API, written once): which units, from which version to which, and how fast;
-//! * the **control** (API): `run`, `pause` or `abort`, what a user asked for;
+//! * the **control** (API): `run`, `pause` or `abort` (and promotions, resumes), what a user asked for;
 //! * the **progress** (engine leader): one step per (unit, machine) in a stable order, each `pending` →
 //!   `updating` → `healthy` (the new version active, held for `minHealthyMs`) → `done`, or `failed`/`skipped`.
 //!
-//! The engine releases at most `maxUnavailable` steps at a time. An agent runs the old version of a unit (the
-//! spec's `from`) on its machine while its step is still `pending` (a *replace* rollout), and restarts the unit
-//! once when its step is `updating` (a *restart* rollout); everything else follows the unit's stored version as
-//! usual, so a machine that joins during a rollout gets the new version at once. A unit is in at most one rollout
-//! that is not final (the API refuses a second), and a replace that ends otherwise than `done` (rolled back or
-//! aborted) returns the unit to its old version everywhere, so a unit always ends as one version. Times are the engine's wall clock
-//! in Unix milliseconds, so a new leader continues where the old one stopped.
+//! The engine releases steps within a budget: at most `maxUnavailable` machines of the rollout may be without an
+//! active, healthy copy at once, counting machines that were down before the rollout reached them. Healthy means
+//! active (systemd's readiness) with the restart counter unchanged and, for a unit with `[X-Fleet] HealthCheck=`,
+//! passing that check, continuously for `minHealthyMs`. An agent runs the old version of a unit (the spec's `from`)
+//! on its machine while its step is still `pending` (a *replace* rollout), and restarts the unit once when its step
+//! is `updating` (a *restart* rollout); everything else follows the unit's stored version as usual, so a machine
+//! that joins during a rollout gets the new version at once. A unit is in at most one rollout that is not final
+//! (the API refuses a second). A replace that fails with `onFailure=rollback`, or is aborted, is *undone*: the unit
+//! object goes back to the old version and every machine the rollout changed returns to it step by step, under
+//! the same budget and health gate (the machines already down first), so a unit always ends as one version.
+//! Canaries (`canary`) stop the rollout after its first steps until it is promoted; `order` puts chosen machines
+//! first or last; a progress deadline fails a rollout that takes too long. The unit's own `[X-Fleet]` update
+//! policy and health check are read in [`policy`]. Times are the engine's wall clock in Unix milliseconds, so a new
+//! leader continues where the old one stopped.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub mod policy;
+
 /// What a rollout changes on each machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RolloutKind {
     /// A new version of the unit replaces the old one, machine by machine (old stop hooks before new start hooks).
+    #[default]
     Replace,
     /// The same version is restarted, machine by machine.
     Restart,
@@ -46,16 +56,30 @@ pub enum OnFailure {
     Rollback,
 }
 
-/// One unit of a rollout: the version it leaves and the one it reaches (equal for a restart).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One unit of a rollout: the version it leaves and the one it reaches (equal for a restart), and whether each has a
+/// health check (`[X-Fleet] HealthCheck=`), which then gates its steps.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RolloutUnit {
     pub name: String,
     pub from: String,
     pub to: String,
+    /// The version `to` has a health check: a step is healthy only while it passes.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub checked: bool,
+    /// The version `from` has a health check (gates the steps of an undo).
+    #[serde(rename = "fromChecked", default, skip_serializing_if = "is_false")]
+    pub from_checked: bool,
+}
+
+impl RolloutUnit {
+    /// Whether the version `hash` of this unit has a health check (`false` for a version the rollout does not name).
+    pub fn checked_version(&self, hash: &str) -> bool {
+        (hash == self.to && self.checked) || (hash == self.from && self.from_checked)
+    }
 }
 
 /// `P/rollouts/<id>/spec`: what to roll out and how fast. Written once by the API.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RolloutSpec {
     pub id: String,
     pub kind: RolloutKind,
@@ -74,11 +98,40 @@ pub struct RolloutSpec {
     /// When the API stored it (Unix ms).
     #[serde(rename = "createdMs", default)]
     pub created_ms: u64,
+    /// `maxUnavailable` as a share of the rollout's steps, in percent (0: `maxUnavailable` is the count).
+    #[serde(rename = "maxUnavailablePercent", default, skip_serializing_if = "is_zero32")]
+    pub max_unavailable_percent: u32,
+    /// Canaries: the first this many steps change, then the rollout awaits promotion (0: none).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub canary: u32,
+    /// Promote on its own once the canaries stayed healthy this long after the last was done (0: wait for
+    /// `rollout-promote`).
+    #[serde(rename = "canaryHoldMs", default, skip_serializing_if = "is_zero")]
+    pub canary_hold_ms: u64,
+    /// Machines to change first or last (`policy::parse_order`); machine-ID order otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub order: String,
+    /// A rollout not done this long after it started (or was last resumed) fails (0: no deadline).
+    #[serde(rename = "progressDeadlineMs", default, skip_serializing_if = "is_zero")]
+    pub progress_deadline_ms: u64,
+    /// Where the pace came from: `unit` when the unit's `UpdatePolicy=` set it (shown, decides nothing).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub policy: String,
 }
 
 impl RolloutSpec {
     pub fn unit(&self, name: &str) -> Option<&RolloutUnit> {
         self.units.iter().find(|u| u.name == name)
+    }
+
+    /// How many of `steps` steps may be unavailable at once: `maxUnavailable`, or its percentage of the steps.
+    pub fn budget(&self, steps: usize) -> usize {
+        let limit = if self.max_unavailable_percent > 0 {
+            policy::MaxUnavailable::Percent(self.max_unavailable_percent).of(steps)
+        } else {
+            self.max_unavailable
+        };
+        limit.max(1) as usize
     }
 }
 
@@ -90,6 +143,8 @@ pub enum Action {
     Run,
     Pause,
     Abort,
+    /// Release the rest after the canaries (`rollout-promote`); leaves the stored action as it was.
+    Promote,
 }
 
 impl Action {
@@ -98,17 +153,24 @@ impl Action {
             Action::Run => "run",
             Action::Pause => "pause",
             Action::Abort => "abort",
+            Action::Promote => "promote",
         }
     }
 }
 
-/// `P/rollouts/<id>/control`: the user's action, and how many times they resumed (each resume releases the
-/// failed steps again once).
+/// `P/rollouts/<id>/control`: the user's action, how many times they resumed (each resume releases the failed
+/// steps again once, or with `skipFailed` leaves them as they are and goes on), and whether they promoted the
+/// canaries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Control {
     pub action: Action,
     #[serde(default)]
     pub resumes: u32,
+    /// The last resume skips the failed steps instead of trying them again.
+    #[serde(rename = "skipFailed", default, skip_serializing_if = "is_false")]
+    pub skip_failed: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub promoted: bool,
 }
 
 /// Where a rollout as a whole stands.
@@ -264,11 +326,40 @@ pub struct RolloutProgress {
     /// The control's `resumes` this progress has honoured.
     #[serde(default)]
     pub resumes: u32,
+    /// When the engine took the rollout up, or it was last resumed (Unix ms): the progress deadline counts from it.
+    #[serde(rename = "startedMs", default, skip_serializing_if = "is_zero")]
+    pub started_ms: u64,
+    /// The undo of a replace (after a failure with `onFailure=rollback`, or an abort): one step per machine the
+    /// rollout changed, each returning it to the old version under the same budget. Empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undo: Vec<Step>,
+    /// While undoing: the state the rollout ends in once every undo step is done (`rolled_back` or `aborted`).
+    #[serde(rename = "undoEnd", default, skip_serializing_if = "Option::is_none")]
+    pub undo_end: Option<RolloutState>,
+    /// Why the rollout is being undone (the failure, the deadline, or the abort).
+    #[serde(rename = "undoReason", default, skip_serializing_if = "String::is_empty")]
+    pub undo_reason: String,
+    /// The canaries are done and the rollout waits for `rollout-promote` (state `paused`).
+    #[serde(rename = "awaitingPromotion", default, skip_serializing_if = "is_false")]
+    pub awaiting_promotion: bool,
+    /// When the last canary step was done (Unix ms; 0 before): a canary hold counts from it.
+    #[serde(rename = "canariesDoneMs", default, skip_serializing_if = "is_zero")]
+    pub canaries_done_ms: u64,
 }
 
 impl RolloutProgress {
     pub fn step(&self, unit: &str, machine: &str) -> Option<&Step> {
         self.steps.iter().find(|s| s.unit == unit && s.machine == machine)
+    }
+
+    /// The undo step of (`unit`, `machine`), if the rollout is undoing and changed that machine.
+    pub fn undo_step(&self, unit: &str, machine: &str) -> Option<&Step> {
+        self.undo.iter().find(|s| s.unit == unit && s.machine == machine)
+    }
+
+    /// Whether the rollout is returning machines to the old version.
+    pub fn undoing(&self) -> bool {
+        self.undo_end.is_some()
     }
 }
 
@@ -304,6 +395,50 @@ pub struct Observed {
     pub restarts: Option<u32>,
     /// The rollout the machine last restarted the unit for (its restarted marker), if any.
     pub restarted_for: Option<String>,
+    /// The unit's health check on the machine as published (units with a check, from agents that run them).
+    pub health: Option<crate::model::Health>,
+}
+
+impl Observed {
+    /// Whether the machine serves the unit: active, and passing its check when the version it runs has one.
+    fn serving(&self, unit: &RolloutUnit) -> bool {
+        self.present && self.active_state == "active" && (!self.checked(unit) || self.healthy())
+    }
+
+    fn checked(&self, unit: &RolloutUnit) -> bool {
+        self.hash.as_deref().is_some_and(|h| unit.checked_version(h))
+    }
+
+    fn healthy(&self) -> bool {
+        self.health.as_ref().is_some_and(|h| h.status == crate::model::HealthStatus::Healthy)
+    }
+
+    fn unhealthy(&self) -> bool {
+        self.health.as_ref().is_some_and(|h| h.status == crate::model::HealthStatus::Unhealthy)
+    }
+
+    /// Why the machine does not serve the unit, for reasons and details.
+    fn why_not_serving(&self, unit: &RolloutUnit) -> String {
+        if !self.present {
+            return "left the cluster".into();
+        }
+        if self.hash.is_none() {
+            return "not running it".into();
+        }
+        if self.active_state != "active" {
+            return format!("{}/{}", dash(&self.active_state), dash(&self.sub_state));
+        }
+        match &self.health {
+            Some(h) if self.checked(unit) && !h.output.is_empty() => format!("{}: {}", h.status, h.output),
+            Some(h) if self.checked(unit) => h.status.to_string(),
+            _ if self.checked(unit) => "health unknown".into(),
+            _ => "serving".into(),
+        }
+    }
+}
+
+fn dash(s: &str) -> &str {
+    if s.is_empty() { "-" } else { s }
 }
 
 /// What [`advance`] needs of the cluster: observations per (unit, machine), and which machines hold each unit now
@@ -315,6 +450,10 @@ pub trait Cluster {
     fn holders(&self, unit: &str) -> Vec<String>;
     /// Whether the unit still exists (a destroyed unit ends its part of the rollout).
     fn exists(&self, unit: &str) -> bool;
+    /// A machine's metadata (for `order` rules); none by default.
+    fn metadata(&self, _machine: &str) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
 }
 
 /// The outcome of one [`advance`].
@@ -328,32 +467,51 @@ pub struct Advanced {
 }
 
 /// The engine's decision for one rollout at `now_ms`: the progress it should store (equal to the stored one when
-/// nothing changes), any rollback, and when to look again.
+/// nothing changes), any units to write back to their old version, and when to look again.
+///
+/// A pass, in order: a user's abort or resume; the progress deadline; each released step (forward, or undo while
+/// undoing) checked against what its machine publishes; a done step whose check fails while the rollout runs;
+/// then, with nothing failed or paused, the next steps released within the budget — `maxUnavailable` counts every
+/// machine of the rollout that does not serve the unit (not active, or not passing its check, or gone), not only
+/// the steps in flight, and a machine already down is released first since changing it costs nothing more.
 pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanced {
     let spec = &rollout.spec;
-    let mut progress = rollout.progress.clone().unwrap_or_else(|| first_progress(spec, cluster));
+    let mut progress = rollout.progress.clone().unwrap_or_else(|| first_progress(spec, cluster, now_ms));
     let mut roll_back = Vec::new();
     if progress.state.is_final() {
         return Advanced { progress, roll_back, wake_at_ms: None };
     }
-    if rollout.control.action == Action::Abort {
-        progress.state = RolloutState::Aborted;
-        if spec.kind == RolloutKind::Replace {
-            // Machines that were not reached keep running the old version; the others return to it, so the unit
-            // is one version everywhere again.
-            progress.reason = "aborted by request: every machine returns to the old version".into();
-            roll_back = spec.units.clone();
+    let replace = spec.kind == RolloutKind::Replace;
+    if rollout.control.action == Action::Abort && !progress.undoing() {
+        if replace && progress.steps.iter().any(|s| changed_machine(s.phase)) {
+            // Machines that were not reached keep the old version; the others return to it step by step.
+            roll_back = start_undo(spec, &mut progress, RolloutState::Aborted, now_ms);
+            progress.undo_reason = "aborted by request".into();
         } else {
+            progress.state = RolloutState::Aborted;
+            progress.awaiting_promotion = false;
             progress.reason = "aborted by request".into();
+            if replace {
+                // No machine runs the new version: the unit object alone goes back.
+                roll_back = spec.units.clone();
+            }
+            return Advanced { progress, roll_back, wake_at_ms: None };
         }
-        return Advanced { progress, roll_back, wake_at_ms: None };
     }
     if rollout.control.resumes > progress.resumes {
-        // A resume: the failed steps are released again.
         progress.resumes = rollout.control.resumes;
-        for step in progress.steps.iter_mut().filter(|s| s.phase == Phase::Failed) {
-            step.phase = Phase::Pending;
-            step.detail.clear();
+        progress.started_ms = now_ms;
+        let skip = rollout.control.skip_failed;
+        let steps = if progress.undoing() { &mut progress.undo } else { &mut progress.steps };
+        for step in steps.iter_mut().filter(|s| s.phase == Phase::Failed) {
+            if skip {
+                step.phase = Phase::Skipped;
+                step.detail = format!("skipped by request after it failed: {}", step.detail);
+            } else {
+                step.phase = Phase::Pending;
+                step.detail.clear();
+            }
+            step.down_since_ms = 0;
         }
     }
     if spec.kind != RolloutKind::Rebalance && !spec.units.iter().any(|u| cluster.exists(&u.name)) {
@@ -361,142 +519,445 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
         progress.reason = "its units were destroyed".into();
         return Advanced { progress, roll_back, wake_at_ms: None };
     }
-    let mut wake: Option<u64> = None;
-    let mut soonest = |t: u64| wake = Some(wake.map_or(t, |w: u64| w.min(t)));
-    for step in progress.steps.iter_mut().filter(|s| s.phase.in_flight()) {
-        let seen = cluster.observe(&step.unit, &step.machine);
-        if !cluster.exists(&step.unit) {
-            step.phase = Phase::Skipped;
-            step.detail = "the unit was destroyed".into();
-            continue;
+    let mut wake = Wake::default();
+    let undoing = progress.undoing();
+    {
+        let steps = if undoing { &mut progress.undo } else { &mut progress.steps };
+        for step in steps.iter_mut().filter(|s| s.phase.in_flight()) {
+            check_released(spec, step, cluster, now_ms, undoing, &mut wake);
         }
-        if !seen.present {
-            step.phase = Phase::Skipped;
-            step.detail = "the machine left the cluster".into();
-            continue;
+    }
+    if !undoing && rollout.control.action != Action::Abort {
+        for step in progress.steps.iter_mut().filter(|s| s.phase == Phase::Done) {
+            check_done(spec, step, cluster, now_ms);
         }
-        let arrived = match spec.kind {
-            RolloutKind::Replace => {
-                let unit = spec.unit(&step.unit).expect("replace steps are made from the spec's units");
-                seen.hash.as_deref() == Some(&unit.to) && seen.running.as_deref() == Some(&unit.to)
+    }
+    let deadline_passed = !undoing
+        && spec.progress_deadline_ms > 0
+        && progress.started_ms > 0
+        && now_ms >= progress.started_ms + spec.progress_deadline_ms;
+    let list = if undoing { &progress.undo } else { &progress.steps };
+    let failure = list
+        .iter()
+        .find(|s| s.phase == Phase::Failed)
+        .map(|f| format!("{} on {}: {}", f.unit, short(&f.machine), f.detail))
+        .or_else(|| {
+            let unfinished = list.iter().any(|s| !matches!(s.phase, Phase::Done | Phase::Skipped));
+            (deadline_passed && unfinished && rollout.control.action == Action::Run && !progress.awaiting_promotion)
+                .then(|| format!("not done within its progress deadline of {} s", spec.progress_deadline_ms / 1000))
+        });
+    progress.state = RolloutState::Running;
+    progress.reason.clear();
+    if let Some(reason) = failure {
+        if undoing {
+            progress.state = RolloutState::Paused;
+            progress.reason = format!("paused while rolling back: {reason}");
+        } else if spec.on_failure == OnFailure::Rollback && replace {
+            roll_back = start_undo(spec, &mut progress, RolloutState::RolledBack, now_ms);
+            progress.undo_reason = reason;
+            progress.reason = format!("rolling back: {}", progress.undo_reason);
+        } else {
+            progress.state = RolloutState::Paused;
+            progress.reason = format!("paused: {reason}");
+        }
+    } else if rollout.control.action == Action::Pause {
+        progress.state = RolloutState::Paused;
+        progress.reason = if undoing { "paused by request while rolling back" } else { "paused by request" }.into();
+    } else if progress.undoing() {
+        progress.reason = match progress.undo_end {
+            Some(RolloutState::Aborted) => {
+                "aborted by request: returning the changed machines to the old version".to_string()
             }
-            RolloutKind::Restart => seen.restarted_for.as_deref() == Some(&spec.id),
-            // The destination started it (its launched marker) and runs the version it publishes.
-            RolloutKind::Rebalance => seen.running.is_some() && seen.running == seen.hash,
+            _ => format!("rolling back: {}", progress.undo_reason),
         };
-        let active = seen.active_state == "active";
-        let down = matches!(seen.active_state.as_str(), "failed" | "inactive");
-        if !down {
-            step.down_since_ms = 0;
+    }
+    if progress.state == RolloutState::Running && !progress.undoing() && spec.canary > 0 {
+        canary_gate(spec, &rollout.control, &mut progress, now_ms, &mut wake);
+    }
+    if progress.state == RolloutState::Running {
+        release(spec, &mut progress, cluster, now_ms, &mut wake);
+        let undoing = progress.undoing();
+        let list = if undoing { &progress.undo } else { &progress.steps };
+        if list.iter().all(|s| matches!(s.phase, Phase::Done | Phase::Skipped)) {
+            progress.state = progress.undo_end.unwrap_or(RolloutState::Done);
+            progress.reason = match progress.state {
+                RolloutState::Done => String::new(),
+                RolloutState::Aborted => "aborted by request: every changed machine is back on the old version".into(),
+                _ => format!("rolled back: {}", progress.undo_reason),
+            };
+            return Advanced { progress, roll_back, wake_at_ms: None };
         }
-        let mut restarting = false;
-        if step.phase == Phase::Updating && arrived && active {
+    }
+    if !undoing && spec.progress_deadline_ms > 0 && progress.started_ms > 0 && progress.state == RolloutState::Running {
+        wake.at(progress.started_ms + spec.progress_deadline_ms);
+    }
+    Advanced { progress, roll_back, wake_at_ms: wake.0 }
+}
+
+/// The soonest time a rollout must be looked at again without a change in the cluster.
+#[derive(Default)]
+struct Wake(Option<u64>);
+
+impl Wake {
+    fn at(&mut self, t: u64) {
+        self.0 = Some(self.0.map_or(t, |w| w.min(t)));
+    }
+}
+
+/// Whether a forward step in `phase` has changed its machine (or is changing it): an undo returns it.
+fn changed_machine(phase: Phase) -> bool {
+    matches!(phase, Phase::Updating | Phase::Healthy | Phase::Done | Phase::Failed)
+}
+
+/// Turns a replace into its undo, ending in `end`: one undo step per machine the rollout changed, released at once
+/// where the machine is in the middle of its change or failed (it is down already), pending where it is done (it
+/// keeps the new version until its undo step is released). Returns the units whose object goes back to `from` in
+/// the same write (machines that join meanwhile get the old version).
+fn start_undo(spec: &RolloutSpec, progress: &mut RolloutProgress, end: RolloutState, now_ms: u64) -> Vec<RolloutUnit> {
+    progress.undo = progress
+        .steps
+        .iter()
+        .filter(|s| changed_machine(s.phase))
+        .map(|s| {
+            let down = s.phase != Phase::Done;
+            Step {
+                unit: s.unit.clone(),
+                machine: s.machine.clone(),
+                phase: if down { Phase::Updating } else { Phase::Pending },
+                released_ms: if down { now_ms } else { 0 },
+                healthy_since_ms: 0,
+                detail: String::new(),
+                restarts_at_healthy: None,
+                down_since_ms: 0,
+                from_machine: String::new(),
+            }
+        })
+        .collect();
+    // The undo goes first where the machine is down, then in the rollout's order.
+    progress.undo.sort_by_key(|s| s.phase == Phase::Pending);
+    progress.undo_end = Some(end);
+    progress.awaiting_promotion = false;
+    progress.state = RolloutState::Running;
+    spec.units.clone()
+}
+
+/// What a released step waits for on its machine, and the version whose check gates it.
+fn arrived(spec: &RolloutSpec, step: &Step, seen: &Observed, undoing: bool) -> bool {
+    match spec.kind {
+        RolloutKind::Replace => {
+            let Some(unit) = spec.unit(&step.unit) else { return false };
+            let version = if undoing { &unit.from } else { &unit.to };
+            seen.hash.as_deref() == Some(version) && seen.running.as_deref() == Some(version)
+        }
+        RolloutKind::Restart => seen.restarted_for.as_deref() == Some(&spec.id),
+        // The destination started it (its launched marker) and runs the version it publishes.
+        RolloutKind::Rebalance => seen.running.is_some() && seen.running == seen.hash,
+    }
+}
+
+/// Whether the machine holds the version a released step brings (its file, for a replace; its restart for a
+/// restart), so that a `failed` state there is the new version's.
+fn holds_new_version(spec: &RolloutSpec, step: &Step, seen: &Observed, undoing: bool) -> bool {
+    match spec.kind {
+        RolloutKind::Replace => spec.unit(&step.unit).is_some_and(|u| {
+            let version = if undoing { &u.from } else { &u.to };
+            seen.hash.as_deref() == Some(version)
+        }),
+        _ => arrived(spec, step, seen, undoing),
+    }
+}
+
+/// A released (`updating` or `healthy`) step against what its machine publishes.
+fn check_released(
+    spec: &RolloutSpec,
+    step: &mut Step,
+    cluster: &impl Cluster,
+    now_ms: u64,
+    undoing: bool,
+    wake: &mut Wake,
+) {
+    let seen = cluster.observe(&step.unit, &step.machine);
+    if !cluster.exists(&step.unit) {
+        step.phase = Phase::Skipped;
+        step.detail = "the unit was destroyed".into();
+        return;
+    }
+    if !seen.present {
+        step.phase = Phase::Skipped;
+        step.detail = "the machine left the cluster".into();
+        return;
+    }
+    let unit = spec.unit(&step.unit).cloned().unwrap_or_default();
+    let arrived = arrived(spec, step, &seen, undoing);
+    let active = seen.active_state == "active";
+    let checked = spec.kind != RolloutKind::Rebalance && seen.checked(&unit);
+    let passing = active && (!checked || seen.healthy());
+    let down = matches!(seen.active_state.as_str(), "failed" | "inactive");
+    if !down {
+        step.down_since_ms = 0;
+    }
+    let version = if spec.kind == RolloutKind::Restart { "the restarted unit" } else { "the new version" };
+    let version = if undoing { "the old version" } else { version };
+    let mut restarting = false;
+    if step.phase == Phase::Updating {
+        if arrived && passing {
             step.phase = Phase::Healthy;
             step.healthy_since_ms = now_ms;
             step.restarts_at_healthy = seen.restarts;
-        } else if let Some(moved) = restart_counter_moved(step, &seen) {
-            step.phase = Phase::Failed;
-            step.detail = format!(
-                "systemd restarted it {} s after it became healthy: the restart counter moved from {} to {} \
-                 (activeState={} subState={})",
-                now_ms.saturating_sub(step.healthy_since_ms) / 1000,
-                moved.0,
-                moved.1,
-                seen.active_state,
-                seen.sub_state
-            );
-            continue;
-        } else if step.phase == Phase::Healthy && step.restarts_at_healthy.is_some() && settling(&seen.active_state) {
-            // Between states, e.g. the process exited and systemd runs its stop hooks, then restarts it
-            // (`Restart=`, which moves the restart counter): the step fails once the unit settles, naming the
-            // counter or the state it settled in. Not done meanwhile; the health deadline still applies.
-            restarting = true;
-        } else if step.phase == Phase::Healthy
-            && step.restarts_at_healthy.is_some()
-            && down
-            && now_ms < down_since(step, now_ms) + DOWN_SETTLE_MS
-        {
-            // systemd restarts a unit with `Restart=` through `failed` (on its way to `auto-restart`) and
-            // `inactive` (when the restart job stops it before starting it again), and the agent may publish
-            // either, milliseconds before the next state: down counts as settled only once it lasted.
-            restarting = true;
-            soonest(step.down_since_ms + DOWN_SETTLE_MS);
-        } else if step.phase == Phase::Healthy && !(arrived && active) {
-            step.phase = Phase::Failed;
-            step.detail = format!(
-                "the new version stopped being active after {} s: activeState={} subState={}",
-                now_ms.saturating_sub(step.healthy_since_ms) / 1000,
-                seen.active_state,
-                seen.sub_state
-            );
-            continue;
-        }
-        if step.phase == Phase::Healthy && !restarting && now_ms >= step.healthy_since_ms + spec.min_healthy_ms {
-            step.phase = Phase::Done;
-            continue;
-        }
-        let deadline = step.released_ms + spec.health_timeout_ms;
-        if now_ms >= deadline {
-            step.phase = Phase::Failed;
-            step.detail = format!(
-                "not healthy within {} s of its release: activeState={} subState={}",
-                spec.health_timeout_ms / 1000,
-                if seen.active_state.is_empty() { "-" } else { &seen.active_state },
-                if seen.sub_state.is_empty() { "-" } else { &seen.sub_state },
-            );
-            continue;
-        }
-        soonest(deadline);
-        if step.phase == Phase::Healthy && !restarting {
-            soonest(step.healthy_since_ms + spec.min_healthy_ms);
-        }
-    }
-    if let Some(failed) = progress.steps.iter().find(|s| s.phase == Phase::Failed) {
-        let reason = format!("{} on {}: {}", failed.unit, short(&failed.machine), failed.detail);
-        if spec.on_failure == OnFailure::Rollback && spec.kind == RolloutKind::Replace {
-            progress.state = RolloutState::RolledBack;
-            progress.reason = format!("rolled back: {reason}");
-            roll_back = spec.units.clone();
-            return Advanced { progress, roll_back, wake_at_ms: None };
-        }
-        progress.state = RolloutState::Paused;
-        progress.reason = format!("paused: {reason}");
-    } else if rollout.control.action == Action::Pause {
-        progress.state = RolloutState::Paused;
-        progress.reason = "paused by request".into();
-    } else {
-        progress.state = RolloutState::Running;
-        progress.reason.clear();
-    }
-    if progress.state == RolloutState::Running {
-        let mut in_flight = progress.steps.iter().filter(|s| s.phase.in_flight()).count();
-        for step in progress.steps.iter_mut().filter(|s| s.phase == Phase::Pending) {
-            if in_flight >= spec.max_unavailable.max(1) as usize {
-                break;
+            step.detail.clear();
+        } else if down && holds_new_version(spec, step, &seen, undoing) && (seen.active_state == "failed" || arrived) {
+            // Fail fast: the version settled down without an automatic restart pending (systemd shows that as
+            // `activating`/`auto-restart`). Settled: it stayed so for DOWN_SETTLE_MS, past the states a `Restart=`
+            // passes through.
+            let since = down_since(step, now_ms);
+            if now_ms >= since + DOWN_SETTLE_MS {
+                step.phase = Phase::Failed;
+                step.detail = format!(
+                    "{version} did not start: activeState={} subState={}",
+                    seen.active_state,
+                    dash(&seen.sub_state)
+                );
+                return;
             }
-            let gone = if !cluster.exists(&step.unit) {
-                Some("the unit was destroyed")
-            } else if !cluster.observe(&step.unit, &step.machine).present {
-                Some("the machine left the cluster")
+            wake.at(since + DOWN_SETTLE_MS);
+        } else {
+            let waiting = if arrived && active && checked {
+                format!("waiting for its health check ({})", seen.why_not_serving(&unit))
             } else {
-                None
+                String::new()
             };
-            if let Some(why) = gone {
-                step.phase = Phase::Skipped;
-                step.detail = why.into();
+            step.detail = waiting;
+        }
+    } else if let Some(moved) = restart_counter_moved(step, &seen) {
+        step.phase = Phase::Failed;
+        step.detail = format!(
+            "systemd restarted it {} s after it became healthy: the restart counter moved from {} to {} \
+             (activeState={} subState={})",
+            now_ms.saturating_sub(step.healthy_since_ms) / 1000,
+            moved.0,
+            moved.1,
+            seen.active_state,
+            seen.sub_state
+        );
+        return;
+    } else if checked && active && arrived && seen.unhealthy() {
+        step.phase = Phase::Failed;
+        step.detail = format!(
+            "its health check failed {} s after it first passed: {}",
+            now_ms.saturating_sub(step.healthy_since_ms) / 1000,
+            seen.why_not_serving(&unit)
+        );
+        return;
+    } else if step.restarts_at_healthy.is_some() && settling(&seen.active_state) {
+        // Between states, e.g. the process exited and systemd runs its stop hooks, then restarts it
+        // (`Restart=`, which moves the restart counter): the step fails once the unit settles, naming the
+        // counter or the state it settled in. Not done meanwhile; the health deadline still applies.
+        restarting = true;
+    } else if step.restarts_at_healthy.is_some() && down && now_ms < down_since(step, now_ms) + DOWN_SETTLE_MS {
+        // systemd restarts a unit with `Restart=` through `failed` (on its way to `auto-restart`) and
+        // `inactive` (when the restart job stops it before starting it again), and the agent may publish
+        // either, milliseconds before the next state: down counts as settled only once it lasted.
+        restarting = true;
+        wake.at(step.down_since_ms + DOWN_SETTLE_MS);
+    } else if !(arrived && passing) {
+        step.phase = Phase::Failed;
+        step.detail = format!(
+            "{version} stopped being active after {} s: activeState={} subState={}",
+            now_ms.saturating_sub(step.healthy_since_ms) / 1000,
+            seen.active_state,
+            seen.sub_state
+        );
+        return;
+    }
+    if step.phase == Phase::Healthy && !restarting && now_ms >= step.healthy_since_ms + spec.min_healthy_ms {
+        step.phase = Phase::Done;
+        return;
+    }
+    let deadline = step.released_ms + spec.health_timeout_ms;
+    if now_ms >= deadline {
+        step.phase = Phase::Failed;
+        step.detail = format!(
+            "not healthy within {} s of its release: {}",
+            spec.health_timeout_ms / 1000,
+            if arrived && active && checked {
+                seen.why_not_serving(&unit)
+            } else {
+                format!("activeState={} subState={}", dash(&seen.active_state), dash(&seen.sub_state))
+            }
+        );
+        return;
+    }
+    wake.at(deadline);
+    if step.phase == Phase::Healthy && !restarting {
+        wake.at(step.healthy_since_ms + spec.min_healthy_ms);
+    }
+}
+
+/// A done forward step while the rollout runs: its machine must keep passing the check of the new version.
+fn check_done(spec: &RolloutSpec, step: &mut Step, cluster: &impl Cluster, now_ms: u64) {
+    if spec.kind == RolloutKind::Rebalance {
+        return;
+    }
+    let Some(unit) = spec.unit(&step.unit) else { return };
+    let seen = cluster.observe(&step.unit, &step.machine);
+    if seen.present && seen.checked(unit) && seen.active_state == "active" && seen.unhealthy() {
+        step.phase = Phase::Failed;
+        step.detail = format!(
+            "its health check failed {} s after its step was done: {}",
+            now_ms.saturating_sub(step.healthy_since_ms) / 1000,
+            seen.why_not_serving(unit)
+        );
+    }
+}
+
+/// Canaries: once the first `canary` forward steps are done the rollout waits for a promotion (paused), or, with
+/// a hold, for the hold to pass with the canaries still healthy.
+fn canary_gate(spec: &RolloutSpec, control: &Control, progress: &mut RolloutProgress, now_ms: u64, wake: &mut Wake) {
+    let canaries = (spec.canary as usize).min(progress.steps.len());
+    if control.promoted || canaries == progress.steps.len() {
+        progress.awaiting_promotion = false;
+        return;
+    }
+    let (first, rest) = progress.steps.split_at(canaries);
+    if rest.iter().any(|s| s.phase != Phase::Pending) {
+        // Promoted by the hold before.
+        progress.awaiting_promotion = false;
+        return;
+    }
+    if !first.iter().all(|s| matches!(s.phase, Phase::Done | Phase::Skipped)) {
+        return;
+    }
+    if progress.canaries_done_ms == 0 {
+        progress.canaries_done_ms = now_ms;
+    }
+    if spec.canary_hold_ms > 0 {
+        let at = progress.canaries_done_ms + spec.canary_hold_ms;
+        if now_ms >= at {
+            progress.awaiting_promotion = false;
+            return;
+        }
+        wake.at(at);
+        progress.reason = format!(
+            "canary: {canaries} machine(s) on the new version; promoting in {} s if they stay healthy",
+            (at - now_ms).div_ceil(1000)
+        );
+        progress.state = RolloutState::Running;
+        progress.awaiting_promotion = true;
+        return;
+    }
+    progress.state = RolloutState::Paused;
+    progress.awaiting_promotion = true;
+    progress.reason = format!(
+        "awaiting promotion: {canaries} canary machine(s) on the new version; release the rest with fleetctl \
+         rollout-promote {}",
+        spec.id
+    );
+}
+
+/// Releases pending steps (undo steps while undoing) within the budget: machines of the rollout that do not serve
+/// the unit count against `maxUnavailable` with the released steps, and a pending step whose machine is already
+/// down is released first, at no cost. When the budget holds a step back because of machines the rollout did not
+/// take down, the reason says which.
+fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cluster, now_ms: u64, wake: &mut Wake) {
+    if progress.awaiting_promotion && spec.canary_hold_ms > 0 {
+        return;
+    }
+    let undoing = progress.undoing();
+    let limit = spec.budget(progress.steps.len());
+    let counts_down = spec.kind != RolloutKind::Rebalance;
+    // Machines of the rollout that do not serve the unit, outside the released steps.
+    let in_flight: BTreeSet<(String, String)> = {
+        let list = if undoing { &progress.undo } else { &progress.steps };
+        list.iter().filter(|s| s.phase.in_flight()).map(|s| (s.unit.clone(), s.machine.clone())).collect()
+    };
+    let mut down: Vec<(String, String, String)> = Vec::new();
+    if counts_down {
+        for step in &progress.steps {
+            let key = (step.unit.clone(), step.machine.clone());
+            if in_flight.contains(&key) {
                 continue;
             }
-            step.phase = Phase::Updating;
-            step.released_ms = now_ms;
-            soonest(now_ms + spec.health_timeout_ms);
-            in_flight += 1;
-        }
-        if progress.steps.iter().all(|s| matches!(s.phase, Phase::Done | Phase::Skipped)) {
-            progress.state = RolloutState::Done;
-            wake = None;
+            if let Some(why) = not_serving(spec, progress, step, cluster) {
+                down.push((key.0, key.1, why));
+            }
         }
     }
-    Advanced { progress, roll_back, wake_at_ms: wake }
+    let mut unavailable = in_flight.len() + down.len();
+    let list = if undoing { &mut progress.undo } else { &mut progress.steps };
+    let gone = |step: &mut Step| -> bool {
+        let why = if !cluster.exists(&step.unit) {
+            "the unit was destroyed"
+        } else if !cluster.observe(&step.unit, &step.machine).present {
+            "the machine left the cluster"
+        } else {
+            return false;
+        };
+        step.phase = Phase::Skipped;
+        step.detail = why.into();
+        true
+    };
+    let released = |step: &mut Step, wake: &mut Wake| {
+        step.phase = Phase::Updating;
+        step.released_ms = now_ms;
+        step.detail.clear();
+        wake.at(now_ms + spec.health_timeout_ms);
+    };
+    // First the pending steps whose machine is down already: changing it takes nothing more away.
+    for step in list.iter_mut().filter(|s| s.phase == Phase::Pending) {
+        let is_down = down.iter().any(|(u, m, _)| *u == step.unit && *m == step.machine);
+        if is_down && !gone(step) {
+            released(step, wake);
+            down.retain(|(u, m, _)| !(*u == step.unit && *m == step.machine));
+        }
+    }
+    let mut held_back = false;
+    for step in list.iter_mut().filter(|s| s.phase == Phase::Pending) {
+        if unavailable >= limit {
+            held_back = true;
+            break;
+        }
+        if gone(step) {
+            continue;
+        }
+        released(step, wake);
+        unavailable += 1;
+    }
+    if held_back && !down.is_empty() && progress.reason.is_empty() {
+        let names: Vec<String> = down.iter().map(|(u, m, why)| format!("{u} on {} ({why})", short(m))).collect();
+        progress.reason = format!(
+            "waiting: {} of at most {limit} unavailable already: {}",
+            unavailable.min(in_flight.len() + names.len()),
+            names.join(", ")
+        );
+    }
+}
+
+/// Why the machine of forward `step` does not serve its unit now (`None` when it does): not active, not passing
+/// the check of the version it runs, or gone. A unit that is not global and now runs on a machine the rollout does
+/// not name counts as served there.
+fn not_serving(spec: &RolloutSpec, progress: &RolloutProgress, step: &Step, cluster: &impl Cluster) -> Option<String> {
+    if !cluster.exists(&step.unit) {
+        return None;
+    }
+    let unit = spec.unit(&step.unit)?;
+    let seen = cluster.observe(&step.unit, &step.machine);
+    if seen.serving(unit) {
+        return None;
+    }
+    if !seen.present || seen.hash.is_none() {
+        // Gone from this machine: served if it runs on a machine of its own outside the rollout (rescheduled).
+        let named: BTreeSet<&str> =
+            progress.steps.iter().filter(|s| s.unit == step.unit).map(|s| s.machine.as_str()).collect();
+        let elsewhere = cluster
+            .holders(&step.unit)
+            .into_iter()
+            .filter(|m| !named.contains(m.as_str()))
+            .any(|m| cluster.observe(&step.unit, &m).serving(unit));
+        if elsewhere {
+            return None;
+        }
+    }
+    Some(seen.why_not_serving(unit))
 }
 
 /// How long a healthy step's unit may show `failed` or `inactive` before that counts as where it settled:
@@ -517,6 +978,14 @@ fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
+fn is_zero32(v: &u32) -> bool {
+    *v == 0
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
+}
+
 /// Whether systemd is moving the unit between states (it settles `active`, `inactive` or `failed`).
 fn settling(active_state: &str) -> bool {
     matches!(active_state, "activating" | "deactivating" | "reloading")
@@ -534,11 +1003,15 @@ fn restart_counter_moved(step: &Step, seen: &Observed) -> Option<(u32, u32)> {
     }
 }
 
-/// The steps of a new rollout: each unit in the spec's order, its holders in machine-ID order.
-fn first_progress(spec: &RolloutSpec, cluster: &impl Cluster) -> RolloutProgress {
+/// The steps of a new rollout: each unit in the spec's order, its holders in the spec's `order` (machine-ID order
+/// where no rule places them).
+fn first_progress(spec: &RolloutSpec, cluster: &impl Cluster, now_ms: u64) -> RolloutProgress {
+    // Validated when the rollout was stored; a malformed order from another writer orders nothing.
+    let rules = policy::parse_order(&spec.order).unwrap_or_default();
     let mut steps = Vec::new();
     for unit in &spec.units {
         let machines: BTreeSet<String> = cluster.holders(&unit.name).into_iter().collect();
+        let machines = policy::order_machines(machines.into_iter().collect(), &rules, |m| cluster.metadata(m));
         steps.extend(machines.into_iter().map(|machine| Step {
             unit: unit.name.clone(),
             machine,
@@ -551,22 +1024,26 @@ fn first_progress(spec: &RolloutSpec, cluster: &impl Cluster) -> RolloutProgress
             from_machine: String::new(),
         }));
     }
-    RolloutProgress { state: RolloutState::Running, reason: String::new(), steps, resumes: 0 }
+    RolloutProgress { state: RolloutState::Running, steps, started_ms: now_ms, ..RolloutProgress::default() }
 }
 
 /// The version `machine` must keep running of `unit` because a replace rollout has not reached it yet: the old
-/// hash while its step is pending (or before the engine has written any progress), `None` otherwise.
+/// hash while its step is pending (or before the engine has written any progress); while the rollout is undone,
+/// the new hash while its undo step is pending (the unit object is back on the old version by then). `None`
+/// otherwise: the machine follows the unit object.
 pub fn pinned_hash<'a>(rollouts: impl IntoIterator<Item = &'a Rollout>, unit: &str, machine: &str) -> Option<&'a str> {
     rollouts.into_iter().find_map(|r| {
         if r.spec.kind != RolloutKind::Replace || !r.state().holds_machines() {
             return None;
         }
         let u = r.spec.unit(unit)?;
-        let pending = match &r.progress {
-            None => true,
-            Some(p) => p.step(unit, machine).is_some_and(|s| s.phase == Phase::Pending),
-        };
-        pending.then_some(u.from.as_str())
+        match &r.progress {
+            None => Some(u.from.as_str()),
+            Some(p) if p.undoing() => {
+                p.undo_step(unit, machine).is_some_and(|s| s.phase == Phase::Pending).then_some(u.to.as_str())
+            }
+            Some(p) => p.step(unit, machine).is_some_and(|s| s.phase == Phase::Pending).then_some(u.from.as_str()),
+        }
     })
 }
 

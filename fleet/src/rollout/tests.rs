@@ -28,6 +28,7 @@ impl Table {
                 sub_state: if active == "active" { "running".into() } else { "dead".into() },
                 restarts: Some(0),
                 restarted_for: None,
+                health: None,
             },
         );
     }
@@ -64,12 +65,18 @@ fn spec(kind: RolloutKind, max_unavailable: u32, min_healthy_ms: u64, on_failure
     RolloutSpec {
         id: "r1".into(),
         kind,
-        units: vec![RolloutUnit { name: "db.service".into(), from: OLD.into(), to: to.into() }],
+        units: vec![RolloutUnit {
+            name: "db.service".into(),
+            from: OLD.into(),
+            to: to.into(),
+            ..RolloutUnit::default()
+        }],
         max_unavailable,
         min_healthy_ms,
         health_timeout_ms: 60_000,
         on_failure,
         created_ms: 0,
+        ..RolloutSpec::default()
     }
 }
 
@@ -160,20 +167,24 @@ fn a_failed_health_check_pauses_and_keeps_the_others_on_the_old_version() {
 }
 
 #[test]
-fn a_failure_with_rollback_returns_every_unit_to_its_old_version() {
+fn a_failure_with_rollback_returns_every_changed_machine_to_its_old_version() {
     let mut c = Table::with(&["m1", "m2"], OLD);
     let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Rollback));
     step(&mut r, &c, 0);
-    c.set("m1", NEW, "failed");
+    c.set("m1", NEW, "activating");
     let a = step(&mut r, &c, 61_000);
-    assert_eq!(r.state(), RolloutState::RolledBack);
+    assert_eq!(r.state(), RolloutState::Running, "undoing");
     assert!(
-        a.progress.reason.starts_with("rolled back: db.service on m1: not healthy within 60 s"),
+        a.progress.reason.starts_with("rolling back: db.service on m1: not healthy within 60 s"),
         "{}",
         a.progress.reason
     );
     assert_eq!(a.roll_back, r.spec.units);
     assert_eq!(pinned_hash([&r], "db.service", "m2"), None, "the unit's own version (the old one again) applies");
+    c.set("m1", OLD, "active");
+    let a = step(&mut r, &c, 61_001);
+    assert_eq!(r.state(), RolloutState::RolledBack);
+    assert!(a.progress.reason.starts_with("rolled back: db.service on m1: not healthy"), "{}", a.progress.reason);
 }
 
 #[test]
@@ -198,20 +209,33 @@ fn a_restart_asks_each_machine_once_and_waits_for_its_marker() {
 }
 
 #[test]
-fn machines_that_leave_are_skipped_and_abort_is_final() {
+fn machines_that_leave_are_skipped_count_against_the_budget_and_abort_undoes() {
     let mut c = Table::with(&["m1", "m2", "m3"], OLD);
     let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
     step(&mut r, &c, 0);
     c.leave("m1");
-    step(&mut r, &c, 1);
+    let a = step(&mut r, &c, 1);
+    assert_eq!(phases(&r), [("m1", "skipped"), ("m2", "pending"), ("m3", "pending")]);
+    assert_eq!(r.state(), RolloutState::Running);
+    assert_eq!(a.progress.reason, "waiting: 1 of at most 1 unavailable already: db.service on m1 (left the cluster)");
+    r.spec.max_unavailable = 2;
+    step(&mut r, &c, 2);
     assert_eq!(phases(&r), [("m1", "skipped"), ("m2", "updating"), ("m3", "pending")]);
+    c.set("m2", NEW, "activating");
     r.control.action = Action::Abort;
-    let a = step(&mut r, &c, 2);
+    let a = step(&mut r, &c, 3);
+    assert_eq!(r.state(), RolloutState::Running, "undoing");
+    assert_eq!(a.roll_back, r.spec.units, "the unit object goes back to the old version at once");
+    let undo = &r.progress.as_ref().unwrap().undo;
+    assert_eq!(undo.iter().map(|s| (s.machine.as_str(), s.phase)).collect::<Vec<_>>(), [("m2", Phase::Updating)]);
+    assert_eq!(pinned_hash([&r], "db.service", "m3"), None, "never changed: follows the unit (the old version again)");
+    assert_eq!(pinned_hash([&r], "db.service", "m2"), None, "its undo is released");
+    c.set("m2", OLD, "active");
+    let a = step(&mut r, &c, 4);
     assert_eq!(r.state(), RolloutState::Aborted);
-    assert_eq!(a.roll_back, r.spec.units, "an aborted replace returns every unit to its old version");
-    assert_eq!(pinned_hash([&r], "db.service", "m3"), None, "the unit's own version (the old one again) applies");
+    assert!(a.roll_back.is_empty(), "written once, when the undo started");
     r.control.action = Action::Run;
-    step(&mut r, &c, 3);
+    step(&mut r, &c, 5);
     assert_eq!(r.state(), RolloutState::Aborted, "final");
 }
 
@@ -381,7 +405,10 @@ fn stored(id: &str, units: &[&str], created_ms: u64, state: RolloutState) -> Rol
     let mut spec = spec(RolloutKind::Restart, 1, 0, OnFailure::Pause);
     spec.id = id.into();
     spec.created_ms = created_ms;
-    spec.units = units.iter().map(|u| RolloutUnit { name: (*u).into(), from: OLD.into(), to: OLD.into() }).collect();
+    spec.units = units
+        .iter()
+        .map(|u| RolloutUnit { name: (*u).into(), from: OLD.into(), to: OLD.into(), ..RolloutUnit::default() })
+        .collect();
     Rollout { spec, control: Control::default(), progress: Some(RolloutProgress { state, ..Default::default() }) }
 }
 

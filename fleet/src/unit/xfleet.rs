@@ -10,8 +10,41 @@ use super::glob::glob_match;
 use super::name::expand_specifiers;
 use super::parse::ParseError;
 
+/// The `[X-Fleet]` keys of a unit's health check and update policy (read by `rollout::policy`).
+pub mod policy_keys {
+    pub const HEALTH_CHECK: &str = "HealthCheck";
+    pub const HEALTH_CHECK_INTERVAL: &str = "HealthCheckInterval";
+    pub const HEALTH_CHECK_TIMEOUT: &str = "HealthCheckTimeout";
+    pub const UPDATE_POLICY: &str = "UpdatePolicy";
+    pub const UPDATE_MAX_UNAVAILABLE: &str = "UpdateMaxUnavailable";
+    pub const UPDATE_MIN_HEALTHY: &str = "UpdateMinHealthy";
+    pub const UPDATE_HEALTH_TIMEOUT: &str = "UpdateHealthTimeout";
+    pub const UPDATE_ON_FAILURE: &str = "UpdateOnFailure";
+    pub const UPDATE_ORDER: &str = "UpdateOrder";
+    pub const UPDATE_PROGRESS_DEADLINE: &str = "UpdateProgressDeadline";
+    /// The settings that mean something only with `UpdatePolicy=rolling`.
+    pub const UPDATE_SETTINGS: [&str; 6] = [
+        UPDATE_MAX_UNAVAILABLE,
+        UPDATE_MIN_HEALTHY,
+        UPDATE_HEALTH_TIMEOUT,
+        UPDATE_ON_FAILURE,
+        UPDATE_ORDER,
+        UPDATE_PROGRESS_DEADLINE,
+    ];
+}
+
 /// Every `[X-Fleet]` key fleet understands; anything else draws a warning from fleetctl.
-pub const RECOGNIZED_KEYS: [&str; 13] = [
+pub const RECOGNIZED_KEYS: [&str; 23] = [
+    policy_keys::HEALTH_CHECK,
+    policy_keys::HEALTH_CHECK_INTERVAL,
+    policy_keys::HEALTH_CHECK_TIMEOUT,
+    policy_keys::UPDATE_POLICY,
+    policy_keys::UPDATE_MAX_UNAVAILABLE,
+    policy_keys::UPDATE_MIN_HEALTHY,
+    policy_keys::UPDATE_HEALTH_TIMEOUT,
+    policy_keys::UPDATE_ON_FAILURE,
+    policy_keys::UPDATE_ORDER,
+    policy_keys::UPDATE_PROGRESS_DEADLINE,
     "MachineID",
     "X-ConditionMachineID",
     "X-ConditionMachineBootID",

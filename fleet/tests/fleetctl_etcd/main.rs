@@ -81,6 +81,7 @@ fn pretend_fleetd_runs_hello(c: &Cluster, version: &str) -> LeaseKeeper {
         active_state: "active".into(),
         sub_state: "running".into(),
         restarts: None,
+        health: None,
     };
     c.runtime.block_on(async {
         reg.register_machine(&machine, lease.id()).await.expect("register");
@@ -300,11 +301,11 @@ fn rollouts_are_decided_stored_shown_and_controlled_on_the_registry() {
         .stderr(format!("Error starting rollout: unit \"hello.service\" is in rollout {id:?} (running)\n"));
 
     c.fleetctl(&["rollout-pause", "hello"]).assert().success().stdout(format!("Rollout {id} paused\n"));
-    assert_eq!(stored(&id).control, Control { action: Action::Pause, resumes: 0 });
+    assert_eq!(stored(&id).control, Control { action: Action::Pause, resumes: 0, ..Control::default() });
     c.fleetctl(&["rollout-resume", &id]).assert().success().stdout(format!("Rollout {id} resumed\n"));
-    assert_eq!(stored(&id).control, Control { action: Action::Run, resumes: 1 });
+    assert_eq!(stored(&id).control, Control { action: Action::Run, resumes: 1, ..Control::default() });
     c.fleetctl(&["rollout-abort", "hello.service"]).assert().success().stdout(format!("Rollout {id} aborted\n"));
-    assert_eq!(stored(&id).control, Control { action: Action::Abort, resumes: 1 });
+    assert_eq!(stored(&id).control, Control { action: Action::Abort, resumes: 1, ..Control::default() });
 
     c.fleetctl(&["restart", "--rolling", "nope.service"])
         .assert()

@@ -20,6 +20,7 @@ mod api {
             active_state: "active".into(),
             sub_state: "running".into(),
             restarts: None,
+            health: None,
         };
         let json = serde_json::to_value(wire::state(state.clone(), None)).unwrap();
         assert_eq!(

@@ -62,6 +62,7 @@ fn state(unit: &str, machine: &str, hash: &str) -> UnitState {
         active_state: "active".into(),
         sub_state: "running".into(),
         restarts: None,
+        health: None,
     }
 }
 
@@ -630,7 +631,8 @@ async fn rollout_progress_is_fenced_and_a_rollback_never_resurrects_a_destroyed_
     let (v1, v2) = (version("[Service]\nExecStart=/bin/true\n"), version("[Service]\nExecStart=/bin/false\n"));
     let rev = reg.create_unit(&put("db.service", &v1, JobState::Launched)).await.unwrap();
     let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
-    let unit = RolloutUnit { name: "db.service".into(), from: v1.hash.clone(), to: v2.hash.clone() };
+    let unit =
+        RolloutUnit { name: "db.service".into(), from: v1.hash.clone(), to: v2.hash.clone(), ..RolloutUnit::default() };
     let spec = RolloutSpec {
         id: "r1".into(),
         kind: RolloutKind::Replace,
@@ -640,6 +642,7 @@ async fn rollout_progress_is_fenced_and_a_rollback_never_resurrects_a_destroyed_
         health_timeout_ms: 1000,
         on_failure: OnFailure::Pause,
         created_ms: 1,
+        ..RolloutSpec::default()
     };
     let record = snap.unit_record("db.service").unwrap();
     let body = RolloutBody {
@@ -719,7 +722,12 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
     let spec = |id: &str, created_ms: u64, hash: &str| RolloutSpec {
         id: id.into(),
         kind: RolloutKind::Restart,
-        units: vec![RolloutUnit { name: "a.service".into(), from: hash.into(), to: hash.into() }],
+        units: vec![RolloutUnit {
+            name: "a.service".into(),
+            from: hash.into(),
+            to: hash.into(),
+            ..RolloutUnit::default()
+        }],
         max_unavailable: 1,
         min_healthy_ms: 0,
         health_timeout_ms: 1000,
@@ -835,7 +843,12 @@ async fn a_deposed_leaders_writes_are_rejected() {
     let spec = RolloutSpec {
         id: "r1".into(),
         kind: RolloutKind::Restart,
-        units: vec![RolloutUnit { name: "a.service".into(), from: v.hash.clone(), to: v.hash.clone() }],
+        units: vec![RolloutUnit {
+            name: "a.service".into(),
+            from: v.hash.clone(),
+            to: v.hash.clone(),
+            ..RolloutUnit::default()
+        }],
         max_unavailable: 1,
         min_healthy_ms: 0,
         health_timeout_ms: 1000,
@@ -1014,7 +1027,8 @@ async fn a_rollouts_revision_moves_with_its_writes_and_a_change_wait_ends_on_the
     let refl = connected(&reg).await;
     let v1 = version("[Service]\nExecStart=/bin/true\n");
     reg.create_unit(&put("db.service", &v1, JobState::Launched)).await.unwrap();
-    let unit = RolloutUnit { name: "db.service".into(), from: v1.hash.clone(), to: v1.hash.clone() };
+    let unit =
+        RolloutUnit { name: "db.service".into(), from: v1.hash.clone(), to: v1.hash.clone(), ..RolloutUnit::default() };
     let spec = RolloutSpec {
         id: "r1".into(),
         kind: RolloutKind::Restart,
@@ -1024,6 +1038,7 @@ async fn a_rollouts_revision_moves_with_its_writes_and_a_change_wait_ends_on_the
         health_timeout_ms: 1000,
         on_failure: OnFailure::Pause,
         created_ms: 1,
+        ..RolloutSpec::default()
     };
     let created = reg.create_rollout(&spec, &[]).await.unwrap();
     let snap = refl.wait_for_revision(created, WAIT).await.unwrap();
@@ -1037,7 +1052,10 @@ async fn a_rollouts_revision_moves_with_its_writes_and_a_change_wait_ends_on_the
         let reg = reg.clone();
         async move { reg.wait_rollout_change("r1", created, Duration::from_secs(60)).await }
     });
-    let paused = reg.set_rollout_control("r1", &Control { action: Action::Pause, resumes: 0 }).await.unwrap();
+    let paused = reg
+        .set_rollout_control("r1", &Control { action: Action::Pause, resumes: 0, ..Control::default() })
+        .await
+        .unwrap();
     let changed = tokio::time::timeout(Duration::from_secs(30), waiter)
         .await
         .expect("the wait ended on the control write, not after its 60 s")

@@ -174,6 +174,7 @@ fn registry_image(units: &BTreeMap<String, Stored>, rollouts: &Rollouts) -> Snap
                 active_state: state.systemd_active_state.into(),
                 sub_state: state.systemd_sub_state.into(),
                 restarts: None,
+                health: None,
             };
             kvs.push((keys.state(name, MACHINE), record(&published)));
             if !state.running_hash.is_empty() {
@@ -354,7 +355,7 @@ impl Recorder {
                 let Some(r) = rollouts.stored.get_mut(&id) else {
                     return error_response(StatusCode::NOT_FOUND, "rollout does not exist");
                 };
-                match decide_control(r, body.action) {
+                match decide_control(r, body) {
                     Ok(control) => {
                         r.control = control;
                         empty(StatusCode::NO_CONTENT)

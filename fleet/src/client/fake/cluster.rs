@@ -97,6 +97,7 @@ pub(super) fn registry_view(st: &State) -> Snapshot {
                 active_state: active.into(),
                 sub_state: sub.into(),
                 restarts: None,
+                health: None,
             };
             kvs.push((keys.state(name, machine), json(&record)));
             if launched {

@@ -204,7 +204,7 @@ fn a_new_version_that_fails_pauses_after_the_first_machine() {
     let o = run(&c, &["start", "--replace", "--rolling", &f]);
     assert_eq!(o.code, EXIT_PAUSED, "{}\n{}", o.out, o.err);
     let id = started_id(&o.out);
-    let detail = "not healthy within 300 s of its release: activeState=failed subState=failed";
+    let detail = "the new version did not start: activeState=failed subState=failed";
     let reason = format!("paused: db.service on 8363165e: {detail}");
     let last = shown(&o.out).pop().unwrap();
     assert_eq!(last.header, format!("Rollout {id} replace paused: {reason}"));
@@ -238,7 +238,7 @@ fn with_on_failure_rollback_every_machine_returns_to_the_old_version() {
     let o = run(&c, &["start", "--replace", "--rolling", "--on-failure=rollback", &f]);
     assert_eq!(o.code, EXIT_ROLLED_BACK, "{}\n{}", o.out, o.err);
     let id = started_id(&o.out);
-    let reason = "rolled back: db.service on 8363165e: not healthy within 300 s of its release: activeState=failed \
+    let reason = "rolled back: db.service on 8363165e: the new version did not start: activeState=failed \
                   subState=failed";
     assert_eq!(shown(&o.out).pop().unwrap().header, format!("Rollout {id} replace rolled_back: {reason}"));
     assert_eq!(o.err, format!("Rollout {id} rolled_back: {reason}\n"));
