@@ -733,6 +733,7 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
         health_timeout_ms: 1000,
         on_failure: OnFailure::Pause,
         created_ms,
+        ..RolloutSpec::default()
     };
     reg.create_rollout(&spec("running", 100, &v12.hash), &[]).await.unwrap();
     let snap = refl.sync(WAIT).await.unwrap();
@@ -854,6 +855,7 @@ async fn a_deposed_leaders_writes_are_rejected() {
         health_timeout_ms: 1000,
         on_failure: OnFailure::Pause,
         created_ms: 1,
+        ..RolloutSpec::default()
     };
     reg.create_rollout(&spec, &[]).await.unwrap();
     let snap = reg.read_snapshot().await.unwrap();
