@@ -158,8 +158,11 @@ proptest! {
         let path = format!("/{path}");
         if let Ok(r) = route(&m, &path) {
             prop_assert_eq!(clean_path(&path), path.clone(), "routed an unclean path");
-            if let Route::GetUnit(name) | Route::PutUnit(name) | Route::DeleteUnit(name) = r {
-                prop_assert!(!name.contains('/'), "unit name {:?} from {:?} contains '/'", name, path);
+            if let Route::GetUnit(name) | Route::PutUnit(name) | Route::DeleteUnit(name) | Route::GetState(name)
+                | Route::UnitHistory(name) = r
+            {
+                // Issue 37: every method hands its handler only a name a unit can have.
+                prop_assert!(validate_name(&name).is_ok(), "unit name {:?} from {:?} is not one", name, path);
             }
         }
         for segment in path.split('/') {
