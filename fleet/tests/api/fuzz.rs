@@ -226,7 +226,7 @@ fn body(rng: &mut Rng) -> Vec<u8> {
         }),
         6 => serde_json::json!([{
             "op": rng.pick(&["add", "remove", "replace", "move"]),
-            "path": rng.pick(&["/m1/metadata/role", "/m1/metadata/", "m1", "/%00/metadata/k", "/m1/metadata/a b"]),
+            "path": rng.pick(&["/m1/metadata/role", "/m1/metadata/", "m1", "/%00/metadata/k", "/m1/metadata/a b", "/\u{0}/metadata/k", "/m\u{7f}1/metadata/k"]),
             "value": {"value": rng.pick(&["x", ""])},
         }]),
         7 => serde_json::json!({
