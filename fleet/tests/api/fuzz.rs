@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{PREFIX, Server};
 
-const DEFAULT_SEED: u64 = 0x37_f1ee7_5eed;
+const DEFAULT_SEED: u64 = 37;
 const DEFAULT_REQUESTS: usize = 1_500;
 
 /// SplitMix64: a seed replays on any build and platform.
