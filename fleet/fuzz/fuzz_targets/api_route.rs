@@ -19,7 +19,11 @@ fuzz_target!(|data: &[u8]| {
         Ok(routed) => {
             assert_eq!(clean_path(&path), path, "routed an unclean path");
             match routed {
-                Route::GetUnit(n) | Route::PutUnit(n) | Route::DeleteUnit(n) | Route::GetState(n) | Route::UnitHistory(n) => {
+                Route::GetUnit(n)
+                | Route::PutUnit(n)
+                | Route::DeleteUnit(n)
+                | Route::GetState(n)
+                | Route::UnitHistory(n) => {
                     assert!(validate_name(&n).is_ok(), "{method} {path:?} handed on the unit name {n:?}");
                 }
                 Route::GetRollout(id) | Route::PutRollout(id) | Route::PatchRollout(id) => {
