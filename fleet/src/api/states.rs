@@ -51,7 +51,7 @@ impl Api {
                 let running = snapshot.running_hash(&state.name, &state.machine_id);
                 reply::json(&wire::state(state.clone(), running))
             }
-            None => reply::error(StatusCode::NOT_FOUND, "unit state does not exist"),
+            None => reply::error(StatusCode::NOT_FOUND, super::route::NO_UNIT_STATE),
         }
     }
 
