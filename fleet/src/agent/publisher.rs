@@ -128,6 +128,11 @@ impl Readings {
         self.all_touched = true;
     }
 
+    /// Compute `name`'s state to publish again in the next [`Self::states_now`] (its health changed).
+    pub fn touch(&mut self, name: &str) {
+        self.touched.insert(name.to_string());
+    }
+
     /// A change notification of `name` carrying `reported`.
     pub fn note(&mut self, name: &str, reported: &Reported) {
         self.touched.insert(name.to_string());

@@ -1,0 +1,102 @@
+//! The check runner with real processes (`/bin/sh`), no systemd.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+
+fn check(command: &str, timeout: Duration) -> HealthCheck {
+    HealthCheck { command: command.to_string(), interval: Duration::from_secs(5), timeout }
+}
+
+async fn run(command: &str, timeout: Duration) -> CheckRun {
+    run_check(&check(command, timeout), "web.service", "m1").await
+}
+
+#[tokio::test]
+async fn exit_0_passes_with_its_last_line() {
+    let got = run("echo starting; echo '  all good  '; echo", Duration::from_secs(5)).await;
+    assert_eq!(got, CheckRun { passed: true, output: "all good".into() });
+}
+
+#[tokio::test]
+async fn a_non_zero_exit_fails_with_stderr_in_the_output() {
+    let got = run("echo fine; echo 'connection refused' >&2; exit 1", Duration::from_secs(5)).await;
+    assert_eq!(got, CheckRun { passed: false, output: "connection refused".into() });
+    let silent = run("exit 3", Duration::from_secs(5)).await;
+    assert!(!silent.passed);
+    assert!(silent.output.contains("exit status: 3"), "says how it exited: {:?}", silent.output);
+}
+
+#[tokio::test]
+async fn a_check_running_at_its_timeout_is_killed_with_its_group_and_fails() {
+    let marker = tempfile::tempdir().unwrap();
+    let pid_file = marker.path().join("pid");
+    // A grandchild in the background (same group) must go too.
+    let command = format!("sleep 10 & echo $! > {}; sleep 10", pid_file.display());
+    let started = Instant::now();
+    let got = run(&command, Duration::from_millis(200)).await;
+    let took = started.elapsed();
+    assert!(!got.passed, "{got:?}");
+    assert_eq!(got.output, "timed out after 200ms");
+    assert!(took < Duration::from_secs(2), "the check was not cut at its timeout: took {took:?}");
+    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    // Killed with SIGKILL; give the kernel a moment to reap it (its parent, the shell, is gone: init reaps).
+    let mut alive = true;
+    for _ in 0..50 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Gone, or a zombie waiting for its reaper.
+        alive = !stat.is_empty() && !stat.contains(") Z ");
+        if !alive {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!alive, "the check's background process {pid} outlived the timeout");
+}
+
+#[tokio::test]
+async fn the_environment_names_the_unit_and_machine_and_stdin_is_empty() {
+    let got =
+        run("read line; echo \"$FLEET_UNIT on $FLEET_MACHINE_ID read=${line:-nothing}\"", Duration::from_secs(5)).await;
+    assert_eq!(got.output, "web.service on m1 read=nothing");
+}
+
+#[tokio::test]
+async fn an_exit_0_that_leaves_a_process_holding_the_output_ends_without_waiting_for_it() {
+    let started = Instant::now();
+    let got = run("sleep 10 & echo up", Duration::from_secs(5)).await;
+    assert_eq!(got, CheckRun { passed: true, output: "up".into() });
+    assert!(started.elapsed() < Duration::from_secs(2), "waited for the background process: {:?}", started.elapsed());
+}
+
+#[test]
+fn output_is_the_last_non_empty_line_trimmed_and_clipped() {
+    assert_eq!(last_line(b"a\n  b  \n\n \n"), "b");
+    assert_eq!(last_line(b""), "");
+    assert_eq!(last_line("x".repeat(300).as_bytes()).chars().count(), OUTPUT_LIMIT);
+    let mut tail = Vec::new();
+    keep_tail(&mut tail, &vec![b'a'; TAIL_BYTES]);
+    keep_tail(&mut tail, b"\nlast");
+    assert_eq!(tail.len(), TAIL_BYTES);
+    assert_eq!(last_line(&tail), "last");
+}
+
+#[tokio::test]
+async fn reported_starts_of_units_without_a_check_cost_no_wait() {
+    let starts = AgentStarts::default();
+    let started = Instant::now();
+    starts.started(&["plain.service".to_string()], Duration::from_secs(5)).await;
+    assert!(started.elapsed() < Duration::from_millis(100));
+    starts.set_checked(["web.service".to_string()].into());
+    let web = ["web.service".to_string()];
+    let waiting = starts.started(&web, Duration::from_secs(5));
+    let publish = async {
+        starts.reported().await;
+        let (units, seq) = starts.take();
+        assert_eq!(units, ["web.service"]);
+        starts.mark_published(seq);
+    };
+    tokio::time::timeout(Duration::from_secs(2), async { tokio::join!(waiting, publish) })
+        .await
+        .expect("the start is released once its health is published");
+}
