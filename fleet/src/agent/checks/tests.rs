@@ -100,3 +100,85 @@ async fn reported_starts_of_units_without_a_check_cost_no_wait() {
         .await
         .expect("the start is released once its health is published");
 }
+
+mod rounds {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::super::*;
+    use crate::agent::fake::Fake;
+    use crate::model::{HealthStatus, UnitState};
+    use crate::registry::{Change, Keys, Snapshot};
+    use crate::unit::UnitHash;
+
+    const CHECKED: &str =
+        "[Service]\nExecStart=/bin/sleep 100\n\n[X-Fleet]\nHealthCheck=echo fine\nHealthCheckInterval=100ms\n";
+    const PLAIN: &str = "[Service]\nExecStart=/bin/sleep 100\n";
+
+    fn hash(text: &str) -> String {
+        UnitHash::of(text).to_hex()
+    }
+
+    /// A snapshot holding these bodies.
+    fn bodies(texts: &[&str]) -> Snapshot {
+        let keys = Keys::new("/p");
+        let kvs: Vec<(String, String)> = texts.iter().map(|t| (keys.body(&hash(t)), t.to_string())).collect();
+        let changes =
+            kvs.iter().map(|(k, v)| (k.as_bytes(), Change::Put { value: v.as_bytes(), mod_revision: 2, lease: 0 }));
+        Snapshot::from_kvs(&keys, 2, changes)
+    }
+
+    fn state(name: &str, text: &str, active: &str) -> UnitState {
+        UnitState {
+            name: name.into(),
+            machine_id: "m1".into(),
+            hash: hash(text),
+            load_state: "loaded".into(),
+            active_state: active.into(),
+            sub_state: "running".into(),
+            restarts: Some(0),
+            health: None,
+        }
+    }
+
+    fn all(states: &[UnitState]) -> StatesNow {
+        StatesNow::All(states.iter().map(|s| (s.name.clone(), s.clone())).collect())
+    }
+
+    fn health_of(now: &StatesNow, unit: &str) -> Option<HealthStatus> {
+        let StatesNow::All(states) = now else { panic!("{now:?}") };
+        states[unit].health.as_ref().map(|h| h.status)
+    }
+
+    #[tokio::test]
+    async fn a_checked_active_unit_is_checked_and_a_plain_one_costs_nothing() {
+        let snapshot = bodies(&[CHECKED, PLAIN]);
+        let dir = tempfile::tempdir().unwrap();
+        let mut checks = HealthChecks::new(Arc::new(Fake::default()), "m1", dir.path().to_path_buf());
+        let states = [state("checked.service", CHECKED, "active"), state("plain.service", PLAIN, "active")];
+        let mut now = all(&states);
+        checks.round(&mut now, &snapshot);
+        assert_eq!(health_of(&now, "checked.service"), Some(HealthStatus::Unknown), "unknown until the first check");
+        assert_eq!(health_of(&now, "plain.service"), None, "no check, no health key");
+        assert_eq!(checks.tasks.keys().collect::<Vec<_>>(), ["checked.service"], "one task, for the checked unit");
+        let done = tokio::time::timeout(Duration::from_secs(5), checks.next_done()).await.unwrap().unwrap();
+        assert_eq!(checks.take_done(done), Some("checked.service".to_string()), "its status changed");
+        let mut now = all(&states);
+        checks.round(&mut now, &snapshot);
+        assert_eq!(health_of(&now, "checked.service"), Some(HealthStatus::Healthy));
+        let StatesNow::All(published) = &now else { unreachable!() };
+        assert_eq!(published["checked.service"].health.as_ref().unwrap().output, "fine");
+        // The next runs pass too: no change, nothing to publish.
+        let again = tokio::time::timeout(Duration::from_secs(5), checks.next_done()).await.unwrap().unwrap();
+        assert_eq!(checks.take_done(again), None, "a steady status is no change");
+        // The unit stops: unknown, and its task ends.
+        let mut now = all(&[state("checked.service", CHECKED, "inactive")]);
+        checks.round(&mut now, &snapshot);
+        assert_eq!(health_of(&now, "checked.service"), Some(HealthStatus::Unknown));
+        assert!(checks.tasks.is_empty());
+        // Unloaded: forgotten.
+        checks.loaded_changed(&BTreeMap::new());
+        assert_eq!(checks.tracker.health("checked.service"), None);
+    }
+}
