@@ -213,6 +213,10 @@ pub struct UnitState {
     /// presence is gone (its systemd state unknown; docs/at-most-once.md); omitted for states a machine published.
     #[serde(rename = "machinePresence", default, skip_serializing_if = "String::is_empty")]
     pub machine_presence: String,
+    /// Extension of this implementation: the unit's health check on that machine (`status` `unknown`, `healthy` or
+    /// `unhealthy`, `sinceMs`, `output`; docs/health.md); omitted for units without `[X-Fleet] HealthCheck=`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::model::Health>,
 }
 
 impl UnitState {
