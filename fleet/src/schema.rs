@@ -590,6 +590,19 @@ mod tests {
         assert_eq!(page.states[0].systemd_sub_state, "running");
         assert_eq!(page.next_page_token, "");
         assert_eq!(serde_json::to_string(&page).unwrap(), text);
+        assert_eq!(page.states[0].health, None, "no health key without a check");
+    }
+
+    #[test]
+    fn unit_state_health_is_an_additive_field() {
+        let text = r#"{"name":"web.service","systemdActiveState":"active","health":{"status":"unhealthy","sinceMs":7,"output":"refused"}}"#;
+        let state: UnitState = serde_json::from_str(text).unwrap();
+        let health = state.health.as_ref().unwrap();
+        assert_eq!(
+            (health.status, health.since_ms, health.output.as_str()),
+            (crate::model::HealthStatus::Unhealthy, 7, "refused")
+        );
+        assert_eq!(serde_json::to_string(&state).unwrap(), text);
     }
 
     #[test]
