@@ -597,7 +597,7 @@ mod tests {
     fn unit_state_health_is_an_additive_field() {
         let text = r#"{"name":"web.service","systemdActiveState":"active","health":{"status":"unhealthy","sinceMs":7,"output":"refused"}}"#;
         let state: UnitState = serde_json::from_str(text).unwrap();
-        let health = state.health.as_ref().unwrap();
+        let health = state.health.as_ref().expect("the `health` key is read into UnitState.health");
         assert_eq!(
             (health.status, health.since_ms, health.output.as_str()),
             (crate::model::HealthStatus::Unhealthy, 7, "refused")
