@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tracing::{debug, info};
 
 use super::health::{Action, Finished, Seen, Tracker, Verdict, verdict};
-use super::publisher::StatesNow;
+use super::publisher::{Readings, StatesNow};
 use crate::model::{UnitState, now_ms};
 use crate::registry::Snapshot;
 use crate::rollout::policy::HealthCheck;
@@ -351,7 +351,7 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
     }
 
     /// One publishing round: feeds the tracker what the round computed (`now`) and puts each state's `health` in.
-    pub fn round(&mut self, now: &mut StatesNow, snapshot: &Snapshot) {
+    pub fn round(&mut self, now: &mut StatesNow, readings: &Readings, snapshot: &Snapshot) {
         let at = now_ms();
         let (names, states): (Option<&BTreeSet<String>>, &mut BTreeMap<String, UnitState>) = match now {
             StatesNow::All(states) => (None, states),
@@ -363,7 +363,12 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
                 state.health = None;
                 continue;
             };
-            let seen = Seen { active: state.active_state == "active", hash: &state.hash, restarts: state.restarts };
+            let seen = Seen {
+                active: state.active_state == "active",
+                hash: &state.hash,
+                restarts: state.restarts,
+                entered: readings.entered(name),
+            };
             let action = self.tracker.observe(name, seen, at);
             self.apply(name, action, &check);
             state.health = self.tracker.health(name).cloned();

@@ -5,10 +5,11 @@
 //! The rules:
 //! * `unknown` whenever the unit is not active, and from every (re)start of it until a check that *started after*
 //!   it became active again finishes. A (re)start is seen as: the unit leaving `active` in a round; the version it
-//!   runs (hash) or systemd's restart counter changing while it stays active; the agent's own start of it
+//!   runs (hash), systemd's restart counter or the time it entered `active` (`ActiveEnterTimestampMonotonic`, as
+//!   systemd's signals carry it) changing while it stays active; the agent's own start of it
 //!   ([`Tracker::restarted`]); or a check that finds the unit entered `active` after the check began ([`verdict`]:
-//!   systemd's `ActiveEnterTimestampMonotonic`, which catches a restart between two rounds that both saw the unit
-//!   active).
+//!   the same timestamp read from systemd after the check, which catches a restart between two rounds that both saw
+//!   the unit active even when no signal told).
 //! * `healthy` / `unhealthy` after a check of the current run exited 0 / anything else (or timed out, or could not
 //!   run).
 //! * Each event of a (re)start begins a new *epoch*; a verdict of a check begun in an earlier epoch is dropped.
@@ -29,6 +30,8 @@ pub struct Seen<'a> {
     pub hash: &'a str,
     /// systemd's restart counter (`NRestarts`), when published.
     pub restarts: Option<u32>,
+    /// When the unit last entered `active` (systemd's `ActiveEnterTimestampMonotonic`), when a signal told.
+    pub entered: Option<u64>,
 }
 
 /// What the shell must do about a unit's checks after an event.
@@ -87,6 +90,8 @@ struct Unit {
     epoch: u64,
     /// The run being checked: its hash and restart counter as a round last saw them.
     run: Option<(String, Option<u32>)>,
+    /// When the run being checked entered `active`, once a round was told.
+    entered: Option<u64>,
 }
 
 /// The health of every checked unit on this machine (units whose current version has a check).
@@ -107,22 +112,29 @@ impl Tracker {
             health: Health { status: HealthStatus::Unknown, since_ms: now_ms, output: String::new() },
             epoch: 0,
             run: None,
+            entered: None,
         });
         if !seen.active {
             let was_checking = entry.epoch != 0;
             entry.epoch = 0;
             entry.run = None;
+            entry.entered = None;
             set(&mut entry.health, HealthStatus::Unknown, "", now_ms);
             return if was_checking { Action::Stop } else { Action::Nothing };
         }
         let run = (seen.hash.to_string(), seen.restarts);
-        if entry.epoch != 0 && entry.run.as_ref() == Some(&run) {
+        // A time first told for the run being checked is that run's; another time is another run.
+        let reentered = matches!((entry.entered, seen.entered), (Some(was), Some(is)) if was != is);
+        if entry.epoch != 0 && entry.run.as_ref() == Some(&run) && !reentered {
+            entry.entered = entry.entered.or(seen.entered);
             return Action::Nothing;
         }
-        // Newly active, another version, or systemd restarted it (`Restart=` moves the counter).
+        // Newly active, another version, or (re)started since: systemd's `Restart=` moves the counter, any start
+        // the activation time.
         self.last_epoch += 1;
         entry.epoch = self.last_epoch;
         entry.run = Some(run);
+        entry.entered = seen.entered;
         set(&mut entry.health, HealthStatus::Unknown, "", now_ms);
         Action::Start { epoch: entry.epoch }
     }
@@ -190,11 +202,11 @@ mod tests {
     const U: &str = "web.service";
 
     fn active(hash: &str, restarts: u32) -> Seen<'_> {
-        Seen { active: true, hash, restarts: Some(restarts) }
+        Seen { active: true, hash, restarts: Some(restarts), entered: None }
     }
 
     fn down() -> Seen<'static> {
-        Seen { active: false, hash: "h1", restarts: None }
+        Seen { active: false, hash: "h1", restarts: None, entered: None }
     }
 
     fn status(t: &Tracker) -> HealthStatus {
@@ -298,6 +310,24 @@ mod tests {
         // The next check began after run 2 became active: it counts.
         assert!(t.result(U, epoch, judged(passed(300), Activation::Since(150)), 2_400));
         assert_eq!(status(&t), HealthStatus::Healthy);
+    }
+
+    /// The same race as seen by the rounds when systemd's signals told the activation times: the round after the
+    /// restart sees a new one and starts over at once.
+    #[test]
+    fn a_new_activation_time_between_two_rounds_is_a_restart() {
+        let mut t = Tracker::new();
+        let at = |entered: Option<u64>| Seen { active: true, hash: "h1", restarts: Some(0), entered };
+        let Action::Start { epoch } = t.observe(U, at(None), 1_000) else { panic!("checked at once") };
+        assert_eq!(t.observe(U, at(Some(5)), 1_100), Action::Nothing, "the first time told is the same run's");
+        assert!(t.result(U, epoch, Verdict::Healthy(String::new()), 1_200));
+        assert_eq!(t.observe(U, at(Some(5)), 1_300), Action::Nothing);
+        let Action::Start { epoch: next } = t.observe(U, at(Some(150)), 1_400) else {
+            panic!("entered active again: a new run")
+        };
+        assert_eq!(status(&t), HealthStatus::Unknown);
+        assert!(!t.result(U, epoch, Verdict::Healthy(String::new()), 1_500), "a check of the earlier run is dropped");
+        assert!(t.result(U, next, Verdict::Healthy(String::new()), 1_600));
     }
 
     #[test]

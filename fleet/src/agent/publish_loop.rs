@@ -175,7 +175,7 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
         }
         let mut now = readings.states_now(self.machine, &hashes);
         let snapshot = Arc::clone(&self.snapshots.borrow());
-        self.health.round(&mut now, &snapshot);
+        self.health.round(&mut now, readings, &snapshot);
         let ops = self.publisher.changes_now(&now);
         let ok = self.write(ops).await;
         if ok {

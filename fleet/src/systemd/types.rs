@@ -196,6 +196,9 @@ pub struct Reported {
     pub active: Option<(String, String)>,
     /// `NRestarts`.
     pub restarts: Option<u32>,
+    /// `ActiveEnterTimestampMonotonic` (µs), carried with `ActiveState` and `SubState`: when the unit last entered
+    /// `active`. A restart moves it even when the signals of the states between were merged away.
+    pub entered: Option<u64>,
 }
 
 /// The unit name encoded in a systemd unit object path (`/org/freedesktop/systemd1/unit/hello_2eservice` →

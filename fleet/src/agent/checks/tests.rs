@@ -158,14 +158,14 @@ mod rounds {
         let mut checks = HealthChecks::new(Arc::new(Fake::default()), "m1", dir.path().to_path_buf());
         let states = [state("checked.service", CHECKED, "active"), state("plain.service", PLAIN, "active")];
         let mut now = all(&states);
-        checks.round(&mut now, &snapshot);
+        checks.round(&mut now, &Readings::new(), &snapshot);
         assert_eq!(health_of(&now, "checked.service"), Some(HealthStatus::Unknown), "unknown until the first check");
         assert_eq!(health_of(&now, "plain.service"), None, "no check, no health key");
         assert_eq!(checks.tasks.keys().collect::<Vec<_>>(), ["checked.service"], "one task, for the checked unit");
         let done = tokio::time::timeout(Duration::from_secs(5), checks.next_done()).await.unwrap().unwrap();
         assert_eq!(checks.take_done(done), Some("checked.service".to_string()), "its status changed");
         let mut now = all(&states);
-        checks.round(&mut now, &snapshot);
+        checks.round(&mut now, &Readings::new(), &snapshot);
         assert_eq!(health_of(&now, "checked.service"), Some(HealthStatus::Healthy));
         let StatesNow::All(published) = &now else { unreachable!() };
         assert_eq!(published["checked.service"].health.as_ref().unwrap().output, "fine");
@@ -174,7 +174,7 @@ mod rounds {
         assert_eq!(checks.take_done(again), None, "a steady status is no change");
         // The unit stops: unknown, and its task ends.
         let mut now = all(&[state("checked.service", CHECKED, "inactive")]);
-        checks.round(&mut now, &snapshot);
+        checks.round(&mut now, &Readings::new(), &snapshot);
         assert_eq!(health_of(&now, "checked.service"), Some(HealthStatus::Unknown));
         assert!(checks.tasks.is_empty());
         // Unloaded: forgotten.
