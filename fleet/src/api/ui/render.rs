@@ -216,7 +216,13 @@ pub fn detail(detail: &Detail, history: &[Recorded], machines: &[Column], fragme
     if let Some(previous) = &detail.previous_hash {
         let _ = writeln!(out, "<dt>previous version</dt><dd><code>{}</code></dd>", escape(previous));
     }
-    out.push_str("</dl>\n<h3>versions by machine</h3>\n<table class=\"versions\"><thead><tr><th>machine</th><th>state</th><th>health</th><th>file on the machine</th><th>running</th><th></th></tr></thead><tbody>\n");
+    // A health column only for a unit with a check somewhere: other units' detail stays as it was.
+    let checked = row.cells.values().any(|c| c.health.is_some());
+    let _ = write!(
+        out,
+        "</dl>\n<h3>versions by machine</h3>\n<table class=\"versions\"><thead><tr><th>machine</th><th>state</th>{}<th>file on the machine</th><th>running</th><th></th></tr></thead><tbody>\n",
+        if checked { "<th>health</th>" } else { "" }
+    );
     for (machine, cell) in &row.cells {
         let name = machines.iter().find(|c| &c.id == machine).map_or(machine.as_str(), |c| c.short.as_str());
         let verdict = if cell.hash.is_empty() {
@@ -227,6 +233,7 @@ pub fn detail(detail: &Detail, history: &[Recorded], machines: &[Column], fragme
             "differs from the desired version"
         };
         let health = match &cell.health {
+            None if !checked => String::new(),
             None => "<td>-</td>".to_string(),
             Some(h) => format!(
                 "<td class=\"{}\">{}{}</td>",
@@ -357,6 +364,8 @@ mod tests {
             fragment.contains("<td class=\"h-unhealthy\">unhealthy: &lt;b&gt;refused&lt;/b&gt;</td>"),
             "{fragment}"
         );
+        let plain = detail(&detail_of(&snapshot, "plain.service").unwrap(), &[], &board(&snapshot).machines, true);
+        assert!(!plain.contains("<th>health</th>"), "no health column without a check: {plain}");
     }
 
     #[test]
