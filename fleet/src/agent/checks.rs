@@ -9,6 +9,11 @@
 //!   round sees and puts the tracker's `health` into the states it publishes; the reconcile loop tells it of the
 //!   agent's own starts through [`AgentStarts`]. A unit without a check costs a map lookup per round: no
 //!   process, no timer, no task.
+//! * After a fleetd restart (a handoff: units keep running, the registry keeps the last process's states), a checked
+//!   unit that the registry shows `healthy` for the version it runs has its state *held back* until this process's
+//!   first check of it is judged: publishing `unknown` meanwhile would fail a rollout step holding for
+//!   `minHealthy` on every fleetd restart, and publishing `healthy` unchecked could vouch for a run that restarted
+//!   during the handoff. Any other change of the unit (it leaves `active`, another version) ends the hold.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -25,7 +30,7 @@ use tracing::{debug, info};
 
 use super::health::{Action, Finished, Seen, Tracker, Verdict, verdict};
 use super::publisher::{Readings, StatesNow};
-use crate::model::{UnitState, now_ms};
+use crate::model::{HealthStatus, UnitState, now_ms};
 use crate::registry::Snapshot;
 use crate::rollout::policy::HealthCheck;
 use crate::systemd::{SystemdOps, monotonic_us};
@@ -282,6 +287,10 @@ pub struct HealthChecks<S> {
     starts: Arc<AgentStarts>,
     /// The highest agent-start sequence taken but not yet published.
     starts_taken: u64,
+    /// No round has run yet in this process: units the registry shows healthy may be held (see the module docs).
+    first_round: bool,
+    /// Units whose state is held back until their first check in this process is judged.
+    held: BTreeSet<String>,
 }
 
 impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
@@ -298,6 +307,8 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
             done_rx,
             starts: Arc::new(AgentStarts::default()),
             starts_taken: 0,
+            first_round: true,
+            held: BTreeSet::new(),
         }
     }
 
@@ -348,6 +359,19 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
             debug!(unit = %unit, "no health check for this unit any more");
         }
         self.tasks.remove(unit);
+        self.held.remove(unit);
+    }
+
+    /// Whether the registry shows this machine's state of `unit` healthy at version `hash` (left by the fleetd
+    /// process before this one).
+    fn stored_healthy(&self, unit: &str, hash: &str, snapshot: &Snapshot) -> bool {
+        snapshot.state_records().get(unit).and_then(|per_machine| per_machine.get(self.machine.as_str())).is_some_and(
+            |record| {
+                &*record.hash == hash
+                    && &*record.active_state == "active"
+                    && record.health.as_ref().is_some_and(|h| h.status == HealthStatus::Healthy)
+            },
+        )
     }
 
     /// One publishing round: feeds the tracker what the round computed (`now`) and puts each state's `health` in.
@@ -369,10 +393,18 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
                 restarts: state.restarts,
                 entered: readings.entered(name),
             };
+            let first_seen = self.tracker.health(name).is_none();
             let action = self.tracker.observe(name, seen, at);
+            if self.first_round && first_seen && seen.active && self.stored_healthy(name, &state.hash, snapshot) {
+                debug!(unit = %name, "holding the unit's state until its first health check here");
+                self.held.insert(name.clone());
+            } else if action != Action::Nothing {
+                self.held.remove(name);
+            }
             self.apply(name, action, &check);
             state.health = self.tracker.health(name).cloned();
         }
+        self.first_round = false;
         // Touched units without a state (no longer reported or loaded): nothing left to check.
         let without: Vec<String> = match names {
             Some(names) => names.iter().filter(|n| !states.contains_key(*n)).cloned().collect(),
@@ -381,6 +413,8 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
         for name in without {
             self.forget(&name);
         }
+        // Held states are not published: the registry keeps the last process's until the first check is judged.
+        states.retain(|name, _| !self.held.contains(name));
         self.starts.set_checked(self.tracker.units().map(str::to_string).collect());
     }
 
@@ -415,8 +449,11 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
         if let Verdict::Unverified(why) = &done.verdict {
             debug!(unit = %done.unit, err = %why, "cannot tell whether the unit restarted during its check; result dropped");
         }
+        let current = self.tracker.epoch(&done.unit) == done.epoch;
+        let released = current && self.held.remove(&done.unit);
         if !self.tracker.result(&done.unit, done.epoch, done.verdict, now_ms()) {
-            return None;
+            // A held state is published with this first verdict, changed or not.
+            return released.then_some(done.unit);
         }
         let health = self.tracker.health(&done.unit)?;
         info!(

@@ -122,8 +122,14 @@ mod rounds {
 
     /// A snapshot holding these bodies.
     fn bodies(texts: &[&str]) -> Snapshot {
+        with_states(texts, &[])
+    }
+
+    /// A snapshot holding these bodies and these states of machine m1 ((unit, record JSON)).
+    fn with_states(texts: &[&str], states: &[(&str, String)]) -> Snapshot {
         let keys = Keys::new("/p");
-        let kvs: Vec<(String, String)> = texts.iter().map(|t| (keys.body(&hash(t)), t.to_string())).collect();
+        let mut kvs: Vec<(String, String)> = texts.iter().map(|t| (keys.body(&hash(t)), t.to_string())).collect();
+        kvs.extend(states.iter().map(|(unit, record)| (keys.state(unit, "m1"), record.clone())));
         let changes =
             kvs.iter().map(|(k, v)| (k.as_bytes(), Change::Put { value: v.as_bytes(), mod_revision: 2, lease: 0 }));
         Snapshot::from_kvs(&keys, 2, changes)
@@ -162,7 +168,10 @@ mod rounds {
         assert_eq!(health_of(&now, "checked.service"), Some(HealthStatus::Unknown), "unknown until the first check");
         assert_eq!(health_of(&now, "plain.service"), None, "no check, no health key");
         assert_eq!(checks.tasks.keys().collect::<Vec<_>>(), ["checked.service"], "one task, for the checked unit");
-        let done = tokio::time::timeout(Duration::from_secs(5), checks.next_done()).await.unwrap().unwrap();
+        let done = tokio::time::timeout(Duration::from_secs(5), checks.next_done())
+            .await
+            .expect("no check of the unit finished within 5 s (is a check task running?)")
+            .expect("the results channel is open");
         assert_eq!(checks.take_done(done), Some("checked.service".to_string()), "its status changed");
         let mut now = all(&states);
         checks.round(&mut now, &Readings::new(), &snapshot);
@@ -170,7 +179,10 @@ mod rounds {
         let StatesNow::All(published) = &now else { unreachable!() };
         assert_eq!(published["checked.service"].health.as_ref().unwrap().output, "fine");
         // The next runs pass too: no change, nothing to publish.
-        let again = tokio::time::timeout(Duration::from_secs(5), checks.next_done()).await.unwrap().unwrap();
+        let again = tokio::time::timeout(Duration::from_secs(5), checks.next_done())
+            .await
+            .expect("no check of the unit finished within 5 s (is a check task running?)")
+            .expect("the results channel is open");
         assert_eq!(checks.take_done(again), None, "a steady status is no change");
         // The unit stops: unknown, and its task ends.
         let mut now = all(&[state("checked.service", CHECKED, "inactive")]);
@@ -180,5 +192,37 @@ mod rounds {
         // Unloaded: forgotten.
         checks.loaded_changed(&BTreeMap::new());
         assert_eq!(checks.tracker.health("checked.service"), None);
+    }
+
+    /// After a fleetd restart (handoff) the registry still shows the unit healthy: its state is held back until this
+    /// process's first check is judged, instead of a blip to `unknown`.
+    #[tokio::test]
+    async fn a_unit_the_last_process_published_healthy_is_held_until_its_first_check() {
+        let stored = format!(
+            r#"{{"hash":"{}","loadState":"loaded","activeState":"active","subState":"running","health":{{"status":"healthy","sinceMs":1}}}}"#,
+            hash(CHECKED)
+        );
+        let snapshot = with_states(&[CHECKED], &[("checked.service", stored)]);
+        let dir = tempfile::tempdir().unwrap();
+        let mut checks = HealthChecks::new(Arc::new(Fake::default()), "m1", dir.path().to_path_buf());
+        let states = [state("checked.service", CHECKED, "active")];
+        let mut now = all(&states);
+        checks.round(&mut now, &Readings::new(), &snapshot);
+        let StatesNow::All(published) = &now else { unreachable!() };
+        assert!(published.is_empty(), "held back until the first check: {published:?}");
+        let done = tokio::time::timeout(Duration::from_secs(5), checks.next_done())
+            .await
+            .expect("no check of the unit finished within 5 s (is a check task running?)")
+            .expect("the results channel is open");
+        assert_eq!(checks.take_done(done), Some("checked.service".to_string()), "released by its first verdict");
+        let mut now = all(&states);
+        checks.round(&mut now, &Readings::new(), &snapshot);
+        assert_eq!(health_of(&now, "checked.service"), Some(HealthStatus::Healthy));
+        // A unit first seen after the first round starts at unknown, whatever the registry says.
+        let mut later = HealthChecks::new(Arc::new(Fake::default()), "m1", dir.path().to_path_buf());
+        later.round(&mut all(&[]), &Readings::new(), &snapshot);
+        let mut now = all(&states);
+        later.round(&mut now, &Readings::new(), &snapshot);
+        assert_eq!(health_of(&now, "checked.service"), Some(HealthStatus::Unknown));
     }
 }
