@@ -476,8 +476,10 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
         for unit in units {
             let action = self.tracker.restarted(&unit, at);
             let check = loaded.get(&unit).and_then(|hash| self.check_of(&unit, hash, snapshot));
-            if let Some(check) = check {
-                self.apply(&unit, action, &check);
+            match check {
+                Some(check) => self.apply(&unit, action, &check),
+                // Its check cannot be read now: start over from the next round's view of it.
+                None => self.forget(&unit),
             }
             touched.push(unit);
         }
