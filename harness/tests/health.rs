@@ -103,6 +103,32 @@ async fn a_units_health_check_runs_on_its_machine_and_is_published_with_its_stat
     m1.exec_ok(&["sh", "-c", &format!("echo {new_pid} > /run/web-ok")]).await.unwrap();
     wait_health(&cluster, &[("plain.service", "active", "-"), ("web.service", "active", "healthy")]).await;
 
+    // fleetd restarts (a handoff): the unit keeps running and its health stays as published, `sinceMs` included —
+    // the new process holds the state back until its first check instead of publishing `unknown` meanwhile.
+    let since = |states: &serde_json::Value| {
+        let web = states["states"].as_array().unwrap().iter().find(|s| s["name"] == "web.service").cloned();
+        web.map(|s| (s["health"]["status"].clone(), s["health"]["sinceMs"].clone()))
+    };
+    let states: serde_json::Value = serde_json::from_str(&http_get(&api, "/fleet/v1/state").await).unwrap();
+    let before = since(&states).unwrap();
+    assert_eq!(before.0, "healthy", "{states}");
+    m1.exec_ok(&["systemctl", "restart", "fleet.service"]).await.unwrap();
+    let what = "the restarted fleetd to publish web.service's state after its first health check";
+    cluster
+        .wait_for(what, || async {
+            let journal = m1.exec(&["journalctl", "-u", "fleet.service", "-o", "cat", "--no-pager"]).await;
+            let seen = journal.map(|o| o.stdout).unwrap_or_default();
+            match seen.lines().find(|l| l.contains("first health check after fleetd restarted")) {
+                Some(line) => fleet_harness::Check::Ready(line.to_string()),
+                None => fleet_harness::Check::NotYet(format!("{} journal lines, none about it", seen.lines().count())),
+            }
+        })
+        .await
+        .unwrap();
+    let states: serde_json::Value = serde_json::from_str(&http_get(&api, "/fleet/v1/state").await).unwrap();
+    assert_eq!(since(&states), Some(before), "health unchanged across the fleetd restart: {states}");
+    assert_eq!(main_pid(&cluster).await, new_pid, "the fleetd restart touched the unit");
+
     // Stopped: unknown, and no check runs.
     ok(&cluster.fleetctl(1, &["stop", &web]).await.unwrap(), "fleetctl stop web.service");
     wait_health(&cluster, &[("plain.service", "active", "-"), ("web.service", "inactive", "unknown")]).await;

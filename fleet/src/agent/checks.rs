@@ -30,7 +30,7 @@ use tracing::{debug, info};
 
 use super::health::{Action, Finished, Seen, Tracker, Verdict, verdict};
 use super::publisher::{Readings, StatesNow};
-use crate::model::{HealthStatus, UnitState, now_ms};
+use crate::model::{Health, HealthStatus, UnitState, now_ms};
 use crate::registry::Snapshot;
 use crate::rollout::policy::HealthCheck;
 use crate::systemd::{SystemdOps, monotonic_us};
@@ -289,8 +289,9 @@ pub struct HealthChecks<S> {
     starts_taken: u64,
     /// No round has run yet in this process: units the registry shows healthy may be held (see the module docs).
     first_round: bool,
-    /// Units whose state is held back until their first check in this process is judged.
-    held: BTreeSet<String>,
+    /// Units whose state is held back until their first check in this process is judged, with the health the
+    /// registry shows (kept, `sinceMs` included, when that check agrees).
+    held: BTreeMap<String, Health>,
 }
 
 impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
@@ -308,7 +309,7 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
             starts: Arc::new(AgentStarts::default()),
             starts_taken: 0,
             first_round: true,
-            held: BTreeSet::new(),
+            held: BTreeMap::new(),
         }
     }
 
@@ -362,16 +363,13 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
         self.held.remove(unit);
     }
 
-    /// Whether the registry shows this machine's state of `unit` healthy at version `hash` (left by the fleetd
-    /// process before this one).
-    fn stored_healthy(&self, unit: &str, hash: &str, snapshot: &Snapshot) -> bool {
-        snapshot.state_records().get(unit).and_then(|per_machine| per_machine.get(self.machine.as_str())).is_some_and(
-            |record| {
-                &*record.hash == hash
-                    && &*record.active_state == "active"
-                    && record.health.as_ref().is_some_and(|h| h.status == HealthStatus::Healthy)
-            },
-        )
+    /// The health the registry shows for this machine's state of `unit` at version `hash` (left by the fleetd
+    /// process before this one), if it is active and healthy.
+    fn stored_healthy(&self, unit: &str, hash: &str, snapshot: &Snapshot) -> Option<Health> {
+        let per_machine = snapshot.state_records().get(unit)?;
+        let record = per_machine.get(self.machine.as_str())?;
+        let active = &*record.hash == hash && &*record.active_state == "active";
+        record.health.clone().filter(|h| active && h.status == HealthStatus::Healthy)
     }
 
     /// One publishing round: feeds the tracker what the round computed (`now`) and puts each state's `health` in.
@@ -395,9 +393,12 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
             };
             let first_seen = self.tracker.health(name).is_none();
             let action = self.tracker.observe(name, seen, at);
-            if self.first_round && first_seen && seen.active && self.stored_healthy(name, &state.hash, snapshot) {
+            let stored = (self.first_round && first_seen && seen.active)
+                .then(|| self.stored_healthy(name, &state.hash, snapshot))
+                .flatten();
+            if let Some(stored) = stored {
                 debug!(unit = %name, "holding the unit's state until its first health check here");
-                self.held.insert(name.clone());
+                self.held.insert(name.clone(), stored);
             } else if action != Action::Nothing {
                 self.held.remove(name);
             }
@@ -414,7 +415,7 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
             self.forget(&name);
         }
         // Held states are not published: the registry keeps the last process's until the first check is judged.
-        states.retain(|name, _| !self.held.contains(name));
+        states.retain(|name, _| !self.held.contains_key(name));
         self.starts.set_checked(self.tracker.units().map(str::to_string).collect());
     }
 
@@ -450,10 +451,18 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
             debug!(unit = %done.unit, err = %why, "cannot tell whether the unit restarted during its check; result dropped");
         }
         let current = self.tracker.epoch(&done.unit) == done.epoch;
-        let released = current && self.held.remove(&done.unit);
-        if !self.tracker.result(&done.unit, done.epoch, done.verdict, now_ms()) {
-            // A held state is published with this first verdict, changed or not.
-            return released.then_some(done.unit);
+        let released = if current { self.held.remove(&done.unit) } else { None };
+        let changed = self.tracker.result(&done.unit, done.epoch, done.verdict, now_ms());
+        if let Some(stored) = released {
+            // Still as the registry shows it (healthy): nothing changed, `sinceMs` included. Either way the held
+            // state is published with this first verdict.
+            self.tracker.keep(&done.unit, stored);
+            let now = self.tracker.health(&done.unit).map_or("-", |h| h.status.as_str());
+            info!(unit = %done.unit, health = %now, "first health check after fleetd restarted; publishing the unit's state");
+            return Some(done.unit);
+        }
+        if !changed {
+            return None;
         }
         let health = self.tracker.health(&done.unit)?;
         info!(

@@ -165,6 +165,14 @@ impl Tracker {
         }
     }
 
+    /// Takes `health` as `unit`'s if its status is the current one (the same status published by an earlier fleetd
+    /// process keeps its `sinceMs` and output).
+    pub fn keep(&mut self, unit: &str, health: Health) {
+        if let Some(entry) = self.units.get_mut(unit).filter(|u| u.health.status == health.status) {
+            entry.health = health;
+        }
+    }
+
     /// `unit` is no longer checked here (unloaded, or its version has no check); true if it was.
     pub fn forget(&mut self, unit: &str) -> bool {
         self.units.remove(unit).is_some()
@@ -348,6 +356,18 @@ mod tests {
         let epoch = started(&mut t);
         assert!(!t.result(U, epoch, unread, 2_000));
         assert_eq!(status(&t), HealthStatus::Unknown);
+    }
+
+    #[test]
+    fn a_status_published_before_is_kept_with_its_time_only_when_it_is_the_current_one() {
+        let mut t = Tracker::new();
+        let epoch = started(&mut t);
+        let before = Health { status: HealthStatus::Healthy, since_ms: 7, output: "ok then".into() };
+        t.keep(U, before.clone());
+        assert_eq!(status(&t), HealthStatus::Unknown, "unknown now: the earlier healthy is not taken");
+        t.result(U, epoch, Verdict::Healthy("ok now".into()), 2_000);
+        t.keep(U, before.clone());
+        assert_eq!(t.health(U), Some(&before));
     }
 
     #[test]

@@ -218,6 +218,9 @@ mod rounds {
         let mut now = all(&states);
         checks.round(&mut now, &Readings::new(), &snapshot);
         assert_eq!(health_of(&now, "checked.service"), Some(HealthStatus::Healthy));
+        let StatesNow::All(published) = &now else { unreachable!() };
+        let health = published["checked.service"].health.as_ref().unwrap();
+        assert_eq!((health.since_ms, health.output.as_str()), (1, ""), "still healthy since the last process said so");
         // A unit first seen after the first round starts at unknown, whatever the registry says.
         let mut later = HealthChecks::new(Arc::new(Fake::default()), "m1", dir.path().to_path_buf());
         later.round(&mut all(&[]), &Readings::new(), &snapshot);
