@@ -483,6 +483,8 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
         let at = now_ms();
         let mut touched = Vec::new();
         for unit in units {
+            // A held state must not outlive the restart: the next round publishes `unknown`.
+            self.held.remove(&unit);
             let action = self.tracker.restarted(&unit, at);
             let check = loaded.get(&unit).and_then(|hash| self.check_of(&unit, hash, snapshot));
             match check {

@@ -4,8 +4,9 @@
 //!
 //! Triggers: a unit file written or removed, a systemd change of a loaded unit (with the values its signals
 //! carried, [`Readings`]), a health check whose status changed or a (re)start by the agent of a checked unit
-//! ([`HealthChecks`]: the `health` of each checked unit goes into its state), a failed write (retried after [`RETRY`]), and every `refresh_period(ttl)` a resync that
-//! re-reads every state and repairs this machine's keys against the registry snapshot. Rounds start at most every
+//! ([`HealthChecks`]: the `health` of each checked unit goes into its state), a failed write (retried after
+//! [`RETRY`]), and every `refresh_period(ttl)` a resync that re-reads every state and repairs this machine's keys
+//! against the registry snapshot. Rounds start at most every
 //! [`ROUND_GAP`]. It runs beside the
 //! reconcile loop on its own systemd handle, so a long stop job in a plan never delays publishing (that is how other machines see a unit
 //! `deactivating` and wait for it, see [`super::handover`]).
