@@ -154,7 +154,9 @@ mod rounds {
 
     fn health_of(now: &StatesNow, unit: &str) -> Option<HealthStatus> {
         let StatesNow::All(states) = now else { panic!("{now:?}") };
-        states[unit].health.as_ref().map(|h| h.status)
+        let state =
+            states.get(unit).unwrap_or_else(|| panic!("no state of {unit} this round (held back?): {states:?}"));
+        state.health.as_ref().map(|h| h.status)
     }
 
     #[tokio::test]
@@ -221,6 +223,18 @@ mod rounds {
         let StatesNow::All(published) = &now else { unreachable!() };
         let health = published["checked.service"].health.as_ref().unwrap();
         assert_eq!((health.since_ms, health.output.as_str()), (1, ""), "still healthy since the last process said so");
+        // Held again (a fresh process), then restarted by the agent before its first check: the hold ends and the
+        // next round publishes unknown (before the agent writes its markers).
+        let mut again = HealthChecks::new(Arc::new(Fake::default()), "m1", dir.path().to_path_buf());
+        let mut now = all(&states);
+        again.round(&mut now, &Readings::new(), &snapshot);
+        assert!(matches!(&now, StatesNow::All(s) if s.is_empty()), "held: {now:?}");
+        again.starts.lock().pending.insert("checked.service".into(), 1);
+        let loaded: BTreeMap<String, String> = [("checked.service".to_string(), hash(CHECKED))].into();
+        assert_eq!(again.take_starts(&snapshot, &loaded), ["checked.service"]);
+        let mut now = all(&states);
+        again.round(&mut now, &Readings::new(), &snapshot);
+        assert_eq!(health_of(&now, "checked.service"), Some(HealthStatus::Unknown), "published at once, unknown");
         // A unit first seen after the first round starts at unknown, whatever the registry says.
         let mut later = HealthChecks::new(Arc::new(Fake::default()), "m1", dir.path().to_path_buf());
         later.round(&mut all(&[]), &Readings::new(), &snapshot);
