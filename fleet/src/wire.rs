@@ -51,6 +51,7 @@ pub fn state(s: UnitState, running_hash: Option<&str>) -> schema::UnitState {
         systemd_load_state: s.load_state,
         machine_presence: if in_doubt { crate::model::IN_DOUBT.to_string() } else { String::new() },
         systemd_sub_state: s.sub_state,
+        health: s.health,
     }
 }
 

@@ -109,6 +109,7 @@ impl Stored {
             systemd_load_state: "loaded".to_string(),
             systemd_sub_state: sub.to_string(),
             machine_presence: String::new(),
+            health: None,
             running_hash: if active == "active" { self.hash.clone() } else { String::new() },
         })
     }
