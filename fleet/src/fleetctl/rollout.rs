@@ -59,19 +59,17 @@ pub fn exit_code(state: RolloutState) -> Option<i32> {
 }
 
 /// Whether a wait for `rollout` as shown is over, and with which exit code. A user's action the engine has not
-/// taken up yet is not an end: a paused rollout whose action is `abort` is about to be aborted, and one whose
-/// action is `run` without a failed step was paused by request and is about to run again (`rollout-resume` followed
-/// at once by `rollout-status`), and one with a resume the engine has not taken up (`resumes` > `resumesTaken`)
-/// is about to release its failed steps again.
+/// taken up yet is not an end: a paused rollout whose action is `abort` is about to be aborted (undone), one with a
+/// resume the engine has not taken up (`resumes` > `resumesTaken`; every resume counts one more) is about to run
+/// again (`rollout-resume` followed at once by `rollout-status`), and one awaiting a promotion that was given is
+/// about to release the rest. Any other pause is an end (exit 2): a failed step, the progress deadline, a pause by
+/// request, canaries awaiting promotion.
 pub fn wait_outcome(rollout: &Rollout) -> Option<i32> {
-    let steps = if rollout.undo_end.is_some() { &rollout.undo } else { &rollout.steps };
-    let failed = steps.iter().any(|s| s.phase == Phase::Failed);
     let resume_pending = rollout.resumes > rollout.resumes_taken;
-    // Paused to await a promotion: an end for the wait (exit 2), unless the promotion is on its way.
-    let awaiting = rollout.awaiting_promotion && !rollout.promoted;
+    let promotion_pending = rollout.awaiting_promotion && rollout.promoted;
     match (rollout.state, rollout.action) {
         (RolloutState::Paused, Action::Abort) if rollout.undo_end.is_none() => None,
-        (RolloutState::Paused, Action::Run) if (!failed && !awaiting) || resume_pending => None,
+        (RolloutState::Paused, Action::Run) if resume_pending || promotion_pending => None,
         (state, _) => exit_code(state),
     }
 }

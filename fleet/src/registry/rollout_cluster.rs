@@ -29,8 +29,7 @@ impl rollout::Cluster for SnapshotCluster<'_> {
         self.0
             .machine_records()
             .get(machine)
-            .and_then(|m| m.object.as_ref())
-            .map(|o| o.metadata.clone())
+            .and_then(|m| m.object.as_ref().map(|o| o.merged(&m.metadata).metadata))
             .unwrap_or_default()
     }
 
