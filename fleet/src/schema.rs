@@ -23,31 +23,40 @@ pub struct RolloutRequestUnit {
 
 /// `PUT /fleet/v1/rollouts/<id>` (an extension of this implementation): start a rolling replace (every unit with
 /// its new options) or a rolling restart (names only) of existing units.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Every pace field is optional: what the request leaves out comes from the unit's `[X-Fleet]` update policy
+/// (`UpdatePolicy=rolling`: the new version's for a replace, the first unit's that has one), else the defaults
+/// (`maxUnavailable` 1, `minHealthyMs` 10 000, `healthTimeoutMs` 300 000, `onFailure` pause, no canary, no order,
+/// no deadline). A field the request gives overrides the policy.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RolloutRequest {
     pub kind: RolloutKind,
+    #[serde(default)]
     pub units: Vec<RolloutRequestUnit>,
-    #[serde(rename = "maxUnavailable", default = "one")]
-    pub max_unavailable: u32,
-    #[serde(rename = "minHealthyMs", default)]
-    pub min_healthy_ms: u64,
-    #[serde(rename = "healthTimeoutMs", default = "five_minutes")]
-    pub health_timeout_ms: u64,
-    #[serde(rename = "onFailure", default)]
-    pub on_failure: OnFailure,
-}
-
-fn one() -> u32 {
-    1
-}
-
-fn five_minutes() -> u64 {
-    300_000
+    #[serde(rename = "maxUnavailable", default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<u32>,
+    /// `maxUnavailable` as a percentage of the rollout's machines (1–100); not with `maxUnavailable`.
+    #[serde(rename = "maxUnavailablePercent", default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable_percent: Option<u32>,
+    #[serde(rename = "minHealthyMs", default, skip_serializing_if = "Option::is_none")]
+    pub min_healthy_ms: Option<u64>,
+    #[serde(rename = "healthTimeoutMs", default, skip_serializing_if = "Option::is_none")]
+    pub health_timeout_ms: Option<u64>,
+    #[serde(rename = "onFailure", default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<OnFailure>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<u32>,
+    #[serde(rename = "canaryHoldMs", default, skip_serializing_if = "Option::is_none")]
+    pub canary_hold_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<String>,
+    #[serde(rename = "progressDeadlineMs", default, skip_serializing_if = "Option::is_none")]
+    pub progress_deadline_ms: Option<u64>,
 }
 
 /// A rollout as the API shows it (`GET /fleet/v1/rollouts[/<id>]`): its spec, the user's last action and the
 /// engine's progress (`state` is `running` with no steps until the engine leader has taken it up).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Rollout {
     pub id: String,
     pub kind: RolloutKind,
@@ -74,6 +83,32 @@ pub struct Rollout {
     pub reason: String,
     #[serde(default)]
     pub steps: Vec<Step>,
+    #[serde(rename = "maxUnavailablePercent", default, skip_serializing_if = "is_zero32")]
+    pub max_unavailable_percent: u32,
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub canary: u32,
+    #[serde(rename = "canaryHoldMs", default, skip_serializing_if = "is_zero64")]
+    pub canary_hold_ms: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub order: String,
+    #[serde(rename = "progressDeadlineMs", default, skip_serializing_if = "is_zero64")]
+    pub progress_deadline_ms: u64,
+    /// `unit` when the unit's update policy set the pace.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub policy: String,
+    /// The user promoted the canaries.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub promoted: bool,
+    #[serde(rename = "awaitingPromotion", default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting_promotion: bool,
+    /// While undone and after: the steps returning the changed machines to the old version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undo: Vec<Step>,
+    /// While undoing: the state it ends in (`rolled_back` or `aborted`).
+    #[serde(rename = "undoEnd", default, skip_serializing_if = "Option::is_none")]
+    pub undo_end: Option<RolloutState>,
+    #[serde(rename = "startedMs", default, skip_serializing_if = "is_zero64")]
+    pub started_ms: u64,
     /// The registry revision of its newest change (0 when the server does not say): pass it back as
     /// `waitRevision` to wait for the next change (`GET /rollouts/<id>?waitRevision=N`).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -81,6 +116,14 @@ pub struct Rollout {
 }
 
 fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+fn is_zero32(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero64(n: &u64) -> bool {
     *n == 0
 }
 

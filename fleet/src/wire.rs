@@ -7,6 +7,7 @@ use http::StatusCode;
 
 use crate::model::{JobState, MachineState, UnitState};
 use crate::registry::UnitView;
+use crate::rollout::policy::{HealthCheck, UpdatePolicy};
 use crate::schema;
 use crate::unit::{NameInfo, Requirements, UnitFile, name, xfleet};
 
@@ -132,7 +133,7 @@ pub fn decide_put(unit: &schema::Unit, stored_hash: Option<&str>) -> Result<PutA
         if let Some(i) = unit.options.iter().position(|o| o.section.is_empty() || o.name.is_empty()) {
             return Err(ApiError::bad_request(format!("option {i} has an empty section or name")));
         }
-        xfleet::validate_options(&content).map_err(ApiError::bad_request)
+        validate_content(&content)
     };
     match stored_hash {
         None if unit.options.is_empty() => {
@@ -200,6 +201,17 @@ pub fn rollout(r: &crate::rollout::Rollout) -> schema::Rollout {
         state: r.state(),
         reason: progress.reason,
         steps: progress.steps,
+        max_unavailable_percent: spec.max_unavailable_percent,
+        canary: spec.canary,
+        canary_hold_ms: spec.canary_hold_ms,
+        order: spec.order.clone(),
+        progress_deadline_ms: spec.progress_deadline_ms,
+        policy: spec.policy.clone(),
+        promoted: r.control.promoted,
+        awaiting_promotion: progress.awaiting_promotion,
+        undo: progress.undo,
+        undo_end: progress.undo_end,
+        started_ms: progress.started_ms,
         revision: 0,
     }
 }
@@ -290,13 +302,8 @@ pub fn decide_rollout(
             request.units.len()
         )));
     }
-    if request.max_unavailable == 0 {
-        return Err(ApiError::bad_request("maxUnavailable must be at least 1"));
-    }
-    if request.health_timeout_ms == 0 {
-        return Err(ApiError::bad_request("healthTimeoutMs must be positive"));
-    }
     let rollouts = snapshot.rollouts();
+    let mut policy: Option<UpdatePolicy> = None;
     let mut units = Vec::with_capacity(request.units.len());
     let mut bodies = Vec::new();
     for (i, u) in request.units.iter().enumerate() {
@@ -321,6 +328,9 @@ pub fn decide_rollout(
             ));
         }
         let from = view.hash.to_string();
+        let current = UnitFile::parse(view.body).ok();
+        let from_checked = current.as_ref().is_some_and(|f| HealthCheck::of(f).is_some());
+        let mut to_file = current.clone();
         let to = match request.kind {
             RolloutKind::Restart => {
                 if !u.options.is_empty() {
@@ -334,29 +344,120 @@ pub fn decide_rollout(
                     return Err(ApiError::bad_request(format!("a replace needs the new options of unit {quoted}")));
                 }
                 let content = UnitFile::from_options(u.options.clone());
-                xfleet::validate_options(&content).map_err(ApiError::bad_request)?;
+                validate_content(&content)?;
                 let to = content.hash().to_hex();
                 if to == from {
                     return Err(reject(StatusCode::CONFLICT, format!("unit {quoted} already has this content")));
                 }
                 bodies.push((u.name.clone(), content.canonical(), record.object_revision));
+                to_file = Some(content);
                 to
             }
         };
-        units.push(RolloutUnit { name: u.name.clone(), from, to, ..RolloutUnit::default() });
+        let checked = to_file.as_ref().is_some_and(|f| HealthCheck::of(f).is_some());
+        if policy.is_none() {
+            policy = to_file.as_ref().and_then(UpdatePolicy::of);
+        }
+        units.push(RolloutUnit { name: u.name.clone(), from, to, checked, from_checked });
     }
-    let spec = RolloutSpec {
-        id: id.to_string(),
-        kind: request.kind,
-        units,
-        max_unavailable: request.max_unavailable,
-        min_healthy_ms: request.min_healthy_ms,
-        health_timeout_ms: request.health_timeout_ms,
-        on_failure: request.on_failure,
-        created_ms: now_ms,
-        ..RolloutSpec::default()
-    };
+    let mut spec =
+        RolloutSpec { id: id.to_string(), kind: request.kind, units, created_ms: now_ms, ..RolloutSpec::default() };
+    pace(request, policy.as_ref(), &mut spec)?;
     Ok(RolloutPlan { spec, bodies })
+}
+
+/// A rollout ID for units whose first is `first_unit`, made at `now_ms`: `<unit name without type>-<now_ms>`,
+/// characters the registry does not take in IDs replaced by `_`, at most 64 characters.
+pub fn rollout_id(first_unit: &str, now_ms: u64) -> String {
+    let stem = first_unit.rsplit_once('.').map_or(first_unit, |(stem, _)| stem);
+    let suffix = format!("-{now_ms}");
+    let stem: String = stem
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') { c } else { '_' })
+        .take(64 - suffix.len())
+        .collect();
+    let stem = if stem.is_empty() { "rollout".to_string() } else { stem };
+    format!("{stem}{suffix}")
+}
+
+/// The first [`rollout_id`] from `now_ms` on that no rollout has (`taken`): two commands within one millisecond
+/// (a script) get different IDs.
+pub fn unused_rollout_id(first_unit: &str, now_ms: u64, taken: &[String]) -> String {
+    (now_ms..)
+        .map(|ms| rollout_id(first_unit, ms))
+        .find(|id| !taken.contains(id))
+        .unwrap_or_else(|| rollout_id(first_unit, now_ms))
+}
+
+/// Whether a `PUT /units/<name>` decided as `action` replaces the content of a launched unit in a way its new
+/// version's `[X-Fleet] UpdatePolicy=rolling` makes a rollout: the unit is launched (`stored_desired`), the request
+/// keeps it so (desired state `launched`, or none — the original fleetctl's `--replace` sends none, then
+/// `launched`), and it does not ask to keep processes (`noRestart`). The unit stays launched and a replace rollout
+/// changes it machine by machine with the policy's pace.
+pub fn put_rolls_out(request: &schema::Unit, action: &PutAction, stored_desired: Option<JobState>) -> bool {
+    matches!(action, PutAction::Replace(_))
+        && stored_desired == Some(JobState::Launched)
+        && matches!(request.desired_state.as_str(), "" | "launched")
+        && !request.no_restart
+        && UpdatePolicy::of(&UnitFile::from_options(request.options.clone())).is_some()
+}
+
+/// The one validation of a unit's content, wherever it is submitted (unit PUT, rollouts, fleetctl before it
+/// sends): the original's option rules (spec §5.1) and this implementation's health check and update policy.
+pub fn validate_content(content: &UnitFile) -> Result<(), ApiError> {
+    xfleet::validate_options(content).map_err(ApiError::bad_request)?;
+    crate::rollout::policy::check(content).map_err(ApiError::bad_request)
+}
+
+/// A rollout's pace: what `request` gives, else the unit's update `policy`, else the defaults
+/// (`rollout::policy`). Refuses a value that cannot be a pace, naming the field.
+fn pace(
+    request: &schema::RolloutRequest,
+    policy: Option<&UpdatePolicy>,
+    spec: &mut crate::rollout::RolloutSpec,
+) -> Result<(), ApiError> {
+    use crate::rollout::policy::{self, MaxUnavailable};
+    let defaults = UpdatePolicy::default();
+    let base = policy.unwrap_or(&defaults);
+    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let max = match (request.max_unavailable, request.max_unavailable_percent) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request("give maxUnavailable or maxUnavailablePercent, not both"));
+        }
+        (Some(0), None) => return Err(ApiError::bad_request("maxUnavailable must be at least 1")),
+        (Some(n), None) => MaxUnavailable::Count(n),
+        (None, Some(p @ 1..=100)) => MaxUnavailable::Percent(p),
+        (None, Some(p)) => {
+            return Err(ApiError::bad_request(format!("maxUnavailablePercent must be from 1 to 100, got {p}")));
+        }
+        (None, None) => base.max_unavailable,
+    };
+    (spec.max_unavailable, spec.max_unavailable_percent) = match max {
+        MaxUnavailable::Count(n) => (n, 0),
+        MaxUnavailable::Percent(p) => (1, p),
+    };
+    spec.min_healthy_ms = request.min_healthy_ms.unwrap_or(ms(base.min_healthy));
+    spec.health_timeout_ms = request.health_timeout_ms.unwrap_or(ms(base.health_timeout));
+    if spec.health_timeout_ms == 0 {
+        return Err(ApiError::bad_request("healthTimeoutMs must be positive"));
+    }
+    spec.on_failure = request.on_failure.unwrap_or(base.on_failure);
+    spec.order = request.order.clone().unwrap_or_else(|| base.order.clone());
+    policy::parse_order(&spec.order).map_err(|e| ApiError::bad_request(format!("order {:?}: {e}", spec.order)))?;
+    spec.progress_deadline_ms = match request.progress_deadline_ms {
+        Some(0) => return Err(ApiError::bad_request("progressDeadlineMs must be positive")),
+        Some(d) => d,
+        None => base.progress_deadline.map_or(0, ms),
+    };
+    spec.canary = request.canary.unwrap_or(0);
+    spec.canary_hold_ms = request.canary_hold_ms.unwrap_or(0);
+    if spec.canary_hold_ms > 0 && spec.canary == 0 {
+        return Err(ApiError::bad_request("canaryHoldMs needs canary"));
+    }
+    if policy.is_some() {
+        spec.policy = "unit".into();
+    }
+    Ok(())
 }
 
 /// A rebalance request (`kind: rebalance`): no units (the engine plans the moves), a valid pace, and no other
@@ -371,12 +472,6 @@ fn decide_rebalance(
     if !request.units.is_empty() {
         return Err(ApiError::bad_request("a rebalance names no units: the engine chooses which units move"));
     }
-    if request.max_unavailable == 0 {
-        return Err(ApiError::bad_request("maxUnavailable must be at least 1"));
-    }
-    if request.health_timeout_ms == 0 {
-        return Err(ApiError::bad_request("healthTimeoutMs must be positive"));
-    }
     if let Some(other) =
         snapshot.rollouts().into_iter().find(|r| r.spec.kind == RolloutKind::Rebalance && !r.state().is_final())
     {
@@ -385,17 +480,15 @@ fn decide_rebalance(
             format!("rebalance {:?} is in progress ({})", other.spec.id, other.state()),
         ));
     }
-    let spec = RolloutSpec {
-        id: id.to_string(),
-        kind: RolloutKind::Rebalance,
-        units: Vec::new(),
-        max_unavailable: request.max_unavailable,
-        min_healthy_ms: request.min_healthy_ms,
-        health_timeout_ms: request.health_timeout_ms,
-        on_failure: request.on_failure,
-        created_ms: now_ms,
-        ..RolloutSpec::default()
-    };
+    let mut spec =
+        RolloutSpec { id: id.to_string(), kind: RolloutKind::Rebalance, created_ms: now_ms, ..RolloutSpec::default() };
+    // A rebalance moves units one at a time on their own health: no unit policy applies, and before this
+    // implementation's unit policies its minHealthyMs defaulted to 0.
+    let request = schema::RolloutRequest { min_healthy_ms: request.min_healthy_ms.or(Some(0)), ..request.clone() };
+    pace(&request, None, &mut spec)?;
+    if spec.canary > 0 || !spec.order.is_empty() {
+        return Err(ApiError::bad_request("a rebalance takes no canary or order"));
+    }
     Ok(RolloutPlan { spec, bodies: Vec::new() })
 }
 

@@ -50,10 +50,27 @@ impl Api {
             Ok(body) => body,
             Err(err) => return reply::error(StatusCode::BAD_REQUEST, &format!("unable to decode body: {err}")),
         };
+        match self.store_rollout(id, &body).await {
+            Ok(created) => {
+                let mut response = reply::json(&created);
+                *response.status_mut() = StatusCode::CREATED;
+                response
+            }
+            Err(response) => response,
+        }
+    }
+
+    /// Decides and stores a new rollout (a `PUT /rollouts/<id>`, or a unit `PUT` that its update policy makes
+    /// one): the rollout as created, or the error answer.
+    pub(super) async fn store_rollout(
+        &self,
+        id: &str,
+        body: &schema::RolloutRequest,
+    ) -> Result<schema::Rollout, Response<Bytes>> {
         let snapshot = self.snapshot();
-        let plan = match wire::decide_rollout(id, &body, &snapshot, crate::model::now_ms()) {
+        let plan = match wire::decide_rollout(id, body, &snapshot, crate::model::now_ms()) {
             Ok(plan) => plan,
-            Err(err) => return err.response(),
+            Err(err) => return Err(err.response()),
         };
         let bodies: Vec<RolloutBody<'_>> = plan
             .bodies
@@ -67,18 +84,17 @@ impl Api {
             .collect();
         match self.registry.create_rollout(&plan.spec, &bodies).await {
             Ok(revision) => {
-                tracing::info!(rollout = %id, kind = ?plan.spec.kind, units = plan.spec.units.len(), "stored rollout");
+                tracing::info!(rollout = %id, kind = ?plan.spec.kind, units = plan.spec.units.len(),
+                    policy = %plan.spec.policy, "stored rollout");
                 self.settle(revision).await;
                 let stored = crate::rollout::Rollout { spec: plan.spec, control: Control::default(), progress: None };
-                let mut response = reply::json(&schema::Rollout { revision, ..wire::rollout(&stored) });
-                *response.status_mut() = StatusCode::CREATED;
-                response
+                Ok(schema::Rollout { revision, ..wire::rollout(&stored) })
             }
             Err(RegistryError::RolloutExists { .. }) => {
-                reply::error(StatusCode::CONFLICT, &format!("rollout {id:?} already exists"))
+                Err(reply::error(StatusCode::CONFLICT, &format!("rollout {id:?} already exists")))
             }
-            Err(err @ RegistryError::UnitChanged { .. }) => reply::error(StatusCode::CONFLICT, &err.to_string()),
-            Err(err) => internal("store rollout", &err),
+            Err(err @ RegistryError::UnitChanged { .. }) => Err(reply::error(StatusCode::CONFLICT, &err.to_string())),
+            Err(err) => Err(internal("store rollout", &err)),
         }
     }
 

@@ -83,6 +83,20 @@ impl Api {
         let prepared = prepare_put(&self.snapshot(), schema::Unit { name: name.to_string(), ..body });
         let result = match prepared {
             Prepared::Rejected(_, err) => return err.response(),
+            Prepared::Roll(request) => {
+                let taken: Vec<String> = self.snapshot().rollout_records().keys().map(|k| k.to_string()).collect();
+                let id = wire::unused_rollout_id(name, crate::model::now_ms(), &taken);
+                return match self.store_rollout(&id, &request).await {
+                    Ok(_) => {
+                        let mut response = reply::status(StatusCode::CREATED);
+                        if let Ok(value) = http::HeaderValue::from_str(&id) {
+                            response.headers_mut().insert(ROLLOUT_HEADER, value);
+                        }
+                        response
+                    }
+                    Err(response) => response,
+                };
+            }
             Prepared::Store(store) => self.registry.put_unit(&store.put()).await.map(|write| {
                 let (hash, desired, no_restart) = (&store.hash[..7], store.desired, store.options.no_restart);
                 tracing::info!(unit = %name, %hash, %desired, no_restart, "stored unit");
@@ -103,6 +117,9 @@ impl Api {
         }
     }
 }
+
+/// The header of a `PUT /units/<name>` answer that went through a rollout (the unit's update policy): its ID.
+pub const ROLLOUT_HEADER: &str = "x-fleet-rollout";
 
 /// The status and message a single-unit request answers for a registry error (logging an unexpected one).
 fn unit_error(op: &str, unit: &str, err: &RegistryError) -> (StatusCode, &'static str) {
@@ -152,12 +169,21 @@ enum Prepared {
     Rejected(String, ApiError),
     Store(ToStore),
     SetDesired(String, JobState),
+    /// A replace that the new version's update policy makes a rollout ([`wire::put_rolls_out`]).
+    Roll(schema::RolloutRequest),
 }
 
 fn prepare_put(snapshot: &Snapshot, unit: schema::Unit) -> Prepared {
-    let existing_hash = snapshot.unit(&unit.name).map(|v| v.hash.to_string());
+    let existing = snapshot.unit(&unit.name);
+    let existing_hash = existing.as_ref().map(|v| v.hash.to_string());
+    let stored_desired = existing.as_ref().map(|v| v.desired);
     match wire::decide_put(&unit, existing_hash.as_deref()) {
         Err(err) => Prepared::Rejected(unit.name, err),
+        Ok(action) if wire::put_rolls_out(&unit, &action, stored_desired) => Prepared::Roll(schema::RolloutRequest {
+            kind: crate::rollout::RolloutKind::Replace,
+            units: vec![schema::RolloutRequestUnit { name: unit.name, options: unit.options }],
+            ..schema::RolloutRequest::default()
+        }),
         Ok(action @ (PutAction::Create(desired) | PutAction::Replace(desired))) => {
             let options = StoreOptions::of(&unit, &action);
             let file = UnitFile::from_options(unit.options);
@@ -185,6 +211,7 @@ impl Api {
         let snapshot = self.snapshot();
         let mut stores = Vec::new();
         let mut desired_changes = Vec::new();
+        let mut rolls = Vec::new();
         for (index, unit) in batch.put.into_iter().enumerate() {
             match prepare_put(&snapshot, unit) {
                 Prepared::Rejected(name, err) => {
@@ -192,10 +219,21 @@ impl Api {
                     results[index] = Some(schema::UnitBatchResult { name, code: err.status.as_u16(), message });
                 }
                 Prepared::Store(store) => stores.push((index, store)),
+                Prepared::Roll(request) => rolls.push((index, request)),
                 Prepared::SetDesired(name, state) => desired_changes.push((index, name, state)),
             }
         }
+        let taken: Vec<String> = snapshot.rollout_records().keys().map(|k| k.to_string()).collect();
         drop(snapshot);
+        for (index, request) in rolls {
+            let name = request.units.first().map(|u| u.name.clone()).unwrap_or_default();
+            let id = wire::unused_rollout_id(&name, crate::model::now_ms(), &taken);
+            let (code, message) = match self.store_rollout(&id, &request).await {
+                Ok(_) => (StatusCode::CREATED.as_u16(), String::new()),
+                Err(response) => (response.status().as_u16(), error_message(&response)),
+            };
+            results[index] = Some(schema::UnitBatchResult { name, code, message });
+        }
         let mut revision = 0;
         let writes: Vec<PutUnit<'_>> = stores.iter().map(|(_, s)| s.put()).collect();
         for ((index, store), written) in stores.iter().zip(self.registry.put_units(&writes).await) {
@@ -219,6 +257,11 @@ impl Api {
         let results = results.into_iter().map(|r| r.expect("every write of the batch has a result")).collect();
         reply::json(&schema::UnitBatchReply { results })
     }
+}
+
+/// The message of an error answer (`{"error":{"message":...}}`), empty if it has none.
+fn error_message(response: &Response<Bytes>) -> String {
+    serde_json::from_slice::<schema::ErrorBody>(response.body()).map(|b| b.error.message).unwrap_or_default()
 }
 
 /// Exactly one `Content-Type` whose media type is `application/json` (spec §8.6 step 1).

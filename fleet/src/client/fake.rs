@@ -552,10 +552,11 @@ mod tests {
                     options: if text.is_empty() { Vec::new() } else { UnitFile::parse(text).unwrap().into_options() },
                 })
                 .collect(),
-            max_unavailable: 1,
-            min_healthy_ms: 0,
-            health_timeout_ms: 1000,
-            on_failure: crate::rollout::OnFailure::Pause,
+            max_unavailable: Some(1),
+            min_healthy_ms: Some(0),
+            health_timeout_ms: Some(1000),
+            on_failure: Some(crate::rollout::OnFailure::Pause),
+            ..RolloutRequest::default()
         }
     }
 

@@ -103,8 +103,36 @@ const ROLLING_ROLLBACK: FlagSpec = FlagSpec::new(
 );
 const NO_BLOCK_ROLLING: FlagSpec =
     FlagSpec::new("no-block", Kind::Bool, "false", "With --rolling: do not wait for the rollout to end.");
-const MAX_UNAVAILABLE: FlagSpec =
-    FlagSpec::new("max-unavailable", Kind::Int, "1", "With --rolling: how many machines are changed at once.");
+const MAX_UNAVAILABLE: FlagSpec = FlagSpec::new(
+    "max-unavailable",
+    Kind::Str,
+    "1",
+    "With --rolling: how many machines may be without an active, healthy copy at once (N, or N% of the machines), counting machines already down.",
+);
+const CANARY: FlagSpec = FlagSpec::new(
+    "canary",
+    Kind::Int,
+    "0",
+    "With --rolling: change this many machines first, then pause until rollout-promote (or --canary-hold).",
+);
+const CANARY_HOLD: FlagSpec = FlagSpec::new(
+    "canary-hold",
+    Kind::Duration,
+    "0s",
+    "With --canary: promote on its own once the canaries stayed healthy this long.",
+);
+const ORDER: FlagSpec = FlagSpec::new(
+    "order",
+    Kind::Str,
+    "",
+    "With --rolling: machines to change first or last, e.g. first:8363165e,last:role=primary (machine IDs or metadata).",
+);
+const PROGRESS_DEADLINE: FlagSpec = FlagSpec::new(
+    "progress-deadline",
+    Kind::Duration,
+    "0s",
+    "With --rolling: fail the rollout if it is not done this long after it started (then --on-failure applies).",
+);
 const MIN_HEALTHY: FlagSpec = FlagSpec::new(
     "min-healthy",
     Kind::Duration,
@@ -124,7 +152,17 @@ const ON_FAILURE: FlagSpec = FlagSpec::new(
     "With --rolling: what a failed step does: pause (no further machine is changed) or rollback (every machine returns to the old version; a restart pauses).",
 );
 /// The flags of `start` and `restart` that only apply with `--rolling` (extensions of this implementation).
-pub const ROLLING_FLAGS: [&str; 5] = ["rolling", "max-unavailable", "min-healthy", "health-timeout", "on-failure"];
+pub const ROLLING_FLAGS: [&str; 9] = [
+    "rolling",
+    "max-unavailable",
+    "min-healthy",
+    "health-timeout",
+    "on-failure",
+    "canary",
+    "canary-hold",
+    "order",
+    "progress-deadline",
+];
 /// The flag of `start`, `load` and `submit` that only prints their plan (an extension of this implementation).
 pub const DRY_RUN_FLAG: &str = "dry-run";
 const SIGN: FlagSpec = FlagSpec::new("sign", Kind::Bool, "false", "DEPRECATED - this option cannot be used");
@@ -140,7 +178,7 @@ const SSH_PORT: FlagSpec =
 
 /// Commands this fleetctl adds to the original's (rollouts, issue 12); help tests leave them out when comparing
 /// with the original's listings.
-pub const EXTENSION_COMMANDS: [&str; 9] = [
+pub const EXTENSION_COMMANDS: [&str; 10] = [
     "completion",
     "history",
     "plan",
@@ -148,6 +186,7 @@ pub const EXTENSION_COMMANDS: [&str; 9] = [
     "rollback",
     "rollout-abort",
     "rollout-pause",
+    "rollout-promote",
     "rollout-resume",
     "rollout-status",
 ];
@@ -390,6 +429,10 @@ pub static COMMANDS: &[CommandSpec] = &[
             MIN_HEALTHY,
             HEALTH_TIMEOUT,
             ON_FAILURE,
+            CANARY,
+            CANARY_HOLD,
+            ORDER,
+            PROGRESS_DEADLINE,
         ],
         listed: true,
         deprecated: None,
@@ -427,11 +470,15 @@ pub static COMMANDS: &[CommandSpec] = &[
         short: "Return a unit to an earlier version from its history",
         long: "Return a unit to an earlier version stored in its history (see history): by default the\nversion before the current one, or the one whose hash starts with --to.\n\nA launched unit is rolled back as a rollout (see rollout-status): on every machine the\ncurrent version's stop hooks finish before the earlier version's start hooks. Without\n--rolling every machine changes at once; with --rolling machine by machine, paced by\n--max-unavailable, --min-healthy, --health-timeout and --on-failure. A unit that is not\nlaunched gets the earlier version stored in place, on its machine.\n\nExit codes as rollout-status: 0 done, 1 error, 2 paused, 3 rolled back, 4 aborted.\n\tfleetctl rollback db.service\n\tfleetctl rollback --to=5d8ed85 --rolling --min-healthy=30s db.service",
         flags: &[
+            CANARY,
+            CANARY_HOLD,
             HEALTH_TIMEOUT,
             MAX_UNAVAILABLE,
             MIN_HEALTHY,
             NO_BLOCK_ROLLING,
             ON_FAILURE,
+            ORDER,
+            PROGRESS_DEADLINE,
             ROLLING_ROLLBACK,
             FlagSpec::new(
                 "to",
@@ -462,8 +509,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         deprecated: None,
     },
     CommandSpec {
+        name: "rollout-promote",
+        use_line: "rollout-promote {UNIT|ROLLOUT-ID}",
+        short: "Release the rest of a rollout waiting after its canaries",
+        long: "A rollout started with --canary=N changes N machines, then waits (paused, awaiting\npromotion) until this command releases the rest, under the same limits.\n\nThe argument is a rollout ID or a unit: the newest rollout of that unit that has not ended.\n\tfleetctl rollout-promote db.service",
+        flags: &[],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
         name: "rollout-resume",
-        use_line: "rollout-resume {UNIT|ROLLOUT-ID}",
+        use_line: "rollout-resume [--skip-failed] {UNIT|ROLLOUT-ID}",
         short: "Resume a paused rollout; machines that failed are tried again",
         long: "Resume a paused rolling replace or restart. Machines whose step failed are tried again.\n\nThe argument is a rollout ID or a unit: the newest rollout of that unit that has not ended.\n\tfleetctl rollout-resume db.service",
         flags: &[],
@@ -516,6 +572,10 @@ pub static COMMANDS: &[CommandSpec] = &[
             MIN_HEALTHY,
             HEALTH_TIMEOUT,
             ON_FAILURE,
+            CANARY,
+            CANARY_HOLD,
+            ORDER,
+            PROGRESS_DEADLINE,
             FlagSpec::new(
                 "replace",
                 Kind::Bool,

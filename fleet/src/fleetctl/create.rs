@@ -245,7 +245,7 @@ fn prepare_unit(
     mode: Option<ReplacementMode>,
 ) -> Result<Unit, String> {
     unitf::validate_name(name).map_err(|e| e.to_string())?;
-    xfleet::validate_options(&uf).map_err(|e| e.to_string())?;
+    crate::wire::validate_content(&uf).map_err(|e| e.message)?;
     // The original reports only the first unrecognised key (`Job.ValidateRequirements` returns on the first).
     if let Some(key) = xfleet::unrecognized_xfleet_keys(&uf).first() {
         ctx.log(
@@ -370,6 +370,33 @@ pub fn rolling_replacements(ctx: &mut Ctx<'_>, args: &[String]) -> Result<Vec<Ro
         }
     }
     Ok(replacements)
+}
+
+/// Whether `start --replace` (without `--rolling`) of `args` is a change that the units' own update policy makes a
+/// rollout: some argument names a launched unit whose new local version has `[X-Fleet] UpdatePolicy=rolling` (the
+/// new version's policy governs). The command then goes as `start --replace --rolling` with the policy's pace. For
+/// the others, the global units among them replaced without one get the all-at-once hint on stderr.
+pub fn replacement_follows_policy(ctx: &mut Ctx<'_>, args: &[String]) -> bool {
+    let mut global_without = Vec::new();
+    for ArgLookup { arg, name, path, existing } in look_up_args(ctx, args) {
+        let Ok(Some(existing)) = existing else { continue };
+        if existing.desired_state != JobState::Launched.as_str() {
+            continue;
+        }
+        let Ok(Some(uf)) = read_unit_file(&path) else { continue };
+        let differs = UnitFile::from_options(existing.options.clone()).hash() != uf.hash();
+        if !differs {
+            continue;
+        }
+        if super::rollout::has_policy(&uf) {
+            return true;
+        }
+        global_without.push((arg.to_string(), name, uf));
+    }
+    for (_, name, uf) in global_without {
+        super::rollout::hint_all_at_once(ctx, &name, &uf, "replace", "start --replace --rolling");
+    }
+    false
 }
 
 /// What the creation step would store for one argument, decided exactly as [`lazy_create_units`] decides (the same

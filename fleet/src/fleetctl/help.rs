@@ -185,7 +185,7 @@ mod tests {
         let start = command_help(command("start").unwrap());
         assert!(start.contains("\t3 rolled back, 4 aborted.\n"), "{start}");
         assert!(
-            start.contains("\n      --min-healthy duration      With --rolling: how long the new version must stay")
+            start.contains("\n      --min-healthy duration         With --rolling: how long the new version must stay")
         );
         assert!(start.contains("(default 10s)\n") && start.contains("(default 5m0s)\n"), "{start}");
     }
@@ -218,7 +218,9 @@ mod tests {
     fn start_help_documents_keep_machine() {
         let out = command_help(command("start").unwrap());
         assert!(
-            out.contains("\n      --keep-machine              With --replace: keep each replaced unit on the machine")
+            out.contains(
+                "\n      --keep-machine                 With --replace: keep each replaced unit on the machine"
+            )
         );
         assert!(out.contains("\tfleetctl start --replace --keep-machine foo.service"));
         assert!(command_help(command("load").unwrap()).contains("\n      --keep-machine "));

@@ -358,6 +358,7 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> i32 {
         "rollback" => rollout::rollback(&mut ctx, args),
         "rollout-pause" => rollout::control(&mut ctx, args, crate::rollout::Action::Pause),
         "rollout-resume" => rollout::control(&mut ctx, args, crate::rollout::Action::Run),
+        "rollout-promote" => rollout::control(&mut ctx, args, crate::rollout::Action::Promote),
         "rollout-abort" => rollout::control(&mut ctx, args, crate::rollout::Action::Abort),
         "status" => remote::status(&mut ctx, env.remote, args),
         "journal" => remote::journal(&mut ctx, env.remote, args),

@@ -15,6 +15,7 @@ use std::time::Duration;
 use super::Ctx;
 use super::flags::Flags;
 use super::table::{location_legend, render};
+use crate::rollout::policy::MaxUnavailable;
 use crate::rollout::{Action, OnFailure, Phase, RolloutKind, RolloutState};
 use crate::schema::{Machine, Rollout, RolloutRequest, RolloutRequestUnit, UnitHistory, UnitVersion};
 use crate::unit::name as unitf;
@@ -63,47 +64,110 @@ pub fn exit_code(state: RolloutState) -> Option<i32> {
 /// at once by `rollout-status`), and one with a resume the engine has not taken up (`resumes` > `resumesTaken`)
 /// is about to release its failed steps again.
 pub fn wait_outcome(rollout: &Rollout) -> Option<i32> {
-    let failed = rollout.steps.iter().any(|s| s.phase == Phase::Failed);
+    let steps = if rollout.undo_end.is_some() { &rollout.undo } else { &rollout.steps };
+    let failed = steps.iter().any(|s| s.phase == Phase::Failed);
     let resume_pending = rollout.resumes > rollout.resumes_taken;
+    // Paused to await a promotion: an end for the wait (exit 2), unless the promotion is on its way.
+    let awaiting = rollout.awaiting_promotion && !rollout.promoted;
     match (rollout.state, rollout.action) {
-        (RolloutState::Paused, Action::Abort) => None,
-        (RolloutState::Paused, Action::Run) if !failed || resume_pending => None,
+        (RolloutState::Paused, Action::Abort) if rollout.undo_end.is_none() => None,
+        (RolloutState::Paused, Action::Run) if (!failed && !awaiting) || resume_pending => None,
         (state, _) => exit_code(state),
     }
 }
 
-/// How fast a rollout goes, from `--max-unavailable`, `--min-healthy`, `--health-timeout`, `--on-failure`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a rollout goes, as far as the user's flags say: each field is `None` unless its flag was given, so the
+/// server fills it from the unit's `[X-Fleet]` update policy, or the defaults (one decision, on the server).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Pace {
-    pub max_unavailable: u32,
-    pub min_healthy: Duration,
-    pub health_timeout: Duration,
-    pub on_failure: OnFailure,
+    pub max_unavailable: Option<MaxUnavailable>,
+    pub min_healthy: Option<Duration>,
+    pub health_timeout: Option<Duration>,
+    pub on_failure: Option<OnFailure>,
+    pub canary: Option<u32>,
+    pub canary_hold: Option<Duration>,
+    pub order: Option<String>,
+    pub progress_deadline: Option<Duration>,
 }
 
-/// The pace the flags ask for, or what is wrong with them.
+impl Pace {
+    /// Every machine at once, done as soon as each runs the version (`rollback` without `--rolling` and without a
+    /// policy).
+    pub fn all_at_once() -> Pace {
+        Pace {
+            max_unavailable: Some(MaxUnavailable::Percent(100)),
+            min_healthy: Some(Duration::ZERO),
+            ..Pace::default()
+        }
+    }
+
+    /// The request's pace fields.
+    fn apply(&self, request: &mut RolloutRequest) {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        match self.max_unavailable {
+            Some(MaxUnavailable::Count(n)) => request.max_unavailable = Some(n),
+            Some(MaxUnavailable::Percent(p)) => request.max_unavailable_percent = Some(p),
+            None => {}
+        }
+        request.min_healthy_ms = self.min_healthy.map(ms);
+        request.health_timeout_ms = self.health_timeout.map(ms);
+        request.on_failure = self.on_failure;
+        request.canary = self.canary;
+        request.canary_hold_ms = self.canary_hold.map(ms);
+        request.order = self.order.clone();
+        request.progress_deadline_ms = self.progress_deadline.map(ms);
+    }
+}
+
+/// The pace the given flags ask for, or what is wrong with them (named by flag).
 pub fn pace(flags: &Flags) -> Result<Pace, String> {
-    let pace = pace_with(flags, OnFailure::Pause)?;
-    let on_failure = match flags.str("on-failure") {
-        "pause" => OnFailure::Pause,
-        "rollback" => OnFailure::Rollback,
-        other => return Err(format!("invalid --on-failure {other:?}: expected pause or rollback")),
-    };
-    Ok(Pace { on_failure, ..pace })
-}
-
-/// [`pace`] with `on_failure` instead of `--on-failure`.
-fn pace_with(flags: &Flags, on_failure: OnFailure) -> Result<Pace, String> {
-    let max = flags.int("max-unavailable");
-    if max < 1 {
-        return Err(format!("--max-unavailable must be at least 1, got {max}"));
+    let given = |name: &str| flags.is_given(name);
+    let mut pace = Pace::default();
+    if given("max-unavailable") {
+        let text = flags.str("max-unavailable");
+        pace.max_unavailable =
+            Some(MaxUnavailable::parse(text).map_err(|e| format!("invalid --max-unavailable: {e}"))?);
     }
-    let max_unavailable = u32::try_from(max).map_err(|_| format!("--max-unavailable is too large: {max}"))?;
-    let health_timeout = flags.duration("health-timeout");
-    if health_timeout.is_zero() {
-        return Err("--health-timeout must be longer than 0".into());
+    if given("min-healthy") {
+        pace.min_healthy = Some(flags.duration("min-healthy"));
     }
-    Ok(Pace { max_unavailable, min_healthy: flags.duration("min-healthy"), health_timeout, on_failure })
+    if given("health-timeout") {
+        let timeout = flags.duration("health-timeout");
+        if timeout.is_zero() {
+            return Err("--health-timeout must be longer than 0".into());
+        }
+        pace.health_timeout = Some(timeout);
+    }
+    if given("on-failure") {
+        pace.on_failure = Some(match flags.str("on-failure") {
+            "pause" => OnFailure::Pause,
+            "rollback" => OnFailure::Rollback,
+            other => return Err(format!("invalid --on-failure {other:?}: expected pause or rollback")),
+        });
+    }
+    if given("canary") {
+        let n = flags.int("canary");
+        pace.canary = Some(u32::try_from(n).map_err(|_| format!("--canary must be 0 or more, got {n}"))?);
+    }
+    if given("canary-hold") {
+        if pace.canary.unwrap_or(0) == 0 {
+            return Err("--canary-hold applies only with --canary".into());
+        }
+        pace.canary_hold = Some(flags.duration("canary-hold"));
+    }
+    if given("order") {
+        let order = flags.str("order").to_string();
+        crate::rollout::policy::parse_order(&order).map_err(|e| format!("invalid --order: {e}"))?;
+        pace.order = Some(order);
+    }
+    if given("progress-deadline") {
+        let deadline = flags.duration("progress-deadline");
+        if deadline.is_zero() {
+            return Err("--progress-deadline must be longer than 0".into());
+        }
+        pace.progress_deadline = Some(deadline);
+    }
+    Ok(pace)
 }
 
 /// Whether the command runs as a rollout (`--rolling`), or why its flags do not go together: `start --rolling`
@@ -130,28 +194,7 @@ pub fn rolling(flags: &Flags, command: &str) -> Result<bool, String> {
     }
 }
 
-/// A rollout ID for units whose first is `first_unit`, made at `now_ms`: `<unit name without type>-<now_ms>`,
-/// characters the registry does not take in IDs replaced by `_`, at most 64 characters.
-pub fn rollout_id(first_unit: &str, now_ms: u64) -> String {
-    let stem = first_unit.rsplit_once('.').map_or(first_unit, |(stem, _)| stem);
-    let suffix = format!("-{now_ms}");
-    let stem: String = stem
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') { c } else { '_' })
-        .take(64 - suffix.len())
-        .collect();
-    let stem = if stem.is_empty() { "rollout".to_string() } else { stem };
-    format!("{stem}{suffix}")
-}
-
-/// The first [`rollout_id`] from `now_ms` on that no rollout has (`taken`): two commands within one millisecond
-/// (a script) get different IDs.
-pub fn unused_rollout_id(first_unit: &str, now_ms: u64, taken: &[String]) -> String {
-    (now_ms..)
-        .map(|ms| rollout_id(first_unit, ms))
-        .find(|id| !taken.contains(id))
-        .unwrap_or_else(|| rollout_id(first_unit, now_ms))
-}
+pub use crate::wire::{rollout_id, unused_rollout_id};
 
 fn kind_name(kind: RolloutKind) -> &'static str {
     match kind {
@@ -169,11 +212,21 @@ pub fn render_status(rollout: &Rollout, machines: &[Machine], full: bool, legend
         out.push_str(&format!(": {}", rollout.reason));
     }
     out.push('\n');
-    let mut rows: Vec<Vec<String>> = Vec::with_capacity(rollout.steps.len() + 1);
+    out.push_str(&render_steps(&rollout.steps, machines, full, legend));
+    if !rollout.undo.is_empty() {
+        out.push_str("Undo (each changed machine back to the old version):\n");
+        out.push_str(&render_steps(&rollout.undo, machines, full, legend));
+    }
+    out
+}
+
+/// The steps as a table `MACHINE UNIT PHASE DETAIL`.
+fn render_steps(steps: &[crate::rollout::Step], machines: &[Machine], full: bool, legend: bool) -> String {
+    let mut rows: Vec<Vec<String>> = Vec::with_capacity(steps.len() + 1);
     if legend {
         rows.push(["MACHINE", "UNIT", "PHASE", "DETAIL"].map(str::to_string).to_vec());
     }
-    for step in &rollout.steps {
+    for step in steps {
         rows.push(vec![
             location_legend(&step.machine, machines, full),
             step.unit.clone(),
@@ -185,8 +238,7 @@ pub fn render_status(rollout: &Rollout, machines: &[Machine], full: bool, legend
             },
         ]);
     }
-    out.push_str(&render(&rows));
-    out
+    render(&rows)
 }
 
 /// The rollout `arg` names: the rollout with that ID, else the newest rollout of the unit `arg` names (only those
@@ -341,14 +393,8 @@ fn launch(ctx: &mut Ctx<'_>, kind: RolloutKind, units: Vec<RolloutRequestUnit>, 
     };
     let id = unused_rollout_id(&stem, crate::model::now_ms(), &taken);
     let names: Vec<String> = units.iter().map(|u| u.name.clone()).collect();
-    let request = RolloutRequest {
-        kind,
-        units,
-        max_unavailable: pace.max_unavailable,
-        min_healthy_ms: u64::try_from(pace.min_healthy.as_millis()).unwrap_or(u64::MAX),
-        health_timeout_ms: u64::try_from(pace.health_timeout.as_millis()).unwrap_or(u64::MAX),
-        on_failure: pace.on_failure,
-    };
+    let mut request = RolloutRequest { kind, units, ..RolloutRequest::default() };
+    pace.apply(&mut request);
     let created = match ctx.client.create_rollout(&id, &request) {
         Ok(created) => created,
         Err(e) => {
@@ -407,11 +453,19 @@ pub fn rebalance(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
         ctx.warn(&format!("Error starting rebalance: rebalance takes no arguments, got {extra:?}"));
         return EXIT_ERROR;
     }
+    // A rebalance has its own defaults (its flags' defaults), always sent.
     let max = ctx.flags.int("max-unavailable");
-    // A value too large for the pace has always been refused with the lower bound here.
+    let health_timeout = ctx.flags.duration("health-timeout");
     let pace = match u32::try_from(max) {
-        Err(_) if max > 0 => Err(format!("--max-unavailable must be at least 1, got {max}")),
-        _ => pace_with(ctx.flags, OnFailure::Pause),
+        Ok(n) if n >= 1 && !health_timeout.is_zero() => Ok(Pace {
+            max_unavailable: Some(MaxUnavailable::Count(n)),
+            min_healthy: Some(ctx.flags.duration("min-healthy")),
+            health_timeout: Some(health_timeout),
+            on_failure: Some(OnFailure::Pause),
+            ..Pace::default()
+        }),
+        Ok(n) if n >= 1 => Err("--health-timeout must be longer than 0".to_string()),
+        _ => Err(format!("--max-unavailable must be at least 1, got {max}")),
     };
     let pace = match pace {
         Ok(pace) => pace,
@@ -553,16 +607,35 @@ pub fn rollback(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
         ctx.say(&format!("Unit {name} rolled back to {}", &target.hash[..7]));
         return EXIT_DONE;
     }
-    let mut pace = match pace(ctx.flags) {
+    let pace = match pace(ctx.flags) {
         Ok(pace) => pace,
         Err(e) => return fail(ctx, e),
     };
-    if !rolling {
-        // Every machine at once, done as soon as each runs the earlier version.
-        pace.max_unavailable = u32::MAX;
-        pace.min_healthy = Duration::ZERO;
-    }
+    // The version rolled back to governs, as the new version does in a replace.
+    let file = crate::unit::UnitFile::from_options(target.options.clone());
+    let pace = if rolling || crate::rollout::policy::UpdatePolicy::of(&file).is_some() {
+        pace
+    } else {
+        hint_all_at_once(ctx, &name, &file, "rollback", "rollback --rolling");
+        Pace::all_at_once()
+    };
     launch(ctx, RolloutKind::Replace, vec![RolloutRequestUnit { name, options: target.options }], pace)
+}
+
+/// On stderr, for a global unit without an update policy changed on every machine at once, one line naming the
+/// rolling way (`rolling` is the command with `--rolling`). stdout stays the original's.
+pub fn hint_all_at_once(ctx: &mut Ctx<'_>, name: &str, file: &crate::unit::UnitFile, what: &str, rolling: &str) {
+    if crate::unit::Requirements::of(file, name).global && crate::rollout::policy::UpdatePolicy::of(file).is_none() {
+        ctx.warn(&format!(
+            "hint: this {what} of global unit {name} changes every machine at once; fleetctl {rolling} goes machine by \
+             machine (UpdatePolicy=rolling in [X-Fleet] makes that its default)"
+        ));
+    }
+}
+
+/// Whether a change of `file` (the version that governs it) follows its `[X-Fleet] UpdatePolicy=rolling`.
+pub fn has_policy(file: &crate::unit::UnitFile) -> bool {
+    crate::rollout::policy::UpdatePolicy::of(file).is_some()
 }
 
 /// The one argument of the rollout commands, or the exit code after saying what is wrong.

@@ -121,6 +121,13 @@ fn load_or_start(ctx: &mut Ctx<'_>, args: &[String], target: JobState) -> i32 {
             return 1;
         }
     }
+    if target == JobState::Launched
+        && ctx.flags.bool("replace")
+        && !ctx.flags.bool("no-restart")
+        && super::create::replacement_follows_policy(ctx, args)
+    {
+        return rollout::start_rolling(ctx, args);
+    }
     if let Err(e) = lazy_create_units(ctx, args) {
         ctx.warn(&format!("Error creating units: {e}"));
         return 1;
@@ -324,6 +331,19 @@ pub fn restart(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
             return 1;
         }
     };
+    // A launched unit with an update policy restarts as the policy says (a rolling restart), whoever asks.
+    let launched = |u: &&Unit| u.desired_state == JobState::Launched.as_str();
+    let files: Vec<(String, crate::unit::UnitFile)> = units
+        .iter()
+        .filter(launched)
+        .map(|u| (u.name.clone(), crate::unit::UnitFile::from_options(u.options.clone())))
+        .collect();
+    if files.iter().any(|(_, f)| rollout::has_policy(f)) {
+        return rollout::restart_rolling(ctx, args);
+    }
+    for (name, file) in &files {
+        rollout::hint_all_at_once(ctx, name, file, "restart", "restart --rolling");
+    }
     if let Err(e) = lazy_create_units(ctx, args) {
         ctx.warn(&format!("Error creating units: {e}"));
         return 1;

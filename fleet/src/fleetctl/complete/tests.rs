@@ -45,7 +45,7 @@ fn bash_completes_commands_flags_and_registry_names() {
     stand_in(dir.path());
     std::fs::write(dir.path().join("local.service"), "[Service]\nExecStart=/bin/true\n").unwrap();
     assert_eq!(bash_complete(dir.path(), &["fleetctl", "list-"]), ["list-machines", "list-unit-files", "list-units"]);
-    assert_eq!(bash_complete(dir.path(), &["fleetctl", "roll"]).len(), 5, "rollback and the four rollout-*");
+    assert_eq!(bash_complete(dir.path(), &["fleetctl", "roll"]).len(), 6, "rollback and the five rollout-*");
     assert!(!bash_complete(dir.path(), &["fleetctl", "_"]).iter().any(|w| w.starts_with("__")), "helper hidden");
     assert_eq!(bash_complete(dir.path(), &["fleetctl", "list-units", "--fi"]), ["--fields"]);
     assert_eq!(bash_complete(dir.path(), &["fleetctl", "start", "--rol"]), ["--rolling"]);

@@ -288,7 +288,8 @@ fn wrong_flags_and_missing_units_are_refused_before_anything_is_sent() {
         (vec!["restart", "--no-block", "db"], "Error restarting units: --no-block applies only with --rolling\n"),
         (
             vec!["restart", "--rolling", "--max-unavailable=0", "db"],
-            "Error starting rollout: --max-unavailable must be at least 1, got 0\n",
+            "Error starting rollout: invalid --max-unavailable: expected a number of machines of at least 1 or a \
+             percentage such as 25%, got \"0\"\n",
         ),
         (
             vec!["restart", "--rolling", "--health-timeout=0", "db"],
@@ -319,7 +320,6 @@ fn wrong_flags_and_missing_units_are_refused_before_anything_is_sent() {
     for (flag, value, reason) in [
         ("min-healthy", "10", "time: invalid duration \"10\""),
         ("health-timeout", "-1s", "time: invalid duration \"-1s\""),
-        ("max-unavailable", "two", "strconv.ParseInt: parsing \"two\": invalid syntax"),
     ] {
         let arg = format!("--{flag}={value}");
         let o = run(&c, &["restart", "--rolling", &arg, "db"]);
@@ -330,6 +330,15 @@ fn wrong_flags_and_missing_units_are_refused_before_anything_is_sent() {
             o.err
         );
     }
+    let o = run(&c, &["restart", "--rolling", "--max-unavailable=two", "db"]);
+    assert_eq!(
+        (o.code, o.err.as_str()),
+        (
+            EXIT_ERROR,
+            "Error starting rollout: invalid --max-unavailable: expected a number of machines of at least 1 or a \
+             percentage such as 25%, got \"two\"\n"
+        )
+    );
     assert!(c.log().is_empty(), "{:?}", c.log());
 }
 
@@ -529,6 +538,7 @@ fn the_status_table_shows_machines_like_list_units() {
             step("d91d98fca203da3cb89fb5c100ed0823", crate::rollout::Phase::Pending, ""),
         ],
         revision: 0,
+        ..Rollout::default()
     };
     assert_eq!(
         render_status(&rollout, &machines, false, true),
@@ -592,6 +602,7 @@ fn a_wait_goes_on_while_the_engine_has_not_taken_up_a_resume_or_an_abort() {
         reason: String::new(),
         steps: phases.iter().map(|p| step(*p)).collect(),
         revision: 0,
+        ..Rollout::default()
     };
     use Action::{Abort, Pause, Run};
     use Phase::{Failed, Pending, Updating};
@@ -657,7 +668,7 @@ fn history_lists_versions_and_rollback_returns_to_the_previous_one_through_a_rol
     let rollouts = c.stored_rollouts();
     let last = rollouts.iter().max_by_key(|r| r.spec.created_ms).unwrap();
     assert_eq!((last.spec.units[0].from.as_str(), last.spec.units[0].to.as_str()), (v2.as_str(), v1.as_str()));
-    assert!(last.spec.max_unavailable > 3 && last.spec.min_healthy_ms == 0, "all at once: {:?}", last.spec);
+    assert!(last.spec.budget(3) >= 3 && last.spec.min_healthy_ms == 0, "all at once: {:?}", last.spec);
 
     // --to picks a version by prefix; the current one, unknown and ambiguous prefixes are refused.
     let o = run(&c, &["rollback", "--to", &v1[..7], "db.service"]);
