@@ -279,8 +279,11 @@ async fn status_text(ctx: &Ctx, slot: usize) -> Result<(i32, String), String> {
 
 /// A new version that cannot start on the 2nd machine in rollout order, `--on-failure=pause`: the 1st machine ends
 /// on v2 (serving), the 2nd on v2 failed, the 3rd untouched (v1, same MainPID, its old version never stopped);
-/// exit 2 within seconds of the failure (`--health-timeout=120s` is not waited out), and `rollout-status` names
+/// exit 2 within seconds of the failure (`--health-timeout=60s` is not waited out), and `rollout-status` names
 /// the failed machine.
+///
+/// Break-once: fail-fast disabled (`false &&` before `down && holds_new_version(..)` in `rollout::check_released`):
+/// "the failed version must fail its step within seconds, not at --health-timeout=60s; the command took 63.1s".
 pub async fn failing_second_machine_pauses_with_the_third_untouched(ctx: Ctx) -> Outcome {
     failing_second_machine(ctx, "pause").await
 }
@@ -309,7 +312,7 @@ async fn failing_second_machine(ctx: Ctx, policy: &str) -> Outcome {
         "--rolling",
         "--max-unavailable=1",
         "--min-healthy=1s",
-        "--health-timeout=120s",
+        "--health-timeout=60s",
         &format!("--on-failure={policy}"),
         &path,
     ];
@@ -323,10 +326,13 @@ async fn failing_second_machine(ctx: Ctx, policy: &str) -> Outcome {
     ctx.ensure(out.status == code, || {
         format!("--on-failure={policy}: expected exit status {code}, got {}; {}", out.describe(), observed())
     })?;
-    // Forward: the first machine's step (stop 2 s, sync 3 s, 1 s healthy), then the second's stop and failure.
-    // A failure noticed only at --health-timeout=120s would take two minutes.
-    ctx.ensure(took < Duration::from_secs(60), || {
-        format!("the failed version must fail its step within seconds, not at --health-timeout=120s; took {took:?}")
+    // Forward: the first machine's step (stop 2 s, sync 3 s, 1 s healthy), then the second's stop and failure:
+    // ~10 s. A failure noticed only at --health-timeout=60s would take over a minute.
+    ctx.ensure(took < Duration::from_secs(40), || {
+        format!(
+            "the failed version must fail its step within seconds, not at --health-timeout=60s; the command took {took:?}; {}",
+            observed()
+        )
     })?;
     let third_ok = after[&third] == before[&third] && count(&logs[&third], "stop", "v1") == 0;
     ctx.ensure(third_ok, || {
@@ -543,6 +549,9 @@ fn unit_options(text: &str) -> Value {
 /// (exit 2; `rollout-status` exits 2 and says `awaiting promotion`; the API shows `awaitingPromotion: true`) with
 /// the other machines on v1, untouched, and stays so; `rollout-promote` releases the rest and every machine ends on
 /// v2.
+///
+/// Break-once: the canary gate never runs (`spec.canary > 0` → `> 1000` in `rollout::advance`): "--canary=1:
+/// expected exit status 2 (paused), got exit 0; stdout: ... replace done".
 pub async fn canary_pauses_until_promoted(ctx: Ctx) -> Outcome {
     let text = without_policy(&fixture()?);
     let dir = TempDir::new()?;
@@ -593,6 +602,10 @@ pub async fn canary_pauses_until_promoted(ctx: Ctx) -> Outcome {
 
 /// `--order=last:role=primary` where the primary (metadata set through the API) is the machine that comes first in
 /// machine-ID order: it changes last, only once both others serve v2.
+///
+/// Break-once: main at 811efce itself: "m3 (role=primary, first in machine-ID order) must change last, after m1 is
+/// ready on v2" — the rollout's order read only fleet.conf metadata (`registry::rollout_cluster` `metadata()`), not
+/// what the machines API set; it passed with the merged metadata (`o.merged(&m.metadata).metadata`).
 pub async fn order_last_changes_the_primary_last(ctx: Ctx) -> Outcome {
     let text = without_policy(&fixture()?);
     let dir = TempDir::new()?;
@@ -636,6 +649,10 @@ pub async fn order_last_changes_the_primary_last(ctx: Ctx) -> Outcome {
 /// takes no further machine down — the middle machine keeps v1 with its MainPID — and `rollout-status` says it is
 /// `waiting:` and names the machine; once that machine is back and serves the new version, the rollout finishes
 /// (exit 0) with every machine serving v2.
+///
+/// Break-once: machines not serving outside the released steps not counted (`counts_down = false` in
+/// `rollout::release`): "waited 29.8s for rollout-status to say `waiting:` and name m2; last seen: exit 0: ...
+/// replace done ... skipped the machine left the cluster" (the middle machine was changed while m2 was gone).
 pub async fn machine_already_down_counts_against_the_budget(ctx: Ctx) -> Outcome {
     let text = without_policy(&fixture()?);
     let dir = TempDir::new()?;
@@ -660,15 +677,27 @@ pub async fn machine_already_down_counts_against_the_budget(ctx: Ctx) -> Outcome
     let last_id = short_id(&ctx, last)?;
     let what = format!("rollout-status to say `waiting:` and name m{last} ({last_id})");
     let last_id = last_id.as_str();
+    let middle_before = &before[&middle];
     let waiting = ctx
         .wait_for(&what, || async move {
+            let middle_now = match seen(cref, &[middle]).await {
+                Ok(s) => s[&middle].clone(),
+                Err(e) => return Check::NotYet(e),
+            };
             match status_text(cref, via).await {
-                Ok((_, t)) if t.contains("waiting:") && t.contains(last_id) => Check::Ready(t),
+                // The budget is broken as soon as the middle machine is touched while the last one is down.
+                Ok((_, t)) if middle_now != *middle_before => Check::Ready(Err(format!(
+                    "with m{last} down and --max-unavailable=1, m{middle} must keep v1 (MainPID {}); observed \
+                     {middle_now}; rollout-status: {t}",
+                    middle_before.pid
+                ))),
+                Ok((_, t)) if t.contains("waiting:") && t.contains(last_id) => Check::Ready(Ok(t)),
                 Ok((code, t)) => Check::NotYet(format!("exit {code}: {t}")),
                 Err(e) => Check::NotYet(e),
             }
         })
-        .await?;
+        .await?
+        .map_err(|e| ctx.fail(e))?;
     // The budget holds: the middle machine is not taken down while the last one is gone.
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
