@@ -291,6 +291,10 @@ pub async fn failing_second_machine_pauses_with_the_third_untouched(ctx: Ctx) ->
 /// The same failure with `--on-failure=rollback`: exit 3, every machine back on v1 serving, the failed (already
 /// down) machine undone first, and — sampled every 100 ms inside every machine, with a stop that takes 2 s — never
 /// two machines without a serving copy at once, forward or back; the 3rd machine untouched throughout.
+///
+/// Break-once: undo without the budget (`limit = if undoing { 100 } else { .. }` in `rollout::release`):
+/// "--max-unavailable=1, rolling forward and back: at most 1 machine(s) may be without a serving copy (active, check
+/// passing) at once, but 2 were 6553 ms after sampling began: m[2, 3]".
 pub async fn failing_second_machine_rolls_back_never_two_down(ctx: Ctx) -> Outcome {
     failing_second_machine(ctx, "rollback").await
 }
@@ -462,6 +466,10 @@ pub async fn slow_sync_keeps_all_but_one_check_passing(ctx: Ctx) -> Outcome {
 /// before serves the new one) and returns once every machine serves v2; then an API client replacing it the way
 /// the original fleetctl does (`PUT` of `name` + `options` without `desiredState`, then `PUT` of `desiredState:
 /// launched`) gets the same: the server rolls v3 machine by machine.
+///
+/// Break-once: the server ignores the policy (`&& false` at the end of `wire::put_rolls_out`): "an API client's
+/// replace (two PUTs) of a unit with UpdateMaxUnavailable=1: at most 1 machine(s) may be without a serving copy
+/// (active, check passing) at once, but 3 were 274 ms after sampling began: m[1, 2, 3]".
 pub async fn policy_in_the_unit_rolls_a_plain_replace(ctx: Ctx) -> Outcome {
     let text = fixture()?;
     let dir = TempDir::new()?;
