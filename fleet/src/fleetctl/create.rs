@@ -372,6 +372,22 @@ pub fn rolling_replacements(ctx: &mut Ctx<'_>, args: &[String]) -> Result<Vec<Ro
     Ok(replacements)
 }
 
+/// On stderr, for a global unit without an update policy changed on every machine at once, one line naming the
+/// rolling way (`rolling` is the command with `--rolling`). stdout stays the original's.
+pub fn hint_all_at_once(ctx: &mut Ctx<'_>, name: &str, file: &crate::unit::UnitFile, what: &str, rolling: &str) {
+    if crate::unit::Requirements::of(file, name).global && crate::rollout::policy::UpdatePolicy::of(file).is_none() {
+        ctx.warn(&format!(
+            "hint: this {what} of global unit {name} changes every machine at once; fleetctl {rolling} goes machine by \
+             machine (UpdatePolicy=rolling in [X-Fleet] makes that its default)"
+        ));
+    }
+}
+
+/// Whether a change of `file` (the version that governs it) follows its `[X-Fleet] UpdatePolicy=rolling`.
+pub fn has_policy(file: &crate::unit::UnitFile) -> bool {
+    crate::rollout::policy::UpdatePolicy::of(file).is_some()
+}
+
 /// Whether `start --replace` (without `--rolling`) of `args` is a change that the units' own update policy makes a
 /// rollout: some argument names a launched unit whose new local version has `[X-Fleet] UpdatePolicy=rolling` (the
 /// new version's policy governs). The command then goes as `start --replace --rolling` with the policy's pace. For
@@ -388,13 +404,13 @@ pub fn replacement_follows_policy(ctx: &mut Ctx<'_>, args: &[String]) -> bool {
         if !differs {
             continue;
         }
-        if super::rollout::has_policy(&uf) {
+        if has_policy(&uf) {
             return true;
         }
         global_without.push((arg.to_string(), name, uf));
     }
     for (_, name, uf) in global_without {
-        super::rollout::hint_all_at_once(ctx, &name, &uf, "replace", "start --replace --rolling");
+        hint_all_at_once(ctx, &name, &uf, "replace", "start --replace --rolling");
     }
     false
 }

@@ -616,26 +616,10 @@ pub fn rollback(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     let pace = if rolling || crate::rollout::policy::UpdatePolicy::of(&file).is_some() {
         pace
     } else {
-        hint_all_at_once(ctx, &name, &file, "rollback", "rollback --rolling");
+        super::create::hint_all_at_once(ctx, &name, &file, "rollback", "rollback --rolling");
         Pace::all_at_once()
     };
     launch(ctx, RolloutKind::Replace, vec![RolloutRequestUnit { name, options: target.options }], pace)
-}
-
-/// On stderr, for a global unit without an update policy changed on every machine at once, one line naming the
-/// rolling way (`rolling` is the command with `--rolling`). stdout stays the original's.
-pub fn hint_all_at_once(ctx: &mut Ctx<'_>, name: &str, file: &crate::unit::UnitFile, what: &str, rolling: &str) {
-    if crate::unit::Requirements::of(file, name).global && crate::rollout::policy::UpdatePolicy::of(file).is_none() {
-        ctx.warn(&format!(
-            "hint: this {what} of global unit {name} changes every machine at once; fleetctl {rolling} goes machine by \
-             machine (UpdatePolicy=rolling in [X-Fleet] makes that its default)"
-        ));
-    }
-}
-
-/// Whether a change of `file` (the version that governs it) follows its `[X-Fleet] UpdatePolicy=rolling`.
-pub fn has_policy(file: &crate::unit::UnitFile) -> bool {
-    crate::rollout::policy::UpdatePolicy::of(file).is_some()
 }
 
 /// The one argument of the rollout commands, or the exit code after saying what is wrong.

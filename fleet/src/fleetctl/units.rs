@@ -338,11 +338,11 @@ pub fn restart(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
         .filter(launched)
         .map(|u| (u.name.clone(), crate::unit::UnitFile::from_options(u.options.clone())))
         .collect();
-    if files.iter().any(|(_, f)| rollout::has_policy(f)) {
+    if files.iter().any(|(_, f)| super::create::has_policy(f)) {
         return rollout::restart_rolling(ctx, args);
     }
     for (name, file) in &files {
-        rollout::hint_all_at_once(ctx, name, file, "restart", "restart --rolling");
+        super::create::hint_all_at_once(ctx, name, file, "restart", "restart --rolling");
     }
     if let Err(e) = lazy_create_units(ctx, args) {
         ctx.warn(&format!("Error creating units: {e}"));

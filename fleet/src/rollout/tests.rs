@@ -436,3 +436,276 @@ fn equal_creation_times_are_ordered_by_id() {
         [stored("r1", &["a.service"], 7, RolloutState::Done), stored("r2", &["a.service"], 7, RolloutState::Done)];
     assert_eq!(expired(&all, 1), ["r1"], "r2 counts as the newer one");
 }
+
+// Issue 34: health checks, fail fast, the budget, undo within it, canaries, order, deadline, skip-failed.
+
+impl Table {
+    /// `machine` publishes its check's status (the unit has a check).
+    fn health(&mut self, machine: &str, status: crate::model::HealthStatus, output: &str) {
+        let seen = self.0.get_mut(&("db.service".into(), machine.into())).unwrap();
+        seen.health = Some(crate::model::Health { status, since_ms: 0, output: output.into() });
+    }
+}
+
+/// A replace of a unit whose versions both have a health check.
+fn checked_spec(max_unavailable: u32, min_healthy_ms: u64, on_failure: OnFailure) -> RolloutSpec {
+    let mut s = spec(RolloutKind::Replace, max_unavailable, min_healthy_ms, on_failure);
+    s.units[0].checked = true;
+    s.units[0].from_checked = true;
+    s
+}
+
+fn undo_phases(r: &Rollout) -> Vec<(&str, &str)> {
+    r.progress.as_ref().unwrap().undo.iter().map(|s| (s.machine.as_str(), s.phase.as_str())).collect()
+}
+
+fn in_flight(r: &Rollout) -> usize {
+    let p = r.progress.as_ref().unwrap();
+    let list = if p.undoing() { &p.undo } else { &p.steps };
+    list.iter().filter(|s| matches!(s.phase, Phase::Updating | Phase::Healthy)).count()
+}
+
+#[test]
+fn a_checked_step_waits_for_its_check_and_fails_when_it_fails_within_min_healthy() {
+    use crate::model::HealthStatus::*;
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    for m in ["m1", "m2"] {
+        c.health(m, Healthy, "");
+    }
+    let mut r = rollout(checked_spec(1, 5_000, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    c.health("m1", Unknown, "");
+    let a = step(&mut r, &c, 100);
+    assert_eq!(phases(&r)[0], ("m1", "updating"), "active is not enough while the check has not passed");
+    assert_eq!(a.progress.steps[0].detail, "waiting for its health check (unknown)");
+    c.health("m1", Unhealthy, "syncing: 40%");
+    let a = step(&mut r, &c, 200);
+    assert_eq!(a.progress.steps[0].detail, "waiting for its health check (unhealthy: syncing: 40%)");
+    c.health("m1", Healthy, "synced");
+    step(&mut r, &c, 300);
+    assert_eq!(phases(&r)[0], ("m1", "healthy"));
+    c.health("m1", Unhealthy, "lost quorum");
+    let a = step(&mut r, &c, 2_300);
+    assert_eq!(r.state(), RolloutState::Paused);
+    assert_eq!(
+        a.progress.reason,
+        "paused: db.service on m1: its health check failed 2 s after it first passed: unhealthy: lost quorum"
+    );
+    assert_eq!(phases(&r)[1], ("m2", "pending"));
+}
+
+#[test]
+fn a_done_machine_that_turns_unhealthy_fails_the_running_rollout() {
+    use crate::model::HealthStatus::*;
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    for m in ["m1", "m2", "m3"] {
+        c.health(m, Healthy, "");
+    }
+    let mut r = rollout(checked_spec(1, 0, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    c.health("m1", Healthy, "");
+    step(&mut r, &c, 1);
+    assert_eq!(phases(&r)[..2], [("m1", "done"), ("m2", "updating")]);
+    c.health("m1", Unhealthy, "behind by 300 s");
+    let a = step(&mut r, &c, 2);
+    assert_eq!(phases(&r)[0], ("m1", "failed"));
+    assert!(
+        a.progress.reason.starts_with("paused: db.service on m1: its health check failed"),
+        "{}",
+        a.progress.reason
+    );
+}
+
+#[test]
+fn a_version_that_settles_failed_fails_its_step_within_seconds_not_at_the_health_timeout() {
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 10_000, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "failed");
+    let a = step(&mut r, &c, 500);
+    assert_eq!(phases(&r)[0], ("m1", "updating"), "failed for less than DOWN_SETTLE_MS: maybe a restart");
+    assert_eq!(a.wake_at_ms, Some(500 + DOWN_SETTLE_MS), "looked at again when it has settled");
+    let a = step(&mut r, &c, 500 + DOWN_SETTLE_MS);
+    assert_eq!(phases(&r)[0], ("m1", "failed"));
+    assert_eq!(
+        a.progress.reason,
+        "paused: db.service on m1: the new version did not start: activeState=failed subState=dead"
+    );
+    // A machine still failed with the OLD version (the file not swapped yet) is not the new version failing.
+    let mut c = Table::with(&["m1"], OLD);
+    c.set("m1", OLD, "failed");
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    step(&mut r, &c, 5_000);
+    assert_eq!(phases(&r)[0], ("m1", "updating"));
+}
+
+#[test]
+fn machines_already_down_count_against_the_budget_and_go_first() {
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    c.set("m2", OLD, "failed");
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    assert_eq!(
+        phases(&r),
+        [("m1", "pending"), ("m2", "updating"), ("m3", "pending")],
+        "the machine already down changes first, and no other goes down meanwhile"
+    );
+    c.set("m2", NEW, "active");
+    step(&mut r, &c, 1);
+    assert_eq!(phases(&r), [("m1", "updating"), ("m2", "done"), ("m3", "pending")]);
+    // A machine that goes down on its own while the rollout runs holds the next step back, and the reason says so.
+    c.set("m1", NEW, "active");
+    c.set("m3", OLD, "inactive");
+    step(&mut r, &c, 2);
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "done"), ("m3", "updating")], "m3 down and pending: it goes");
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    c.set("m2", NEW, "active");
+    step(&mut r, &c, 1);
+    c.set("m1", NEW, "inactive");
+    let a = step(&mut r, &c, 2);
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "done"), ("m3", "pending")]);
+    assert_eq!(a.progress.reason, "waiting: 1 of at most 1 unavailable already: db.service on m1 (inactive/dead)");
+}
+
+#[test]
+fn a_rollback_returns_the_changed_machines_one_step_at_a_time_the_failed_one_first() {
+    let mut c = Table::with(&["m1", "m2", "m3", "m4"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Rollback));
+    step(&mut r, &c, 0);
+    for (t, m) in [(1, "m1"), (2, "m2")] {
+        c.set(m, NEW, "active");
+        step(&mut r, &c, t);
+    }
+    assert_eq!(phases(&r)[..3], [("m1", "done"), ("m2", "done"), ("m3", "updating")]);
+    c.set("m3", NEW, "failed");
+    step(&mut r, &c, 10);
+    let a = step(&mut r, &c, 10 + DOWN_SETTLE_MS);
+    assert_eq!(a.roll_back, r.spec.units, "the unit object goes back once, when the undo starts");
+    assert_eq!(undo_phases(&r), [("m3", "updating"), ("m1", "pending"), ("m2", "pending")]);
+    assert_eq!(pinned_hash([&r], "db.service", "m1"), Some(NEW), "keeps the new version until its undo step");
+    assert_eq!(pinned_hash([&r], "db.service", "m3"), None, "released: the old version");
+    assert_eq!(pinned_hash([&r], "db.service", "m4"), None, "never changed: the old version");
+    let mut t = 2_000;
+    for m in ["m3", "m1", "m2"] {
+        assert!(in_flight(&r) <= 1, "never two machines changing at once: {:?}", undo_phases(&r));
+        c.set(m, OLD, "active");
+        t += 1;
+        step(&mut r, &c, t);
+    }
+    assert_eq!(r.state(), RolloutState::RolledBack);
+    assert!(
+        r.progress.as_ref().unwrap().reason.starts_with("rolled back: db.service on m3: the new version did not start"),
+        "{}",
+        r.progress.as_ref().unwrap().reason
+    );
+}
+
+#[test]
+fn an_undo_step_that_fails_pauses_and_resume_tries_it_again() {
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 1);
+    r.control.action = Action::Abort;
+    step(&mut r, &c, 2);
+    // m2 was changing (released at once; it already runs the old version: done), then m1.
+    assert_eq!(undo_phases(&r), [("m2", "done"), ("m1", "updating")]);
+    c.set("m1", OLD, "failed");
+    let mut t = 10;
+    for _ in 0..3 {
+        t += DOWN_SETTLE_MS;
+        step(&mut r, &c, t);
+    }
+    assert_eq!(r.state(), RolloutState::Paused, "{:?}", r.progress);
+    assert!(r.progress.as_ref().unwrap().reason.starts_with("paused while rolling back: db.service on m1"));
+    r.control.resumes += 1;
+    c.set("m1", OLD, "active");
+    step(&mut r, &c, t + 1);
+    step(&mut r, &c, t + 2);
+    assert_eq!(r.state(), RolloutState::Aborted);
+}
+
+#[test]
+fn canaries_pause_for_a_promotion_or_promote_after_their_hold() {
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    let mut s = spec(RolloutKind::Replace, 1, 0, OnFailure::Pause);
+    s.canary = 1;
+    let mut r = rollout(s.clone());
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    let a = step(&mut r, &c, 1);
+    assert_eq!(r.state(), RolloutState::Paused);
+    assert!(a.progress.awaiting_promotion);
+    assert!(a.progress.reason.starts_with("awaiting promotion: 1 canary machine(s)"), "{}", a.progress.reason);
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "pending"), ("m3", "pending")]);
+    assert_eq!(pinned_hash([&r], "db.service", "m2"), Some(OLD));
+    r.control.promoted = true;
+    let a = step(&mut r, &c, 2);
+    assert!(!a.progress.awaiting_promotion);
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "updating"), ("m3", "pending")]);
+
+    s.canary_hold_ms = 5_000;
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(s);
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    let a = step(&mut r, &c, 1_000);
+    assert_eq!((r.state(), a.wake_at_ms), (RolloutState::Running, Some(6_000)), "{}", a.progress.reason);
+    assert_eq!(phases(&r)[1], ("m2", "pending"));
+    step(&mut r, &c, 6_000);
+    assert_eq!(phases(&r)[1], ("m2", "updating"), "promoted by the hold");
+}
+
+#[test]
+fn an_order_puts_chosen_machines_first_or_last_and_a_percentage_sizes_the_budget() {
+    let c = Table::with(&["m1", "m2", "m3", "m4", "m5"], OLD);
+    let mut s = spec(RolloutKind::Replace, 1, 0, OnFailure::Pause);
+    s.order = "last:a1,first:c3".into();
+    let mut t = Table::default();
+    for m in ["a1", "b2", "c3"] {
+        t.set(m, OLD, "active");
+    }
+    let mut r = rollout(s);
+    step(&mut r, &t, 0);
+    assert_eq!(phases(&r), [("c3", "updating"), ("b2", "pending"), ("a1", "pending")]);
+    let mut s = spec(RolloutKind::Replace, 1, 0, OnFailure::Pause);
+    s.max_unavailable_percent = 40;
+    let mut r = rollout(s);
+    step(&mut r, &c, 0);
+    assert_eq!(in_flight(&r), 2, "40% of 5 machines");
+}
+
+#[test]
+fn the_progress_deadline_fails_a_rollout_that_takes_too_long_and_skip_failed_goes_on() {
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut s = spec(RolloutKind::Replace, 1, 0, OnFailure::Pause);
+    s.progress_deadline_ms = 10_000;
+    let mut r = rollout(s);
+    let a = step(&mut r, &c, 1_000);
+    assert_eq!(a.wake_at_ms, Some(11_000));
+    c.set("m1", NEW, "activating");
+    step(&mut r, &c, 10_999);
+    assert_eq!(r.state(), RolloutState::Running);
+    let a = step(&mut r, &c, 11_000);
+    assert_eq!(r.state(), RolloutState::Paused);
+    assert_eq!(a.progress.reason, "paused: not done within its progress deadline of 10 s");
+    // Resumed: a new deadline from the resume.
+    r.control.resumes += 1;
+    c.set("m1", NEW, "failed");
+    step(&mut r, &c, 11_000);
+    step(&mut r, &c, 11_000 + DOWN_SETTLE_MS);
+    assert_eq!(phases(&r)[0], ("m1", "failed"));
+    r.control.resumes += 1;
+    r.control.skip_failed = true;
+    step(&mut r, &c, 13_000);
+    assert_eq!(phases(&r)[0].1, "skipped");
+    assert!(r.progress.as_ref().unwrap().steps[0].detail.starts_with("skipped by request after it failed"));
+    assert_eq!(phases(&r)[1], ("m2", "pending"), "m1 is still down (failed): it fills the budget");
+}

@@ -753,7 +753,7 @@ async fn rolling_replace_sends_one_rollout_with_every_changed_unit_and_the_defau
         [put_rollout(
             &id,
             &format!(
-                r#"{{"kind":"replace","units":[{{"name":"hello@1.service","options":{TEMPLATE_V2_OPTIONS}}},{{"name":"hello@2.service","options":{TEMPLATE_V2_OPTIONS}}}],"maxUnavailable":1,"minHealthyMs":10000,"healthTimeoutMs":300000,"onFailure":"pause"}}"#
+                r#"{{"kind":"replace","units":[{{"name":"hello@1.service","options":{TEMPLATE_V2_OPTIONS}}},{{"name":"hello@2.service","options":{TEMPLATE_V2_OPTIONS}}}]}}"#
             )
         )],
         "one PUT with every unit's new options and the defaults (max-unavailable 1, min-healthy 10s, \
@@ -810,7 +810,7 @@ async fn rolling_restart_sends_names_only() {
         sent,
         [put_rollout(
             &id,
-            r#"{"kind":"restart","units":[{"name":"hello.service"},{"name":"global.service"}],"maxUnavailable":1,"minHealthyMs":500,"healthTimeoutMs":300000,"onFailure":"pause"}"#
+            r#"{"kind":"restart","units":[{"name":"hello.service"},{"name":"global.service"}],"minHealthyMs":500}"#
         )],
         "a restart rollout: unit names, no options, no desired-state PUTs (plain restart's loaded/launched)"
     );
