@@ -9,7 +9,9 @@
 //! active and its check passes.
 //!
 //! Break-once evidence (each spec was seen failing against a scratch edit of `fleet/src/`, reverted after) is in
-//! the doc of each spec.
+//! the doc of each spec. The breaks of the pause, rollback, canary, budget and policy (server) specs were run
+//! before health checks reached main, with a scratch copy of the fixture without `HealthCheck=` and without the
+//! sync (`FLEET_FIXTURES_DIR`); the others with the health checks of branch `health` merged.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -269,6 +271,26 @@ async fn write_and_start_v1(ctx: &Ctx, dir: &TempDir, text: &str, slot: usize) -
     Ok(path)
 }
 
+/// A rolling fleetctl command via `slot` that must return within `limit` (it blocks until its rollout ends); on
+/// timeout it is killed and the failure says what `rollout-status --no-block` showed then.
+async fn fleetctl_within(
+    ctx: &Ctx,
+    slot: usize,
+    args: &[&str],
+    limit: Duration,
+) -> Result<fleet_harness::Output, String> {
+    match tokio::time::timeout(limit, ctx.fleetctl(slot, args)).await {
+        Ok(out) => out,
+        Err(_) => {
+            let (code, status) = status_text(ctx, slot).await.unwrap_or_else(|e| (-1, e));
+            Err(ctx.fail(format!(
+                "`fleetctl {}` had not returned after {limit:?}; `rollout-status --no-block` then exited {code}: {status}",
+                args.join(" ")
+            )))
+        }
+    }
+}
+
 /// `rollout-status --no-block` via `slot`: exit status and stdout + stderr.
 async fn status_text(ctx: &Ctx, slot: usize) -> Result<(i32, String), String> {
     let out = ctx.fleetctl(slot, &["rollout-status", "--no-block", DB]).await?;
@@ -320,7 +342,7 @@ async fn failing_second_machine(ctx: Ctx, policy: &str) -> Outcome {
         &format!("--on-failure={policy}"),
         &path,
     ];
-    let out = ctx.fleetctl(1, &args).await?;
+    let out = fleetctl_within(&ctx, 1, &args, Duration::from_secs(100)).await?;
     let took = t0.elapsed();
     let after = seen(&ctx, &SLOTS).await?;
     let samples = stop_samplers(&ctx).await?;
@@ -385,6 +407,10 @@ async fn failing_second_machine(ctx: Ctx, policy: &str) -> Outcome {
 /// version only after the previous machine's new version is ready (so the rollout waits for the check, not for
 /// `active`); the command takes at least the sync time per machine; afterwards `list-units --fields=...,health`
 /// and `GET /fleet/v1/state` show every machine `healthy`.
+///
+/// Break-once: the check ignored for released steps (`let checked = false && ..` in `rollout::check_released`):
+/// "the rolling replace failed: exit 2; ... paused: safe-db.service on 82c7c704: its health check failed 1 s after
+/// its step was done" (the step was done on `active` while the copy still synced).
 pub async fn slow_sync_keeps_all_but_one_check_passing(ctx: Ctx) -> Outcome {
     let text = without_policy(&fixture()?);
     let dir = TempDir::new()?;
@@ -469,7 +495,9 @@ pub async fn slow_sync_keeps_all_but_one_check_passing(ctx: Ctx) -> Outcome {
 ///
 /// Break-once: the server ignores the policy (`&& false` at the end of `wire::put_rolls_out`): "an API client's
 /// replace (two PUTs) of a unit with UpdateMaxUnavailable=1: at most 1 machine(s) may be without a serving copy
-/// (active, check passing) at once, but 3 were 274 ms after sampling began: m[1, 2, 3]".
+/// (active, check passing) at once, but 3 were 274 ms after sampling began: m[1, 2, 3]"; fleetctl ignores it
+/// (`false &&` in `fleetctl::create::has_policy`; the server still rolls): "right after start --replace returned,
+/// every machine must serve v2; ... m3: "safe-db v2" active pid 728 check fails".
 pub async fn policy_in_the_unit_rolls_a_plain_replace(ctx: Ctx) -> Outcome {
     let text = fixture()?;
     let dir = TempDir::new()?;
@@ -567,7 +595,8 @@ pub async fn canary_pauses_until_promoted(ctx: Ctx) -> Outcome {
     let order = id_order(&ctx)?;
     let before = seen(&ctx, &SLOTS).await?;
     dir.write(DB, &version(&text, "v2"))?;
-    let out = ctx.fleetctl(1, &["start", "--replace", "--rolling", "--canary=1", "--min-healthy=1s", &path]).await?;
+    let args = ["start", "--replace", "--rolling", "--canary=1", "--min-healthy=1s", &path];
+    let out = fleetctl_within(&ctx, 1, &args, Duration::from_secs(60)).await?;
     let after = seen(&ctx, &SLOTS).await?;
     ctx.ensure(out.status == 2, || format!("--canary=1: expected exit status 2 (paused), got {}", out.describe()))?;
     let untouched = |now: &BTreeMap<usize, Seen>| order[1..].iter().all(|s| now[s] == before[s]);
@@ -600,7 +629,7 @@ pub async fn canary_pauses_until_promoted(ctx: Ctx) -> Outcome {
     }
     let promote = ctx.fleetctl(1, &["rollout-promote", DB]).await?;
     ctx.ensure(promote.success(), || format!("rollout-promote failed: {}", promote.describe()))?;
-    let end = ctx.fleetctl(1, &["rollout-status", DB]).await?;
+    let end = fleetctl_within(&ctx, 1, &["rollout-status", DB], Duration::from_secs(60)).await?;
     ctx.ensure(end.success(), || format!("rollout-status after rollout-promote: expected exit 0, {}", end.describe()))?;
     let done = seen(&ctx, &SLOTS).await?;
     ctx.ensure(done.values().all(|s| s.serves("v2")), || {
@@ -748,6 +777,12 @@ pub async fn machine_already_down_counts_against_the_budget(ctx: Ctx) -> Outcome
 /// `--progress-deadline=10s`: the rollout fails at the deadline (exit 2 with `--on-failure=pause`, after at least
 /// 10 s and well before the health timeout), `rollout-status` says why, the first machine holds v2 unready and the
 /// others keep v1 untouched.
+///
+/// Break-once: no deadline (`let deadline_passed = false && ..` in `rollout::advance`): "`fleetctl start --replace
+/// --rolling ... --progress-deadline=10s ...` had not returned after 60s; `rollout-status --no-block` then exited 0:
+/// Rollout ... replace running". On main (d457f88 + the health branch) it fails too: the rollout pauses at the
+/// deadline but the blocking command never returns (fleetctl's `wait_outcome` takes a pause without a failed step
+/// and action `run` for a pause by request about to resume).
 pub async fn progress_deadline_fails_a_rollout_that_never_gets_healthy(ctx: Ctx) -> Outcome {
     let text = without_policy(&fixture()?);
     let dir = TempDir::new()?;
@@ -766,7 +801,8 @@ pub async fn progress_deadline_fails_a_rollout_that_never_gets_healthy(ctx: Ctx)
         "--on-failure=pause",
         &path,
     ];
-    let out = ctx.fleetctl(1, &args).await?;
+    // The deadline is 10 s; allow for load, but not for the 120 s health timeout.
+    let out = fleetctl_within(&ctx, 1, &args, Duration::from_secs(60)).await?;
     let took = t0.elapsed();
     let after = seen(&ctx, &SLOTS).await?;
     ctx.ensure(out.status == 2, || {
