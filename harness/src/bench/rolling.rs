@@ -169,7 +169,7 @@ async fn scenario(ctx: &Ctx, opts: &Options, with_restart: bool, r: &mut Rolling
 /// (`None` where either run failed or has no timeline).
 pub fn check_cost(without: &RollingTiming, with: &RollingTiming) -> (Option<f64>, Option<f64>) {
     let ok = |t: &RollingTiming| t.command_error.is_none();
-    let command = (ok(without) && ok(with)).then(|| with.per_step_s - without.per_step_s);
+    let command = (ok(without) && ok(with)).then_some(with.per_step_s - without.per_step_s);
     let rollout = with.rollout_per_step_s.zip(without.rollout_per_step_s).map(|(a, b)| a - b);
     (command, rollout)
 }
