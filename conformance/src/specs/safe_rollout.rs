@@ -264,11 +264,30 @@ fn expect_at_most_down(ctx: &Ctx, samples: &BTreeMap<usize, Vec<Sample>>, limit:
     })
 }
 
+/// Starts v1 via `slot` and waits until every machine serves it and fleet publishes it `healthy` everywhere (a
+/// machine whose check has not run yet counts as down, and a rollout would change it at once, out of turn).
 async fn write_and_start_v1(ctx: &Ctx, dir: &TempDir, text: &str, slot: usize) -> Result<String, String> {
     let path = dir.write(DB, text)?;
     ctx.fleetctl_ok(slot, &["start", &path]).await?;
     wait_serving(ctx, &SLOTS, "v1", 60).await?;
+    wait_published_healthy(ctx, slot).await?;
     Ok(path)
+}
+
+/// Waits until `list-units --fields=unit,machine,active,health` via `slot` shows the unit active and `healthy` on
+/// every machine.
+async fn wait_published_healthy(ctx: &Ctx, slot: usize) -> Outcome {
+    let fields = ["unit", "machine", "active", "health"];
+    ctx.wait_table(slot, "list-units", &fields, &format!("{DB} active and healthy on 3 machines"), |rows| {
+        let mine: Vec<String> = rows
+            .iter()
+            .filter(|r| r.get("unit") == DB)
+            .map(|r| format!("{} {} {}", r.get("machine"), r.get("active"), r.get("health")))
+            .collect();
+        let healthy = mine.iter().filter(|r| r.ends_with(" active healthy")).count();
+        if healthy == SLOTS.len() { Ok(()) } else { Err(mine.join(", ")) }
+    })
+    .await
 }
 
 /// A rolling fleetctl command via `slot` that must return within `limit` (it blocks until its rollout ends); on
@@ -461,12 +480,7 @@ pub async fn slow_sync_keeps_all_but_one_check_passing(ctx: Ctx) -> Outcome {
         format!("the rolling replace took {took:?}, less than the {floor:?} the checks need (3 s sync per machine)")
     })?;
     // Published health: list-units and the API show each machine healthy.
-    ctx.wait_table(1, "list-units", &["unit", "machine", "active", "health"], "3 rows of safe-db healthy", |rows| {
-        let mine: Vec<_> = rows.iter().filter(|r| r.get("unit") == DB).collect();
-        let ok = mine.len() == 3 && mine.iter().all(|r| r.get("health") == "healthy" && r.get("active") == "active");
-        if ok { Ok(()) } else { Err(format!("{} rows of {DB}", mine.len())) }
-    })
-    .await?;
+    wait_published_healthy(&ctx, 1).await?;
     let cref = &ctx;
     ctx.wait_for("GET /fleet/v1/state to show health.status healthy for 3 machines", || async move {
         match cref.http(1, "GET", "/fleet/v1/state", None).await {
