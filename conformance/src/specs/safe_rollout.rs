@@ -290,6 +290,20 @@ async fn wait_published_healthy(ctx: &Ctx, slot: usize) -> Outcome {
     .await
 }
 
+/// The steps of the newest rollout (`GET /fleet/v1/rollouts`) in order, as `m<slot>` (for failure messages).
+async fn newest_rollout_steps(ctx: &Ctx) -> Result<String, String> {
+    let r = ctx.http(1, "GET", "/fleet/v1/rollouts", None).await?;
+    let steps = r.json()["rollouts"][0]["steps"].as_array().cloned().ok_or_else(|| r.describe())?;
+    Ok(steps
+        .iter()
+        .map(|s| {
+            let id = s["machine"].as_str().unwrap_or_default();
+            ctx.slot_of(id).map_or_else(|| id.to_string(), |slot| format!("m{slot}"))
+        })
+        .collect::<Vec<_>>()
+        .join(", "))
+}
+
 /// A rolling fleetctl command via `slot` that must return within `limit` (it blocks until its rollout ends); on
 /// timeout it is killed and the failure says what `rollout-status --no-block` showed then.
 async fn fleetctl_within(
@@ -505,7 +519,9 @@ pub async fn slow_sync_keeps_all_but_one_check_passing(ctx: Ctx) -> Outcome {
 /// (sampled: never two machines without a serving copy; each machine's old version stopped once, after the one
 /// before serves the new one) and returns once every machine serves v2; then an API client replacing it the way
 /// the original fleetctl does (`PUT` of `name` + `options` without `desiredState`, then `PUT` of `desiredState:
-/// launched`) gets the same: the server rolls v3 machine by machine.
+/// launched`) gets the same: the server rolls v3 machine by machine; a plain `restart` rolls as well (sampled; each
+/// machine restarted once, after the one before is ready again); and a version without a policy (the new version
+/// governs) is replaced everywhere at once with a one-line hint on stderr naming `--rolling`.
 ///
 /// Break-once: the server ignores the policy (`&& false` at the end of `wire::put_rolls_out`): "an API client's
 /// replace (two PUTs) of a unit with UpdateMaxUnavailable=1: at most 1 machine(s) may be without a serving copy
@@ -551,7 +567,52 @@ pub async fn policy_in_the_unit_rolls_a_plain_replace(ctx: Ctx) -> Outcome {
     let logs = hook_logs(&ctx).await?;
     expect_at_most_down(&ctx, &samples, 1, "an API client's replace (two PUTs) of a unit with UpdateMaxUnavailable=1")
         .map_err(|e| format!("{e}; hook logs: {}", render_logs(&logs)))?;
-    expect_rolled_in_turn(&ctx, &logs, "v2", "v3")
+    expect_rolled_in_turn(&ctx, &logs, "v2", "v3")?;
+
+    // 3. A plain restart follows the policy too: machine by machine, each new process ready before the next stops.
+    start_samplers(&ctx, &check).await?;
+    let out = ctx.fleetctl(1, &["restart", DB]).await?;
+    let after = seen(&ctx, &SLOTS).await?;
+    let samples = stop_samplers(&ctx).await?;
+    let logs = hook_logs(&ctx).await?;
+    ctx.ensure(out.success(), || format!("restart of a unit with a policy failed: {}", out.describe()))?;
+    ctx.ensure(after.values().all(|s| s.serves("v3")), || {
+        format!("right after restart returned, every machine must serve v3 again; {}", describe(&after))
+    })?;
+    expect_at_most_down(&ctx, &samples, 1, "plain restart with UpdateMaxUnavailable=1")
+        .map_err(|e| format!("{e}; hook logs: {}", render_logs(&logs)))?;
+    let mut restarted: Vec<(u128, usize)> = Vec::new();
+    for (slot, log) in &logs {
+        let ok = count(log, "stop", "v3") == 1 && count(log, "start-pre", "v3") == 2;
+        ctx.ensure(ok, || {
+            format!("restart: m{slot} must stop v3 once and start it again once; {}", render_logs(&logs))
+        })?;
+        restarted.push((at(log, "stop", "v3", 0).unwrap_or(0), *slot));
+    }
+    restarted.sort_unstable();
+    for pair in restarted.windows(2) {
+        let ((_, a), (b_stop, b)) = (pair[0], pair[1]);
+        ctx.ensure(at(&logs[&a], "ready", "v3", 1).is_some_and(|r| r < b_stop), || {
+            format!(
+                "restart: m{b} stopped before m{a} was ready again: not one machine at a time; {}",
+                render_logs(&logs)
+            )
+        })?;
+    }
+
+    // 4. The new version's policy governs: a version without one changes every machine at once, and fleetctl says
+    //    so in one line on stderr naming --rolling.
+    dir.write(DB, &without_policy(&version(&text, "v4")))?;
+    let out = ctx.fleetctl(1, &["start", "--replace", &path]).await?;
+    ctx.ensure(out.success() && out.stderr.lines().count() == 1 && out.stderr.contains("--rolling"), || {
+        format!(
+            "start --replace of a global unit whose new version has no policy must succeed with a one-line hint on \
+             stderr naming --rolling; {}",
+            out.describe()
+        )
+    })?;
+    wait_serving(&ctx, &SLOTS, "v4", 60).await?;
+    Ok(())
 }
 
 /// Each machine stopped `old` exactly once and started `new` exactly once, and each (in the order they changed)
@@ -683,11 +744,12 @@ pub async fn order_last_changes_the_primary_last(ctx: Ctx) -> Outcome {
     ctx.ensure(out.success(), || format!("the rolling replace with --order failed: {}", out.describe()))?;
     expect_rolled_in_turn(&ctx, &logs, "v1", "v2")?;
     let primary_stop = at(&logs[&primary], "stop", "v1", 0).unwrap_or(0);
+    let steps = newest_rollout_steps(&ctx).await.unwrap_or_else(|e| e);
     for &other in &order[1..] {
         ctx.ensure(at(&logs[&other], "ready", "v2", 0).is_some_and(|r| r < primary_stop), || {
             format!(
                 "m{primary} (role=primary, first in machine-ID order) must change last, after m{other} is ready on \
-                 v2; hook logs: {}",
+                 v2; the rollout's steps: {steps}; hook logs: {}",
                 render_logs(&logs)
             )
         })?;
