@@ -562,7 +562,12 @@ pub async fn policy_in_the_unit_rolls_a_plain_replace(ctx: Ctx) -> Outcome {
     ctx.ensure((200..300).contains(&put2.status), || {
         format!("PUT {unit} {launch}: expected 2xx, observed {}", put2.describe())
     })?;
-    wait_serving(&ctx, &SLOTS, "v3", 90).await?;
+    // The server's rollout, followed as a user would: rollout-status waits until it ends (0: done).
+    let end = fleetctl_within(&ctx, 1, &["rollout-status", DB], Duration::from_secs(90)).await?;
+    ctx.ensure(end.success(), || {
+        format!("the rollout the two PUTs started must end done (rollout-status exit 0); {}", end.describe())
+    })?;
+    wait_serving(&ctx, &SLOTS, "v3", 30).await?;
     let samples = stop_samplers(&ctx).await?;
     let logs = hook_logs(&ctx).await?;
     expect_at_most_down(&ctx, &samples, 1, "an API client's replace (two PUTs) of a unit with UpdateMaxUnavailable=1")
