@@ -82,7 +82,9 @@ impl Api {
             }
         }
         if let Some(revision) = last_revision {
-            self.settle(revision).await;
+            if let Err(response) = self.settle(revision).await {
+                return response;
+            }
         }
         reply::no_content_json()
     }

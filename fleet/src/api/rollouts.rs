@@ -86,7 +86,7 @@ impl Api {
             Ok(revision) => {
                 tracing::info!(rollout = %id, kind = ?plan.spec.kind, units = plan.spec.units.len(),
                     policy = %plan.spec.policy, "stored rollout");
-                self.settle(revision).await;
+                self.settle(revision).await?;
                 let stored = crate::rollout::Rollout { spec: plan.spec, control: Control::default(), progress: None };
                 Ok(schema::Rollout { revision, ..wire::rollout(&stored) })
             }
@@ -113,7 +113,9 @@ impl Api {
         match self.registry.set_rollout_control(id, &control).await {
             Ok(revision) => {
                 tracing::info!(rollout = %id, action = body.action.as_str(), "rollout control");
-                self.settle(revision).await;
+                if let Err(response) = self.settle(revision).await {
+                    return response;
+                }
                 reply::status(StatusCode::NO_CONTENT)
             }
             Err(RegistryError::RolloutNotFound { .. }) => reply::error(StatusCode::NOT_FOUND, "rollout does not exist"),

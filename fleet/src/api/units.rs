@@ -48,7 +48,9 @@ impl Api {
     pub(super) async fn delete_unit(&self, name: &str) -> Response<Bytes> {
         match self.registry.destroy_unit(name).await {
             Ok(destroyed) => {
-                self.settle(destroyed.revision).await;
+                if let Err(response) = self.settle(destroyed.revision).await {
+                    return response;
+                }
                 reply::status(StatusCode::NO_CONTENT)
             }
             Err(err) => error_reply("destroy unit", name, &err),
@@ -109,7 +111,9 @@ impl Api {
         match result {
             Ok((revision, status)) => {
                 if let Some(revision) = revision {
-                    self.settle(revision).await;
+                    if let Err(response) = self.settle(revision).await {
+                        return response;
+                    }
                 }
                 reply::status(status)
             }
@@ -122,12 +126,12 @@ impl Api {
 pub const ROLLOUT_HEADER: &str = "x-fleet-rollout";
 
 /// The status and message a single-unit request answers for a registry error (logging an unexpected one).
-fn unit_error(op: &str, unit: &str, err: &RegistryError) -> (StatusCode, &'static str) {
+fn unit_error(op: &str, unit: &str, err: &RegistryError) -> (StatusCode, String) {
     match err {
-        RegistryError::UnitNotFound { .. } => (StatusCode::NOT_FOUND, "unit does not exist"),
+        RegistryError::UnitNotFound { .. } => (StatusCode::NOT_FOUND, "unit does not exist".to_string()),
         err => {
-            tracing::error!(op, unit, error = %err, "API request failed");
-            (StatusCode::INTERNAL_SERVER_ERROR, "")
+            tracing::debug!(unit, "unit write failed");
+            super::handler::registry_failure(op, err)
         }
     }
 }
@@ -135,16 +139,16 @@ fn unit_error(op: &str, unit: &str, err: &RegistryError) -> (StatusCode, &'stati
 /// [`unit_error`] as a response.
 fn error_reply(op: &str, unit: &str, err: &RegistryError) -> Response<Bytes> {
     let (status, message) = unit_error(op, unit, err);
-    reply::error(status, message)
+    reply::error(status, &message)
 }
 
 /// What a single-unit request answers for a registry result (`status` on success).
 fn batch_result<T>(name: &str, result: &Result<T, RegistryError>, status: StatusCode) -> schema::UnitBatchResult {
     let (code, message) = match result {
-        Ok(_) => (status, ""),
+        Ok(_) => (status, String::new()),
         Err(err) => unit_error("unit batch", name, err),
     };
-    schema::UnitBatchResult { name: name.to_string(), code: code.as_u16(), message: message.to_string() }
+    schema::UnitBatchResult { name: name.to_string(), code: code.as_u16(), message }
 }
 
 /// A unit to store: its name, canonical text, hash, desired state and store options.
@@ -252,7 +256,9 @@ impl Api {
         }
         tracing::info!(stored = stores.len(), desired = changes.len(), destroyed = names.len(), "unit batch");
         if revision > 0 {
-            self.settle(revision).await;
+            if let Err(response) = self.settle(revision).await {
+                return response;
+            }
         }
         let results = results.into_iter().map(|r| r.expect("every write of the batch has a result")).collect();
         reply::json(&schema::UnitBatchReply { results })
