@@ -367,6 +367,10 @@ fn safe_rollout_specs() -> Vec<Spec> {
             Box::pin(safe_rollout::machine_already_down_counts_against_the_budget(c))
         })
         .requires(CHECKS),
+        s("machine_stopped_by_hand_is_changed_first", |c| {
+            Box::pin(safe_rollout::machine_stopped_by_hand_is_changed_first(c))
+        })
+        .requires(CHECKS),
         s("policy_in_the_unit_rolls_a_plain_replace", |c| {
             Box::pin(safe_rollout::policy_in_the_unit_rolls_a_plain_replace(c))
         })

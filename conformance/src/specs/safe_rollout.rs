@@ -854,6 +854,58 @@ pub async fn machine_already_down_counts_against_the_budget(ctx: Ctx) -> Outcome
     })
 }
 
+/// A copy stopped by hand (`systemctl stop` inside the machine that comes last in machine-ID order) before a rolling
+/// replace with `--max-unavailable=1`: that machine is changed first, at no cost to the budget (its v2 starts before
+/// any other machine stops v1), and — sampled every 100 ms inside every machine — no other machine is taken down
+/// while it is down or syncing: never two machines without a serving copy at once; exit 0, every machine serves v2.
+pub async fn machine_stopped_by_hand_is_changed_first(ctx: Ctx) -> Outcome {
+    let text = without_policy(&fixture()?);
+    let dir = TempDir::new()?;
+    let path = write_and_start_v1(&ctx, &dir, &text, 1).await?;
+    let order = id_order(&ctx)?;
+    let stopped = order[2];
+    start_samplers(&ctx, &check_command(&text)).await?;
+    ctx.exec_ok(stopped, &["systemctl", "stop", DB]).await?;
+    let fields = ["unit", "machine", "active"];
+    let id = ctx.id(stopped)?;
+    let what = format!("list-units to show {DB} inactive on m{stopped}");
+    ctx.wait_table(1, "list-units", &fields, &what, |rows| {
+        let row = rows.iter().find(|r| r.get("unit") == DB && r.get("machine").starts_with(&id[..8]));
+        match row.map(|r| r.get("active")) {
+            Some("inactive") | Some("failed") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await?;
+    dir.write(DB, &version(&text, "v2"))?;
+    let args = ["start", "--replace", "--rolling", "--max-unavailable=1", "--min-healthy=1s", &path];
+    let out = fleetctl_within(&ctx, 1, &args, Duration::from_secs(100)).await?;
+    let after = seen(&ctx, &SLOTS).await?;
+    let samples = stop_samplers(&ctx).await?;
+    let logs = hook_logs(&ctx).await?;
+    ctx.ensure(out.success() && after.values().all(|s| s.serves("v2")), || {
+        format!(
+            "the rolling replace must end done with every machine serving v2; {}; {}",
+            out.describe(),
+            describe(&after)
+        )
+    })?;
+    // The machine stopped by hand counts as down from the start: the sampled limit is the budget, 1.
+    expect_at_most_down(&ctx, &samples, 1, "--max-unavailable=1 with a copy stopped by hand")
+        .map_err(|e| format!("{e}; hook logs: {}", render_logs(&logs)))?;
+    let first_v2 = at(&logs[&stopped], "start-pre", "v2", 0);
+    for &other in &order[..2] {
+        ctx.ensure(first_v2.is_some_and(|t| at(&logs[&other], "stop", "v1", 0).is_some_and(|s| t < s)), || {
+            format!(
+                "m{stopped} (stopped by hand, last in machine-ID order) must be changed first, before m{other} stops \
+                 v1; hook logs: {}",
+                render_logs(&logs)
+            )
+        })?;
+    }
+    Ok(())
+}
+
 /// A version that never becomes healthy (active, but its check never passes), with `--health-timeout=120s` and
 /// `--progress-deadline=10s`: the rollout fails at the deadline (exit 2 with `--on-failure=pause`, after at least
 /// 10 s and well before the health timeout), `rollout-status` says why, the first machine holds v2 unready and the
