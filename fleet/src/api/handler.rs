@@ -138,6 +138,7 @@ impl ApiHandler for Api {
             Err(RouteError::NotFound) => reply::error(StatusCode::NOT_FOUND, ""),
             Err(RouteError::MethodNotAllowed(message)) => reply::error(StatusCode::METHOD_NOT_ALLOWED, message),
             Err(RouteError::BadRequest(message)) => reply::error(StatusCode::BAD_REQUEST, message),
+            Err(RouteError::Name(refused)) => reply::error(refused.status, &refused.message),
         }
     }
 }

@@ -41,7 +41,7 @@ impl Api {
         }
         match self.snapshot().rollout_records().get(id).and_then(wire::stored_rollout) {
             Some(r) => reply::json(&r),
-            None => reply::error(StatusCode::NOT_FOUND, "rollout does not exist"),
+            None => reply::error(StatusCode::NOT_FOUND, super::route::NO_ROLLOUT),
         }
     }
 
@@ -104,7 +104,7 @@ impl Api {
             Err(err) => return reply::error(StatusCode::BAD_REQUEST, &format!("unable to decode body: {err}")),
         };
         let Some(record) = self.snapshot().rollout_records().get(id).and_then(|r| r.rollout()) else {
-            return reply::error(StatusCode::NOT_FOUND, "rollout does not exist");
+            return reply::error(StatusCode::NOT_FOUND, super::route::NO_ROLLOUT);
         };
         let control = match wire::decide_control(&record, body) {
             Ok(control) => control,
@@ -118,7 +118,7 @@ impl Api {
                 }
                 reply::status(StatusCode::NO_CONTENT)
             }
-            Err(RegistryError::RolloutNotFound { .. }) => reply::error(StatusCode::NOT_FOUND, "rollout does not exist"),
+            Err(RegistryError::RolloutNotFound { .. }) => reply::error(StatusCode::NOT_FOUND, super::route::NO_ROLLOUT),
             Err(err) => internal("control rollout", &err),
         }
     }
