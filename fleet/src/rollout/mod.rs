@@ -406,9 +406,13 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// Whether the machine serves the unit: active, and passing its check when the version it runs has one.
+    /// Whether the machine serves the unit: active, and passing its check when the version it runs has one. A
+    /// machine that publishes no health at all for a checked version (a fleetd that does not run checks) is judged
+    /// by systemd alone here; its steps still wait for a passing check.
     fn serving(&self, unit: &RolloutUnit) -> bool {
-        self.present && self.active_state == "active" && (!self.checked(unit) || self.healthy())
+        self.present
+            && self.active_state == "active"
+            && (!self.checked(unit) || self.health.is_none() || self.healthy())
     }
 
     fn checked(&self, unit: &RolloutUnit) -> bool {
@@ -437,7 +441,7 @@ impl Observed {
         match &self.health {
             Some(h) if self.checked(unit) && !h.output.is_empty() => format!("{}: {}", h.status, h.output),
             Some(h) if self.checked(unit) => h.status.to_string(),
-            _ if self.checked(unit) => "health unknown".into(),
+            _ if self.checked(unit) => "no health published: does its fleetd run health checks?".into(),
             _ => "serving".into(),
         }
     }
@@ -899,6 +903,9 @@ fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
         }
     }
     let mut unavailable = in_flight.len() + down.len();
+    // Never more steps changing at once than the budget, even among machines already down: a check that fails
+    // everywhere (or a wrong one) must not restart every machine at the same moment.
+    let mut changing = in_flight.len();
     let list = if undoing { &mut progress.undo } else { &mut progress.steps };
     let gone = |step: &mut Step| -> bool {
         let why = if !cluster.exists(&step.unit) {
@@ -919,16 +926,24 @@ fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
         wake.at(now_ms + spec.health_timeout_ms);
     };
     // First the pending steps whose machine is down already: changing it takes nothing more away.
+    let mut held_back = false;
     for step in list.iter_mut().filter(|s| s.phase == Phase::Pending) {
         let is_down = down.iter().any(|(u, m, _)| *u == step.unit && *m == step.machine);
-        if is_down && !gone(step) {
+        if !is_down {
+            continue;
+        }
+        if changing >= limit {
+            held_back = true;
+            break;
+        }
+        if !gone(step) {
             released(step, wake);
+            changing += 1;
             down.retain(|(u, m, _)| !(*u == step.unit && *m == step.machine));
         }
     }
-    let mut held_back = false;
     for step in list.iter_mut().filter(|s| s.phase == Phase::Pending) {
-        if unavailable >= limit {
+        if unavailable >= limit || changing >= limit {
             held_back = true;
             break;
         }
@@ -937,6 +952,7 @@ fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
         }
         released(step, wake);
         unavailable += 1;
+        changing += 1;
     }
     if held_back && !down.is_empty() && progress.reason.is_empty() {
         let names: Vec<String> = down.iter().map(|(u, m, why)| format!("{u} on {} ({why})", short(m))).collect();

@@ -710,3 +710,31 @@ fn the_progress_deadline_fails_a_rollout_that_takes_too_long_and_skip_failed_goe
     assert!(r.progress.as_ref().unwrap().steps[0].waived);
     assert_eq!(phases(&r)[1], ("m2", "updating"), "m1 is still down, but given up: it no longer holds the rest back");
 }
+
+#[test]
+fn a_check_failing_everywhere_still_changes_one_machine_at_a_time() {
+    use crate::model::HealthStatus::*;
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    for m in ["m1", "m2", "m3"] {
+        c.health(m, Unhealthy, "check script missing");
+    }
+    let mut r = rollout(checked_spec(1, 0, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    assert_eq!(
+        phases(&r),
+        [("m1", "updating"), ("m2", "pending"), ("m3", "pending")],
+        "down machines go first, but never more at once than the budget"
+    );
+    // A machine that publishes no health at all (a fleetd without checks) counts by systemd alone for the budget,
+    // and its step waits for a check, saying why.
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(checked_spec(1, 0, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    let a = step(&mut r, &c, 1);
+    assert_eq!(phases(&r), [("m1", "updating"), ("m2", "pending")]);
+    assert_eq!(
+        a.progress.steps[0].detail,
+        "waiting for its health check (no health published: does its fleetd run health checks?)"
+    );
+}
