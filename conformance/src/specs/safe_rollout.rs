@@ -859,8 +859,8 @@ pub async fn machine_already_down_counts_against_the_budget(ctx: Ctx) -> Outcome
 /// any other machine stops v1), and — sampled every 100 ms inside every machine — no other machine is taken down
 /// while it is down or syncing: never two machines without a serving copy at once; exit 0, every machine serves v2.
 ///
-/// Break-once: a down machine's pending step not released first (`false &&` before `is_down && !gone(step)` in
-/// `rollout::release`; `conformance/mutants/safe-rollout-down-not-first.patch`): "`fleetctl start --replace
+/// Break-once: a down machine's pending step not released first (the down-first loop of `rollout::release`
+/// skipped; `conformance/mutants/safe-rollout-down-not-first.patch`, redone for main 197b262): "`fleetctl start --replace
 /// --rolling ...` had not returned after 100s; `rollout-status --no-block` then exited 0: Rollout ... replace running:
 /// waiting: 1 of at most 1 unavailable already: safe-db.service on fe2e7d76 (inactive/dead)".
 pub async fn machine_stopped_by_hand_is_changed_first(ctx: Ctx) -> Outcome {
