@@ -91,6 +91,12 @@ capabilities! {
         "a unit with [X-Fleet] AtMostOnce=true never runs on two machines at once: a machine cut from etcd stops it before the engine places it elsewhere, and list-units shows the cut machine's units in doubt (active unknown, sub in-doubt, --fields presence)",
     Rollout = "rollout":
         "start --replace --rolling and restart --rolling change a unit machine by machine, driven by the cluster (max-unavailable, min-healthy, pause/rollback), with rollout-status/-pause/-resume/-abort, history and rollback",
+    HealthChecks = "health_checks":
+        "[X-Fleet] HealthCheck= runs on every machine where the unit is active and is published (list-units --fields health, GET /state health); a rollout step is done only once the new version is active and its check passed for --min-healthy, a version that fails fails its step within seconds, every machine of the rollout not active and healthy (down before it, or gone) counts against --max-unavailable, and a rollback undoes machine by machine within that budget, the machine already down first",
+    UpdatePolicy = "update_policy":
+        "[X-Fleet] UpdatePolicy=rolling (UpdateMaxUnavailable=, UpdateMinHealthy=, UpdateHealthTimeout=, UpdateOnFailure=, UpdateOrder=, UpdateProgressDeadline=) makes a plain start --replace, restart and rollback roll per the policy, from fleetctl and from an API client's PUT of new options (the server creates the rollout)",
+    Canary = "canary":
+        "--canary=N pauses a rollout after N machines awaiting promotion (exit 2) until rollout-promote (or --canary-hold), --order=first:/last: (machine ID prefixes or metadata key=value) orders the machines, and --progress-deadline fails a rollout not done in time",
     Rebalance = "rebalance":
         "fleetctl rebalance (and fleet.conf engine_rebalance=true, on its own when a machine joins or returns) moves units towards an even spread, never a unit pinned by MachineID= or asking Rebalance=false, never running a unit on two machines at once",
 }

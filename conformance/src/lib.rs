@@ -78,6 +78,9 @@ areas! {
     /// A secure cluster refuses what it must: plain HTTP, missing/foreign/expired client certificates, writes by
     /// the read role, crafted names and bodies (issue 15).
     Security = "security",
+    /// Rollouts a database cluster can trust (issue 34): health checks gating every step, a budget counting every
+    /// machine not serving, undo within it, canaries and promotion, order, progress deadlines, policy in the unit.
+    SafeRollout = "safe_rollout",
 }
 
 impl Area {

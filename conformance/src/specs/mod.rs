@@ -16,6 +16,7 @@ pub mod rebalance;
 pub mod replace;
 pub mod restart;
 pub mod rollout;
+pub mod safe_rollout;
 pub mod scheduling;
 pub mod security;
 pub mod ssh;
@@ -338,7 +339,51 @@ pub fn catalogue() -> Vec<Spec> {
     all.extend(replace::specs());
     all.extend(moves::specs());
     all.extend(rebalance::specs());
+    all.extend(safe_rollout_specs());
     all
+}
+
+/// The `safe_rollout` area (issue 34), each on 3 machines.
+fn safe_rollout_specs() -> Vec<Spec> {
+    use Capability::{Canary, HealthChecks, Rollout, UpdatePolicy};
+    const CHECKS: &[Capability] = &[Rollout, HealthChecks];
+    const POLICY: &[Capability] = &[Rollout, HealthChecks, UpdatePolicy];
+    const CANARY: &[Capability] = &[Rollout, HealthChecks, Canary];
+    let s = |name, run: fn(Ctx) -> SpecFuture| spec(Area::SafeRollout, name, 3, "issue 34", run);
+    vec![
+        s("failing_second_machine_pauses_with_the_third_untouched", |c| {
+            Box::pin(safe_rollout::failing_second_machine_pauses_with_the_third_untouched(c))
+        })
+        .requires(CHECKS),
+        s("failing_second_machine_rolls_back_never_two_down", |c| {
+            Box::pin(safe_rollout::failing_second_machine_rolls_back_never_two_down(c))
+        })
+        .requires(CHECKS),
+        s("slow_sync_keeps_all_but_one_check_passing", |c| {
+            Box::pin(safe_rollout::slow_sync_keeps_all_but_one_check_passing(c))
+        })
+        .requires(CHECKS),
+        s("machine_already_down_counts_against_the_budget", |c| {
+            Box::pin(safe_rollout::machine_already_down_counts_against_the_budget(c))
+        })
+        .requires(CHECKS),
+        s("machine_stopped_by_hand_is_changed_first", |c| {
+            Box::pin(safe_rollout::machine_stopped_by_hand_is_changed_first(c))
+        })
+        .requires(CHECKS),
+        s("policy_in_the_unit_rolls_a_plain_replace", |c| {
+            Box::pin(safe_rollout::policy_in_the_unit_rolls_a_plain_replace(c))
+        })
+        .requires(POLICY),
+        s("canary_pauses_until_promoted", |c| Box::pin(safe_rollout::canary_pauses_until_promoted(c))).requires(CANARY),
+        s("order_last_changes_the_primary_last", |c| Box::pin(safe_rollout::order_last_changes_the_primary_last(c)))
+            .metadata(&[(1, "role=replica"), (2, "role=replica"), (3, "role=replica")])
+            .requires(CANARY),
+        s("progress_deadline_fails_a_rollout_that_never_gets_healthy", |c| {
+            Box::pin(safe_rollout::progress_deadline_fails_a_rollout_that_never_gets_healthy(c))
+        })
+        .requires(CANARY),
+    ]
 }
 
 /// Whether all values are distinct.

@@ -460,6 +460,9 @@ fn rolling_table(reports: &[RollingReport]) -> String {
     let col = |f: &dyn Fn(&RollingReport) -> String| reports.iter().map(f).collect::<Vec<_>>();
     let replace = |f: &dyn Fn(&RollingTiming) -> String| col(&|r| r.replace.as_ref().map_or("—".into(), f));
     let restart = |f: &dyn Fn(&RollingTiming) -> String| col(&|r| r.restart.as_ref().map_or("—".into(), f));
+    let checked = |f: &dyn Fn(&RollingTiming) -> String| col(&|r| r.checked.as_ref().map_or("—".into(), f));
+    let ms = |x: Option<f64>| x.map_or("—".into(), |s| format!("{:+.0} ms", s * 1000.0));
+    let checked_label = format!("same, HealthCheck=true every {}", super::rolling::CHECK_INTERVAL);
     let rows: Vec<(&str, Vec<String>, &str)> = vec![
         ("machines", col(&|r| r.machines.to_string()), "target"),
         ("floor: systemctl stop + start, one machine", col(&|r| opt_s(r.floor_s)), "(median of 5)"),
@@ -469,13 +472,18 @@ fn rolling_table(reports: &[RollingReport]) -> String {
         ("  rollout itself (engine: created → last healthy)", replace(&|t| opt_s(t.rollout_s)), ""),
         ("    per machine", replace(&|t| opt_s(t.rollout_per_step_s)), ""),
         ("    per machine / floor", col(&|r| r.rollout_ratio.map_or("—".into(), |x| format!("{x:.1}×"))), "≤ 1.5×"),
+        (checked_label.as_str(), checked(&|t| format!("{:.3} s", t.command_s)), ""),
+        ("  per machine", checked(&|t| format!("{:.3} s", t.per_step_s)), ""),
+        ("  rollout itself, per machine", checked(&|t| opt_s(t.rollout_per_step_s)), ""),
+        ("  the check's cost per step (with − without)", col(&|r| ms(r.check_cost_per_step_s)), "command"),
+        ("    by the engine's timeline", col(&|r| ms(r.check_cost_rollout_per_step_s)), "rollout itself"),
         ("restart --rolling, 10 instances, max-unavailable=2", restart(&|t| format!("{:.3} s", t.command_s)), ""),
         ("  per instance", restart(&|t| format!("{:.3} s", t.per_step_s)), ""),
         ("  rollout itself (engine: created → last healthy)", restart(&|t| opt_s(t.rollout_s)), ""),
     ];
     let mut out = render(&rows);
     for r in reports {
-        for (what, t) in [("replace", &r.replace), ("restart", &r.restart)] {
+        for (what, t) in [("replace", &r.replace), ("replace with check", &r.checked), ("restart", &r.restart)] {
             let Some(t) = t else { continue };
             if !t.timeline.is_empty() {
                 let steps: Vec<String> = t

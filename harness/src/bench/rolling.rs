@@ -6,6 +6,10 @@
 //!   returns when the rollout is done, every machine running version 2), per machine, and as a ratio to the floor;
 //! * the rollout's per-step timeline, read from the API (`GET /fleet/v1/rollouts/<id>`): for each machine when its
 //!   step was released and when the engine saw the new version active, so the time between steps is visible;
+//! * the same rolling replace again (version 3) of the unit with a health check that passes at once
+//!   (`[X-Fleet] HealthCheck=true`, `HealthCheckInterval=` [`CHECK_INTERVAL`]; issue 34): a step then also waits
+//!   for the check to pass on the new version, and the difference per step (with check − without) is what the
+//!   check costs;
 //! * on the larger cluster, a rolling restart of 10 template instances with `--max-unavailable=2`.
 
 use std::time::{Duration, Instant};
@@ -19,6 +23,9 @@ use super::stats::secs;
 use super::{Options, units};
 
 const GLOBAL: &str = "roll.service";
+/// The interval of the health check of the checked replace (a check that passes at once: what a step pays is the
+/// wait for its first run after the new version is active, and the result's publication).
+pub const CHECK_INTERVAL: &str = "250ms";
 /// Repetitions of the floor measurement (the median is used).
 const FLOOR_RUNS: usize = 5;
 
@@ -57,6 +64,12 @@ pub struct RollingReport {
     pub ratio: Option<f64>,
     /// `replace.rollout_per_step_s / floor_s`.
     pub rollout_ratio: Option<f64>,
+    /// The same rolling replace of a version with `HealthCheck=true` every [`CHECK_INTERVAL`] (issue 34).
+    pub checked: Option<RollingTiming>,
+    /// What the check costs per step: `checked.per_step_s - replace.per_step_s` (the command's time).
+    pub check_cost_per_step_s: Option<f64>,
+    /// The same from the engine's timeline: `checked.rollout_per_step_s - replace.rollout_per_step_s`.
+    pub check_cost_rollout_per_step_s: Option<f64>,
     /// Rolling restart of 10 instances, `--max-unavailable=2` (on the larger clusters only).
     pub restart: Option<RollingTiming>,
     pub errors: Vec<String>,
@@ -80,6 +93,11 @@ pub async fn run(opts: &Options, machines: usize, with_restart: bool) -> Rolling
 
 fn global_unit(version: &str) -> String {
     format!("{}\n[X-Fleet]\nGlobal=true\n", units::looping(&format!("rolling bench ({version})"), "roll"))
+}
+
+/// [`global_unit`] with a health check that passes at once, run every [`CHECK_INTERVAL`].
+fn checked_unit(version: &str) -> String {
+    format!("{}HealthCheck=true\nHealthCheckInterval={CHECK_INTERVAL}\n", global_unit(version))
 }
 
 async fn scenario(ctx: &Ctx, opts: &Options, with_restart: bool, r: &mut RollingReport) -> Result<(), String> {
@@ -116,7 +134,12 @@ async fn scenario(ctx: &Ctx, opts: &Options, with_restart: bool, r: &mut Rolling
     let replace = rolling(ctx, Some(&v2), &["start", "--replace", "--rolling", "--min-healthy=0s", GLOBAL], n).await?;
     r.ratio = r.floor_s.filter(|f| *f > 0.0).map(|f| replace.per_step_s / f);
     r.rollout_ratio = r.floor_s.filter(|f| *f > 0.0).zip(replace.rollout_per_step_s).map(|(f, s)| s / f);
+    let checked_dir = units::write(&ctx.dir.path().join("v3"), &[(GLOBAL.into(), checked_unit("v3"))]).map_err(io)?;
+    let checked =
+        rolling(ctx, Some(&checked_dir), &["start", "--replace", "--rolling", "--min-healthy=0s", GLOBAL], n).await?;
+    (r.check_cost_per_step_s, r.check_cost_rollout_per_step_s) = check_cost(&replace, &checked);
     r.replace = Some(replace);
+    r.checked = Some(checked);
 
     if with_restart {
         let ten = instances("t", 10);
@@ -140,6 +163,15 @@ async fn scenario(ctx: &Ctx, opts: &Options, with_restart: bool, r: &mut Rolling
         r.restart = Some(rolling(ctx, Some(&dir), &args, 10).await?);
     }
     Ok(())
+}
+
+/// What the health check costs per step, by the command's time and by the engine's timeline: with − without
+/// (`None` where either run failed or has no timeline).
+pub fn check_cost(without: &RollingTiming, with: &RollingTiming) -> (Option<f64>, Option<f64>) {
+    let ok = |t: &RollingTiming| t.command_error.is_none();
+    let command = (ok(without) && ok(with)).then_some(with.per_step_s - without.per_step_s);
+    let rollout = with.rollout_per_step_s.zip(without.rollout_per_step_s).map(|(a, b)| a - b);
+    (command, rollout)
 }
 
 /// `systemctl stop` + `systemctl start` of the unit in machine 1, timed inside the machine, in seconds.
@@ -238,5 +270,20 @@ mod tests {
         let want = [("aaaaaaaa", 10, 400), ("bbbbbbbb", 500, 900)];
         assert_eq!(t.iter().map(|s| (s.machine.as_str(), s.released_ms, s.healthy_ms)).collect::<Vec<_>>(), want);
         assert!(parse_timeline(r#"{"rollouts":[]}"#).unwrap_err().contains("no rollout"));
+    }
+
+    #[test]
+    fn the_checks_cost_is_with_minus_without_per_step() {
+        let t = |per_step_s, rollout: Option<f64>| RollingTiming {
+            steps: 3,
+            per_step_s,
+            rollout_per_step_s: rollout,
+            ..Default::default()
+        };
+        let (command, rollout) = check_cost(&t(0.05, Some(0.04)), &t(0.2, Some(0.17)));
+        assert!((command.unwrap() - 0.15).abs() < 1e-9 && (rollout.unwrap() - 0.13).abs() < 1e-9);
+        let failed = RollingTiming { command_error: Some("x".into()), ..t(0.2, None) };
+        assert_eq!(check_cost(&t(0.05, Some(0.04)), &failed), (None, None));
+        assert!(checked_unit("v3").contains("[X-Fleet]\nGlobal=true\nHealthCheck=true\nHealthCheckInterval="));
     }
 }
