@@ -361,6 +361,11 @@ fn report_end(ctx: &mut Ctx<'_>, rollout: &Rollout) {
     let id = &rollout.id;
     match rollout.state {
         RolloutState::Running | RolloutState::Done => {}
+        RolloutState::Paused if rollout.awaiting_promotion => ctx.warn(&format!(
+            "Rollout {id} awaits promotion ({}): promote it with fleetctl rollout-promote {id}, or abort it with \
+             fleetctl rollout-abort {id}",
+            rollout.reason
+        )),
         RolloutState::Paused => ctx.warn(&format!(
             "Rollout {id} is paused ({}): resume it with fleetctl rollout-resume {id}, or abort it with fleetctl \
              rollout-abort {id}",

@@ -778,6 +778,14 @@ fn a_canary_rollout_waits_for_its_promotion_and_resume_can_skip_a_failed_machine
     let last = shown(&o.out).pop().unwrap();
     assert!(last.header.contains("awaiting promotion: 1 canary machine(s)"), "{}", last.header);
     assert_eq!(last.phases(), ["done", "pending", "pending"]);
+    assert!(o.err.starts_with(&format!("Rollout {id} awaits promotion (")), "{}", o.err);
+    assert!(
+        o.err.ends_with(&format!(
+            "promote it with fleetctl rollout-promote {id}, or abort it with fleetctl rollout-abort {id}\n"
+        )),
+        "{}",
+        o.err
+    );
     let o = run(&c, &["rollout-promote", "db"]);
     assert_eq!((o.code, o.out.as_str()), (EXIT_DONE, format!("Rollout {id} promoted\n").as_str()), "{}", o.err);
     let o = run(&c, &["rollout-status", &id]);
