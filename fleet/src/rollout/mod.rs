@@ -631,34 +631,43 @@ fn changed_machine(phase: Phase) -> bool {
 /// version (healthy or done: it keeps the new version until its undo step is released). Returns the units whose object goes back to `from` in
 /// the same write (machines that join meanwhile get the old version).
 fn start_undo(spec: &RolloutSpec, progress: &mut RolloutProgress, end: RolloutState, now_ms: u64) -> Vec<RolloutUnit> {
-    progress.undo = progress
+    let mut undo: Vec<(u8, Step)> = progress
         .steps
         .iter()
         .filter(|s| changed_machine(s.phase))
         .map(|s| {
-            // Changing or failed: not serving, so its undo costs nothing more. A healthy or done one serves the new
-            // version until its undo step's turn.
-            let down = matches!(s.phase, Phase::Updating | Phase::Failed);
-            Step {
-                unit: s.unit.clone(),
-                machine: s.machine.clone(),
-                phase: if down { Phase::Updating } else { Phase::Pending },
-                released_ms: if down { now_ms } else { 0 },
-                healthy_since_ms: 0,
-                detail: String::new(),
-                restarts_at_healthy: None,
-                down_since_ms: 0,
-                from_machine: String::new(),
-                ..Step::default()
-            }
+            // A failed one is not serving: its undo costs nothing more and starts at once. One in the middle of its
+            // change goes next, but only once that change settled (`changing_forward`): what it publishes meanwhile
+            // may still be the old version, which would pass for an undo already done. A healthy or done one serves
+            // the new version until its undo step's turn.
+            let (order, phase) = match s.phase {
+                Phase::Failed => (0, Phase::Updating),
+                Phase::Updating => (1, Phase::Pending),
+                _ => (2, Phase::Pending),
+            };
+            let released_ms = if phase == Phase::Updating { now_ms } else { 0 };
+            (order, Step { unit: s.unit.clone(), machine: s.machine.clone(), phase, released_ms, ..Step::default() })
         })
         .collect();
-    // The undo goes first where the machine is down, then in the rollout's order.
-    progress.undo.sort_by_key(|s| s.phase == Phase::Pending);
+    undo.sort_by_key(|(order, _)| *order);
+    progress.undo = undo.into_iter().map(|(_, s)| s).collect();
     progress.undo_end = Some(end);
     progress.awaiting_promotion = false;
     progress.state = RolloutState::Running;
     spec.units.clone()
+}
+
+/// Whether the machine of forward replace `step` is still moving to the new version: it neither runs it (file and
+/// start) settled in a state, nor settled down (`failed` or `inactive`) with it.
+fn changing_forward(spec: &RolloutSpec, step: &Step, seen: &Observed) -> bool {
+    let Some(unit) = spec.unit(&step.unit) else { return false };
+    if !seen.present {
+        return false;
+    }
+    let holds_new = seen.hash.as_deref() == Some(unit.to.as_str());
+    let runs_new = holds_new && seen.running.as_deref() == Some(unit.to.as_str());
+    let settled = matches!(seen.active_state.as_str(), "active" | "failed" | "inactive");
+    !(settled && (runs_new || (holds_new && seen.active_state != "active")))
 }
 
 /// What a released step waits for on its machine, and the version whose check gates it.
@@ -906,6 +915,19 @@ fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
     // Never more steps changing at once than the budget, even among machines already down: a check that fails
     // everywhere (or a wrong one) must not restart every machine at the same moment.
     let mut changing = in_flight.len();
+    // While undoing, a machine whose forward step was still changing it when the undo began is left to settle
+    // first (it keeps the new version meanwhile); bounded by that step's health timeout.
+    let settling_forward: BTreeSet<(String, String)> = if undoing {
+        progress
+            .steps
+            .iter()
+            .filter(|s| s.phase == Phase::Updating && now_ms < s.released_ms + spec.health_timeout_ms)
+            .filter(|s| changing_forward(spec, s, &cluster.observe(&s.unit, &s.machine)))
+            .map(|s| (s.unit.clone(), s.machine.clone()))
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
     let list = if undoing { &mut progress.undo } else { &mut progress.steps };
     let gone = |step: &mut Step| -> bool {
         let why = if !cluster.exists(&step.unit) {
@@ -927,7 +949,8 @@ fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
     };
     // First the pending steps whose machine is down already: changing it takes nothing more away.
     let mut held_back = false;
-    for step in list.iter_mut().filter(|s| s.phase == Phase::Pending) {
+    let settling = |step: &Step| settling_forward.contains(&(step.unit.clone(), step.machine.clone()));
+    for step in list.iter_mut().filter(|s| s.phase == Phase::Pending && !settling(s)) {
         let is_down = down.iter().any(|(u, m, _)| *u == step.unit && *m == step.machine);
         if !is_down {
             continue;
@@ -943,6 +966,11 @@ fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
         }
     }
     for step in list.iter_mut().filter(|s| s.phase == Phase::Pending) {
+        if settling(step) {
+            // Its change is in flight: it holds a slot of the budget as a released step does.
+            changing += 1;
+            continue;
+        }
         if unavailable >= limit || changing >= limit {
             held_back = true;
             break;

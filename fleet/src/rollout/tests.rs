@@ -226,16 +226,19 @@ fn machines_that_leave_are_skipped_count_against_the_budget_and_abort_undoes() {
     let a = step(&mut r, &c, 3);
     assert_eq!(r.state(), RolloutState::Running, "undoing");
     assert_eq!(a.roll_back, r.spec.units, "the unit object goes back to the old version at once");
-    let undo = &r.progress.as_ref().unwrap().undo;
-    assert_eq!(undo.iter().map(|s| (s.machine.as_str(), s.phase)).collect::<Vec<_>>(), [("m2", Phase::Updating)]);
+    assert_eq!(undo_phases(&r), [("m2", "pending")], "m2's change is still in flight: it settles first");
     assert_eq!(pinned_hash([&r], "db.service", "m3"), None, "never changed: follows the unit (the old version again)");
-    assert_eq!(pinned_hash([&r], "db.service", "m2"), None, "its undo is released");
+    assert_eq!(pinned_hash([&r], "db.service", "m2"), Some(NEW), "finishes its change to the new version first");
+    c.set("m2", NEW, "active");
+    step(&mut r, &c, 4);
+    assert_eq!(undo_phases(&r), [("m2", "updating")], "settled: its undo is released");
+    assert_eq!(pinned_hash([&r], "db.service", "m2"), None, "its undo is released: the old version");
     c.set("m2", OLD, "active");
-    let a = step(&mut r, &c, 4);
+    let a = step(&mut r, &c, 5);
     assert_eq!(r.state(), RolloutState::Aborted);
     assert!(a.roll_back.is_empty(), "written once, when the undo started");
     r.control.action = Action::Run;
-    step(&mut r, &c, 5);
+    step(&mut r, &c, 6);
     assert_eq!(r.state(), RolloutState::Aborted, "final");
 }
 
@@ -613,9 +616,16 @@ fn an_undo_step_that_fails_pauses_and_resume_tries_it_again() {
     step(&mut r, &c, 0);
     c.set("m1", NEW, "active");
     step(&mut r, &c, 1);
+    c.set("m2", NEW, "deactivating");
     r.control.action = Action::Abort;
     step(&mut r, &c, 2);
-    // m2 was changing (released at once; it already runs the old version: done), then m1.
+    // m2 was changing: it settles first (holding the one slot), then its undo goes first, then m1's.
+    assert_eq!(undo_phases(&r), [("m2", "pending"), ("m1", "pending")]);
+    c.set("m2", NEW, "active");
+    step(&mut r, &c, 3);
+    assert_eq!(undo_phases(&r), [("m2", "updating"), ("m1", "pending")]);
+    c.set("m2", OLD, "active");
+    step(&mut r, &c, 4);
     assert_eq!(undo_phases(&r), [("m2", "done"), ("m1", "updating")]);
     c.set("m1", OLD, "failed");
     let mut t = 10;
