@@ -610,8 +610,8 @@ fn changed_machine(phase: Phase) -> bool {
 }
 
 /// Turns a replace into its undo, ending in `end`: one undo step per machine the rollout changed, released at once
-/// where the machine is in the middle of its change or failed (it is down already), pending where it is done (it
-/// keeps the new version until its undo step is released). Returns the units whose object goes back to `from` in
+/// where the machine is in the middle of its change or failed (it is down already), pending where it serves the new
+/// version (healthy or done: it keeps the new version until its undo step is released). Returns the units whose object goes back to `from` in
 /// the same write (machines that join meanwhile get the old version).
 fn start_undo(spec: &RolloutSpec, progress: &mut RolloutProgress, end: RolloutState, now_ms: u64) -> Vec<RolloutUnit> {
     progress.undo = progress
@@ -619,7 +619,9 @@ fn start_undo(spec: &RolloutSpec, progress: &mut RolloutProgress, end: RolloutSt
         .iter()
         .filter(|s| changed_machine(s.phase))
         .map(|s| {
-            let down = s.phase != Phase::Done;
+            // Changing or failed: not serving, so its undo costs nothing more. A healthy or done one serves the new
+            // version until its undo step's turn.
+            let down = matches!(s.phase, Phase::Updating | Phase::Failed);
             Step {
                 unit: s.unit.clone(),
                 machine: s.machine.clone(),

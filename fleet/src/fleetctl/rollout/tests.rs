@@ -706,3 +706,90 @@ fn rollback_of_a_unit_that_is_not_launched_stores_the_earlier_version_in_place()
     assert_eq!(c.desired("t.service").as_deref(), Some("loaded"));
     assert!(c.stored_rollouts().is_empty());
 }
+
+// Issue 34: the unit's update policy, the all-at-once hint, canaries and skip-failed through fleetctl.
+
+const POLICY: &str = "[Service]\nExecStart=/bin/sleep 1000\n\n[X-Fleet]\nGlobal=true\nUpdatePolicy=rolling\n\
+                      UpdateMaxUnavailable=2\nUpdateMinHealthy=0\nUpdateOnFailure=rollback\n";
+const POLICY_V2: &str = "[Service]\nExecStart=/bin/sleep 2000\n\n[X-Fleet]\nGlobal=true\nUpdatePolicy=rolling\n\
+                         UpdateMaxUnavailable=2\nUpdateMinHealthy=0\nUpdateOnFailure=rollback\n";
+
+/// The newest stored rollout's spec.
+fn newest_spec(c: &FakeClient) -> crate::rollout::RolloutSpec {
+    c.stored_rollouts().into_iter().max_by_key(|r| r.spec.created_ms).expect("a rollout was stored").spec
+}
+
+#[test]
+fn a_plain_start_replace_of_a_unit_with_a_policy_rolls_with_the_new_versions_pace() {
+    let (_dir, c, f) = db_cluster_and_local(POLICY);
+    let o = run(&c, &["start", "--replace", &f]);
+    started_ok(&o, "replace db.service");
+    let spec = newest_spec(&c);
+    assert_eq!(
+        (spec.max_unavailable, spec.min_healthy_ms, spec.on_failure, spec.policy.as_str()),
+        (2, 0, OnFailure::Rollback, "unit"),
+        "the new version's policy"
+    );
+    assert_eq!(c.unit_text("db.service").as_deref(), Some(UnitFile::parse(POLICY).unwrap().canonical().as_str()));
+    assert!(o.err.is_empty(), "no hint with a policy: {}", o.err);
+    // Flags override the policy.
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "db.service", POLICY_V2);
+    let o = run(&c, &["start", "--replace", "--rolling", "--max-unavailable=1", "--min-healthy=1s", &f]);
+    assert_eq!(o.code, EXIT_DONE, "{}\n{}", o.out, o.err);
+    let spec = newest_spec(&c);
+    assert_eq!((spec.max_unavailable, spec.min_healthy_ms, spec.on_failure), (1, 1000, OnFailure::Rollback));
+}
+
+#[test]
+fn a_plain_restart_of_a_unit_with_a_policy_is_a_rolling_restart() {
+    let c = cluster();
+    c.insert_unit("db.service", POLICY, "launched");
+    let o = run(&c, &["restart", "db"]);
+    started_ok(&o, "restart db.service");
+    let spec = newest_spec(&c);
+    assert_eq!((spec.kind, spec.max_unavailable, spec.policy.as_str()), (RolloutKind::Restart, 2, "unit"));
+}
+
+#[test]
+fn a_plain_replace_or_restart_of_a_global_unit_without_a_policy_hints_at_rolling_on_stderr_only() {
+    let (_dir, c, f) = db_cluster_and_local(GLOBAL_V2);
+    let o = run(&c, &["start", "--replace", "--no-block", &f]);
+    assert!(
+        o.err.starts_with("hint: this replace of global unit db.service changes every machine at once"),
+        "{}",
+        o.err
+    );
+    assert!(o.err.contains("fleetctl start --replace --rolling goes machine by machine"), "{}", o.err);
+    assert!(!o.out.contains("hint"), "stdout stays the original's: {}", o.out);
+    assert!(c.stored_rollouts().is_empty(), "no rollout without a policy or --rolling");
+    let o = run(&c, &["restart", "db"]);
+    assert!(o.err.starts_with("hint: this restart of global unit db.service"), "{}", o.err);
+}
+
+#[test]
+fn a_canary_rollout_waits_for_its_promotion_and_resume_can_skip_a_failed_machine() {
+    let (_dir, c, f) = db_cluster_and_local(GLOBAL_V2);
+    let o = run(&c, &["start", "--replace", "--rolling", "--min-healthy=0", "--canary=1", &f]);
+    assert_eq!(o.code, EXIT_PAUSED, "{}\n{}", o.out, o.err);
+    let id = started_id(&o.out);
+    let last = shown(&o.out).pop().unwrap();
+    assert!(last.header.contains("awaiting promotion: 1 canary machine(s)"), "{}", last.header);
+    assert_eq!(last.phases(), ["done", "pending", "pending"]);
+    let o = run(&c, &["rollout-promote", "db"]);
+    assert_eq!((o.code, o.out.as_str()), (EXIT_DONE, format!("Rollout {id} promoted\n").as_str()), "{}", o.err);
+    let o = run(&c, &["rollout-status", &id]);
+    assert_eq!(o.code, EXIT_DONE, "{}\n{}", o.out, o.err);
+    let o = run(&c, &["rollout-promote", &id]);
+    assert_eq!(o.code, EXIT_ERROR, "a finished rollout: {}", o.err);
+
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "db.service", GLOBAL);
+    c.set_unhealthy(GLOBAL);
+    let o = run(&c, &["start", "--replace", "--rolling", "--max-unavailable=2", &f]);
+    assert_eq!(o.code, EXIT_PAUSED, "{}\n{}", o.out, o.err);
+    let o = run(&c, &["rollout-resume", "--skip-failed", "db"]);
+    assert_eq!(o.code, EXIT_DONE, "{}", o.err);
+    let stored = c.stored_rollouts().into_iter().max_by_key(|r| r.spec.created_ms).unwrap();
+    assert!(stored.control.skip_failed && stored.control.resumes == 1, "{:?}", stored.control);
+}
