@@ -690,7 +690,9 @@ pub fn table(reports: &[AvailabilityReport]) -> String {
             "fewest serving",
             col(&|r, o| {
                 o.serving.fewest.map_or("—".into(), |f| {
-                    format!("{f} of {}{}", r.machines, if o.meets_target == Some(false) { " MISSED" } else { "" })
+                    let missed = if o.meets_target == Some(false) { " MISSED" } else { "" };
+                    let doubt = if o.errors.is_empty() { "" } else { " (see errors)" };
+                    format!("{f} of {}{missed}{doubt}", r.machines)
                 })
             }),
             "≥ N − 1",
@@ -728,13 +730,9 @@ pub fn table(reports: &[AvailabilityReport]) -> String {
                     .iter()
                     .map(|s| {
                         let m = &s.machine[..8.min(s.machine.len())];
-                        format!(
-                            "{}{m} {} +{}→{} ms",
-                            if s.undo { "undo " } else { "" },
-                            s.phase,
-                            s.released_ms,
-                            s.healthy_ms
-                        )
+                        let ms = |v: i64| if v < 0 { "—".to_string() } else { v.to_string() };
+                        let undo = if s.undo { "undo " } else { "" };
+                        format!("{undo}{m} {} +{}→{} ms", s.phase, ms(s.released_ms), ms(s.healthy_ms))
                     })
                     .collect();
                 let _ = writeln!(out, "    rollout {} {}: {}", ro.id, ro.state, steps.join(", "));
@@ -847,6 +845,7 @@ mod tests {
         let t = table(&[r]);
         assert!(t.contains("error: the sampler saw 0 machine(s) not serving"), "{t}");
         assert!(t.lines().any(|l| l.contains("machines seen not serving") && l.contains("0 (≥ 3)")), "{t}");
+        assert!(t.lines().any(|l| l.contains("fewest serving") && l.contains("3 of 3 (see errors)")), "{t}");
     }
 
     #[test]
