@@ -11,7 +11,9 @@
 //! clock, so their lines fold into one timeline ([`fold`]): after every line, the number of machines whose latest
 //! line says serving; the fewest over the operation, when, and for how long each count held.
 //!
-//! Operations, one after the other, each under its own sampler, each begun once every machine serves:
+//! Operations, one after the other, each under its own sampler, each begun once every machine serves and fleet's
+//! own view (`GET /fleet/v1/state`) has the unit active and healthy everywhere (a rollout begun before an agent
+//! published `healthy` takes that machine for one that is down, and may change it together with another):
 //! * **replace**: `fleetctl start --replace --rolling --min-healthy=1s` of version 2 (exit 0);
 //! * **rollback**: version 3, whose `ExecStartPre=` fails on the second machine of the rollout (machine-ID order),
 //!   with `--on-failure=rollback`: the first machine changes, the second fails, both are undone step by step
@@ -377,22 +379,68 @@ pub fn parse_rollout(json: &str) -> Result<Rollout, String> {
     })
 }
 
-/// `GET /fleet/v1/rollouts` on machine 1's API (plain HTTP/1.0), the newest rollout.
-async fn newest_rollout(ctx: &Ctx) -> Result<Rollout, String> {
+/// `GET path` on machine 1's API (plain HTTP/1.0 on its TCP port): the body.
+async fn api_get(ctx: &Ctx, path: &str) -> Result<String, String> {
     let endpoint = ctx.cluster.machine(1).map_err(|e| e.to_string())?.endpoint();
     let addr = endpoint.trim_start_matches("http://").to_string();
     let body = tokio::time::timeout(Duration::from_secs(10), async {
         let mut stream = tokio::net::TcpStream::connect(&addr).await.map_err(|e| e.to_string())?;
-        let request = format!("GET /fleet/v1/rollouts HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+        let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
         stream.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
         let mut raw = Vec::new();
         stream.read_to_end(&mut raw).await.map_err(|e| e.to_string())?;
         Ok::<_, String>(String::from_utf8_lossy(&raw).into_owned())
     })
     .await
-    .map_err(|_| "GET /fleet/v1/rollouts timed out".to_string())??;
-    let json = body.split_once("\r\n\r\n").map(|(_, b)| b).ok_or("no HTTP body")?;
-    parse_rollout(json)
+    .map_err(|_| format!("GET {path} timed out"))??;
+    body.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).ok_or_else(|| format!("GET {path}: no HTTP body"))
+}
+
+/// The newest rollout.
+async fn newest_rollout(ctx: &Ctx) -> Result<Rollout, String> {
+    parse_rollout(&api_get(ctx, "/fleet/v1/rollouts").await?)
+}
+
+/// fleet's own view of the unit (`GET /fleet/v1/state`): how many machines report it `active` and, for a unit
+/// with a check, `healthy`; and each state in a few words.
+pub fn fleet_view(json: &str, check: bool) -> Result<(usize, String), String> {
+    let v: serde_json::Value = serde_json::from_str(json).map_err(|e| format!("state answer: {e}"))?;
+    let states: Vec<&serde_json::Value> =
+        v["states"].as_array().into_iter().flatten().filter(|s| s["name"] == UNIT).collect();
+    let ready =
+        |s: &serde_json::Value| s["systemdActiveState"] == "active" && (!check || s["health"]["status"] == "healthy");
+    let words: Vec<String> = states
+        .iter()
+        .map(|s| {
+            let machine = s["machineID"].as_str().unwrap_or_default();
+            let health = s["health"]["status"].as_str().unwrap_or("no health");
+            format!("{} {} {health}", &machine[..machine.len().min(8)], s["systemdActiveState"].as_str().unwrap_or("-"))
+        })
+        .collect();
+    Ok((states.iter().filter(|s| ready(s)).count(), words.join(", ")))
+}
+
+/// Waits (polling every 100 ms) until fleet's view has the unit active — and healthy, with a check — on all
+/// `machines`: a rollout begun earlier would take a machine whose health is not yet published for one that is
+/// down. The error names the states last seen.
+async fn until_fleet_ready(ctx: &Ctx, machines: usize, check: bool, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    let path = format!("/fleet/v1/state?unitName={UNIT}");
+    let mut last;
+    loop {
+        let started = Instant::now();
+        match api_get(ctx, &path).await.and_then(|body| fleet_view(&body, check)) {
+            Ok((ready, _)) if ready >= machines => return Ok(()),
+            Ok((_, words)) => last = words,
+            Err(e) => last = e,
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "fleet's view: {UNIT} not active and healthy on {machines} within {timeout:?}; last: {last}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100).saturating_sub(started.elapsed())).await;
+    }
 }
 
 /// One operation under the sampler.
@@ -403,6 +451,9 @@ pub struct OpReport {
     /// The fleetctl commands, in order.
     pub commands: Vec<String>,
     pub expected_exit: i32,
+    /// Before the operation: how long after the sampler saw every machine serve fleet's view had the unit active
+    /// and healthy everywhere (the operation starts after both).
+    pub fleet_view_lag_s: Option<f64>,
     /// Exit status of the command that waited for the end (`start --replace --rolling`, or `rollout-status`).
     pub exit_code: Option<i32>,
     /// From the first command until the waiting one returned.
@@ -498,11 +549,14 @@ async fn scenario(ctx: &Ctx, opts: &Options, r: &mut AvailabilityReport) -> Resu
     Ok(())
 }
 
-/// Starts a sampler and waits until every machine serves; returns it with the window's start.
-async fn sampled(ctx: &Ctx, opts: &Options, op: &str) -> Result<(Sampler, f64), String> {
+/// Starts a sampler and waits until every machine serves, then until fleet's view agrees; returns the sampler,
+/// the window's start and how long fleet's view took after the sampler's.
+async fn sampled(ctx: &Ctx, opts: &Options, op: &str) -> Result<(Sampler, f64, f64), String> {
     let mut sampler = Sampler::start(ctx, op, opts.timeout + SERVING_WAIT).await?;
     sampler.until_all_serving(ctx, SERVING_WAIT).await?;
-    Ok((sampler, now_unix()))
+    let serving = Instant::now();
+    until_fleet_ready(ctx, opts.machines, opts.availability_check, SERVING_WAIT).await?;
+    Ok((sampler, now_unix(), round_ms(secs(serving.elapsed()))))
 }
 
 /// The sampler's samples folded over `[t0, now]`, and the checks of the figures.
@@ -564,7 +618,10 @@ async fn blocking_op(
     let mut r =
         OpReport { op: op.into(), commands: vec![command.clone()], expected_exit, expected_down, ..Default::default() };
     let (sampler, t0) = match sampled(ctx, opts, op).await {
-        Ok(s) => s,
+        Ok((s, t0, lag)) => {
+            r.fleet_view_lag_s = Some(lag);
+            (s, t0)
+        }
         Err(e) => {
             r.errors.push(e);
             return r;
@@ -594,7 +651,10 @@ async fn abort_op(ctx: &Ctx, opts: &Options, dir: &std::path::Path, second: &str
         ..Default::default()
     };
     let (sampler, t0) = match sampled(ctx, opts, "abort").await {
-        Ok(s) => s,
+        Ok((s, t0, lag)) => {
+            r.fleet_view_lag_s = Some(lag);
+            (s, t0)
+        }
         Err(e) => {
             r.errors.push(e);
             return r;
@@ -679,6 +739,7 @@ pub fn table(reports: &[AvailabilityReport]) -> String {
             "",
         ),
         ("rollout state", col(&|_, o| o.rollout.as_ref().map_or("—".into(), |x| x.state.clone())), ""),
+        ("fleet's view healthy after the sampler's", col(&|_, o| opt(o.fleet_view_lag_s, " s")), "(before)"),
         ("duration", col(&|_, o| format!("{:.1} s", o.duration_s)), ""),
         ("samples (counts taken)", col(&|_, o| format!("{} ({})", o.serving.samples, o.serving.rounds)), ""),
         (
@@ -875,6 +936,20 @@ mod tests {
             Step { machine: "bbbb2222".into(), phase: "failed".into(), released_ms: 4000, healthy_ms: -1, undo: false }
         );
         assert!(r.steps[2].undo && r.steps[2].healthy_ms == 8500);
+    }
+
+    #[test]
+    fn fleets_view_counts_machines_active_and_healthy() {
+        let json = r#"{"states":[
+            {"name":"avail.service","machineID":"aaaa1111ffff","systemdActiveState":"active","health":{"status":"healthy"}},
+            {"name":"avail.service","machineID":"bbbb2222ffff","systemdActiveState":"active","health":{"status":"unknown"}},
+            {"name":"other.service","machineID":"cccc3333ffff","systemdActiveState":"active"},
+            {"name":"avail.service","machineID":"dddd4444ffff","systemdActiveState":"activating"}]}"#;
+        let (ready, words) = fleet_view(json, true).unwrap();
+        assert_eq!(ready, 1);
+        assert_eq!(words, "aaaa1111 active healthy, bbbb2222 active unknown, dddd4444 activating no health");
+        assert_eq!(fleet_view(json, false).unwrap().0, 2);
+        assert_eq!(fleet_view(r#"{}"#, true).unwrap().0, 0);
     }
 
     #[test]
