@@ -245,11 +245,15 @@ async fn main() {
         }
     }
     check(seen.contains("replace-sync.service"), "change notifications", format!("{seen:?}"));
-    // Read only now, after its stop: one change pending, with the newest values of the Unit and Service signals.
-    let stopped = fleet::systemd::Reported { active: Some(("inactive".into(), "dead".into())), restarts: Some(0) };
+    // Read only now, after its stop: one change pending, with the newest values of the Unit and Service signals
+    // (the time it last entered `active` travels with its states: health checks tell restarts by it).
+    let entered = reported.first().and_then(|r| r.entered);
+    let stopped =
+        fleet::systemd::Reported { active: Some(("inactive".into(), "dead".into())), restarts: Some(0), entered };
     check(
-        reported == [stopped],
-        "change notifications of a unit coalesce, carrying ActiveState/SubState and NRestarts",
+        reported == [stopped] && entered.is_some(),
+        "change notifications of a unit coalesce, carrying ActiveState/SubState with ActiveEnterTimestampMonotonic, \
+         and NRestarts",
         format!("{reported:?}"),
     );
 

@@ -256,6 +256,10 @@ pub struct UnitState {
     /// presence is gone (its systemd state unknown; docs/at-most-once.md); omitted for states a machine published.
     #[serde(rename = "machinePresence", default, skip_serializing_if = "String::is_empty")]
     pub machine_presence: String,
+    /// Extension of this implementation: the unit's health check on that machine (`status` `unknown`, `healthy` or
+    /// `unhealthy`, `sinceMs`, `output`; docs/health.md); omitted for units without `[X-Fleet] HealthCheck=`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::model::Health>,
 }
 
 impl UnitState {
@@ -629,6 +633,19 @@ mod tests {
         assert_eq!(page.states[0].systemd_sub_state, "running");
         assert_eq!(page.next_page_token, "");
         assert_eq!(serde_json::to_string(&page).unwrap(), text);
+        assert_eq!(page.states[0].health, None, "no health key without a check");
+    }
+
+    #[test]
+    fn unit_state_health_is_an_additive_field() {
+        let text = r#"{"name":"web.service","systemdActiveState":"active","health":{"status":"unhealthy","sinceMs":7,"output":"refused"}}"#;
+        let state: UnitState = serde_json::from_str(text).unwrap();
+        let health = state.health.as_ref().expect("the `health` key is read into UnitState.health");
+        assert_eq!(
+            (health.status, health.since_ms, health.output.as_str()),
+            (crate::model::HealthStatus::Unhealthy, 7, "refused")
+        );
+        assert_eq!(serde_json::to_string(&state).unwrap(), text);
     }
 
     #[test]

@@ -51,6 +51,7 @@ pub fn state(s: UnitState, running_hash: Option<&str>) -> schema::UnitState {
         systemd_load_state: s.load_state,
         machine_presence: if in_doubt { crate::model::IN_DOUBT.to_string() } else { String::new() },
         systemd_sub_state: s.sub_state,
+        health: s.health,
     }
 }
 
@@ -130,8 +131,8 @@ pub fn decide_put(unit: &schema::Unit, stored_hash: Option<&str>) -> Result<PutA
     let content = UnitFile::from_options(unit.options.clone());
     let validated = || {
         // An option without section or name (e.g. `{}` or an object of unknown fields) is no unit file line.
-        if let Some(i) = unit.options.iter().position(|o| o.section.is_empty() || o.name.is_empty()) {
-            return Err(ApiError::bad_request(format!("option {i} has an empty section or name")));
+        if let Some(blank) = crate::unit::first_blank(&unit.options) {
+            return Err(ApiError::bad_request(blank));
         }
         validate_content(&content)
     };
@@ -546,11 +547,9 @@ mod tests {
             options: vec![UnitOption::new("Service", "ExecStart", "/bin/true"), UnitOption::new("", "", "")],
             ..Default::default()
         };
-        assert_eq!(rejected(decide_put(&blank_option, None)), (400, "option 1 has an empty section or name".into()));
-        assert_eq!(
-            rejected(decide_put(&blank_option, Some("abc"))),
-            (400, "option 1 has an empty section or name".into())
-        );
+        let blank = r#"option 1 (section "", name "") has an empty section and name"#;
+        assert_eq!(rejected(decide_put(&blank_option, None)), (400, blank.into()));
+        assert_eq!(rejected(decide_put(&blank_option, Some("abc"))), (400, blank.into()));
         assert_eq!(
             rejected(decide_put(&request("bad name.service", HELLO, ""), None)),
             (400, "invalid character ' ' in unit name".into())

@@ -1,8 +1,9 @@
 //! fleetd's live cluster page (issue 17) in a real browser: Debian's headless Chromium, driven over WebDriver
 //! (chromedriver) by fantoccini, against a 3-machine cluster. The page is opened once; units started and destroyed
 //! with fleetctl must appear, change and vanish in its cells without a reload (a marker the page's script sets at
-//! load survives), a unit's detail opens in place, and the plain table serves the same state to a client without
-//! JavaScript. A screenshot of the page is kept at `target/ui/cluster-page.png` (printed by `ci/test`).
+//! load survives), a health-checked unit's cells show its health, a unit's detail opens in place, and the plain
+//! table serves the same state to a client without JavaScript. A screenshot of the page is kept at
+//! `target/ui/cluster-page.png` (printed by `ci/test`).
 //!
 //! Without `/usr/bin/chromium` or `/usr/bin/chromedriver` (or `CHROMIUM` / `CHROMEDRIVER`) the test fails and says
 //! which package to install; it never skips.
@@ -196,6 +197,17 @@ async fn the_cluster_page_follows_units_live_without_a_reload() {
     wait_cells(&cluster, &browser, "hello.service", std::slice::from_ref(&hello_on), "active/running").await;
     ok(&cluster.fleetctl(1, &["start", "--no-block", &global]).await.unwrap(), "fleetctl start global.service");
     wait_cells(&cluster, &browser, "global.service", &machines, "active/running").await;
+    // A unit with a health check shows its health in its cell (docs/health.md); the others' cells are unchanged.
+    let checked_dir = tempfile::tempdir().unwrap();
+    let checked = checked_dir.path().join("checked.service");
+    std::fs::write(
+        &checked,
+        "[Service]\nExecStart=/bin/sleep 100000\n\n[X-Fleet]\nGlobal=true\nHealthCheck=echo fine\nHealthCheckInterval=1s\n",
+    )
+    .unwrap();
+    let checked = checked.display().to_string();
+    ok(&cluster.fleetctl(1, &["start", "--no-block", &checked]).await.unwrap(), "fleetctl start checked.service");
+    wait_cells(&cluster, &browser, "checked.service", &machines, "active/running healthy").await;
     assert_eq!(load_marker(&browser).await, marker, "the page was reloaded while units started");
 
     // The detail opens in place: file, full hash, versions and the changes this fleetd saw.

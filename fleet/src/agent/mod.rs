@@ -14,6 +14,8 @@
 //! | `executor.rs` | runs a plan against systemd, waiting for jobs; keeps what the agent believes it started |
 //! | `handoff.rs` | pure: the record (`agent-state.json`) a restarted fleetd adopts the running units from |
 //! | `publisher.rs` | pure: diff of published unit states against systemd's (this machine's states only) |
+//! | `health.rs` | pure: the health check status rules (`unknown` / `healthy` / `unhealthy`, never `healthy` from a check begun before the unit's latest (re)start) |
+//! | `checks.rs` | the health checks run here: one task per checked active unit, the check process (group, timeout, last line), the agent's own starts reported to the publish loop |
 //! | `debug.rs` | the SIGUSR1 dump |
 //! | `sim.rs` | [`sim::SimSystemd`]: a simulated unit manager behind the same [`crate::systemd::SystemdOps`] (in memory, answers as systemd does), for the scale simulation |
 //! | `timing.rs` | reconcile interval, heartbeat / re-publish period from the TTL |
@@ -32,6 +34,7 @@
 //! no longer prove its presence (see `fence.rs`, docs/at-most-once.md): with a disconnected snapshot, or without this machine's own record (B14), the
 //! agent does nothing.
 
+pub mod checks;
 pub mod cluster;
 mod debug;
 pub mod desired;
@@ -42,6 +45,7 @@ pub(crate) mod fake;
 pub mod fence;
 pub mod handoff;
 pub mod handover;
+pub mod health;
 pub mod plan;
 mod publish_loop;
 pub mod publisher;

@@ -3,8 +3,10 @@
 //! `P/states/<name>/<machine>` keys (bound to its lease; never another machine's keys, B7).
 //!
 //! Triggers: a unit file written or removed, a systemd change of a loaded unit (with the values its signals
-//! carried, [`Readings`]), a failed write (retried after [`RETRY`]), and every `refresh_period(ttl)` a resync that
-//! re-reads every state and repairs this machine's keys against the registry snapshot. Rounds start at most every
+//! carried, [`Readings`]), a health check whose status changed or a (re)start by the agent of a checked unit
+//! ([`HealthChecks`]: the `health` of each checked unit goes into its state), a failed write (retried after
+//! [`RETRY`]), and every `refresh_period(ttl)` a resync that re-reads every state and repairs this machine's keys
+//! against the registry snapshot. Rounds start at most every
 //! [`ROUND_GAP`]. It runs beside the
 //! reconcile loop on its own systemd handle, so a long stop job in a plan never delays publishing (that is how other machines see a unit
 //! `deactivating` and wait for it, see [`super::handover`]).
@@ -19,6 +21,7 @@ use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::checks::HealthChecks;
 use super::debug::DebugHandle;
 use super::publisher::{PublishOp, Publisher, Readings};
 use crate::model::UnitState;
@@ -48,9 +51,10 @@ pub(crate) struct PublishLoop<'a, S> {
     pub changes: &'a mut UnitChanges,
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
     pub debug: &'a DebugHandle,
+    pub health: &'a mut HealthChecks<S>,
 }
 
-impl<S: SystemdOps> PublishLoop<'_, S> {
+impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
     /// Publishes until `stop` is cancelled. Starts by re-publishing every state it published before, binding
     /// them to this run's lease.
     pub async fn run(mut self, stop: CancellationToken) {
@@ -72,6 +76,7 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
         // the start and on resync).
         let mut readings = Readings::new();
         let mut next_round = Instant::now();
+        let starts = self.health.starts();
         loop {
             if dirty && Instant::now() >= next_round {
                 dirty = false;
@@ -100,6 +105,20 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
                         retry_at = retry_at.or(Some(Instant::now() + RETRY));
                     }
                     readings.read_all_states();
+                    dirty = true;
+                }
+                done = self.health.next_done() => {
+                    if let Some(unit) = done.and_then(|done| self.health.take_done(done)) {
+                        readings.touch(&unit);
+                        dirty = true;
+                    }
+                }
+                () = starts.reported() => {
+                    let snapshot = Arc::clone(&self.snapshots.borrow());
+                    let loaded = Arc::clone(&self.loaded.borrow());
+                    for unit in self.health.take_starts(&snapshot, &loaded) {
+                        readings.touch(&unit);
+                    }
                     dirty = true;
                 }
                 _ = sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
@@ -152,10 +171,17 @@ impl<S: SystemdOps> PublishLoop<'_, S> {
         readings.took_states(&hashes, read);
         let counters = readings.restarts_to_read();
         readings.took_restarts(self.systemd.restart_counts(&counters).await);
-        let now = readings.states_now(self.machine, &hashes);
+        if loaded_changed {
+            self.health.loaded_changed(&hashes);
+        }
+        let mut now = readings.states_now(self.machine, &hashes);
+        let snapshot = Arc::clone(&self.snapshots.borrow());
+        self.health.round(&mut now, readings, &snapshot);
         let ops = self.publisher.changes_now(&now);
         let ok = self.write(ops).await;
-        if !ok {
+        if ok {
+            self.health.published();
+        } else {
             // The publisher forgot what failed; only a full comparison finds it again.
             readings.touch_all();
         }

@@ -82,6 +82,9 @@ pub fn counts_restarts(s: &UnitStatus) -> bool {
 pub struct Readings {
     statuses: BTreeMap<String, UnitStatus>,
     restarts: BTreeMap<String, u32>,
+    /// When each unit last entered `active` (`ActiveEnterTimestampMonotonic`), as its signals carried it (health
+    /// checks tell restarts by it; never read from systemd).
+    entered: BTreeMap<String, u64>,
     /// Units whose state must be read (a notification carried none of it).
     stale_states: BTreeSet<String>,
     /// Services whose restart counter must be read.
@@ -128,9 +131,22 @@ impl Readings {
         self.all_touched = true;
     }
 
+    /// When `name` last entered `active`, if a signal told.
+    pub fn entered(&self, name: &str) -> Option<u64> {
+        self.entered.get(name).copied()
+    }
+
+    /// Compute `name`'s state to publish again in the next [`Self::states_now`] (its health changed).
+    pub fn touch(&mut self, name: &str) {
+        self.touched.insert(name.to_string());
+    }
+
     /// A change notification of `name` carrying `reported`.
     pub fn note(&mut self, name: &str, reported: &Reported) {
         self.touched.insert(name.to_string());
+        if let Some(t) = reported.entered {
+            self.entered.insert(name.to_string(), t);
+        }
         if let Some(n) = reported.restarts {
             self.restarts.insert(name.to_string(), n);
             self.stale_restarts.remove(name);
@@ -172,6 +188,7 @@ impl Readings {
     pub fn took_states(&mut self, loaded: &BTreeMap<String, String>, read: Vec<UnitStatus>) {
         self.statuses.retain(|name, _| loaded.contains_key(name));
         self.restarts.retain(|name, _| loaded.contains_key(name));
+        self.entered.retain(|name, _| loaded.contains_key(name));
         for status in read {
             let differs = self.statuses.get(&status.name).is_some_and(|known| {
                 (&known.active_state, &known.sub_state) != (&status.active_state, &status.sub_state)
@@ -385,11 +402,11 @@ mod tests {
     }
 
     fn active(a: &str, s: &str) -> Reported {
-        Reported { active: Some((a.into(), s.into())), restarts: None }
+        Reported { active: Some((a.into(), s.into())), restarts: None, entered: None }
     }
 
     fn restarts(n: u32) -> Reported {
-        Reported { active: None, restarts: Some(n) }
+        Reported { active: None, restarts: Some(n), entered: None }
     }
 
     /// Readings after a first round that read `a` and `b` active with 0 restarts.
@@ -635,8 +652,12 @@ mod tests {
                 unit.1 += u32::from(random(2) == 0);
                 if loaded.contains_key(&name) {
                     let reported = match random(3) {
-                        0 => Reported { active: Some((unit.0.clone(), "sub".into())), restarts: Some(unit.1) },
-                        1 => Reported { active: Some((unit.0.clone(), "sub".into())), restarts: None },
+                        0 => Reported {
+                            active: Some((unit.0.clone(), "sub".into())),
+                            restarts: Some(unit.1),
+                            entered: None,
+                        },
+                        1 => Reported { active: Some((unit.0.clone(), "sub".into())), restarts: None, entered: None },
                         _ => Reported::default(),
                     };
                     readings.note(&name, &reported);

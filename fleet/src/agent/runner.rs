@@ -8,7 +8,9 @@
 //!   while the snapshot is disconnected or this machine's own record is missing (B14): losing etcd never stops a
 //!   unit.
 //! * **publish** ([`super::publish_loop`]) — unit states, event-driven from systemd, on its own `Systemd`
-//!   handle, so a long stop job in a plan never holds up state publishing.
+//!   handle, so a long stop job in a plan never holds up state publishing; with each checked unit's health
+//!   ([`super::checks`]). Before the reconcile writes the markers of units it (re)started, it waits (briefly) until
+//!   the publish loop has published their health back at `unknown`.
 //!
 //! Everything either loop writes is bound to the lease `run` was given. A later `run` with a new lease (after a
 //! monitor restart) first re-binds what the agent published before: every launched marker and every unit state.
@@ -25,11 +27,12 @@ use tokio::time::{Instant, MissedTickBehavior, interval_at};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::checks::{AgentStarts, HealthChecks, START_PUBLISH_WAIT};
 use super::cluster::UnitCache;
 use super::debug::DebugHandle;
 use super::desired::{ThisMachine, desired_units};
 use super::error::AgentError;
-use super::executor::{Executor, ExecutorConfig, Marker, TaskReport, marker_diff, markers};
+use super::executor::{Executor, ExecutorConfig, Marker, Outcome, TaskReport, marker_diff, markers};
 use super::fence::{Fence, FenceLoop, hold_while_in_doubt};
 use super::handover::{Blocker, hold_starts, other_copies, start_blocker};
 use super::plan::{Desired, Planned, Reason, Task, plan};
@@ -68,9 +71,11 @@ pub struct Agent<S = Systemd> {
     debug: DebugHandle,
     /// The at-most-once fence's state, kept across runs (units it stopped are handed to the executor).
     fence: Fence,
+    /// Health checks of the units here, kept across runs (their checks go on meanwhile).
+    health: HealthChecks<S>,
 }
 
-impl<S: SystemdOps + Clone> Agent<S> {
+impl<S: SystemdOps + Clone + 'static> Agent<S> {
     /// Opens the units directory (adopting files already there, hashes recorded) and subscribes to systemd.
     pub async fn new(config: AgentConfig, systemd: S) -> Result<Agent<S>, AgentError> {
         let units = UnitsDir::open(&config.units_dir)?;
@@ -84,6 +89,7 @@ impl<S: SystemdOps + Clone> Agent<S> {
         let executor = Executor::new(systemd.clone(), units, ExecutorConfig::default());
         let debug = DebugHandle::default();
         debug.set_subscribed(executor.loaded().keys().cloned());
+        let health = HealthChecks::new(systemd.clone(), &config.machine_id, config.units_dir.clone());
         Ok(Agent {
             config,
             systemd,
@@ -93,6 +99,7 @@ impl<S: SystemdOps + Clone> Agent<S> {
             changes,
             debug,
             fence: Fence::default(),
+            health,
         })
     }
 
@@ -117,6 +124,7 @@ impl<S: SystemdOps + Clone> Agent<S> {
 
         // Both loops end when `stop` is cancelled; the publisher also ends when the reconcile loop fails.
         let inner = stop.child_token();
+        let starts = self.health.starts();
         let publishing = PublishLoop {
             registry: &registry,
             systemd: &self.systemd,
@@ -128,6 +136,7 @@ impl<S: SystemdOps + Clone> Agent<S> {
             changes: &mut self.changes,
             snapshots: snapshots.clone(),
             debug: &self.debug,
+            health: &mut self.health,
         }
         .run(inner.clone());
         let fencing = FenceLoop {
@@ -149,6 +158,7 @@ impl<S: SystemdOps + Clone> Agent<S> {
                 snapshots,
                 debug: &self.debug,
                 fence: &self.fence,
+                starts,
                 held: BTreeMap::new(),
                 skipped: None,
             };
@@ -166,6 +176,7 @@ impl<S: SystemdOps + Clone> Agent<S> {
     pub async fn purge(&mut self, registry: Option<&Registry>, deadline: Duration) -> Result<(), AgentError> {
         let machine = self.config.machine_id.clone();
         info!(machine = %machine, units = self.executor.loaded().len(), "agent: purging every unit");
+        self.health.stop_all();
         let reports = self.executor.purge(deadline).await;
         if let Some(registry) = registry {
             let mut names: BTreeSet<String> = self.publisher.published().keys().cloned().collect();
@@ -367,6 +378,17 @@ pub(crate) fn marker_plan(
     last.into_values().chain(repairs).collect()
 }
 
+/// The units a run (re)started: start jobs that ran (their health starts over).
+fn started_units(reports: &[TaskReport]) -> Vec<String> {
+    reports
+        .iter()
+        .filter_map(|r| match (&r.planned.task, &r.outcome) {
+            (Task::Start(unit), Ok(Outcome::Started(_) | Outcome::StartPending)) => Some(unit.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Writes markers: removals first, then launches (a unit stopped and started again in one run ends marked), in
 /// transactions of many units, a few transactions at a time. A launch batch naming a unit that is gone from the
 /// registry writes nothing and is retried one unit at a time. Failures are logged and repaired by a later
@@ -457,6 +479,8 @@ struct ReconcileLoop<'a, S> {
     snapshots: watch::Receiver<Arc<Snapshot>>,
     debug: &'a DebugHandle,
     fence: &'a Fence,
+    /// Where the (re)starts of checked units are reported before their markers are written.
+    starts: Arc<AgentStarts>,
     /// Starts held at the last reconcile (logged at info only when they change).
     held: BTreeMap<String, Blocker>,
     /// Why the last reconcile was skipped (logged only when it changes).
@@ -517,6 +541,10 @@ impl<S: SystemdOps> ReconcileLoop<'_, S> {
                     debug!(tasks = done.reports.len(), revision, "agent: reconcile ran tasks");
                 }
                 self.log_held(&done.held);
+                let started = started_units(&done.reports);
+                if !started.is_empty() {
+                    self.starts.started(&started, START_PUBLISH_WAIT).await;
+                }
                 write_markers(self.registry, self.machine, self.lease, done.markers).await;
                 let snapshot = latest();
                 let missing = restarted_markers_missing(self.executor.restarts(), &snapshot, self.machine);

@@ -199,9 +199,12 @@ impl SimSystemd {
         let (active, sub) = units.get(name).map_or(Active::Inactive, |u| u.active).states();
         drop(units);
         if name.ends_with(".service") {
-            self.send(name, Reported { active: None, restarts: Some(0) });
+            self.send(name, Reported { active: None, restarts: Some(0), entered: None });
         }
-        self.send(name, Reported { active: Some((active.to_string(), sub.to_string())), restarts: None });
+        self.send(
+            name,
+            Reported { active: Some((active.to_string(), sub.to_string())), restarts: None, entered: None },
+        );
     }
 
     /// Announces a change that carries none of the values the publisher follows (a definition read again).

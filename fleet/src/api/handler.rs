@@ -41,10 +41,16 @@ impl Api {
         self.reflector.snapshot()
     }
 
-    /// Waits until the view includes `revision` (read-your-writes for the next request).
-    pub(super) async fn settle(&self, revision: i64) {
-        if let Err(err) = self.reflector.wait_for_revision(revision, WRITE_VISIBILITY).await {
-            tracing::warn!(revision, error = %err, "API write not yet visible in the registry view");
+    /// Waits until the view includes `revision` (read-your-writes for the next request). When it does not within
+    /// [`WRITE_VISIBILITY`], the write stands but its answer is an error that says so (`504`): a success would
+    /// promise that the next read through this fleetd shows the write.
+    pub(super) async fn settle(&self, revision: i64) -> Result<(), Response<Bytes>> {
+        match self.reflector.wait_for_revision(revision, WRITE_VISIBILITY).await {
+            Ok(_) => Ok(()),
+            Err(err) => {
+                tracing::warn!(revision, error = %err, "API write not yet visible in the registry view");
+                Err(not_yet_visible(revision))
+            }
         }
     }
 
@@ -59,10 +65,37 @@ impl Api {
     }
 }
 
-/// A registry failure: logged with its cause, answered 500 with an empty message (spec §8.3).
-pub(super) fn internal(op: &str, err: &RegistryError) -> Response<Bytes> {
+/// The answer to a write that etcd stored at `revision` but this fleetd's view did not show in time.
+pub(super) fn not_yet_visible(revision: i64) -> Response<Bytes> {
+    reply::error(
+        StatusCode::GATEWAY_TIMEOUT,
+        &format!(
+            "the write was stored (etcd revision {revision}), but this fleetd's view of the registry did not show it \
+             within {} s: a read through this fleetd may not show it yet",
+            WRITE_VISIBILITY.as_secs()
+        ),
+    )
+}
+
+/// The status and message a registry failure answers: etcd at its space quota is `507` naming the cause (nothing
+/// was written); anything else is logged with its cause and answered 500 with an empty message (spec §8.3).
+pub(super) fn registry_failure(op: &str, err: &RegistryError) -> (StatusCode, String) {
+    if err.is_no_space() {
+        tracing::error!(op, error = %err, "etcd is out of space: writes are refused");
+        return (StatusCode::INSUFFICIENT_STORAGE, NO_SPACE.to_string());
+    }
     tracing::error!(op, error = %err, "API request failed");
-    reply::error(StatusCode::INTERNAL_SERVER_ERROR, "")
+    (StatusCode::INTERNAL_SERVER_ERROR, String::new())
+}
+
+/// What a write refused by etcd's space quota answers.
+pub(super) const NO_SPACE: &str = "etcd is out of space (its backend quota is reached and the NOSPACE alarm is \
+    raised): nothing was written; compact and defragment etcd, then disarm the alarm (etcdctl alarm disarm)";
+
+/// [`registry_failure`] as a response.
+pub(super) fn internal(op: &str, err: &RegistryError) -> Response<Bytes> {
+    let (status, message) = registry_failure(op, err);
+    reply::error(status, &message)
 }
 
 impl ApiHandler for Api {
@@ -105,6 +138,33 @@ impl ApiHandler for Api {
             Err(RouteError::NotFound) => reply::error(StatusCode::NOT_FOUND, ""),
             Err(RouteError::MethodNotAllowed(message)) => reply::error(StatusCode::METHOD_NOT_ALLOWED, message),
             Err(RouteError::BadRequest(message)) => reply::error(StatusCode::BAD_REQUEST, message),
+            Err(RouteError::Name(refused)) => reply::error(refused.status, &refused.message),
         }
+    }
+}
+
+#[cfg(test)]
+mod failure_tests {
+    use super::*;
+
+    fn etcd(message: &str) -> RegistryError {
+        RegistryError::Etcd { op: "txn", key: "/p/x".into(), source: etcd_client::Error::InvalidArgs(message.into()) }
+    }
+
+    #[test]
+    fn a_write_refused_by_etcds_space_quota_is_507_naming_the_cause() {
+        let (status, message) = registry_failure("store unit", &etcd("etcdserver: mvcc: database space exceeded"));
+        assert_eq!(status, StatusCode::INSUFFICIENT_STORAGE);
+        assert!(message.starts_with("etcd is out of space") && message.contains("alarm disarm"), "{message}");
+        let (status, message) = registry_failure("store unit", &etcd("connection refused"));
+        assert_eq!((status, message.as_str()), (StatusCode::INTERNAL_SERVER_ERROR, ""), "other failures as before");
+    }
+
+    #[test]
+    fn a_write_this_fleetd_cannot_see_in_time_is_not_a_success() {
+        let response = not_yet_visible(42);
+        assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+        let body = String::from_utf8_lossy(response.body()).to_string();
+        assert!(body.contains("stored (etcd revision 42)") && body.contains("within 5 s"), "{body}");
     }
 }

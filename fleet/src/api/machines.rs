@@ -6,6 +6,7 @@ use http::{Response, StatusCode};
 use super::handler::{Api, internal};
 use super::query;
 use super::reply;
+use crate::registry::{Component, check_component};
 use crate::schema::{Machine, MachineMetadataOp, MachinePage};
 use crate::wire;
 
@@ -35,12 +36,15 @@ pub fn validate_ops(ops: &[MachineMetadataOp]) -> Result<Vec<MetadataChange>, &'
         .collect()
 }
 
-/// `^/([^/]+)/metadata/([A-Za-z0-9_.-]+$)`.
+/// `^/([^/]+)/metadata/([A-Za-z0-9_.-]+$)`, and a machine ID the registry can hold: one with a control character
+/// (which the original's `[^/]+` let through) is refused here with the other bad paths, before any operation is
+/// applied, rather than failing in the registry after the earlier ones were (issue 37).
 fn parse_metadata_path(path: &str) -> Option<(String, String)> {
     let rest = path.strip_prefix('/')?;
     let (machine, key) = rest.split_once("/metadata/")?;
     let key_ok = !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-    (!machine.is_empty() && !machine.contains('/') && key_ok).then(|| (machine.to_string(), key.to_string()))
+    let machine_ok = check_component(Component::MachineId, machine).is_ok();
+    (machine_ok && key_ok).then(|| (machine.to_string(), key.to_string()))
 }
 
 impl Api {
@@ -82,7 +86,9 @@ impl Api {
             }
         }
         if let Some(revision) = last_revision {
-            self.settle(revision).await;
+            if let Err(response) = self.settle(revision).await {
+                return response;
+            }
         }
         reply::no_content_json()
     }
@@ -129,6 +135,17 @@ mod tests {
         assert_eq!(
             validate_ops(&ops(r#"[{"op":"add","path":"/m/metadata/a"}]"#)),
             Err("invalid value: add and replace require a value")
+        );
+        // Issue 37: a machine ID the registry cannot hold is a bad path, refused before any operation applies.
+        assert_eq!(
+            validate_ops(&ops(
+                r#"[{"op":"remove","path":"/m1/metadata/a"},{"op":"remove","path":"/m\u007f1/metadata/k"}]"#
+            )),
+            Err("machine metadata path invalid")
+        );
+        assert_eq!(
+            validate_ops(&ops(r#"[{"op":"remove","path":"/\u0000/metadata/k"}]"#)),
+            Err("machine metadata path invalid")
         );
         assert!(
             serde_json::from_str::<Vec<MachineMetadataOp>>(r#"[{"op":"add","path":"/m/metadata/zone","value":"z1"}]"#)

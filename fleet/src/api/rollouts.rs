@@ -41,7 +41,7 @@ impl Api {
         }
         match self.snapshot().rollout_records().get(id).and_then(wire::stored_rollout) {
             Some(r) => reply::json(&r),
-            None => reply::error(StatusCode::NOT_FOUND, "rollout does not exist"),
+            None => reply::error(StatusCode::NOT_FOUND, super::route::NO_ROLLOUT),
         }
     }
 
@@ -86,7 +86,7 @@ impl Api {
             Ok(revision) => {
                 tracing::info!(rollout = %id, kind = ?plan.spec.kind, units = plan.spec.units.len(),
                     policy = %plan.spec.policy, "stored rollout");
-                self.settle(revision).await;
+                self.settle(revision).await?;
                 let stored = crate::rollout::Rollout { spec: plan.spec, control: Control::default(), progress: None };
                 Ok(schema::Rollout { revision, ..wire::rollout(&stored) })
             }
@@ -104,7 +104,7 @@ impl Api {
             Err(err) => return reply::error(StatusCode::BAD_REQUEST, &format!("unable to decode body: {err}")),
         };
         let Some(record) = self.snapshot().rollout_records().get(id).and_then(|r| r.rollout()) else {
-            return reply::error(StatusCode::NOT_FOUND, "rollout does not exist");
+            return reply::error(StatusCode::NOT_FOUND, super::route::NO_ROLLOUT);
         };
         let control = match wire::decide_control(&record, body) {
             Ok(control) => control,
@@ -113,10 +113,12 @@ impl Api {
         match self.registry.set_rollout_control(id, &control).await {
             Ok(revision) => {
                 tracing::info!(rollout = %id, action = body.action.as_str(), "rollout control");
-                self.settle(revision).await;
+                if let Err(response) = self.settle(revision).await {
+                    return response;
+                }
                 reply::status(StatusCode::NO_CONTENT)
             }
-            Err(RegistryError::RolloutNotFound { .. }) => reply::error(StatusCode::NOT_FOUND, "rollout does not exist"),
+            Err(RegistryError::RolloutNotFound { .. }) => reply::error(StatusCode::NOT_FOUND, super::route::NO_ROLLOUT),
             Err(err) => internal("control rollout", &err),
         }
     }

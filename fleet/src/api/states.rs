@@ -1,4 +1,5 @@
-//! `/fleet/v1/state` (spec §8.7) and `/metrics`: published systemd states of units, and a few cluster gauges.
+//! `/fleet/v1/state` (spec §8.7) and `/metrics`: published systemd states of units (with their health, for units
+//! with a check), and a few cluster gauges.
 
 use std::fmt::Write as _;
 
@@ -8,7 +9,8 @@ use http::{Response, StatusCode};
 use super::handler::Api;
 use super::query;
 use super::reply;
-use crate::model::JobState;
+use crate::model::{HealthStatus, JobState};
+use crate::registry::Snapshot;
 use crate::schema;
 use crate::wire;
 
@@ -51,7 +53,7 @@ impl Api {
                 let running = snapshot.running_hash(&state.name, &state.machine_id);
                 reply::json(&wire::state(state.clone(), running))
             }
-            None => reply::error(StatusCode::NOT_FOUND, "unit state does not exist"),
+            None => reply::error(StatusCode::NOT_FOUND, super::route::NO_UNIT_STATE),
         }
     }
 
@@ -84,6 +86,75 @@ impl Api {
         let _ = writeln!(out, "# HELP fleet_registry_revision etcd revision of the registry view.");
         let _ = writeln!(out, "# TYPE fleet_registry_revision gauge");
         let _ = writeln!(out, "fleet_registry_revision {}", snapshot.revision());
+        health_metrics(&snapshot, &mut out);
         reply::text(out, "text/plain; version=0.0.4")
+    }
+}
+
+/// `fleet_unit_health`: for each unit with a health check and each machine publishing its state, one series per
+/// status, 1 for the current one and 0 for the others (so `fleet_unit_health{status="unhealthy"} == 1` alerts).
+/// Units without a check have no series; the gauge's help and type are written only when some unit has one.
+fn health_metrics(snapshot: &Snapshot, out: &mut String) {
+    let mut header = false;
+    for (unit, per_machine) in snapshot.state_records().iter() {
+        for (machine, record) in per_machine.iter() {
+            let Some(health) = &record.health else { continue };
+            if !header {
+                let _ = writeln!(
+                    out,
+                    "# HELP fleet_unit_health Health check status of a unit on a machine (units with HealthCheck= only)."
+                );
+                let _ = writeln!(out, "# TYPE fleet_unit_health gauge");
+                header = true;
+            }
+            for status in [HealthStatus::Healthy, HealthStatus::Unhealthy, HealthStatus::Unknown] {
+                let _ = writeln!(
+                    out,
+                    "fleet_unit_health{{unit=\"{}\",machine=\"{}\",status=\"{status}\"}} {}",
+                    label(unit),
+                    label(machine),
+                    u8::from(health.status == status)
+                );
+            }
+        }
+    }
+}
+
+/// A Prometheus label value: backslash, double quote and line feed escaped.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{Change, Keys};
+
+    fn snapshot(states: &[(&str, &str, &str)]) -> Snapshot {
+        let keys = Keys::new("/p");
+        let kvs: Vec<(String, &str)> = states.iter().map(|(u, m, v)| (keys.state(u, m), *v)).collect();
+        let changes =
+            kvs.iter().map(|(k, v)| (k.as_bytes(), Change::Put { value: v.as_bytes(), mod_revision: 2, lease: 0 }));
+        Snapshot::from_kvs(&keys, 2, changes)
+    }
+
+    const PLAIN: &str = r#"{"hash":"h","loadState":"loaded","activeState":"active","subState":"running"}"#;
+    const HEALTHY: &str = r#"{"hash":"h","loadState":"loaded","activeState":"active","subState":"running","health":{"status":"healthy","sinceMs":5}}"#;
+
+    #[test]
+    fn health_gauges_cover_only_units_with_a_check() {
+        let mut out = String::new();
+        health_metrics(&snapshot(&[("plain.service", "m1", PLAIN)]), &mut out);
+        assert_eq!(out, "", "no check anywhere: not even the header");
+        health_metrics(&snapshot(&[("plain.service", "m1", PLAIN), ("web.service", "m2", HEALTHY)]), &mut out);
+        assert_eq!(
+            out,
+            "# HELP fleet_unit_health Health check status of a unit on a machine (units with HealthCheck= only).\n\
+             # TYPE fleet_unit_health gauge\n\
+             fleet_unit_health{unit=\"web.service\",machine=\"m2\",status=\"healthy\"} 1\n\
+             fleet_unit_health{unit=\"web.service\",machine=\"m2\",status=\"unhealthy\"} 0\n\
+             fleet_unit_health{unit=\"web.service\",machine=\"m2\",status=\"unknown\"} 0\n"
+        );
+        assert_eq!(label("a\\x2d\"b\n"), "a\\\\x2d\\\"b\\n");
     }
 }

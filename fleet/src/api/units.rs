@@ -8,6 +8,7 @@ use http::{Request, Response, StatusCode};
 use super::handler::Api;
 use super::query;
 use super::reply;
+use super::route::{NO_UNIT, NameRefused, NameUse, check_unit_name};
 use crate::model::JobState;
 use crate::registry::{PutUnit, RegistryError, Snapshot};
 use crate::schema;
@@ -41,14 +42,16 @@ impl Api {
         let snapshot = self.snapshot();
         match snapshot.unit(name).and_then(|v| wire::unit(&v, true)) {
             Some(unit) => reply::json(&unit),
-            None => reply::error(StatusCode::NOT_FOUND, "unit does not exist"),
+            None => reply::error(StatusCode::NOT_FOUND, NO_UNIT),
         }
     }
 
     pub(super) async fn delete_unit(&self, name: &str) -> Response<Bytes> {
         match self.registry.destroy_unit(name).await {
             Ok(destroyed) => {
-                self.settle(destroyed.revision).await;
+                if let Err(response) = self.settle(destroyed.revision).await {
+                    return response;
+                }
                 reply::status(StatusCode::NO_CONTENT)
             }
             Err(err) => error_reply("destroy unit", name, &err),
@@ -59,7 +62,7 @@ impl Api {
     pub(super) fn unit_history(&self, name: &str) -> Response<Bytes> {
         let snapshot = self.snapshot();
         let Some(object) = snapshot.unit_record(name).and_then(|r| r.object.as_ref()) else {
-            return reply::error(StatusCode::NOT_FOUND, "unit does not exist");
+            return reply::error(StatusCode::NOT_FOUND, NO_UNIT);
         };
         reply::json(&wire::history(object, |hash| snapshot.body(hash).cloned()))
     }
@@ -109,7 +112,9 @@ impl Api {
         match result {
             Ok((revision, status)) => {
                 if let Some(revision) = revision {
-                    self.settle(revision).await;
+                    if let Err(response) = self.settle(revision).await {
+                        return response;
+                    }
                 }
                 reply::status(status)
             }
@@ -122,12 +127,12 @@ impl Api {
 pub const ROLLOUT_HEADER: &str = "x-fleet-rollout";
 
 /// The status and message a single-unit request answers for a registry error (logging an unexpected one).
-fn unit_error(op: &str, unit: &str, err: &RegistryError) -> (StatusCode, &'static str) {
+fn unit_error(op: &str, unit: &str, err: &RegistryError) -> (StatusCode, String) {
     match err {
-        RegistryError::UnitNotFound { .. } => (StatusCode::NOT_FOUND, "unit does not exist"),
+        RegistryError::UnitNotFound { .. } => (StatusCode::NOT_FOUND, NO_UNIT.to_string()),
         err => {
-            tracing::error!(op, unit, error = %err, "API request failed");
-            (StatusCode::INTERNAL_SERVER_ERROR, "")
+            tracing::debug!(unit, "unit write failed");
+            super::handler::registry_failure(op, err)
         }
     }
 }
@@ -135,16 +140,22 @@ fn unit_error(op: &str, unit: &str, err: &RegistryError) -> (StatusCode, &'stati
 /// [`unit_error`] as a response.
 fn error_reply(op: &str, unit: &str, err: &RegistryError) -> Response<Bytes> {
     let (status, message) = unit_error(op, unit, err);
-    reply::error(status, message)
+    reply::error(status, &message)
 }
 
 /// What a single-unit request answers for a registry result (`status` on success).
 fn batch_result<T>(name: &str, result: &Result<T, RegistryError>, status: StatusCode) -> schema::UnitBatchResult {
     let (code, message) = match result {
-        Ok(_) => (status, ""),
+        Ok(_) => (status, String::new()),
         Err(err) => unit_error("unit batch", name, err),
     };
-    schema::UnitBatchResult { name: name.to_string(), code: code.as_u16(), message: message.to_string() }
+    schema::UnitBatchResult { name: name.to_string(), code: code.as_u16(), message }
+}
+
+/// A batch's answer for a name [`check_unit_name`] refused.
+fn refused_name(name: &str, refused: NameRefused) -> schema::UnitBatchResult {
+    let NameRefused { status, message } = refused;
+    schema::UnitBatchResult { name: name.to_string(), code: status.as_u16(), message: message.into_owned() }
 }
 
 /// A unit to store: its name, canonical text, hash, desired state and store options.
@@ -245,14 +256,24 @@ impl Api {
             revision = revision.max(*written.as_ref().unwrap_or(&0));
             results[*index] = Some(batch_result(name, &written, StatusCode::NO_CONTENT));
         }
-        let names: Vec<&str> = batch.destroy.iter().map(String::as_str).collect();
-        for (i, (name, destroyed)) in names.iter().zip(self.registry.destroy_units(&names).await).enumerate() {
-            revision = revision.max(destroyed.as_ref().map_or(0, |d| d.revision));
-            results[puts + i] = Some(batch_result(name, &destroyed, StatusCode::NO_CONTENT));
+        // A destroy's name is decided as `DELETE /units/<name>` decides it: one no unit can have finds nothing.
+        let mut names: Vec<(usize, &str)> = Vec::with_capacity(batch.destroy.len());
+        for (i, name) in batch.destroy.iter().enumerate() {
+            match check_unit_name(name, NameUse::Finds, NO_UNIT) {
+                Ok(()) => names.push((puts + i, name)),
+                Err(refused) => results[puts + i] = Some(refused_name(name, refused)),
+            }
         }
-        tracing::info!(stored = stores.len(), desired = changes.len(), destroyed = names.len(), "unit batch");
+        let to_destroy: Vec<&str> = names.iter().map(|&(_, name)| name).collect();
+        for ((index, name), destroyed) in names.iter().zip(self.registry.destroy_units(&to_destroy).await) {
+            revision = revision.max(destroyed.as_ref().map_or(0, |d| d.revision));
+            results[*index] = Some(batch_result(name, &destroyed, StatusCode::NO_CONTENT));
+        }
+        tracing::info!(stored = stores.len(), desired = changes.len(), destroyed = to_destroy.len(), "unit batch");
         if revision > 0 {
-            self.settle(revision).await;
+            if let Err(response) = self.settle(revision).await {
+                return response;
+            }
         }
         let results = results.into_iter().map(|r| r.expect("every write of the batch has a result")).collect();
         reply::json(&schema::UnitBatchReply { results })

@@ -262,6 +262,7 @@ impl FakeClient {
                     systemd_load_state: "loaded".into(),
                     systemd_sub_state: sub.into(),
                     machine_presence: String::new(),
+                    health: None,
                 });
             }
         }

@@ -194,7 +194,7 @@ pub const EXTENSION_COMMANDS: [&str; 10] = [
 /// Valid `--fields` of list-units, in help order.
 pub const LIST_UNITS_FIELDS: &str = "active,hash,load,machine,sub,unit";
 /// `--fields` of list-units that this fleetctl adds (accepted, not listed in the original's help text).
-pub const LIST_UNITS_EXTENSION_FIELDS: &str = "running-hash,presence";
+pub const LIST_UNITS_EXTENSION_FIELDS: &str = "running-hash,presence,health";
 /// Valid `--fields` of list-unit-files, in help order.
 pub const LIST_UNIT_FILES_FIELDS: &str = "desc,dstate,global,hash,state,target,tmachine,unit";
 /// Valid `--fields` of list-machines, in help order.

@@ -21,7 +21,7 @@ use crate::model::JobState;
 use crate::schema::{RolloutRequestUnit, Unit};
 use crate::unit::name as unitf;
 use crate::unit::xfleet;
-use crate::unit::{NameInfo, UnitFile};
+use crate::unit::{FileError, NameInfo, UnitFile};
 
 /// The command running the creation step (it decides which desired states `--replace` may replace).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,13 +149,38 @@ fn read_error(path: &Path, e: &std::io::Error) -> String {
     format!("read {}: {lower}", path.display())
 }
 
+/// Why a local unit file cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ReadFailure {
+    /// Unreadable or not a unit file: the original's words, printed after `failed getting Unit(<arg>) from file: `.
+    Original(String),
+    /// A line the API would refuse (an empty section or option name): `<file>:<line>: "<text>": <what>`, a
+    /// message of its own.
+    Refused(String),
+}
+
+impl ReadFailure {
+    /// The message, an original one after `context` (`failed getting Unit(x) from file`).
+    fn in_context(self, context: impl std::fmt::Display) -> String {
+        match self {
+            ReadFailure::Original(e) => format!("{context}: {e}"),
+            ReadFailure::Refused(e) => e,
+        }
+    }
+}
+
 /// Read and parse a local unit file. `Ok(None)` when there is nothing at `path`.
-fn read_unit_file(path: &Path) -> Result<Option<UnitFile>, String> {
+fn read_unit_file(path: &Path) -> Result<Option<UnitFile>, ReadFailure> {
     if std::fs::metadata(path).is_err() {
         return Ok(None);
     }
-    let bytes = std::fs::read(path).map_err(|e| read_error(path, &e))?;
-    UnitFile::parse_bytes(&bytes).map(Some).map_err(|e| e.to_string())
+    let bytes = std::fs::read(path).map_err(|e| ReadFailure::Original(read_error(path, &e)))?;
+    match UnitFile::parse_submitted(&bytes) {
+        Ok(file) => Ok(Some(file)),
+        Err(FileError::Parse(e)) => Err(ReadFailure::Original(e.to_string())),
+        // Named as systemd names a bad line, `file:line: ...`, with the path as it was given.
+        Err(FileError::Blank(line)) => Err(ReadFailure::Refused(format!("{}:{line}", path.display()))),
+    }
 }
 
 fn template_path(path: &Path, template: &str) -> PathBuf {
@@ -165,8 +190,14 @@ fn template_path(path: &Path, template: &str) -> PathBuf {
 /// Compare local content for `arg` with the registry copy; prints the "differs" warning unless `replace`.
 fn compare(ctx: &mut Ctx<'_>, arg: &str, path: &Path, name: &str, registry: &Unit, replace: bool) -> Comparison {
     let registry_hash = UnitFile::from_options(registry.options.clone()).hash();
-    if let Ok(Some(local)) = read_unit_file(path) {
-        if local.hash() == registry_hash {
+    let local = match read_unit_file(path) {
+        Ok(Some(local)) => Some(Some(local.hash())),
+        // A file the API would refuse never equals the registry's copy; replacing with it names its bad line.
+        Err(ReadFailure::Refused(_)) => Some(None),
+        Ok(None) | Err(ReadFailure::Original(_)) => None,
+    };
+    if let Some(local) = local {
+        if local == Some(registry_hash) {
             return Comparison::Same;
         }
         if !replace {
@@ -196,14 +227,18 @@ fn compare(ctx: &mut Ctx<'_>, arg: &str, path: &Path, name: &str, registry: &Uni
         Ok(None) => {
             Comparison::Failed(format!("unable to find local template Unit({}) for Unit({name})", tpath.display()))
         }
-        Err(e) => Comparison::Failed(format!("failed getting template Unit({}) from file: {e}", tpath.display())),
+        Err(e) => Comparison::Failed(
+            e.in_context(format_args!("failed getting template Unit({}) from file", tpath.display())),
+        ),
     }
 }
 
 /// Content of a unit that does not exist yet (§9.4 steps 3–5).
 fn unit_file_for(ctx: &mut Ctx<'_>, arg: &str, path: &Path, name: &str) -> Result<UnitFile, String> {
     unitf::validate_name(name).map_err(|e| e.to_string())?;
-    if let Some(uf) = read_unit_file(path).map_err(|e| format!("failed getting Unit({arg}) from file: {e}"))? {
+    if let Some(uf) =
+        read_unit_file(path).map_err(|e| e.in_context(format_args!("failed getting Unit({arg}) from file")))?
+    {
         return Ok(uf);
     }
     let Some(info) = NameInfo::parse(name).filter(NameInfo::is_instance) else {
@@ -211,12 +246,13 @@ fn unit_file_for(ctx: &mut Ctx<'_>, arg: &str, path: &Path, name: &str) -> Resul
     };
     let template = info.template.clone();
     let from_template = |e: String| format!("failed getting Unit({arg}) from template: {e}");
+    let template_file = |e: ReadFailure| e.in_context(format_args!("failed getting Unit({arg}) from template"));
     match ctx.registry_template(&template) {
         Ok(Some(t)) => return Ok(UnitFile::from_options(t.options)),
         Ok(None) => {}
         Err(e) => return Err(from_template(format!("error retrieving template Unit({template}) from Registry: {e}"))),
     }
-    match read_unit_file(&template_path(path, &template)).map_err(&from_template)? {
+    match read_unit_file(&template_path(path, &template)).map_err(template_file)? {
         Some(uf) => Ok(uf),
         None => Err(from_template(format!("unable to find template Unit({template}) in Registry or on filesystem"))),
     }
@@ -224,12 +260,17 @@ fn unit_file_for(ctx: &mut Ctx<'_>, arg: &str, path: &Path, name: &str) -> Resul
 
 /// Content a replacement uses: the local file, else the local template (B19 Rec), else the registry template.
 fn replacement_for(ctx: &mut Ctx<'_>, arg: &str, path: &Path, name: &str) -> Result<UnitFile, String> {
-    if let Ok(Some(uf)) = read_unit_file(path) {
-        return Ok(uf);
+    match read_unit_file(path) {
+        Ok(Some(uf)) => return Ok(uf),
+        // The file is there and is refused: the template is no stand-in for it.
+        Err(ReadFailure::Refused(e)) => return Err(e),
+        Ok(None) | Err(ReadFailure::Original(_)) => {}
     }
     if let Some(info) = NameInfo::parse(name).filter(NameInfo::is_instance) {
-        if let Ok(Some(uf)) = read_unit_file(&template_path(path, &info.template.clone())) {
-            return Ok(uf);
+        match read_unit_file(&template_path(path, &info.template.clone())) {
+            Ok(Some(uf)) => return Ok(uf),
+            Err(ReadFailure::Refused(e)) => return Err(e),
+            Ok(None) | Err(ReadFailure::Original(_)) => {}
         }
     }
     unit_file_for(ctx, arg, path, name)
@@ -628,12 +669,54 @@ mod tests {
         }
     }
 
+    /// Issue 37: a line that gives an option an empty name or section is refused naming the file, the line and
+    /// its text; the parser's own errors keep the original's wording.
+    #[test]
+    fn a_refused_line_is_named_by_file_line_and_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let refused = |path: &Path| match read_unit_file(path) {
+            Err(ReadFailure::Refused(message)) => message,
+            other => panic!("{} not refused: {other:?}", path.display()),
+        };
+        let name = write("name.service", "[Unit]\nDescription=x\n=value\n");
+        assert_eq!(refused(&name), format!("{}:3: \"=value\": option has an empty name", name.display()));
+        let spaced = write("spaced.service", "[Service]\r\nExecStart=/bin/true\r\n  = value \r\n");
+        assert_eq!(
+            refused(&spaced),
+            format!("{}:3: \"  = value \": option has an empty name", spaced.display()),
+            "the line as written, its CR dropped"
+        );
+        let section = write("section.service", "# comment\n\n[]\nExecStart=/bin/true\n");
+        assert_eq!(refused(&section), format!("{}:3: \"[]\": section has an empty name", section.display()));
+        let both = write("both.service", "[Unit]\nA=b\n[]\n=x\n");
+        assert_eq!(refused(&both), format!("{}:3: \"[]\": section has an empty name", both.display()));
+        // A `[]` with no option under it gives the API nothing blank: accepted, as before.
+        let bare = write("bare.service", "[Service]\nExecStart=/bin/true\n[]\n");
+        assert!(matches!(read_unit_file(&bare), Ok(Some(_))));
+        let e = ReadFailure::Refused("bad.service:3: \"=value\": option has an empty name".into());
+        assert_eq!(
+            e.in_context("failed getting Unit(bad.service) from file"),
+            "bad.service:3: \"=value\": option has an empty name"
+        );
+        let garbage = write("garbage.service", "[Unit\n");
+        let original = read_unit_file(&garbage).unwrap_err();
+        assert_eq!(
+            original.in_context("failed getting Unit(garbage.service) from file"),
+            "failed getting Unit(garbage.service) from file: unable to find end of section"
+        );
+    }
+
     #[test]
     fn read_errors_read_like_go() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().join("adir.service");
         std::fs::create_dir(&d).unwrap();
         let err = read_unit_file(&d).unwrap_err();
-        assert_eq!(err, format!("read {}: is a directory", d.display()));
+        assert_eq!(err, ReadFailure::Original(format!("read {}: is a directory", d.display())));
     }
 }

@@ -109,6 +109,17 @@ pub struct UnitStateDoc {
     /// `in-doubt` for a unit scheduled to a machine whose presence is gone (its state unknown), else `present`.
     #[serde(rename = "machinePresence")]
     pub machine_presence: String,
+    /// The unit's health check on the machine (`status`, `sinceMs`, `output`); `null` for a unit without one.
+    pub health: Option<HealthDoc>,
+}
+
+/// A unit's health on one machine, as `list-units --output=json` shows it (every field present).
+#[derive(Debug, Serialize, PartialEq)]
+pub struct HealthDoc {
+    pub status: crate::model::HealthStatus,
+    #[serde(rename = "sinceMs")]
+    pub since_ms: u64,
+    pub output: String,
 }
 
 fn ip_of(machine_id: &str, machines: &[Machine]) -> String {
@@ -129,6 +140,11 @@ pub fn unit_state_list(states: &[UnitState], machines: &[Machine]) -> UnitStateL
                 hash: s.hash.clone(),
                 running_hash: s.running_hash.clone(),
                 machine_presence: s.presence().to_string(),
+                health: s.health.as_ref().map(|h| HealthDoc {
+                    status: h.status,
+                    since_ms: h.since_ms,
+                    output: h.output.clone(),
+                }),
             })
             .collect(),
     }

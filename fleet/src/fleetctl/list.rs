@@ -91,6 +91,8 @@ pub fn unit_state_cell(s: &UnitState, field: &str, machines: &[Machine], full: b
         "running-hash" if full => s.running_hash.clone(),
         "running-hash" => s.running_hash.chars().take(7).collect(),
         "presence" => s.presence().to_string(),
+        // `-` for a unit without a health check (docs/health.md).
+        "health" => s.health.as_ref().map_or_else(|| "-".to_string(), |h| h.status.to_string()),
         _ => String::new(),
     }
 }
@@ -339,6 +341,7 @@ mod tests {
             systemd_load_state: "loaded".into(),
             systemd_sub_state: "running".into(),
             machine_presence: String::new(),
+            health: None,
             running_hash: running.into(),
         };
         let new = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
@@ -389,9 +392,39 @@ stopped.service	bbbbbbb	-
             systemd_load_state: "loaded".into(),
             systemd_sub_state: "running".into(),
             machine_presence: String::new(),
+            health: None,
             running_hash: String::new(),
         });
         let o = run(&c, &["list-units", "--no-legend", "--fields=unit,machine,hash"]);
         assert_eq!(o.out, "x.service\tffffffff...\t-\n");
+    }
+
+    #[test]
+    fn list_units_health_field_shows_each_status_and_a_dash_without_a_check() {
+        use crate::model::{Health, HealthStatus};
+        let c = cluster();
+        let state = |name: &str, health: Option<HealthStatus>| UnitState {
+            machine_id: "ffffffffffffffffffffffffffffffff".into(),
+            name: name.into(),
+            systemd_active_state: "active".into(),
+            health: health.map(|status| Health { status, since_ms: 1, output: String::new() }),
+            ..Default::default()
+        };
+        c.push_state(state("a.service", Some(HealthStatus::Healthy)));
+        c.push_state(state("b.service", Some(HealthStatus::Unhealthy)));
+        c.push_state(state("c.service", Some(HealthStatus::Unknown)));
+        c.push_state(state("d.service", None));
+        let o = run(&c, &["list-units", "--fields=unit,machine,active,health"]);
+        assert_eq!(
+            o.out,
+            "UNIT\t\tMACHINE\t\tACTIVE\tHEALTH\n\
+             a.service\tffffffff...\tactive\thealthy\n\
+             b.service\tffffffff...\tactive\tunhealthy\n\
+             c.service\tffffffff...\tactive\tunknown\n\
+             d.service\tffffffff...\tactive\t-\n"
+        );
+        let default = run(&c, &["list-units", "--no-legend"]);
+        assert!(!default.out.contains("healthy") && !default.out.contains("unknown"), "{}", default.out);
+        assert!(run(&c, &["list-units"]).out.starts_with("UNIT\t\tMACHINE\t\tACTIVE\tSUB\n"), "default columns");
     }
 }

@@ -565,6 +565,7 @@ mod tests {
             systemd_load_state: "loaded".into(),
             systemd_sub_state: "running".into(),
             machine_presence: String::new(),
+            health: None,
             running_hash: String::new(),
         });
         let o = run(&c, &["start", "--block-attempts=1", "global.service"]);

@@ -423,6 +423,7 @@ mod tests {
             systemd_load_state: "loaded".into(),
             systemd_sub_state: String::new(),
             machine_presence: String::new(),
+            health: None,
             running_hash: String::new(),
         }
     }

@@ -73,6 +73,12 @@ pub enum RegistryError {
 }
 
 impl RegistryError {
+    /// Whether etcd refused the write because it is at its space quota (the `NOSPACE` alarm: every write is
+    /// refused until it is compacted, defragmented and the alarm disarmed).
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, RegistryError::Etcd { source, .. } if source.to_string().contains("database space exceeded"))
+    }
+
     pub(crate) fn etcd(op: &'static str, key: impl Into<String>) -> impl FnOnce(etcd_client::Error) -> RegistryError {
         let key = key.into();
         move |source| RegistryError::Etcd { op, key, source }

@@ -219,10 +219,11 @@ impl fmt::Display for RolloutState {
 }
 
 /// Where one (unit, machine) step stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Not released: the machine runs the old version.
+    #[default]
     Pending,
     /// Released: the machine is changing to the new version (replace) or restarting (restart).
     Updating,
@@ -252,7 +253,7 @@ impl Phase {
 }
 
 /// One step of the progress.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Step {
     pub unit: String,
     pub machine: String,
@@ -276,6 +277,10 @@ pub struct Step {
     /// A rebalance step: the machine the unit moves away from (`machine` is where it goes). Empty otherwise.
     #[serde(rename = "fromMachine", default, skip_serializing_if = "String::is_empty")]
     pub from_machine: String,
+    /// Skipped by request (`rollout-resume --skip-failed`): its machine no longer counts against the budget, however
+    /// it is doing.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub waived: bool,
 }
 
 /// One move of a rebalance: `unit` leaves machine `from` for machine `to`.
@@ -299,6 +304,7 @@ impl Move {
             restarts_at_healthy: None,
             down_since_ms: 0,
             from_machine: self.from.clone(),
+            ..Step::default()
         }
     }
 }
@@ -503,10 +509,17 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
         progress.started_ms = now_ms;
         let skip = rollout.control.skip_failed;
         let steps = if progress.undoing() { &mut progress.undo } else { &mut progress.steps };
-        for step in steps.iter_mut().filter(|s| s.phase == Phase::Failed) {
+        for step in steps.iter_mut().filter(|s| matches!(s.phase, Phase::Failed | Phase::Skipped)) {
             if skip {
+                // The user gives these machines up: a failed one is left as it is, and neither it nor one that left
+                // the cluster holds the rest back any more.
+                if step.phase == Phase::Failed {
+                    step.detail = format!("skipped by request after it failed: {}", step.detail);
+                }
                 step.phase = Phase::Skipped;
-                step.detail = format!("skipped by request after it failed: {}", step.detail);
+                step.waived = true;
+            } else if step.phase == Phase::Skipped {
+                continue;
             } else {
                 step.phase = Phase::Pending;
                 step.detail.clear();
@@ -632,6 +645,7 @@ fn start_undo(spec: &RolloutSpec, progress: &mut RolloutProgress, end: RolloutSt
                 restarts_at_healthy: None,
                 down_since_ms: 0,
                 from_machine: String::new(),
+                ..Step::default()
             }
         })
         .collect();
@@ -876,7 +890,7 @@ fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
     if counts_down {
         for step in &progress.steps {
             let key = (step.unit.clone(), step.machine.clone());
-            if in_flight.contains(&key) {
+            if in_flight.contains(&key) || step.waived {
                 continue;
             }
             if let Some(why) = not_serving(spec, progress, step, cluster) {
@@ -1024,6 +1038,7 @@ fn first_progress(spec: &RolloutSpec, cluster: &impl Cluster, now_ms: u64) -> Ro
             restarts_at_healthy: None,
             down_since_ms: 0,
             from_machine: String::new(),
+            ..Step::default()
         }));
     }
     RolloutProgress { state: RolloutState::Running, steps, started_ms: now_ms, ..RolloutProgress::default() }

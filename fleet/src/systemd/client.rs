@@ -15,7 +15,7 @@ use zbus::{Connection, OwnedObjectPath};
 use super::error::{Result, SystemdError};
 use super::events::{ChangeFeed, Events, JobWait, UnitChanges};
 use super::proxies::{FileChangeTuple, JobProxy, ManagerProxy, ServiceProxy, UnitProxy};
-use super::types::{Bus, Definition, FileChange, JobResult, Transport, UnitStatus};
+use super::types::{Activation, Bus, Definition, FileChange, JobResult, Transport, UnitStatus};
 
 const SYSTEMD: &str = "org.freedesktop.systemd1";
 
@@ -314,6 +314,24 @@ impl Systemd {
                 sub_state,
             })
             .collect())
+    }
+
+    /// Whether the unit is active and since when (`ActiveState`, `ActiveEnterTimestampMonotonic`): the health
+    /// checks' proof that a check started after the unit's latest (re)start ([`Activation`]).
+    pub async fn activation(&self, name: &str) -> Result<Activation> {
+        let link = self.link();
+        let _slot = self.call_slot().await;
+        let path = link.manager.get_unit(name).await.map_err(|e| SystemdError::call("GetUnit", name, e))?;
+        let unit = link.unit_proxy(path, name).await?;
+        let active = unit.active_state().await.map_err(|e| SystemdError::call("Get(ActiveState)", name, e))?;
+        if active != "active" {
+            return Ok(Activation::NotActive);
+        }
+        let since = unit
+            .active_enter_timestamp_monotonic()
+            .await
+            .map_err(|e| SystemdError::call("Get(ActiveEnterTimestampMonotonic)", name, e))?;
+        Ok(Activation::Since(since))
     }
 
     /// Result of the unit's service (`Result` of org.freedesktop.systemd1.Service), e.g. `success`, `exit-code`.

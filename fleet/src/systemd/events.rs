@@ -57,7 +57,8 @@ fn reported(msg: &zbus::Message) -> Reported {
 
 /// A `PropertiesChanged` body (`sa{sv}as`: interface, changed properties by name, names of invalidated ones)
 /// decoded straight into the [`Reported`] it carries, building no other value: the Unit interface's `ActiveState`
-/// and `SubState` (both in one signal, or neither counts) and the Service interface's `NRestarts`; a value of
+/// and `SubState` (both in one signal, or neither counts) with its `ActiveEnterTimestampMonotonic`, and the Service
+/// interface's `NRestarts`; a value of
 /// another type, or from the other interface, counts as absent. Any other value is walked over as
 /// [`IgnoredAny`], which builds nothing (zbus only parses each variant's signature, a few small allocations for a
 /// container type), and the body of another interface is not read past its name. (Decoding every value into a
@@ -119,12 +120,18 @@ impl<'de> Visitor<'de> for Followed {
 
     fn visit_map<A: MapAccess<'de>>(self, mut changed: A) -> std::result::Result<Reported, A::Error> {
         let mut reported = Reported::default();
-        let (mut active, mut sub) = (None, None);
+        let (mut active, mut sub, mut entered) = (None, None, None);
         while let Some(property) = changed.next_key::<&str>()? {
-            // Only these three values are built (as a `Variant` borrowing the body: no allocation).
+            // Only these four values are built (as a `Variant` borrowing the body: no allocation).
             match (self, property) {
                 (Followed::Unit, "ActiveState") => active = string(changed.next_value()?),
                 (Followed::Unit, "SubState") => sub = string(changed.next_value()?),
+                (Followed::Unit, "ActiveEnterTimestampMonotonic") => {
+                    entered = match changed.next_value()? {
+                        Variant::U64(n) => Some(n),
+                        _ => None,
+                    }
+                }
                 (Followed::Service, "NRestarts") => {
                     reported.restarts = match changed.next_value()? {
                         Variant::U32(n) => Some(n),
@@ -137,6 +144,8 @@ impl<'de> Visitor<'de> for Followed {
             }
         }
         reported.active = active.zip(sub);
+        // Only with the states it belongs to: a signal carrying nothing else still carries nothing.
+        reported.entered = entered.filter(|_| reported.active.is_some());
         Ok(reported)
     }
 }
@@ -468,6 +477,7 @@ impl Merged {
             Merged::Values(older) => Merged::Values(Reported {
                 active: newer.active.clone().or(older.active),
                 restarts: newer.restarts.or(older.restarts),
+                entered: newer.entered.or(older.entered),
             }),
         }
     }
@@ -567,11 +577,11 @@ mod tests {
     use futures::FutureExt;
 
     fn active(a: &str) -> Reported {
-        Reported { active: Some((a.into(), "x".into())), restarts: None }
+        Reported { active: Some((a.into(), "x".into())), restarts: None, entered: None }
     }
 
     fn restarts(n: u32) -> Reported {
-        Reported { active: None, restarts: Some(n) }
+        Reported { active: None, restarts: Some(n), entered: None }
     }
 
     /// A `PropertiesChanged` signal of a unit object with this body (its bytes as systemd would send them).
@@ -619,7 +629,24 @@ mod tests {
     }
 
     fn states(active: &str, sub: &str) -> Reported {
-        Reported { active: Some((active.into(), sub.into())), restarts: None }
+        Reported { active: Some((active.into(), sub.into())), restarts: None, entered: None }
+    }
+
+    #[test]
+    fn a_signal_reports_when_the_unit_entered_active_with_its_states_only() {
+        let body = |with_states: bool| {
+            let mut properties = vec![
+                ("ActiveEnterTimestamp", Variant::from(1_700_000_000_000_000u64)),
+                ("ActiveEnterTimestampMonotonic", Variant::from(123_456u64)),
+            ];
+            if with_states {
+                properties.extend([("ActiveState", Variant::from("active")), ("SubState", Variant::from("running"))]);
+            }
+            properties
+        };
+        let got = reported(&changed(UNIT_INTERFACE, body(true)));
+        assert_eq!(got, Reported { entered: Some(123_456), ..states("active", "running") });
+        assert_eq!(reported(&changed(UNIT_INTERFACE, body(false))), Reported::default(), "nothing without its states");
     }
 
     #[test]
@@ -642,7 +669,7 @@ mod tests {
         );
         assert_eq!(
             reported(&changed(SERVICE_INTERFACE, service(Variant::from(3u32)))),
-            Reported { active: None, restarts: Some(3) },
+            Reported { active: None, restarts: Some(3), entered: None },
             "NRestarts among command lists, strings, numbers, booleans and arrays"
         );
         assert_eq!(
@@ -772,7 +799,7 @@ mod tests {
             feed.push("a.service", &active(if i % 2 == 0 { "activating" } else { "active" }));
         }
         feed.push("b.service", &active("active"));
-        let newest = Reported { active: Some(("active".into(), "x".into())), restarts: Some(9_999) };
+        let newest = Reported { active: Some(("active".into(), "x".into())), restarts: Some(9_999), entered: None };
         assert_eq!(
             taken(&mut changes),
             [("a.service".into(), newest), ("b.service".into(), active("active"))],

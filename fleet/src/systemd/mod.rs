@@ -27,7 +27,8 @@ pub use error::{NO_SUCH_UNIT, Result, SystemdError};
 pub(crate) use events::ChangeFeed;
 pub use events::UnitChanges;
 pub use types::{
-    Bus, Definition, FileChange, JobResult, Reported, Transport, UnitChange, UnitStatus, unit_name_from_path,
+    Activation, Bus, Definition, FileChange, JobResult, Reported, Transport, UnitChange, UnitStatus, monotonic_us,
+    unit_name_from_path,
 };
 
 /// The operations the agent performs on systemd. Start and stop return once the job has finished.
@@ -52,6 +53,11 @@ pub trait SystemdOps: Send + Sync {
     fn changes(&self) -> UnitChanges;
     /// The restart counter of each named service that is loaded (left out when it cannot be read).
     fn restart_counts(&self, names: &[String]) -> impl Future<Output = Vec<(String, u32)>> + Send;
+    /// Whether the unit is active and since when; [`Activation::Untold`] from a unit manager without activation
+    /// times.
+    fn activation(&self, _name: &str) -> impl Future<Output = Result<Activation>> + Send {
+        async { Ok(Activation::Untold) }
+    }
 }
 
 impl SystemdOps for Systemd {
@@ -96,5 +102,8 @@ impl SystemdOps for Systemd {
     }
     fn restart_counts(&self, names: &[String]) -> impl Future<Output = Vec<(String, u32)>> + Send {
         Systemd::restart_counts(self, names)
+    }
+    fn activation(&self, name: &str) -> impl Future<Output = Result<Activation>> + Send {
+        Systemd::activation(self, name)
     }
 }

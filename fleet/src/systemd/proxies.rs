@@ -75,6 +75,10 @@ pub(crate) trait Unit {
 
     #[zbus(property(emits_changed_signal = "false"))]
     fn need_daemon_reload(&self) -> Result<bool>;
+
+    /// When the unit last entered `active`, in µs of `CLOCK_MONOTONIC` (0 if never).
+    #[zbus(property(emits_changed_signal = "false"), name = "ActiveEnterTimestampMonotonic")]
+    fn active_enter_timestamp_monotonic(&self) -> Result<u64>;
     /// The unit's pending job: (id, object path); id 0 and path `/` when none.
     #[zbus(property(emits_changed_signal = "false"))]
     fn job(&self) -> Result<(u32, OwnedObjectPath)>;

@@ -162,6 +162,30 @@ pub enum UnitChange {
     Missed,
 }
 
+/// Whether a unit is active and since when, as a health check's result is judged by it (`agent::health`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// Active since this time: systemd's `ActiveEnterTimestampMonotonic`, µs of `CLOCK_MONOTONIC` (the clock of
+    /// [`monotonic_us`]). A restart moves it, even one no state change told of.
+    Since(u64),
+    /// Not active (`activating`, `deactivating`, `inactive`, `failed`, ...).
+    NotActive,
+    /// The unit manager does not tell (the scale simulation's, tests' fakes).
+    Untold,
+}
+
+/// Now in µs of `CLOCK_MONOTONIC`, the clock systemd stamps `ActiveEnterTimestampMonotonic` with (one clock per
+/// kernel, so fleetd and PID 1 read the same one, also inside a container).
+pub fn monotonic_us() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    u64::try_from(ts.tv_sec).unwrap_or(0).saturating_mul(1_000_000) + u64::try_from(ts.tv_nsec).unwrap_or(0) / 1_000
+}
+
 /// What one `PropertiesChanged` signal of a unit carried of the values the state publisher follows: the Unit
 /// interface's `ActiveState` and `SubState`, or the Service interface's `NRestarts`. systemd sends both interfaces'
 /// signals at every change of a service. Empty when the signal carried none of them (another interface). Decoded from
@@ -172,6 +196,9 @@ pub struct Reported {
     pub active: Option<(String, String)>,
     /// `NRestarts`.
     pub restarts: Option<u32>,
+    /// `ActiveEnterTimestampMonotonic` (µs), carried with `ActiveState` and `SubState`: when the unit last entered
+    /// `active`. A restart moves it even when the signals of the states between were merged away.
+    pub entered: Option<u64>,
 }
 
 /// The unit name encoded in a systemd unit object path (`/org/freedesktop/systemd1/unit/hello_2eservice` →

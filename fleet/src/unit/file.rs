@@ -4,11 +4,32 @@
 use std::fmt;
 
 use super::hash::UnitHash;
-use super::option::UnitOption;
+use super::option::{Blank, UnitOption};
 use super::parse::{self, ParseError};
 
 /// The section whose values may hold several quoted items (spec §4.2).
 pub const XFLEET_SECTION: &str = "X-Fleet";
+
+/// Why a submitted unit file is refused ([`UnitFile::parse_submitted`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FileError {
+    /// The parser's error, in the original's words.
+    #[error(transparent)]
+    Parse(ParseError),
+    #[error(transparent)]
+    Blank(BlankLine),
+}
+
+/// A line of a unit file that gives an option an empty section or name: `<line>: "<text>": <what>` (the file's
+/// name goes before it, as systemd prints `file:line: ...`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{line}: {}: {what}", crate::go::quote(text))]
+pub struct BlankLine {
+    /// 1-based.
+    pub line: usize,
+    pub text: String,
+    pub what: &'static str,
+}
 
 /// A unit file: its options in file order. Two units are the same unit iff their canonical texts (and so their
 /// hashes) are equal.
@@ -29,6 +50,24 @@ impl UnitFile {
     /// Parses raw file bytes; invalid UTF-8 becomes U+FFFD byte by byte (spec App. C.7).
     pub fn parse_bytes(bytes: &[u8]) -> Result<UnitFile, ParseError> {
         parse::parse_bytes(bytes).map(UnitFile::from_options)
+    }
+
+    /// Parses a unit file a user submits: as [`UnitFile::parse_bytes`], and refused when a line gives an option an
+    /// empty section or name (which the API refuses), naming that line. The parser's own errors keep the
+    /// original's wording ([`FileError::Parse`]).
+    pub fn parse_submitted(bytes: &[u8]) -> Result<UnitFile, FileError> {
+        let placed = parse::parse_bytes_placed(bytes).map_err(FileError::Parse)?;
+        if let Some((blank, p)) = placed.iter().find_map(|p| Blank::of(&p.option).map(|b| (b, p))) {
+            // A blank section is fixed at its header, which comes before the option.
+            let refused = match blank {
+                Blank::Section | Blank::SectionAndName => {
+                    BlankLine { line: p.section_line, text: p.section_text.clone(), what: "section has an empty name" }
+                }
+                Blank::Name => BlankLine { line: p.line, text: p.text.clone(), what: "option has an empty name" },
+            };
+            return Err(FileError::Blank(refused));
+        }
+        Ok(UnitFile::from_options(placed.into_iter().map(|p| p.option).collect()))
     }
 
     /// A unit from API options (spec §8.5), kept exactly as given.

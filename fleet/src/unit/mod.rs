@@ -22,13 +22,13 @@ pub mod parse;
 pub mod xfleet;
 
 pub use cache::BodyCache;
-pub use file::UnitFile;
+pub use file::{BlankLine, FileError, UnitFile};
 pub use hash::UnitHash;
 pub use name::{
     NameError, NameInfo, append_default_type, expand_specifiers, has_recognized_type, mangle, template_of,
     validate_name,
 };
-pub use option::UnitOption;
+pub use option::{Blank, BlankOption, UnitOption, first_blank};
 pub use parse::ParseError;
 pub use xfleet::{OptionsError, Requirements, unrecognized_xfleet_keys, validate_options};
 

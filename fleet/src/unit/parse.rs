@@ -83,11 +83,68 @@ pub fn parse(text: &str) -> Result<Vec<UnitOption>, ParseError> {
 /// Parses raw file bytes. Invalid UTF-8 is replaced by U+FFFD byte by byte, as the original's stored copy ends up
 /// (spec App. C.7), so the result hashes the way fleetctl shows it after submission.
 pub fn parse_bytes(bytes: &[u8]) -> Result<Vec<UnitOption>, ParseError> {
+    lex(bytes).map(|lexed| lexed.options)
+}
+
+/// An option with the place in the file it was read from: what a refusal of one of its lines names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    pub option: UnitOption,
+    /// 1-based line on which the option's name starts.
+    pub line: usize,
+    /// That line's text (without its line break).
+    pub text: String,
+    /// 1-based line of the header of the option's section.
+    pub section_line: usize,
+    /// The header line's text.
+    pub section_text: String,
+}
+
+/// [`parse_bytes`], each option with its place in the file (for messages that name a line; the lexer is the same,
+/// so the options are too).
+pub fn parse_bytes_placed(bytes: &[u8]) -> Result<Vec<Placed>, ParseError> {
+    let lexed = lex(bytes)?;
+    let lines = Lines::of(bytes);
+    Ok(lexed
+        .options
+        .into_iter()
+        .zip(lexed.places)
+        .map(|(option, place)| {
+            let (line, text) = lines.at(place.key);
+            let (section_line, section_text) = lines.at(place.header);
+            Placed { option, line, text, section_line, section_text }
+        })
+        .collect())
+}
+
+/// Line numbers and texts of byte offsets in one input.
+struct Lines<'a> {
+    bytes: &'a [u8],
+    /// Offsets of every `\n`.
+    breaks: Vec<usize>,
+}
+
+impl<'a> Lines<'a> {
+    fn of(bytes: &'a [u8]) -> Lines<'a> {
+        Lines { bytes, breaks: bytes.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i).collect() }
+    }
+
+    /// The 1-based line of `offset` and its text (a `\r` before the break dropped; invalid UTF-8 as U+FFFD).
+    fn at(&self, offset: usize) -> (usize, String) {
+        let index = self.breaks.partition_point(|&b| b < offset);
+        let start = if index == 0 { 0 } else { self.breaks[index - 1] + 1 };
+        let end = self.breaks.get(index).copied().unwrap_or(self.bytes.len());
+        let text = &self.bytes[start.min(end)..end];
+        (index + 1, go_lossy(text.strip_suffix(b"\r").unwrap_or(text)).into_owned())
+    }
+}
+
+fn lex(bytes: &[u8]) -> Result<Lexed, ParseError> {
     let first_long_line = find_long_line(bytes);
     match Lexer::new(bytes).run() {
-        Ok(options) => match first_long_line {
+        Ok(lexed) => match first_long_line {
             Some(at) => Err(ParseError::LineTooLong { line: line_of(bytes, at) }),
-            None => Ok(options),
+            None => Ok(lexed),
         },
         // The original checks line length as it goes, so a long line before the failing step wins.
         Err(failure) => match first_long_line {
@@ -125,6 +182,21 @@ struct Lexer<'a> {
     input: &'a [u8],
     pos: usize,
     options: Vec<UnitOption>,
+    /// Where each option of `options` was read.
+    places: Vec<Place>,
+}
+
+/// Byte offsets of an option's name and of its section header's `[`.
+#[derive(Clone, Copy)]
+struct Place {
+    key: usize,
+    header: usize,
+}
+
+/// What the lexer read: the options and, index for index, their places.
+struct Lexed {
+    options: Vec<UnitOption>,
+    places: Vec<Place>,
 }
 
 /// One line as go-systemd's `toEOL` returns it.
@@ -137,14 +209,14 @@ struct Line<'a> {
 
 impl<'a> Lexer<'a> {
     fn new(input: &'a [u8]) -> Lexer<'a> {
-        Lexer { input, pos: 0, options: Vec::new() }
+        Lexer { input, pos: 0, options: Vec::new(), places: Vec::new() }
     }
 
     fn fail(&self, error: ParseError, step_start: usize) -> Failure {
         Failure { error, step_start }
     }
 
-    fn run(mut self) -> Result<Vec<UnitOption>, Failure> {
+    fn run(mut self) -> Result<Lexed, Failure> {
         // Before the first header everything is skipped except `[` and comment starts, wherever they occur in
         // a line (spec App. C.4). Structural characters are ASCII, so scanning bytes is exact.
         while let Some(&b) = self.input.get(self.pos) {
@@ -155,15 +227,21 @@ impl<'a> Lexer<'a> {
                 _ => {}
             }
         }
-        Ok(self.options)
+        Ok(self.lexed())
+    }
+
+    fn lexed(self) -> Lexed {
+        Lexed { options: self.options, places: self.places }
     }
 
     /// Reads a section header (the `[` is consumed) and then everything up to the next header, repeatedly.
-    fn section_then_body(mut self) -> Result<Vec<UnitOption>, Failure> {
+    fn section_then_body(mut self) -> Result<Lexed, Failure> {
         loop {
+            // The `[` was just consumed.
+            let header = self.pos - 1;
             let section = self.section_header()?;
-            if !self.section_body(&section)? {
-                return Ok(self.options);
+            if !self.section_body(&section, header)? {
+                return Ok(self.lexed());
             }
         }
     }
@@ -188,7 +266,7 @@ impl<'a> Lexer<'a> {
     }
 
     /// Options of one section. Returns `Ok(true)` when another header's `[` was consumed, `Ok(false)` at the end.
-    fn section_body(&mut self, section: &str) -> Result<bool, Failure> {
+    fn section_body(&mut self, section: &str, header: usize) -> Result<bool, Failure> {
         loop {
             let (c, width) = decode_rune(&self.input[self.pos..]);
             if width == 0 {
@@ -207,7 +285,7 @@ impl<'a> Lexer<'a> {
                     self.pos += 1;
                     self.skip_comment();
                 }
-                _ => self.option(section)?,
+                _ => self.option(section, header)?,
             }
         }
     }
@@ -224,7 +302,7 @@ impl<'a> Lexer<'a> {
         }
     }
 
-    fn option(&mut self, section: &str) -> Result<(), Failure> {
+    fn option(&mut self, section: &str, header: usize) -> Result<(), Failure> {
         let key_start = self.pos;
         let Some(len) = self.input[key_start..].iter().position(|&b| matches!(b, b'=' | b'\n' | b'\r')) else {
             let error = ParseError::EofInOptionName { line: line_of(self.input, self.input.len()) };
@@ -239,6 +317,7 @@ impl<'a> Lexer<'a> {
         self.pos = end + 1;
         let value = self.value();
         self.options.push(UnitOption { section: section.to_string(), name, value });
+        self.places.push(Place { key: key_start, header });
         Ok(())
     }
 

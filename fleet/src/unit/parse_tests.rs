@@ -322,3 +322,37 @@ fn stored_form_of_values_ending_in_backslash() {
     let before_section = UnitFile::parse("[S]\nA=b\\ \n[T]\nC=d\n").unwrap();
     assert_eq!(before_section.as_stored().unwrap().options(), opts(&[("S", "A", "b\\\n"), ("T", "C", "d")]));
 }
+
+/// Each option's place: the line its name starts on and its section header's line, with their texts; the
+/// options themselves are what `parse_bytes` gives (one lexer).
+#[test]
+fn placed_options_name_their_lines() {
+    use super::parse::parse_bytes_placed;
+    let text = "# head\n[Unit]\nDescription=a \\\n  b\n\n  [Service] \nExecStart=/bin/true\r\n[]\n=v\n";
+    let placed = parse_bytes_placed(text.as_bytes()).unwrap();
+    let plain = parse_bytes(text.as_bytes()).unwrap();
+    assert_eq!(placed.iter().map(|p| p.option.clone()).collect::<Vec<_>>(), plain);
+    let places: Vec<_> =
+        placed.iter().map(|p| (p.line, p.text.as_str(), p.section_line, p.section_text.as_str())).collect();
+    assert_eq!(
+        places,
+        [(3, "Description=a \\", 2, "[Unit]"), (7, "ExecStart=/bin/true", 6, "  [Service] "), (9, "=v", 8, "[]"),]
+    );
+    assert_eq!(parse_bytes_placed(b"[Unit"), Err(ParseError::UnterminatedSection { line: 1 }));
+}
+
+/// A submitted file is refused at the line that gives an option a blank section or name.
+#[test]
+fn submitted_files_refuse_blank_lines() {
+    use super::file::FileError;
+    let refused = |text: &str| match UnitFile::parse_submitted(text.as_bytes()) {
+        Err(FileError::Blank(line)) => line.to_string(),
+        other => panic!("{text:?} not refused: {other:?}"),
+    };
+    assert_eq!(refused("[Unit]\nA=b\n=value\n"), r#"3: "=value": option has an empty name"#);
+    assert_eq!(refused("[]\nA=b\n"), r#"1: "[]": section has an empty name"#);
+    assert_eq!(refused("[X]\n\t=\x01\n"), r#"2: "\t=\x01": option has an empty name"#);
+    assert_eq!(UnitFile::parse_submitted(b"[Unit"), Err(FileError::Parse(ParseError::UnterminatedSection { line: 1 })));
+    let ok = UnitFile::parse_submitted(b"[Service]\nExecStart=/bin/true\n").unwrap();
+    assert_eq!(ok, UnitFile::parse("[Service]\nExecStart=/bin/true\n").unwrap());
+}

@@ -4,6 +4,8 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod fuzz;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,16 +34,19 @@ impl Reply {
     }
 }
 
+/// The registry prefix of the API under test.
+const PREFIX: &str = "/api-test/";
+
 struct Server {
     addr: String,
     stop: CancellationToken,
-    _etcd: TestEtcd,
+    etcd: TestEtcd,
 }
 
 impl Server {
     async fn start(token_limit: u16) -> Server {
         let etcd = TestEtcd::start().await;
-        let registry = etcd.registry("/api-test/").await;
+        let registry = etcd.registry(PREFIX).await;
         let reflector = Arc::new(Reflector::start(&registry));
         reflector.wait_connected(Duration::from_secs(10)).await.expect("reflector connects");
         let api = Arc::new(Api::new(registry, reflector, token_limit));
@@ -50,7 +55,11 @@ impl Server {
         let (_install, handler) = watch::channel(Some(api));
         let stop = CancellationToken::new();
         tokio::spawn(serve(vec![listener], handler, stop.clone()));
-        Server { addr, stop, _etcd: etcd }
+        Server { addr, stop, etcd }
+    }
+
+    fn etcd_endpoint(&self) -> String {
+        self.etcd.endpoint()
     }
 
     async fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {

@@ -109,6 +109,7 @@ impl Stored {
             systemd_load_state: "loaded".to_string(),
             systemd_sub_state: sub.to_string(),
             machine_presence: String::new(),
+            health: None,
             running_hash: if active == "active" { self.hash.clone() } else { String::new() },
         })
     }
@@ -714,6 +715,36 @@ async fn global_units_and_escaped_names() {
             put(path, &format!(r#"{{"desiredState":"loaded","name":"{json_name}"}}"#)),
         ]
     );
+}
+
+/// Issue 37: a unit file whose line gives an option an empty name or section is refused before anything is sent,
+/// naming the file, the line and its text; a parse error keeps the original's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_unit_file_names_its_line_and_sends_nothing() {
+    let ep = Endpoint::start().await;
+    ep.file("bad.service", "[Service]\nExecStart=/bin/true\n=value\n");
+    ep.file("blank.service", "[Unit]\nDescription=x\n\n[]\nExecStart=/bin/true\n");
+    ep.file("garbage.service", "[Unit\n");
+    let cases = [
+        ("bad.service", "Error creating units: bad.service:3: \"=value\": option has an empty name\n"),
+        ("blank.service", "Error creating units: blank.service:4: \"[]\": section has an empty name\n"),
+        (
+            "garbage.service",
+            "Error creating units: failed getting Unit(garbage.service) from file: unable to find end of section\n",
+        ),
+    ];
+    for (file, stderr) in cases {
+        ep.recorder.requests.lock().unwrap().clear();
+        let out = run_fleetctl(&ep.url, ep.dir.path(), &["submit", file]).await;
+        assert_eq!(
+            (out.status.code(), String::from_utf8_lossy(&out.stderr).as_ref()),
+            (Some(1), stderr),
+            "submit {file}"
+        );
+        let requests = ep.recorder.requests.lock().unwrap();
+        let writes: Vec<String> = requests.iter().filter(|r| r.method != "GET").map(Recorded::line).collect();
+        assert!(writes.is_empty(), "submit {file} sent {writes:?}");
+    }
 }
 
 /// The rollout ID in the path of a recorded `PUT|PATCH /fleet/v1/rollouts/<id>?alt=json ...` line.

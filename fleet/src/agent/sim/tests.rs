@@ -200,6 +200,6 @@ async fn every_state_change_is_announced() {
     }
     // Taken only after the stop: the four changes (activating, active, deactivating, inactive) wait as one, with
     // the newest values of both signals.
-    let reported = Reported { active: Some(("inactive".into(), "dead".into())), restarts: Some(0) };
+    let reported = Reported { active: Some(("inactive".into(), "dead".into())), restarts: Some(0), entered: None };
     assert_eq!(seen, vec![UnitChange::Unit { name: "a.service".into(), reported }]);
 }

@@ -1,7 +1,8 @@
 //! What the cluster page shows, and what changed between two registry views (pure: snapshots in, values out).
 //!
 //! The board is machines (columns, with their metadata) × units (rows); a cell is the unit's published systemd
-//! state on that machine, or `scheduled` where the engine placed the unit and its agent has not published yet.
+//! state on that machine, or `scheduled` where the engine placed the unit and its agent has not published yet, with
+//! the unit's health there when it has a health check (docs/health.md).
 //! [`diff`] compares two snapshots and yields the rows and columns to send to open pages plus the state changes to
 //! remember for a unit's detail; rows are whole (never deltas), so applying one twice is harmless.
 
@@ -9,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::model::{MachineState, short_hash, short_machine_id};
+use crate::model::{Health, MachineState, short_hash, short_machine_id};
 use crate::registry::{Section, Snapshot};
 use imbl::ordmap::DiffItem;
 
@@ -35,6 +36,9 @@ pub struct Cell {
     pub running: String,
     /// The engine placed the unit on this machine.
     pub target: bool,
+    /// The unit's health check on this machine, for a unit that has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<Health>,
 }
 
 /// One unit row.
@@ -123,6 +127,7 @@ pub fn row(snapshot: &Snapshot, name: &str) -> Option<Row> {
                 hash: state.hash.to_string(),
                 running: record.launched.get(machine).map(|h| h.to_string()).unwrap_or_default(),
                 target: unit.target == Some(&**machine),
+                health: state.health.clone(),
             },
         );
     }
@@ -134,6 +139,7 @@ pub fn row(snapshot: &Snapshot, name: &str) -> Option<Row> {
             hash: String::new(),
             running: record.launched.get(target).map(|h| h.to_string()).unwrap_or_default(),
             target: true,
+            health: None,
         });
     }
     Some(Row {
@@ -250,6 +256,17 @@ fn changes_of(name: &str, before: Option<&Row>, after: Option<&Row>, out: &mut V
                 ));
             }
         }
+        let status = |c: Option<&Cell>| c.and_then(|c| c.health.as_ref()).map(|h| h.status);
+        if let (before, Some(after)) = (status(was), is.and_then(|c| c.health.as_ref())) {
+            if before != Some(after.status) {
+                let mut change = format!("health {} → {}", before.map_or("-", |s| s.as_str()), after.status);
+                if !after.output.is_empty() {
+                    change.push_str(": ");
+                    change.push_str(&after.output);
+                }
+                out.push(machine_change(machine, change));
+            }
+        }
     }
 }
 
@@ -341,6 +358,19 @@ pub(crate) mod tests {
                 format!(r#"{{"hash":"{hash}","loadState":"loaded","activeState":"{active}","subState":"{sub}"}}"#);
             self.put(Key::State { unit: name.into(), machine: machine.into() }, &value)
         }
+        pub fn state_with_health(
+            &mut self,
+            name: &str,
+            machine: &str,
+            hash: &str,
+            status: &str,
+            output: &str,
+        ) -> &mut Registry {
+            let value = format!(
+                r#"{{"hash":"{hash}","loadState":"loaded","activeState":"active","subState":"running","health":{{"status":"{status}","sinceMs":1,"output":"{output}"}}}}"#
+            );
+            self.put(Key::State { unit: name.into(), machine: machine.into() }, &value)
+        }
         pub fn launched(&mut self, name: &str, machine: &str, hash: &str) -> &mut Registry {
             self.put(Key::UnitLaunched { unit: name.into(), machine: machine.into() }, hash)
         }
@@ -394,6 +424,29 @@ pub(crate) mod tests {
                 change: "activating/start → active/running".into()
             }]
         );
+    }
+
+    #[test]
+    fn a_cell_carries_the_health_of_a_checked_unit_and_its_changes_are_remembered() {
+        let mut r = Registry::new();
+        r.machine(M1, "10.0.0.1", "{}");
+        r.unit("web.service", H1, "launched").target("web.service", M1);
+        r.state_with_health("web.service", M1, H1, "unknown", "");
+        let before = r.now();
+        assert_eq!(board(&before).rows[0].cells[M1].health.as_ref().map(|h| h.status.as_str()), Some("unknown"));
+        r.state_with_health("web.service", M1, H1, "unhealthy", "refused");
+        let d = diff(&before, &r.now());
+        let texts: Vec<&str> = d.changes.iter().map(|c| c.change.as_str()).collect();
+        assert_eq!(texts, ["health unknown → unhealthy: refused"]);
+        assert_eq!(d.update.rows.len(), 1, "the row is sent again");
+        r.unit("plain.service", H2, "launched").target("plain.service", M1).state(
+            "plain.service",
+            M1,
+            H2,
+            "active",
+            "running",
+        );
+        assert_eq!(board(&r.now()).rows[0].cells[M1].health, None, "no check, no health");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::board::{Board, Cell, Column, Detail, Recorded, Row, cell_text};
-use crate::model::short_hash;
+use crate::model::{HealthStatus, short_hash};
 
 /// HTML-escapes text for element content and quoted attribute values.
 pub fn escape(text: &str) -> String {
@@ -47,6 +47,15 @@ pub fn state_class(active: &str) -> &'static str {
         "inactive" => "s-inactive",
         "scheduled" => "s-scheduled",
         _ => "s-other",
+    }
+}
+
+/// The CSS class of a health status (a fixed set, as [`state_class`]).
+pub fn health_class(status: HealthStatus) -> &'static str {
+    match status {
+        HealthStatus::Healthy => "h-healthy",
+        HealthStatus::Unhealthy => "h-unhealthy",
+        HealthStatus::Unknown => "h-unknown",
     }
 }
 
@@ -154,7 +163,7 @@ fn cell_td(out: &mut String, machine: &str, cell: &Cell, desired_hash: &str) {
     let outdated = !cell.hash.is_empty() && cell.hash != desired_hash;
     let _ = write!(
         out,
-        "<td class=\"cell {}{}{}\" data-machine=\"{}\" title=\"{}\">{}</td>",
+        "<td class=\"cell {}{}{}\" data-machine=\"{}\" title=\"{}\">{}",
         state_class(&cell.active),
         if cell.target { " target" } else { "" },
         if outdated { " outdated" } else { "" },
@@ -162,6 +171,10 @@ fn cell_td(out: &mut String, machine: &str, cell: &Cell, desired_hash: &str) {
         escape(&cell_title(cell)),
         escape(&cell_text(cell))
     );
+    if let Some(health) = &cell.health {
+        let _ = write!(out, " <span class=\"health {}\">{}</span>", health_class(health.status), health.status);
+    }
+    out.push_str("</td>");
 }
 
 fn cell_title(cell: &Cell) -> String {
@@ -171,6 +184,12 @@ fn cell_title(cell: &Cell) -> String {
     }
     if !cell.running.is_empty() {
         let _ = write!(title, ", running {}", short_hash(&cell.running));
+    }
+    if let Some(health) = &cell.health {
+        let _ = write!(title, ", health {}", health.status);
+        if !health.output.is_empty() {
+            let _ = write!(title, ": {}", health.output);
+        }
     }
     title
 }
@@ -197,7 +216,13 @@ pub fn detail(detail: &Detail, history: &[Recorded], machines: &[Column], fragme
     if let Some(previous) = &detail.previous_hash {
         let _ = writeln!(out, "<dt>previous version</dt><dd><code>{}</code></dd>", escape(previous));
     }
-    out.push_str("</dl>\n<h3>versions by machine</h3>\n<table class=\"versions\"><thead><tr><th>machine</th><th>state</th><th>file on the machine</th><th>running</th><th></th></tr></thead><tbody>\n");
+    // A health column only for a unit with a check somewhere: other units' detail stays as it was.
+    let checked = row.cells.values().any(|c| c.health.is_some());
+    let _ = write!(
+        out,
+        "</dl>\n<h3>versions by machine</h3>\n<table class=\"versions\"><thead><tr><th>machine</th><th>state</th>{}<th>file on the machine</th><th>running</th><th></th></tr></thead><tbody>\n",
+        if checked { "<th>health</th>" } else { "" }
+    );
     for (machine, cell) in &row.cells {
         let name = machines.iter().find(|c| &c.id == machine).map_or(machine.as_str(), |c| c.short.as_str());
         let verdict = if cell.hash.is_empty() {
@@ -207,9 +232,19 @@ pub fn detail(detail: &Detail, history: &[Recorded], machines: &[Column], fragme
         } else {
             "differs from the desired version"
         };
+        let health = match &cell.health {
+            None if !checked => String::new(),
+            None => "<td>-</td>".to_string(),
+            Some(h) => format!(
+                "<td class=\"{}\">{}{}</td>",
+                health_class(h.status),
+                h.status,
+                if h.output.is_empty() { String::new() } else { format!(": {}", escape(&h.output)) }
+            ),
+        };
         let _ = writeln!(
             out,
-            "<tr data-machine=\"{}\"><td title=\"{}\">{}</td><td class=\"{}\">{}</td><td><code>{}</code></td><td><code>{}</code></td><td>{}</td></tr>",
+            "<tr data-machine=\"{}\"><td title=\"{}\">{}</td><td class=\"{}\">{}</td>{health}<td><code>{}</code></td><td><code>{}</code></td><td>{}</td></tr>",
             escape(machine),
             escape(machine),
             escape(name),
@@ -303,6 +338,34 @@ mod tests {
         assert!(plain.contains(">active/running</td>"), "{plain}");
         assert!(plain.contains("<div class=\"meta\">region=eu</div>"), "{plain}");
         assert!(page(&b, Mode::Live).contains("<script src=\"app.js\"></script>"));
+    }
+
+    #[test]
+    fn a_checked_units_cell_shows_its_health_and_a_plain_cell_is_unchanged() {
+        let mut r = Registry::new();
+        r.machine(M1, "10.0.0.1", "{}");
+        r.unit("web.service", H1, "launched").target("web.service", M1);
+        r.state_with_health("web.service", M1, H1, "unhealthy", "<b>refused</b>");
+        r.unit("plain.service", H1, "launched").target("plain.service", M1).state(
+            "plain.service",
+            M1,
+            H1,
+            "active",
+            "running",
+        );
+        let snapshot = r.now();
+        let html = page(&board(&snapshot), Mode::Plain);
+        assert!(html.contains(">active/running <span class=\"health h-unhealthy\">unhealthy</span></td>"), "{html}");
+        assert!(html.contains("health unhealthy: &lt;b&gt;refused&lt;/b&gt;"), "output escaped in the title: {html}");
+        let plain = html.lines().find(|l| l.starts_with("<tr data-unit=\"plain.service\">")).unwrap();
+        assert!(plain.contains(">active/running</td>") && !plain.contains("health"), "{plain}");
+        let fragment = detail(&detail_of(&snapshot, "web.service").unwrap(), &[], &board(&snapshot).machines, true);
+        assert!(
+            fragment.contains("<td class=\"h-unhealthy\">unhealthy: &lt;b&gt;refused&lt;/b&gt;</td>"),
+            "{fragment}"
+        );
+        let plain = detail(&detail_of(&snapshot, "plain.service").unwrap(), &[], &board(&snapshot).machines, true);
+        assert!(!plain.contains("<th>health</th>"), "no health column without a check: {plain}");
     }
 
     #[test]

@@ -53,8 +53,29 @@ fn list_units_json_gives_every_state_field_with_full_hashes() {
         json!({"states": [{
             "name": "hello.service", "machineID": M1, "machineIP": "172.17.0.2", "machinePresence": "present",
             "systemdLoadState": "loaded", "systemdActiveState": "active", "systemdSubState": "running",
-            "hash": hash, "runningHash": doc["states"][0]["runningHash"],
+            "hash": hash, "runningHash": doc["states"][0]["runningHash"], "health": null,
         }]})
+    );
+}
+
+#[test]
+fn list_units_json_gives_the_health_of_checked_units() {
+    let c = cluster();
+    c.push_state(crate::schema::UnitState {
+        name: "web.service".into(),
+        machine_id: M1.into(),
+        systemd_active_state: "active".into(),
+        health: Some(crate::model::Health {
+            status: crate::model::HealthStatus::Unhealthy,
+            since_ms: 1_764_566_400_000,
+            output: "connection refused".into(),
+        }),
+        ..Default::default()
+    });
+    let doc = parsed(&run(&c, &["list-units", "--output=json"]).out);
+    assert_eq!(
+        doc["states"][0]["health"],
+        json!({"status": "unhealthy", "sinceMs": 1_764_566_400_000u64, "output": "connection refused"})
     );
 }
 

@@ -518,6 +518,7 @@ fn the_status_table_shows_machines_like_list_units() {
         restarts_at_healthy: None,
         down_since_ms: 0,
         from_machine: String::new(),
+        ..crate::rollout::Step::default()
     };
     let rollout = Rollout {
         id: "db-1".into(),
@@ -585,6 +586,7 @@ fn a_wait_goes_on_while_the_engine_has_not_taken_up_a_resume_or_an_abort() {
         restarts_at_healthy: None,
         down_since_ms: 0,
         from_machine: String::new(),
+        ..crate::rollout::Step::default()
     };
     let shown = |state, action, phases: &[Phase], resumed: (u32, u32)| Rollout {
         id: "db-1".into(),

@@ -36,6 +36,15 @@
     }
   }
 
+  // The same fixed mapping as the server's render::health_class.
+  function healthClass(status) {
+    switch (status) {
+      case 'healthy': return 'h-healthy';
+      case 'unhealthy': return 'h-unhealthy';
+      default: return 'h-unknown';
+    }
+  }
+
   function cellText(cell) {
     return cell.sub ? cell.active + '/' + cell.sub : cell.active;
   }
@@ -84,6 +93,12 @@
         td.textContent = cellText(cell);
         td.title = 'load ' + (cell.load || '-') + (cell.hash ? ', file ' + short(cell.hash) : '') +
           (cell.running ? ', running ' + short(cell.running) : '');
+        if (cell.health) {
+          // Units with a health check only: the plain cell text stays as it was for every other unit.
+          td.appendChild(document.createTextNode(' '));
+          td.appendChild(element('span', 'health ' + healthClass(cell.health.status), cell.health.status));
+          td.title += ', health ' + cell.health.status + (cell.health.output ? ': ' + cell.health.output : '');
+        }
       }
       tr.appendChild(td);
     });
