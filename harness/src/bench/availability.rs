@@ -19,7 +19,9 @@
 //!   with `--on-failure=rollback`: the first machine changes, the second fails, both are undone step by step
 //!   (exit 3, `rolled_back`);
 //! * **abort**: version 4 with `--min-healthy=5s --no-block`, `fleetctl rollout-abort` once the second machine's
-//!   step is no longer pending, then `fleetctl rollout-status` until it ends (exit 4, `aborted`).
+//!   step is no longer pending, then `fleetctl rollout-status` until it ends (exit 4, `aborted`). An undo that
+//!   pauses (an undo step failed) is an error of the operation, and is resumed (`rollout-resume`, at most twice)
+//!   so that the window still covers the whole undo.
 //!
 //! With `maxUnavailable` 1 the target is: fewest serving ≥ N − 1. As a check of the sampler itself, each operation
 //! must have seen the machines it changes go down (all N for the replace, at least 2 for the others): a sampler that
@@ -642,6 +644,7 @@ async fn abort_op(ctx: &Ctx, opts: &Options, dir: &std::path::Path, second: &str
     let start = ["start", "--replace", "--rolling", "--min-healthy=5s", "--no-block", UNIT];
     let abort = ["rollout-abort", UNIT];
     let status = ["rollout-status", UNIT];
+    let resume = ["rollout-resume", UNIT];
     let line = |a: &[&str]| format!("fleetctl {}", a.join(" "));
     let mut r = OpReport {
         op: "abort".into(),
@@ -676,7 +679,31 @@ async fn abort_op(ctx: &Ctx, opts: &Options, dir: &std::path::Path, second: &str
     };
     match steps.await {
         Ok(()) => {
-            let out = ctx.fleetctl_in(Some(dir), &status).await;
+            let mut out = ctx.fleetctl_in(Some(dir), &status).await;
+            // An undo step that fails pauses the undo (docs/rollouts.md): said as an error, then resumed (at most
+            // twice) so that the window still covers the whole undo.
+            for _ in 0..2 {
+                let Ok((o, _)) = &out else { break };
+                let Some(why) = o.stdout.lines().find(|l| l.contains("paused while rolling back")) else { break };
+                if o.status != 2 {
+                    break;
+                }
+                r.errors.push(format!("the undo paused after {:.1} s ({why}); resumed", secs(started.elapsed())));
+                r.commands.push(format!("(undo paused) {}", line(&resume)));
+                match ctx.fleetctl_in(Some(dir), &resume).await {
+                    Ok((o, _)) if o.success() => {}
+                    Ok((o, _)) => {
+                        r.errors.push(format!("{}: {}", line(&resume), o.describe()));
+                        break;
+                    }
+                    Err(e) => {
+                        r.errors.push(format!("{}: {e}", line(&resume)));
+                        break;
+                    }
+                }
+                r.commands.push(line(&status));
+                out = ctx.fleetctl_in(Some(dir), &status).await;
+            }
             r.duration_s = secs(started.elapsed());
             exit_check(&mut r, &line(&status), &out);
         }
