@@ -5,6 +5,7 @@
 //! scenario, and each machine count of the rolling one) gets a fresh cluster, removed at the end (also on error:
 //! [`crate::Cluster`]'s drop).
 
+pub mod availability;
 pub mod cpu;
 pub mod ctx;
 pub mod floor;
@@ -36,6 +37,8 @@ pub enum Scenario {
     Rolling,
     /// Simulated machines at scale ([`scale`]); not part of `All`.
     Scale,
+    /// Machines serving during rollouts ([`availability`]); not part of `All`.
+    Availability,
     All,
 }
 
@@ -54,6 +57,10 @@ impl Scenario {
 
     pub fn scale(self) -> bool {
         self == Scenario::Scale
+    }
+
+    pub fn availability(self) -> bool {
+        self == Scenario::Availability
     }
 }
 
@@ -98,6 +105,10 @@ pub struct Options {
     pub sim_procs: usize,
     /// Cells of the scale matrix skipped (machines, units): too long on this host, said in the report.
     pub sim_skip: Vec<(usize, usize)>,
+    /// Machine counts of the availability scenario.
+    pub availability_machines: Vec<usize>,
+    /// The availability scenario's unit has its health check (without: what the check is worth).
+    pub availability_check: bool,
 }
 
 impl Default for Options {
@@ -123,6 +134,8 @@ impl Default for Options {
             sim_units: vec![1000, 10000],
             sim_procs: 10,
             sim_skip: Vec::new(),
+            availability_machines: vec![3, 5],
+            availability_check: true,
         }
     }
 }
@@ -159,6 +172,12 @@ pub async fn run(opts: &Options) -> BenchReport {
                     tracing::info!(run, machines, units, "scale scenario");
                     r.scale.push(scale::run(opts, machines, units).await);
                 }
+            }
+        }
+        if opts.scenario.availability() {
+            for &machines in &opts.availability_machines {
+                tracing::info!(run, machines, "availability scenario");
+                r.availability.push(availability::run(opts, machines).await);
             }
         }
         report.runs.push(r);

@@ -53,6 +53,8 @@ pub struct RunReport {
     pub rolling: Vec<RollingReport>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub scale: Vec<super::scale::ScaleCell>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub availability: Vec<super::availability::AvailabilityReport>,
 }
 
 /// Everything measured.
@@ -94,6 +96,7 @@ impl BenchReport {
                 || r.replace.as_ref().is_some_and(|x| !x.errors.is_empty())
                 || r.rolling.iter().any(|x| !x.errors.is_empty())
                 || r.scale.iter().any(|x| x.failed())
+                || r.availability.iter().any(|x| x.failed())
         })
     }
 
@@ -132,6 +135,10 @@ impl BenchReport {
             if !run.scale.is_empty() {
                 let _ = writeln!(s, "\nrun {} — scale scenario (simulated machines)", run.run);
                 s.push_str(&super::scale_report::table(&run.scale));
+            }
+            if !run.availability.is_empty() {
+                let _ = writeln!(s, "\nrun {} — availability scenario (machines serving during rollouts)", run.run);
+                s.push_str(&super::availability::table(&run.availability));
             }
         }
         s
@@ -510,7 +517,7 @@ fn rolling_table(reports: &[RollingReport]) -> String {
 }
 
 /// Left-aligned label column, right-aligned value columns, a trailing note.
-fn render(rows: &[(&str, Vec<String>, &str)]) -> String {
+pub(super) fn render(rows: &[(&str, Vec<String>, &str)]) -> String {
     let label_w = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(0);
     let cols = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
@@ -544,6 +551,7 @@ mod tests {
                 replace: Some(ReplaceReport::default()),
                 rolling: vec![RollingReport { machines: 3, ..Default::default() }],
                 scale: Vec::new(),
+                availability: Vec::new(),
             }],
             ..Default::default()
         };

@@ -153,6 +153,12 @@ enum Command {
         /// Scale scenario: write its SVG charts (drawn from the report's JSON) into this directory.
         #[arg(long)]
         svg_dir: Option<std::path::PathBuf>,
+        /// Availability scenario: machine counts, comma-separated (a fresh cluster each).
+        #[arg(long, value_delimiter = ',', default_value = "3,5")]
+        availability_machines: Vec<usize>,
+        /// Availability scenario: the unit without its health check (what the check is worth).
+        #[arg(long)]
+        availability_no_check: bool,
     },
     /// Draw the scale scenario's table and SVG charts again from a saved `bench --json` report.
     ScalePlot {
@@ -175,6 +181,7 @@ enum ScenarioArg {
     Replace,
     Rolling,
     Scale,
+    Availability,
     All,
 }
 
@@ -262,6 +269,8 @@ async fn main() -> ExitCode {
             sim_procs,
             sim_skip,
             svg_dir,
+            availability_machines,
+            availability_no_check,
         } => {
             let sim_skip = match sim_skip.iter().map(|c| parse_cell(c)).collect::<Result<Vec<_>, _>>() {
                 Ok(cells) => cells,
@@ -278,6 +287,7 @@ async fn main() -> ExitCode {
                     ScenarioArg::Replace => bench::Scenario::Replace,
                     ScenarioArg::Rolling => bench::Scenario::Rolling,
                     ScenarioArg::Scale => bench::Scenario::Scale,
+                    ScenarioArg::Availability => bench::Scenario::Availability,
                     ScenarioArg::All => bench::Scenario::All,
                 },
                 runs,
@@ -295,6 +305,8 @@ async fn main() -> ExitCode {
                 sim_units,
                 sim_procs,
                 sim_skip,
+                availability_machines,
+                availability_check: !availability_no_check,
                 ..bench::Options::default()
             };
             bench_cmd(&opts, json, svg_dir.as_deref()).await
