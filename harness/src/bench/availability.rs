@@ -799,7 +799,7 @@ pub fn table(reports: &[AvailabilityReport]) -> String {
             "",
         ),
     ];
-    let mut out = super::report::render(&rows);
+    let mut out = super::columns::render(&rows);
     for r in reports {
         let _ = writeln!(
             out,

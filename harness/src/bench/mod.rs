@@ -6,6 +6,7 @@
 //! [`crate::Cluster`]'s drop).
 
 pub mod availability;
+mod columns;
 pub mod cpu;
 pub mod ctx;
 pub mod floor;

@@ -340,7 +340,7 @@ fn start_table(reports: &[StartReport]) -> String {
         col(&|r| idle_row(&r.baseline, |i| per_fleetd(&i.usage.fleetd, 1, |p| p.rss_mib))),
         "",
     ));
-    let mut out = render(&rows);
+    let mut out = super::columns::render(&rows);
     // Too wide for a column: one line per N and window, under the table.
     for r in reports {
         let floor = r.floor.as_ref().and_then(|f| f.start_cpu.as_ref());
@@ -450,7 +450,7 @@ fn replace_table(r: &ReplaceReport) -> String {
         ("  polls, mean interval", one(&|t| polls(&t.polled)), ""),
         ("  moved to another machine", one(&|t| t.moved.len().to_string()), ""),
     ];
-    let mut out = render(&rows);
+    let mut out = super::columns::render(&rows);
     let _ = writeln!(out, "  (version 1 of the 11 units active/running after {})", opt_s(r.setup_s));
     for t in [&r.one, &r.ten].into_iter().flatten() {
         if let Some(e) = &t.command_error {
@@ -488,7 +488,7 @@ fn rolling_table(reports: &[RollingReport]) -> String {
         ("  per instance", restart(&|t| format!("{:.3} s", t.per_step_s)), ""),
         ("  rollout itself (engine: created → last healthy)", restart(&|t| opt_s(t.rollout_s)), ""),
     ];
-    let mut out = render(&rows);
+    let mut out = super::columns::render(&rows);
     for r in reports {
         for (what, t) in [("replace", &r.replace), ("replace with check", &r.checked), ("restart", &r.restart)] {
             let Some(t) = t else { continue };
@@ -512,28 +512,6 @@ fn rolling_table(reports: &[RollingReport]) -> String {
         for e in &r.errors {
             let _ = writeln!(out, "  error ({} machines): {e}", r.machines);
         }
-    }
-    out
-}
-
-/// Left-aligned label column, right-aligned value columns, a trailing note.
-pub(super) fn render(rows: &[(&str, Vec<String>, &str)]) -> String {
-    let label_w = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(0);
-    let cols = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..cols)
-        .map(|c| rows.iter().filter_map(|r| r.1.get(c)).map(|v| v.chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for (label, values, note) in rows {
-        let _ = write!(out, "  {label:<label_w$}");
-        for (c, w) in widths.iter().enumerate() {
-            let v = values.get(c).map_or("", String::as_str);
-            let _ = write!(out, "  {v:>w$}");
-        }
-        if !note.is_empty() {
-            let _ = write!(out, "  {note}");
-        }
-        out.push('\n');
     }
     out
 }
