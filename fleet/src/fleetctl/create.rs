@@ -416,7 +416,7 @@ pub fn rolling_replacements(ctx: &mut Ctx<'_>, args: &[String]) -> Result<Vec<Ro
 /// On stderr, for a global unit without an update policy changed on every machine at once, one line naming the
 /// rolling way (`rolling` is the command with `--rolling`). stdout stays the original's.
 pub fn hint_all_at_once(ctx: &mut Ctx<'_>, name: &str, file: &crate::unit::UnitFile, what: &str, rolling: &str) {
-    if crate::unit::Requirements::of(file, name).global && crate::rollout::policy::UpdatePolicy::of(file).is_none() {
+    if crate::unit::Requirements::of(file, name).global && !has_policy(file) {
         ctx.warn(&format!(
             "hint: this {what} of global unit {name} changes every machine at once; fleetctl {rolling} goes machine by \
              machine (UpdatePolicy=rolling in [X-Fleet] makes that its default)"

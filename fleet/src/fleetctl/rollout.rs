@@ -616,7 +616,7 @@ pub fn rollback(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     };
     // The version rolled back to governs, as the new version does in a replace.
     let file = crate::unit::UnitFile::from_options(target.options.clone());
-    let pace = if rolling || crate::rollout::policy::UpdatePolicy::of(&file).is_some() {
+    let pace = if rolling || super::create::has_policy(&file) {
         pace
     } else {
         super::create::hint_all_at_once(ctx, &name, &file, "rollback", "rollback --rolling");
