@@ -9,7 +9,7 @@ use fleet_harness::{Cluster, Fleet, WaitOptions, config};
 
 /// Builds the package from this workspace's build (the directory of the fleetd the harness would use).
 fn build_package(out: &std::path::Path) -> PathBuf {
-    let fleetd = config::locate("fleetd", config::FLEETD_ENV).expect("fleetd is built (cargo build -p fleet --bins)");
+    let fleetd = config::locate("fleetd", config::FLEETD_ENV).expect("fleetd is built (cargo build -p fleetd --bins)");
     let bin_dir = fleetd.parent().expect("fleetd has a directory");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ci/package");
     let run = Command::new(&script).arg(out).env("FLEET_PACKAGE_BIN_DIR", bin_dir).output().expect("ci/package runs");

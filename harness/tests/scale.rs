@@ -3,7 +3,7 @@
 //! harness cluster's etcd; 200 units. Asserts what must hold, never how long it took: every unit reported
 //! active, every one on a simulated machine (the template's `MachineMetadata=sim=true`), the spread of units over
 //! machines, and, after a quarter of the machines leave at once, every unit active again on the others.
-//! Needs `cargo build -p fleet --bins` (fleetd, fleetctl, fleet-sim).
+//! Needs `cargo build -p fleetd -p fleetctl -p fleet-sim --bins`.
 
 use std::time::Duration;
 

@@ -1,10 +1,10 @@
-//! fleet's systemd client (`fleet::systemd`, and the agent executor on top of it) against a real systemd over the
-//! real system bus: the live probe `fleet/examples/systemd_probe.rs` runs as root in a harness machine with fleet
+//! fleet's systemd client (`fleet_systemd`, and the agent executor on top of it) against a real systemd over the
+//! real system bus: the live probe `crates/fleetd/examples/systemd_probe.rs` runs as root in a harness machine with fleet
 //! off, so nothing but the probe talks to that systemd. The probe prints one `PASS`/`FAIL` line per check and exits
 //! 1 at the first failure; this test requires every check to pass and shows the probe's output otherwise.
 //!
 //! The probe binary is built with the fleet package's tests (`cargo nextest run --workspace`, as CI does, builds
-//! examples); run alone: `cargo build -p fleet --example systemd_probe` first.
+//! examples); run alone: `cargo build -p fleetd --example systemd_probe` first.
 
 use std::path::PathBuf;
 
@@ -22,7 +22,7 @@ async fn systemd_client_passes_the_live_probe_in_a_machine() {
     let probe = probe_binary();
     assert!(
         probe.is_file(),
-        "{} is missing: build it with `cargo build -p fleet --example systemd_probe` (CI's workspace test build does)",
+        "{} is missing: build it with `cargo build -p fleetd --example systemd_probe` (CI's workspace test build does)",
         probe.display()
     );
     let cluster = Cluster::builder().machines(1).fleet(Fleet::Off).start().await.expect("a machine with systemd");

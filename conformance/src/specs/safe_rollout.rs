@@ -8,7 +8,7 @@
 //! whether the unit is active and whether its own health check command passes. A machine *serves* when it is
 //! active and its check passes.
 //!
-//! Break-once evidence (each spec was seen failing against a scratch edit of `fleet/src/`, reverted after) is in
+//! Break-once evidence (each spec was seen failing against a scratch edit of `crates/`, reverted after) is in
 //! the doc of each spec. The breaks of the pause, rollback, canary, budget and policy (server) specs were run
 //! before health checks reached main, with a scratch copy of the fixture without `HealthCheck=` and without the
 //! sync (`FLEET_FIXTURES_DIR`); the others with the health checks of branch `health` merged.

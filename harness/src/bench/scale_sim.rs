@@ -1,7 +1,7 @@
 //! The simulated machines of the scale scenario: a few `fleet-sim` processes on the host (fleet's binary, found
 //! like fleetd: `FLEET_SIM_BIN` or this workspace's build), each running its share of the machines against the
 //! cluster's etcd, the first machine of each also an engine candidate (as every fleetd is: when the leader's
-//! machine is lost, another takes over). Their stdout lines (`fleet::sim::report`, four forms: `registered
+//! machine is lost, another takes over). Their stdout lines (`fleet_sim::report`, four forms: `registered
 //! N`, `pass {json}`, `lost <id> <reason>`, `stopped`) are collected as they come; RSS and CPU from `/proc`.
 //! Processes are killed when dropped (also on error). Each one's stderr (warnings and errors) goes to
 //! `$TMPDIR/fleet-bench-sim-<first index>.log`.
@@ -50,7 +50,7 @@ pub fn parse_line(line: &str) -> Option<Line> {
     }
 }
 
-/// `fleet-sim`'s machine ID of index `i` (the same derivation as `fleet::sim::machine_id`).
+/// `fleet-sim`'s machine ID of index `i` (the same derivation as `fleet_sim::machine_id`).
 pub fn machine_id(index: usize) -> String {
     format!("5151{index:028x}")
 }

@@ -1,0 +1,669 @@
+//! One place for what the API answers and decides (pure), shared by the HTTP server (`api`), fleetctl's etcd driver
+//! and the test fake (`client`) so they can never disagree; it sits below both, so no client imports the server: the wire form of units, unit states and machines (spec §8.5–§8.8) and the PUT decision
+//! (spec §8.6, with the recommended validation: replacements are validated like creations, unknown desired states
+//! are refused on every path, templates are never activated — bugs B9).
+
+use http::StatusCode;
+
+use crate::model::{JobState, MachineState, UnitState};
+use crate::rollout::policy::{HealthCheck, UpdatePolicy};
+use crate::schema;
+use crate::store::UnitView;
+use crate::unit::{NameInfo, Requirements, UnitFile, name, xfleet};
+
+/// A unit as the API shows it: in listings global units show `inactive` and no machine; a single GET of a global
+/// unit omits both. `None` when the stored body does not parse (the unit is invisible, spec §3.2).
+pub fn unit(view: &UnitView<'_>, single: bool) -> Option<schema::Unit> {
+    let content = match UnitFile::parse(view.body) {
+        Ok(content) => content,
+        Err(e) => {
+            tracing::warn!(unit = %view.name, hash = %view.hash, error = %e.located(), "stored unit body does not parse");
+            return None;
+        }
+    };
+    let global = Requirements::of(&content, view.name).global;
+    let (current, machine) = match (global, single) {
+        (true, true) => ("", ""),
+        (true, false) => (JobState::Inactive.as_str(), ""),
+        (false, _) => (view.current.as_str(), view.target.unwrap_or("")),
+    };
+    Some(schema::Unit {
+        current_state: current.to_string(),
+        desired_state: view.desired.as_str().to_string(),
+        machine_id: machine.to_string(),
+        name: view.name.to_string(),
+        options: content.into_options(),
+        reschedule: false,
+        no_restart: false,
+    })
+}
+
+/// A published unit state as the API shows it; `running_hash` is the version the machine last started
+/// ([`crate::store::Snapshot::running_hash`]).
+pub fn state(s: UnitState, running_hash: Option<&str>) -> schema::UnitState {
+    let in_doubt = s.sub_state == crate::model::IN_DOUBT && s.active_state == crate::model::UNKNOWN_STATE;
+    schema::UnitState {
+        running_hash: running_hash.unwrap_or_default().to_string(),
+        hash: s.hash,
+        machine_id: s.machine_id,
+        name: s.name,
+        systemd_active_state: s.active_state,
+        systemd_load_state: s.load_state,
+        machine_presence: if in_doubt { crate::model::IN_DOUBT.to_string() } else { String::new() },
+        systemd_sub_state: s.sub_state,
+        health: s.health,
+    }
+}
+
+/// A present machine as the API shows it.
+pub fn machine(m: MachineState) -> schema::Machine {
+    schema::Machine { id: m.id, metadata: m.metadata, primary_ip: m.public_ip }
+}
+
+/// A refused request: the status and message of the error body (spec §8.3).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{status}: {message}")]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into() }
+    }
+
+    pub fn bad_request(message: impl std::fmt::Display) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message.to_string())
+    }
+}
+
+/// What a `PUT /units/<name>` does once [`decide_put`] accepted it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutAction {
+    /// The unit does not exist: store it with this desired state.
+    Create(JobState),
+    /// The unit exists with other content: store the new content with this desired state.
+    Replace(JobState),
+    /// The unit exists with the same content (or the request has none): change its desired state.
+    SetDesired(JobState),
+}
+
+/// How an accepted PUT stores a new version: the request's `reschedule` and `noRestart` apply only when it
+/// replaces the content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreOptions {
+    pub reschedule: bool,
+    pub no_restart: bool,
+}
+
+impl StoreOptions {
+    pub fn of(unit: &schema::Unit, action: &PutAction) -> StoreOptions {
+        let replacing = matches!(action, PutAction::Replace(_));
+        StoreOptions { reschedule: unit.reschedule && replacing, no_restart: unit.no_restart && replacing }
+    }
+}
+
+fn reject(status: StatusCode, message: impl Into<String>) -> ApiError {
+    ApiError::new(status, message)
+}
+
+/// The PUT procedure (spec §8.6 steps 4–8) over the request `unit` (its name already reconciled with the path) and
+/// the stored unit's hash (`None`: it does not exist).
+pub fn decide_put(unit: &schema::Unit, stored_hash: Option<&str>) -> Result<PutAction, ApiError> {
+    name::validate_name(&unit.name).map_err(ApiError::bad_request)?;
+    if unit.no_restart && unit.reschedule {
+        // Moving a unit to another machine cannot keep its process.
+        return Err(ApiError::bad_request("noRestart and reschedule cannot be combined"));
+    }
+    let desired = if unit.desired_state.is_empty() {
+        None
+    } else {
+        Some(unit.desired_state.parse::<JobState>().map_err(ApiError::bad_request)?)
+    };
+    let is_template = NameInfo::parse(&unit.name).is_some_and(|i| i.is_template());
+    let not_activating_template = |state: JobState| {
+        if is_template && state != JobState::Inactive {
+            return Err(ApiError::bad_request(format!("cannot activate template {}", crate::go::quote(&unit.name))));
+        }
+        Ok(state)
+    };
+    let content = UnitFile::from_options(unit.options.clone());
+    let validated = || {
+        // An option without section or name (e.g. `{}` or an object of unknown fields) is no unit file line.
+        if let Some(blank) = crate::unit::first_blank(&unit.options) {
+            return Err(ApiError::bad_request(blank));
+        }
+        validate_content(&content)
+    };
+    match stored_hash {
+        None if unit.options.is_empty() => {
+            Err(reject(StatusCode::CONFLICT, "unit does not exist and options field empty"))
+        }
+        None => {
+            validated()?;
+            Ok(PutAction::Create(not_activating_template(desired.unwrap_or(JobState::Inactive))?))
+        }
+        Some(stored) if !unit.options.is_empty() && content.hash().to_hex() != stored => {
+            validated()?;
+            Ok(PutAction::Replace(not_activating_template(desired.unwrap_or(JobState::Inactive))?))
+        }
+        Some(_) => match desired {
+            None => Err(reject(StatusCode::CONFLICT, "must provide DesiredState to update existing unit")),
+            Some(state) => Ok(PutAction::SetDesired(not_activating_template(state)?)),
+        },
+    }
+}
+
+/// A unit's versions as the API shows them, newest first; `body` finds a version's stored text.
+pub fn history(
+    object: &crate::store::UnitObject,
+    body: impl Fn(&str) -> Option<std::sync::Arc<str>>,
+) -> schema::UnitHistory {
+    let mut versions: Vec<crate::store::Version> = object.history.clone();
+    if versions.first().is_none_or(|v| v.hash != object.hash) {
+        // An object stored before history was kept: what it knows is its hash and the previous one.
+        versions = std::iter::once(crate::store::Version { hash: object.hash.clone(), stored_ms: 0 })
+            .chain(object.previous_hash.iter().map(|h| crate::store::Version { hash: h.clone(), stored_ms: 0 }))
+            .collect();
+    }
+    let versions = versions
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| schema::UnitVersion {
+            current: i == 0,
+            options: body(&v.hash)
+                .and_then(|text| UnitFile::parse(&text).ok())
+                .map(UnitFile::into_options)
+                .unwrap_or_default(),
+            hash: v.hash.to_string(),
+            stored_ms: v.stored_ms,
+        })
+        .collect();
+    schema::UnitHistory { versions }
+}
+
+/// A rollout as the API shows it: spec, the user's last action, the engine's progress.
+pub fn rollout(r: &crate::rollout::Rollout) -> schema::Rollout {
+    let spec = &r.spec;
+    let progress = r.progress.clone().unwrap_or_default();
+    schema::Rollout {
+        id: spec.id.clone(),
+        kind: spec.kind,
+        units: spec.units.clone(),
+        max_unavailable: spec.max_unavailable,
+        min_healthy_ms: spec.min_healthy_ms,
+        health_timeout_ms: spec.health_timeout_ms,
+        on_failure: spec.on_failure,
+        created_ms: spec.created_ms,
+        action: r.control.action,
+        resumes: r.control.resumes,
+        resumes_taken: r.progress.as_ref().map_or(0, |p| p.resumes),
+        state: r.state(),
+        reason: progress.reason,
+        steps: progress.steps,
+        max_unavailable_percent: spec.max_unavailable_percent,
+        canary: spec.canary,
+        canary_hold_ms: spec.canary_hold_ms,
+        order: spec.order.clone(),
+        progress_deadline_ms: spec.progress_deadline_ms,
+        policy: spec.policy.clone(),
+        promoted: r.control.promoted,
+        awaiting_promotion: progress.awaiting_promotion,
+        undo: progress.undo,
+        undo_end: progress.undo_end,
+        started_ms: progress.started_ms,
+        revision: 0,
+    }
+}
+
+/// A rollout as stored, with the revision of its newest change; `None` while its spec is unreadable.
+pub fn stored_rollout(record: &crate::store::RolloutRecord) -> Option<schema::Rollout> {
+    record.rollout().map(|r| schema::Rollout { revision: record.revision, ..rollout(&r) })
+}
+
+/// Every stored rollout as the API lists it: [`crate::store::Snapshot::rollouts`]'s order (newest first), each
+/// with its revision.
+pub fn stored_rollouts(snapshot: &crate::store::Snapshot) -> Vec<schema::Rollout> {
+    let revision = |id: &str| snapshot.rollout_records().get(id).map_or(0, |r| r.revision);
+    snapshot.rollouts().iter().map(|r| schema::Rollout { revision: revision(&r.spec.id), ..rollout(r) }).collect()
+}
+
+/// The control a user's `action` leaves on `rollout` (`PATCH /rollouts/<id>`): refused once the rollout is final;
+/// `run` counts one more resume, which releases the steps a failure paused once more.
+/// The API's `patch_rollout`, fleetctl's etcd driver and the test fake all decide with this function.
+pub fn decide_control(
+    rollout: &crate::rollout::Rollout,
+    request: schema::RolloutControl,
+) -> Result<crate::rollout::Control, ApiError> {
+    use crate::rollout::Action;
+    let action = request.action;
+    let state = rollout.state();
+    if state.is_final() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("rollout {:?} is {state}: nothing to {}", rollout.spec.id, action.as_str()),
+        ));
+    }
+    if request.skip_failed && action != Action::Run {
+        return Err(ApiError::bad_request("skipFailed goes only with the action run"));
+    }
+    let mut control = rollout.control;
+    match action {
+        Action::Promote if rollout.spec.canary == 0 => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("rollout {:?} has no canaries: nothing to promote", rollout.spec.id),
+            ));
+        }
+        Action::Promote => control.promoted = true,
+        Action::Run => {
+            control.resumes += 1;
+            control.skip_failed = request.skip_failed;
+            control.action = action;
+        }
+        Action::Pause | Action::Abort => control.action = action,
+    }
+    Ok(control)
+}
+
+/// What an accepted rollout request stores: the spec, and for a replace each unit's new text with the object
+/// revision it was decided on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolloutPlan {
+    pub spec: crate::rollout::RolloutSpec,
+    /// (unit name, canonical text of the new version, object revision it replaces).
+    pub bodies: Vec<(String, String, i64)>,
+}
+
+/// The decision for `PUT /rollouts/<id>` over the registry `snapshot`: every named unit must exist, be launched,
+/// not be a template and not be in another rollout that is not final; a replace brings new, valid, different
+/// content for each, a restart brings none.
+pub fn decide_rollout(
+    id: &str,
+    request: &schema::RolloutRequest,
+    snapshot: &crate::store::Snapshot,
+    now_ms: u64,
+) -> Result<RolloutPlan, ApiError> {
+    use crate::rollout::{RolloutKind, RolloutSpec, RolloutUnit};
+    crate::store::check_component(crate::store::Component::RolloutId, id).map_err(ApiError::bad_request)?;
+    if snapshot.rollout_records().contains_key(id) {
+        return Err(reject(StatusCode::CONFLICT, format!("rollout {id:?} already exists")));
+    }
+    if request.kind == RolloutKind::Rebalance {
+        return decide_rebalance(id, request, snapshot, now_ms);
+    }
+    if request.units.is_empty() {
+        return Err(ApiError::bad_request("a rollout needs at least one unit"));
+    }
+    if request.units.len() > crate::store::MAX_ROLLOUT_UNITS {
+        return Err(ApiError::bad_request(format!(
+            "a rollout takes at most {} units, got {}",
+            crate::store::MAX_ROLLOUT_UNITS,
+            request.units.len()
+        )));
+    }
+    let rollouts = snapshot.rollouts();
+    let mut policy: Option<UpdatePolicy> = None;
+    let mut units = Vec::with_capacity(request.units.len());
+    let mut bodies = Vec::new();
+    for (i, u) in request.units.iter().enumerate() {
+        name::validate_name(&u.name).map_err(ApiError::bad_request)?;
+        if request.units[..i].iter().any(|earlier| earlier.name == u.name) {
+            return Err(ApiError::bad_request(format!("unit {} is named twice", crate::go::quote(&u.name))));
+        }
+        let quoted = crate::go::quote(&u.name);
+        let (Some(view), Some(record)) = (snapshot.unit(&u.name), snapshot.unit_record(&u.name)) else {
+            return Err(reject(StatusCode::NOT_FOUND, format!("unit {quoted} does not exist")));
+        };
+        if view.desired != JobState::Launched {
+            return Err(reject(
+                StatusCode::CONFLICT,
+                format!("unit {quoted} is {} (a rollout changes launched units)", view.desired),
+            ));
+        }
+        if let Some(other) = crate::rollout::active_for(&rollouts, &u.name) {
+            return Err(reject(
+                StatusCode::CONFLICT,
+                format!("unit {quoted} is in rollout {:?} ({})", other.spec.id, other.state()),
+            ));
+        }
+        let from = view.hash.to_string();
+        let current = UnitFile::parse(view.body).ok();
+        let from_checked = current.as_ref().is_some_and(|f| HealthCheck::of(f).is_some());
+        let mut to_file = current.clone();
+        let to = match request.kind {
+            RolloutKind::Restart => {
+                if !u.options.is_empty() {
+                    return Err(ApiError::bad_request(format!("a restart takes no options (unit {quoted})")));
+                }
+                from.clone()
+            }
+            RolloutKind::Rebalance => unreachable!("decided by decide_rebalance"),
+            RolloutKind::Replace => {
+                if u.options.is_empty() {
+                    return Err(ApiError::bad_request(format!("a replace needs the new options of unit {quoted}")));
+                }
+                let content = UnitFile::from_options(u.options.clone());
+                validate_content(&content)?;
+                let to = content.hash().to_hex();
+                if to == from {
+                    return Err(reject(StatusCode::CONFLICT, format!("unit {quoted} already has this content")));
+                }
+                bodies.push((u.name.clone(), content.canonical(), record.object_revision));
+                to_file = Some(content);
+                to
+            }
+        };
+        let checked = to_file.as_ref().is_some_and(|f| HealthCheck::of(f).is_some());
+        if policy.is_none() {
+            policy = to_file.as_ref().and_then(UpdatePolicy::of);
+        }
+        units.push(RolloutUnit { name: u.name.clone(), from, to, checked, from_checked });
+    }
+    let mut spec =
+        RolloutSpec { id: id.to_string(), kind: request.kind, units, created_ms: now_ms, ..RolloutSpec::default() };
+    pace(request, policy.as_ref(), &mut spec)?;
+    Ok(RolloutPlan { spec, bodies })
+}
+
+/// A rollout ID for units whose first is `first_unit`, made at `now_ms`: `<unit name without type>-<now_ms>`,
+/// characters the registry does not take in IDs replaced by `_`, at most 64 characters.
+pub fn rollout_id(first_unit: &str, now_ms: u64) -> String {
+    let stem = first_unit.rsplit_once('.').map_or(first_unit, |(stem, _)| stem);
+    let suffix = format!("-{now_ms}");
+    let stem: String = stem
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') { c } else { '_' })
+        .take(64 - suffix.len())
+        .collect();
+    let stem = if stem.is_empty() { "rollout".to_string() } else { stem };
+    format!("{stem}{suffix}")
+}
+
+/// The first [`rollout_id`] from `now_ms` on that no rollout has (`taken`): two commands within one millisecond
+/// (a script) get different IDs.
+pub fn unused_rollout_id(first_unit: &str, now_ms: u64, taken: &[String]) -> String {
+    (now_ms..)
+        .map(|ms| rollout_id(first_unit, ms))
+        .find(|id| !taken.contains(id))
+        .unwrap_or_else(|| rollout_id(first_unit, now_ms))
+}
+
+/// Whether a `PUT /units/<name>` decided as `action` replaces the content of a launched unit in a way its new
+/// version's `[X-Fleet] UpdatePolicy=rolling` makes a rollout: the unit is launched (`stored_desired`), the request
+/// keeps it so (desired state `launched`, or none — the original fleetctl's `--replace` sends none, then
+/// `launched`), and it does not ask to keep processes (`noRestart`). The unit stays launched and a replace rollout
+/// changes it machine by machine with the policy's pace.
+pub fn put_rolls_out(request: &schema::Unit, action: &PutAction, stored_desired: Option<JobState>) -> bool {
+    matches!(action, PutAction::Replace(_))
+        && stored_desired == Some(JobState::Launched)
+        && matches!(request.desired_state.as_str(), "" | "launched")
+        && !request.no_restart
+        && UpdatePolicy::of(&UnitFile::from_options(request.options.clone())).is_some()
+}
+
+/// The one validation of a unit's content, wherever it is submitted (unit PUT, rollouts, fleetctl before it
+/// sends): the original's option rules (spec §5.1) and this implementation's health check and update policy.
+pub fn validate_content(content: &UnitFile) -> Result<(), ApiError> {
+    xfleet::validate_options(content).map_err(ApiError::bad_request)?;
+    crate::rollout::policy::check(content).map_err(ApiError::bad_request)
+}
+
+/// A rollout's pace: what `request` gives, else the unit's update `policy`, else the defaults
+/// (`rollout::policy`). Refuses a value that cannot be a pace, naming the field.
+fn pace(
+    request: &schema::RolloutRequest,
+    policy: Option<&UpdatePolicy>,
+    spec: &mut crate::rollout::RolloutSpec,
+) -> Result<(), ApiError> {
+    use crate::rollout::policy::{self, MaxUnavailable};
+    let defaults = UpdatePolicy::default();
+    let base = policy.unwrap_or(&defaults);
+    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let max = match (request.max_unavailable, request.max_unavailable_percent) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request("give maxUnavailable or maxUnavailablePercent, not both"));
+        }
+        (Some(0), None) => return Err(ApiError::bad_request("maxUnavailable must be at least 1")),
+        (Some(n), None) => MaxUnavailable::Count(n),
+        (None, Some(p @ 1..=100)) => MaxUnavailable::Percent(p),
+        (None, Some(p)) => {
+            return Err(ApiError::bad_request(format!("maxUnavailablePercent must be from 1 to 100, got {p}")));
+        }
+        (None, None) => base.max_unavailable,
+    };
+    (spec.max_unavailable, spec.max_unavailable_percent) = match max {
+        MaxUnavailable::Count(n) => (n, 0),
+        MaxUnavailable::Percent(p) => (1, p),
+    };
+    spec.min_healthy_ms = request.min_healthy_ms.unwrap_or(ms(base.min_healthy));
+    spec.health_timeout_ms = request.health_timeout_ms.unwrap_or(ms(base.health_timeout));
+    if spec.health_timeout_ms == 0 {
+        return Err(ApiError::bad_request("healthTimeoutMs must be positive"));
+    }
+    spec.on_failure = request.on_failure.unwrap_or(base.on_failure);
+    spec.order = request.order.clone().unwrap_or_else(|| base.order.clone());
+    policy::parse_order(&spec.order).map_err(|e| ApiError::bad_request(format!("order {:?}: {e}", spec.order)))?;
+    spec.progress_deadline_ms = match request.progress_deadline_ms {
+        Some(0) => return Err(ApiError::bad_request("progressDeadlineMs must be positive")),
+        Some(d) => d,
+        None => base.progress_deadline.map_or(0, ms),
+    };
+    spec.canary = request.canary.unwrap_or(0);
+    spec.canary_hold_ms = request.canary_hold_ms.unwrap_or(0);
+    if spec.canary_hold_ms > 0 && spec.canary == 0 {
+        return Err(ApiError::bad_request("canaryHoldMs needs canary"));
+    }
+    if policy.is_some() {
+        spec.policy = "unit".into();
+    }
+    Ok(())
+}
+
+/// A rebalance request (`kind: rebalance`): no units (the engine plans the moves), a valid pace, and no other
+/// rebalance in progress.
+fn decide_rebalance(
+    id: &str,
+    request: &schema::RolloutRequest,
+    snapshot: &crate::store::Snapshot,
+    now_ms: u64,
+) -> Result<RolloutPlan, ApiError> {
+    use crate::rollout::{RolloutKind, RolloutSpec};
+    if !request.units.is_empty() {
+        return Err(ApiError::bad_request("a rebalance names no units: the engine chooses which units move"));
+    }
+    if let Some(other) =
+        snapshot.rollouts().into_iter().find(|r| r.spec.kind == RolloutKind::Rebalance && !r.state().is_final())
+    {
+        return Err(reject(
+            StatusCode::CONFLICT,
+            format!("rebalance {:?} is in progress ({})", other.spec.id, other.state()),
+        ));
+    }
+    let mut spec =
+        RolloutSpec { id: id.to_string(), kind: RolloutKind::Rebalance, created_ms: now_ms, ..RolloutSpec::default() };
+    // A rebalance moves units one at a time on their own health: no unit policy applies, and before this
+    // implementation's unit policies its minHealthyMs defaulted to 0.
+    let request = schema::RolloutRequest { min_healthy_ms: request.min_healthy_ms.or(Some(0)), ..request.clone() };
+    pace(&request, None, &mut spec)?;
+    if spec.canary > 0 || !spec.order.is_empty() {
+        return Err(ApiError::bad_request("a rebalance takes no canary or order"));
+    }
+    Ok(RolloutPlan { spec, bodies: Vec::new() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unit::UnitOption;
+
+    const HELLO: &str = "[Service]\nExecStart=/bin/sleep 100\n";
+
+    #[test]
+    fn only_a_state_of_an_absent_machine_is_in_doubt() {
+        let state = |active: &str, sub: &str| UnitState {
+            name: "a.service".into(),
+            machine_id: "m1".into(),
+            hash: String::new(),
+            load_state: "unknown".into(),
+            active_state: active.into(),
+            sub_state: sub.into(),
+            restarts: None,
+            health: None,
+        };
+        assert_eq!(super::state(state("unknown", "in-doubt"), None).machine_presence, "in-doubt");
+        assert_eq!(super::state(state("active", "running"), None).machine_presence, "");
+        assert_eq!(super::state(state("active", "in-doubt"), None).machine_presence, "", "published by a machine");
+    }
+
+    fn request(name: &str, text: &str, desired: &str) -> schema::Unit {
+        let options = UnitFile::parse(text).unwrap().into_options();
+        schema::Unit { name: name.into(), options, desired_state: desired.into(), ..Default::default() }
+    }
+
+    fn hash(text: &str) -> String {
+        UnitFile::parse(text).unwrap().hash().to_hex()
+    }
+
+    fn rejected(r: Result<PutAction, ApiError>) -> (u16, String) {
+        let e = r.expect_err("expected a rejection");
+        (e.status.as_u16(), e.message)
+    }
+
+    #[test]
+    fn new_units_are_created_inactive_unless_a_state_is_given() {
+        assert_eq!(decide_put(&request("a.service", HELLO, ""), None).unwrap(), PutAction::Create(JobState::Inactive));
+        let launched = request("a.service", HELLO, "launched");
+        assert_eq!(decide_put(&launched, None).unwrap(), PutAction::Create(JobState::Launched));
+    }
+
+    #[test]
+    fn creation_is_validated() {
+        let empty = schema::Unit { name: "empty.service".into(), ..Default::default() };
+        assert_eq!(rejected(decide_put(&empty, None)), (409, "unit does not exist and options field empty".into()));
+        let blank_option = schema::Unit {
+            name: "a.service".into(),
+            options: vec![UnitOption::new("Service", "ExecStart", "/bin/true"), UnitOption::new("", "", "")],
+            ..Default::default()
+        };
+        let blank = r#"option 1 (section "", name "") has an empty section and name"#;
+        assert_eq!(rejected(decide_put(&blank_option, None)), (400, blank.into()));
+        assert_eq!(rejected(decide_put(&blank_option, Some("abc"))), (400, blank.into()));
+        assert_eq!(
+            rejected(decide_put(&request("bad name.service", HELLO, ""), None)),
+            (400, "invalid character ' ' in unit name".into())
+        );
+        let gm = request("gm.service", "[X-Fleet]\nGlobal=true\nMachineOf=a.service\n", "");
+        assert_eq!(rejected(decide_put(&gm, None)), (400, "Global cannot be used with Peers".into()));
+        assert_eq!(
+            rejected(decide_put(&request("a.service", HELLO, "running"), None)),
+            (400, "invalid value \"running\" for JobState".into())
+        );
+    }
+
+    #[test]
+    fn different_content_replaces_and_is_validated_too() {
+        let stored = hash("[Service]\nExecStart=/bin/true\n");
+        assert_eq!(
+            decide_put(&request("a.service", HELLO, ""), Some(&stored)).unwrap(),
+            PutAction::Replace(JobState::Inactive)
+        );
+        let bad = request("a.service", "[X-Fleet]\nMachineID=x\nConflicts=b.service\n", "loaded");
+        assert_eq!(rejected(decide_put(&bad, Some(&stored))), (400, "MachineID cannot be used with Conflicts".into()));
+    }
+
+    #[test]
+    fn reschedule_and_no_restart_apply_only_to_a_replace_and_never_together() {
+        let stored = hash("[Service]\nExecStart=/bin/true\n");
+        let flagged =
+            |reschedule, no_restart| schema::Unit { reschedule, no_restart, ..request("a.service", HELLO, "launched") };
+        let replace = decide_put(&flagged(false, true), Some(&stored)).unwrap();
+        assert_eq!(
+            StoreOptions::of(&flagged(false, true), &replace),
+            StoreOptions { reschedule: false, no_restart: true }
+        );
+        assert_eq!(
+            StoreOptions::of(&flagged(true, false), &replace),
+            StoreOptions { reschedule: true, no_restart: false }
+        );
+        let create = decide_put(&flagged(false, true), None).unwrap();
+        assert_eq!(StoreOptions::of(&flagged(true, true), &create), StoreOptions::default(), "nothing to keep or move");
+        assert_eq!(
+            rejected(decide_put(&flagged(true, true), Some(&stored))),
+            (400, "noRestart and reschedule cannot be combined".into())
+        );
+    }
+
+    #[test]
+    fn history_lists_versions_newest_first_with_their_files() {
+        use crate::store::UnitObject;
+        let (v1, v2) = (hash(HELLO), hash("[Service]\nExecStart=/bin/true\n"));
+        let o1 = UnitObject::next(None, "a.service", &v1, false, 1);
+        let o2 = UnitObject::next(Some(&o1), "a.service", &v2, false, 2);
+        let body = |h: &str| (h == v1).then(|| std::sync::Arc::from(HELLO));
+        let h = history(&o2, body);
+        let got: Vec<(bool, &str, u64, usize)> =
+            h.versions.iter().map(|v| (v.current, v.hash.as_str(), v.stored_ms, v.options.len())).collect();
+        assert_eq!(got, [(true, v2.as_str(), 2, 0), (false, v1.as_str(), 1, 1)], "v2's body is gone: no options");
+        // An object from before history was kept still shows its current and previous hash.
+        let legacy = UnitObject { history: Vec::new(), ..o2 };
+        let got: Vec<String> = history(&legacy, body).versions.into_iter().map(|v| v.hash).collect();
+        assert_eq!(got, [v2, v1]);
+    }
+
+    #[test]
+    fn same_or_no_content_changes_the_desired_state() {
+        let stored = hash(HELLO);
+        assert_eq!(
+            decide_put(&request("a.service", HELLO, "loaded"), Some(&stored)).unwrap(),
+            PutAction::SetDesired(JobState::Loaded)
+        );
+        let bare = schema::Unit { name: "a.service".into(), desired_state: "launched".into(), ..Default::default() };
+        assert_eq!(decide_put(&bare, Some(&stored)).unwrap(), PutAction::SetDesired(JobState::Launched));
+        let no_state = schema::Unit { desired_state: String::new(), ..bare.clone() };
+        assert_eq!(
+            rejected(decide_put(&no_state, Some(&stored))),
+            (409, "must provide DesiredState to update existing unit".into())
+        );
+        let unknown = schema::Unit { desired_state: "bogus".into(), ..bare };
+        assert_eq!(rejected(decide_put(&unknown, Some(&stored))), (400, "invalid value \"bogus\" for JobState".into()));
+    }
+
+    #[test]
+    fn templates_are_never_activated() {
+        let stored = hash(HELLO);
+        let t =
+            |state: &str| schema::Unit { name: "t@.service".into(), desired_state: state.into(), ..Default::default() };
+        for state in ["launched", "loaded"] {
+            assert_eq!(
+                rejected(decide_put(&t(state), Some(&stored))),
+                (400, "cannot activate template \"t@.service\"".into())
+            );
+        }
+        assert_eq!(decide_put(&t("inactive"), Some(&stored)).unwrap(), PutAction::SetDesired(JobState::Inactive));
+        let create = request("t@.service", HELLO, "launched");
+        assert_eq!(rejected(decide_put(&create, None)), (400, "cannot activate template \"t@.service\"".into()));
+    }
+
+    #[test]
+    fn global_units_show_no_current_state_on_get_and_inactive_in_lists() {
+        let body: std::sync::Arc<str> = "[Service]\nExecStart=/bin/true\n\n[X-Fleet]\nGlobal=true\n".into();
+        let view = UnitView {
+            name: "g.service",
+            hash: "h",
+            previous_hash: None,
+            body: &body,
+            desired: JobState::Launched,
+            target: None,
+            current: JobState::Inactive,
+            no_restart: false,
+        };
+        let single = unit(&view, true).unwrap();
+        assert_eq!((single.current_state.as_str(), single.desired_state.as_str()), ("", "launched"));
+        assert_eq!(single.options[1], UnitOption::new("X-Fleet", "Global", "true"));
+        assert_eq!(unit(&view, false).unwrap().current_state, "inactive");
+        let garbage: std::sync::Arc<str> = "[Unit\n".into();
+        assert!(unit(&UnitView { body: &garbage, ..view }, false).is_none());
+    }
+}

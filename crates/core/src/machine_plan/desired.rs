@@ -1,0 +1,246 @@
+//! Which units this machine should have, and in which state: a pure function of the cluster snapshot (spec §7.3
+//! "desired state", §6.7 global units, §6.8/§6.11 conflicts in unit-name order, B17).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::plan::{Desired, Update};
+use crate::model::JobState;
+use crate::unit::Requirements;
+use crate::unit::xfleet::{Candidate, accepted_by_machine};
+
+/// One unit of the cluster snapshot, as the agent needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterUnit {
+    pub name: String,
+    pub desired: JobState,
+    /// 40-hex unit hash.
+    pub hash: String,
+    /// Canonical unit text (what is written to disk).
+    pub text: Arc<str>,
+    /// Whether the unit has an `[Install]` section (enabled on load, spec §4.6).
+    pub install: bool,
+    /// Whether the unit has `ExecReload=` (reloaded, not restarted, by a replace without restart).
+    pub reloadable: bool,
+    /// This version was stored without restart: update the file in place, keep a running process.
+    pub no_restart: bool,
+    /// A restart rollout asks this machine to restart the unit once, for the rollout with this ID.
+    pub restart: Option<String>,
+    /// Machine the engine scheduled it to (`None` for unscheduled and global units).
+    pub target: Option<String>,
+    /// `[X-Fleet]` requirements, specifier-expanded with the unit's name (the agent uses `global`,
+    /// `machine_metadata` and `conflicts`).
+    pub requirements: Arc<Requirements>,
+}
+
+/// This machine as the registry sees it (its own record, with merged metadata).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ThisMachine {
+    pub id: String,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// Spec B14: without this machine's own record every unit would look unscheduled here, so nothing is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("this machine's record is missing from the registry")]
+pub struct OwnMachineMissing;
+
+/// The units this machine should hold (spec §7.3), by [`accepted_by_machine`]. Accepted units keep their desired
+/// state (global units too, even `inactive`, which then means "unload").
+///
+/// `me` is this machine's record as read from the registry; an empty id means it is missing (B14) and the
+/// reconcile must be skipped rather than unload everything.
+pub fn desired_units(units: &[ClusterUnit], me: &ThisMachine) -> Result<BTreeMap<String, Desired>, OwnMachineMissing> {
+    if me.id.is_empty() {
+        return Err(OwnMachineMissing);
+    }
+    let candidates: Vec<Candidate<'_>> = units
+        .iter()
+        .map(|u| Candidate { name: &u.name, requirements: &u.requirements, target: u.target.as_deref() })
+        .collect();
+    Ok(accepted_by_machine(&candidates, &me.id, &me.metadata)
+        .into_iter()
+        .map(|i| &units[i])
+        .map(|u| {
+            let desired = Desired {
+                state: u.desired,
+                hash: u.hash.clone(),
+                text: Arc::clone(&u.text),
+                install: u.install,
+                update: if u.no_restart { Update::InPlace { reload: u.reloadable } } else { Update::Restart },
+                restart: u.restart.clone(),
+            };
+            (u.name.clone(), desired)
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ME: &str = "aaaaaaaa11111111aaaaaaaa11111111";
+    const OTHER: &str = "bbbbbbbb22222222bbbbbbbb22222222";
+
+    fn unit(name: &str, desired: JobState, target: Option<&str>) -> ClusterUnit {
+        ClusterUnit {
+            name: name.into(),
+            desired,
+            hash: format!("hash-of-{name}"),
+            text: Arc::from(""),
+            install: false,
+            reloadable: false,
+            no_restart: false,
+            restart: None,
+            target: target.map(str::to_string),
+            requirements: Arc::new(Requirements::default()),
+        }
+    }
+
+    fn global(name: &str, desired: JobState, metadata: &[(&str, &[&str])]) -> ClusterUnit {
+        let mut u = unit(name, desired, None);
+        let r = Arc::make_mut(&mut u.requirements);
+        r.global = true;
+        r.machine_metadata =
+            metadata.iter().map(|(k, vs)| (k.to_string(), vs.iter().map(|v| v.to_string()).collect())).collect();
+        u
+    }
+
+    fn with_conflicts(mut u: ClusterUnit, patterns: &[&str]) -> ClusterUnit {
+        Arc::make_mut(&mut u.requirements).conflicts = patterns.iter().map(|p| p.to_string()).collect();
+        u
+    }
+
+    fn me(metadata: &[(&str, &str)]) -> ThisMachine {
+        ThisMachine { id: ME.into(), metadata: metadata.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() }
+    }
+
+    fn run(units: &[ClusterUnit], machine: &ThisMachine) -> Vec<(String, JobState)> {
+        desired_units(units, machine).unwrap().into_iter().map(|(n, d)| (n, d.state)).collect()
+    }
+
+    fn names(v: &[(&str, JobState)]) -> Vec<(String, JobState)> {
+        v.iter().map(|(n, s)| (n.to_string(), *s)).collect()
+    }
+
+    #[test]
+    fn non_global_units_need_this_machine_as_target() {
+        let units = [
+            unit("a.service", JobState::Launched, Some(ME)),
+            unit("b.service", JobState::Launched, Some(OTHER)),
+            unit("c.service", JobState::Loaded, None),
+            unit("d.service", JobState::Loaded, Some(ME)),
+            unit("e.service", JobState::Inactive, Some(ME)),
+        ];
+        assert_eq!(
+            run(&units, &me(&[])),
+            names(&[
+                ("a.service", JobState::Launched),
+                ("d.service", JobState::Loaded),
+                ("e.service", JobState::Inactive)
+            ])
+        );
+    }
+
+    #[test]
+    fn short_id_target_is_not_this_machine() {
+        let units = [unit("a.service", JobState::Launched, Some(&ME[..8]))];
+        assert_eq!(run(&units, &me(&[])), names(&[]));
+    }
+
+    #[test]
+    fn global_units_need_matching_metadata() {
+        let units = [
+            global("any.service", JobState::Launched, &[]),
+            global("front.service", JobState::Launched, &[("role", &["web", "front"])]),
+            global("db.service", JobState::Launched, &[("role", &["db"])]),
+            global("both.service", JobState::Loaded, &[("role", &["web"]), ("region", &["eu"])]),
+            global("missing-key.service", JobState::Launched, &[("disk", &["ssd"])]),
+            global("off.service", JobState::Inactive, &[]),
+        ];
+        assert_eq!(
+            run(&units, &me(&[("role", "web"), ("region", "eu")])),
+            names(&[
+                ("any.service", JobState::Launched),
+                ("both.service", JobState::Loaded),
+                ("front.service", JobState::Launched),
+                ("off.service", JobState::Inactive),
+            ])
+        );
+    }
+
+    #[test]
+    fn global_conflicts_are_resolved_in_name_order() {
+        // TestScheduleGlobalConflicts: the alphabetically first global unit wins, whatever the snapshot order.
+        let units = [
+            with_conflicts(
+                global("conflict-global.2.service", JobState::Launched, &[]),
+                &["conflict-global.*.service"],
+            ),
+            with_conflicts(
+                global("conflict-global.1.service", JobState::Launched, &[]),
+                &["conflict-global.*.service"],
+            ),
+        ];
+        assert_eq!(run(&units, &me(&[])), names(&[("conflict-global.1.service", JobState::Launched)]));
+    }
+
+    #[test]
+    fn a_global_unit_never_displaces_a_unit_scheduled_here() {
+        // The global sorts first by name, but hello.service was placed here by the engine, which counts the global
+        // as absent from this machine (spec §6.2): the global skips this machine, hello.service stays.
+        let units = [
+            unit("hello.service", JobState::Launched, Some(ME)),
+            with_conflicts(global("global-avoids-hello.service", JobState::Launched, &[]), &["hello.service"]),
+            global("any.service", JobState::Launched, &[]),
+        ];
+        assert_eq!(
+            run(&units, &me(&[])),
+            names(&[("any.service", JobState::Launched), ("hello.service", JobState::Launched)])
+        );
+        // Elsewhere (hello.service not scheduled there) the global runs.
+        let units = [
+            unit("hello.service", JobState::Launched, Some(OTHER)),
+            with_conflicts(global("global-avoids-hello.service", JobState::Launched, &[]), &["hello.service"]),
+        ];
+        assert_eq!(run(&units, &me(&[])), names(&[("global-avoids-hello.service", JobState::Launched)]));
+    }
+
+    #[test]
+    fn one_way_conflict_keeps_both_directions_apart() {
+        let units = [
+            unit("hello.service", JobState::Launched, Some(ME)),
+            with_conflicts(unit("a-avoid.service", JobState::Launched, Some(ME)), &["hello.service"]),
+        ];
+        // a-avoid sorts first and is accepted; hello is matched by a-avoid's pattern and is dropped.
+        assert_eq!(run(&units, &me(&[])), names(&[("a-avoid.service", JobState::Launched)]));
+    }
+
+    #[test]
+    fn a_unit_never_conflicts_with_itself_and_bad_patterns_match_nothing() {
+        let units = [
+            with_conflicts(unit("self.service", JobState::Launched, Some(ME)), &["self.*"]),
+            with_conflicts(unit("x.service", JobState::Launched, Some(ME)), &["[", "s[e"]),
+        ];
+        assert_eq!(
+            run(&units, &me(&[])),
+            names(&[("self.service", JobState::Launched), ("x.service", JobState::Launched)])
+        );
+    }
+
+    #[test]
+    fn conflicts_only_count_units_accepted_here() {
+        let units = [
+            with_conflicts(unit("a.service", JobState::Launched, Some(OTHER)), &["b.service"]),
+            unit("b.service", JobState::Launched, Some(ME)),
+        ];
+        assert_eq!(run(&units, &me(&[])), names(&[("b.service", JobState::Launched)]));
+    }
+
+    #[test]
+    fn missing_own_record_skips_the_reconcile() {
+        let units = [unit("a.service", JobState::Launched, Some(ME))];
+        let err = desired_units(&units, &ThisMachine::default()).unwrap_err();
+        assert_eq!(err, OwnMachineMissing);
+    }
+}

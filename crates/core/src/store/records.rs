@@ -1,0 +1,310 @@
+//! Value formats stored in etcd: JSON records and plain values, encoded and decoded in one place.
+//!
+//! Records are versioned implicitly by `P/version`; decoders ignore unknown fields so a newer minor layout can add
+//! fields without breaking older readers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{JobState, MachineState, UnitState};
+
+/// `P/units/<name>/object`: which body the unit is, and which it was before its last replacement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitObject {
+    pub name: Arc<str>,
+    /// 40-hex SHA-1 of the canonical text in `P/bodies/<hash>`.
+    pub hash: Arc<str>,
+    /// Hash before the last replacement; its body is kept (not garbage-collected) so a rollback can use it.
+    #[serde(rename = "previousHash", default, skip_serializing_if = "Option::is_none")]
+    pub previous_hash: Option<Arc<str>>,
+    /// This version was stored "without restart": machines that hold an earlier version write the new file and
+    /// reload systemd, but keep a running unit's process (`--no-restart`).
+    #[serde(rename = "noRestart", default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_restart: bool,
+    /// The unit's versions, newest (the current one) first, at most [`HISTORY_LEN`]; their bodies are kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Version>,
+}
+
+/// How many versions of a unit [`UnitObject::history`] keeps.
+pub const HISTORY_LEN: usize = 10;
+
+/// One stored version of a unit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Version {
+    pub hash: Arc<str>,
+    /// When it was stored (Unix ms; 0 when not known, for versions stored before history was kept).
+    #[serde(rename = "storedMs", default)]
+    pub stored_ms: u64,
+}
+
+impl UnitObject {
+    /// Replaces the name and hashes by their shared copies.
+    pub(super) fn share_texts(&mut self, texts: &mut super::interner::Interner) {
+        texts.share_in_place(&mut self.name);
+        texts.share_in_place(&mut self.hash);
+        if let Some(previous) = &mut self.previous_hash {
+            texts.share_in_place(previous);
+        }
+        for version in &mut self.history {
+            texts.share_in_place(&mut version.hash);
+        }
+    }
+
+    /// The object that stores version `hash` of unit `name` after `old` (`None`: a new unit): `old`'s hash becomes
+    /// the previous one and the history gains the new version at its front.
+    pub fn next(old: Option<&UnitObject>, name: &str, hash: &str, no_restart: bool, now_ms: u64) -> UnitObject {
+        let mut history = vec![Version { hash: hash.into(), stored_ms: now_ms }];
+        if let Some(old) = old {
+            if old.history.is_empty() {
+                history.push(Version { hash: old.hash.clone(), stored_ms: 0 });
+            }
+            history.extend(old.history.iter().cloned());
+        }
+        history.truncate(HISTORY_LEN);
+        UnitObject {
+            name: name.into(),
+            hash: hash.into(),
+            previous_hash: old.map(|o| o.hash.clone()),
+            no_restart,
+            history,
+        }
+    }
+}
+
+/// `P/states/<name>/<machine>`: systemd's view of a unit on the publishing machine (name and machine are in the
+/// key, so they are not repeated in the value).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateRecord {
+    /// Hash of the unit version the machine actually runs.
+    pub hash: Arc<str>,
+    #[serde(rename = "loadState")]
+    pub load_state: Arc<str>,
+    #[serde(rename = "activeState")]
+    pub active_state: Arc<str>,
+    #[serde(rename = "subState")]
+    pub sub_state: Arc<str>,
+    /// Extension: the service's restart counter (`NRestarts`) while it is active or activating; absent otherwise
+    /// and from agents that do not publish it (additive: older readers ignore it).
+    #[serde(rename = "nRestarts", default, skip_serializing_if = "Option::is_none")]
+    pub restarts: Option<u32>,
+    /// Extension: the unit's health check result (units with `HealthCheck=` only; additive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::model::Health>,
+}
+
+impl StateRecord {
+    /// Replaces the hash and the state words by their shared copies.
+    pub(super) fn share_texts(&mut self, texts: &mut super::interner::Interner) {
+        texts.share_in_place(&mut self.hash);
+        texts.share_in_place(&mut self.load_state);
+        texts.share_in_place(&mut self.active_state);
+        texts.share_in_place(&mut self.sub_state);
+    }
+
+    pub fn from_state(s: &UnitState) -> StateRecord {
+        StateRecord {
+            hash: s.hash.as_str().into(),
+            load_state: s.load_state.as_str().into(),
+            active_state: s.active_state.as_str().into(),
+            sub_state: s.sub_state.as_str().into(),
+            restarts: s.restarts,
+            health: s.health.clone(),
+        }
+    }
+
+    pub fn into_state(self, unit: &str, machine: &str) -> UnitState {
+        UnitState {
+            name: unit.to_string(),
+            machine_id: machine.to_string(),
+            hash: self.hash.to_string(),
+            load_state: self.load_state.to_string(),
+            active_state: self.active_state.to_string(),
+            sub_state: self.sub_state.to_string(),
+            restarts: self.restarts,
+            health: self.health,
+        }
+    }
+}
+
+/// `P/machines/<id>/object`: what a machine publishes about itself (static metadata only; dynamic metadata lives
+/// in separate keys and is merged on read, §3.3).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MachineObject {
+    pub id: String,
+    #[serde(rename = "publicIP", default)]
+    pub public_ip: String,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    pub version: String,
+    #[serde(rename = "disableEngine", default)]
+    pub disable_engine: bool,
+}
+
+impl MachineObject {
+    pub fn from_state(m: &MachineState) -> MachineObject {
+        MachineObject {
+            id: m.id.clone(),
+            public_ip: m.public_ip.clone(),
+            metadata: m.metadata.clone(),
+            version: m.version.clone(),
+            disable_engine: m.disable_engine,
+        }
+    }
+
+    /// The published state: this object's metadata overlaid with dynamic metadata, where an empty dynamic value
+    /// removes the key (spec §3.3).
+    pub fn merged(&self, dynamic: &BTreeMap<String, String>) -> MachineState {
+        let mut metadata = self.metadata.clone();
+        for (k, v) in dynamic {
+            if v.is_empty() {
+                metadata.remove(k);
+            } else {
+                metadata.insert(k.clone(), v.clone());
+            }
+        }
+        MachineState {
+            id: self.id.clone(),
+            public_ip: self.public_ip.clone(),
+            metadata,
+            version: self.version.clone(),
+            disable_engine: self.disable_engine,
+        }
+    }
+}
+
+pub fn encode_json<T: Serialize>(value: &T) -> String {
+    // These records hold only strings, bools and string maps: serialisation cannot fail.
+    serde_json::to_string(value).expect("registry records always serialise")
+}
+
+pub fn decode_json<T: for<'de> Deserialize<'de>>(key: &str, what: &'static str, raw: &[u8]) -> Result<T> {
+    serde_json::from_slice(raw).map_err(|e| decode_error(key, what, e.to_string(), raw))
+}
+
+pub fn decode_text(key: &str, what: &'static str, raw: &[u8]) -> Result<String> {
+    std::str::from_utf8(raw).map(str::to_string).map_err(|e| decode_error(key, what, e.to_string(), raw))
+}
+
+pub fn decode_job_state(key: &str, raw: &[u8]) -> Result<JobState> {
+    let text = decode_text(key, "desired state", raw)?;
+    text.parse().map_err(|e: crate::model::InvalidJobState| decode_error(key, "desired state", e.to_string(), raw))
+}
+
+pub fn decode_u32(key: &str, what: &'static str, raw: &[u8]) -> Result<u32> {
+    let text = decode_text(key, what, raw)?;
+    text.trim().parse().map_err(|e: std::num::ParseIntError| decode_error(key, what, e.to_string(), raw))
+}
+
+/// A stored value that does not decode: which key, what it should have been, why not, and (the start of) the value.
+/// An error for that one record, never for the reader that met it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: cannot decode {what}: {reason} (value {value:?})")]
+pub struct DecodeError {
+    pub key: String,
+    pub what: &'static str,
+    pub reason: String,
+    pub value: String,
+}
+
+type Result<T, E = DecodeError> = std::result::Result<T, E>;
+
+pub fn decode_error(key: &str, what: &'static str, reason: String, raw: &[u8]) -> DecodeError {
+    const MAX: usize = 200;
+    let mut value = String::from_utf8_lossy(&raw[..raw.len().min(MAX)]).into_owned();
+    if raw.len() > MAX {
+        value.push('…');
+    }
+    DecodeError { key: key.to_string(), what, reason, value }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unit_object_round_trips_and_omits_missing_previous_hash() {
+        let o = UnitObject {
+            name: "a.service".into(),
+            hash: "ab".into(),
+            previous_hash: None,
+            no_restart: false,
+            history: Vec::new(),
+        };
+        assert_eq!(encode_json(&o), r#"{"name":"a.service","hash":"ab"}"#);
+        assert_eq!(decode_json::<UnitObject>("k", "unit object", encode_json(&o).as_bytes()).unwrap(), o);
+        let o = UnitObject { previous_hash: Some("cd".into()), ..o };
+        assert_eq!(encode_json(&o), r#"{"name":"a.service","hash":"ab","previousHash":"cd"}"#);
+        assert_eq!(decode_json::<UnitObject>("k", "unit object", encode_json(&o).as_bytes()).unwrap(), o);
+        let o = UnitObject { no_restart: true, ..o };
+        assert_eq!(encode_json(&o), r#"{"name":"a.service","hash":"ab","previousHash":"cd","noRestart":true}"#);
+        assert_eq!(decode_json::<UnitObject>("k", "unit object", encode_json(&o).as_bytes()).unwrap(), o);
+    }
+
+    #[test]
+    fn history_keeps_the_newest_versions_first_and_seeds_from_objects_without_one() {
+        let legacy = UnitObject { history: Vec::new(), ..UnitObject::next(None, "a.service", "h0", false, 5) };
+        let mut o = UnitObject::next(Some(&legacy), "a.service", "h1", true, 10);
+        assert_eq!((&*o.hash, o.previous_hash.as_deref(), o.no_restart), ("h1", Some("h0"), true));
+        assert_eq!(
+            o.history,
+            [Version { hash: "h1".into(), stored_ms: 10 }, Version { hash: "h0".into(), stored_ms: 0 }]
+        );
+        for i in 2..20 {
+            o = UnitObject::next(Some(&o), "a.service", &format!("h{i}"), false, 10 * i);
+        }
+        assert_eq!(o.history.len(), HISTORY_LEN);
+        assert_eq!(&*o.history[0].hash, "h19");
+        assert_eq!(&*o.history[HISTORY_LEN - 1].hash, "h10");
+        let json = encode_json(&UnitObject::next(None, "b.service", "h", false, 7));
+        assert_eq!(json, r#"{"name":"b.service","hash":"h","history":[{"hash":"h","storedMs":7}]}"#);
+    }
+
+    #[test]
+    fn decoders_ignore_unknown_fields() {
+        let raw = br#"{"name":"a","hash":"h","future":1}"#;
+        assert_eq!(&*decode_json::<UnitObject>("k", "unit object", raw).unwrap().hash, "h");
+    }
+
+    #[test]
+    fn decode_errors_name_the_key_and_value() {
+        let err = decode_json::<UnitObject>("/p/units/a/object", "unit object", b"nope").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("/p/units/a/object: cannot decode unit object: "), "{msg}");
+        assert!(msg.ends_with("(value \"nope\")"), "{msg}");
+        let err = decode_job_state("/p/units/a/desired", b"running").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "/p/units/a/desired: cannot decode desired state: invalid value \"running\" for JobState (value \"running\")"
+        );
+        assert_eq!(decode_job_state("k", b"launched").unwrap(), JobState::Launched);
+        assert_eq!(decode_u32("k", "version", b"12").unwrap(), 12);
+    }
+
+    #[test]
+    fn state_record_maps_to_model_with_name_and_machine_from_key() {
+        let raw = br#"{"hash":"h","loadState":"loaded","activeState":"active","subState":"running"}"#;
+        let rec: StateRecord = decode_json("k", "unit state", raw).unwrap();
+        let s = rec.clone().into_state("a.service", "m1");
+        assert_eq!((s.name.as_str(), s.machine_id.as_str(), s.sub_state.as_str()), ("a.service", "m1", "running"));
+        assert_eq!(StateRecord::from_state(&s), rec);
+    }
+
+    #[test]
+    fn dynamic_metadata_overrides_and_empty_value_hides_static_key() {
+        let obj = MachineObject {
+            id: "m1".into(),
+            metadata: [("role".to_string(), "web".to_string()), ("dc".to_string(), "x".to_string())].into(),
+            ..Default::default()
+        };
+        let dynamic = [("role".to_string(), "db".to_string()), ("dc".to_string(), String::new())].into();
+        let merged = obj.merged(&dynamic);
+        assert_eq!(merged.metadata, [("role".to_string(), "db".to_string())].into());
+        assert_eq!(merged.id, "m1");
+        let raw = encode_json(&obj);
+        assert_eq!(decode_json::<MachineObject>("k", "machine", raw.as_bytes()).unwrap(), obj);
+    }
+}

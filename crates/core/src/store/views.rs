@@ -1,0 +1,317 @@
+//! Derived, read-only views of a [`Snapshot`] in the orders the API and fleetctl list them (spec §8): units by
+//! name with their current state (§7.2), unit states by name then machine, present machines by ID with merged
+//! metadata (§3.3), and which bodies garbage collection may delete. Pure functions over the snapshot.
+
+use std::sync::Arc;
+
+use super::snapshot::{Snapshot, UnitRecord};
+use crate::model::{JobState, MachineState, UnitState};
+
+/// One unit as the API and engine see it: a unit object whose body is present.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitView<'a> {
+    pub name: &'a str,
+    pub hash: &'a str,
+    /// Hash before the last replacement (rollback target), if any.
+    pub previous_hash: Option<&'a str>,
+    /// Canonical unit text (parse it with the unit module).
+    pub body: &'a Arc<str>,
+    /// Desired state; a missing or unreadable `desired` key reads as `inactive`.
+    pub desired: JobState,
+    /// Machine the engine scheduled it to.
+    pub target: Option<&'a str>,
+    /// Derived current state (§7.2). Callers show `inactive` for global units regardless.
+    pub current: JobState,
+    /// The version was stored without restart (`UnitObject::no_restart`).
+    pub no_restart: bool,
+}
+
+/// Current state of a non-global unit (spec §7.2): `inactive` without a target or without a state published by
+/// the target machine; `launched` if the target machine also marked it launched; `loaded` otherwise.
+pub fn current_state(target: Option<&str>, state_published_by_target: bool, launched_by_target: bool) -> JobState {
+    match target {
+        None => JobState::Inactive,
+        Some(_) if !state_published_by_target => JobState::Inactive,
+        Some(_) if launched_by_target => JobState::Launched,
+        Some(_) => JobState::Loaded,
+    }
+}
+
+impl Snapshot {
+    /// Current state of `name` (§7.2); `inactive` for unknown units.
+    pub fn current_state(&self, name: &str) -> JobState {
+        self.unit_record(name).map_or(JobState::Inactive, |r| self.current_state_of(name, r))
+    }
+
+    fn current_state_of(&self, name: &str, r: &UnitRecord) -> JobState {
+        let target = r.target.as_deref();
+        let published = target.is_some_and(|t| self.state_record(name, t).is_some());
+        let launched = target.is_some_and(|t| r.launched.contains_key(t));
+        current_state(target, published, launched)
+    }
+
+    fn view<'a>(&'a self, name: &'a str, r: &'a UnitRecord) -> Option<UnitView<'a>> {
+        let object = r.object.as_ref()?;
+        // A unit whose body is missing is invisible (spec §3.2, §6.1) rather than an error for every reader.
+        let body = self.body(&object.hash)?;
+        Some(UnitView {
+            name,
+            hash: &object.hash,
+            previous_hash: object.previous_hash.as_deref(),
+            body,
+            desired: r.desired.unwrap_or(JobState::Inactive),
+            target: r.target.as_deref(),
+            current: self.current_state_of(name, r),
+            no_restart: object.no_restart,
+        })
+    }
+
+    /// Every rollout with a readable spec, newest first (by creation time, then ID).
+    pub fn rollouts(&self) -> Vec<crate::rollout::Rollout> {
+        let mut all: Vec<crate::rollout::Rollout> =
+            self.rollout_records().values().filter_map(|r| r.rollout()).collect();
+        all.sort_by(|a, b| (b.spec.created_ms, &b.spec.id).cmp(&(a.spec.created_ms, &a.spec.id)));
+        all
+    }
+
+    /// Hash of the version `machine` last started of `unit` (its launched marker), if it runs it.
+    pub fn running_hash(&self, unit: &str, machine: &str) -> Option<&str> {
+        self.unit_record(unit)?.launched.get(machine).map(|h| &**h).filter(|h| !h.is_empty())
+    }
+
+    /// Every readable unit, in name order.
+    pub fn units(&self) -> impl Iterator<Item = UnitView<'_>> {
+        self.unit_records().iter().filter_map(|(name, r)| self.view(name, r))
+    }
+
+    /// One readable unit.
+    pub fn unit(&self, name: &str) -> Option<UnitView<'_>> {
+        let (name, r) = self.unit_records().get_key_value(name)?;
+        self.view(name, r)
+    }
+
+    /// Readable units scheduled to `machine`, in name order (what that machine's agent must run, global units
+    /// aside).
+    pub fn units_targeting<'a>(&'a self, machine: &'a str) -> impl Iterator<Item = UnitView<'a>> {
+        self.units().filter(move |u| u.target == Some(machine))
+    }
+
+    /// Every published unit state, sorted by unit name then machine ID.
+    pub fn unit_states(&self) -> impl Iterator<Item = UnitState> + '_ {
+        self.state_records()
+            .iter()
+            .flat_map(|(unit, per_machine)| per_machine.iter().map(move |(m, r)| r.clone().into_state(unit, m)))
+    }
+
+    /// One state per unit scheduled to a machine whose presence is gone (the engine has not moved it yet: an
+    /// at-most-once unit while the engine waits the margin out, or any unit no machine can take), by unit name:
+    /// load and active state [`crate::model::UNKNOWN_STATE`], sub state [`crate::model::IN_DOUBT`], the unit's
+    /// current hash. Its own states vanished with the machine's lease.
+    pub fn unit_states_in_doubt(&self) -> impl Iterator<Item = UnitState> + '_ {
+        self.units().filter_map(|u| {
+            let target = u.target.filter(|t| !t.is_empty() && self.machine(t).is_none())?;
+            Some(UnitState {
+                name: u.name.to_string(),
+                machine_id: target.to_string(),
+                hash: u.hash.to_string(),
+                load_state: crate::model::UNKNOWN_STATE.into(),
+                active_state: crate::model::UNKNOWN_STATE.into(),
+                sub_state: crate::model::IN_DOUBT.into(),
+                restarts: None,
+                health: None,
+            })
+        })
+    }
+
+    /// States of one unit, by machine ID.
+    pub fn unit_states_of<'a>(&'a self, unit: &'a str) -> impl Iterator<Item = UnitState> + 'a {
+        self.state_records()
+            .get(unit)
+            .into_iter()
+            .flat_map(move |per_machine| per_machine.iter().map(move |(m, r)| r.clone().into_state(unit, m)))
+    }
+
+    /// Present machines (with a presence object), sorted by ID, metadata merged (§3.3).
+    pub fn machines(&self) -> impl Iterator<Item = MachineState> + '_ {
+        self.machine_records().values().filter_map(|m| m.object.as_ref().map(|o| o.merged(&m.metadata)))
+    }
+
+    /// One present machine by full ID. A machine with only dynamic metadata left is absent, never a record with
+    /// an empty ID (fixes B14).
+    pub fn machine(&self, id: &str) -> Option<MachineState> {
+        let m = self.machine_records().get(id)?;
+        m.object.as_ref().map(|o| o.merged(&m.metadata))
+    }
+
+    /// Bodies nothing needs, with the mod revision they were seen at; pass them to `Registry::delete_bodies`.
+    /// Needed: every version a unit object names (current, previous, history), every version a machine runs
+    /// (launched marker) or holds on disk (published state), and both versions of a rollout that still holds
+    /// machines (`rollout::needed_hashes`).
+    pub fn unreferenced_bodies(&self) -> Vec<(String, i64)> {
+        let rollouts = self.rollouts();
+        let referenced: std::collections::HashSet<&str> = self
+            .unit_records()
+            .values()
+            .flat_map(|r| {
+                let stored = r.object.iter().flat_map(|o| {
+                    std::iter::once(&*o.hash)
+                        .chain(o.previous_hash.as_deref())
+                        .chain(o.history.iter().map(|v| &*v.hash))
+                });
+                // What machines run (launched markers), even when history has moved past it.
+                stored.chain(r.launched.values().map(|h| &**h))
+            })
+            // What machines hold on disk (published states).
+            .chain(self.state_records().values().flat_map(|per_machine| per_machine.values().map(|s| &*s.hash)))
+            .chain(crate::rollout::needed_hashes(rollouts.iter()))
+            .collect();
+        self.bodies()
+            .iter()
+            .filter(|(hash, _)| !referenced.contains(&hash.as_ref()))
+            .map(|(hash, b)| (hash.to_string(), b.mod_revision))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::keys::Key;
+    use crate::store::snapshot::tests::{Build, H1, H2};
+
+    #[test]
+    fn current_state_table() {
+        use JobState::*;
+        let cases = [
+            (None, false, false, Inactive),
+            (None, true, true, Inactive),
+            (Some("m1"), false, false, Inactive),
+            (Some("m1"), false, true, Inactive),
+            (Some("m1"), true, false, Loaded),
+            (Some("m1"), true, true, Launched),
+        ];
+        for (target, published, launched, want) in cases {
+            assert_eq!(current_state(target, published, launched), want, "{target:?} {published} {launched}");
+        }
+    }
+
+    #[test]
+    fn current_state_looks_only_at_the_target_machine() {
+        let launched = |m: &str| Key::UnitLaunched { unit: "a.service".into(), machine: m.into() };
+        let b = Build::new()
+            .unit("a.service", H1, None, "launched")
+            .put(Key::UnitTarget { unit: "a.service".into() }, "m1")
+            .state("a.service", "m2", H1)
+            .put(launched("m2"), H1);
+        assert_eq!(b.snap.current_state("a.service"), JobState::Inactive, "state only from another machine");
+        let b = b.state("a.service", "m1", H1);
+        assert_eq!(b.snap.current_state("a.service"), JobState::Loaded, "launched only by another machine");
+        let b = b.put(launched("m1"), H1);
+        assert_eq!(b.snap.current_state("a.service"), JobState::Launched);
+        assert_eq!(b.snap.current_state("nope.service"), JobState::Inactive);
+    }
+
+    #[test]
+    fn units_are_listed_by_name_and_need_a_body() {
+        let s = Build::new()
+            .unit("b.service", H2, Some(H1), "loaded")
+            .unit("a.service", H1, None, "inactive")
+            .put(
+                Key::UnitObject { unit: "c.service".into() },
+                &format!(r#"{{"name":"c.service","hash":"{}"}}"#, "f".repeat(40)),
+            )
+            .delete(Key::UnitDesired { unit: "a.service".into() })
+            .done();
+        let names: Vec<&str> = s.units().map(|u| u.name).collect();
+        assert_eq!(names, ["a.service", "b.service"]);
+        let b = s.unit("b.service").unwrap();
+        assert_eq!((b.hash, b.previous_hash, b.desired, b.target), (H2, Some(H1), JobState::Loaded, None));
+        assert_eq!(s.unit("a.service").unwrap().desired, JobState::Inactive, "missing desired reads inactive");
+        assert!(s.unit("c.service").is_none(), "missing body hides the unit");
+    }
+
+    #[test]
+    fn units_of_an_absent_machine_are_in_doubt() {
+        let target = |u: &str| Key::UnitTarget { unit: u.into() };
+        let s = Build::new()
+            .put(Key::MachineObject { machine: "m1".into() }, r#"{"id":"m1"}"#)
+            .unit("here.service", H1, None, "launched")
+            .put(target("here.service"), "m1")
+            .unit("gone.service", H2, None, "launched")
+            .put(target("gone.service"), "m2")
+            .unit("idle.service", H1, None, "launched")
+            .done();
+        let doubt: Vec<UnitState> = s.unit_states_in_doubt().collect();
+        assert_eq!(doubt.len(), 1, "{doubt:?}");
+        let d = &doubt[0];
+        assert_eq!((d.name.as_str(), d.machine_id.as_str(), d.hash.as_str()), ("gone.service", "m2", H2));
+        assert_eq!(
+            (d.load_state.as_str(), d.active_state.as_str(), d.sub_state.as_str()),
+            ("unknown", "unknown", "in-doubt")
+        );
+    }
+
+    #[test]
+    fn unit_states_are_sorted_by_name_then_machine() {
+        let s =
+            Build::new().state("b.service", "m1", H1).state("a.service", "m2", H1).state("a.service", "m1", H2).done();
+        let got: Vec<(String, String)> = s.unit_states().map(|u| (u.name, u.machine_id)).collect();
+        let want = [("a.service", "m1"), ("a.service", "m2"), ("b.service", "m1")];
+        assert_eq!(got, want.map(|(a, b)| (a.to_string(), b.to_string())));
+        assert_eq!(s.unit_states_of("a.service").count(), 2);
+        assert_eq!(s.unit_states_of("zzz").count(), 0);
+    }
+
+    #[test]
+    fn machines_without_presence_are_hidden() {
+        let s = Build::new()
+            .put(Key::MachineObject { machine: "m2".into() }, r#"{"id":"m2","metadata":{"a":"1"}}"#)
+            .put(Key::MachineObject { machine: "m1".into() }, r#"{"id":"m1"}"#)
+            .put(Key::MachineMetadata { machine: "m2".into(), key: "a".into() }, "")
+            .put(Key::MachineMetadata { machine: "m3".into(), key: "b".into() }, "x")
+            .done();
+        let ids: Vec<String> = s.machines().map(|m| m.id).collect();
+        assert_eq!(ids, ["m1", "m2"]);
+        assert!(s.machine("m2").unwrap().metadata.is_empty(), "tombstone hides the object's key");
+        assert_eq!(s.machine("m3"), None);
+    }
+
+    #[test]
+    fn gc_keeps_current_and_previous_bodies() {
+        let h3 = "3".repeat(40);
+        let s = Build::new()
+            .unit("a.service", H2, Some(H1), "inactive")
+            .put(Key::Body { hash: h3.clone() }, "orphan")
+            .done();
+        let unref = s.unreferenced_bodies();
+        assert_eq!(unref.len(), 1);
+        assert_eq!(unref[0].0, h3);
+        assert_eq!(unref[0].1, s.bodies()[h3.as_str()].mod_revision);
+    }
+}
+
+#[cfg(test)]
+mod scale {
+    use crate::store::keys::Key;
+    use crate::store::snapshot::tests::{Build, H1};
+
+    /// Listing 1,000 units with states shows each once, in name order, with its target and current state. How fast
+    /// that is belongs to the bench (`fleet-harness bench`, list latency), not to a test on a shared machine.
+    #[test]
+    fn listing_a_thousand_units_shows_each_with_its_state() {
+        let mut b = Build::new();
+        for i in 0..1000 {
+            let name = format!("u{i:04}.service");
+            b = b.unit(&name, H1, None, "launched").put(Key::UnitTarget { unit: name.clone() }, "m1");
+            b = b.state(&name, "m1", H1);
+        }
+        let s = b.done();
+        let rows: Vec<(String, String, Option<String>)> = s
+            .units()
+            .map(|u| (u.name.to_string(), u.current.as_str().to_string(), u.target.map(String::from)))
+            .collect();
+        let expected: Vec<(String, String, Option<String>)> =
+            (0..1000).map(|i| (format!("u{i:04}.service"), "loaded".to_string(), Some("m1".to_string()))).collect();
+        assert_eq!(rows, expected);
+    }
+}

@@ -1,0 +1,269 @@
+//! [`Client`] directly over etcd (`--driver=etcd`, spec §9.3), built on the registry module: no fleetd and no HTTP
+//! API in between, but the same answers the API would give.
+//!
+//! * Reads are one consistent registry read each: a whole snapshot for unit listings (units, bodies and states
+//!   are needed together for current states), and scoped reads (one unit, states, machines) for the rest, so the
+//!   polling in fleetctl's waits does not re-read a whole cluster every half second. Units and states are derived
+//!   exactly as the API derives them (the registry's snapshot views, spec §7.2, §8.6).
+//! * Writes apply the API's PUT procedure ([`wire::decide_put`], spec §8.6, with the recommended validation of
+//!   replacements and desired states), so a unit this driver stores is one the API would have stored. Unlike the
+//!   original's etcd driver, creating a unit without options is refused like the API refuses it.
+//! * After a replace or destroy, unreferenced unit bodies are garbage-collected (the original leaked them, L9).
+//! * Rollouts are decided as the API decides them ([`wire::decide_rollout`] over a whole-registry read, then
+//!   [`Registry::create_rollout`]; [`wire::decide_control`] then [`Registry::set_rollout_control`]) and shown as the
+//!   API shows them ([`wire::stored_rollout`]); a wait for a rollout's next change is one etcd watch of its keys.
+//!   The engine leader of the cluster drives them as usual.
+//!
+//! The trait is synchronous: the client owns one single-threaded tokio runtime and blocks on it per call. The etcd
+//! connection is established lazily by the first request, so an unreachable etcd surfaces as that command's error
+//! (as in the original) rather than as `Unable to initialize client`.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::{BuildError, Client, ClientError, StateFilter};
+use fleet_core::api_rules::{self, ApiError, PutAction, StoreOptions};
+use fleet_core::model::JobState;
+use fleet_core::rollout::Control;
+use fleet_core::schema::{Machine, Rollout, RolloutRequest, Unit, UnitHistory, UnitState};
+use fleet_core::unit::{UnitFile, name};
+use fleet_core::version::SemVer;
+use fleet_registry::{EtcdConfig, PutUnit, Registry, RegistryError, RolloutBody, Snapshot, UnitWrite};
+
+/// fleetctl's client over etcd.
+pub struct EtcdClient {
+    runtime: tokio::runtime::Runtime,
+    registry: Registry,
+}
+
+/// Per-request timeout used when `--request-timeout` is zero or negative ("no timeout").
+const NO_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+impl EtcdClient {
+    /// A client for the comma-separated etcd URLs in `endpoints`, under `prefix`. `request_timeout` bounds every
+    /// etcd request (zero: unbounded).
+    pub fn new(
+        endpoints: &str,
+        prefix: &str,
+        request_timeout: Duration,
+        tls: fleet_tls::ClientFiles,
+    ) -> Result<EtcdClient, BuildError> {
+        let endpoints: Vec<String> =
+            endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_string).collect();
+        if endpoints.is_empty() {
+            return Err(BuildError::Etcd("no etcd endpoint given (--endpoint)".into()));
+        }
+        let config = EtcdConfig {
+            endpoints,
+            prefix: prefix.to_string(),
+            request_timeout: if request_timeout.is_zero() { NO_TIMEOUT } else { request_timeout },
+            user: None,
+            tls,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| BuildError::Runtime(e.to_string()))?;
+        // Connecting builds the channel only; the first request dials.
+        let registry = runtime.block_on(Registry::connect(&config)).map_err(|e| BuildError::Etcd(e.to_string()))?;
+        Ok(EtcdClient { runtime, registry })
+    }
+
+    fn run<T>(&self, op: impl Future<Output = Result<T, RegistryError>>) -> Result<T, ClientError> {
+        self.runtime.block_on(op).map_err(client_error)
+    }
+
+    fn read_unit(&self, name: &str) -> Result<Snapshot, ClientError> {
+        if name::validate_name(name).is_err() {
+            // Such a unit cannot exist; the registry would also refuse names it cannot put in a key.
+            return Ok(Snapshot::default());
+        }
+        self.run(self.registry.read_unit_snapshot(name))
+    }
+
+    /// Deletes unit bodies nothing refers to any more. Best effort: the engine leader collects them too.
+    fn collect_garbage(&self) {
+        if let Err(e) = self.runtime.block_on(self.registry.collect_garbage()) {
+            tracing::warn!(error = %e, "cannot garbage-collect unit bodies");
+        }
+    }
+
+    /// Stores `unit`, returning whether an earlier version was replaced.
+    fn store(
+        &self,
+        name: &str,
+        unit: &UnitFile,
+        desired: JobState,
+        options: StoreOptions,
+    ) -> Result<bool, ClientError> {
+        let (text, hash) = (unit.canonical(), unit.hash().to_hex());
+        let StoreOptions { reschedule, no_restart } = options;
+        let put = PutUnit { name, text: &text, hash: &hash, desired, reschedule, no_restart };
+        Ok(matches!(self.run(self.registry.put_unit(&put))?, UnitWrite::Replaced { .. }))
+    }
+}
+
+/// Registry errors as fleetctl shows them; "not found" keeps the API's 404 so callers can tell it apart.
+fn client_error(e: RegistryError) -> ClientError {
+    match e {
+        RegistryError::UnitNotFound { .. } => {
+            ClientError::Rejected { code: 404, message: "unit does not exist".into() }
+        }
+        RegistryError::InvalidComponent(e) => ClientError::Rejected { code: 400, message: e.to_string() },
+        RegistryError::RolloutNotFound { .. } => {
+            ClientError::Rejected { code: 404, message: "rollout does not exist".into() }
+        }
+        RegistryError::RolloutExists { id } => {
+            ClientError::Rejected { code: 409, message: format!("rollout {id:?} already exists") }
+        }
+        e @ RegistryError::UnitChanged { .. } => ClientError::Rejected { code: 409, message: e.to_string() },
+        other => ClientError::Other(other.to_string()),
+    }
+}
+
+/// A refusal with the status the API would have answered.
+fn reject(code: u16, message: impl Into<String>) -> ClientError {
+    ClientError::Rejected { code, message: message.into() }
+}
+
+/// The API's refusal as fleetctl shows it.
+fn rejected(e: ApiError) -> ClientError {
+    reject(e.status.as_u16(), e.message)
+}
+
+impl Client for EtcdClient {
+    fn machines(&self) -> Result<Vec<Machine>, ClientError> {
+        let snapshot = self.run(self.registry.read_machines_snapshot())?;
+        Ok(snapshot.machines().map(api_rules::machine).collect())
+    }
+
+    fn units(&self) -> Result<Vec<Unit>, ClientError> {
+        let snapshot = self.run(self.registry.read_snapshot())?;
+        Ok(snapshot.units().filter_map(|view| api_rules::unit(&view, false)).collect())
+    }
+
+    fn unit(&self, name: &str) -> Result<Option<Unit>, ClientError> {
+        let snapshot = self.read_unit(name)?;
+        Ok(snapshot.unit(name).and_then(|view| api_rules::unit(&view, true)))
+    }
+
+    fn create_unit(&self, unit: &Unit) -> Result<(), ClientError> {
+        let stored = if name::validate_name(&unit.name).is_ok() { Some(self.read_unit(&unit.name)?) } else { None };
+        let stored_hash = stored.as_ref().and_then(|s| s.unit(&unit.name)).map(|view| view.hash);
+        let action = api_rules::decide_put(unit, stored_hash).map_err(rejected)?;
+        match action {
+            PutAction::Create(desired) | PutAction::Replace(desired) => {
+                let options = StoreOptions::of(unit, &action);
+                let content = UnitFile::from_options(unit.options.clone());
+                if self.store(&unit.name, &content, desired, options)? {
+                    self.collect_garbage();
+                }
+            }
+            PutAction::SetDesired(desired) => {
+                self.run(self.registry.set_desired(&unit.name, desired))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn set_unit_target_state(&self, name: &str, state: &str) -> Result<(), ClientError> {
+        // What the HTTP client sends: a PUT with only name and desired state.
+        self.create_unit(&Unit { name: name.to_string(), desired_state: state.to_string(), ..Default::default() })
+    }
+
+    fn destroy_unit(&self, name: &str) -> Result<(), ClientError> {
+        name::validate_name(name).map_err(|e| reject(400, e.to_string()))?;
+        self.run(self.registry.destroy_unit(name))?;
+        self.collect_garbage();
+        Ok(())
+    }
+
+    fn unit_states(&self, filter: &StateFilter) -> Result<Vec<UnitState>, ClientError> {
+        let unit = filter.unit_name.as_deref();
+        if unit.is_some_and(|n| name::validate_name(n).is_err()) {
+            return Ok(Vec::new());
+        }
+        let snapshot = self.run(self.registry.read_states_snapshot(unit))?;
+        Ok(snapshot
+            .unit_states()
+            .filter(|s| filter.machine_id.as_ref().is_none_or(|m| &s.machine_id == m))
+            .filter(|s| unit.is_none_or(|n| s.name == n))
+            .map(|s| {
+                let running = snapshot.running_hash(&s.name, &s.machine_id).map(str::to_string);
+                api_rules::state(s, running.as_deref())
+            })
+            .collect())
+    }
+
+    fn unit_state(&self, name: &str) -> Result<Option<UnitState>, ClientError> {
+        let filter = StateFilter { machine_id: None, unit_name: Some(name.to_string()) };
+        Ok(self.unit_states(&filter)?.into_iter().next())
+    }
+
+    fn set_machine_metadata(&self, machine_id: &str, key: &str, value: &str) -> Result<(), ClientError> {
+        if value.is_empty() {
+            return Err(reject(400, "invalid value: add and replace require a value"));
+        }
+        self.run(self.registry.set_metadata(machine_id, key, value)).map(drop)
+    }
+
+    fn delete_machine_metadata(&self, machine_id: &str, key: &str) -> Result<(), ClientError> {
+        self.run(self.registry.remove_metadata(machine_id, key)).map(drop)
+    }
+
+    fn latest_daemon_version(&self) -> Result<Option<SemVer>, ClientError> {
+        let snapshot = self.run(self.registry.read_machines_snapshot())?;
+        Ok(snapshot.machines().filter_map(|m| SemVer::parse(&m.version)).max())
+    }
+
+    fn create_rollout(&self, id: &str, request: &RolloutRequest) -> Result<Rollout, ClientError> {
+        let snapshot = self.run(self.registry.read_snapshot())?;
+        let plan = api_rules::decide_rollout(id, request, &snapshot, fleet_core::model::now_ms()).map_err(rejected)?;
+        let mut bodies = Vec::with_capacity(plan.bodies.len());
+        for (name, text, object_revision) in &plan.bodies {
+            let unit = plan.spec.unit(name).ok_or_else(|| {
+                ClientError::Other(format!("rollout decision has a body for {name}, which it does not name"))
+            })?;
+            let object = snapshot.unit_record(name).and_then(|r| r.object.as_ref());
+            bodies.push(RolloutBody { unit, text, object_revision: *object_revision, object });
+        }
+        let revision = self.run(self.registry.create_rollout(&plan.spec, &bodies))?;
+        let stored = fleet_core::rollout::Rollout { spec: plan.spec, control: Control::default(), progress: None };
+        Ok(Rollout { revision, ..api_rules::rollout(&stored) })
+    }
+
+    fn rollouts(&self) -> Result<Vec<Rollout>, ClientError> {
+        let snapshot = self.run(self.registry.read_snapshot())?;
+        Ok(api_rules::stored_rollouts(&snapshot))
+    }
+
+    fn unit_history(&self, name: &str) -> Result<Option<UnitHistory>, ClientError> {
+        let snapshot = self.read_unit(name)?;
+        let Some(object) = snapshot.unit_record(name).and_then(|r| r.object.as_ref()) else { return Ok(None) };
+        // Only the current body is in a single-unit read: fetch the others' bodies from a full read.
+        let full = self.run(self.registry.read_snapshot())?;
+        Ok(Some(api_rules::history(object, |hash| full.body(hash).cloned())))
+    }
+
+    fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError> {
+        let snapshot = self.run(self.registry.read_snapshot())?;
+        Ok(snapshot.rollout_records().get(id).and_then(api_rules::stored_rollout))
+    }
+
+    fn rollout_change(&self, id: &str, revision: i64, limit: Duration) -> Result<Option<Rollout>, ClientError> {
+        if fleet_registry::check_component(fleet_registry::Component::RolloutId, id).is_err() {
+            return Ok(None);
+        }
+        self.run(self.registry.wait_rollout_change(id, revision, limit))?;
+        self.rollout(id)
+    }
+
+    fn control_rollout(&self, id: &str, control: fleet_core::schema::RolloutControl) -> Result<(), ClientError> {
+        let snapshot = self.run(self.registry.read_snapshot())?;
+        let Some(rollout) = snapshot.rollout_records().get(id).and_then(|r| r.rollout()) else {
+            return Err(reject(404, "rollout does not exist"));
+        };
+        let control = api_rules::decide_control(&rollout, control).map_err(rejected)?;
+        self.run(self.registry.set_rollout_control(id, &control)).map(drop)
+    }
+}

@@ -1,0 +1,283 @@
+//! The at-most-once fence (issue 14 item 2; docs/at-most-once.md): while this machine cannot prove its presence,
+//! its `AtMostOnce=true` units are stopped and none is started.
+//!
+//! [`FenceLoop`] runs beside the reconcile and publish loops, on its own `Systemd` handle, so a long plan never
+//! delays it. It follows the presence lease's `alive_until` (the registry's `LeaseKeeper`) and, at
+//! [`at_most_once::stop_deadline`] by this machine's monotonic clock — or at once when the lease is lost — marks
+//! the presence *in doubt*, stops every at-most-once unit with a file in the units directory (their `[X-Fleet]`
+//! read from the files themselves, so units adopted from an earlier process count too) and then, while in doubt,
+//! stops any of them that systemd reports starting again (a start a plan issued just before the doubt began).
+//! The reconcile loop meanwhile plans at-most-once units as loaded only ([`hold_while_in_doubt`]), and learns of
+//! the units the fence stopped ([`Fence::take_stopped`]) so that it starts them again when the doubt ends — a
+//! renewal went through, so etcd never expired the presence and the engine never placed them elsewhere — if they
+//! are still scheduled here. A new presence lease after a lost one starts a new run: the units run again only
+//! where the registry, read after the new registration, schedules them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio::sync::{Notify, watch};
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use fleet_core::at_most_once::{presence_in_doubt, stop_deadline};
+use fleet_core::machine_plan::desired::ClusterUnit;
+use fleet_core::machine_plan::plan::Desired;
+use fleet_core::model::JobState;
+use fleet_core::unit::{Requirements, UnitFile};
+use fleet_systemd::{SystemdOps, UnitChange, UnitChanges};
+
+/// What the fence shares with the reconcile loop; kept by the agent across runs.
+#[derive(Debug, Default)]
+pub struct Fence {
+    in_doubt: AtomicBool,
+    stopped: Mutex<BTreeSet<String>>,
+    /// Wakes the reconcile loop when the doubt ends.
+    cleared: Notify,
+}
+
+impl Fence {
+    /// Whether this machine's presence is in doubt now (at-most-once units must not run).
+    pub fn in_doubt(&self) -> bool {
+        self.in_doubt.load(Ordering::SeqCst)
+    }
+
+    /// The units the fence stopped since the last call (the executor then no longer believes them launched).
+    pub fn take_stopped(&self) -> BTreeSet<String> {
+        std::mem::take(&mut *self.stopped.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Resolves when the doubt ends.
+    pub async fn cleared(&self) {
+        self.cleared.notified().await
+    }
+
+    fn set_in_doubt(&self, doubt: bool) -> bool {
+        self.in_doubt.swap(doubt, Ordering::SeqCst) != doubt
+    }
+
+    fn note_stopped(&self, names: impl IntoIterator<Item = String>) {
+        self.stopped.lock().unwrap_or_else(|e| e.into_inner()).extend(names);
+    }
+}
+
+/// While the presence is in doubt: every at-most-once unit wanted launched here is wanted loaded only, so the plan
+/// stops it and starts none. Other units are untouched.
+pub fn hold_while_in_doubt(desired: &mut BTreeMap<String, Desired>, units: &[ClusterUnit]) {
+    for unit in units.iter().filter(|u| u.requirements.at_most_once) {
+        if let Some(d) = desired.get_mut(&unit.name)
+            && d.state == JobState::Launched
+        {
+            d.state = JobState::Loaded;
+        }
+    }
+}
+
+/// Whether a unit file's text declares `[X-Fleet] AtMostOnce=true` (an unparsable file does not).
+pub fn declares_at_most_once(text: &str, name: &str) -> bool {
+    UnitFile::parse(text).is_ok_and(|file| Requirements::of(&file, name).at_most_once)
+}
+
+/// systemd's active states in which a unit counts as running (or about to) for the fence.
+fn is_running(active_state: &str) -> bool {
+    !matches!(active_state, "inactive" | "failed")
+}
+
+/// The fence's loop for one run of the agent (one presence lease).
+pub(crate) struct FenceLoop<'a, S: SystemdOps> {
+    pub systemd: S,
+    pub units_dir: &'a Path,
+    pub margin: Duration,
+    pub alive_until: watch::Receiver<Option<Instant>>,
+    pub fence: &'a Fence,
+    pub changes: UnitChanges,
+}
+
+impl<S: SystemdOps> FenceLoop<'_, S> {
+    pub async fn run(mut self, stop: CancellationToken) {
+        loop {
+            let until = *self.alive_until.borrow_and_update();
+            if presence_in_doubt(until, Instant::now(), self.margin) {
+                if self.fence.set_in_doubt(true) {
+                    warn!(lease_lost = until.is_none(), margin = ?self.margin,
+                        "presence in doubt: stopping at-most-once units before the engine may place them elsewhere");
+                }
+                if !self.guard(&stop).await {
+                    return;
+                }
+            } else {
+                if self.fence.set_in_doubt(false) {
+                    info!("presence renewed: at-most-once units scheduled here may run again");
+                    self.fence.cleared.notify_one();
+                }
+                let deadline = stop_deadline(until.unwrap_or_else(Instant::now), self.margin);
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => return,
+                    changed = self.alive_until.changed() => if changed.is_err() {
+                        // The keeper stopped (the lease was given up): wait out what is left, then doubt.
+                        sleep_until(deadline).await;
+                        self.fence.set_in_doubt(true);
+                        self.guard(&stop).await;
+                        return;
+                    },
+                    () = sleep_until(deadline) => {}
+                }
+            }
+        }
+    }
+
+    /// In doubt: stops the at-most-once units running here, then stops any of them that starts again, until the
+    /// lease's expiry estimate changes (`true`: look again) or `stop` (`false`). A keeper that is gone changes
+    /// nothing any more: the guard then lasts until `stop`.
+    async fn guard(&mut self, stop: &CancellationToken) -> bool {
+        let mut names = self.stop_running().await;
+        let mut lease_followed = true;
+        let mut signals = true;
+        loop {
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return false,
+                changed = self.alive_until.changed(), if lease_followed => {
+                    if changed.is_ok() {
+                        return true;
+                    }
+                    lease_followed = false;
+                }
+                change = self.changes.recv(), if signals => match change {
+                    Some(UnitChange::Unit { name: unit, .. }) if names.contains(&unit) || self.file_declares(&unit) => {
+                        names = self.stop_running().await;
+                    }
+                    // A change may have been missed: look again.
+                    Some(UnitChange::Missed) => {
+                        names = self.stop_running().await;
+                    }
+                    Some(UnitChange::Unit { .. }) => {}
+                    None => {
+                        warn!("systemd signals ended; the fence can stop nothing more");
+                        signals = false;
+                    }
+                },
+                else => {
+                    stop.cancelled().await;
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Stops every at-most-once unit with a file here that systemd reports running; returns the at-most-once units.
+    async fn stop_running(&self) -> BTreeSet<String> {
+        let names = at_most_once_files(self.units_dir);
+        if names.is_empty() {
+            return names;
+        }
+        let list: Vec<String> = names.iter().cloned().collect();
+        let running: Vec<String> = match self.systemd.states(&list).await {
+            Ok(states) => states.into_iter().filter(|s| is_running(&s.active_state)).map(|s| s.name).collect(),
+            Err(e) => {
+                warn!(error = %e, "fence: cannot read unit states; stopping every at-most-once unit");
+                list
+            }
+        };
+        if running.is_empty() {
+            return names;
+        }
+        let results = join_all(running.iter().map(|name| self.systemd.stop(name))).await;
+        let mut stopped = Vec::new();
+        for (name, result) in running.into_iter().zip(results) {
+            match result {
+                Ok(job) => {
+                    warn!(unit = %name, result = %job, "stopped at-most-once unit: this machine's presence is in doubt");
+                    stopped.push(name);
+                }
+                Err(e) if e.is_not_loaded() => stopped.push(name),
+                Err(e) => warn!(unit = %name, error = %e, "fence: cannot stop at-most-once unit"),
+            }
+        }
+        self.fence.note_stopped(stopped);
+        names
+    }
+
+    fn file_declares(&self, unit: &str) -> bool {
+        std::fs::read_to_string(self.units_dir.join(unit)).is_ok_and(|text| declares_at_most_once(&text, unit))
+    }
+}
+
+/// The units with a file in `dir` that declare `AtMostOnce=true`.
+fn at_most_once_files(dir: &Path) -> BTreeSet<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return BTreeSet::new() };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| !name.starts_with('.'))
+        .filter(|name| std::fs::read_to_string(dir.join(name)).is_ok_and(|text| declares_at_most_once(&text, name)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use fleet_core::machine_plan::plan::Update;
+
+    fn desired(state: JobState) -> Desired {
+        Desired { state, hash: "h".into(), text: Arc::from(""), install: false, update: Update::Restart, restart: None }
+    }
+
+    fn unit(name: &str, at_most_once: bool) -> ClusterUnit {
+        ClusterUnit {
+            name: name.into(),
+            desired: JobState::Launched,
+            hash: "h".into(),
+            text: Arc::from(""),
+            install: false,
+            reloadable: false,
+            no_restart: false,
+            restart: None,
+            target: None,
+            requirements: Arc::new(Requirements { at_most_once, ..Requirements::default() }),
+        }
+    }
+
+    #[test]
+    fn in_doubt_only_at_most_once_units_are_held_to_loaded() {
+        let mut want: BTreeMap<String, Desired> = [
+            ("amo.service".to_string(), desired(JobState::Launched)),
+            ("plain.service".to_string(), desired(JobState::Launched)),
+            ("amo-loaded.service".to_string(), desired(JobState::Loaded)),
+        ]
+        .into();
+        let units = [unit("amo.service", true), unit("plain.service", false), unit("amo-loaded.service", true)];
+        hold_while_in_doubt(&mut want, &units);
+        assert_eq!(want["amo.service"].state, JobState::Loaded);
+        assert_eq!(want["plain.service"].state, JobState::Launched);
+        assert_eq!(want["amo-loaded.service"].state, JobState::Loaded);
+    }
+
+    #[test]
+    fn the_fence_reads_the_option_from_unit_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.service"), "[Service]\nExecStart=/bin/true\n[X-Fleet]\nAtMostOnce=yes\n")
+            .unwrap();
+        std::fs::write(dir.path().join("b.service"), "[Service]\nExecStart=/bin/true\n").unwrap();
+        std::fs::write(dir.path().join(".hidden"), "[X-Fleet]\nAtMostOnce=true\n").unwrap();
+        assert_eq!(at_most_once_files(dir.path()), BTreeSet::from(["a.service".to_string()]));
+        assert!(!declares_at_most_once("[X-Fleet]\nAtMostOnce=false\n", "x.service"));
+    }
+
+    #[test]
+    fn stopped_units_are_handed_over_once() {
+        let fence = Fence::default();
+        fence.note_stopped(["a.service".to_string()]);
+        assert_eq!(fence.take_stopped(), BTreeSet::from(["a.service".to_string()]));
+        assert!(fence.take_stopped().is_empty());
+        assert!(fence.set_in_doubt(true) && !fence.set_in_doubt(true) && fence.in_doubt());
+    }
+}

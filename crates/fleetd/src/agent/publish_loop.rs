@@ -1,0 +1,260 @@
+//! The state-publishing half of a running agent (spec §7.5): follows the loaded set and systemd's change
+//! notifications, reads the states of the loaded units, and writes the differences to this machine's
+//! `P/states/<name>/<machine>` keys (bound to its lease; never another machine's keys, B7).
+//!
+//! Triggers: a unit file written or removed, a systemd change of a loaded unit (with the values its signals
+//! carried, [`Readings`]), a health check whose status changed or a (re)start by the agent of a checked unit
+//! ([`HealthChecks`]: the `health` of each checked unit goes into its state), a failed write (retried after
+//! [`RETRY`]), and every `refresh_period(ttl)` a resync that re-reads every state and repairs this machine's keys
+//! against the registry snapshot. Rounds start at most every
+//! [`ROUND_GAP`]. It runs beside the
+//! reconcile loop on its own systemd handle, so a long stop job in a plan never delays publishing (that is how other machines see a unit
+//! `deactivating` and wait for it, see [`super::handover`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use tokio::sync::watch;
+use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep_until};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::checks::HealthChecks;
+use super::debug::DebugHandle;
+use super::publisher::{PublishOp, Publisher, Readings};
+use fleet_core::model::UnitState;
+use fleet_registry::{MAX_STATE_WRITES_PER_TXN, Registry, Snapshot, StateRecord, StateWrite, txn_batches};
+use fleet_systemd::{SystemdOps, UnitChange, UnitChanges};
+
+/// Delay before repeating failed registry writes or a failed systemd read.
+pub const RETRY: Duration = Duration::from_secs(1);
+/// Registry writes in flight at once.
+const WRITERS: usize = 8;
+/// Shortest time from the start of one publishing round to the start of the next. A start of hundreds of units
+/// brings thousands of signals within seconds; a round for each wave as it came made one transaction every few
+/// milliseconds, each applied by every fleetd's view. Waiting this long collects the waves into fewer, larger
+/// rounds, and a unit that passed through a state meanwhile (`activating`) has only its newest one written. A
+/// change after a quiet spell is still published at once.
+pub const ROUND_GAP: Duration = Duration::from_millis(50);
+
+/// Everything one publishing run needs; the caches it updates outlive it (they belong to the agent).
+pub(crate) struct PublishLoop<'a, S> {
+    pub registry: &'a Registry,
+    pub systemd: &'a S,
+    pub machine: &'a str,
+    pub lease: i64,
+    pub period: Duration,
+    pub publisher: &'a mut Publisher,
+    pub loaded: watch::Receiver<Arc<BTreeMap<String, String>>>,
+    pub changes: &'a mut UnitChanges,
+    pub snapshots: watch::Receiver<Arc<Snapshot>>,
+    pub debug: &'a DebugHandle,
+    pub health: &'a mut HealthChecks<S>,
+}
+
+impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
+    /// Publishes until `stop` is cancelled. Starts by re-publishing every state it published before, binding
+    /// them to this run's lease.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let rebind = self.publisher.refresh();
+        if !rebind.is_empty() {
+            debug!(
+                states = rebind.len(),
+                lease = format_args!("{:x}", self.lease),
+                "re-publishing under the new lease"
+            );
+        }
+        let mut retry_at = (!self.write(rebind).await).then(|| Instant::now() + RETRY);
+        let mut dirty = true;
+        let mut dbus_open = true;
+        let mut resync = interval_at(Instant::now() + self.period, self.period);
+        // A round slower than the period must not make the next rounds resyncs back to back.
+        resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // States and restart counters: taken from change signals, read only where no signal told (every state at
+        // the start and on resync).
+        let mut readings = Readings::new();
+        let mut next_round = Instant::now();
+        let starts = self.health.starts();
+        loop {
+            if dirty && Instant::now() >= next_round {
+                dirty = false;
+                next_round = Instant::now() + ROUND_GAP;
+                self.drain_changes(&mut readings);
+                if !self.publish_current(&mut readings).await {
+                    retry_at = retry_at.or(Some(Instant::now() + RETRY));
+                }
+            }
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return,
+                changed = self.loaded.changed() => match changed {
+                    Ok(()) => dirty = true,
+                    Err(_) => return,
+                },
+                change = self.changes.recv(), if dbus_open => match change {
+                    Some(change) => dirty |= self.take(&mut readings, change),
+                    None => {
+                        warn!("systemd change notifications ended; publishing on the resync period only");
+                        dbus_open = false;
+                    }
+                },
+                _ = resync.tick() => {
+                    if !self.repair().await {
+                        retry_at = retry_at.or(Some(Instant::now() + RETRY));
+                    }
+                    readings.read_all_states();
+                    dirty = true;
+                }
+                done = self.health.next_done() => {
+                    if let Some(unit) = done.and_then(|done| self.health.take_done(done)) {
+                        readings.touch(&unit);
+                        dirty = true;
+                    }
+                }
+                () = starts.reported() => {
+                    let snapshot = Arc::clone(&self.snapshots.borrow());
+                    let loaded = Arc::clone(&self.loaded.borrow());
+                    for unit in self.health.take_starts(&snapshot, &loaded) {
+                        readings.touch(&unit);
+                    }
+                    dirty = true;
+                }
+                _ = sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
+                    retry_at = None;
+                    dirty = true;
+                }
+                _ = sleep_until(next_round), if dirty => {}
+            }
+        }
+    }
+
+    /// Takes the change notifications already queued.
+    fn drain_changes(&mut self, readings: &mut Readings) {
+        while let Some(Some(change)) = self.changes.recv().now_or_never() {
+            self.take(readings, change);
+        }
+    }
+
+    /// Notes a change of a loaded unit (others are no concern of the publisher), or that every state must be read
+    /// again; true if it was either.
+    fn take(&self, readings: &mut Readings, change: UnitChange) -> bool {
+        match change {
+            UnitChange::Unit { name, reported } => {
+                let loaded = self.loaded.borrow().contains_key(&name);
+                if loaded {
+                    readings.note(&name, &reported);
+                }
+                loaded
+            }
+            UnitChange::Missed => {
+                readings.read_all_states();
+                true
+            }
+        }
+    }
+
+    /// Reads what no change signal told of the loaded units' states and services' restart counters, and writes
+    /// what changed. False if anything failed.
+    async fn publish_current(&mut self, readings: &mut Readings) -> bool {
+        let hashes = Arc::clone(&self.loaded.borrow_and_update());
+        let loaded_changed = readings.took_loaded(&hashes);
+        let names = readings.states_to_read(&hashes);
+        let read = match self.systemd.states(&names).await {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(err = %e, units = names.len(), "cannot read unit states from systemd");
+                return false;
+            }
+        };
+        readings.took_states(&hashes, read);
+        let counters = readings.restarts_to_read();
+        readings.took_restarts(self.systemd.restart_counts(&counters).await);
+        if loaded_changed {
+            self.health.loaded_changed(&hashes);
+        }
+        let mut now = readings.states_now(self.machine, &hashes);
+        let snapshot = Arc::clone(&self.snapshots.borrow());
+        self.health.round(&mut now, readings, &snapshot);
+        let ops = self.publisher.changes_now(&now);
+        let ok = self.write(ops).await;
+        if ok {
+            self.health.published();
+        } else {
+            // The publisher forgot what failed; only a full comparison finds it again.
+            readings.touch_all();
+        }
+        if loaded_changed {
+            self.debug.set_subscribed(hashes.keys().cloned());
+        }
+        ok
+    }
+
+    /// Repairs this machine's keys against the registry snapshot (written by someone else, lost with an old
+    /// lease, or left by an earlier incarnation). False if a write failed.
+    async fn repair(&mut self) -> bool {
+        let snapshot = Arc::clone(&self.snapshots.borrow());
+        if !snapshot.is_connected() {
+            return true;
+        }
+        let stored: BTreeMap<String, StateRecord> = snapshot
+            .state_records()
+            .iter()
+            .filter_map(|(unit, per_machine)| per_machine.get(self.machine).map(|r| (unit.to_string(), r.clone())))
+            .collect();
+        let hashes = Arc::clone(&self.loaded.borrow());
+        let loaded: BTreeSet<&str> = hashes.keys().map(String::as_str).collect();
+        let ops = self.publisher.repair(&stored, &loaded);
+        if !ops.is_empty() {
+            debug!(ops = ops.len(), "repairing this machine's unit states in the registry");
+        }
+        self.write(ops).await
+    }
+
+    /// Writes `ops` (in transactions of many, a few transactions at a time); failed ones are handed back to the publisher for the next round. True if
+    /// all succeeded.
+    async fn write(&mut self, ops: Vec<PublishOp>) -> bool {
+        if ops.is_empty() {
+            return true;
+        }
+        let (registry, machine, lease) = (self.registry, self.machine, self.lease);
+        let results: Vec<(&[PublishOp], Result<(), String>)> =
+            futures::stream::iter(txn_batches(&ops, MAX_STATE_WRITES_PER_TXN, PublishOp::unit))
+                .map(|chunk| async move {
+                    let writes: Vec<StateWrite<'_>> = chunk
+                        .iter()
+                        .map(|op| match op {
+                            PublishOp::Publish(s) => StateWrite::Publish(s),
+                            PublishOp::Remove(name) => StateWrite::Remove { unit: name, machine },
+                        })
+                        .collect();
+                    let result = registry.write_states(&writes, lease).await.map_err(|e| e.to_string());
+                    (chunk, result)
+                })
+                .buffer_unordered(WRITERS)
+                .collect()
+                .await;
+        let mut pending: BTreeMap<String, Option<UnitState>> = BTreeMap::new();
+        for (op, result) in results.iter().flat_map(|(chunk, result)| chunk.iter().map(move |op| (op, result))) {
+            match (op, result) {
+                (PublishOp::Publish(s), Ok(())) => {
+                    debug!(unit = %s.name, active = %s.active_state, sub = %s.sub_state, hash = %s.hash, "published unit state")
+                }
+                (PublishOp::Remove(name), Ok(())) => debug!(unit = %name, "removed unit state"),
+                (_, Err(e)) => {
+                    let (name, state) = match op {
+                        PublishOp::Publish(s) => (s.name.clone(), Some(s.clone())),
+                        PublishOp::Remove(n) => (n.clone(), None),
+                    };
+                    warn!(unit = %name, err = %e, "cannot publish unit state; retrying");
+                    self.publisher.failed(op);
+                    pending.insert(name, state);
+                }
+            }
+        }
+        let ok = pending.is_empty();
+        self.debug.sync_published(self.publisher.published(), ops.iter().map(PublishOp::unit), pending);
+        ok
+    }
+}

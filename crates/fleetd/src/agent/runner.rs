@@ -1,0 +1,577 @@
+//! The running agent: [`Agent`] owns the executor (with the units directory and the target-state cache), the
+//! state publisher and the parsed-unit cache, and drives them from the registry snapshot and systemd's signals.
+//!
+//! [`Agent::run`] runs two loops side by side until its token is cancelled:
+//! * **reconcile** — on every new snapshot (bursts coalesce: it always works on the latest one) and every
+//!   [`RECONCILE_INTERVAL`] as a safety net: desired units → plan → hold starts whose old copy still runs on
+//!   another machine ([`super::handover`]) → execute → write this machine's launched markers. Nothing happens
+//!   while the snapshot is disconnected or this machine's own record is missing (B14): losing etcd never stops a
+//!   unit.
+//! * **publish** ([`super::publish_loop`]) — unit states, event-driven from systemd, on its own `Systemd`
+//!   handle, so a long stop job in a plan never holds up state publishing; with each checked unit's health
+//!   ([`super::checks`]). Before the reconcile writes the markers of units it (re)started, it waits (briefly) until
+//!   the publish loop has published their health back at `unknown`.
+//!
+//! Everything either loop writes is bound to the lease `run` was given. A later `run` with a new lease (after a
+//! monitor restart) first re-binds what the agent published before: every launched marker and every unit state.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::watch;
+use tokio::time::{Instant, MissedTickBehavior, interval_at};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::checks::{AgentStarts, HealthChecks, START_PUBLISH_WAIT};
+use super::debug::DebugHandle;
+use super::error::AgentError;
+use super::executor::{Executor, ExecutorConfig, Marker, Outcome, TaskReport, marker_diff, markers};
+use super::fence::{Fence, FenceLoop, hold_while_in_doubt};
+use super::handover::{Blocker, hold_starts, other_copies, start_blocker};
+use super::publish_loop::PublishLoop;
+use super::publisher::Publisher;
+use super::timing::{RECONCILE_INTERVAL, refresh_period};
+use super::units_dir::UnitsDir;
+use fleet_core::machine_plan::desired::{ThisMachine, desired_units};
+use fleet_core::machine_plan::plan::{Desired, Planned, Reason, Task, plan};
+use fleet_core::machine_plan::unit_cache::UnitCache;
+use fleet_registry::{MAX_MARKERS_PER_TXN, Registry, Snapshot};
+use fleet_systemd::{Systemd, SystemdOps, UnitChanges};
+
+/// Registry writes in flight at once when applying markers or cleaning up.
+const WRITERS: usize = 8;
+/// Upper bound for the registry clean-up at the end of a purge (etcd may be gone at shutdown).
+const PURGE_REGISTRY_LIMIT: Duration = Duration::from_secs(5);
+
+/// What the agent needs to know about this machine.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// This machine's full ID.
+    pub machine_id: String,
+    /// `units_directory` (default `/run/fleet/units/`).
+    pub units_dir: PathBuf,
+    /// `agent_ttl`: sets the state resync period ([`refresh_period`]).
+    pub ttl: Duration,
+}
+
+/// The per-machine agent (spec §7), on systemd ([`Systemd`]) or on any other unit manager behind [`SystemdOps`]
+/// (the scale simulation's). See the module docs.
+pub struct Agent<S = Systemd> {
+    config: AgentConfig,
+    systemd: S,
+    executor: Executor<S>,
+    publisher: Publisher,
+    cache: UnitCache,
+    changes: UnitChanges,
+    debug: DebugHandle,
+    /// The at-most-once fence's state, kept across runs (units it stopped are handed to the executor).
+    fence: Fence,
+    /// Health checks of the units here, kept across runs (their checks go on meanwhile).
+    health: HealthChecks<S>,
+}
+
+impl<S: SystemdOps + Clone + 'static> Agent<S> {
+    /// Opens the units directory (adopting files already there, hashes recorded) and subscribes to systemd.
+    pub async fn new(config: AgentConfig, systemd: S) -> Result<Agent<S>, AgentError> {
+        let units = UnitsDir::open(&config.units_dir)?;
+        info!(
+            dir = %config.units_dir.display(),
+            adopted = units.hashes().len(),
+            machine = %config.machine_id,
+            "agent: units directory opened"
+        );
+        let changes = systemd.changes();
+        let executor = Executor::new(systemd.clone(), units, ExecutorConfig::default());
+        let debug = DebugHandle::default();
+        debug.set_subscribed(executor.loaded().keys().cloned());
+        let health = HealthChecks::new(systemd.clone(), &config.machine_id, config.units_dir.clone());
+        Ok(Agent {
+            config,
+            systemd,
+            executor,
+            publisher: Publisher::new(),
+            cache: UnitCache::new(),
+            changes,
+            debug,
+            fence: Fence::default(),
+            health,
+        })
+    }
+
+    /// Reconciles this machine and publishes unit states until `stop` is cancelled. `lease` is this machine's
+    /// presence lease: published states and launched markers are bound to it. May be called again after a
+    /// monitor restart with a new lease (component state survives, units keep running): then re-publish every
+    /// state and re-mark every launched unit under the new lease first. `alive_until` follows the presence lease
+    /// (`LeaseKeeper::alive_until`): the at-most-once fence runs on it.
+    pub async fn run(
+        &mut self,
+        registry: Registry,
+        snapshots: watch::Receiver<Arc<Snapshot>>,
+        lease: i64,
+        alive_until: watch::Receiver<Option<Instant>>,
+        stop: CancellationToken,
+    ) -> Result<(), AgentError> {
+        let machine = self.config.machine_id.clone();
+        info!(machine = %machine, lease = format_args!("{lease:x}"), units = self.executor.loaded().len(), "agent running");
+        let rebind: Vec<Marker> =
+            self.executor.launched_hashes().into_iter().map(|(unit, hash)| Marker::Launched { unit, hash }).collect();
+        write_markers(&registry, &machine, lease, rebind).await;
+
+        // Both loops end when `stop` is cancelled; the publisher also ends when the reconcile loop fails.
+        let inner = stop.child_token();
+        let starts = self.health.starts();
+        let publishing = PublishLoop {
+            registry: &registry,
+            systemd: &self.systemd,
+            machine: &machine,
+            lease,
+            period: refresh_period(self.config.ttl),
+            publisher: &mut self.publisher,
+            loaded: self.executor.watch_loaded(),
+            changes: &mut self.changes,
+            snapshots: snapshots.clone(),
+            debug: &self.debug,
+            health: &mut self.health,
+        }
+        .run(inner.clone());
+        let fencing = FenceLoop {
+            systemd: self.systemd.clone(),
+            units_dir: &self.config.units_dir,
+            margin: fleet_core::at_most_once::margin(self.config.ttl),
+            alive_until,
+            fence: &self.fence,
+            changes: self.systemd.changes(),
+        }
+        .run(inner.clone());
+        let reconciling = async {
+            let looped = ReconcileLoop {
+                registry: &registry,
+                executor: &mut self.executor,
+                cache: &mut self.cache,
+                machine: &machine,
+                lease,
+                snapshots,
+                debug: &self.debug,
+                fence: &self.fence,
+                starts,
+                held: BTreeMap::new(),
+                skipped: None,
+            };
+            let result = looped.run(&stop).await;
+            inner.cancel();
+            result
+        };
+        let ((), (), result) = tokio::join!(publishing, fencing, reconciling);
+        info!(machine = %machine, ok = result.is_ok(), "agent stopped");
+        result
+    }
+
+    /// Graceful shutdown (spec §1.5): stop and unload every unit in the units directory (bounded by `deadline`),
+    /// then remove this machine's published states if a registry is given.
+    pub async fn purge(&mut self, registry: Option<&Registry>, deadline: Duration) -> Result<(), AgentError> {
+        let machine = self.config.machine_id.clone();
+        info!(machine = %machine, units = self.executor.loaded().len(), "agent: purging every unit");
+        self.health.stop_all();
+        let reports = self.executor.purge(deadline).await;
+        if let Some(registry) = registry {
+            let mut names: BTreeSet<String> = self.publisher.published().keys().cloned().collect();
+            names.extend(reports.iter().filter_map(|r| r.planned.task.unit().map(str::to_string)));
+            let machine = machine.as_str();
+            let cleanup = futures::stream::iter(names)
+                .map(|name| async move {
+                    if let Err(e) = registry.remove_state(&name, machine).await {
+                        warn!(unit = %name, err = %e, "purge: cannot remove unit state");
+                    }
+                    if let Err(e) = registry.unmark_launched(&name, machine).await {
+                        warn!(unit = %name, err = %e, "purge: cannot remove launched marker");
+                    }
+                })
+                .buffer_unordered(WRITERS)
+                .collect::<Vec<()>>();
+            if tokio::time::timeout(PURGE_REGISTRY_LIMIT, cleanup).await.is_err() {
+                warn!("purge: registry clean-up timed out; the machine's lease will remove the rest");
+            }
+        }
+        self.publisher = Publisher::new();
+        self.debug.set_published(self.publisher.published(), BTreeMap::new());
+        self.debug.set_target_states(self.executor.believed());
+        self.debug.set_subscribed(self.executor.loaded().keys().cloned());
+        match self.executor.loaded().len() {
+            0 => Ok(()),
+            left => Err(AgentError::PurgeIncomplete { left, dir: self.config.units_dir.clone() }),
+        }
+    }
+
+    /// How many unit files the agent holds in its units directory.
+    pub fn loaded_count(&self) -> usize {
+        self.executor.loaded().len()
+    }
+
+    /// A JSON-able debug dump (SIGUSR1): target states, published states, subscribed units.
+    pub fn debug_state(&self) -> serde_json::Value {
+        self.debug.dump()
+    }
+
+    /// A handle that dumps the same while [`Agent::run`] holds the agent (for a SIGUSR1 handler).
+    pub fn debug_handle(&self) -> DebugHandle {
+        self.debug.clone()
+    }
+}
+
+/// Why a reconcile did nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Skip {
+    /// The snapshot is stale (etcd unreachable): keep everything as it is.
+    Disconnected,
+    /// This machine's presence record is missing (B14): unloading everything would be wrong.
+    OwnMachineMissing,
+}
+
+impl fmt::Display for Skip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Skip::Disconnected => "registry unreachable",
+            Skip::OwnMachineMissing => "this machine's record is missing from the registry",
+        })
+    }
+}
+
+/// What one reconcile did.
+#[derive(Debug)]
+pub(crate) struct Reconciled {
+    pub reports: Vec<TaskReport>,
+    /// Start tasks held back because the unit's old copy still runs elsewhere.
+    pub held: Vec<(Planned, Blocker)>,
+    /// Launched-marker writes that make the registry match (event-based from the reports, plus repairs).
+    pub markers: Vec<Marker>,
+}
+
+/// One reconcile of this machine (the shell around the pure functions; systemd behind [`SystemdOps`] so tests
+/// can fake it). `latest` returns the newest registry snapshot.
+///
+/// A plan can go stale while it runs: a stop job may take minutes, and meanwhile the unit may have moved to
+/// another machine. So a plan that stops or unloads anything runs in two rounds: first only its Stop/Unload
+/// tasks, then a fresh plan from the newest snapshot (with the daemon-reload the unloads need), whose Load/Start
+/// tasks therefore never act on a decision made before the stops (units whose stop failed are left for the next
+/// reconcile).
+#[cfg(test)]
+pub(crate) async fn reconcile_once<S: SystemdOps>(
+    executor: &mut Executor<S>,
+    cache: &mut UnitCache,
+    latest: &dyn Fn() -> Arc<Snapshot>,
+    me: &str,
+) -> Result<Reconciled, Skip> {
+    reconcile_fenced(executor, cache, latest, me, &|| false).await
+}
+
+/// [`reconcile_once`] with the at-most-once fence: while `in_doubt()`, at-most-once units are planned as loaded
+/// only (stopped, never started); asked again before the second round.
+pub(crate) async fn reconcile_fenced<S: SystemdOps>(
+    executor: &mut Executor<S>,
+    cache: &mut UnitCache,
+    latest: &dyn Fn() -> Arc<Snapshot>,
+    me: &str,
+    in_doubt: &dyn Fn() -> bool,
+) -> Result<Reconciled, Skip> {
+    let mut snapshot = latest();
+    let mut round = prepare(executor, cache, &snapshot, me, in_doubt())?;
+    let mut reports = Vec::new();
+    if round.planned.iter().any(|p| is_down(&p.task)) {
+        let (down, _): (Vec<Planned>, Vec<Planned>) =
+            std::mem::take(&mut round.planned).into_iter().partition(|p| is_down(&p.task));
+        reports = executor.run(down, &round.desired).await;
+        let failed: BTreeSet<String> = reports
+            .iter()
+            .filter(|r| r.outcome.is_err())
+            .filter_map(|r| r.planned.task.unit().map(str::to_string))
+            .collect();
+        snapshot = latest();
+        match prepare(executor, cache, &snapshot, me, in_doubt()) {
+            Ok(mut next) => {
+                next.planned.retain(|p| p.task.unit().is_none_or(|u| !failed.contains(u)));
+                round = next;
+            }
+            Err(skip) => {
+                debug!(reason = %skip, "agent: second round skipped");
+                round.held.clear();
+            }
+        }
+    }
+    reports.extend(executor.run(round.planned, &round.desired).await);
+    let have: BTreeMap<String, String> = snapshot
+        .unit_records()
+        .iter()
+        .filter_map(|(name, r)| r.launched.get(me).map(|h| (name.to_string(), h.to_string())))
+        .collect();
+    let markers = marker_plan(&reports, executor.loaded(), &executor.launched_hashes(), &have);
+    Ok(Reconciled { reports, held: round.held, markers })
+}
+
+fn is_down(task: &Task) -> bool {
+    matches!(task, Task::Stop(_) | Task::Unload(_))
+}
+
+/// One round's inputs: the desired units and the plan, with held starts taken out.
+struct Round {
+    desired: BTreeMap<String, Desired>,
+    planned: Vec<Planned>,
+    held: Vec<(Planned, Blocker)>,
+}
+
+fn prepare<S: SystemdOps>(
+    executor: &Executor<S>,
+    cache: &mut UnitCache,
+    snapshot: &Snapshot,
+    me: &str,
+    in_doubt: bool,
+) -> Result<Round, Skip> {
+    if !snapshot.is_connected() {
+        return Err(Skip::Disconnected);
+    }
+    let machine = snapshot.machine(me).ok_or(Skip::OwnMachineMissing)?;
+    let units = cache.cluster_units(snapshot, me);
+    let this = ThisMachine { id: me.to_string(), metadata: machine.metadata };
+    let mut desired = desired_units(&units, &this).map_err(|_| Skip::OwnMachineMissing)?;
+    if in_doubt {
+        hold_while_in_doubt(&mut desired, &units);
+    }
+    let global: BTreeSet<&str> = units.iter().filter(|u| u.requirements.global).map(|u| u.name.as_str()).collect();
+    let mut planned = plan(&desired, &executor.actual());
+    // A daemon-reload still due from an earlier run (deferred or failed) goes before this plan's starts.
+    if executor.reload_pending() && !planned.iter().any(|p| p.task == Task::Reload) {
+        let at = planned.iter().position(|p| matches!(p.task, Task::Start(_))).unwrap_or(planned.len());
+        planned.insert(at, Planned { task: Task::Reload, reason: Reason::UnitFilesChanged });
+    }
+    let (planned, held) =
+        hold_starts(planned, |name| start_blocker(me, global.contains(name), &other_copies(snapshot, name, me)));
+    Ok(Round { desired, planned, held })
+}
+
+/// The marker writes after a run: the reports' markers (the last one per unit wins), then repairs
+/// ([`marker_diff`]) for units the run did not touch. `have` is this machine's markers in the snapshot the run
+/// started from.
+pub(crate) fn marker_plan(
+    reports: &[TaskReport],
+    loaded: &BTreeMap<String, String>,
+    launched: &BTreeMap<String, String>,
+    have: &BTreeMap<String, String>,
+) -> Vec<Marker> {
+    let mut last: BTreeMap<String, Marker> = BTreeMap::new();
+    for m in markers(reports, loaded) {
+        let unit = match &m {
+            Marker::Launched { unit, .. } | Marker::NotLaunched(unit) => unit.clone(),
+        };
+        last.insert(unit, m);
+    }
+    let touched: BTreeSet<&str> = reports.iter().filter_map(|r| r.planned.task.unit()).collect();
+    let repairs: Vec<Marker> = marker_diff(launched, have)
+        .into_iter()
+        .filter(|m| match m {
+            Marker::Launched { unit, .. } | Marker::NotLaunched(unit) => !touched.contains(unit.as_str()),
+        })
+        .collect();
+    last.into_values().chain(repairs).collect()
+}
+
+/// The units a run (re)started: start jobs that ran (their health starts over).
+fn started_units(reports: &[TaskReport]) -> Vec<String> {
+    reports
+        .iter()
+        .filter_map(|r| match (&r.planned.task, &r.outcome) {
+            (Task::Start(unit), Ok(Outcome::Started(_) | Outcome::StartPending)) => Some(unit.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Writes markers: removals first, then launches (a unit stopped and started again in one run ends marked), in
+/// transactions of many units, a few transactions at a time. A launch batch naming a unit that is gone from the
+/// registry writes nothing and is retried one unit at a time. Failures are logged and repaired by a later
+/// reconcile.
+async fn write_markers(registry: &Registry, machine: &str, lease: i64, markers: Vec<Marker>) {
+    let mut launched: BTreeMap<String, String> = BTreeMap::new();
+    let mut removed: BTreeSet<String> = BTreeSet::new();
+    for marker in markers {
+        match marker {
+            Marker::Launched { unit, hash } => {
+                launched.insert(unit, hash);
+            }
+            Marker::NotLaunched(unit) => {
+                launched.remove(&unit);
+                removed.insert(unit);
+            }
+        }
+    }
+    let removed: Vec<&str> = removed.iter().map(String::as_str).collect();
+    futures::stream::iter(removed.chunks(MAX_MARKERS_PER_TXN))
+        .map(|units| async move {
+            match registry.unmark_launched_many(units, machine).await {
+                Ok(()) => debug!(units = units.len(), "unmarked launched"),
+                Err(e) => warn!(units = units.len(), err = %e, "cannot remove launched markers; retrying later"),
+            }
+        })
+        .buffer_unordered(WRITERS)
+        .collect::<Vec<()>>()
+        .await;
+    let launched: Vec<(&str, &str)> = launched.iter().map(|(u, h)| (u.as_str(), h.as_str())).collect();
+    futures::stream::iter(launched.chunks(MAX_MARKERS_PER_TXN))
+        .map(|units| async move {
+            match registry.mark_launched_many(units, machine, lease).await {
+                Ok(true) => debug!(units = units.len(), "marked launched"),
+                Ok(false) => {
+                    for (unit, hash) in units {
+                        match registry.mark_launched(unit, machine, hash, lease).await {
+                            Ok(true) => debug!(unit = %unit, hash = %hash, "marked launched"),
+                            Ok(false) => {
+                                debug!(unit = %unit, "not marked launched: the unit is gone from the registry")
+                            }
+                            Err(e) => warn!(unit = %unit, err = %e, "cannot mark unit launched; retrying later"),
+                        }
+                    }
+                }
+                Err(e) => warn!(units = units.len(), err = %e, "cannot mark units launched; retrying later"),
+            }
+        })
+        .buffer_unordered(WRITERS)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+/// The restarted markers this machine has not published yet: (unit, rollout ID) for every unit the executor
+/// (re)started for a rolling restart whose marker in `snapshot` says otherwise.
+pub(crate) fn restarted_markers_missing(
+    restarts: &BTreeMap<String, String>,
+    snapshot: &Snapshot,
+    me: &str,
+) -> Vec<(String, String)> {
+    restarts
+        .iter()
+        .filter(|(unit, id)| {
+            snapshot.unit_record(unit).is_some_and(|r| r.restarted.get(me).map(|r| &**r) != Some(id.as_str()))
+        })
+        .map(|(unit, id)| (unit.clone(), id.clone()))
+        .collect()
+}
+
+/// Writes restarted markers (few: one per unit of a rolling restart reaching this machine). Failures are logged;
+/// the next reconcile writes what is still missing.
+async fn write_restarted_markers(registry: &Registry, machine: &str, lease: i64, markers: Vec<(String, String)>) {
+    for (unit, id) in markers {
+        match registry.mark_restarted(&unit, machine, &id, lease).await {
+            Ok(_) => debug!(unit = %unit, rollout = %id, "marked restarted"),
+            Err(e) => warn!(unit = %unit, rollout = %id, err = %e, "cannot mark unit restarted; retrying later"),
+        }
+    }
+}
+
+/// The reconcile half of a run.
+struct ReconcileLoop<'a, S> {
+    registry: &'a Registry,
+    executor: &'a mut Executor<S>,
+    cache: &'a mut UnitCache,
+    machine: &'a str,
+    lease: i64,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    debug: &'a DebugHandle,
+    fence: &'a Fence,
+    /// Where the (re)starts of checked units are reported before their markers are written.
+    starts: Arc<AgentStarts>,
+    /// Starts held at the last reconcile (logged at info only when they change).
+    held: BTreeMap<String, Blocker>,
+    /// Why the last reconcile was skipped (logged only when it changes).
+    skipped: Option<Skip>,
+}
+
+impl<S: SystemdOps> ReconcileLoop<'_, S> {
+    async fn run(mut self, stop: &CancellationToken) -> Result<(), AgentError> {
+        let mut tick = interval_at(Instant::now() + RECONCILE_INTERVAL, RECONCILE_INTERVAL);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            // The latest snapshot: every change that arrived while the last reconcile ran is folded into it.
+            self.snapshots.mark_unchanged();
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return Ok(()),
+                () = self.reconcile() => {}
+            }
+            tick.reset();
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return Ok(()),
+                changed = self.snapshots.changed() => {
+                    if changed.is_err() {
+                        return Err(AgentError::SnapshotsEnded);
+                    }
+                }
+                _ = tick.tick() => {}
+                () = self.fence.cleared() => {}
+            }
+        }
+    }
+
+    async fn reconcile(&mut self) {
+        let snapshots = self.snapshots.clone();
+        let latest = move || Arc::clone(&snapshots.borrow());
+        let revision = latest().revision();
+        let stopped = self.fence.take_stopped();
+        if !stopped.is_empty() {
+            self.executor.note_stopped(&stopped);
+        }
+        let fence = self.fence;
+        match reconcile_fenced(self.executor, self.cache, &latest, self.machine, &|| fence.in_doubt()).await {
+            Err(skip) => {
+                if self.skipped != Some(skip) {
+                    match skip {
+                        Skip::Disconnected => info!(reason = %skip, "agent: not reconciling; units keep running"),
+                        Skip::OwnMachineMissing => warn!(reason = %skip, "agent: not reconciling; units keep running"),
+                    }
+                }
+                self.skipped = Some(skip);
+            }
+            Ok(done) => {
+                if let Some(was) = self.skipped.take() {
+                    info!(was = %was, revision, "agent: reconciling again");
+                }
+                if !done.reports.is_empty() {
+                    debug!(tasks = done.reports.len(), revision, "agent: reconcile ran tasks");
+                }
+                self.log_held(&done.held);
+                let started = started_units(&done.reports);
+                if !started.is_empty() {
+                    self.starts.started(&started, START_PUBLISH_WAIT).await;
+                }
+                write_markers(self.registry, self.machine, self.lease, done.markers).await;
+                let snapshot = latest();
+                let missing = restarted_markers_missing(self.executor.restarts(), &snapshot, self.machine);
+                write_restarted_markers(self.registry, self.machine, self.lease, missing).await;
+            }
+        }
+        self.debug.set_target_states(self.executor.believed());
+    }
+
+    fn log_held(&mut self, held: &[(Planned, Blocker)]) {
+        let now: BTreeMap<String, Blocker> =
+            held.iter().filter_map(|(p, b)| p.task.unit().map(|u| (u.to_string(), b.clone()))).collect();
+        for (p, b) in held {
+            let job = p.task.unit().unwrap_or("");
+            if self.held.get(job) != Some(b) {
+                info!(
+                    unit = %job, blocker = %b.machine,
+                    "AgentReconciler deferred task: type={} job={job} reason=\"{b}\"", p.task.kind()
+                );
+            }
+        }
+        for unit in self.held.keys().filter(|u| !now.contains_key(*u)) {
+            debug!(unit = %unit, "start no longer held by another machine");
+        }
+        self.held = now;
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,170 @@
+//! The API v1 handler: reads are served from the reflector's in-memory view of the registry, writes go to etcd
+//! and wait until the view includes them, so a client always reads its own writes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+
+use super::reply;
+use super::route::{Route, RouteError, route};
+use super::serve::{ApiHandler, StreamedBody};
+use super::ui;
+use super::ui::hub::{EVENTS_PATH, Hub};
+use fleet_core::api_rules::ApiError;
+use fleet_core::schema::{PageToken, TokenError};
+use fleet_registry::{Reflector, Registry, RegistryError, Snapshot};
+
+/// The discovery document served at `/fleet/v1/discovery` (spec §8.9).
+pub const DISCOVERY: &str = include_str!("discovery.json");
+
+/// How long a write waits for the reflector to show it before answering anyway.
+const WRITE_VISIBILITY: Duration = Duration::from_secs(5);
+
+/// Serves API v1 over one registry.
+pub struct Api {
+    pub(super) registry: Registry,
+    pub(super) reflector: Arc<Reflector>,
+    pub(super) token_limit: u16,
+    /// The cluster page's shared registry watch and recent state changes.
+    pub(super) ui: Hub,
+}
+
+impl Api {
+    pub fn new(registry: Registry, reflector: Arc<Reflector>, token_limit: u16) -> Api {
+        let ui = Hub::start(reflector.subscribe());
+        Api { registry, reflector, token_limit: token_limit.max(1), ui }
+    }
+
+    pub(super) fn snapshot(&self) -> Arc<Snapshot> {
+        self.reflector.snapshot()
+    }
+
+    /// Waits until the view includes `revision` (read-your-writes for the next request). When it does not within
+    /// [`WRITE_VISIBILITY`], the write stands but its answer is an error that says so (`504`): a success would
+    /// promise that the next read through this fleetd shows the write.
+    pub(super) async fn settle(&self, revision: i64) -> Result<(), Response<Bytes>> {
+        match self.reflector.wait_for_revision(revision, WRITE_VISIBILITY).await {
+            Ok(_) => Ok(()),
+            Err(err) => {
+                tracing::warn!(revision, error = %err, "API write not yet visible in the registry view");
+                Err(not_yet_visible(revision))
+            }
+        }
+    }
+
+    /// The page `token_text` names, or the first page.
+    pub(super) fn page(&self, tokens: &[&str]) -> Result<PageToken, ApiError> {
+        let bad = |e: TokenError| ApiError::bad_request(e);
+        match tokens {
+            [] => Ok(PageToken::first(self.token_limit)),
+            [one] => PageToken::parse_for(one, self.token_limit).map_err(bad),
+            _ => Err(bad(TokenError::TooManyValues)),
+        }
+    }
+}
+
+/// The answer to a write that etcd stored at `revision` but this fleetd's view did not show in time.
+pub(super) fn not_yet_visible(revision: i64) -> Response<Bytes> {
+    reply::error(
+        StatusCode::GATEWAY_TIMEOUT,
+        &format!(
+            "the write was stored (etcd revision {revision}), but this fleetd's view of the registry did not show it \
+             within {} s: a read through this fleetd may not show it yet",
+            WRITE_VISIBILITY.as_secs()
+        ),
+    )
+}
+
+/// The status and message a registry failure answers: etcd at its space quota is `507` naming the cause (nothing
+/// was written); anything else is logged with its cause and answered 500 with an empty message (spec §8.3).
+pub(super) fn registry_failure(op: &str, err: &RegistryError) -> (StatusCode, String) {
+    if err.is_no_space() {
+        tracing::error!(op, error = %err, "etcd is out of space: writes are refused");
+        return (StatusCode::INSUFFICIENT_STORAGE, NO_SPACE.to_string());
+    }
+    tracing::error!(op, error = %err, "API request failed");
+    (StatusCode::INTERNAL_SERVER_ERROR, String::new())
+}
+
+/// What a write refused by etcd's space quota answers.
+pub(super) const NO_SPACE: &str = "etcd is out of space (its backend quota is reached and the NOSPACE alarm is \
+    raised): nothing was written; compact and defragment etcd, then disarm the alarm (etcdctl alarm disarm)";
+
+/// [`registry_failure`] as a response.
+pub(super) fn internal(op: &str, err: &RegistryError) -> Response<Bytes> {
+    let (status, message) = registry_failure(op, err);
+    reply::error(status, &message)
+}
+
+impl ApiHandler for Api {
+    fn stream(&self, method: &http::Method, uri: &http::Uri) -> Option<Response<StreamedBody>> {
+        (*method == http::Method::GET && uri.path() == EVENTS_PATH).then(|| ui::events(&self.ui))
+    }
+
+    async fn handle(&self, request: Request<Bytes>) -> Response<Bytes> {
+        let path = request.uri().path().to_string();
+        let query = request.uri().query().map(str::to_string);
+        match route(request.method(), &path) {
+            Ok(Route::Discovery) => reply::text(DISCOVERY.to_string(), "application/json"),
+            Ok(Route::ListMachines) => self.list_machines(query.as_deref()),
+            Ok(Route::PatchMachines) => self.patch_machines(request.body()).await,
+            Ok(Route::ListUnits) => self.list_units(query.as_deref()),
+            Ok(Route::GetUnit(name)) => self.get_unit(&name),
+            Ok(Route::PutUnit(name)) => self.put_unit(&name, &request).await,
+            Ok(Route::DeleteUnit(name)) => self.delete_unit(&name).await,
+            Ok(Route::UnitBatch) => self.unit_batch(&request).await,
+            Ok(Route::ListStates) => self.list_states(query.as_deref()),
+            Ok(Route::GetState(name)) => self.get_state(&name),
+            Ok(Route::Metrics) => self.metrics(),
+            Ok(Route::UnitHistory(name)) => self.unit_history(&name),
+            Ok(Route::ListRollouts) => self.list_rollouts(),
+            Ok(Route::GetRollout(id)) => self.get_rollout(&id, query.as_deref()).await,
+            Ok(Route::PutRollout(id)) => self.put_rollout(&id, &request).await,
+            Ok(Route::PatchRollout(id)) => self.patch_rollout(&id, &request).await,
+            Ok(Route::Ui(rest)) => ui::respond(&self.ui, &rest, query.as_deref()),
+            Err(RouteError::Redirect(to)) => {
+                let location = match &query {
+                    Some(q) => format!("{to}?{q}"),
+                    None => to,
+                };
+                let mut response = reply::status(StatusCode::MOVED_PERMANENTLY);
+                if let Ok(value) = http::HeaderValue::from_str(&location) {
+                    response.headers_mut().insert(http::header::LOCATION, value);
+                }
+                response
+            }
+            Err(RouteError::NotFound) => reply::error(StatusCode::NOT_FOUND, ""),
+            Err(RouteError::MethodNotAllowed(message)) => reply::error(StatusCode::METHOD_NOT_ALLOWED, message),
+            Err(RouteError::BadRequest(message)) => reply::error(StatusCode::BAD_REQUEST, message),
+            Err(RouteError::Name(refused)) => reply::error(refused.status, &refused.message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod failure_tests {
+    use super::*;
+
+    fn etcd(message: &str) -> RegistryError {
+        RegistryError::Etcd { op: "txn", key: "/p/x".into(), source: etcd_client::Error::InvalidArgs(message.into()) }
+    }
+
+    #[test]
+    fn a_write_refused_by_etcds_space_quota_is_507_naming_the_cause() {
+        let (status, message) = registry_failure("store unit", &etcd("etcdserver: mvcc: database space exceeded"));
+        assert_eq!(status, StatusCode::INSUFFICIENT_STORAGE);
+        assert!(message.starts_with("etcd is out of space") && message.contains("alarm disarm"), "{message}");
+        let (status, message) = registry_failure("store unit", &etcd("connection refused"));
+        assert_eq!((status, message.as_str()), (StatusCode::INTERNAL_SERVER_ERROR, ""), "other failures as before");
+    }
+
+    #[test]
+    fn a_write_this_fleetd_cannot_see_in_time_is_not_a_success() {
+        let response = not_yet_visible(42);
+        assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+        let body = String::from_utf8_lossy(response.body()).to_string();
+        assert!(body.contains("stored (etcd revision 42)") && body.contains("within 5 s"), "{body}");
+    }
+}

@@ -1,0 +1,395 @@
+//! The cluster page as server-rendered HTML (pure): the board table (also the page without JavaScript) and a
+//! unit's detail. Everything that comes from the registry — unit names, metadata, states, unit files — goes
+//! through [`escape`] or [`encode_segment`]; nothing else is interpolated.
+
+use std::fmt::Write as _;
+
+use super::board::{Board, Cell, Column, Detail, Recorded, Row, cell_text};
+use fleet_core::model::{HealthStatus, short_hash};
+
+/// HTML-escapes text for element content and quoted attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Percent-encodes one URL path segment (everything but unreserved characters and `@`).
+pub fn encode_segment(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for byte in segment.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'@' => out.push(byte as char),
+            other => {
+                let _ = write!(out, "%{other:02X}");
+            }
+        }
+    }
+    out
+}
+
+/// The CSS class of a systemd active state (a fixed set, so no registry text reaches a class name).
+pub fn state_class(active: &str) -> &'static str {
+    match active {
+        "active" => "s-active",
+        "activating" | "reloading" => "s-activating",
+        "deactivating" => "s-deactivating",
+        "failed" => "s-failed",
+        "inactive" => "s-inactive",
+        "scheduled" => "s-scheduled",
+        _ => "s-other",
+    }
+}
+
+/// The CSS class of a health status (a fixed set, as [`state_class`]).
+pub fn health_class(status: HealthStatus) -> &'static str {
+    match status {
+        HealthStatus::Healthy => "h-healthy",
+        HealthStatus::Unhealthy => "h-unhealthy",
+        HealthStatus::Unknown => "h-unknown",
+    }
+}
+
+/// How the page is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// With the script that keeps it live.
+    Live,
+    /// The plain table, no script.
+    Plain,
+}
+
+/// The whole page: header, board table, detail panel, and in [`Mode::Live`] the script.
+pub fn page(board: &Board, mode: Mode) -> String {
+    let mut out = String::new();
+    head(&mut out, "fleet cluster", "");
+    let status = match mode {
+        Mode::Live => "connecting…",
+        Mode::Plain => "static view (reload to refresh)",
+    };
+    let _ = write!(
+        out,
+        "<header><h1>fleet</h1><span id=\"status\" class=\"status\">{status}</span>\
+         <span id=\"revision\" class=\"revision\">revision {}</span>\
+         <nav><a href=\"./\">live page</a> · <a href=\"./?plain\">plain table</a></nav></header>\n<main>\n",
+        board.revision
+    );
+    table(&mut out, board);
+    out.push_str("<aside id=\"detail\" class=\"detail\" hidden></aside>\n</main>\n");
+    if mode == Mode::Live {
+        out.push_str(
+            "<noscript><p class=\"note\">Without JavaScript this table does not update; \
+             <a href=\"./?plain\">the plain table</a> shows the cluster at each reload.</p></noscript>\n\
+             <script src=\"app.js\"></script>\n",
+        );
+    }
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+fn head(out: &mut String, title: &str, base: &str) {
+    let _ = write!(
+        out,
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n\
+         <link rel=\"stylesheet\" href=\"{base}style.css\">\n</head>\n<body>\n",
+        escape(title)
+    );
+}
+
+/// The board table: one column per machine (ID, address, metadata), one row per unit.
+fn table(out: &mut String, board: &Board) {
+    out.push_str("<table id=\"board\" class=\"board\">\n<thead><tr><th>unit</th><th>desired</th><th>current</th>");
+    for column in &board.machines {
+        machine_header(out, column);
+    }
+    out.push_str("</tr></thead>\n<tbody>\n");
+    for row in &board.rows {
+        unit_row(out, row, &board.machines);
+    }
+    out.push_str("</tbody>\n</table>\n");
+    if board.rows.is_empty() {
+        out.push_str("<p id=\"empty\" class=\"note\">No units.</p>\n");
+    }
+}
+
+fn machine_header(out: &mut String, column: &Column) {
+    let _ = write!(
+        out,
+        "<th class=\"machine\" data-machine=\"{}\" title=\"{}\"><div class=\"mid\">{}</div><div class=\"ip\">{}</div>",
+        escape(&column.id),
+        escape(&column.id),
+        escape(&column.short),
+        escape(&column.ip)
+    );
+    for (key, value) in &column.metadata {
+        let _ = write!(out, "<div class=\"meta\">{}={}</div>", escape(key), escape(value));
+    }
+    out.push_str("</th>");
+}
+
+fn unit_row(out: &mut String, row: &Row, machines: &[Column]) {
+    let _ = write!(
+        out,
+        "<tr data-unit=\"{}\"><th><a class=\"unit\" href=\"units/{}\">{}</a></th><td class=\"desired\">{}</td>\
+         <td class=\"current\">{}</td>",
+        escape(&row.name),
+        encode_segment(&row.name),
+        escape(&row.name),
+        escape(&row.desired),
+        escape(&row.current)
+    );
+    for column in machines {
+        match row.cells.get(&column.id) {
+            Some(cell) => cell_td(out, &column.id, cell, &row.hash),
+            None => {
+                let _ = write!(out, "<td class=\"cell\" data-machine=\"{}\"></td>", escape(&column.id));
+            }
+        }
+    }
+    out.push_str("</tr>\n");
+}
+
+fn cell_td(out: &mut String, machine: &str, cell: &Cell, desired_hash: &str) {
+    let outdated = !cell.hash.is_empty() && cell.hash != desired_hash;
+    let _ = write!(
+        out,
+        "<td class=\"cell {}{}{}\" data-machine=\"{}\" title=\"{}\">{}",
+        state_class(&cell.active),
+        if cell.target { " target" } else { "" },
+        if outdated { " outdated" } else { "" },
+        escape(machine),
+        escape(&cell_title(cell)),
+        escape(&cell_text(cell))
+    );
+    if let Some(health) = &cell.health {
+        let _ = write!(out, " <span class=\"health {}\">{}</span>", health_class(health.status), health.status);
+    }
+    out.push_str("</td>");
+}
+
+fn cell_title(cell: &Cell) -> String {
+    let mut title = format!("load {}", if cell.load.is_empty() { "-" } else { &cell.load });
+    if !cell.hash.is_empty() {
+        let _ = write!(title, ", file {}", short_hash(&cell.hash));
+    }
+    if !cell.running.is_empty() {
+        let _ = write!(title, ", running {}", short_hash(&cell.running));
+    }
+    if let Some(health) = &cell.health {
+        let _ = write!(title, ", health {}", health.status);
+        if !health.output.is_empty() {
+            let _ = write!(title, ": {}", health.output);
+        }
+    }
+    title
+}
+
+/// A unit's detail: as a fragment for the live page's panel, or as a page of its own (no JavaScript needed).
+pub fn detail(detail: &Detail, history: &[Recorded], machines: &[Column], fragment: bool) -> String {
+    let mut out = String::new();
+    if !fragment {
+        head(&mut out, &detail.row.name, "../");
+        out.push_str("<header><h1>fleet</h1><nav><a href=\"../\">live page</a> · <a href=\"../?plain\">plain table</a></nav></header>\n<main>\n<section class=\"detail\">\n");
+    }
+    let row = &detail.row;
+    let _ = write!(
+        out,
+        "<h2 id=\"detail-name\">{}</h2>\n<dl>\n<dt>desired state</dt><dd id=\"detail-desired\">{}</dd>\n\
+         <dt>current state</dt><dd id=\"detail-current\">{}</dd>\n<dt>scheduled to</dt><dd>{}</dd>\n\
+         <dt>desired version</dt><dd><code id=\"detail-hash\">{}</code></dd>\n",
+        escape(&row.name),
+        escape(&row.desired),
+        escape(&row.current),
+        escape(row.target.as_deref().unwrap_or("-")),
+        escape(&row.hash)
+    );
+    if let Some(previous) = &detail.previous_hash {
+        let _ = writeln!(out, "<dt>previous version</dt><dd><code>{}</code></dd>", escape(previous));
+    }
+    // A health column only for a unit with a check somewhere: other units' detail stays as it was.
+    let checked = row.cells.values().any(|c| c.health.is_some());
+    let _ = write!(
+        out,
+        "</dl>\n<h3>versions by machine</h3>\n<table class=\"versions\"><thead><tr><th>machine</th><th>state</th>{}<th>file on the machine</th><th>running</th><th></th></tr></thead><tbody>\n",
+        if checked { "<th>health</th>" } else { "" }
+    );
+    for (machine, cell) in &row.cells {
+        let name = machines.iter().find(|c| &c.id == machine).map_or(machine.as_str(), |c| c.short.as_str());
+        let verdict = if cell.hash.is_empty() {
+            "not yet loaded"
+        } else if cell.hash == row.hash && (cell.running.is_empty() || cell.running == row.hash) {
+            "desired version"
+        } else {
+            "differs from the desired version"
+        };
+        let health = match &cell.health {
+            None if !checked => String::new(),
+            None => "<td>-</td>".to_string(),
+            Some(h) => format!(
+                "<td class=\"{}\">{}{}</td>",
+                health_class(h.status),
+                h.status,
+                if h.output.is_empty() { String::new() } else { format!(": {}", escape(&h.output)) }
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "<tr data-machine=\"{}\"><td title=\"{}\">{}</td><td class=\"{}\">{}</td>{health}<td><code>{}</code></td><td><code>{}</code></td><td>{}</td></tr>",
+            escape(machine),
+            escape(machine),
+            escape(name),
+            state_class(&cell.active),
+            escape(&cell_text(cell)),
+            escape(&cell.hash),
+            escape(&cell.running),
+            verdict
+        );
+    }
+    out.push_str("</tbody></table>\n<h3>recent changes</h3>\n<ol id=\"detail-history\" class=\"history\" reversed>\n");
+    for recorded in history.iter().rev() {
+        let at = clock(recorded.at_ms);
+        let place = recorded
+            .change
+            .machine
+            .as_deref()
+            .map(|m| machines.iter().find(|c| c.id == m).map_or(m.to_string(), |c| c.short.clone()));
+        let _ = writeln!(
+            out,
+            "<li><time>{at}</time> {}{}</li>",
+            place.map(|p| format!("<span class=\"on\">{}</span> ", escape(&p))).unwrap_or_default(),
+            escape(&recorded.change.change)
+        );
+    }
+    if history.is_empty() {
+        out.push_str("<li class=\"note\">none seen by this fleetd since it started</li>\n");
+    }
+    let _ = write!(out, "</ol>\n<h3>unit file</h3>\n<pre class=\"file\">{}</pre>\n", escape(&detail.body));
+    if !fragment {
+        out.push_str("</section>\n</main>\n</body>\n</html>\n");
+    }
+    out
+}
+
+/// `HH:MM:SS` (UTC) of a Unix time in milliseconds.
+fn clock(at_ms: u64) -> String {
+    let day_secs = (at_ms / 1000) % 86_400;
+    format!("{:02}:{:02}:{:02}", day_secs / 3600, (day_secs / 60) % 60, day_secs % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::board::tests::{H1, M1, Registry};
+    use super::super::board::{StateChange, board, detail as detail_of};
+    use super::*;
+
+    #[test]
+    fn escapes_markup_quotes_and_ampersands() {
+        assert_eq!(escape(r#"<a href="x">'&'</a>"#), "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
+        assert_eq!(encode_segment("a b/c?d@e.service"), "a%20b%2Fc%3Fd@e.service");
+    }
+
+    #[test]
+    fn registry_text_is_escaped_everywhere_it_is_rendered() {
+        let hostile = "<script>alert(1)</script>";
+        let mut r = Registry::new();
+        r.machine(M1, r#"10.0.0.1\"><b>"#, &format!(r#"{{"role":"{hostile}"}}"#));
+        r.unit("x.service", H1, "launched").target("x.service", M1);
+        r.state("x.service", M1, H1, "active", "<img src=x onerror=alert(2)>");
+        let snapshot = r.now();
+        let html = page(&board(&snapshot), Mode::Live);
+        assert!(!html.contains("<script>alert") && !html.contains("<img") && !html.contains("\"><b>"), "{html}");
+        assert!(html.contains("role=&lt;script&gt;alert(1)&lt;/script&gt;"), "{html}");
+        assert!(html.contains("10.0.0.1&quot;&gt;&lt;b&gt;"), "{html}");
+        let d = detail_of(&snapshot, "x.service").unwrap();
+        let history = [Recorded {
+            at_ms: 0,
+            change: StateChange { unit: "x.service".into(), machine: None, change: hostile.into() },
+        }];
+        let fragment = detail(&d, &history, &board(&snapshot).machines, true);
+        assert!(!fragment.contains("<script>") && !fragment.contains("<img"), "{fragment}");
+    }
+
+    #[test]
+    fn plain_page_has_the_table_and_no_script() {
+        let mut r = Registry::new();
+        r.machine(M1, "10.0.0.1", r#"{"region":"eu"}"#);
+        r.unit("web.service", H1, "launched").target("web.service", M1).state(
+            "web.service",
+            M1,
+            H1,
+            "active",
+            "running",
+        );
+        let b = board(&r.now());
+        let plain = page(&b, Mode::Plain);
+        assert!(!plain.contains("<script"), "{plain}");
+        assert!(plain.contains("<tr data-unit=\"web.service\">"), "{plain}");
+        assert!(plain.contains("class=\"cell s-active target\""), "{plain}");
+        assert!(plain.contains(">active/running</td>"), "{plain}");
+        assert!(plain.contains("<div class=\"meta\">region=eu</div>"), "{plain}");
+        assert!(page(&b, Mode::Live).contains("<script src=\"app.js\"></script>"));
+    }
+
+    #[test]
+    fn a_checked_units_cell_shows_its_health_and_a_plain_cell_is_unchanged() {
+        let mut r = Registry::new();
+        r.machine(M1, "10.0.0.1", "{}");
+        r.unit("web.service", H1, "launched").target("web.service", M1);
+        r.state_with_health("web.service", M1, H1, "unhealthy", "<b>refused</b>");
+        r.unit("plain.service", H1, "launched").target("plain.service", M1).state(
+            "plain.service",
+            M1,
+            H1,
+            "active",
+            "running",
+        );
+        let snapshot = r.now();
+        let html = page(&board(&snapshot), Mode::Plain);
+        assert!(html.contains(">active/running <span class=\"health h-unhealthy\">unhealthy</span></td>"), "{html}");
+        assert!(html.contains("health unhealthy: &lt;b&gt;refused&lt;/b&gt;"), "output escaped in the title: {html}");
+        let plain = html.lines().find(|l| l.starts_with("<tr data-unit=\"plain.service\">")).unwrap();
+        assert!(plain.contains(">active/running</td>") && !plain.contains("health"), "{plain}");
+        let fragment = detail(&detail_of(&snapshot, "web.service").unwrap(), &[], &board(&snapshot).machines, true);
+        assert!(
+            fragment.contains("<td class=\"h-unhealthy\">unhealthy: &lt;b&gt;refused&lt;/b&gt;</td>"),
+            "{fragment}"
+        );
+        let plain = detail(&detail_of(&snapshot, "plain.service").unwrap(), &[], &board(&snapshot).machines, true);
+        assert!(!plain.contains("<th>health</th>"), "no health column without a check: {plain}");
+    }
+
+    #[test]
+    fn detail_shows_file_hash_versions_and_history_newest_first() {
+        let mut r = Registry::new();
+        r.machine(M1, "10.0.0.1", "{}");
+        r.unit("web.service", H1, "launched").target("web.service", M1).state(
+            "web.service",
+            M1,
+            H1,
+            "active",
+            "running",
+        );
+        r.launched("web.service", M1, H1);
+        let snapshot = r.now();
+        let d = detail_of(&snapshot, "web.service").unwrap();
+        let seen = |at_ms, change: &str| Recorded {
+            at_ms,
+            change: StateChange { unit: "web.service".into(), machine: Some(M1.into()), change: change.into() },
+        };
+        let html = detail(&d, &[seen(1_000, "first"), seen(2_000, "second")], &board(&snapshot).machines, false);
+        assert!(html.contains(H1) && html.contains("ExecStart=/bin/true"), "{html}");
+        assert!(html.contains("desired version</td>"), "{html}");
+        assert!(html.find("second").unwrap() < html.find("first").unwrap(), "{html}");
+        assert!(html.contains("<time>00:00:02</time> <span class=\"on\">aaaaaaaa</span> second"), "{html}");
+    }
+}

@@ -1,0 +1,268 @@
+//! One leader reconcile pass against the registry (spec §6.4): registry view → [`UnitCatalog`] → engine snapshot
+//! → [`plan_with_report`] → decisions applied in order as compare-and-swap writes → body garbage collection.
+//! Consecutive decisions for distinct units share one all-or-nothing transaction (a pass placing 1,000 units
+//! costs a handful of commits, not 1,000); when one of its compares fails, that group is applied one decision at
+//! a time, which finds the conflicting decision and keeps the order.
+//!
+//! A decision whose compare fails (the registry changed since the view was taken) ends the pass: the rest of the
+//! plan was computed from the same stale view, so the runner re-plans once the view has caught up. Every write
+//! returns its revision; the runner waits for the view to reach the last one before planning again, so a pass
+//! never decides from a view that lacks the previous pass's own decisions.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Duration;
+
+use tokio::time::{Instant, timeout_at};
+
+use fleet_core::at_most_once::Absences;
+use fleet_core::scheduler::catalog::UnitCatalog;
+use fleet_core::scheduler::schedule::{Decision, UnscheduleReason, plan_with_report};
+use fleet_core::scheduler::schedule_input::ScheduleInput;
+use fleet_registry::{LeaderFence, MAX_PLACEMENTS_PER_TXN, PlacementWrite, Registry, RegistryError};
+
+/// How a pass ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PassOutcome {
+    /// Every decision was applied (and garbage collected, if there was any).
+    Complete,
+    /// A decision's compare failed: the registry changed under the plan.
+    Conflict { decision: String },
+    /// The registry failed; the pass is retried on the next event or resync.
+    Failed { error: String },
+    /// The pass ran longer than its limit (the engine lease TTL) and was abandoned.
+    TimedOut { limit: Duration },
+    /// Leadership was lost or the engine is stopping.
+    Interrupted,
+}
+
+impl fmt::Display for PassOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PassOutcome::Complete => f.write_str("complete"),
+            PassOutcome::Conflict { decision } => write!(f, "registry changed under the plan at: {decision}"),
+            PassOutcome::Failed { error } => write!(f, "registry error: {error}"),
+            PassOutcome::TimedOut { limit } => write!(f, "aborted after running longer than {limit:?}"),
+            PassOutcome::Interrupted => f.write_str("interrupted"),
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassReport {
+    pub outcome: PassOutcome,
+    /// Decisions planned.
+    pub planned: usize,
+    /// Decisions written.
+    pub applied: usize,
+    /// Units needing a machine that got none.
+    pub unplaced: usize,
+    /// Bodies deleted by garbage collection.
+    pub collected: usize,
+    /// Revision of the last write of this pass, to wait for before the next plan.
+    pub last_write: Option<i64>,
+    pub duration: Duration,
+    /// When the engine's wait for a lost machine's at-most-once units ends next: run a pass then.
+    pub at_most_once_wait_ends: Option<Instant>,
+}
+
+/// State kept by the leader across passes.
+#[derive(Debug, Default)]
+pub struct Reconciler {
+    catalog: UnitCatalog,
+    /// Bodies (hash, mod revision) this engine already deleted; skipped until the view stops showing them, so a
+    /// lagging view does not cause repeated failing deletes.
+    collected: HashSet<(String, i64)>,
+    /// When the machines that at-most-once units are scheduled to were first seen absent.
+    absences: Absences,
+    /// How long after that those units wait before they are placed elsewhere (`fleet_core::at_most_once::margin`).
+    at_most_once_margin: Duration,
+}
+
+impl Reconciler {
+    pub fn new() -> Reconciler {
+        Reconciler::default()
+    }
+
+    /// Forgets when machines were seen absent: a view that was not followed (not leading, disconnected) may have
+    /// missed a machine coming back and going again, so the wait starts over from the next pass.
+    pub fn forget_absences(&mut self) {
+        self.absences = Absences::default();
+    }
+
+    /// The margin the engine waits after a machine's presence expired before it places the machine's
+    /// at-most-once units elsewhere.
+    pub fn with_at_most_once_margin(mut self, margin: Duration) -> Reconciler {
+        self.at_most_once_margin = margin;
+        self
+    }
+
+    /// Runs one pass on `view`. Every write carries `fence` (this engine's leader key and lease), so a pass of an
+    /// engine deposed meanwhile writes nothing. `deadline` bounds the whole pass; `keep_going` is checked before
+    /// every write (leadership still held, engine not stopping).
+    pub async fn pass(
+        &mut self,
+        registry: &Registry,
+        view: &fleet_registry::Snapshot,
+        fence: &LeaderFence,
+        deadline: Instant,
+        keep_going: impl Fn() -> bool,
+    ) -> PassReport {
+        let started = Instant::now();
+        let mut report = PassReport {
+            outcome: PassOutcome::Complete,
+            planned: 0,
+            applied: 0,
+            unplaced: 0,
+            collected: 0,
+            last_write: None,
+            duration: Duration::ZERO,
+            at_most_once_wait_ends: None,
+        };
+        let snapshot = match self.catalog.snapshot(view) {
+            Ok(s) => s,
+            Err(e) => {
+                // Cannot happen with a registry view (names and IDs are map keys); reported rather than panicking.
+                report.outcome = PassOutcome::Failed { error: e.to_string() };
+                return report;
+            }
+        };
+        let now = Instant::now();
+        let targets = snapshot.units().filter(|u| u.constraints.at_most_once).filter_map(|u| u.target.as_deref());
+        self.absences.observe(targets, |m| snapshot.machine_idx(m).is_some(), now);
+        let snapshot = snapshot.with_waiting(self.absences.waiting(now, self.at_most_once_margin));
+        report.at_most_once_wait_ends = self.absences.next_wake(now, self.at_most_once_margin);
+        let plan = plan_with_report(&snapshot);
+        report.planned = plan.decisions.len();
+        report.unplaced = plan.unplaced.len();
+        for u in &plan.unplaced {
+            tracing::debug!(unit = %u.unit, reason = %u.reason, "Unable to schedule Job({}): {}", u.unit, u.reason);
+        }
+        let limit = deadline.saturating_duration_since(started);
+        let mut chunks =
+            fleet_registry::txn_batches(&plan.decisions, MAX_PLACEMENTS_PER_TXN, Decision::unit).into_iter();
+        while report.outcome == PassOutcome::Complete {
+            let Some(chunk) = chunks.next() else { break };
+            if !keep_going() {
+                report.outcome = PassOutcome::Interrupted;
+                break;
+            }
+            // The whole chunk in one transaction (one commit for many decisions); if any compare fails, nothing
+            // was written and the decisions are applied one by one to find the one that conflicts.
+            if chunk.len() > 1 {
+                let changes: Vec<PlacementWrite<'_>> = chunk.iter().map(|d| placement(d, &snapshot)).collect();
+                match timeout_at(deadline, registry.placements_at(&changes, Some(fence))).await {
+                    Err(_) => {
+                        report.outcome = PassOutcome::TimedOut { limit };
+                        break;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(decisions = chunk.len(), error = %e, "cannot apply scheduling decisions");
+                        report.outcome = PassOutcome::Failed { error: e.to_string() };
+                        break;
+                    }
+                    Ok(Ok(Some(revision))) => {
+                        report.applied += chunk.len();
+                        report.last_write = Some(revision);
+                        chunk.iter().for_each(|d| log_applied(d, revision));
+                        continue;
+                    }
+                    Ok(Ok(None)) => {}
+                }
+            }
+            for decision in chunk {
+                if !keep_going() {
+                    report.outcome = PassOutcome::Interrupted;
+                    break;
+                }
+                let written =
+                    match timeout_at(deadline, registry.placement_at(&placement(decision, &snapshot), Some(fence)))
+                        .await
+                    {
+                        Ok(result) => result,
+                        Err(_) => {
+                            report.outcome = PassOutcome::TimedOut { limit };
+                            break;
+                        }
+                    };
+                match written {
+                    Ok(Some(revision)) => {
+                        report.applied += 1;
+                        report.last_write = Some(revision);
+                        log_applied(decision, revision);
+                    }
+                    Ok(None) => {
+                        tracing::info!(
+                            unit = %decision.unit(),
+                            machine = %decision.machine(),
+                            "registry changed before `{decision}` could be applied; re-planning on the next change"
+                        );
+                        report.outcome = PassOutcome::Conflict { decision: decision.to_string() };
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(unit = %decision.unit(), machine = %decision.machine(), error = %e,
+                            "cannot apply scheduling decision");
+                        report.outcome = PassOutcome::Failed { error: e.to_string() };
+                        break;
+                    }
+                }
+            }
+        }
+        if report.outcome == PassOutcome::Complete && keep_going() {
+            match timeout_at(deadline, self.collect_garbage(registry, view, fence)).await {
+                Ok(Ok(n)) => report.collected = n,
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot garbage-collect unit bodies"),
+                Err(_) => report.outcome = PassOutcome::TimedOut { limit },
+            }
+        }
+        report.duration = started.elapsed();
+        report
+    }
+
+    /// Deletes bodies no unit refers to in `view` (spec L9), skipping those this engine already deleted.
+    async fn collect_garbage(
+        &mut self,
+        registry: &Registry,
+        view: &fleet_registry::Snapshot,
+        fence: &LeaderFence,
+    ) -> Result<usize, RegistryError> {
+        self.collected.retain(|(hash, rev)| view.bodies().get(hash.as_str()).is_some_and(|b| b.mod_revision == *rev));
+        let candidates: Vec<(String, i64)> =
+            view.unreferenced_bodies().into_iter().filter(|c| !self.collected.contains(c)).collect();
+        if candidates.is_empty() {
+            return Ok(0);
+        }
+        let deleted = registry.delete_bodies(&candidates, Some(fence)).await?;
+        tracing::info!(deleted, candidates = candidates.len(), "garbage-collected unreferenced unit bodies");
+        // Those not deleted were re-put meanwhile: their mod revision changed, so they are new candidates anyway.
+        self.collected.extend(candidates);
+        Ok(deleted)
+    }
+}
+
+/// A decision as a registry write. An at-most-once unit leaves a machine that went away only while that machine is
+/// still absent: had it come back meanwhile, its agent may be running the unit again.
+fn placement<'d>(decision: &'d Decision, input: &ScheduleInput) -> PlacementWrite<'d> {
+    match decision {
+        Decision::Unschedule { unit, machine, reason: UnscheduleReason::MachineWentAway { .. } }
+            if input.unit(unit).is_some_and(|u| u.constraints.at_most_once) =>
+        {
+            PlacementWrite::UnscheduleFromAbsent { unit, machine }
+        }
+        Decision::Unschedule { unit, machine, .. } => PlacementWrite::Unschedule { unit, machine },
+        Decision::Schedule { unit, machine, .. } => PlacementWrite::Schedule { unit, machine },
+    }
+}
+
+fn log_applied(decision: &Decision, revision: i64) {
+    match decision {
+        Decision::Unschedule { unit, machine, reason } => {
+            tracing::info!(unit = %unit, machine = %machine, reason = %reason, revision, "unscheduled unit");
+        }
+        Decision::Schedule { unit, machine, reason } => {
+            tracing::info!(unit = %unit, machine = %machine, reason = %reason, revision, "scheduled unit");
+        }
+    }
+}

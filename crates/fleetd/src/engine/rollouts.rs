@@ -1,0 +1,255 @@
+//! The engine leader's side of rollouts: on every view change (unit states included) and when a rollout's next
+//! deadline comes, each rollout that is not final is advanced by the pure [`rollout::advance`] over what the view
+//! shows, and a changed progress is stored (compare-and-swap on its revision, fenced to this engine's leader key
+//! and lease, with a rollback's unit objects in the same transaction). A failed compare is not an error: the next view
+//! carries whatever won, and the decision is made again from it. Finished rollouts beyond the last
+//! [`rollout::KEEP_FINISHED_PER_UNIT`] of every unit are deleted ([`rollout::expired`]), fenced the same way.
+//!
+//! A rebalance rollout (docs/rebalance.md) gets its steps here, when the engine first takes it up: the moves of
+//! [`rebalance::plan`] on the scheduler's input. Each move the advance releases is checked again
+//! ([`rebalance::check`]) on the cluster as it is then (a refused one is skipped, with the reason), and its target
+//! is rewritten in the transaction that stores the progress.
+
+use std::collections::BTreeSet;
+
+use fleet_core::rollout::{self, Phase, Rollout, RolloutKind, RolloutProgress, RolloutState};
+use fleet_core::scheduler::catalog::UnitCatalog;
+use fleet_core::scheduler::rebalance;
+use fleet_registry::{LeaderFence, Registry, RegistryError, Snapshot, SnapshotCluster};
+
+/// Most moves one rebalance plans (its progress is one etcd value, and its moves one transaction at most).
+pub const MAX_REBALANCE_MOVES: usize = 48;
+
+/// What one [`drive`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Driven {
+    /// When to look again (Unix ms), if a rollout waits for a time rather than for the cluster.
+    pub wake_at_ms: Option<u64>,
+    /// The registry revision of the last progress this drive stored, if any: a view older than it would decide
+    /// again what was just decided (and fail its compare-and-swap).
+    pub written_revision: Option<i64>,
+}
+
+/// Advances every rollout of `view` that is not final and stores what changed. `catalog`: the engine's parse
+/// cache, for rebalance plans and checks.
+pub async fn drive(registry: &Registry, view: &Snapshot, fence: &LeaderFence, catalog: &mut UnitCatalog) -> Driven {
+    let now = fleet_core::model::now_ms();
+    let cluster = SnapshotCluster(view);
+    let mut wake: Option<u64> = None;
+    let mut written_revision: Option<i64> = None;
+    for (id, record) in view.rollout_records() {
+        let Some(stored) = record.rollout() else { continue };
+        if stored.state().is_final() {
+            continue;
+        }
+        let mut current = stored.clone();
+        if current.spec.kind == RolloutKind::Rebalance && current.progress.is_none() {
+            current.progress = Some(rebalance_steps(view, catalog));
+        }
+        let mut advanced = rollout::advance(&current, &cluster, now);
+        let moves = if current.spec.kind == RolloutKind::Rebalance {
+            checked_moves(view, catalog, stored.progress.as_ref(), &mut advanced.progress)
+        } else {
+            Vec::new()
+        };
+        if let Some(at) = advanced.wake_at_ms {
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
+        if stored.progress.as_ref() == Some(&advanced.progress) {
+            continue;
+        }
+        let progress = &advanced.progress;
+        match registry.write_rollout_progress(view, id, progress, fence, &advanced.roll_back, &moves).await {
+            Ok(Some(revision)) => {
+                written_revision = Some(written_revision.map_or(revision, |r| r.max(revision)));
+                let counts = rollout::phase_counts(progress);
+                tracing::info!(rollout = %id, state = %progress.state, reason = %progress.reason, steps = ?counts,
+                    "rollout progressed");
+                if !advanced.roll_back.is_empty() {
+                    tracing::warn!(rollout = %id, units = advanced.roll_back.len(), "rollout rolled back");
+                }
+            }
+            Ok(None) => tracing::debug!(rollout = %id, "rollout progress changed meanwhile"),
+            Err(e @ RegistryError::NotLeader { .. }) => {
+                tracing::info!(rollout = %id, error = %e, "not storing rollout progress: leadership moved");
+                return Driven { wake_at_ms: None, written_revision };
+            }
+            Err(e) => {
+                tracing::warn!(rollout = %id, error = %e, "cannot store rollout progress; retrying on the next change")
+            }
+        }
+    }
+    collect_finished(registry, view, fence).await;
+    Driven { wake_at_ms: wake, written_revision }
+}
+
+/// Units in a rollout that is not final, other than a rebalance: a rebalance leaves them where they are.
+fn busy_units(rollouts: &[Rollout]) -> BTreeSet<&str> {
+    rollouts
+        .iter()
+        .filter(|r| !r.state().is_final() && r.spec.kind != RolloutKind::Rebalance)
+        .flat_map(|r| r.spec.units.iter().map(|u| u.name.as_str()))
+        .collect()
+}
+
+/// The first progress of a rebalance: one pending step per planned move (none when the spread is already even).
+fn rebalance_steps(view: &Snapshot, catalog: &mut UnitCatalog) -> RolloutProgress {
+    let mut progress = RolloutProgress::default();
+    match catalog.snapshot(view) {
+        Ok(input) => {
+            let rollouts = view.rollouts();
+            let moves = rebalance::plan(&input, MAX_REBALANCE_MOVES, &busy_units(&rollouts));
+            tracing::info!(moves = moves.len(), loads = ?rebalance::loads(&input), "rebalance planned");
+            progress.steps = moves.iter().map(rollout::Move::step).collect();
+            if moves.is_empty() {
+                progress.reason = NOTHING_TO_MOVE.into();
+            }
+        }
+        Err(e) => {
+            progress.state = RolloutState::Paused;
+            progress.reason = format!("paused: cannot read the cluster to plan the moves: {e}");
+        }
+    }
+    progress
+}
+
+/// Why a rebalance ended without a move.
+pub const NOTHING_TO_MOVE: &str =
+    "nothing to move: machine loads differ by at most 1, or no unit may move where it would help";
+
+/// The moves `progress` releases now (steps that were pending in `before`), each checked on the cluster as `view`
+/// shows it; a move refused there is skipped with the reason (it frees its slot for the next drive).
+fn checked_moves(
+    view: &Snapshot,
+    catalog: &mut UnitCatalog,
+    before: Option<&RolloutProgress>,
+    progress: &mut RolloutProgress,
+) -> Vec<rollout::Move> {
+    if progress.steps.is_empty() && progress.state == RolloutState::Done && progress.reason.is_empty() {
+        progress.reason = NOTHING_TO_MOVE.into();
+    }
+    let released = rollout::released_moves(before, progress);
+    if released.is_empty() {
+        return released;
+    }
+    let mut input = match catalog.snapshot(view) {
+        Ok(input) => input,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the cluster to check rebalance moves; not releasing them");
+            return Vec::new();
+        }
+    };
+    let rollouts = view.rollouts();
+    let busy = busy_units(&rollouts);
+    let mut accepted = Vec::new();
+    for m in released {
+        match rebalance::check(&input, &m, &busy) {
+            Ok(()) => {
+                // The next move is checked on the cluster as this one leaves it.
+                input = rebalance::moved(&input, &m);
+                accepted.push(m);
+            }
+            Err(why) => {
+                tracing::info!(unit = %m.unit, from = %m.from, to = %m.to, reason = %why, "rebalance move skipped");
+                if let Some(step) = progress.steps.iter_mut().find(|s| s.unit == m.unit && s.machine == m.to) {
+                    step.phase = Phase::Skipped;
+                    step.detail = why;
+                }
+            }
+        }
+    }
+    accepted
+}
+
+/// Whether `view` shows a rebalance that is not final.
+pub fn rebalance_in_progress(view: &Snapshot) -> bool {
+    view.rollouts().iter().any(|r| r.spec.kind == RolloutKind::Rebalance && !r.state().is_final())
+}
+
+/// The rebalance the engine stores on its own (`engine_rebalance`) at `now_ms`: two moves at a time, each healthy
+/// as soon as the unit is active on its new machine, five minutes for a move, pause on a failure.
+pub fn rebalance_spec(now_ms: u64) -> rollout::RolloutSpec {
+    rollout::RolloutSpec {
+        id: format!("rebalance-{now_ms}"),
+        kind: RolloutKind::Rebalance,
+        units: Vec::new(),
+        max_unavailable: 2,
+        min_healthy_ms: 0,
+        health_timeout_ms: 300_000,
+        on_failure: rollout::OnFailure::Pause,
+        created_ms: now_ms,
+        ..rollout::RolloutSpec::default()
+    }
+}
+
+/// Whether `view` shows a rollout that is not final (one [`drive`] may advance).
+pub fn any_running(view: &Snapshot) -> bool {
+    view.rollout_records().values().any(|r| r.rollout().is_some_and(|r| !r.state().is_final()))
+}
+
+/// Deletes the finished rollouts beyond the last [`rollout::KEEP_FINISHED_PER_UNIT`] of every unit. A failure is
+/// logged; the next view change tries again.
+async fn collect_finished(registry: &Registry, view: &Snapshot, fence: &LeaderFence) {
+    let rollouts = view.rollouts();
+    let expired = rollout::expired(&rollouts, rollout::KEEP_FINISHED_PER_UNIT);
+    if expired.is_empty() {
+        return;
+    }
+    match registry.delete_rollouts(view, &expired, fence).await {
+        Ok(deleted) => tracing::info!(deleted, expired = expired.len(), "deleted finished rollouts"),
+        Err(e) => tracing::warn!(error = %e, "cannot delete finished rollouts; retrying on the next change"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleet_core::rollout::Cluster as _;
+    use fleet_registry::{Change, Keys};
+
+    #[test]
+    fn observations_and_holders_come_from_states_markers_and_presence() {
+        let keys = Keys::new("/p");
+        let kv = [
+            (keys.machine_object("m1"), r#"{"id":"m1"}"#.to_string()),
+            (keys.machine_object("m2"), r#"{"id":"m2"}"#.to_string()),
+            (keys.unit_object("db.service"), r#"{"name":"db.service","hash":"h2"}"#.to_string()),
+            (
+                keys.state("db.service", "m1"),
+                r#"{"hash":"h2","loadState":"loaded","activeState":"active","subState":"running","nRestarts":4}"#
+                    .to_string(),
+            ),
+            (
+                keys.state("db.service", "m2"),
+                r#"{"hash":"h1","loadState":"loaded","activeState":"active","subState":"running"}"#.to_string(),
+            ),
+            (
+                keys.state("db.service", "gone"),
+                r#"{"hash":"h1","loadState":"loaded","activeState":"active","subState":"running"}"#.to_string(),
+            ),
+            (keys.unit_launched("db.service", "m1"), "h2".to_string()),
+            (keys.unit_restarted("db.service", "m1"), "r1".to_string()),
+        ];
+        let changes =
+            kv.iter().map(|(k, v)| (k.as_bytes(), Change::Put { value: v.as_bytes(), mod_revision: 3, lease: 0 }));
+        let snapshot = Snapshot::from_kvs(&keys, 3, changes);
+        let c = SnapshotCluster(&snapshot);
+        assert_eq!(c.holders("db.service"), ["m1", "m2"], "the machine that left is not a holder");
+        let m1 = c.observe("db.service", "m1");
+        assert_eq!(
+            (
+                m1.present,
+                m1.hash.as_deref(),
+                m1.running.as_deref(),
+                m1.active_state.as_str(),
+                m1.restarted_for.as_deref()
+            ),
+            (true, Some("h2"), Some("h2"), "active", Some("r1"))
+        );
+        let gone = c.observe("db.service", "gone");
+        assert_eq!(m1.restarts, Some(4), "the published restart counter");
+        assert!(!gone.present);
+        assert_eq!(c.observe("db.service", "m2").restarts, None, "a state without a counter");
+        assert_eq!(c.observe("db.service", "m2").running, None);
+    }
+}

@@ -1,0 +1,399 @@
+//! The HTTP API v1 server against a real etcd: the original's wire semantics (status codes, error bodies,
+//! pagination, PATCH format) exercised with raw HTTP requests, as any client would send them.
+
+mod fuzz;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleet_registry::Reflector;
+use fleet_testkit::TestEtcd;
+use fleetd::api::Api;
+use fleetd::api::listen::{ListenAddress, bind};
+use fleetd::api::serve::serve;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("body is not JSON ({e}): {:?}", self.body))
+    }
+}
+
+/// The registry prefix of the API under test.
+const PREFIX: &str = "/api-test/";
+
+struct Server {
+    addr: String,
+    stop: CancellationToken,
+    etcd: TestEtcd,
+}
+
+impl Server {
+    async fn start(token_limit: u16) -> Server {
+        let etcd = TestEtcd::start().await;
+        let registry = etcd.registry(PREFIX).await;
+        let reflector = Arc::new(Reflector::start(&registry));
+        reflector.wait_connected(Duration::from_secs(10)).await.expect("reflector connects");
+        let api = Arc::new(Api::new(registry, reflector, token_limit));
+        let listener = bind(&ListenAddress::Tcp("127.0.0.1:0".into())).await.unwrap();
+        let addr = listener.describe().trim_start_matches("tcp://").to_string();
+        let (_install, handler) = watch::channel(Some(api));
+        let stop = CancellationToken::new();
+        tokio::spawn(serve(vec![listener], handler, stop.clone()));
+        Server { addr, stop, etcd }
+    }
+
+    fn etcd_endpoint(&self) -> String {
+        self.etcd.endpoint()
+    }
+
+    async fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+        let mut stream = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
+        let mut text = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+        for (k, v) in headers {
+            text.push_str(&format!("{k}: {v}\r\n"));
+        }
+        text.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+        stream.write_all(text.as_bytes()).await.unwrap();
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).await.unwrap();
+        let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+        let mut lines = head.lines();
+        let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+        let headers = lines.filter_map(|l| l.split_once(": ")).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Reply { status, headers, body: body.to_string() }
+    }
+
+    async fn get(&self, path: &str) -> Reply {
+        self.request("GET", path, &[], "").await
+    }
+
+    async fn put_json(&self, path: &str, body: &str) -> Reply {
+        self.request("PUT", path, &[("Content-Type", "application/json")], body).await
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+const HELLO: &str = r#"{"name":"api.service","desiredState":"launched","options":[{"section":"Service","name":"ExecStart","value":"/bin/sleep 1000"}]}"#;
+
+#[tokio::test]
+async fn unit_lifecycle_follows_the_originals_status_codes() {
+    let s = Server::start(100).await;
+
+    let created = s.put_json("/fleet/v1/units/api.service", HELLO).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    assert_eq!(created.body, "");
+    assert!(created.header("Server").unwrap().starts_with("fleetd/v"));
+
+    let same = s.put_json("/fleet/v1/units/api.service", HELLO).await;
+    assert_eq!(same.status, 204, "identical content with a desired state only updates the state");
+
+    let unit = s.get("/fleet/v1/units/api.service").await;
+    assert_eq!(unit.status, 200);
+    assert_eq!(unit.header("Content-Type"), Some("application/json"));
+    assert_eq!(
+        unit.body,
+        r#"{"currentState":"inactive","desiredState":"launched","name":"api.service","options":[{"name":"ExecStart","section":"Service","value":"/bin/sleep 1000"}]}"#
+    );
+
+    let set = s.put_json("/fleet/v1/units/api.service", r#"{"desiredState":"loaded"}"#).await;
+    assert_eq!(set.status, 204);
+    assert_eq!(s.get("/fleet/v1/units/api.service").await.json()["desiredState"], "loaded");
+
+    let replaced = s
+        .put_json(
+            "/fleet/v1/units/api.service",
+            r#"{"options":[{"section":"Service","name":"ExecStart","value":"/bin/sleep 2000"}]}"#,
+        )
+        .await;
+    assert_eq!(replaced.status, 201, "different content replaces the unit");
+    let after = s.get("/fleet/v1/units/api.service").await.json();
+    assert_eq!(after["desiredState"], "inactive", "a replacement without desiredState becomes inactive");
+    assert_eq!(after["options"][0]["value"], "/bin/sleep 2000");
+
+    let deleted = s.request("DELETE", "/fleet/v1/units/api.service", &[], "").await;
+    assert_eq!(deleted.status, 204);
+    let gone = s.get("/fleet/v1/units/api.service").await;
+    assert_eq!((gone.status, gone.body.as_str()), (404, r#"{"error":{"code":404,"message":"unit does not exist"}}"#));
+    let again = s.request("DELETE", "/fleet/v1/units/api.service", &[], "").await;
+    assert_eq!(again.status, 404);
+}
+
+#[tokio::test]
+async fn bad_requests_change_nothing_and_get_the_originals_errors() {
+    let s = Server::start(100).await;
+    assert_eq!(s.put_json("/fleet/v1/units/api.service", HELLO).await.status, 201);
+    let before = s.get("/fleet/v1/units/api.service").await.body;
+
+    let cases: &[(&str, &str, Option<&str>, u16, &str)] = &[
+        (
+            "api.service",
+            r#"{"name":"other.service","desiredState":"loaded"}"#,
+            None,
+            400,
+            r#"name in URL \"api.service\" differs from unit name in request body \"other.service\""#,
+        ),
+        ("api.service", r#"{"desiredState":"bogus"}"#, None, 400, r#"invalid value \"bogus\" for JobState"#),
+        ("api.service", "{not json", None, 400, "unable to decode body: "),
+        ("api.service", "x", Some("text/plain"), 415, "only acceptable Content-Type is application/json"),
+        ("api.service", r#"{}"#, None, 409, "must provide DesiredState to update existing unit"),
+        ("new.service", r#"{"desiredState":"launched"}"#, None, 409, "unit does not exist and options field empty"),
+        (
+            "bad%24name.service",
+            r#"{"options":[{"section":"Service","name":"ExecStart","value":"/bin/true"}]}"#,
+            None,
+            400,
+            "invalid character '$' in unit name",
+        ),
+        (
+            "x.service",
+            r#"{"options":[{"section":"X-Fleet","name":"MachineID","value":"a"},{"section":"X-Fleet","name":"Global","value":"true"}]}"#,
+            None,
+            400,
+            "MachineID cannot be used with Global",
+        ),
+        (
+            "api.service",
+            r#"{"options":[{"section":"X-Fleet","name":"Global","value":"true"},{"section":"X-Fleet","name":"MachineOf","value":"b.service"}]}"#,
+            None,
+            400,
+            "Global cannot be used with Peers",
+        ),
+    ];
+    for (name, body, content_type, status, message) in cases {
+        let headers = [("Content-Type", content_type.unwrap_or("application/json"))];
+        let reply = s.request("PUT", &format!("/fleet/v1/units/{name}"), &headers, body).await;
+        assert_eq!(reply.status, *status, "PUT {name} {body}: {}", reply.body);
+        assert_eq!(reply.header("Content-Type"), Some("application/json"));
+        assert!(reply.body.contains(message), "PUT {name} {body}: expected {message:?} in {}", reply.body);
+    }
+    assert_eq!(s.get("/fleet/v1/units/api.service").await.body, before, "refused requests left the unit as it was");
+    assert_eq!(s.get("/fleet/v1/units/new.service").await.status, 404);
+
+    let template =
+        r#"{"desiredState":"launched","options":[{"section":"Service","name":"ExecStart","value":"/bin/true"}]}"#;
+    let activated = s.put_json("/fleet/v1/units/hello@.service", template).await;
+    assert_eq!(activated.status, 400);
+    assert!(activated.body.contains(r#"cannot activate template \"hello@.service\""#), "{}", activated.body);
+}
+
+#[tokio::test]
+async fn routes_methods_and_discovery() {
+    let s = Server::start(100).await;
+    let cases: &[(&str, &str, u16, &str)] = &[
+        ("GET", "/fleet/v1/bogus", 404, r#"{"error":{"code":404,"message":""}}"#),
+        ("GET", "/", 405, r#"{"error":{"code":405,"message":""}}"#),
+        (
+            "POST",
+            "/fleet/v1/units",
+            405,
+            r#"{"error":{"code":405,"message":"only GET supported against this resource"}}"#,
+        ),
+        (
+            "POST",
+            "/fleet/v1/discovery",
+            400,
+            r#"{"error":{"code":400,"message":"only HTTP GET supported against this resource"}}"#,
+        ),
+        (
+            "GET",
+            "/fleet/v1/units?nextPageToken=garbage",
+            400,
+            r#"{"error":{"code":400,"message":"illegal base64 data at input byte 4"}}"#,
+        ),
+        (
+            "GET",
+            "/fleet/v1/machines?nextPageToken=EwBMLg==",
+            400,
+            r#"{"error":{"code":400,"message":"token limit must be 100"}}"#,
+        ),
+        ("GET", "/fleet/v1/state/none.service", 404, r#"{"error":{"code":404,"message":"unit state does not exist"}}"#),
+        ("GET", "/fleet/v1/units", 200, "{}"),
+        ("GET", "/v1-alpha/machines", 200, "{}"),
+        ("GET", "/fleet/v1/state", 200, "{}"),
+    ];
+    for (method, path, status, body) in cases {
+        let reply = s.request(method, path, &[], "").await;
+        assert_eq!((reply.status, reply.body.as_str()), (*status, *body), "{method} {path}");
+    }
+    let discovery = s.get("/fleet/v1/discovery").await;
+    assert_eq!(discovery.status, 200);
+    let doc = discovery.json();
+    assert_eq!(doc["id"], "fleet:v1");
+    assert_eq!(doc["baseUrl"], "$ENDPOINT/fleet/v1/");
+    let metrics = s.get("/metrics").await;
+    assert!(metrics.body.contains("fleet_machines 0"), "{}", metrics.body);
+}
+
+#[tokio::test]
+async fn unit_lists_are_paginated_with_the_originals_tokens() {
+    let s = Server::start(2).await;
+    for i in 1..=4 {
+        let body = format!(r#"{{"options":[{{"section":"Service","name":"ExecStart","value":"/bin/sleep {i}"}}]}}"#);
+        assert_eq!(s.put_json(&format!("/fleet/v1/units/u{i}.service"), &body).await.status, 201);
+    }
+    let first = s.get("/fleet/v1/units").await.json();
+    assert_eq!(first["units"].as_array().unwrap().len(), 2);
+    assert_eq!(first["units"][0]["name"], "u1.service");
+    assert_eq!(first["nextPageToken"], "AgACAA==");
+    let second = s.get("/fleet/v1/units?nextPageToken=AgACAA%3D%3D").await.json();
+    assert_eq!(second["units"][1]["name"], "u4.service");
+    let third = s.get(&format!("/fleet/v1/units?nextPageToken={}", second["nextPageToken"].as_str().unwrap())).await;
+    assert_eq!(third.body, "{}", "a list that fills its last page ends with one empty page");
+    let twice = s.get("/fleet/v1/units?nextPageToken=AgACAA==&nextPageToken=AgACAA==").await;
+    assert_eq!(twice.body, r#"{"error":{"code":400,"message":"too many values for page token"}}"#);
+}
+
+#[tokio::test]
+async fn machine_metadata_patch_uses_the_nested_value_format() {
+    let s = Server::start(100).await;
+    let ok = s
+        .request(
+            "PATCH",
+            "/fleet/v1/machines",
+            &[],
+            r#"[{"op":"add","path":"/m0/metadata/foo","value":{"value":"bar"}},{"op":"remove","path":"/m1/metadata/x"}]"#,
+        )
+        .await;
+    assert_eq!(ok.status, 204, "{}", ok.body);
+    assert_eq!(ok.header("Content-Type"), Some("application/json"));
+    for (body, message) in [
+        (r#"[{"op":"noop","path":"/m0/metadata/foo"}]"#, "invalid op: expect add, remove, or replace"),
+        (r#"[{"op":"add","path":"/m0/foo","value":{"value":"x"}}]"#, "machine metadata path invalid"),
+        (r#"[{"op":"add","path":"/m0/metadata/foo"}]"#, "invalid value: add and replace require a value"),
+    ] {
+        let reply = s.request("PATCH", "/fleet/v1/machines", &[], body).await;
+        assert_eq!(reply.status, 400, "{body}");
+        assert_eq!(reply.json()["error"]["message"], message);
+    }
+    let string_value = s
+        .request("PATCH", "/fleet/v1/machines", &[], r#"[{"op":"add","path":"/m0/metadata/zone","value":"z1"}]"#)
+        .await;
+    assert_eq!(string_value.status, 400, "a bare string value is refused like the original");
+}
+
+/// `POST /units-batch` answers every write exactly as its single request (`PUT`/`DELETE /units/<name>`) answers it
+/// on the same registry state, status and error message alike, and the writes are visible when it answers.
+#[tokio::test]
+async fn unit_batch_answers_each_write_as_its_single_request() {
+    let single = Server::start(100).await;
+    let batched = Server::start(100).await;
+    let exec = r#"[{"section":"Service","name":"ExecStart","value":"/bin/sleep 1000"}]"#;
+    let other = r#"[{"section":"Service","name":"ExecStart","value":"/bin/sleep 2000"}]"#;
+    let exists = format!(r#"{{"name":"e.service","options":{exec}}}"#);
+    for s in [&single, &batched] {
+        assert_eq!(s.put_json("/fleet/v1/units/e.service", &exists).await.status, 201);
+    }
+    // (name, PUT body); the same writes once as single requests, once in one batch.
+    let puts = [
+        ("a.service", format!(r#"{{"name":"a.service","desiredState":"launched","options":{exec}}}"#)),
+        ("t@.service", format!(r#"{{"name":"t@.service","desiredState":"launched","options":{exec}}}"#)),
+        ("m.service", r#"{"name":"m.service","desiredState":"launched"}"#.to_string()),
+        ("e.service", r#"{"name":"e.service","desiredState":"loaded"}"#.to_string()),
+        ("e.service", format!(r#"{{"name":"e.service","options":{other}}}"#)),
+        ("b.service", format!(r#"{{"name":"b.service","desiredState":"running","options":{exec}}}"#)),
+        ("e.service", r#"{"name":"e.service"}"#.to_string()),
+    ];
+    let destroys = ["a.service", "missing.service"];
+    let mut expected = Vec::new();
+    for (name, body) in &puts {
+        let r = single.put_json(&format!("/fleet/v1/units/{name}"), body).await;
+        let message = if r.body.is_empty() { String::new() } else { r.json()["error"]["message"].to_string() };
+        expected.push((name.to_string(), r.status, message));
+    }
+    for name in destroys {
+        let r = single.request("DELETE", &format!("/fleet/v1/units/{name}"), &[], "").await;
+        let message = if r.body.is_empty() { String::new() } else { r.json()["error"]["message"].to_string() };
+        expected.push((name.to_string(), r.status, message));
+    }
+    // The single requests ran one after the other, the batch decides every put on the state it found; the writes
+    // above are chosen so that both give the same answers (e.service exists throughout).
+    let bodies: Vec<&str> = puts.iter().map(|(_, b)| b.as_str()).collect();
+    let batch = format!(r#"{{"put":[{}],"destroy":["a.service","missing.service"]}}"#, bodies.join(","));
+    let reply = batched.request("POST", "/fleet/v1/units-batch", &[("Content-Type", "application/json")], &batch).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let got: Vec<(String, u16, String)> = reply.json()["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let message = r.get("message").map_or(String::new(), |m| m.to_string());
+            (r["name"].as_str().unwrap().to_string(), r["code"].as_u64().unwrap() as u16, message)
+        })
+        .collect();
+    assert_eq!(got, expected);
+    // Read-your-writes: the batch's units are listed as written.
+    let list = batched.get("/fleet/v1/units").await.json();
+    let names: Vec<&str> = list["units"].as_array().unwrap().iter().map(|u| u["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["e.service"], "a.service created then destroyed, nothing else valid");
+    assert_eq!(list["units"][0]["options"][0]["value"], "/bin/sleep 2000");
+    let wrong = batched.request("POST", "/fleet/v1/units-batch", &[("Content-Type", "text/plain")], "{}").await;
+    assert_eq!(wrong.status, 415);
+    let get = batched.get("/fleet/v1/units-batch").await;
+    assert_eq!(get.status, 405);
+}
+
+/// `GET /rollouts/<id>?waitRevision=N` (an extension): held until the rollout changes after revision N, answered
+/// with the rollout as it is when its `waitMs` runs out, refused by name when malformed.
+#[tokio::test]
+async fn a_rollout_change_wait_answers_when_the_rollout_changes() {
+    let s = Arc::new(Server::start(100).await);
+    let created = s.put_json("/fleet/v1/units/api.service", HELLO).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let started = s.put_json("/fleet/v1/rollouts/r1", r#"{"kind":"restart","units":[{"name":"api.service"}]}"#).await;
+    assert_eq!(started.status, 201, "{}", started.body);
+    let revision = started.json()["revision"].as_i64().expect("a created rollout carries its revision");
+    assert!(revision > 0, "{}", started.body);
+    let shown = s.get("/fleet/v1/rollouts/r1").await.json();
+    assert_eq!(shown["revision"].as_i64(), Some(revision), "GET shows the revision PUT answered: {shown}");
+    let listed = s.get("/fleet/v1/rollouts").await.json();
+    assert_eq!(listed["rollouts"][0]["revision"].as_i64(), Some(revision), "{listed}");
+
+    // Nothing changes: the wait runs out and answers with the rollout as it is.
+    let idle = s.get(&format!("/fleet/v1/rollouts/r1?waitRevision={revision}&waitMs=200")).await;
+    assert_eq!(idle.status, 200, "{}", idle.body);
+    assert_eq!((idle.json()["revision"].as_i64(), idle.json()["action"].as_str()), (Some(revision), Some("run")));
+
+    // A change while a wait is held answers it (whether the PATCH lands before or after the wait is registered).
+    let waiter = tokio::spawn({
+        let s = s.clone();
+        async move { s.get(&format!("/fleet/v1/rollouts/r1?waitRevision={revision}&waitMs=60000")).await }
+    });
+    let paused = s.request("PATCH", "/fleet/v1/rollouts/r1", &[], r#"{"action":"pause"}"#).await;
+    assert_eq!(paused.status, 204, "{}", paused.body);
+    let changed = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the change wait answered when the rollout changed, not at the end of its 60 s")
+        .unwrap();
+    assert_eq!(changed.status, 200, "{}", changed.body);
+    let changed = changed.json();
+    assert!(changed["revision"].as_i64().unwrap_or(0) > revision, "the answer shows the change: {changed}");
+    assert_eq!(changed["action"], "pause", "{changed}");
+
+    // An older revision than the rollout's answers at once.
+    let behind = s.get(&format!("/fleet/v1/rollouts/r1?waitRevision={revision}&waitMs=60000")).await;
+    assert_eq!(behind.json()["action"], "pause");
+
+    let bad = s.get("/fleet/v1/rollouts/r1?waitRevision=soon").await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("waitRevision") && bad.body.contains("soon"), "{}", bad.body);
+    let missing = s.get("/fleet/v1/rollouts/nope?waitRevision=1&waitMs=60000").await;
+    assert_eq!(missing.status, 404, "a rollout that does not exist is answered at once: {}", missing.body);
+}

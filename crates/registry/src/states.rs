@@ -1,0 +1,101 @@
+//! Unit state publishing (spec §7.5): each agent writes and deletes only its own `P/states/<name>/<machine>` key,
+//! bound to its machine lease. Removing one machine's state never touches another machine's (fixes B7), and a
+//! dead machine's states vanish with its lease instead of needing periodic TTL rewrites.
+
+use std::collections::HashSet;
+
+use etcd_client::{PutOptions, Txn, TxnOp};
+
+use super::Registry;
+use super::error::{RegistryError, Result};
+use super::keys::{Component, check_component};
+use super::records::{StateRecord, encode_json};
+use fleet_core::model::UnitState;
+
+/// Most state writes [`Registry::write_states`] puts in one transaction (etcd's default `--max-txn-ops`).
+pub const MAX_STATE_WRITES_PER_TXN: usize = 128;
+
+/// One change to the states a machine publishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateWrite<'a> {
+    /// Write this state under the machine's lease.
+    Publish(&'a UnitState),
+    /// Delete the state `machine` published for `unit`.
+    Remove { unit: &'a str, machine: &'a str },
+}
+
+impl StateWrite<'_> {
+    pub fn unit(&self) -> &str {
+        match self {
+            StateWrite::Publish(state) => &state.name,
+            StateWrite::Remove { unit, .. } => unit,
+        }
+    }
+}
+
+impl Registry {
+    /// Writes several states in one transaction (one commit instead of one per unit): all written or, on error,
+    /// none. At most [`MAX_STATE_WRITES_PER_TXN`], each for a different unit.
+    pub async fn write_states(&self, writes: &[StateWrite<'_>], lease: i64) -> Result<()> {
+        if writes.len() > MAX_STATE_WRITES_PER_TXN {
+            return Err(RegistryError::TooManyOps {
+                op: "write states",
+                count: writes.len(),
+                max: MAX_STATE_WRITES_PER_TXN,
+            });
+        }
+        let mut keys = HashSet::with_capacity(writes.len());
+        let mut ops = Vec::with_capacity(writes.len());
+        for write in writes {
+            let op = match write {
+                StateWrite::Publish(state) => {
+                    check_component(Component::UnitName, &state.name)?;
+                    check_component(Component::MachineId, &state.machine_id)?;
+                    check_component(Component::Hash, &state.hash)?;
+                    let key = self.keys.state(&state.name, &state.machine_id);
+                    let value = encode_json(&StateRecord::from_state(state));
+                    let op = TxnOp::put(key.as_str(), value, Some(PutOptions::new().with_lease(lease)));
+                    (key, op)
+                }
+                StateWrite::Remove { unit, machine } => {
+                    check_component(Component::UnitName, unit)?;
+                    check_component(Component::MachineId, machine)?;
+                    let key = self.keys.state(unit, machine);
+                    let op = TxnOp::delete(key.as_str(), None);
+                    (key, op)
+                }
+            };
+            if !keys.insert(op.0.clone()) {
+                return Err(RegistryError::DuplicateKey { op: "write states", key: op.0 });
+            }
+            ops.push(op.1);
+        }
+        let key = self.keys.states_dir();
+        self.txn("write states", &key, Txn::new().and_then(ops)).await?;
+        Ok(())
+    }
+
+    /// Publishes `state` (its `name` and `machine_id` choose the key) under `lease`, the publishing machine's
+    /// lease. A state without a hash is refused, as in the original: readers rely on knowing which version runs.
+    pub async fn publish_state(&self, state: &UnitState, lease: i64) -> Result<()> {
+        check_component(Component::UnitName, &state.name)?;
+        check_component(Component::MachineId, &state.machine_id)?;
+        check_component(Component::Hash, &state.hash)?;
+        let key = self.keys.state(&state.name, &state.machine_id);
+        let value = encode_json(&StateRecord::from_state(state));
+        self.kv()
+            .put(key.as_str(), value, Some(PutOptions::new().with_lease(lease)))
+            .await
+            .map_err(RegistryError::etcd("put", key))?;
+        Ok(())
+    }
+
+    /// Removes the state `machine` published for `name` (no other machine's).
+    pub async fn remove_state(&self, name: &str, machine: &str) -> Result<()> {
+        check_component(Component::UnitName, name)?;
+        check_component(Component::MachineId, machine)?;
+        let key = self.keys.state(name, machine);
+        self.kv().delete(key.as_str(), None).await.map_err(RegistryError::etcd("delete", key))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,447 @@
+//! Unit writes: create, replace, set desired state, destroy (API / fleetctl), schedule and unschedule (engine),
+//! launched markers (agents). Each is one etcd transaction guarded by compares, so concurrent writers cannot
+//! interleave into a state no single writer intended.
+//!
+//! Body garbage collection is not done here (it needs a consistent view of all unit objects, which the engine's
+//! reflector has for free): see `bodies.rs`. Creation always re-puts the body in the same transaction as the
+//! object so that a concurrent GC, which deletes only bodies whose mod revision it saw unreferenced, cannot delete
+//! a body that just gained a reference.
+
+use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use sha1::{Digest, Sha1};
+
+use super::Registry;
+use super::engine::LeaderFence;
+use super::error::{RegistryError, Result};
+use super::keys::{Component, check_component};
+use super::records::{UnitObject, decode_json, encode_json};
+use fleet_core::model::JobState;
+
+/// How many times a read-then-conditional-write is retried when another writer keeps winning.
+const MAX_ATTEMPTS: u32 = 5;
+
+/// A unit version to store.
+#[derive(Debug, Clone, Copy)]
+pub struct PutUnit<'a> {
+    pub name: &'a str,
+    /// Canonical unit text (spec §4.3).
+    pub text: &'a str,
+    /// SHA-1 of `text` as 40 lowercase hex characters, as computed by the unit module. Verified here because a
+    /// wrong hash would corrupt content addressing for every unit sharing it.
+    pub hash: &'a str,
+    /// Desired state written on create or replace.
+    pub desired: JobState,
+    /// Drop the unit's schedule (`target`) in the same transaction, so the engine places the new version afresh
+    /// (the default `--replace`: the unit may move). One transaction keeps an interrupted client harmless.
+    pub reschedule: bool,
+    /// Store the version "without restart" ([`UnitObject::no_restart`]).
+    pub no_restart: bool,
+}
+
+/// Most placement changes [`Registry::placements_at`] puts in one transaction: each brings up to two compares,
+/// the leader fence two more, and etcd refuses transactions with more than 128 compares or operations by default
+/// (`--max-txn-ops`).
+pub const MAX_PLACEMENTS_PER_TXN: usize = 63;
+
+/// Most launched markers one transaction of [`Registry::mark_launched_many`] writes (etcd's default
+/// `--max-txn-ops` is 128 compares and 128 operations).
+pub const MAX_MARKERS_PER_TXN: usize = 128;
+
+/// An engine decision as a registry write: the unit's schedule (`target` key) set or cleared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlacementWrite<'a> {
+    /// Set the unit's target to `machine` if it has none and the unit exists.
+    Schedule { unit: &'a str, machine: &'a str },
+    /// Clear the unit's target if it is still `machine`.
+    Unschedule { unit: &'a str, machine: &'a str },
+    /// Clear the unit's target if it is still `machine` and `machine` is still absent (no presence key): an
+    /// at-most-once unit leaves a lost machine only while that machine has not come back.
+    UnscheduleFromAbsent { unit: &'a str, machine: &'a str },
+}
+
+impl PlacementWrite<'_> {
+    pub fn unit(&self) -> &str {
+        match self {
+            PlacementWrite::Schedule { unit, .. }
+            | PlacementWrite::Unschedule { unit, .. }
+            | PlacementWrite::UnscheduleFromAbsent { unit, .. } => unit,
+        }
+    }
+
+    fn op_name(&self) -> &'static str {
+        match self {
+            PlacementWrite::Schedule { .. } => "schedule",
+            PlacementWrite::Unschedule { .. } | PlacementWrite::UnscheduleFromAbsent { .. } => "unschedule",
+        }
+    }
+}
+
+/// What [`Registry::destroy_unit`] deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destroyed {
+    /// The deleted unit object (`None` if it was unreadable); its bodies are now GC candidates.
+    pub object: Option<UnitObject>,
+    /// Revision of the delete.
+    pub revision: i64,
+}
+
+/// What [`Registry::put_unit`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnitWrite {
+    Created {
+        revision: i64,
+    },
+    /// The unit existed with another hash; `previous` is kept as the object's `previousHash` (`None` if the old
+    /// object was unreadable).
+    Replaced {
+        previous: Option<String>,
+        revision: i64,
+    },
+    /// The unit already has this hash; nothing was written (desired state included).
+    Unchanged,
+}
+
+impl UnitWrite {
+    /// Revision of the write, to wait for in a reflector; `None` when nothing was written.
+    pub fn revision(&self) -> Option<i64> {
+        match self {
+            UnitWrite::Created { revision } | UnitWrite::Replaced { revision, .. } => Some(*revision),
+            UnitWrite::Unchanged => None,
+        }
+    }
+}
+
+pub(super) fn revision_of(resp: &etcd_client::TxnResponse) -> i64 {
+    resp.header().map_or(0, |h| h.revision())
+}
+
+impl PutUnit<'_> {
+    pub(super) fn check(&self) -> Result<()> {
+        check_component(Component::UnitName, self.name)?;
+        check_component(Component::Hash, self.hash)?;
+        let actual = hex::encode(Sha1::digest(self.text.as_bytes()));
+        if actual != self.hash {
+            return Err(RegistryError::HashMismatch {
+                unit: self.name.to_string(),
+                hash: self.hash.to_string(),
+                actual,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Registry {
+    fn unit_write_ops(&self, unit: &PutUnit<'_>, old: Option<&UnitObject>) -> Vec<TxnOp> {
+        let mut ops = vec![self.body_op(unit)];
+        self.unit_ops(unit, old, fleet_core::model::now_ms(), &mut ops);
+        ops
+    }
+
+    /// The put of the unit's body, which units of one hash share.
+    pub(super) fn body_op(&self, unit: &PutUnit<'_>) -> TxnOp {
+        TxnOp::put(self.keys.body(unit.hash), unit.text, None)
+    }
+
+    /// Appends the writes of one unit but its body to `ops`: its object (replacing `old`), its desired state, and
+    /// the removal of its target on `reschedule`.
+    pub(super) fn unit_ops(&self, unit: &PutUnit<'_>, old: Option<&UnitObject>, now: u64, ops: &mut Vec<TxnOp>) {
+        let k = &self.keys;
+        let object = UnitObject::next(old, unit.name, unit.hash, unit.no_restart, now);
+        ops.push(TxnOp::put(k.unit_object(unit.name), encode_json(&object), None));
+        ops.push(TxnOp::put(k.unit_desired(unit.name), unit.desired.as_str(), None));
+        if unit.reschedule {
+            ops.push(TxnOp::delete(k.unit_target(unit.name), None));
+        }
+    }
+
+    /// The unit object that a destroy's prefix delete `op` removed, decoded (`None` if absent or unreadable).
+    pub(super) fn destroyed_object(&self, name: &str, op: &TxnOpResponse) -> Option<UnitObject> {
+        let TxnOpResponse::Delete(d) = op else { return None };
+        let key = self.keys.unit_object(name);
+        let kv = d.prev_kvs().iter().find(|kv| kv.key() == key.as_bytes())?;
+        decode_json(&key, "unit object", kv.value()).ok()
+    }
+
+    /// Creates a unit that must not exist yet (fleetctl `submit` semantics); [`RegistryError::UnitExists`] names
+    /// the stored hash otherwise. Returns the write's revision.
+    pub async fn create_unit(&self, unit: &PutUnit<'_>) -> Result<i64> {
+        unit.check()?;
+        let key = self.keys.unit_object(unit.name);
+        let txn = Txn::new()
+            .when([Compare::version(key.as_str(), CompareOp::Equal, 0)])
+            .and_then(self.unit_write_ops(unit, None))
+            .or_else([TxnOp::get(key.as_str(), None)]);
+        let resp = self.txn("create unit", &key, txn).await?;
+        if resp.succeeded() {
+            return Ok(revision_of(&resp));
+        }
+        let existing = first_get_value(&resp).map(|raw| decode_json::<UnitObject>(&key, "unit object", &raw));
+        let hash = match existing {
+            Some(Ok(o)) => o.hash.to_string(),
+            Some(Err(e)) => return Err(e.into()),
+            None => String::new(),
+        };
+        Err(RegistryError::UnitExists { unit: unit.name.to_string(), hash })
+    }
+
+    /// Creates the unit or replaces its body (keeping the old hash as `previousHash`), writing the desired state in
+    /// the same transaction. A unit that already has this hash is left untouched ([`UnitWrite::Unchanged`]); the
+    /// caller changes its desired state with [`Registry::set_desired`]. The schedule (`target`) is kept: moving the
+    /// unit is the engine's decision.
+    pub async fn put_unit(&self, unit: &PutUnit<'_>) -> Result<UnitWrite> {
+        unit.check()?;
+        let key = self.keys.unit_object(unit.name);
+        for _ in 0..MAX_ATTEMPTS {
+            let resp = self.kv().get(key.as_str(), None).await.map_err(RegistryError::etcd("get", key.as_str()))?;
+            // An unreadable object is replaced (with no previous hash) rather than blocking every repair.
+            let current = resp.kvs().first().map(|kv| {
+                let object = decode_json::<UnitObject>(&key, "unit object", kv.value())
+                    .inspect_err(|e| tracing::warn!(error = %e, "replacing unreadable unit object"))
+                    .ok();
+                (object, kv.mod_revision())
+            });
+            // Guard on exactly what was read so the recorded previous hash is the one actually replaced.
+            let guard = match &current {
+                Some((Some(o), _)) if *o.hash == *unit.hash => return Ok(UnitWrite::Unchanged),
+                Some((_, mod_revision)) => Compare::mod_revision(key.as_str(), CompareOp::Equal, *mod_revision),
+                None => Compare::version(key.as_str(), CompareOp::Equal, 0),
+            };
+            let existed = current.is_some();
+            let old = current.and_then(|(o, _)| o);
+            let previous = old.as_ref().map(|o| o.hash.to_string());
+            let txn = Txn::new().when([guard]).and_then(self.unit_write_ops(unit, old.as_ref()));
+            let resp = self.txn("put unit", &key, txn).await?;
+            if resp.succeeded() {
+                let revision = revision_of(&resp);
+                return Ok(match (existed, previous) {
+                    (true, previous) => UnitWrite::Replaced { previous, revision },
+                    (false, _) => UnitWrite::Created { revision },
+                });
+            }
+        }
+        Err(RegistryError::Conflict { op: "put unit", key, attempts: MAX_ATTEMPTS })
+    }
+
+    /// Sets the desired state of an existing unit. Returns the write's revision.
+    pub async fn set_desired(&self, name: &str, state: JobState) -> Result<i64> {
+        check_component(Component::UnitName, name)?;
+        let object = self.keys.unit_object(name);
+        let txn = Txn::new().when([Compare::version(object.as_str(), CompareOp::Greater, 0)]).and_then([TxnOp::put(
+            self.keys.unit_desired(name),
+            state.as_str(),
+            None,
+        )]);
+        let resp = self.txn("set desired state", &object, txn).await?;
+        if !resp.succeeded() {
+            return Err(RegistryError::UnitNotFound { unit: name.to_string() });
+        }
+        Ok(revision_of(&resp))
+    }
+
+    /// Deletes every key of the unit (object, desired, target, launched markers) at once. Its bodies are left
+    /// for garbage collection.
+    pub async fn destroy_unit(&self, name: &str) -> Result<Destroyed> {
+        check_component(Component::UnitName, name)?;
+        let object = self.keys.unit_object(name);
+        let txn =
+            Txn::new().when([Compare::version(object.as_str(), CompareOp::Greater, 0)]).and_then([TxnOp::delete(
+                self.keys.unit_dir(name),
+                Some(DeleteOptions::new().with_prefix().with_prev_key()),
+            )]);
+        let resp = self.txn("destroy unit", &object, txn).await?;
+        if !resp.succeeded() {
+            return Err(RegistryError::UnitNotFound { unit: name.to_string() });
+        }
+        let object = resp.op_responses().iter().find_map(|op| self.destroyed_object(name, op));
+        Ok(Destroyed { object, revision: revision_of(&resp) })
+    }
+
+    /// Engine: schedules the unit to `machine` if it exists and is not scheduled. `false` means another writer
+    /// got there first (or the unit is gone); re-read the snapshot and decide again.
+    pub async fn schedule(&self, name: &str, machine: &str) -> Result<bool> {
+        Ok(self.schedule_at(name, machine).await?.is_some())
+    }
+
+    /// [`Registry::schedule`], returning the revision of the write (to wait for in a reflector) or `None` when
+    /// the compare failed and nothing was written.
+    pub async fn schedule_at(&self, name: &str, machine: &str) -> Result<Option<i64>> {
+        self.placement_at(&PlacementWrite::Schedule { unit: name, machine }, None).await
+    }
+
+    /// Engine: unschedules the unit if it is still scheduled to `machine`. `false` means it is not (any more).
+    pub async fn unschedule(&self, name: &str, machine: &str) -> Result<bool> {
+        Ok(self.unschedule_at(name, machine).await?.is_some())
+    }
+
+    /// [`Registry::unschedule`], returning the revision of the delete or `None` when nothing was deleted.
+    pub async fn unschedule_at(&self, name: &str, machine: &str) -> Result<Option<i64>> {
+        self.placement_at(&PlacementWrite::Unschedule { unit: name, machine }, None).await
+    }
+
+    /// One placement change as its own transaction; the revision of the write, or `None` when its compares failed.
+    /// With a `fence` (the engine's), written only while that engine still leads ([`RegistryError::NotLeader`]).
+    pub async fn placement_at(&self, change: &PlacementWrite<'_>, fence: Option<&LeaderFence>) -> Result<Option<i64>> {
+        let (compares, op) = self.placement_txn(change)?;
+        let target = self.keys.unit_target(change.unit());
+        let resp = self.fenced_txn(change.op_name(), &target, fence, compares, vec![op]).await?;
+        Ok(resp.map(|r| revision_of(&r)))
+    }
+
+    /// Engine: applies several placement changes in one transaction, all or nothing: the revision of the write,
+    /// or `None` when any change's compares failed (then nothing was written; apply them one by one to find out
+    /// which). At most [`MAX_PLACEMENTS_PER_TXN`] changes, each for a different unit (etcd refuses two writes of
+    /// one key in a transaction).
+    pub async fn placements_at(
+        &self,
+        changes: &[PlacementWrite<'_>],
+        fence: Option<&LeaderFence>,
+    ) -> Result<Option<i64>> {
+        if changes.len() > MAX_PLACEMENTS_PER_TXN {
+            return Err(RegistryError::TooManyOps {
+                op: "placements",
+                count: changes.len(),
+                max: MAX_PLACEMENTS_PER_TXN,
+            });
+        }
+        let mut compares = Vec::with_capacity(changes.len() * 2);
+        let mut ops = Vec::with_capacity(changes.len());
+        for change in changes {
+            let (c, op) = self.placement_txn(change)?;
+            compares.extend(c);
+            ops.push(op);
+        }
+        let key = self.keys.units_dir();
+        let resp = self.fenced_txn("placements", &key, fence, compares, ops).await?;
+        Ok(resp.map(|r| revision_of(&r)))
+    }
+
+    fn placement_txn(&self, change: &PlacementWrite<'_>) -> Result<(Vec<Compare>, TxnOp)> {
+        match *change {
+            PlacementWrite::Schedule { unit, machine } => {
+                check_component(Component::UnitName, unit)?;
+                check_component(Component::MachineId, machine)?;
+                let target = self.keys.unit_target(unit);
+                let compares = vec![
+                    Compare::version(target.as_str(), CompareOp::Equal, 0),
+                    Compare::version(self.keys.unit_object(unit), CompareOp::Greater, 0),
+                ];
+                Ok((compares, TxnOp::put(target.as_str(), machine, None)))
+            }
+            PlacementWrite::Unschedule { unit, machine } => {
+                check_component(Component::UnitName, unit)?;
+                let target = self.keys.unit_target(unit);
+                let compares = vec![Compare::value(target.as_str(), CompareOp::Equal, machine)];
+                Ok((compares, TxnOp::delete(target.as_str(), None)))
+            }
+            PlacementWrite::UnscheduleFromAbsent { unit, machine } => {
+                check_component(Component::UnitName, unit)?;
+                check_component(Component::MachineId, machine)?;
+                let target = self.keys.unit_target(unit);
+                let compares = vec![
+                    Compare::value(target.as_str(), CompareOp::Equal, machine),
+                    Compare::version(self.keys.machine_object(machine), CompareOp::Equal, 0),
+                ];
+                Ok((compares, TxnOp::delete(target.as_str(), None)))
+            }
+        }
+    }
+
+    /// Agent: records that `machine` started the unit (version `hash`), bound to the machine's lease so the
+    /// marker vanishes with the machine instead of being rewritten periodically (spec §7.6). Only written while
+    /// the unit exists, so a late agent cannot resurrect a destroyed unit's keys; `false` if it does not.
+    pub async fn mark_launched(&self, name: &str, machine: &str, hash: &str, lease: i64) -> Result<bool> {
+        check_component(Component::UnitName, name)?;
+        check_component(Component::MachineId, machine)?;
+        let key = self.keys.unit_launched(name, machine);
+        let txn = Txn::new()
+            .when([Compare::version(self.keys.unit_object(name), CompareOp::Greater, 0)])
+            .and_then([TxnOp::put(key.as_str(), hash, Some(PutOptions::new().with_lease(lease)))]);
+        Ok(self.txn("mark launched", &key, txn).await?.succeeded())
+    }
+
+    /// Agent: [`Registry::mark_launched`] for several units (unit, hash) in one transaction, all or nothing:
+    /// `false` when any of the units is gone (then nothing was written; mark them one by one). At most
+    /// [`MAX_MARKERS_PER_TXN`] units, each once.
+    pub async fn mark_launched_many(&self, units: &[(&str, &str)], machine: &str, lease: i64) -> Result<bool> {
+        if units.len() > MAX_MARKERS_PER_TXN {
+            return Err(RegistryError::TooManyOps {
+                op: "mark launched",
+                count: units.len(),
+                max: MAX_MARKERS_PER_TXN,
+            });
+        }
+        check_component(Component::MachineId, machine)?;
+        let mut compares = Vec::with_capacity(units.len());
+        let mut ops = Vec::with_capacity(units.len());
+        for (name, hash) in units {
+            check_component(Component::UnitName, name)?;
+            let key = self.keys.unit_launched(name, machine);
+            compares.push(Compare::version(self.keys.unit_object(name), CompareOp::Greater, 0));
+            ops.push(TxnOp::put(key.as_str(), *hash, Some(PutOptions::new().with_lease(lease))));
+        }
+        let key = self.keys.units_dir();
+        Ok(self.txn("mark launched", &key, Txn::new().when(compares).and_then(ops)).await?.succeeded())
+    }
+
+    /// Agent: removes this machine's launched markers of several units in one transaction (at most
+    /// [`MAX_MARKERS_PER_TXN`], each once).
+    pub async fn unmark_launched_many(&self, units: &[&str], machine: &str) -> Result<()> {
+        if units.len() > MAX_MARKERS_PER_TXN {
+            return Err(RegistryError::TooManyOps {
+                op: "unmark launched",
+                count: units.len(),
+                max: MAX_MARKERS_PER_TXN,
+            });
+        }
+        check_component(Component::MachineId, machine)?;
+        let mut ops = Vec::with_capacity(units.len());
+        for name in units {
+            check_component(Component::UnitName, name)?;
+            ops.push(TxnOp::delete(self.keys.unit_launched(name, machine).as_str(), None));
+        }
+        let key = self.keys.units_dir();
+        self.txn("unmark launched", &key, Txn::new().and_then(ops)).await?;
+        Ok(())
+    }
+
+    /// Agent: removes this machine's launched marker (only its own key).
+    pub async fn unmark_launched(&self, name: &str, machine: &str) -> Result<()> {
+        check_component(Component::UnitName, name)?;
+        check_component(Component::MachineId, machine)?;
+        let key = self.keys.unit_launched(name, machine);
+        self.kv().delete(key.as_str(), None).await.map_err(RegistryError::etcd("delete", key))?;
+        Ok(())
+    }
+}
+
+/// Value of the first key returned by a `get` op in a transaction response.
+pub(crate) fn first_get_value(resp: &etcd_client::TxnResponse) -> Option<Vec<u8>> {
+    resp.op_responses().into_iter().find_map(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_unit_checks_name_and_hash() {
+        let text = "[Service]\nExecStart=/bin/sleep 100\n";
+        let ok = PutUnit {
+            name: "a.service",
+            text,
+            hash: "1c6fb6f3684bafb0c173d8b8b957ceff031180c1",
+            desired: JobState::Inactive,
+            reschedule: false,
+            no_restart: false,
+        };
+        ok.check().unwrap();
+        let err = PutUnit { hash: "a0f275d46bc6ee0eca06be7c339913c07d99c0c7", ..ok }.check().unwrap_err();
+        assert!(matches!(err, RegistryError::HashMismatch { .. }), "{err}");
+        assert!(PutUnit { name: "a/b.service", ..ok }.check().is_err());
+        assert!(PutUnit { hash: "xyz", ..ok }.check().is_err());
+    }
+}

@@ -1,0 +1,1074 @@
+//! Registry against a real etcd: transactions, leases, leader election and the reflector's convergence after
+//! bursts, compaction and etcd restarts. Waits are on the reflector's change notifications with deadlines, never
+//! sleeps.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleet_core::model::{JobState, MachineState, UnitState};
+use fleet_registry::{
+    Campaign, EngineVersionCheck, LeaderFence, LeaseKeeper, LeaseStatus, PutUnit, Reflector, Registration, Registry,
+    RegistryError, Snapshot, UnitWrite,
+};
+use fleet_testkit::TestEtcd;
+use sha1::{Digest, Sha1};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn hash(text: &str) -> String {
+    hex::encode(Sha1::digest(text.as_bytes()))
+}
+
+/// A unit version: text and hash, owned.
+struct Version {
+    text: String,
+    hash: String,
+}
+
+fn version(text: &str) -> Version {
+    Version { text: text.to_string(), hash: hash(text) }
+}
+
+fn put<'a>(name: &'a str, v: &'a Version, desired: JobState) -> PutUnit<'a> {
+    PutUnit { name, text: &v.text, hash: &v.hash, desired, reschedule: false, no_restart: false }
+}
+
+async fn connected(reg: &Registry) -> Reflector {
+    let r = Reflector::start(reg);
+    r.wait_connected(WAIT).await.expect("reflector connects");
+    r
+}
+
+fn machine(id: &str) -> MachineState {
+    MachineState {
+        id: id.to_string(),
+        public_ip: "10.0.0.1".into(),
+        metadata: [("role".to_string(), "web".to_string())].into(),
+        version: "v0.1.0".into(),
+        disable_engine: false,
+    }
+}
+
+fn state(unit: &str, machine: &str, hash: &str) -> UnitState {
+    UnitState {
+        name: unit.into(),
+        machine_id: machine.into(),
+        hash: hash.into(),
+        load_state: "loaded".into(),
+        active_state: "active".into(),
+        sub_state: "running".into(),
+        restarts: None,
+        health: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_replace_destroy_and_collect_bodies() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/units").await;
+    assert_eq!(reg.ensure_layout_version().await.unwrap(), 1);
+    let refl = connected(&reg).await;
+    let (v1, v2, v3) =
+        (version("[Service]\nExecStart=/bin/true\n"), version("[Service]\nExecStart=/bin/false\n"), version(""));
+
+    let rev = reg.create_unit(&put("a.service", &v1, JobState::Loaded)).await.unwrap();
+    let err = reg.create_unit(&put("a.service", &v2, JobState::Loaded)).await.unwrap_err();
+    assert!(matches!(&err, RegistryError::UnitExists { hash, .. } if *hash == v1.hash), "{err}");
+    let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
+    let a = snap.unit("a.service").unwrap();
+    assert_eq!(
+        (a.hash, a.previous_hash, a.desired, &**a.body),
+        (v1.hash.as_str(), None, JobState::Loaded, v1.text.as_str())
+    );
+
+    assert_eq!(reg.put_unit(&put("a.service", &v1, JobState::Launched)).await.unwrap(), UnitWrite::Unchanged);
+    let w = reg.put_unit(&put("a.service", &v2, JobState::Inactive)).await.unwrap();
+    assert!(matches!(&w, UnitWrite::Replaced { previous: Some(p), .. } if *p == v1.hash), "{w:?}");
+    let w = reg.put_unit(&put("a.service", &v3, JobState::Inactive)).await.unwrap();
+    let snap = refl.wait_for_revision(w.revision().unwrap(), WAIT).await.unwrap();
+    let a = snap.unit("a.service").unwrap();
+    assert_eq!(
+        (a.hash, a.previous_hash),
+        (v3.hash.as_str(), Some(v2.hash.as_str())),
+        "previous hash kept for rollback"
+    );
+
+    let history: Vec<&str> =
+        snap.unit_record("a.service").unwrap().object.as_ref().unwrap().history.iter().map(|v| &*v.hash).collect();
+    assert_eq!(history, [&v3.hash, &v2.hash, &v1.hash], "every version kept, newest first");
+
+    // b shares v3's body: destroying a must not collect it.
+    reg.create_unit(&put("b.service", &v3, JobState::Inactive)).await.unwrap();
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.unreferenced_bodies().is_empty(), "a's history keeps v1 and v2: {:?}", snap.unreferenced_bodies());
+
+    let destroyed = reg.destroy_unit("a.service").await.unwrap();
+    assert_eq!(*destroyed.object.unwrap().hash, *v3.hash);
+    assert!(matches!(reg.destroy_unit("a.service").await.unwrap_err(), RegistryError::UnitNotFound { .. }));
+    assert!(matches!(
+        reg.set_desired("a.service", JobState::Loaded).await.unwrap_err(),
+        RegistryError::UnitNotFound { .. }
+    ));
+    assert_eq!(reg.collect_garbage().await.unwrap(), 2, "a's older versions v1 and v2 are unreferenced now");
+    let snap = refl.sync(WAIT).await.unwrap();
+    let bodies: Vec<&str> = snap.bodies().keys().map(|k| &**k).collect();
+    assert_eq!(bodies, [&v3.hash]);
+    assert!(snap.unit("a.service").is_none() && snap.unit_record("a.service").is_none());
+
+    reg.destroy_unit("b.service").await.unwrap();
+    assert_eq!(reg.collect_garbage().await.unwrap(), 1);
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.bodies().is_empty() && snap.unit_records().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_spares_a_body_that_regained_a_reference() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/gc").await;
+    let v1 = version("[Unit]\nDescription=x\n");
+    reg.create_unit(&put("a.service", &v1, JobState::Inactive)).await.unwrap();
+    reg.destroy_unit("a.service").await.unwrap();
+    let stale = reg.read_snapshot().await.unwrap().unreferenced_bodies();
+    assert_eq!(stale.len(), 1);
+    // A new unit refers to the body after GC chose it: the re-put in the creating txn must save it.
+    reg.create_unit(&put("b.service", &v1, JobState::Inactive)).await.unwrap();
+    assert_eq!(reg.delete_bodies(&stale, None).await.unwrap(), 0);
+    let snap = reg.read_snapshot().await.unwrap();
+    assert_eq!(snap.unit("b.service").map(|u| u.body.to_string()), Some(v1.text.clone()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_schedulers_exactly_one_wins() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/sched").await;
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    assert!(!reg.schedule("a.service", "m0").await.unwrap(), "cannot schedule a unit that does not exist");
+    reg.create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
+
+    let attempts = (0..8).map(|i| {
+        let reg = reg.clone();
+        tokio::spawn(async move { (format!("m{i}"), reg.schedule("a.service", &format!("m{i}")).await.unwrap()) })
+    });
+    let results: Vec<(String, bool)> =
+        futures::future::join_all(attempts).await.into_iter().map(|r| r.unwrap()).collect();
+    let winners: Vec<&String> = results.iter().filter(|(_, won)| *won).map(|(m, _)| m).collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    let winner = winners[0].clone();
+    let snap = reg.read_snapshot().await.unwrap();
+    assert_eq!(snap.unit("a.service").unwrap().target, Some(winner.as_str()));
+
+    let loser = if winner == "m0" { "m1" } else { "m0" };
+    assert!(!reg.unschedule("a.service", loser).await.unwrap(), "unschedule must name the current target");
+    assert!(reg.unschedule("a.service", &winner).await.unwrap());
+    assert!(!reg.unschedule("a.service", &winner).await.unwrap());
+    assert!(reg.schedule("a.service", loser).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_presence_states_and_markers_vanish_with_the_lease() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/presence").await;
+    let refl = connected(&reg).await;
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    reg.create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
+    reg.set_metadata("m1", "role", "").await.unwrap();
+    reg.set_metadata("m1", "dc", "east").await.unwrap();
+
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(2)).await.unwrap();
+    assert_eq!(reg.register_machine(&machine("m1"), lease.id()).await.unwrap(), Registration::Created);
+    assert!(reg.schedule("a.service", "m1").await.unwrap());
+    reg.publish_state(&state("a.service", "m1", &v.hash), lease.id()).await.unwrap();
+    reg.publish_state(&state("a.service", "m2", &v.hash), lease.id()).await.unwrap();
+
+    let snap = refl.wait_for(WAIT, "state of m1 and m2", |s| (s.unit_states().count() == 2).then_some(())).await;
+    snap.unwrap();
+    assert_eq!(refl.snapshot().current_state("a.service"), JobState::Loaded);
+    assert!(reg.mark_launched("a.service", "m1", &v.hash, lease.id()).await.unwrap());
+    refl.wait_for(WAIT, "a launched", |s| (s.current_state("a.service") == JobState::Launched).then_some(()))
+        .await
+        .unwrap();
+    let m = refl.snapshot().machine("m1").unwrap();
+    assert_eq!(m.metadata, [("dc".to_string(), "east".to_string())].into(), "dynamic merged, tombstone hides role");
+
+    // Removing m1's state leaves m2's (B7).
+    reg.remove_state("a.service", "m1").await.unwrap();
+    let s = refl.sync(WAIT).await.unwrap();
+    let left: Vec<String> = s.unit_states().map(|u| u.machine_id).collect();
+    assert_eq!(left, ["m2"]);
+    assert_eq!(s.current_state("a.service"), JobState::Inactive, "no state from the target machine");
+    assert!(reg.publish_state(&state("a.service", "m1", ""), lease.id()).await.is_err(), "state needs a hash");
+
+    // Stop keeping the lease alive: everything bound to it expires by itself.
+    drop(lease);
+    refl.wait_for(WAIT, "m1 presence, states and marker to expire", |s| {
+        let gone = s.machine("m1").is_none()
+            && s.unit_states().count() == 0
+            && s.unit_record("a.service").is_some_and(|u| u.launched.is_empty());
+        gone.then_some(())
+    })
+    .await
+    .unwrap();
+    let s = refl.snapshot();
+    assert_eq!(s.machine_records()["m1"].metadata.len(), 2, "dynamic metadata survives the machine");
+    assert_eq!(s.unit("a.service").unwrap().target, Some("m1"), "the schedule is the engine's to undo");
+    assert!(!reg.mark_launched("nope.service", "m1", &v.hash, 0).await.unwrap(), "no marker for a missing unit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_keeper_reports_revocation_and_revoke_deletes_keys() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/lease").await;
+    let refl = connected(&reg).await;
+
+    let a = LeaseKeeper::grant(&reg, Duration::from_secs(2)).await.unwrap();
+    reg.register_machine(&machine("m1"), a.id()).await.unwrap();
+    // Longer than the TTL: keep-alives must be holding it.
+    tokio::time::timeout(Duration::from_secs(3), a.lost()).await.expect_err("lease must stay alive");
+    assert!(a.is_alive());
+    assert!(refl.snapshot().machine("m1").is_some());
+
+    reg.client().lease_revoke(a.id()).await.unwrap();
+    let reason = tokio::time::timeout(WAIT, a.lost()).await.expect("loss reported");
+    assert!(reason.contains("expired or revoked"), "{reason}");
+    assert!(matches!(*a.status().borrow(), LeaseStatus::Lost { .. }));
+
+    let b = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+    reg.register_machine(&machine("m2"), b.id()).await.unwrap();
+    refl.wait_for(WAIT, "m2 present, m1 gone", |s| {
+        (s.machine("m2").is_some() && s.machine("m1").is_none()).then_some(())
+    })
+    .await
+    .unwrap();
+    b.revoke().await.unwrap();
+    refl.wait_for(WAIT, "m2 gone after revoke", |s| s.machine("m2").is_none().then_some(())).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_machine_id_is_rejected() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/dup").await;
+    let first = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+    let second = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+
+    assert_eq!(reg.register_machine(&machine("m1"), first.id()).await.unwrap(), Registration::Created);
+    let mut changed = machine("m1");
+    changed.public_ip = "10.0.0.9".into();
+    assert_eq!(reg.register_machine(&changed, first.id()).await.unwrap(), Registration::Refreshed);
+    let err = reg.register_machine(&machine("m1"), second.id()).await.unwrap_err();
+    assert!(matches!(err, RegistryError::DuplicateMachine { lease, .. } if lease == first.id()), "{err}");
+    assert!(err.to_string().contains("already registered"), "{err}");
+    assert!(!reg.unregister_machine("m1", second.id()).await.unwrap(), "the duplicate cannot remove the original");
+    assert_eq!(reg.read_snapshot().await.unwrap().machine("m1").unwrap().public_ip, "10.0.0.9");
+
+    assert!(reg.unregister_machine("m1", first.id()).await.unwrap());
+    assert_eq!(reg.register_machine(&machine("m1"), second.id()).await.unwrap(), Registration::Created);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_election_with_takeover_after_resign_and_expiry() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/leader").await;
+    let refl = connected(&reg).await;
+    let a = LeaseKeeper::grant(&reg, Duration::from_secs(2)).await.unwrap();
+    let b = LeaseKeeper::grant(&reg, Duration::from_secs(2)).await.unwrap();
+
+    let (ra, rb) = tokio::join!(reg.campaign("ma", a.id()), reg.campaign("mb", b.id()));
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    let (leader, follower, leader_lease, follower_lease) = match (&ra, &rb) {
+        (Campaign::Leader, Campaign::Follower { leader }) if leader == "ma" => ("ma", "mb", a, b),
+        (Campaign::Follower { leader }, Campaign::Leader) if leader == "mb" => ("mb", "ma", b, a),
+        other => panic!("exactly one leader expected: {other:?}"),
+    };
+    assert_eq!(reg.campaign(leader, leader_lease.id()).await.unwrap(), Campaign::Leader, "idempotent for the holder");
+    refl.wait_for(WAIT, "leader visible", |s| (s.leader() == Some(leader)).then_some(())).await.unwrap();
+
+    assert!(!reg.resign(follower, follower_lease.id()).await.unwrap(), "a follower cannot resign the leader");
+    assert!(reg.resign(leader, leader_lease.id()).await.unwrap());
+    assert_eq!(reg.campaign(follower, follower_lease.id()).await.unwrap(), Campaign::Leader, "takeover after resign");
+
+    // The new leader dies without resigning: the old one takes over once the lease expires.
+    refl.wait_for(WAIT, "new leader visible", |s| (s.leader() == Some(follower)).then_some(())).await.unwrap();
+    drop(follower_lease);
+    refl.wait_for(WAIT, "leader lease to expire", |s| s.leader().is_none().then_some(())).await.unwrap();
+    assert_eq!(reg.campaign(leader, leader_lease.id()).await.unwrap(), Campaign::Leader);
+
+    assert_eq!(reg.check_engine_version(1).await.unwrap(), EngineVersionCheck::Upgraded { from: None });
+    assert_eq!(reg.check_engine_version(1).await.unwrap(), EngineVersionCheck::Current);
+    assert_eq!(reg.check_engine_version(2).await.unwrap(), EngineVersionCheck::Upgraded { from: Some(1) });
+    assert_eq!(reg.check_engine_version(1).await.unwrap(), EngineVersionCheck::Newer(2));
+}
+
+fn unit_names(s: &Snapshot) -> BTreeSet<String> {
+    s.units().map(|u| u.name.to_string()).collect()
+}
+
+/// The reflector's view equals a fresh read of etcd (units, bodies, states, machines).
+fn assert_same_view(reflected: &Snapshot, fresh: &Snapshot) {
+    assert_eq!(reflected.unit_records(), fresh.unit_records());
+    assert_eq!(reflected.bodies().keys().collect::<Vec<_>>(), fresh.bodies().keys().collect::<Vec<_>>());
+    assert_eq!(reflected.state_records(), fresh.state_records());
+    assert_eq!(reflected.machine_records(), fresh.machine_records());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflector_converges_after_a_burst_of_writes() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/burst").await;
+    let refl = connected(&reg).await;
+    let v = Arc::new(version("[Service]\nExecStart=/bin/sleep 100\n"));
+    let writers = (0..4).map(|w| {
+        let (reg, v) = (reg.clone(), v.clone());
+        tokio::spawn(async move {
+            for i in 0..100 {
+                let name = format!("u{w}-{i}.service");
+                reg.create_unit(&put(&name, &v, JobState::Launched)).await.unwrap();
+                if i % 3 == 0 {
+                    reg.set_desired(&name, JobState::Inactive).await.unwrap();
+                }
+                if i % 5 == 0 {
+                    reg.destroy_unit(&name).await.unwrap();
+                }
+            }
+        })
+    });
+    for w in futures::future::join_all(writers).await {
+        w.unwrap();
+    }
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert_eq!(unit_names(&snap).len(), 4 * 80);
+    assert_eq!(snap.units().filter(|u| u.desired == JobState::Inactive).count(), 4 * (34 - 7));
+    assert_same_view(&snap, &reg.read_snapshot().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflector_relists_after_compaction() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/compact").await;
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    reg.create_unit(&put("gone.service", &v, JobState::Inactive)).await.unwrap();
+    let old = reg.read_snapshot().await.unwrap();
+    // Changes the resumed watch would have to replay, then compact them away.
+    reg.destroy_unit("gone.service").await.unwrap();
+    let rev = reg.create_unit(&put("new.service", &v, JobState::Loaded)).await.unwrap();
+    reg.client().compact(rev, None).await.unwrap();
+
+    let refl = Reflector::resume(&reg, old);
+    let snap = refl
+        .wait_for(WAIT, "re-listed view", |s| {
+            (s.is_connected() && s.revision() >= rev && s.unit_record("gone.service").is_none()).then(|| s.clone())
+        })
+        .await
+        .unwrap();
+    assert_eq!(unit_names(&snap), BTreeSet::from(["new.service".to_string()]));
+    assert_same_view(&snap, &reg.read_snapshot().await.unwrap());
+
+    // And the watch keeps working after the re-list.
+    let rev = reg.set_desired("new.service", JobState::Launched).await.unwrap();
+    let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
+    assert_eq!(snap.unit("new.service").unwrap().desired, JobState::Launched);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflector_survives_an_etcd_restart() {
+    let mut etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/restart").await;
+    let refl = connected(&reg).await;
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    reg.create_unit(&put("before.service", &v, JobState::Loaded)).await.unwrap();
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(4)).await.unwrap();
+    reg.register_machine(&machine("m1"), lease.id()).await.unwrap();
+    refl.wait_for(WAIT, "before.service", |s| s.unit("before.service").map(|_| ())).await.unwrap();
+
+    etcd.kill();
+    refl.wait_for(WAIT, "view to notice etcd is gone", |s| (!s.is_connected()).then_some(())).await.unwrap();
+    assert!(refl.snapshot().unit("before.service").is_some(), "last known state stays readable");
+    assert!(reg.create_unit(&put("x.service", &v, JobState::Loaded)).await.unwrap_err().is_transient());
+
+    etcd.restart().await;
+    let rev = loop {
+        // The client reconnects on its own; the first attempts may still fail while it does.
+        match reg.create_unit(&put("after.service", &v, JobState::Launched)).await {
+            Ok(rev) => break rev,
+            Err(e) if e.is_transient() => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let snap = refl
+        .wait_for(WAIT, "view to reconnect and see after.service", |s| {
+            (s.is_connected() && s.revision() >= rev).then(|| s.clone())
+        })
+        .await
+        .unwrap();
+    assert_eq!(unit_names(&snap), BTreeSet::from(["after.service".to_string(), "before.service".to_string()]));
+    assert_same_view(&snap, &reg.read_snapshot().await.unwrap());
+
+    // etcd keeps leases across its restart and the keeper re-opens its keep-alive stream: presence survives
+    // longer than one TTL after the restart.
+    let ttl = lease.ttl();
+    tokio::time::timeout(ttl + Duration::from_secs(1), lease.lost()).await.expect_err("lease must survive");
+    assert!(reg.read_snapshot().await.unwrap().machine("m1").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousand_units_destroyed_concurrently_leave_no_units_and_their_bodies_are_collected() {
+    use futures::StreamExt;
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/scale").await;
+    let refl = connected(&reg).await;
+    let versions: Arc<Vec<Version>> =
+        Arc::new((0..10).map(|i| version(&format!("[Service]\nExecStart=/bin/sleep {i}\n"))).collect());
+    let names: Vec<String> = (0..1000).map(|i| format!("hello@{i}.service")).collect();
+
+    futures::stream::iter(names.iter().enumerate())
+        .for_each_concurrent(16, |(i, name)| {
+            let (reg, versions) = (reg.clone(), versions.clone());
+            async move {
+                reg.create_unit(&put(name, &versions[i % 10], JobState::Launched)).await.unwrap();
+            }
+        })
+        .await;
+    let watched = refl.wait_for(WAIT, "1000 units", |s| (s.units().count() == 1000).then(|| s.clone())).await.unwrap();
+    // More keys than one list page: a fresh list (paginated at one revision) must equal the watched view.
+    let listed = Reflector::start(&reg).wait_connected(WAIT).await.unwrap();
+    assert!(listed.unit_records().len() * 3 > fleet_registry::LIST_PAGE as usize);
+    assert_same_view(&watched, &listed);
+
+    futures::stream::iter(names.iter())
+        .for_each_concurrent(16, |name| {
+            let reg = reg.clone();
+            async move {
+                reg.destroy_unit(name).await.unwrap();
+            }
+        })
+        .await;
+    let snap = refl.wait_for(WAIT, "no units", |s| s.unit_records().is_empty().then(|| s.clone())).await.unwrap();
+    assert_eq!(reg.delete_bodies(&snap.unreferenced_bodies(), None).await.unwrap(), 10);
+}
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scoped_reads_hold_only_their_part_and_derive_current_state() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/scoped").await;
+    let (v1, v2) = (version("[Service]\nExecStart=/bin/true\n"), version("[Service]\nExecStart=/bin/false\n"));
+    reg.create_unit(&put("a.service", &v1, JobState::Launched)).await.unwrap();
+    reg.create_unit(&put("a.service2", &v2, JobState::Loaded)).await.unwrap();
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+    reg.register_machine(&machine("m1"), lease.id()).await.unwrap();
+    assert!(reg.schedule("a.service", "m1").await.unwrap());
+    reg.publish_state(&state("a.service", "m1", &v1.hash), lease.id()).await.unwrap();
+    reg.publish_state(&state("a.service2", "m1", &v2.hash), lease.id()).await.unwrap();
+    assert!(reg.mark_launched("a.service", "m1", &v1.hash, lease.id()).await.unwrap());
+
+    let one = reg.read_unit_snapshot("a.service").await.unwrap();
+    let names: Vec<&str> = one.units().map(|u| u.name).collect();
+    assert_eq!(names, ["a.service"], "a.service2 shares the name prefix but not the unit's range");
+    let a = one.unit("a.service").unwrap();
+    assert_eq!((a.current, a.target, &**a.body), (JobState::Launched, Some("m1"), v1.text.as_str()));
+    assert_eq!(one.bodies().len(), 1);
+    assert_eq!(one.machines().count(), 0);
+    assert!(reg.read_unit_snapshot("nope.service").await.unwrap().unit("nope.service").is_none());
+
+    let states = reg.read_states_snapshot(Some("a.service")).await.unwrap();
+    assert_eq!(states.unit_states().map(|s| s.name).collect::<Vec<_>>(), ["a.service"]);
+    assert_eq!(reg.read_states_snapshot(None).await.unwrap().unit_states().count(), 2);
+    let machines = reg.read_machines_snapshot().await.unwrap();
+    assert_eq!(machines.machines().map(|m| m.id).collect::<Vec<_>>(), ["m1"]);
+    assert_eq!(machines.units().count(), 0);
+    lease.revoke().await.unwrap();
+}
+
+/// A revision with no event under the prefix (a write elsewhere, a failed compare-and-swap) is reached through a
+/// watch progress notification, which the reflector confirms against etcd before taking its revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revisions_without_events_under_the_prefix_are_reached_through_confirmed_progress() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/progress").await;
+    let refl = connected(&reg).await;
+    let v1 = version("[Service]\nExecStart=/bin/true\n");
+    let rev = reg.create_unit(&put("a.service", &v1, JobState::Loaded)).await.unwrap();
+    assert!(refl.wait_for_revision(rev, WAIT).await.unwrap().unit("a.service").is_some());
+
+    let mut raw = reg.client();
+    let outside = raw.put("/elsewhere/key", "x", None).await.unwrap().header().unwrap().revision();
+    let snap = refl.wait_for_revision(outside, WAIT).await.unwrap();
+    assert!(snap.revision() >= outside && snap.unit("a.service").is_some());
+
+    // A failed create writes nothing; its revision is etcd's current one.
+    let err = reg.create_unit(&put("a.service", &v1, JobState::Loaded)).await.unwrap_err();
+    assert!(matches!(err, RegistryError::UnitExists { .. }), "{err}");
+    let outside = raw.put("/elsewhere/key", "y", None).await.unwrap().header().unwrap().revision();
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.revision() >= outside);
+
+    // Interleaved writes inside and outside the prefix: every wait sees its own write.
+    for i in 0..50 {
+        let name = format!("u{i}.service");
+        let rev = reg.create_unit(&put(&name, &v1, JobState::Inactive)).await.unwrap();
+        raw.put(format!("/elsewhere/{i}"), "z", None).await.unwrap();
+        let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
+        assert!(snap.unit(&name).is_some(), "{name} missing at revision {}", snap.revision());
+        if i % 10 == 0 {
+            raw.delete(format!("/elsewhere/{i}"), None).await.unwrap();
+            let snap = refl.sync(WAIT).await.unwrap();
+            assert!(snap.unit(&name).is_some());
+        }
+    }
+}
+
+/// The engine's batched placement writes are all or nothing: one failing compare writes none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placements_in_one_transaction_are_all_or_nothing() {
+    use fleet_registry::{MAX_PLACEMENTS_PER_TXN, PlacementWrite};
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/placements").await;
+    let refl = connected(&reg).await;
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    for name in ["a.service", "b.service", "c.service"] {
+        reg.create_unit(&put(name, &v, JobState::Launched)).await.unwrap();
+    }
+    assert!(reg.schedule("b.service", "m2").await.unwrap());
+    let batch = [
+        PlacementWrite::Schedule { unit: "a.service", machine: "m1" },
+        PlacementWrite::Schedule { unit: "b.service", machine: "m1" },
+        PlacementWrite::Schedule { unit: "c.service", machine: "m1" },
+    ];
+    assert_eq!(reg.placements_at(&batch, None).await.unwrap(), None, "b is already scheduled");
+    let snap = refl.sync(WAIT).await.unwrap();
+    let targets = |snap: &Snapshot| -> Vec<Option<String>> {
+        ["a.service", "b.service", "c.service"]
+            .iter()
+            .map(|n| snap.unit(n).and_then(|u| u.target.map(str::to_string)))
+            .collect()
+    };
+    assert_eq!(targets(&snap), [None, Some("m2".to_string()), None]);
+
+    let batch = [
+        PlacementWrite::Schedule { unit: "a.service", machine: "m1" },
+        PlacementWrite::Unschedule { unit: "b.service", machine: "m2" },
+        PlacementWrite::Schedule { unit: "c.service", machine: "m3" },
+    ];
+    let rev = reg.placements_at(&batch, None).await.unwrap().expect("every compare holds");
+    let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
+    assert_eq!(targets(&snap), [Some("m1".to_string()), None, Some("m3".to_string())]);
+
+    let names: Vec<String> = (0..=MAX_PLACEMENTS_PER_TXN).map(|i| format!("u{i}.service")).collect();
+    let too_many: Vec<PlacementWrite<'_>> =
+        names.iter().map(|n| PlacementWrite::Schedule { unit: n, machine: "m1" }).collect();
+    let err = reg.placements_at(&too_many, None).await.unwrap_err();
+    assert!(matches!(err, RegistryError::TooManyOps { .. }), "{err}");
+}
+
+/// An at-most-once unit leaves a lost machine only while that machine is still absent: once it registered again
+/// (its agent may run the unit again), the engine's unschedule is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unscheduling_from_an_absent_machine_fails_once_it_is_back() {
+    use fleet_registry::PlacementWrite;
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/absent").await;
+    let refl = connected(&reg).await;
+    let v = version("[Service]\nExecStart=/bin/true\n\n[X-Fleet]\nAtMostOnce=true\n");
+    reg.create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
+    assert!(reg.schedule("a.service", "m1").await.unwrap());
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+    reg.register_machine(&machine("m1"), lease.id()).await.unwrap();
+    let away = [PlacementWrite::UnscheduleFromAbsent { unit: "a.service", machine: "m1" }];
+    assert_eq!(reg.placements_at(&away, None).await.unwrap(), None, "m1 is present: the unit stays");
+    lease.revoke().await.unwrap();
+    let rev = reg.placements_at(&away, None).await.unwrap().expect("m1 is gone: the unit leaves it");
+    let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
+    assert_eq!(snap.unit("a.service").and_then(|u| u.target), None);
+}
+
+/// Agents write states and launched markers of many units in one transaction each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_state_and_marker_writes() {
+    use fleet_registry::StateWrite;
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/batched").await;
+    let refl = connected(&reg).await;
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(30)).await.unwrap();
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    for name in ["a.service", "b.service"] {
+        reg.create_unit(&put(name, &v, JobState::Launched)).await.unwrap();
+    }
+    let (a, b) = (state("a.service", "m1", &v.hash), state("b.service", "m1", &v.hash));
+    reg.write_states(&[StateWrite::Publish(&a), StateWrite::Publish(&b)], lease.id()).await.unwrap();
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.state_record("a.service", "m1").is_some() && snap.state_record("b.service", "m1").is_some());
+    let twice = [StateWrite::Publish(&a), StateWrite::Remove { unit: "a.service", machine: "m1" }];
+    let err = reg.write_states(&twice, lease.id()).await.unwrap_err();
+    assert!(matches!(err, RegistryError::DuplicateKey { .. }), "{err}");
+    reg.write_states(&[StateWrite::Remove { unit: "a.service", machine: "m1" }], lease.id()).await.unwrap();
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.state_record("a.service", "m1").is_none() && snap.state_record("b.service", "m1").is_some());
+
+    let hash = v.hash.as_str();
+    let with_missing = [("a.service", hash), ("gone.service", hash)];
+    assert!(!reg.mark_launched_many(&with_missing, "m1", lease.id()).await.unwrap(), "gone.service does not exist");
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.unit_record("a.service").unwrap().launched.is_empty(), "all or nothing");
+    assert!(reg.mark_launched_many(&[("a.service", hash), ("b.service", hash)], "m1", lease.id()).await.unwrap());
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert_eq!(snap.unit_record("b.service").unwrap().launched.get("m1").map(|h| &**h), Some(hash));
+    reg.unmark_launched_many(&["a.service", "b.service"], "m1").await.unwrap();
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.unit_record("a.service").unwrap().launched.is_empty());
+    assert!(snap.unit_record("b.service").unwrap().launched.is_empty());
+}
+
+/// A rollout's progress write is fenced to the engine leader and never brings a destroyed unit back: its rollback
+/// objects are conditional on the unit being as the engine's view showed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_progress_is_fenced_and_a_rollback_never_resurrects_a_destroyed_unit() {
+    use fleet_core::rollout::{OnFailure, RolloutKind, RolloutProgress, RolloutSpec, RolloutState, RolloutUnit};
+    use fleet_registry::RolloutBody;
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/rollouts").await;
+    let refl = connected(&reg).await;
+    let (v1, v2) = (version("[Service]\nExecStart=/bin/true\n"), version("[Service]\nExecStart=/bin/false\n"));
+    let rev = reg.create_unit(&put("db.service", &v1, JobState::Launched)).await.unwrap();
+    let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
+    let unit =
+        RolloutUnit { name: "db.service".into(), from: v1.hash.clone(), to: v2.hash.clone(), ..RolloutUnit::default() };
+    let spec = RolloutSpec {
+        id: "r1".into(),
+        kind: RolloutKind::Replace,
+        units: vec![unit.clone()],
+        max_unavailable: 1,
+        min_healthy_ms: 0,
+        health_timeout_ms: 1000,
+        on_failure: OnFailure::Pause,
+        created_ms: 1,
+        ..RolloutSpec::default()
+    };
+    let record = snap.unit_record("db.service").unwrap();
+    let body = RolloutBody {
+        unit: &unit,
+        text: &v2.text,
+        object_revision: record.object_revision,
+        object: record.object.as_ref(),
+    };
+    let rev = reg.create_rollout(&spec, std::slice::from_ref(&body)).await.unwrap();
+    assert!(matches!(reg.create_rollout(&spec, &[body]).await, Err(RegistryError::RolloutExists { .. })));
+    let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
+    assert_eq!(snap.unit("db.service").unwrap().hash, v2.hash, "the new version is stored with the rollout");
+
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(10)).await.unwrap();
+    assert!(matches!(reg.campaign("m1", lease.id()).await.unwrap(), Campaign::Leader));
+    let leader = LeaderFence { machine: "m1".into(), lease: lease.id() };
+    let other = LeaderFence { machine: "m2".into(), lease: lease.id() };
+    let aborted = RolloutProgress { state: RolloutState::Aborted, ..Default::default() };
+    let err = reg
+        .write_rollout_progress(&snap, "r1", &aborted, &other, std::slice::from_ref(&unit), &[])
+        .await
+        .expect_err("an engine that does not hold the leader key must write nothing, but it wrote");
+    assert!(matches!(err, RegistryError::NotLeader { .. }), "progress by a non-leader: {err}");
+    reg.destroy_unit("db.service").await.unwrap();
+    assert!(
+        reg.write_rollout_progress(&snap, "r1", &aborted, &leader, std::slice::from_ref(&unit), &[])
+            .await
+            .unwrap()
+            .is_none(),
+        "a view that still shows the destroyed unit cannot write it back"
+    );
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(reg.write_rollout_progress(&snap, "r1", &aborted, &leader, &[unit], &[]).await.unwrap().is_some());
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.unit_record("db.service").is_none(), "the destroyed unit stays destroyed");
+    assert_eq!(snap.rollouts()[0].state(), RolloutState::Aborted);
+}
+
+/// Garbage collection never takes what is still needed: a version a machine runs (launched marker) or holds
+/// (published state) after the unit's history moved past it, and a rollout's versions while it holds machines;
+/// finished rollouts beyond the last few of every unit are deleted by the engine leader only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finished_rollouts() {
+    use fleet_core::rollout::{
+        KEEP_FINISHED_PER_UNIT, OnFailure, RolloutKind, RolloutProgress, RolloutSpec, RolloutState, RolloutUnit,
+        expired,
+    };
+    use fleet_registry::StateWrite;
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/rollout-gc").await;
+    let refl = connected(&reg).await;
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(30)).await.unwrap();
+    assert!(matches!(reg.campaign("m1", lease.id()).await.unwrap(), Campaign::Leader));
+    let leader = LeaderFence { machine: "m1".into(), lease: lease.id() };
+    let versions: Vec<Version> = (0..13).map(|i| version(&format!("[Unit]\nDescription=v{i}\n"))).collect();
+    reg.create_unit(&put("a.service", &versions[0], JobState::Launched)).await.unwrap();
+    assert!(reg.mark_launched_many(&[("a.service", &versions[0].hash)], "m1", lease.id()).await.unwrap());
+    let held = state("a.service", "m2", &versions[1].hash);
+    reg.write_states(&[StateWrite::Publish(&held)], lease.id()).await.unwrap();
+    for v in &versions[1..12] {
+        reg.put_unit(&put("a.service", v, JobState::Launched)).await.unwrap();
+    }
+    let snap = refl.sync(WAIT).await.unwrap();
+    let history = &snap.unit_record("a.service").unwrap().object.as_ref().unwrap().history;
+    assert!(
+        !history.iter().any(|h| *h.hash == *versions[0].hash || *h.hash == *versions[1].hash),
+        "the history moved past v0 and v1"
+    );
+    assert_eq!(snap.unreferenced_bodies(), [], "m1 runs v0 and m2 holds v1");
+    assert_eq!(reg.collect_garbage().await.unwrap(), 0);
+
+    // A restart rollout of v12 (a body nothing else names) that still holds machines keeps it.
+    let v12 = &versions[12];
+    // v12's body is stored through a unit that is then destroyed, so only the rollout names it.
+    reg.create_unit(&put("b.service", v12, JobState::Inactive)).await.unwrap();
+    reg.destroy_unit("b.service").await.unwrap();
+    let spec = |id: &str, created_ms: u64, hash: &str| RolloutSpec {
+        id: id.into(),
+        kind: RolloutKind::Restart,
+        units: vec![RolloutUnit {
+            name: "a.service".into(),
+            from: hash.into(),
+            to: hash.into(),
+            ..RolloutUnit::default()
+        }],
+        max_unavailable: 1,
+        min_healthy_ms: 0,
+        health_timeout_ms: 1000,
+        on_failure: OnFailure::Pause,
+        created_ms,
+        ..RolloutSpec::default()
+    };
+    reg.create_rollout(&spec("running", 100, &v12.hash), &[]).await.unwrap();
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert_eq!(snap.unreferenced_bodies(), [], "the running rollout needs v12");
+
+    // Machines let go of v0 and v1: both are collected, v12 is not.
+    reg.unmark_launched_many(&["a.service"], "m1").await.unwrap();
+    reg.write_states(&[StateWrite::Remove { unit: "a.service", machine: "m2" }], lease.id()).await.unwrap();
+    refl.sync(WAIT).await.unwrap();
+    assert_eq!(reg.collect_garbage().await.unwrap(), 2);
+    let snap = refl.sync(WAIT).await.unwrap();
+    assert!(snap.bodies().contains_key(v12.hash.as_str()) && !snap.bodies().contains_key(versions[0].hash.as_str()));
+
+    // Seven finished rollouts: the two oldest expire; only the leader deletes them.
+    let current = &versions[11].hash;
+    for i in 0..7u64 {
+        reg.create_rollout(&spec(&format!("done-{i}"), i, current), &[]).await.unwrap();
+    }
+    let snap = refl.sync(WAIT).await.unwrap();
+    let done = RolloutProgress { state: RolloutState::Done, ..Default::default() };
+    for i in 0..7 {
+        assert!(
+            reg.write_rollout_progress(&snap, &format!("done-{i}"), &done, &leader, &[], &[]).await.unwrap().is_some()
+        );
+    }
+    let snap = refl.sync(WAIT).await.unwrap();
+    let rollouts = snap.rollouts();
+    let old = expired(&rollouts, KEEP_FINISHED_PER_UNIT);
+    assert_eq!(old, ["done-0", "done-1"]);
+    let other = LeaderFence { machine: "m2".into(), lease: lease.id() };
+    let err = reg.delete_rollouts(&snap, &old, &other).await.expect_err("not the engine leader, but it deleted");
+    assert!(matches!(err, RegistryError::NotLeader { .. }), "rollout GC by a non-leader: {err}");
+    assert_eq!(reg.delete_rollouts(&snap, &old, &leader).await.unwrap(), 2);
+    let snap = refl.sync(WAIT).await.unwrap();
+    let ids: BTreeSet<String> = snap.rollout_records().keys().cloned().collect();
+    let want: BTreeSet<String> = ["done-2", "done-3", "done-4", "done-5", "done-6", "running"].map(String::from).into();
+    assert_eq!(ids, want, "the running rollout and the last {KEEP_FINISHED_PER_UNIT} finished ones stay");
+    assert_eq!(reg.read_snapshot().await.unwrap().rollout_records().len(), 6, "every key of the deleted ones is gone");
+
+    // Once the running rollout finishes, v12 is no longer needed.
+    assert!(reg.write_rollout_progress(&snap, "running", &done, &leader, &[], &[]).await.unwrap().is_some());
+    refl.sync(WAIT).await.unwrap();
+    assert_eq!(reg.collect_garbage().await.unwrap(), 1, "v12 goes with the rollout that needed it");
+}
+
+/// Engine writes are fenced to the writer's leadership (issue 14 item 3): once an engine is deposed — its lease
+/// gone and another engine leading, or its own machine leading again under a new lease — its placements, body
+/// deletions, rollout progress and rollout deletions are refused with `NotLeader` and write nothing; the current leader's go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leaders_writes_are_rejected() {
+    use fleet_core::rollout::{OnFailure, RolloutKind, RolloutProgress, RolloutSpec, RolloutState, RolloutUnit};
+    use fleet_registry::PlacementWrite;
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/fence").await;
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    reg.create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
+
+    let old = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(reg.campaign("ma", old.id()).await.unwrap(), Campaign::Leader);
+    let deposed = LeaderFence { machine: "ma".into(), lease: old.id() };
+    let schedule = PlacementWrite::Schedule { unit: "a.service", machine: "m1" };
+    assert!(reg.placement_at(&schedule, Some(&deposed)).await.unwrap().is_some(), "the leader's write goes through");
+
+    // Deposed: its lease is gone (as after a pause longer than the TTL), and another engine leads.
+    old.revoke().await.unwrap();
+    let new = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(reg.campaign("mb", new.id()).await.unwrap(), Campaign::Leader);
+    let unschedule = PlacementWrite::Unschedule { unit: "a.service", machine: "m1" };
+    let err = reg
+        .placement_at(&unschedule, Some(&deposed))
+        .await
+        .expect_err("a deposed leader's unschedule must be refused, but it was written");
+    assert!(
+        matches!(&err, RegistryError::NotLeader { holder, .. } if holder.starts_with("mb")),
+        "a deposed leader's placement must be refused naming the holder, got {err}"
+    );
+    let err = reg
+        .placements_at(&[unschedule], Some(&deposed))
+        .await
+        .expect_err("a deposed leader's batched placements must be refused, but they were written");
+    assert!(matches!(err, RegistryError::NotLeader { .. }), "batched placement: {err}");
+    let snap = reg.read_snapshot().await.unwrap();
+    assert_eq!(snap.unit("a.service").and_then(|u| u.target.map(str::to_string)), Some("m1".to_string()));
+
+    // The same machine leading again under a new lease (a restarted fleetd): the old incarnation is still fenced.
+    assert!(reg.resign("mb", new.id()).await.unwrap());
+    let again = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(reg.campaign("ma", again.id()).await.unwrap(), Campaign::Leader);
+    let err = reg
+        .placement_at(&unschedule, Some(&deposed))
+        .await
+        .expect_err("an earlier incarnation of the leader's machine must be refused, but it wrote");
+    assert!(matches!(err, RegistryError::NotLeader { .. }), "old incarnation of the leader's machine: {err}");
+    reg.destroy_unit("a.service").await.unwrap();
+    let snap = reg.read_snapshot().await.unwrap();
+    let garbage = snap.unreferenced_bodies();
+    assert!(!garbage.is_empty(), "destroying the unit leaves its body to collect");
+    let err = reg
+        .delete_bodies(&garbage, Some(&deposed))
+        .await
+        .expect_err("a deposed leader's body GC must be refused, but it deleted");
+    assert!(matches!(err, RegistryError::NotLeader { .. }), "body GC by a deposed leader: {err}");
+
+    let current = LeaderFence { machine: "ma".into(), lease: again.id() };
+    assert_eq!(reg.delete_bodies(&garbage, Some(&current)).await.unwrap(), garbage.len(), "the leader collects");
+
+    // Rollout progress and rollout deletion: the old incarnation is refused, the current leader writes.
+    let spec = RolloutSpec {
+        id: "r1".into(),
+        kind: RolloutKind::Restart,
+        units: vec![RolloutUnit {
+            name: "a.service".into(),
+            from: v.hash.clone(),
+            to: v.hash.clone(),
+            ..RolloutUnit::default()
+        }],
+        max_unavailable: 1,
+        min_healthy_ms: 0,
+        health_timeout_ms: 1000,
+        on_failure: OnFailure::Pause,
+        created_ms: 1,
+        ..RolloutSpec::default()
+    };
+    reg.create_rollout(&spec, &[]).await.unwrap();
+    let snap = reg.read_snapshot().await.unwrap();
+    let done = RolloutProgress { state: RolloutState::Done, ..Default::default() };
+    let err = reg
+        .write_rollout_progress(&snap, "r1", &done, &deposed, &[], &[])
+        .await
+        .expect_err("a deposed leader's rollout progress must be refused, but it was written");
+    assert!(matches!(err, RegistryError::NotLeader { .. }), "rollout progress by a deposed leader: {err}");
+    assert!(reg.read_snapshot().await.unwrap().rollouts()[0].progress.is_none(), "nothing was written");
+    assert!(
+        reg.write_rollout_progress(&snap, "r1", &done, &current, &[], &[]).await.unwrap().is_some(),
+        "the leader writes"
+    );
+    let snap = reg.read_snapshot().await.unwrap();
+    let err = reg
+        .delete_rollouts(&snap, &["r1"], &deposed)
+        .await
+        .expect_err("a deposed leader's rollout deletion must be refused, but it deleted");
+    assert!(matches!(err, RegistryError::NotLeader { .. }), "rollout deletion by a deposed leader: {err}");
+    assert_eq!(reg.read_snapshot().await.unwrap().rollout_records().len(), 1, "the rollout is still there");
+    assert_eq!(reg.delete_rollouts(&snap, &["r1"], &current).await.unwrap(), 1, "the leader deletes");
+}
+
+/// A throwaway CA for the etcd TLS test: writes its certificate and signs leaves into `dir`.
+struct TestCa {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    cert: std::path::PathBuf,
+}
+
+impl TestCa {
+    fn new(dir: &std::path::Path, name: &str) -> TestCa {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.distinguished_name.push(rcgen::DnType::CommonName, name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = dir.join(format!("{name}.pem"));
+        std::fs::write(&cert, params.self_signed(&key).unwrap().pem()).unwrap();
+        TestCa { issuer: rcgen::Issuer::new(params, key), cert }
+    }
+
+    fn leaf(&self, dir: &std::path::Path, cn: &str, names: &[&str]) -> (std::path::PathBuf, std::path::PathBuf) {
+        let mut params =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let (cert_path, key_path) = (dir.join(format!("{cn}.pem")), dir.join(format!("{cn}-key.pem")));
+        std::fs::write(&cert_path, params.signed_by(&key, &self.issuer).unwrap().pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        (cert_path, key_path)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_talks_to_etcd_over_tls_with_a_client_certificate() {
+    use fleet_registry::EtcdConfig;
+    use fleet_tls::ClientFiles;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ca = TestCa::new(d, "etcd-ca");
+    let (cert, key) = ca.leaf(d, "etcd", &["127.0.0.1", "localhost"]);
+    let client = ca.leaf(d, "fleetd", &[]);
+    let etcd =
+        TestEtcd::start_tls(fleet_testkit::ServerTls { cert, key, ca: ca.cert.clone(), client: client.clone() }).await;
+    let config = |tls: ClientFiles| EtcdConfig {
+        endpoints: vec![etcd.endpoint()],
+        prefix: "/tls/".into(),
+        request_timeout: Duration::from_secs(10),
+        tls,
+        ..EtcdConfig::default()
+    };
+
+    let with_cert =
+        ClientFiles { ca: Some(ca.cert.clone()), cert: Some(client.0.clone()), key: Some(client.1.clone()) };
+    let registry = Registry::connect(&config(with_cert)).await.expect("connect over TLS with a client certificate");
+    registry.ensure_layout_version().await.expect("a write over TLS");
+    let snapshot = registry.read_snapshot().await.expect("a read over TLS");
+    assert_eq!(snapshot.machines().count(), 0);
+
+    // Without a client certificate etcd refuses every request.
+    let anonymous = Registry::connect(&config(ClientFiles { ca: Some(ca.cert.clone()), cert: None, key: None })).await;
+    let refused = match anonymous {
+        Ok(registry) => registry.ensure_layout_version().await.err().map(|e| e.to_string()),
+        Err(e) => Some(e.to_string()),
+    };
+    assert!(refused.is_some(), "etcd served a client without a certificate");
+
+    // A client that does not trust etcd's CA refuses etcd.
+    let stranger = TestCa::new(d, "stranger-ca");
+    let distrustful =
+        ClientFiles { ca: Some(stranger.cert.clone()), cert: Some(client.0.clone()), key: Some(client.1) };
+    let refused = match Registry::connect(&config(distrustful)).await {
+        Ok(registry) => registry.ensure_layout_version().await.err().map(|e| e.to_string()),
+        Err(e) => Some(e.to_string()),
+    };
+    assert!(refused.is_some(), "a client trusting another CA accepted etcd's certificate");
+
+    let no_ca = Registry::connect(&config(ClientFiles::default())).await.expect_err("https without a CA is refused");
+    assert!(no_ca.to_string().contains("need the CA that signed etcd"), "{no_ca}");
+}
+
+/// The API's batch writes: many units in few transactions (one revision each), each unit whole, and every unit its
+/// own result when some of a transaction's units fail (a missing unit, a bad hash, a name given twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_unit_writes_use_few_transactions_and_report_each_unit() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/batch").await;
+    let refl = connected(&reg).await;
+    let (v1, v2) = (version("[Service]\nExecStart=/bin/sleep 1\n"), version("[Service]\nExecStart=/bin/sleep 2\n"));
+    let names: Vec<String> = (0..300).map(|i| format!("t@{i}.service")).collect();
+    let start = refl.sync(WAIT).await.unwrap().revision();
+
+    // 300 instances of one body: 63 per transaction (object + desired each, the body once) → 5 revisions.
+    let puts: Vec<PutUnit<'_>> = names.iter().map(|n| put(n, &v1, JobState::Inactive)).collect();
+    let written = reg.put_units(&puts).await;
+    assert!(written.iter().all(|w| matches!(w, Ok(UnitWrite::Created { .. }))), "{:?}", written.first());
+    let last = written.iter().filter_map(|w| w.as_ref().ok()?.revision()).max().unwrap();
+    assert_eq!(last - start, 5, "300 units of one template in 5 transactions");
+    let snap = refl.wait_for_revision(last, WAIT).await.unwrap();
+    for n in &names {
+        let u = snap.unit(n).unwrap_or_else(|| panic!("{n} written whole"));
+        assert_eq!((u.hash, u.desired, &**u.body), (v1.hash.as_str(), JobState::Inactive, v1.text.as_str()), "{n}");
+    }
+
+    // A replace, an unchanged unit, a hash that does not match its text, and a name given twice.
+    let bad = PutUnit { hash: &v2.hash, ..put("bad.service", &v1, JobState::Inactive) };
+    let mixed = [
+        put(&names[0], &v2, JobState::Loaded),
+        put(&names[1], &v1, JobState::Loaded),
+        bad,
+        put("new.service", &v2, JobState::Inactive),
+        put("new.service", &v2, JobState::Inactive),
+    ];
+    let written = reg.put_units(&mixed).await;
+    assert!(matches!(&written[0], Ok(UnitWrite::Replaced { previous: Some(p), .. }) if *p == v1.hash), "{written:?}");
+    assert!(matches!(written[1], Ok(UnitWrite::Unchanged)), "{:?}", written[1]);
+    assert!(matches!(written[2], Err(RegistryError::HashMismatch { .. })), "{:?}", written[2]);
+    assert!(matches!(written[3], Ok(UnitWrite::Created { .. })), "{:?}", written[3]);
+    assert!(matches!(written[4], Ok(UnitWrite::Unchanged)), "second of a repeated name: {:?}", written[4]);
+
+    // Desired states: one missing unit among 200 fails alone; the others are set.
+    let mut changes: Vec<(&str, JobState)> = names[..200].iter().map(|n| (n.as_str(), JobState::Launched)).collect();
+    changes.insert(100, ("missing.service", JobState::Launched));
+    let set = reg.set_desired_many(&changes).await;
+    assert!(matches!(&set[100], Err(RegistryError::UnitNotFound { unit }) if unit == "missing.service"), "{set:?}");
+    assert_eq!(set.iter().filter(|r| r.is_ok()).count(), 200);
+    let snap = refl.wait_for_revision(*set.iter().flatten().max().unwrap(), WAIT).await.unwrap();
+    assert!(names[..200].iter().all(|n| snap.unit(n).unwrap().desired == JobState::Launched));
+    assert_eq!(snap.unit(&names[200]).unwrap().desired, JobState::Inactive);
+
+    // Destroy all 300 and a missing one: every key of every unit goes, the missing one is reported.
+    let mut doomed: Vec<&str> = names.iter().map(String::as_str).collect();
+    doomed.insert(7, "missing.service");
+    let destroyed = reg.destroy_units(&doomed).await;
+    assert!(matches!(&destroyed[7], Err(RegistryError::UnitNotFound { .. })), "{:?}", destroyed[7]);
+    assert_eq!(*destroyed[0].as_ref().unwrap().object.as_ref().unwrap().hash, *v2.hash);
+    assert_eq!(destroyed.iter().filter(|r| r.is_ok()).count(), 300);
+    let snap = refl.wait_for_revision(destroyed.iter().flatten().map(|d| d.revision).max().unwrap(), WAIT).await;
+    let left = unit_names(&snap.unwrap());
+    assert_eq!(left, ["new.service".to_string()].into_iter().collect(), "only the unit not destroyed is left");
+}
+
+/// A rollout's revision (the reflector's record) moves with each write of its keys, and
+/// `wait_rollout_change` (fleetctl's etcd driver following a rollout) ends on the next write after a revision,
+/// at once for a write it missed, and with `false` when nothing was written in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollouts_revision_moves_with_its_writes_and_a_change_wait_ends_on_the_next() {
+    use fleet_core::rollout::{Action, Control, OnFailure, RolloutKind, RolloutSpec, RolloutUnit};
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/rollout-change").await;
+    let refl = connected(&reg).await;
+    let v1 = version("[Service]\nExecStart=/bin/true\n");
+    reg.create_unit(&put("db.service", &v1, JobState::Launched)).await.unwrap();
+    let unit =
+        RolloutUnit { name: "db.service".into(), from: v1.hash.clone(), to: v1.hash.clone(), ..RolloutUnit::default() };
+    let spec = RolloutSpec {
+        id: "r1".into(),
+        kind: RolloutKind::Restart,
+        units: vec![unit],
+        max_unavailable: 1,
+        min_healthy_ms: 0,
+        health_timeout_ms: 1000,
+        on_failure: OnFailure::Pause,
+        created_ms: 1,
+        ..RolloutSpec::default()
+    };
+    let created = reg.create_rollout(&spec, &[]).await.unwrap();
+    let snap = refl.wait_for_revision(created, WAIT).await.unwrap();
+    assert_eq!(snap.rollout_records()["r1"].revision, created, "the revision is the creating write's");
+
+    assert!(
+        !reg.wait_rollout_change("r1", created, Duration::from_millis(200)).await.unwrap(),
+        "nothing written: the wait runs out"
+    );
+    let waiter = tokio::spawn({
+        let reg = reg.clone();
+        async move { reg.wait_rollout_change("r1", created, Duration::from_secs(60)).await }
+    });
+    let paused = reg
+        .set_rollout_control("r1", &Control { action: Action::Pause, resumes: 0, ..Control::default() })
+        .await
+        .unwrap();
+    let changed = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the wait ended on the control write, not after its 60 s")
+        .unwrap()
+        .unwrap();
+    assert!(changed, "the wait reports the write");
+    assert!(
+        reg.wait_rollout_change("r1", created, Duration::from_secs(60)).await.unwrap(),
+        "a write after the revision given, made before the wait began, ends it at once"
+    );
+    let snap = refl.wait_for_revision(paused, WAIT).await.unwrap();
+    assert_eq!(snap.rollout_records()["r1"].revision, paused, "the control write moved the revision");
+    assert!(matches!(
+        reg.wait_rollout_change("no such/id", 0, Duration::from_secs(60)).await,
+        Err(RegistryError::InvalidComponent(_))
+    ));
+}
