@@ -62,7 +62,7 @@ pub fn fleet_service() -> String {
 }
 
 /// fleetd's allocator settings, the same in the package's `fleet.service`: no per-thread caches or fast bins, so
-/// freed blocks are merged and trimmed rather than held (docs/bench.md, "fleetd under 10 MiB").
+/// freed blocks are merged and trimmed rather than held (git history of docs/bench.md at 58f0c3f, "fleetd under 10 MiB").
 pub const FLEETD_ALLOCATOR_TUNABLES: &str = "GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.mxfast=0";
 
 /// `fleet.socket`: the API on a Unix socket.

@@ -30,7 +30,7 @@ pub const TEMPLATE: &str = "s@.service";
 pub const API_ETCD_TIMEOUT_S: u64 = 10;
 /// fleetctl's request timeout in this scenario, in seconds, instead of its default 3 s: the start's one
 /// `units-batch` request writes every unit and waits until the API's view shows them, which with 1,000 machines
-/// watching the same etcd took longer than 3 s (`1000x10000` failed at the start command, docs/scale.md run 14).
+/// watching the same etcd took longer than 3 s (`1000x10000` failed at the start command: git history of docs/scale.md at 58f0c3f, run 14).
 /// As long as the API may wait for etcd on each of its steps, with room to spare.
 pub const FLEETCTL_REQUEST_TIMEOUT_S: u64 = 6 * API_ETCD_TIMEOUT_S;
 /// Distinct reasons a cell keeps of its lost machines.
