@@ -20,7 +20,10 @@ use std::time::Duration;
 
 use fleet_core::model::{JobState, MachineState};
 use fleet_core::unit::UnitHash;
-use fleet_registry::{EtcdConfig, LeaseKeeper, PutUnit, Reflector, Registry, Snapshot};
+use fleet_registry::{
+    AgentSession, ApiWriter, Campaign, EtcdConfig, LeaderSession, LeaseKeeper, PlacementWrite, PutUnit, Reflector,
+    Registry, Snapshot,
+};
 use fleet_systemd::{Bus, Systemd};
 use fleetd::agent::handover::may_be_running;
 use fleetd::agent::{Agent, AgentConfig};
@@ -124,7 +127,7 @@ async fn agent(url: &str) {
                 Err(e) => eprintln!("lease: {e}; retrying"),
             }
             tokio::select! {
-                _ = shutdown.cancelled() => break_purge(&mut agent, &registry, None).await,
+                _ = shutdown.cancelled() => break_purge(&mut agent, &registry, &me.id, None).await,
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         };
@@ -143,13 +146,13 @@ async fn agent(url: &str) {
                 }
             })
         };
-        if let Err(e) = agent.run(registry.clone(), reflector.subscribe(), lease.id(), lease.alive_until(), stop).await
-        {
+        let session = AgentSession::new(registry.clone(), &me.id, lease.id()).expect("a valid machine ID");
+        if let Err(e) = agent.run(session, reflector.subscribe(), lease.alive_until(), stop).await {
             eprintln!("agent run: {e}");
         }
         lost.abort();
         if shutdown.is_cancelled() {
-            break_purge(&mut agent, &registry, Some(lease)).await;
+            break_purge(&mut agent, &registry, &me.id, Some(lease)).await;
         }
         // Presumed lost, but etcd may still hold it (leases survive an etcd restart): give it up, so the
         // presence key can be created again under the next lease.
@@ -158,8 +161,9 @@ async fn agent(url: &str) {
 }
 
 /// SIGTERM: purge, give up the lease (its presence key goes with it), exit.
-async fn break_purge(agent: &mut Agent, registry: &Registry, lease: Option<LeaseKeeper>) -> ! {
-    let r = agent.purge(Some(registry), Duration::from_secs(30)).await;
+async fn break_purge(agent: &mut Agent, registry: &Registry, machine: &str, lease: Option<LeaseKeeper>) -> ! {
+    let session = lease.as_ref().and_then(|l| AgentSession::new(registry.clone(), machine, l.id()).ok());
+    let r = agent.purge(session.as_ref(), Duration::from_secs(30)).await;
     tracing::info!(ok = r.is_ok(), "agent_probe: purged");
     if let Some(lease) = lease {
         let _ = lease.revoke().await;
@@ -187,14 +191,26 @@ async fn wait<T>(r: &Reflector, what: &str, f: impl FnMut(&Snapshot) -> Option<T
 
 async fn put(registry: &Registry, name: &str, text: &str, desired: JobState) {
     let h = hash(text);
-    registry
+    ApiWriter::new(registry.clone())
         .put_unit(&PutUnit { name, text, hash: &h, desired, reschedule: false, no_restart: false })
         .await
         .expect("put unit");
 }
 
+/// The engine's placements, written as the elected leader would write them (no engine runs in the probe).
+/// The lease is returned to be kept alive while the session writes.
+async fn leader(registry: &Registry, machine: &str) -> (LeaderSession, LeaseKeeper) {
+    let lease = LeaseKeeper::grant(registry, Duration::from_secs(60)).await.expect("driver lease");
+    match registry.campaign(machine, lease.id()).await.expect("campaign") {
+        Campaign::Leader(session) => (session, lease),
+        Campaign::Follower { leader } => panic!("no engine runs in the probe, yet {leader} leads"),
+    }
+}
+
 async fn drive(url: &str, m1: &str, m2: &str) {
     let registry = connect(url).await;
+    let api = ApiWriter::new(registry.clone());
+    let (engine, _engine_lease) = leader(&registry, m1).await;
     let reflector = Reflector::start(&registry);
     wait(&reflector, "both machines present", |s| (s.machine(m1).is_some() && s.machine(m2).is_some()).then_some(()))
         .await;
@@ -202,7 +218,7 @@ async fn drive(url: &str, m1: &str, m2: &str) {
 
     // 1. Load, start, stop, unload on this machine, with states and markers.
     put(&registry, "probe-hello.service", HELLO, JobState::Launched).await;
-    registry.schedule("probe-hello.service", m1).await.expect("schedule");
+    engine.placement(&PlacementWrite::Schedule { unit: "probe-hello.service", machine: m1 }).await.expect("schedule");
     let h = hash(HELLO);
     wait(&reflector, "hello active and marked launched", |s| {
         let st = state_of(s, "probe-hello.service", m1)?;
@@ -215,15 +231,18 @@ async fn drive(url: &str, m1: &str, m2: &str) {
     check(true, "start: state active with hash, launched marker", &h[..8]);
     let enabled = sh("systemctl is-enabled probe-hello.service");
     check(enabled == "linked-runtime", "unit linked as a runtime unit", &enabled);
-    registry.set_desired("probe-hello.service", JobState::Loaded).await.expect("desired");
+    api.set_desired("probe-hello.service", JobState::Loaded).await.expect("desired");
     wait(&reflector, "hello stopped and unmarked", |s| {
         let st = state_of(s, "probe-hello.service", m1)?;
         (&*st.active_state == "inactive" && marker_of(s, "probe-hello.service", m1).is_none()).then_some(())
     })
     .await;
     check(true, "stop: state inactive, marker removed", sh("systemctl is-active probe-hello.service"));
-    registry.set_desired("probe-hello.service", JobState::Inactive).await.expect("desired");
-    registry.unschedule("probe-hello.service", m1).await.expect("unschedule");
+    api.set_desired("probe-hello.service", JobState::Inactive).await.expect("desired");
+    engine
+        .placement(&PlacementWrite::Unschedule { unit: "probe-hello.service", machine: m1 })
+        .await
+        .expect("unschedule");
     wait(&reflector, "hello state removed", |s| state_of(s, "probe-hello.service", m1).is_none().then_some(())).await;
     let gone = !std::path::Path::new("/run/fleet/units/probe-hello.service").exists();
     check(gone, "unload: state removed, unit file deleted", sh("systemctl is-enabled probe-hello.service"));
@@ -231,7 +250,7 @@ async fn drive(url: &str, m1: &str, m2: &str) {
     // 2. Replace on the same machine: old ExecStopPost completes before the new ExecStartPre.
     sh("rm -f /tmp/fleetSyncReplaceFile /tmp/sync-stop-post /tmp/sync-start-pre");
     put(&registry, "probe-sync.service", SYNC_V1, JobState::Launched).await;
-    registry.schedule("probe-sync.service", m1).await.expect("schedule");
+    engine.placement(&PlacementWrite::Schedule { unit: "probe-sync.service", machine: m1 }).await.expect("schedule");
     let h1 = hash(SYNC_V1);
     wait(&reflector, "sync v1 active", |s| {
         state_of(s, "probe-sync.service", m1).filter(|st| &*st.active_state == "active" && *st.hash == *h1).map(|_| ())
@@ -258,7 +277,7 @@ async fn drive(url: &str, m1: &str, m2: &str) {
     // 3. A changed unit moves to the other machine: its start waits until this machine's stop completed.
     sh("rm -f /tmp/move-stop-post");
     put(&registry, "probe-move.service", MOVE_V1, JobState::Launched).await;
-    registry.schedule("probe-move.service", m1).await.expect("schedule");
+    engine.placement(&PlacementWrite::Schedule { unit: "probe-move.service", machine: m1 }).await.expect("schedule");
     let mv1 = hash(MOVE_V1);
     wait(&reflector, "move v1 active here", |s| {
         state_of(s, "probe-move.service", m1).filter(|st| &*st.active_state == "active" && *st.hash == *mv1).map(|_| ())
@@ -267,8 +286,11 @@ async fn drive(url: &str, m1: &str, m2: &str) {
     check(true, "move v1 active on this machine", &mv1[..8]);
     // What an engine does for a replacement that lands elsewhere: new body, unschedule, schedule there.
     put(&registry, "probe-move.service", MOVE_V2, JobState::Launched).await;
-    registry.unschedule("probe-move.service", m1).await.expect("unschedule");
-    registry.schedule("probe-move.service", m2).await.expect("schedule");
+    engine
+        .placement(&PlacementWrite::Unschedule { unit: "probe-move.service", machine: m1 })
+        .await
+        .expect("unschedule");
+    engine.placement(&PlacementWrite::Schedule { unit: "probe-move.service", machine: m2 }).await.expect("schedule");
     let mv2 = hash(MOVE_V2);
     let mut rx = reflector.subscribe();
     let mut seen: Vec<String> = Vec::new();

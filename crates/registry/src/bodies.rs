@@ -7,23 +7,21 @@
 //! delete's compare fail and the body survives.
 //!
 //! Who runs it: the engine leader, whenever its snapshot shows unreferenced bodies (after destroy or replace),
-//! fenced to its leadership (`engine.rs`).
-//! [`Registry::collect_garbage`] is the one-shot form for tools without a reflector.
+//! fenced to its leadership (`engine.rs`). Nobody else deletes bodies.
 
 use etcd_client::{Compare, CompareOp, TxnOp};
 
-use super::Registry;
-use super::engine::LeaderFence;
 use super::error::Result;
 use super::keys::{Component, check_component};
+use super::roles::LeaderSession;
 
 /// Bodies per transaction: two entries each (compare + delete), well below etcd's default limit of 128 ops.
 const BATCH: usize = 50;
 
-impl Registry {
-    /// Deletes each `(hash, mod_revision)` body whose mod revision is unchanged (and, with a `fence`, only while
-    /// that engine leads). Returns how many were deleted.
-    pub async fn delete_bodies(&self, candidates: &[(String, i64)], fence: Option<&LeaderFence>) -> Result<usize> {
+impl LeaderSession {
+    /// Deletes each `(hash, mod_revision)` body whose mod revision is unchanged, only while this engine leads.
+    /// Returns how many were deleted.
+    pub async fn delete_bodies(&self, candidates: &[(String, i64)]) -> Result<usize> {
         for (hash, _) in candidates {
             check_component(Component::Hash, hash)?;
         }
@@ -31,12 +29,12 @@ impl Registry {
         for chunk in candidates.chunks(BATCH) {
             // Optimistic batch first; if any body was re-put meanwhile the whole batch fails and each body is then
             // tried alone, so one revived body does not protect the others.
-            if self.delete_batch(chunk, fence).await? {
+            if self.delete_batch(chunk).await? {
                 deleted += chunk.len();
                 continue;
             }
             for one in chunk {
-                if self.delete_batch(std::slice::from_ref(one), fence).await? {
+                if self.delete_batch(std::slice::from_ref(one)).await? {
                     deleted += 1;
                 }
             }
@@ -47,19 +45,13 @@ impl Registry {
         Ok(deleted)
     }
 
-    async fn delete_batch(&self, batch: &[(String, i64)], fence: Option<&LeaderFence>) -> Result<bool> {
+    async fn delete_batch(&self, batch: &[(String, i64)]) -> Result<bool> {
         let compares: Vec<Compare> = batch
             .iter()
             .map(|(hash, rev)| Compare::mod_revision(self.keys.body(hash), CompareOp::Equal, *rev))
             .collect();
         let deletes: Vec<TxnOp> = batch.iter().map(|(hash, _)| TxnOp::delete(self.keys.body(hash), None)).collect();
-        let resp = self.fenced_txn("delete bodies", &self.keys.bodies_dir(), fence, compares, deletes).await?;
+        let resp = self.fenced_txn("delete bodies", &self.keys.bodies_dir(), compares, deletes).await?;
         Ok(resp.is_some())
-    }
-
-    /// Reads the registry once and deletes every unreferenced body. Returns how many were deleted.
-    pub async fn collect_garbage(&self) -> Result<usize> {
-        let snapshot = self.read_snapshot().await?;
-        self.delete_bodies(&snapshot.unreferenced_bodies(), None).await
     }
 }

@@ -5,7 +5,8 @@
 //! loss = the lease expiring. Engines learn the current leader from the reflector's snapshot, so an engine should
 //! campaign only when the snapshot shows no leader: a failed campaign still costs etcd a raft round.
 //!
-//! **Fencing.** Every write the engine makes (placements, body GC) carries a [`LeaderFence`]: the leader key must
+//! **Fencing.** Every write the engine makes (placements, rollout progress, body GC) goes through its
+//! [`LeaderSession`], which carries a [`LeaderFence`]: the leader key must
 //! still hold this engine's machine ID *and* be bound to its lease, checked in the same transaction as the write.
 //! A deposed leader that has not noticed yet (a paused process, a lost keep-alive, a previous incarnation of the
 //! same machine) therefore writes nothing and gets [`RegistryError::NotLeader`].
@@ -16,15 +17,16 @@ use super::Registry;
 use super::error::{RegistryError, Result};
 use super::keys::{Component, check_component};
 use super::records::decode_u32;
+use super::roles::LeaderSession;
 
 /// How many times the engine version check-and-set retries against concurrent engines.
 const MAX_ATTEMPTS: u32 = 5;
 
 /// Outcome of [`Registry::campaign`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Campaign {
-    /// This machine (with this lease) is the leader, newly or already.
-    Leader,
+    /// This machine (with this lease) is the leader, newly or already: the session its writes go through.
+    Leader(LeaderSession),
     /// Another engine holds the lease (`leader` may equal our machine ID when it is a previous incarnation of this
     /// fleetd whose lease has not expired yet).
     Follower { leader: String },
@@ -48,24 +50,19 @@ pub struct LeaderFence {
     pub lease: i64,
 }
 
-impl Registry {
-    /// Runs `compares` → `ops` only while `fence` holds, in one transaction: `Ok(Some(response))` when written,
+impl LeaderSession {
+    /// Runs `compares` → `ops` only while this session's fence holds, in one transaction: `Ok(Some(response))` when written,
     /// `Ok(None)` when `compares` failed (nothing written), [`RegistryError::NotLeader`] when the fence failed.
     /// The fence's two compares join the caller's (a nested transaction would count against etcd's operation
     /// limit twice); on failure the leader key is read in the same transaction to tell which compare failed.
-    /// Without a fence (tests, tools that are not the engine) it is a plain conditional transaction.
     pub(crate) async fn fenced_txn(
         &self,
         op: &'static str,
         key: &str,
-        fence: Option<&LeaderFence>,
         compares: Vec<Compare>,
         ops: Vec<TxnOp>,
     ) -> Result<Option<TxnResponse>> {
-        let Some(fence) = fence else {
-            let resp = self.txn(op, key, Txn::new().when(compares).and_then(ops)).await?;
-            return Ok(resp.succeeded().then_some(resp));
-        };
+        let fence = self.fence();
         let leader = self.keys.engine_leader();
         let mut all = vec![
             Compare::value(leader.as_str(), CompareOp::Equal, fence.machine.as_str()),
@@ -92,7 +89,9 @@ impl Registry {
             }),
         }
     }
+}
 
+impl Registry {
     /// Tries to become engine leader as `machine`, binding the key to `lease` (the engine lease).
     pub async fn campaign(&self, machine: &str, lease: i64) -> Result<Campaign> {
         check_component(Component::MachineId, machine)?;
@@ -104,7 +103,7 @@ impl Registry {
         let resp = self.txn("campaign", &key, txn).await?;
         if resp.succeeded() {
             tracing::debug!(machine, lease = format_args!("{lease:x}"), "campaign won");
-            return Ok(Campaign::Leader);
+            return Ok(Campaign::Leader(self.leader_session(machine, lease)));
         }
         let holder = resp.op_responses().into_iter().find_map(|r| match r {
             TxnOpResponse::Get(g) => g.kvs().first().map(|kv| (kv.value().to_vec(), kv.lease())),
@@ -114,7 +113,7 @@ impl Registry {
             Some((value, holder_lease)) => {
                 let leader = String::from_utf8_lossy(&value).into_owned();
                 if leader == machine && holder_lease == lease {
-                    Ok(Campaign::Leader)
+                    Ok(Campaign::Leader(self.leader_session(machine, lease)))
                 } else {
                     Ok(Campaign::Follower { leader })
                 }
@@ -123,6 +122,10 @@ impl Registry {
             // expired right after: report no leader as a follower of nobody, the next tick campaigns again.
             None => Ok(Campaign::Follower { leader: String::new() }),
         }
+    }
+
+    fn leader_session(&self, machine: &str, lease: i64) -> LeaderSession {
+        LeaderSession::new(self.clone(), LeaderFence { machine: machine.to_string(), lease })
     }
 
     /// Gives up leadership if `machine` still holds it with `lease`, so another engine can take over at once

@@ -46,6 +46,9 @@ pub enum RegistryError {
          do two hosts share /etc/machine-id?"
     )]
     DuplicateMachine { machine: String, lease: i64 },
+    /// An agent's write for another machine's key: each agent writes only its own.
+    #[error("machine {own} may not write machine {machine}'s keys")]
+    NotOwnMachine { machine: String, own: String },
     /// A conditional write kept failing because another writer changed the key in between.
     #[error("{op} {key}: still conflicting with concurrent writers after {attempts} attempts")]
     Conflict { op: &'static str, key: String, attempts: u32 },

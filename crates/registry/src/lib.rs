@@ -1,26 +1,28 @@
 //! The registry: fleet's whole cluster state in etcd v3, behind typed operations and an in-memory watched view.
+//! The records, keys and snapshot it reads and writes are data in `fleet_core::store` (re-exported here).
 //!
 //! Code map:
-//! * `keys` — the key layout (documented there, and only spelled there) under the configurable prefix.
-//! * `records` — value formats (JSON records, plain values).
-//! * `error` — [`RegistryError`].
-//! * Writes, one file per concern, each an `impl Registry` block whose operations are single etcd transactions
-//!   wherever two writers could race: `units` (create/replace/desired/destroy/schedule/launched), `bodies` (body
-//!   GC), `states` (unit state publishing), `machines` (presence, metadata), `engine` (leader lease, engine
-//!   version), `layout` (layout version), `unit_batch` (create/replace, desired state and destroy of many units in
-//!   few transactions, never half a unit; the API's batch route).
-//! * `batch` — [`txn_batches`], [`cost_batches`]: how batched writers split their work into transactions.
+//! * `roles` — who may write what, as types: [`ApiWriter`] (units, desired state, rollout spec and control,
+//!   metadata), [`AgentSession`] (one machine's states and markers, bound to its lease), [`LeaderSession`] (the
+//!   engine leader's fenced writes: placements, rollout progress, garbage collection). [`Registry`] itself reads,
+//!   campaigns, and registers machines.
+//! * Writes, one file per concern, each operation one etcd transaction wherever two writers could race: `units`
+//!   (create/replace/desired/destroy, placements, launched markers), `unit_batch` (the same for many units in few
+//!   transactions, never half a unit), `bodies` (body GC), `states` (unit state publishing), `machines` (presence,
+//!   metadata), `rollouts` (spec, control, progress, markers), `engine` (leader key, fence, engine version),
+//!   `layout` (layout version).
 //! * `lease` — [`LeaseKeeper`]: grant, manual keep-alive, loss notification, revoke.
 //! * `endpoints` — with several etcd endpoints, probes each and keeps members that do not answer out of the
 //!   client's balancer, so requests, keep-alives and watches go to live members.
-//! * Reads: `snapshot` ([`Snapshot`], the typed image at one revision), `reflector` ([`Reflector`]: list + watch →
-//!   `watch::Receiver<Arc<Snapshot>>`), `views` (derived views: current state, sort orders, GC candidates),
-//!   `scoped` (one-shot consistent reads of one part of the prefix, for tools without a reflector).
+//! * Reads: `reflector` ([`Reflector`]: list + watch → `watch::Receiver<Arc<Snapshot>>`), `scoped` (one-shot
+//!   consistent reads of one part of the prefix, for tools without a reflector).
+//! * `error` — [`RegistryError`].
 //!
 //! Readers serve from the reflector's snapshot, never from per-request etcd reads; writers go straight to etcd and
 //! see their effect when the reflector catches up (wait on its revision if read-your-writes matters).
 //!
-//! Architecture invariant: nothing outside this module builds an etcd key or decodes a stored value.
+//! Architecture invariant: nothing outside this crate and `fleet_core::store` builds an etcd key or decodes a
+//! stored value.
 
 mod bodies;
 mod endpoints;
@@ -30,6 +32,7 @@ mod layout;
 mod lease;
 mod machines;
 mod reflector;
+mod roles;
 mod rollouts;
 mod scoped;
 mod states;
@@ -53,6 +56,7 @@ pub use error::{RegistryError, Result};
 pub use lease::{LeaseKeeper, LeaseStatus};
 pub use machines::Registration;
 pub use reflector::Reflector;
+pub use roles::{AgentSession, ApiWriter, LeaderSession};
 pub use rollouts::RolloutBody;
 pub use states::{MAX_STATE_WRITES_PER_TXN, StateWrite};
 pub use units::{Destroyed, MAX_MARKERS_PER_TXN, MAX_PLACEMENTS_PER_TXN, PlacementWrite, PutUnit, UnitWrite};
@@ -204,13 +208,19 @@ impl Registry {
 
     /// The key-value stub of the client (400 bytes, where a whole client is 3.7 KB): what reads and writes hold
     /// while they wait.
-    pub fn kv(&self) -> etcd_client::KvClient {
+    pub(crate) fn kv(&self) -> etcd_client::KvClient {
         self.client.kv_client()
     }
 
     /// The lease stub of the client.
-    pub fn leases(&self) -> etcd_client::LeaseClient {
+    pub(crate) fn leases(&self) -> etcd_client::LeaseClient {
         self.client.lease_client()
+    }
+
+    /// Revokes lease `id` (a presence lease this process gave up: its keys go with it).
+    pub async fn revoke_lease(&self, id: i64) -> Result<()> {
+        self.leases().revoke(id).await.map_err(RegistryError::etcd("revoke lease", format!("{id:x}")))?;
+        Ok(())
     }
 
     /// A one-shot consistent read of the whole prefix (what the reflector does on (re-)list). For tools that do not

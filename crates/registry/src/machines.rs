@@ -13,6 +13,7 @@ use super::Registry;
 use super::error::{RegistryError, Result};
 use super::keys::{Component, check_component};
 use super::records::{MachineObject, encode_json};
+use super::roles::ApiWriter;
 use fleet_core::model::MachineState;
 
 /// What [`Registry::register_machine`] did.
@@ -81,7 +82,9 @@ impl Registry {
             .and_then([TxnOp::delete(key.as_str(), None)]);
         Ok(self.txn("unregister machine", &key, txn).await?.succeeded())
     }
+}
 
+impl ApiWriter {
     /// Sets dynamic metadata `key` = `value` for machine `id` (which need not be registered). An empty value is
     /// the same as [`Registry::remove_metadata`]. Returns the write's revision.
     pub async fn set_metadata(&self, id: &str, key: &str, value: &str) -> Result<i64> {

@@ -5,10 +5,10 @@
 use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp};
 
 use super::Registry;
-use super::engine::LeaderFence;
 use super::error::{RegistryError, Result};
 use super::keys::{Component, check_component};
 use super::records::{UnitObject, encode_json};
+use super::roles::{AgentSession, ApiWriter, LeaderSession};
 use super::snapshot::Snapshot;
 use fleet_core::rollout::{Control, Move, RolloutProgress, RolloutSpec, RolloutUnit};
 
@@ -59,7 +59,9 @@ impl Registry {
             Err(_) => Ok(false),
         }
     }
+}
 
+impl ApiWriter {
     /// Stores a new rollout: its spec and control, and for a replace every unit's new version (object and body,
     /// the old hash kept as `previousHash`), all in one transaction that fails if the rollout exists or a unit
     /// changed since it was read. Returns the write's revision.
@@ -101,21 +103,6 @@ impl Registry {
         Err(RegistryError::UnitChanged { unit })
     }
 
-    /// Engine leader with `engine_rebalance` on: stores a rebalance rollout (spec and control, no units), fenced to
-    /// `fence`. `Some(revision)`; `None` when a rollout with this ID exists.
-    pub async fn create_rebalance(&self, spec: &RolloutSpec, fence: &LeaderFence) -> Result<Option<i64>> {
-        check_component(Component::RolloutId, &spec.id)?;
-        let k = &self.keys;
-        let spec_key = k.rollout_spec(&spec.id);
-        let compares = vec![Compare::version(spec_key.as_str(), CompareOp::Equal, 0)];
-        let ops = vec![
-            TxnOp::put(spec_key.as_str(), encode_json(spec), None),
-            TxnOp::put(k.rollout_control(&spec.id), encode_json(&Control::default()), None),
-        ];
-        let written = self.fenced_txn("create rebalance", &spec_key, Some(fence), compares, ops).await?;
-        Ok(written.map(|resp| resp.header().map_or(0, |h| h.revision())))
-    }
-
     /// Stores a user's control of an existing rollout. Returns the write's revision.
     pub async fn set_rollout_control(&self, id: &str, control: &Control) -> Result<i64> {
         check_component(Component::RolloutId, id)?;
@@ -131,19 +118,35 @@ impl Registry {
             Err(RegistryError::RolloutNotFound { id: id.to_string() })
         }
     }
+}
 
-    /// Engine leader: stores a rollout's progress if it is still at the revision `view` shows (absent there: still
+impl LeaderSession {
+    /// With `engine_rebalance` on: stores a rebalance rollout (spec and control, no units), fenced.
+    /// `Some(revision)`; `None` when a rollout with this ID exists.
+    pub async fn create_rebalance(&self, spec: &RolloutSpec) -> Result<Option<i64>> {
+        check_component(Component::RolloutId, &spec.id)?;
+        let k = &self.keys;
+        let spec_key = k.rollout_spec(&spec.id);
+        let compares = vec![Compare::version(spec_key.as_str(), CompareOp::Equal, 0)];
+        let ops = vec![
+            TxnOp::put(spec_key.as_str(), encode_json(spec), None),
+            TxnOp::put(k.rollout_control(&spec.id), encode_json(&Control::default()), None),
+        ];
+        let written = self.fenced_txn("create rebalance", &spec_key, compares, ops).await?;
+        Ok(written.map(|resp| resp.header().map_or(0, |h| h.revision())))
+    }
+
+    /// Stores a rollout's progress if it is still at the revision `view` shows (absent there: still
     /// absent), with the rollback's unit objects (`hash` back to `from`, history continued from `view`) in the same
     /// transaction, and a rebalance's released `moves` (each unit's target from `from` to `to`, if still on
-    /// `from`), fenced to `fence` (leader key and lease). `Some(revision)` of the write; `None` when the
+    /// `from`), fenced to this session (leader key and lease). `Some(revision)` of the write; `None` when the
     /// progress or a unit changed since `view` (another writer): nothing was written; [`RegistryError::NotLeader`]
-    /// when `fence` no longer leads.
+    /// when this engine no longer leads.
     pub async fn write_rollout_progress(
         &self,
         view: &Snapshot,
         id: &str,
         progress: &RolloutProgress,
-        fence: &LeaderFence,
         roll_back: &[RolloutUnit],
         moves: &[Move],
     ) -> Result<Option<i64>> {
@@ -179,15 +182,15 @@ impl Registry {
             compares.push(Compare::value(target.as_str(), CompareOp::Equal, m.from.as_str()));
             ops.push(TxnOp::put(target.as_str(), m.to.as_str(), None));
         }
-        let written = self.fenced_txn("write rollout progress", &key, Some(fence), compares, ops).await?;
+        let written = self.fenced_txn("write rollout progress", &key, compares, ops).await?;
         Ok(written.map(|resp| resp.header().map_or(0, |h| h.revision())))
     }
 
-    /// Engine leader: deletes the finished rollouts `ids` (every key of each), in transactions fenced to `fence`
+    /// Deletes the finished rollouts `ids` (every key of each), in transactions fenced to this session
     /// (leader key and lease) and to each rollout's progress being unchanged since `view` (so only a rollout the
-    /// view shows finished is deleted). Returns how many were deleted; [`RegistryError::NotLeader`] when `fence` no
+    /// view shows finished is deleted). Returns how many were deleted; [`RegistryError::NotLeader`] when this engine no
     /// longer leads.
-    pub async fn delete_rollouts(&self, view: &Snapshot, ids: &[&str], fence: &LeaderFence) -> Result<usize> {
+    pub async fn delete_rollouts(&self, view: &Snapshot, ids: &[&str]) -> Result<usize> {
         for id in ids {
             check_component(Component::RolloutId, id)?;
         }
@@ -212,17 +215,19 @@ impl Registry {
             }
             let n = ops.len();
             let key = k.rollouts_dir();
-            if self.fenced_txn("delete rollouts", &key, Some(fence), compares, ops).await?.is_some() {
+            if self.fenced_txn("delete rollouts", &key, compares, ops).await?.is_some() {
                 deleted += n;
             }
         }
         Ok(deleted)
     }
+}
 
-    /// Agent: records that `machine` restarted `unit` for rollout `id` (bound to the machine's lease).
-    pub async fn mark_restarted(&self, unit: &str, machine: &str, id: &str, lease: i64) -> Result<bool> {
+impl AgentSession {
+    /// Records that this machine restarted `unit` for rollout `id` (bound to the machine's lease).
+    pub async fn mark_restarted(&self, unit: &str, id: &str) -> Result<bool> {
+        let (machine, lease) = (self.machine(), self.lease());
         check_component(Component::UnitName, unit)?;
-        check_component(Component::MachineId, machine)?;
         check_component(Component::RolloutId, id)?;
         let key = self.keys.unit_restarted(unit, machine);
         let txn = Txn::new()

@@ -6,13 +6,13 @@ use std::collections::HashSet;
 
 use etcd_client::{PutOptions, Txn, TxnOp};
 
-use super::Registry;
 use super::error::{RegistryError, Result};
 use super::keys::{Component, check_component};
 use super::records::{StateRecord, encode_json};
+use super::roles::AgentSession;
 use fleet_core::model::UnitState;
 
-/// Most state writes [`Registry::write_states`] puts in one transaction (etcd's default `--max-txn-ops`).
+/// Most state writes [`AgentSession::write_states`] puts in one transaction (etcd's default `--max-txn-ops`).
 pub const MAX_STATE_WRITES_PER_TXN: usize = 128;
 
 /// One change to the states a machine publishes.
@@ -33,10 +33,11 @@ impl StateWrite<'_> {
     }
 }
 
-impl Registry {
+impl AgentSession {
     /// Writes several states in one transaction (one commit instead of one per unit): all written or, on error,
     /// none. At most [`MAX_STATE_WRITES_PER_TXN`], each for a different unit.
-    pub async fn write_states(&self, writes: &[StateWrite<'_>], lease: i64) -> Result<()> {
+    pub async fn write_states(&self, writes: &[StateWrite<'_>]) -> Result<()> {
+        let lease = self.lease();
         if writes.len() > MAX_STATE_WRITES_PER_TXN {
             return Err(RegistryError::TooManyOps {
                 op: "write states",
@@ -49,6 +50,7 @@ impl Registry {
         for write in writes {
             let op = match write {
                 StateWrite::Publish(state) => {
+                    self.own(&state.machine_id)?;
                     check_component(Component::UnitName, &state.name)?;
                     check_component(Component::MachineId, &state.machine_id)?;
                     check_component(Component::Hash, &state.hash)?;
@@ -58,6 +60,7 @@ impl Registry {
                     (key, op)
                 }
                 StateWrite::Remove { unit, machine } => {
+                    self.own(machine)?;
                     check_component(Component::UnitName, unit)?;
                     check_component(Component::MachineId, machine)?;
                     let key = self.keys.state(unit, machine);
@@ -75,9 +78,12 @@ impl Registry {
         Ok(())
     }
 
-    /// Publishes `state` (its `name` and `machine_id` choose the key) under `lease`, the publishing machine's
-    /// lease. A state without a hash is refused, as in the original: readers rely on knowing which version runs.
-    pub async fn publish_state(&self, state: &UnitState, lease: i64) -> Result<()> {
+    /// Publishes `state` (its `name` and `machine_id`, which must be this machine, choose the key) under this
+    /// machine's lease. A state without a hash is refused, as in the original: readers rely on knowing which
+    /// version runs.
+    pub async fn publish_state(&self, state: &UnitState) -> Result<()> {
+        self.own(&state.machine_id)?;
+        let lease = self.lease();
         check_component(Component::UnitName, &state.name)?;
         check_component(Component::MachineId, &state.machine_id)?;
         check_component(Component::Hash, &state.hash)?;
@@ -90,11 +96,10 @@ impl Registry {
         Ok(())
     }
 
-    /// Removes the state `machine` published for `name` (no other machine's).
-    pub async fn remove_state(&self, name: &str, machine: &str) -> Result<()> {
+    /// Removes the state this machine published for `name` (no other machine's).
+    pub async fn remove_state(&self, name: &str) -> Result<()> {
         check_component(Component::UnitName, name)?;
-        check_component(Component::MachineId, machine)?;
-        let key = self.keys.state(name, machine);
+        let key = self.keys.state(name, self.machine());
         self.kv().delete(key.as_str(), None).await.map_err(RegistryError::etcd("delete", key))?;
         Ok(())
     }

@@ -11,11 +11,11 @@ use std::collections::HashSet;
 use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use futures::StreamExt;
 
-use super::Registry;
 use super::batch::{MAX_TXN_OPS, TXNS_IN_FLIGHT, TxnCost, cost_batches, txn_batches, waves};
 use super::error::Result;
 use super::keys::{Component, check_component};
 use super::records::{UnitObject, decode_json};
+use super::roles::ApiWriter;
 use super::units::{Destroyed, PutUnit, UnitWrite, revision_of};
 use fleet_core::model::JobState;
 
@@ -36,7 +36,7 @@ impl Planned<'_> {
     }
 }
 
-impl Registry {
+impl ApiWriter {
     /// [`Registry::put_unit`] for many units: the results in `units` order. The objects are read in transactions of
     /// up to [`MAX_TXN_OPS`] gets; the writes go in transactions holding each shared body once.
     pub async fn put_units(&self, units: &[PutUnit<'_>]) -> Vec<Result<UnitWrite>> {

@@ -1,5 +1,5 @@
-//! Unit writes: create, replace, set desired state, destroy (API / fleetctl), schedule and unschedule (engine),
-//! launched markers (agents). Each is one etcd transaction guarded by compares, so concurrent writers cannot
+//! Unit writes: create, replace, set desired state, destroy ([`ApiWriter`]), placements ([`LeaderSession`]),
+//! launched markers ([`AgentSession`]). Each is one etcd transaction guarded by compares, so concurrent writers cannot
 //! interleave into a state no single writer intended.
 //!
 //! Body garbage collection is not done here (it needs a consistent view of all unit objects, which the engine's
@@ -11,10 +11,10 @@ use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp, Txn
 use sha1::{Digest, Sha1};
 
 use super::Registry;
-use super::engine::LeaderFence;
 use super::error::{RegistryError, Result};
 use super::keys::{Component, check_component};
 use super::records::{UnitObject, decode_json, encode_json};
+use super::roles::{AgentSession, ApiWriter, LeaderSession};
 use fleet_core::model::JobState;
 
 /// How many times a read-then-conditional-write is retried when another writer keeps winning.
@@ -38,12 +38,12 @@ pub struct PutUnit<'a> {
     pub no_restart: bool,
 }
 
-/// Most placement changes [`Registry::placements_at`] puts in one transaction: each brings up to two compares,
+/// Most placement changes [`LeaderSession::placements`] puts in one transaction: each brings up to two compares,
 /// the leader fence two more, and etcd refuses transactions with more than 128 compares or operations by default
 /// (`--max-txn-ops`).
 pub const MAX_PLACEMENTS_PER_TXN: usize = 63;
 
-/// Most launched markers one transaction of [`Registry::mark_launched_many`] writes (etcd's default
+/// Most launched markers one transaction of [`AgentSession::mark_launched_many`] writes (etcd's default
 /// `--max-txn-ops` is 128 compares and 128 operations).
 pub const MAX_MARKERS_PER_TXN: usize = 128;
 
@@ -76,7 +76,7 @@ impl PlacementWrite<'_> {
     }
 }
 
-/// What [`Registry::destroy_unit`] deleted.
+/// What [`ApiWriter::destroy_unit`] deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Destroyed {
     /// The deleted unit object (`None` if it was unreadable); its bodies are now GC candidates.
@@ -85,7 +85,7 @@ pub struct Destroyed {
     pub revision: i64,
 }
 
-/// What [`Registry::put_unit`] did.
+/// What [`ApiWriter::put_unit`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UnitWrite {
     Created {
@@ -162,7 +162,9 @@ impl Registry {
         let kv = d.prev_kvs().iter().find(|kv| kv.key() == key.as_bytes())?;
         decode_json(&key, "unit object", kv.value()).ok()
     }
+}
 
+impl ApiWriter {
     /// Creates a unit that must not exist yet (fleetctl `submit` semantics); [`RegistryError::UnitExists`] names
     /// the stored hash otherwise. Returns the write's revision.
     pub async fn create_unit(&self, unit: &PutUnit<'_>) -> Result<i64> {
@@ -187,7 +189,7 @@ impl Registry {
 
     /// Creates the unit or replaces its body (keeping the old hash as `previousHash`), writing the desired state in
     /// the same transaction. A unit that already has this hash is left untouched ([`UnitWrite::Unchanged`]); the
-    /// caller changes its desired state with [`Registry::set_desired`]. The schedule (`target`) is kept: moving the
+    /// caller changes its desired state with [`ApiWriter::set_desired`]. The schedule (`target`) is kept: moving the
     /// unit is the engine's decision.
     pub async fn put_unit(&self, unit: &PutUnit<'_>) -> Result<UnitWrite> {
         unit.check()?;
@@ -256,47 +258,23 @@ impl Registry {
         let object = resp.op_responses().iter().find_map(|op| self.destroyed_object(name, op));
         Ok(Destroyed { object, revision: revision_of(&resp) })
     }
+}
 
-    /// Engine: schedules the unit to `machine` if it exists and is not scheduled. `false` means another writer
-    /// got there first (or the unit is gone); re-read the snapshot and decide again.
-    pub async fn schedule(&self, name: &str, machine: &str) -> Result<bool> {
-        Ok(self.schedule_at(name, machine).await?.is_some())
-    }
-
-    /// [`Registry::schedule`], returning the revision of the write (to wait for in a reflector) or `None` when
-    /// the compare failed and nothing was written.
-    pub async fn schedule_at(&self, name: &str, machine: &str) -> Result<Option<i64>> {
-        self.placement_at(&PlacementWrite::Schedule { unit: name, machine }, None).await
-    }
-
-    /// Engine: unschedules the unit if it is still scheduled to `machine`. `false` means it is not (any more).
-    pub async fn unschedule(&self, name: &str, machine: &str) -> Result<bool> {
-        Ok(self.unschedule_at(name, machine).await?.is_some())
-    }
-
-    /// [`Registry::unschedule`], returning the revision of the delete or `None` when nothing was deleted.
-    pub async fn unschedule_at(&self, name: &str, machine: &str) -> Result<Option<i64>> {
-        self.placement_at(&PlacementWrite::Unschedule { unit: name, machine }, None).await
-    }
-
+impl LeaderSession {
     /// One placement change as its own transaction; the revision of the write, or `None` when its compares failed.
-    /// With a `fence` (the engine's), written only while that engine still leads ([`RegistryError::NotLeader`]).
-    pub async fn placement_at(&self, change: &PlacementWrite<'_>, fence: Option<&LeaderFence>) -> Result<Option<i64>> {
+    /// Written only while this engine still leads ([`RegistryError::NotLeader`]).
+    pub async fn placement(&self, change: &PlacementWrite<'_>) -> Result<Option<i64>> {
         let (compares, op) = self.placement_txn(change)?;
         let target = self.keys.unit_target(change.unit());
-        let resp = self.fenced_txn(change.op_name(), &target, fence, compares, vec![op]).await?;
+        let resp = self.fenced_txn(change.op_name(), &target, compares, vec![op]).await?;
         Ok(resp.map(|r| revision_of(&r)))
     }
 
-    /// Engine: applies several placement changes in one transaction, all or nothing: the revision of the write,
+    /// Applies several placement changes in one transaction, all or nothing: the revision of the write,
     /// or `None` when any change's compares failed (then nothing was written; apply them one by one to find out
     /// which). At most [`MAX_PLACEMENTS_PER_TXN`] changes, each for a different unit (etcd refuses two writes of
     /// one key in a transaction).
-    pub async fn placements_at(
-        &self,
-        changes: &[PlacementWrite<'_>],
-        fence: Option<&LeaderFence>,
-    ) -> Result<Option<i64>> {
+    pub async fn placements(&self, changes: &[PlacementWrite<'_>]) -> Result<Option<i64>> {
         if changes.len() > MAX_PLACEMENTS_PER_TXN {
             return Err(RegistryError::TooManyOps {
                 op: "placements",
@@ -312,10 +290,12 @@ impl Registry {
             ops.push(op);
         }
         let key = self.keys.units_dir();
-        let resp = self.fenced_txn("placements", &key, fence, compares, ops).await?;
+        let resp = self.fenced_txn("placements", &key, compares, ops).await?;
         Ok(resp.map(|r| revision_of(&r)))
     }
+}
 
+impl Registry {
     fn placement_txn(&self, change: &PlacementWrite<'_>) -> Result<(Vec<Compare>, TxnOp)> {
         match *change {
             PlacementWrite::Schedule { unit, machine } => {
@@ -346,13 +326,15 @@ impl Registry {
             }
         }
     }
+}
 
-    /// Agent: records that `machine` started the unit (version `hash`), bound to the machine's lease so the
+impl AgentSession {
+    /// Records that this machine started the unit (version `hash`), bound to the machine's lease so the
     /// marker vanishes with the machine instead of being rewritten periodically (spec §7.6). Only written while
     /// the unit exists, so a late agent cannot resurrect a destroyed unit's keys; `false` if it does not.
-    pub async fn mark_launched(&self, name: &str, machine: &str, hash: &str, lease: i64) -> Result<bool> {
+    pub async fn mark_launched(&self, name: &str, hash: &str) -> Result<bool> {
         check_component(Component::UnitName, name)?;
-        check_component(Component::MachineId, machine)?;
+        let (machine, lease) = (self.machine(), self.lease());
         let key = self.keys.unit_launched(name, machine);
         let txn = Txn::new()
             .when([Compare::version(self.keys.unit_object(name), CompareOp::Greater, 0)])
@@ -360,10 +342,11 @@ impl Registry {
         Ok(self.txn("mark launched", &key, txn).await?.succeeded())
     }
 
-    /// Agent: [`Registry::mark_launched`] for several units (unit, hash) in one transaction, all or nothing:
+    /// [`AgentSession::mark_launched`] for several units (unit, hash) in one transaction, all or nothing:
     /// `false` when any of the units is gone (then nothing was written; mark them one by one). At most
     /// [`MAX_MARKERS_PER_TXN`] units, each once.
-    pub async fn mark_launched_many(&self, units: &[(&str, &str)], machine: &str, lease: i64) -> Result<bool> {
+    pub async fn mark_launched_many(&self, units: &[(&str, &str)]) -> Result<bool> {
+        let (machine, lease) = (self.machine(), self.lease());
         if units.len() > MAX_MARKERS_PER_TXN {
             return Err(RegistryError::TooManyOps {
                 op: "mark launched",
@@ -371,7 +354,6 @@ impl Registry {
                 max: MAX_MARKERS_PER_TXN,
             });
         }
-        check_component(Component::MachineId, machine)?;
         let mut compares = Vec::with_capacity(units.len());
         let mut ops = Vec::with_capacity(units.len());
         for (name, hash) in units {
@@ -384,9 +366,10 @@ impl Registry {
         Ok(self.txn("mark launched", &key, Txn::new().when(compares).and_then(ops)).await?.succeeded())
     }
 
-    /// Agent: removes this machine's launched markers of several units in one transaction (at most
+    /// Removes this machine's launched markers of several units in one transaction (at most
     /// [`MAX_MARKERS_PER_TXN`], each once).
-    pub async fn unmark_launched_many(&self, units: &[&str], machine: &str) -> Result<()> {
+    pub async fn unmark_launched_many(&self, units: &[&str]) -> Result<()> {
+        let machine = self.machine();
         if units.len() > MAX_MARKERS_PER_TXN {
             return Err(RegistryError::TooManyOps {
                 op: "unmark launched",
@@ -394,7 +377,6 @@ impl Registry {
                 max: MAX_MARKERS_PER_TXN,
             });
         }
-        check_component(Component::MachineId, machine)?;
         let mut ops = Vec::with_capacity(units.len());
         for name in units {
             check_component(Component::UnitName, name)?;
@@ -405,11 +387,10 @@ impl Registry {
         Ok(())
     }
 
-    /// Agent: removes this machine's launched marker (only its own key).
-    pub async fn unmark_launched(&self, name: &str, machine: &str) -> Result<()> {
+    /// Removes this machine's launched marker (only its own key).
+    pub async fn unmark_launched(&self, name: &str) -> Result<()> {
         check_component(Component::UnitName, name)?;
-        check_component(Component::MachineId, machine)?;
-        let key = self.keys.unit_launched(name, machine);
+        let key = self.keys.unit_launched(name, self.machine());
         self.kv().delete(key.as_str(), None).await.map_err(RegistryError::etcd("delete", key))?;
         Ok(())
     }

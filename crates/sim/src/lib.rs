@@ -26,7 +26,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use fleet_core::model::MachineState;
-use fleet_registry::{EtcdConfig, LeaseKeeper, Reflector, Registry};
+use fleet_registry::{AgentSession, EtcdConfig, LeaseKeeper, Reflector, Registry};
 use fleetd::agent::{Agent, AgentConfig};
 use fleetd::engine::{Engine, EngineConfig};
 use report::Line;
@@ -292,8 +292,9 @@ impl SimMachine {
             engine.spawn(stop.child_token())
         });
         let _ = registered.send(());
+        let session = AgentSession::new(registry.clone(), &id, presence.id()).map_err(|e| e.to_string())?;
         let result = tokio::select! {
-            result = agent.run(registry.clone(), reflector.subscribe(), presence.id(), presence.alive_until(), stop.child_token()) => {
+            result = agent.run(session, reflector.subscribe(), presence.alive_until(), stop.child_token()) => {
                 result.map_err(|e| format!("agent stopped: {e}"))
             }
             reason = presence.lost() => Err(format!("presence lease lost: {reason}")),

@@ -8,9 +8,10 @@
 //! * Writes apply the API's PUT procedure ([`wire::decide_put`], spec §8.6, with the recommended validation of
 //!   replacements and desired states), so a unit this driver stores is one the API would have stored. Unlike the
 //!   original's etcd driver, creating a unit without options is refused like the API refuses it.
-//! * After a replace or destroy, unreferenced unit bodies are garbage-collected (the original leaked them, L9).
+//! * It writes only what the API writes ([`ApiWriter`]); unreferenced unit bodies are the engine leader's to
+//!   collect, as after any API write.
 //! * Rollouts are decided as the API decides them ([`wire::decide_rollout`] over a whole-registry read, then
-//!   [`Registry::create_rollout`]; [`wire::decide_control`] then [`Registry::set_rollout_control`]) and shown as the
+//!   [`ApiWriter::create_rollout`]; [`wire::decide_control`] then [`ApiWriter::set_rollout_control`]) and shown as the
 //!   API shows them ([`wire::stored_rollout`]); a wait for a rollout's next change is one etcd watch of its keys.
 //!   The engine leader of the cluster drives them as usual.
 //!
@@ -28,12 +29,13 @@ use fleet_core::rollout::Control;
 use fleet_core::schema::{Machine, Rollout, RolloutRequest, Unit, UnitHistory, UnitState};
 use fleet_core::unit::{UnitFile, name};
 use fleet_core::version::SemVer;
-use fleet_registry::{EtcdConfig, PutUnit, Registry, RegistryError, RolloutBody, Snapshot, UnitWrite};
+use fleet_registry::{ApiWriter, EtcdConfig, PutUnit, Registry, RegistryError, RolloutBody, Snapshot};
 
 /// fleetctl's client over etcd.
 pub struct EtcdClient {
     runtime: tokio::runtime::Runtime,
-    registry: Registry,
+    /// fleetctl stands in for the API here, so it holds the API's writes and nothing more.
+    registry: ApiWriter,
 }
 
 /// Per-request timeout used when `--request-timeout` is zero or negative ("no timeout").
@@ -66,7 +68,7 @@ impl EtcdClient {
             .map_err(|e| BuildError::Runtime(e.to_string()))?;
         // Connecting builds the channel only; the first request dials.
         let registry = runtime.block_on(Registry::connect(&config)).map_err(|e| BuildError::Etcd(e.to_string()))?;
-        Ok(EtcdClient { runtime, registry })
+        Ok(EtcdClient { runtime, registry: ApiWriter::new(registry) })
     }
 
     fn run<T>(&self, op: impl Future<Output = Result<T, RegistryError>>) -> Result<T, ClientError> {
@@ -81,25 +83,12 @@ impl EtcdClient {
         self.run(self.registry.read_unit_snapshot(name))
     }
 
-    /// Deletes unit bodies nothing refers to any more. Best effort: the engine leader collects them too.
-    fn collect_garbage(&self) {
-        if let Err(e) = self.runtime.block_on(self.registry.collect_garbage()) {
-            tracing::warn!(error = %e, "cannot garbage-collect unit bodies");
-        }
-    }
-
-    /// Stores `unit`, returning whether an earlier version was replaced.
-    fn store(
-        &self,
-        name: &str,
-        unit: &UnitFile,
-        desired: JobState,
-        options: StoreOptions,
-    ) -> Result<bool, ClientError> {
+    /// Stores `unit` (created, or an earlier version replaced).
+    fn store(&self, name: &str, unit: &UnitFile, desired: JobState, options: StoreOptions) -> Result<(), ClientError> {
         let (text, hash) = (unit.canonical(), unit.hash().to_hex());
         let StoreOptions { reschedule, no_restart } = options;
         let put = PutUnit { name, text: &text, hash: &hash, desired, reschedule, no_restart };
-        Ok(matches!(self.run(self.registry.put_unit(&put))?, UnitWrite::Replaced { .. }))
+        self.run(self.registry.put_unit(&put)).map(drop)
     }
 }
 
@@ -155,9 +144,7 @@ impl Client for EtcdClient {
             PutAction::Create(desired) | PutAction::Replace(desired) => {
                 let options = StoreOptions::of(unit, &action);
                 let content = UnitFile::from_options(unit.options.clone());
-                if self.store(&unit.name, &content, desired, options)? {
-                    self.collect_garbage();
-                }
+                self.store(&unit.name, &content, desired, options)?;
             }
             PutAction::SetDesired(desired) => {
                 self.run(self.registry.set_desired(&unit.name, desired))?;
@@ -174,7 +161,6 @@ impl Client for EtcdClient {
     fn destroy_unit(&self, name: &str) -> Result<(), ClientError> {
         name::validate_name(name).map_err(|e| reject(400, e.to_string()))?;
         self.run(self.registry.destroy_unit(name))?;
-        self.collect_garbage();
         Ok(())
     }
 

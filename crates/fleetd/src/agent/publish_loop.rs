@@ -25,7 +25,7 @@ use super::checks::HealthChecks;
 use super::debug::DebugHandle;
 use super::publisher::{PublishOp, Publisher, Readings};
 use fleet_core::model::UnitState;
-use fleet_registry::{MAX_STATE_WRITES_PER_TXN, Registry, Snapshot, StateRecord, StateWrite, txn_batches};
+use fleet_registry::{AgentSession, MAX_STATE_WRITES_PER_TXN, Snapshot, StateRecord, StateWrite, txn_batches};
 use fleet_systemd::{SystemdOps, UnitChange, UnitChanges};
 
 /// Delay before repeating failed registry writes or a failed systemd read.
@@ -41,7 +41,7 @@ pub const ROUND_GAP: Duration = Duration::from_millis(50);
 
 /// Everything one publishing run needs; the caches it updates outlive it (they belong to the agent).
 pub(crate) struct PublishLoop<'a, S> {
-    pub registry: &'a Registry,
+    pub registry: &'a AgentSession,
     pub systemd: &'a S,
     pub machine: &'a str,
     pub lease: i64,
@@ -218,7 +218,7 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
         if ops.is_empty() {
             return true;
         }
-        let (registry, machine, lease) = (self.registry, self.machine, self.lease);
+        let (registry, machine) = (self.registry, self.machine);
         let results: Vec<(&[PublishOp], Result<(), String>)> =
             futures::stream::iter(txn_batches(&ops, MAX_STATE_WRITES_PER_TXN, PublishOp::unit))
                 .map(|chunk| async move {
@@ -229,7 +229,7 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
                             PublishOp::Remove(name) => StateWrite::Remove { unit: name, machine },
                         })
                         .collect();
-                    let result = registry.write_states(&writes, lease).await.map_err(|e| e.to_string());
+                    let result = registry.write_states(&writes).await.map_err(|e| e.to_string());
                     (chunk, result)
                 })
                 .buffer_unordered(WRITERS)

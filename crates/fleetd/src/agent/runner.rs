@@ -40,7 +40,7 @@ use super::units_dir::UnitsDir;
 use fleet_core::machine_plan::desired::{ThisMachine, desired_units};
 use fleet_core::machine_plan::plan::{Desired, Planned, Reason, Task, plan};
 use fleet_core::machine_plan::unit_cache::UnitCache;
-use fleet_registry::{MAX_MARKERS_PER_TXN, Registry, Snapshot};
+use fleet_registry::{AgentSession, MAX_MARKERS_PER_TXN, Snapshot};
 use fleet_systemd::{Systemd, SystemdOps, UnitChanges};
 
 /// Registry writes in flight at once when applying markers or cleaning up.
@@ -110,17 +110,17 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
     /// (`LeaseKeeper::alive_until`): the at-most-once fence runs on it.
     pub async fn run(
         &mut self,
-        registry: Registry,
+        registry: AgentSession,
         snapshots: watch::Receiver<Arc<Snapshot>>,
-        lease: i64,
         alive_until: watch::Receiver<Option<Instant>>,
         stop: CancellationToken,
     ) -> Result<(), AgentError> {
         let machine = self.config.machine_id.clone();
+        let lease = registry.lease();
         info!(machine = %machine, lease = format_args!("{lease:x}"), units = self.executor.loaded().len(), "agent running");
         let rebind: Vec<Marker> =
             self.executor.launched_hashes().into_iter().map(|(unit, hash)| Marker::Launched { unit, hash }).collect();
-        write_markers(&registry, &machine, lease, rebind).await;
+        write_markers(&registry, rebind).await;
 
         // Both loops end when `stop` is cancelled; the publisher also ends when the reconcile loop fails.
         let inner = stop.child_token();
@@ -154,7 +154,6 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
                 executor: &mut self.executor,
                 cache: &mut self.cache,
                 machine: &machine,
-                lease,
                 snapshots,
                 debug: &self.debug,
                 fence: &self.fence,
@@ -173,7 +172,7 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
 
     /// Graceful shutdown (spec §1.5): stop and unload every unit in the units directory (bounded by `deadline`),
     /// then remove this machine's published states if a registry is given.
-    pub async fn purge(&mut self, registry: Option<&Registry>, deadline: Duration) -> Result<(), AgentError> {
+    pub async fn purge(&mut self, registry: Option<&AgentSession>, deadline: Duration) -> Result<(), AgentError> {
         let machine = self.config.machine_id.clone();
         info!(machine = %machine, units = self.executor.loaded().len(), "agent: purging every unit");
         self.health.stop_all();
@@ -181,13 +180,12 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
         if let Some(registry) = registry {
             let mut names: BTreeSet<String> = self.publisher.published().keys().cloned().collect();
             names.extend(reports.iter().filter_map(|r| r.planned.task.unit().map(str::to_string)));
-            let machine = machine.as_str();
             let cleanup = futures::stream::iter(names)
                 .map(|name| async move {
-                    if let Err(e) = registry.remove_state(&name, machine).await {
+                    if let Err(e) = registry.remove_state(&name).await {
                         warn!(unit = %name, err = %e, "purge: cannot remove unit state");
                     }
-                    if let Err(e) = registry.unmark_launched(&name, machine).await {
+                    if let Err(e) = registry.unmark_launched(&name).await {
                         warn!(unit = %name, err = %e, "purge: cannot remove launched marker");
                     }
                 })
@@ -393,7 +391,7 @@ fn started_units(reports: &[TaskReport]) -> Vec<String> {
 /// transactions of many units, a few transactions at a time. A launch batch naming a unit that is gone from the
 /// registry writes nothing and is retried one unit at a time. Failures are logged and repaired by a later
 /// reconcile.
-async fn write_markers(registry: &Registry, machine: &str, lease: i64, markers: Vec<Marker>) {
+async fn write_markers(registry: &AgentSession, markers: Vec<Marker>) {
     let mut launched: BTreeMap<String, String> = BTreeMap::new();
     let mut removed: BTreeSet<String> = BTreeSet::new();
     for marker in markers {
@@ -410,7 +408,7 @@ async fn write_markers(registry: &Registry, machine: &str, lease: i64, markers: 
     let removed: Vec<&str> = removed.iter().map(String::as_str).collect();
     futures::stream::iter(removed.chunks(MAX_MARKERS_PER_TXN))
         .map(|units| async move {
-            match registry.unmark_launched_many(units, machine).await {
+            match registry.unmark_launched_many(units).await {
                 Ok(()) => debug!(units = units.len(), "unmarked launched"),
                 Err(e) => warn!(units = units.len(), err = %e, "cannot remove launched markers; retrying later"),
             }
@@ -421,11 +419,11 @@ async fn write_markers(registry: &Registry, machine: &str, lease: i64, markers: 
     let launched: Vec<(&str, &str)> = launched.iter().map(|(u, h)| (u.as_str(), h.as_str())).collect();
     futures::stream::iter(launched.chunks(MAX_MARKERS_PER_TXN))
         .map(|units| async move {
-            match registry.mark_launched_many(units, machine, lease).await {
+            match registry.mark_launched_many(units).await {
                 Ok(true) => debug!(units = units.len(), "marked launched"),
                 Ok(false) => {
                     for (unit, hash) in units {
-                        match registry.mark_launched(unit, machine, hash, lease).await {
+                        match registry.mark_launched(unit, hash).await {
                             Ok(true) => debug!(unit = %unit, hash = %hash, "marked launched"),
                             Ok(false) => {
                                 debug!(unit = %unit, "not marked launched: the unit is gone from the registry")
@@ -460,9 +458,9 @@ pub(crate) fn restarted_markers_missing(
 
 /// Writes restarted markers (few: one per unit of a rolling restart reaching this machine). Failures are logged;
 /// the next reconcile writes what is still missing.
-async fn write_restarted_markers(registry: &Registry, machine: &str, lease: i64, markers: Vec<(String, String)>) {
+async fn write_restarted_markers(registry: &AgentSession, markers: Vec<(String, String)>) {
     for (unit, id) in markers {
-        match registry.mark_restarted(&unit, machine, &id, lease).await {
+        match registry.mark_restarted(&unit, &id).await {
             Ok(_) => debug!(unit = %unit, rollout = %id, "marked restarted"),
             Err(e) => warn!(unit = %unit, rollout = %id, err = %e, "cannot mark unit restarted; retrying later"),
         }
@@ -471,11 +469,10 @@ async fn write_restarted_markers(registry: &Registry, machine: &str, lease: i64,
 
 /// The reconcile half of a run.
 struct ReconcileLoop<'a, S> {
-    registry: &'a Registry,
+    registry: &'a AgentSession,
     executor: &'a mut Executor<S>,
     cache: &'a mut UnitCache,
     machine: &'a str,
-    lease: i64,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     debug: &'a DebugHandle,
     fence: &'a Fence,
@@ -545,10 +542,10 @@ impl<S: SystemdOps> ReconcileLoop<'_, S> {
                 if !started.is_empty() {
                     self.starts.started(&started, START_PUBLISH_WAIT).await;
                 }
-                write_markers(self.registry, self.machine, self.lease, done.markers).await;
+                write_markers(self.registry, done.markers).await;
                 let snapshot = latest();
                 let missing = restarted_markers_missing(self.executor.restarts(), &snapshot, self.machine);
-                write_restarted_markers(self.registry, self.machine, self.lease, missing).await;
+                write_restarted_markers(self.registry, missing).await;
             }
         }
         self.debug.set_target_states(self.executor.believed());

@@ -14,7 +14,7 @@ use super::ui;
 use super::ui::hub::{EVENTS_PATH, Hub};
 use fleet_core::api_rules::ApiError;
 use fleet_core::schema::{PageToken, TokenError};
-use fleet_registry::{Reflector, Registry, RegistryError, Snapshot};
+use fleet_registry::{ApiWriter, Reflector, Registry, RegistryError, Snapshot};
 
 /// The discovery document served at `/fleet/v1/discovery` (spec §8.9).
 pub const DISCOVERY: &str = include_str!("discovery.json");
@@ -24,7 +24,8 @@ const WRITE_VISIBILITY: Duration = Duration::from_secs(5);
 
 /// Serves API v1 over one registry.
 pub struct Api {
-    pub(super) registry: Registry,
+    /// The API's writes (units, desired state, rollout spec and control, metadata); reads come from `reflector`.
+    pub(super) registry: ApiWriter,
     pub(super) reflector: Arc<Reflector>,
     pub(super) token_limit: u16,
     /// The cluster page's shared registry watch and recent state changes.
@@ -34,7 +35,7 @@ pub struct Api {
 impl Api {
     pub fn new(registry: Registry, reflector: Arc<Reflector>, token_limit: u16) -> Api {
         let ui = Hub::start(reflector.subscribe());
-        Api { registry, reflector, token_limit: token_limit.max(1), ui }
+        Api { registry: ApiWriter::new(registry), reflector, token_limit: token_limit.max(1), ui }
     }
 
     pub(super) fn snapshot(&self) -> Arc<Snapshot> {

@@ -22,7 +22,7 @@ use crate::api::Api;
 use crate::api::listen::{self, ListenAddress, Listener};
 use crate::machine::identity;
 use fleet_core::model::MachineState;
-use fleet_registry::{EtcdConfig, LeaseKeeper, Reflector, Registry, RegistryError};
+use fleet_registry::{AgentSession, EtcdConfig, LeaseKeeper, Reflector, Registry, RegistryError};
 use fleet_systemd::{Bus, Systemd};
 
 /// How long a graceful shutdown may spend stopping units.
@@ -71,9 +71,9 @@ enum Ended {
     Monitor,
 }
 
-/// A live registration: the connection and this machine's presence lease.
+/// A live registration: this machine's session (the connection, bound to the presence lease) and the lease.
 struct Registered {
-    registry: Registry,
+    session: AgentSession,
     presence: LeaseKeeper,
 }
 
@@ -252,13 +252,13 @@ impl Daemon {
             Some(registered) => self.refresh(registered).await,
             None => None,
         };
-        let Registered { registry, presence } = match carried {
+        let Registered { session, presence } = match carried {
             Some(registered) => registered,
             None => {
                 let mut backoff = FIRST_BACKOFF;
                 loop {
                     match self.register(ttl).await {
-                        Ok((registry, presence)) => break Registered { registry, presence },
+                        Ok(registered) => break registered,
                         Err(err) => {
                             tracing::error!(
                                 "Server register machine failed: {err}, retrying in {:.2} sec.",
@@ -273,6 +273,7 @@ impl Daemon {
                 }
             }
         };
+        let registry = Registry::clone(&session);
         let reflector = Arc::new(Reflector::start(&registry));
         let stop = CancellationToken::new();
         let engine = crate::daemon::components::start_engine(
@@ -288,13 +289,8 @@ impl Daemon {
 
         let debug = self.agent.debug_handle();
         let ended = {
-            let agent_run = self.agent.run(
-                registry.clone(),
-                reflector.subscribe(),
-                presence.id(),
-                presence.alive_until(),
-                stop.child_token(),
-            );
+            let agent_run =
+                self.agent.run(session.clone(), reflector.subscribe(), presence.alive_until(), stop.child_token());
             tokio::pin!(agent_run);
             loop {
                 tokio::select! {
@@ -328,8 +324,8 @@ impl Daemon {
             tracing::warn!("engine did not stop in time");
         }
         match ended {
-            Ended::Shutdown(exit) => RunEnd::Shutdown(Some(Box::new(Registered { registry, presence })), exit),
-            Ended::Reload => RunEnd::Reload(Box::new(Registered { registry, presence })),
+            Ended::Shutdown(exit) => RunEnd::Shutdown(Some(Box::new(Registered { session, presence })), exit),
+            Ended::Reload => RunEnd::Reload(Box::new(Registered { session, presence })),
             Ended::Monitor => RunEnd::MonitorTriggered,
         }
     }
@@ -354,7 +350,7 @@ impl Daemon {
 
     /// Re-publishes this machine's state under a carried registration (metadata may have changed).
     async fn refresh(&self, registered: Registered) -> Option<Registered> {
-        match registered.registry.register_machine(&self.local_state(), registered.presence.id()).await {
+        match registered.session.register_machine(&self.local_state(), registered.presence.id()).await {
             Ok(_) => Some(registered),
             Err(err) => {
                 tracing::warn!(error = %err, "keeping the registration across the reload failed; registering again");
@@ -365,7 +361,7 @@ impl Daemon {
 
     /// Connects to etcd and registers this machine: under the presence lease it held before while etcd still holds
     /// it, else under a new one.
-    async fn register(&mut self, ttl: Duration) -> Result<(Registry, LeaseKeeper), RegistryError> {
+    async fn register(&mut self, ttl: Duration) -> Result<Registered, RegistryError> {
         // The connection of the last registration, not a new one: its balancer has already taken dead etcd
         // members out, while a new one starts over with every endpoint and routes requests to a dead member until
         // its first probe (after an etcd leader was killed, re-registering on new connections failed for 7 s,
@@ -414,16 +410,16 @@ impl Daemon {
         {
             // Our own earlier lease outlived the outage (etcd keeps leases across restarts): retire it.
             tracing::info!(lease = format_args!("{lease:x}"), "revoking this machine's previous presence lease");
-            if let Err(err) = registry.leases().revoke(*lease).await {
+            if let Err(err) = registry.revoke_lease(*lease).await {
                 tracing::warn!(error = %err, "revoking the previous presence lease failed");
             }
             result = registry.register_machine(&self.local_state(), presence.id()).await;
         }
-        match result {
-            Ok(_) => {
+        match result.and_then(|_| AgentSession::new(registry, &self.machine_id, presence.id())) {
+            Ok(session) => {
                 self.previous_presence = Some(presence.id());
                 self.record_presence(presence.id());
-                Ok((registry, presence))
+                Ok(Registered { session, presence })
             }
             Err(err) => {
                 let _ = presence.revoke().await;
@@ -490,8 +486,8 @@ impl Daemon {
         {
             tracing::warn!(path = %presence_file.display(), error = %err, "cannot remove the presence record");
         }
-        let registry = registered.as_ref().map(|r| &r.registry);
-        if let Err(err) = self.agent.purge(registry, PURGE_DEADLINE).await {
+        let session = registered.as_ref().map(|r| &r.session);
+        if let Err(err) = self.agent.purge(session, PURGE_DEADLINE).await {
             tracing::error!(error = %err, "purging units failed");
         }
         if let Some(Registered { presence, .. }) = registered {

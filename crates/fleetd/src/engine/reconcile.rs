@@ -19,7 +19,7 @@ use fleet_core::at_most_once::Absences;
 use fleet_core::scheduler::catalog::UnitCatalog;
 use fleet_core::scheduler::schedule::{Decision, UnscheduleReason, plan_with_report};
 use fleet_core::scheduler::schedule_input::ScheduleInput;
-use fleet_registry::{LeaderFence, MAX_PLACEMENTS_PER_TXN, PlacementWrite, Registry, RegistryError};
+use fleet_registry::{LeaderSession, MAX_PLACEMENTS_PER_TXN, PlacementWrite, RegistryError};
 
 /// How a pass ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,14 +98,13 @@ impl Reconciler {
         self
     }
 
-    /// Runs one pass on `view`. Every write carries `fence` (this engine's leader key and lease), so a pass of an
+    /// Runs one pass on `view`. Every write goes through `registry`, the leader session (fenced to this engine's leader key and lease), so a pass of an
     /// engine deposed meanwhile writes nothing. `deadline` bounds the whole pass; `keep_going` is checked before
     /// every write (leadership still held, engine not stopping).
     pub async fn pass(
         &mut self,
-        registry: &Registry,
+        registry: &LeaderSession,
         view: &fleet_registry::Snapshot,
-        fence: &LeaderFence,
         deadline: Instant,
         keep_going: impl Fn() -> bool,
     ) -> PassReport {
@@ -152,7 +151,7 @@ impl Reconciler {
             // was written and the decisions are applied one by one to find the one that conflicts.
             if chunk.len() > 1 {
                 let changes: Vec<PlacementWrite<'_>> = chunk.iter().map(|d| placement(d, &snapshot)).collect();
-                match timeout_at(deadline, registry.placements_at(&changes, Some(fence))).await {
+                match timeout_at(deadline, registry.placements(&changes)).await {
                     Err(_) => {
                         report.outcome = PassOutcome::TimedOut { limit };
                         break;
@@ -176,16 +175,13 @@ impl Reconciler {
                     report.outcome = PassOutcome::Interrupted;
                     break;
                 }
-                let written =
-                    match timeout_at(deadline, registry.placement_at(&placement(decision, &snapshot), Some(fence)))
-                        .await
-                    {
-                        Ok(result) => result,
-                        Err(_) => {
-                            report.outcome = PassOutcome::TimedOut { limit };
-                            break;
-                        }
-                    };
+                let written = match timeout_at(deadline, registry.placement(&placement(decision, &snapshot))).await {
+                    Ok(result) => result,
+                    Err(_) => {
+                        report.outcome = PassOutcome::TimedOut { limit };
+                        break;
+                    }
+                };
                 match written {
                     Ok(Some(revision)) => {
                         report.applied += 1;
@@ -211,7 +207,7 @@ impl Reconciler {
             }
         }
         if report.outcome == PassOutcome::Complete && keep_going() {
-            match timeout_at(deadline, self.collect_garbage(registry, view, fence)).await {
+            match timeout_at(deadline, self.collect_garbage(registry, view)).await {
                 Ok(Ok(n)) => report.collected = n,
                 Ok(Err(e)) => tracing::warn!(error = %e, "cannot garbage-collect unit bodies"),
                 Err(_) => report.outcome = PassOutcome::TimedOut { limit },
@@ -224,9 +220,8 @@ impl Reconciler {
     /// Deletes bodies no unit refers to in `view` (spec L9), skipping those this engine already deleted.
     async fn collect_garbage(
         &mut self,
-        registry: &Registry,
+        registry: &LeaderSession,
         view: &fleet_registry::Snapshot,
-        fence: &LeaderFence,
     ) -> Result<usize, RegistryError> {
         self.collected.retain(|(hash, rev)| view.bodies().get(hash.as_str()).is_some_and(|b| b.mod_revision == *rev));
         let candidates: Vec<(String, i64)> =
@@ -234,7 +229,7 @@ impl Reconciler {
         if candidates.is_empty() {
             return Ok(0);
         }
-        let deleted = registry.delete_bodies(&candidates, Some(fence)).await?;
+        let deleted = registry.delete_bodies(&candidates).await?;
         tracing::info!(deleted, candidates = candidates.len(), "garbage-collected unreferenced unit bodies");
         // Those not deleted were re-put meanwhile: their mod revision changed, so they are new candidates anyway.
         self.collected.extend(candidates);

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use fleet_core::rollout::{self, Phase, Rollout, RolloutKind, RolloutProgress, RolloutState};
 use fleet_core::scheduler::catalog::UnitCatalog;
 use fleet_core::scheduler::rebalance;
-use fleet_registry::{LeaderFence, Registry, RegistryError, Snapshot, SnapshotCluster};
+use fleet_registry::{LeaderSession, RegistryError, Snapshot, SnapshotCluster};
 
 /// Most moves one rebalance plans (its progress is one etcd value, and its moves one transaction at most).
 pub const MAX_REBALANCE_MOVES: usize = 48;
@@ -32,7 +32,7 @@ pub struct Driven {
 
 /// Advances every rollout of `view` that is not final and stores what changed. `catalog`: the engine's parse
 /// cache, for rebalance plans and checks.
-pub async fn drive(registry: &Registry, view: &Snapshot, fence: &LeaderFence, catalog: &mut UnitCatalog) -> Driven {
+pub async fn drive(registry: &LeaderSession, view: &Snapshot, catalog: &mut UnitCatalog) -> Driven {
     let now = fleet_core::model::now_ms();
     let cluster = SnapshotCluster(view);
     let mut wake: Option<u64> = None;
@@ -59,7 +59,7 @@ pub async fn drive(registry: &Registry, view: &Snapshot, fence: &LeaderFence, ca
             continue;
         }
         let progress = &advanced.progress;
-        match registry.write_rollout_progress(view, id, progress, fence, &advanced.roll_back, &moves).await {
+        match registry.write_rollout_progress(view, id, progress, &advanced.roll_back, &moves).await {
             Ok(Some(revision)) => {
                 written_revision = Some(written_revision.map_or(revision, |r| r.max(revision)));
                 let counts = rollout::phase_counts(progress);
@@ -79,7 +79,7 @@ pub async fn drive(registry: &Registry, view: &Snapshot, fence: &LeaderFence, ca
             }
         }
     }
-    collect_finished(registry, view, fence).await;
+    collect_finished(registry, view).await;
     Driven { wake_at_ms: wake, written_revision }
 }
 
@@ -189,13 +189,13 @@ pub fn any_running(view: &Snapshot) -> bool {
 
 /// Deletes the finished rollouts beyond the last [`rollout::KEEP_FINISHED_PER_UNIT`] of every unit. A failure is
 /// logged; the next view change tries again.
-async fn collect_finished(registry: &Registry, view: &Snapshot, fence: &LeaderFence) {
+async fn collect_finished(registry: &LeaderSession, view: &Snapshot) {
     let rollouts = view.rollouts();
     let expired = rollout::expired(&rollouts, rollout::KEEP_FINISHED_PER_UNIT);
     if expired.is_empty() {
         return;
     }
-    match registry.delete_rollouts(view, &expired, fence).await {
+    match registry.delete_rollouts(view, &expired).await {
         Ok(deleted) => tracing::info!(deleted, expired = expired.len(), "deleted finished rollouts"),
         Err(e) => tracing::warn!(error = %e, "cannot delete finished rollouts; retrying on the next change"),
     }

@@ -52,7 +52,7 @@ use super::leadership::{step, view_shows_lease};
 use super::reconcile::{PassOutcome, PassReport, Reconciler};
 use super::rollouts;
 use fleet_core::scheduler::catalog::UnitCatalog;
-use fleet_registry::{Campaign, EngineVersionCheck, LeaseKeeper, LeaseStatus, Registry};
+use fleet_registry::{Campaign, EngineVersionCheck, LeaderFence, LeaderSession, LeaseKeeper, LeaseStatus, Registry};
 
 /// `agent_ttl`'s default (spec §2.3), for an engine not told the cluster's.
 const DEFAULT_AGENT_TTL: Duration = Duration::from_secs(30);
@@ -156,7 +156,7 @@ impl Engine {
             status: self.status,
             reconciler: Reconciler::new().with_at_most_once_margin(self.at_most_once_margin),
             lease: None,
-            leading: false,
+            session: None,
             version_raised: None,
             standing_aside: None,
             last_leader: None,
@@ -197,8 +197,9 @@ struct Runner {
     reconciler: Reconciler,
     /// The engine lease, granted on the first campaign; dropped when lost.
     lease: Option<LeaseKeeper>,
-    /// Leading: the view showed the leader key on `lease`, and the lease has not been lost since.
-    leading: bool,
+    /// Leading: the session the view confirmed (the leader key on `lease`), while the lease has not been lost since.
+    /// Every leader write goes through it, fenced.
+    session: Option<LeaderSession>,
     /// The cluster engine version this engine wrote (the view may lag behind).
     version_raised: Option<u32>,
     /// Why this engine stands aside, logged once per reason.
@@ -227,7 +228,7 @@ impl Runner {
         resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             // The first resync tick is immediate: one tick at start.
-            let lease_status = self.leading.then(|| self.lease.as_ref().map(LeaseKeeper::status)).flatten();
+            let lease_status = self.session.as_ref().and_then(|_| self.lease.as_ref().map(LeaseKeeper::status));
             let rollout_timer = rollout_timer(self.rollout_wake_ms);
             let at_most_once_timer = instant_timer(self.at_most_once_wake);
             let wake = tokio::select! {
@@ -288,7 +289,7 @@ impl Runner {
             return;
         }
         self.note_leader(&view);
-        if self.leading && !self.lease.as_ref().is_some_and(|l| view_shows_lease(&view, l.id())) {
+        if self.session.is_some() && !self.lease.as_ref().is_some_and(|l| view_shows_lease(&view, l.id())) {
             let holder = view.leader().unwrap_or("nobody");
             tracing::warn!(machine = %self.config.machine_id, holder,
                 "Engine leadership lost: the leader key is no longer bound to this engine's lease");
@@ -304,7 +305,7 @@ impl Runner {
         }
         // At most two rounds: the second after raising the cluster engine version.
         for _ in 0..2 {
-            let held = if self.leading { self.lease.as_ref().map(LeaseKeeper::id) } else { None };
+            let held = if self.session.is_some() { self.lease.as_ref().map(LeaseKeeper::id) } else { None };
             let next = step(&self.config.machine_id, self.config.disable_engine, &view, self.version_raised, held);
             if !matches!(next, LeadershipStep::StandAside { .. }) {
                 self.standing_aside = None;
@@ -391,8 +392,8 @@ impl Runner {
                 return false;
             }
         };
-        match self.registry.campaign(&self.config.machine_id, lease).await {
-            Ok(Campaign::Leader) => {}
+        let session = match self.registry.campaign(&self.config.machine_id, lease).await {
+            Ok(Campaign::Leader(session)) => session,
             Ok(Campaign::Follower { leader }) => {
                 tracing::debug!(leader = %leader, "engine leader campaign lost");
                 return false;
@@ -403,7 +404,7 @@ impl Runner {
                 self.lease = None;
                 return false;
             }
-        }
+        };
         // Lead only once the view shows our key: passes then plan from a view that includes everything the
         // previous leader wrote before its key went away.
         if !wait_view(&self.view, self.ttl, cancel, |v| view_shows_lease(v, lease)).await {
@@ -416,12 +417,13 @@ impl Runner {
             }
             return false;
         }
-        self.lead(lease);
+        self.lead(session);
         true
     }
 
-    fn lead(&mut self, lease: i64) {
-        self.leading = true;
+    fn lead(&mut self, session: LeaderSession) {
+        let lease = session.fence().lease;
+        self.session = Some(session);
         self.reconciler.forget_absences();
         self.last_pass_view = None;
         self.status.send_modify(|s| s.leading = true);
@@ -432,13 +434,14 @@ impl Runner {
     /// confirmation the view delivered late). Without this, the key would look like an earlier run's and be
     /// waited out forever, since our own keep-alive keeps it from expiring.
     fn adopt_own_key(&mut self, view: &fleet_registry::Snapshot) {
-        if self.leading {
+        if self.session.is_some() {
             return;
         }
-        if let Some(lease) = self.lease.as_ref().filter(|l| l.is_alive()).map(LeaseKeeper::id)
-            && view_shows_lease(view, lease)
-        {
-            self.lead(lease);
+        if let Some(lease) = self.lease.as_ref().filter(|l| l.is_alive()).map(LeaseKeeper::id) {
+            let fence = LeaderFence { machine: self.config.machine_id.clone(), lease };
+            if let Some(session) = LeaderSession::confirmed(self.registry.clone(), fence, view) {
+                self.lead(session);
+            }
         }
     }
 
@@ -457,12 +460,11 @@ impl Runner {
 
     async fn reconcile(&mut self, view: &Arc<fleet_registry::Snapshot>, cancel: &CancellationToken) {
         let deadline = Instant::now() + self.ttl;
-        let Some(lease) = self.lease.as_ref().map(LeaseKeeper::id) else { return };
-        let fence = fleet_registry::LeaderFence { machine: self.config.machine_id.clone(), lease };
+        let Some(session) = self.session.clone() else { return };
         let lease_alive = self.lease.as_ref().map(LeaseKeeper::status);
         let keep_going =
             || !cancel.is_cancelled() && lease_alive.as_ref().is_some_and(|s| *s.borrow() == LeaseStatus::Alive);
-        let report = self.reconciler.pass(&self.registry, view, &fence, deadline, keep_going).await;
+        let report = self.reconciler.pass(&session, view, deadline, keep_going).await;
         match &report.outcome {
             PassOutcome::TimedOut { .. } => tracing::warn!(outcome = %report.outcome, planned = report.planned,
                 applied = report.applied, "Engine reconciliation aborted"),
@@ -499,11 +501,9 @@ impl Runner {
             return;
         }
         self.rollouts_written = None;
-        let lease = self.lease.as_ref().map(LeaseKeeper::id);
-        let driven = match lease {
-            Some(lease) if !view.rollout_records().is_empty() => {
-                let fence = fleet_registry::LeaderFence { machine: self.config.machine_id.clone(), lease };
-                rollouts::drive(&self.registry, &view, &fence, &mut self.rollout_catalog).await
+        let driven = match &self.session {
+            Some(session) if !view.rollout_records().is_empty() => {
+                rollouts::drive(session, &view, &mut self.rollout_catalog).await
             }
             _ => rollouts::Driven::default(),
         };
@@ -514,7 +514,7 @@ impl Runner {
     /// On a view change while leading, drives running rollouts before the scheduling pass's quiet window: the
     /// change is most often an agent's state showing a step healthy, and the next step is released now.
     async fn drive_rollouts_at_once(&mut self) {
-        if !self.leading {
+        if self.session.is_none() {
             return;
         }
         let view = self.view.borrow().clone();
@@ -540,10 +540,9 @@ impl Runner {
         if !self.rebalance_wanted || rollouts::rebalance_in_progress(view) {
             return;
         }
-        let Some(lease) = self.lease.as_ref().map(LeaseKeeper::id) else { return };
-        let fence = fleet_registry::LeaderFence { machine: self.config.machine_id.clone(), lease };
+        let Some(session) = &self.session else { return };
         let spec = rollouts::rebalance_spec(fleet_core::model::now_ms());
-        match self.registry.create_rebalance(&spec, &fence).await {
+        match session.create_rebalance(&spec).await {
             Ok(Some(_)) => {
                 tracing::info!(rollout = %spec.id, "a machine joined: rebalance stored (engine_rebalance)");
                 self.rebalance_wanted = false;
@@ -555,7 +554,7 @@ impl Runner {
 
     /// Stops leading (keeps a live lease for the next campaign; drops a lost one).
     fn step_down(&mut self) {
-        self.leading = false;
+        self.session = None;
         self.known_machines = None;
         self.last_pass_view = None;
         if self.lease.as_ref().is_some_and(|l| !l.is_alive()) {
@@ -567,17 +566,21 @@ impl Runner {
     /// Gives leadership up at once (deletes the leader key if still ours) so another engine can take over.
     async fn resign(&mut self) {
         let Some(lease) = &self.lease else { return };
-        match self.registry.resign(&self.config.machine_id, lease.id()).await {
+        // Without a confirmed session, the key may still be ours (a campaign the view has not shown yet).
+        let resigned = match self.session.take() {
+            Some(session) => session.resign().await,
+            None => self.registry.resign(&self.config.machine_id, lease.id()).await,
+        };
+        match resigned {
             Ok(true) => tracing::info!(machine = %self.config.machine_id, "Engine leadership released"),
             Ok(false) => tracing::debug!("leader key was not ours any more"),
             Err(e) => tracing::warn!(error = %e, "cannot release engine leadership; it ends when the lease expires"),
         }
-        self.leading = false;
         self.status.send_modify(|s| s.leading = false);
     }
 
     async fn shutdown(&mut self) {
-        if self.leading {
+        if self.session.is_some() {
             self.resign().await;
         }
         if let Some(lease) = self.lease.take()

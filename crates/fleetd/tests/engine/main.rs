@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use fleet_core::model::{JobState, MachineState};
 use fleet_core::unit::UnitHash;
-use fleet_registry::{LeaseKeeper, PutUnit, Reflector, Registry, Snapshot};
+use fleet_registry::{ApiWriter, LeaseKeeper, PutUnit, Reflector, Registry, Snapshot};
 use fleet_testkit::TestEtcd;
 use fleetd::engine::{Engine, EngineConfig, EngineStatus};
 use tokio::sync::watch;
@@ -98,7 +98,7 @@ async fn register(reg: &Registry, id: &str, metadata: &[(&str, &str)]) -> Machin
 
 async fn create(reg: &Registry, name: &str, text: &str, desired: JobState) -> i64 {
     let hash = UnitHash::of(text).to_hex();
-    let written = reg
+    let written = ApiWriter::new(reg.clone())
         .put_unit(&PutUnit { name, text, hash: &hash, desired, reschedule: false, no_restart: false })
         .await
         .expect("put unit");
@@ -329,7 +329,7 @@ async fn bodies_of_destroyed_and_replaced_units_are_garbage_collected() {
     create(&reg, "kept.service", v2, JobState::Launched).await;
     view.wait_for(WAIT, "both scheduled", |s| (targets(s).len() == 2).then_some(())).await.unwrap();
 
-    reg.destroy_unit("gone.service").await.unwrap();
+    ApiWriter::new(reg.clone()).destroy_unit("gone.service").await.unwrap();
     // Replaced: v2 stays as the previous hash of v3 (rollback), so only v1 is garbage.
     create(&reg, "kept.service", v3, JobState::Launched).await;
     // The engine may collect v1 before the replacement's write reaches the view: wait for both.

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use fleet_core::model::{JobState, MachineState, UnitState};
 use fleet_registry::{
-    Campaign, EngineVersionCheck, LeaderFence, LeaseKeeper, LeaseStatus, PutUnit, Reflector, Registration, Registry,
-    RegistryError, Snapshot, UnitWrite,
+    AgentSession, ApiWriter, Campaign, EngineVersionCheck, LeaderSession, LeaseKeeper, LeaseStatus, PlacementWrite,
+    PutUnit, Reflector, Registration, Registry, RegistryError, Snapshot, UnitWrite,
 };
 use fleet_testkit::TestEtcd;
 use sha1::{Digest, Sha1};
@@ -32,6 +32,44 @@ fn version(text: &str) -> Version {
 
 fn put<'a>(name: &'a str, v: &'a Version, desired: JobState) -> PutUnit<'a> {
     PutUnit { name, text: &v.text, hash: &v.hash, desired, reschedule: false, no_restart: false }
+}
+
+/// The API's writes.
+fn api(reg: &Registry) -> ApiWriter {
+    ApiWriter::new(reg.clone())
+}
+
+/// `machine`'s agent writes, bound to `lease`.
+fn agent(reg: &Registry, machine: &str, lease: i64) -> AgentSession {
+    AgentSession::new(reg.clone(), machine, lease).expect("a valid machine ID")
+}
+
+/// Wins the engine election as `machine` on a fresh lease; the lease is returned to be kept alive.
+async fn lead(reg: &Registry, machine: &str) -> (LeaderSession, LeaseKeeper) {
+    let lease = LeaseKeeper::grant(reg, Duration::from_secs(30)).await.unwrap();
+    (won(reg.campaign(machine, lease.id()).await.unwrap()), lease)
+}
+
+/// The session of a won campaign.
+fn won(campaign: Campaign) -> LeaderSession {
+    match campaign {
+        Campaign::Leader(session) => session,
+        Campaign::Follower { leader } => panic!("the campaign was lost to {leader:?}"),
+    }
+}
+
+/// The engine's garbage collection: every body its fresh read of the registry shows unreferenced.
+async fn collect_garbage(leader: &LeaderSession) -> usize {
+    let snapshot = leader.read_snapshot().await.unwrap();
+    leader.delete_bodies(&snapshot.unreferenced_bodies()).await.unwrap()
+}
+
+fn schedule<'a>(unit: &'a str, machine: &'a str) -> PlacementWrite<'a> {
+    PlacementWrite::Schedule { unit, machine }
+}
+
+fn unschedule<'a>(unit: &'a str, machine: &'a str) -> PlacementWrite<'a> {
+    PlacementWrite::Unschedule { unit, machine }
 }
 
 async fn connected(reg: &Registry) -> Reflector {
@@ -72,8 +110,8 @@ async fn create_replace_destroy_and_collect_bodies() {
     let (v1, v2, v3) =
         (version("[Service]\nExecStart=/bin/true\n"), version("[Service]\nExecStart=/bin/false\n"), version(""));
 
-    let rev = reg.create_unit(&put("a.service", &v1, JobState::Loaded)).await.unwrap();
-    let err = reg.create_unit(&put("a.service", &v2, JobState::Loaded)).await.unwrap_err();
+    let rev = api(&reg).create_unit(&put("a.service", &v1, JobState::Loaded)).await.unwrap();
+    let err = api(&reg).create_unit(&put("a.service", &v2, JobState::Loaded)).await.unwrap_err();
     assert!(matches!(&err, RegistryError::UnitExists { hash, .. } if *hash == v1.hash), "{err}");
     let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
     let a = snap.unit("a.service").unwrap();
@@ -82,10 +120,10 @@ async fn create_replace_destroy_and_collect_bodies() {
         (v1.hash.as_str(), None, JobState::Loaded, v1.text.as_str())
     );
 
-    assert_eq!(reg.put_unit(&put("a.service", &v1, JobState::Launched)).await.unwrap(), UnitWrite::Unchanged);
-    let w = reg.put_unit(&put("a.service", &v2, JobState::Inactive)).await.unwrap();
+    assert_eq!(api(&reg).put_unit(&put("a.service", &v1, JobState::Launched)).await.unwrap(), UnitWrite::Unchanged);
+    let w = api(&reg).put_unit(&put("a.service", &v2, JobState::Inactive)).await.unwrap();
     assert!(matches!(&w, UnitWrite::Replaced { previous: Some(p), .. } if *p == v1.hash), "{w:?}");
-    let w = reg.put_unit(&put("a.service", &v3, JobState::Inactive)).await.unwrap();
+    let w = api(&reg).put_unit(&put("a.service", &v3, JobState::Inactive)).await.unwrap();
     let snap = refl.wait_for_revision(w.revision().unwrap(), WAIT).await.unwrap();
     let a = snap.unit("a.service").unwrap();
     assert_eq!(
@@ -99,25 +137,26 @@ async fn create_replace_destroy_and_collect_bodies() {
     assert_eq!(history, [&v3.hash, &v2.hash, &v1.hash], "every version kept, newest first");
 
     // b shares v3's body: destroying a must not collect it.
-    reg.create_unit(&put("b.service", &v3, JobState::Inactive)).await.unwrap();
+    api(&reg).create_unit(&put("b.service", &v3, JobState::Inactive)).await.unwrap();
     let snap = refl.sync(WAIT).await.unwrap();
     assert!(snap.unreferenced_bodies().is_empty(), "a's history keeps v1 and v2: {:?}", snap.unreferenced_bodies());
 
-    let destroyed = reg.destroy_unit("a.service").await.unwrap();
+    let destroyed = api(&reg).destroy_unit("a.service").await.unwrap();
     assert_eq!(*destroyed.object.unwrap().hash, *v3.hash);
-    assert!(matches!(reg.destroy_unit("a.service").await.unwrap_err(), RegistryError::UnitNotFound { .. }));
+    assert!(matches!(api(&reg).destroy_unit("a.service").await.unwrap_err(), RegistryError::UnitNotFound { .. }));
     assert!(matches!(
-        reg.set_desired("a.service", JobState::Loaded).await.unwrap_err(),
+        api(&reg).set_desired("a.service", JobState::Loaded).await.unwrap_err(),
         RegistryError::UnitNotFound { .. }
     ));
-    assert_eq!(reg.collect_garbage().await.unwrap(), 2, "a's older versions v1 and v2 are unreferenced now");
+    let (engine, _lease) = lead(&reg, "m1").await;
+    assert_eq!(collect_garbage(&engine).await, 2, "a's older versions v1 and v2 are unreferenced now");
     let snap = refl.sync(WAIT).await.unwrap();
     let bodies: Vec<&str> = snap.bodies().keys().map(|k| &**k).collect();
     assert_eq!(bodies, [&v3.hash]);
     assert!(snap.unit("a.service").is_none() && snap.unit_record("a.service").is_none());
 
-    reg.destroy_unit("b.service").await.unwrap();
-    assert_eq!(reg.collect_garbage().await.unwrap(), 1);
+    api(&reg).destroy_unit("b.service").await.unwrap();
+    assert_eq!(collect_garbage(&engine).await, 1);
     let snap = refl.sync(WAIT).await.unwrap();
     assert!(snap.bodies().is_empty() && snap.unit_records().is_empty());
 }
@@ -127,13 +166,14 @@ async fn gc_spares_a_body_that_regained_a_reference() {
     let etcd = TestEtcd::start().await;
     let reg = etcd.registry("/test/gc").await;
     let v1 = version("[Unit]\nDescription=x\n");
-    reg.create_unit(&put("a.service", &v1, JobState::Inactive)).await.unwrap();
-    reg.destroy_unit("a.service").await.unwrap();
+    api(&reg).create_unit(&put("a.service", &v1, JobState::Inactive)).await.unwrap();
+    api(&reg).destroy_unit("a.service").await.unwrap();
     let stale = reg.read_snapshot().await.unwrap().unreferenced_bodies();
     assert_eq!(stale.len(), 1);
     // A new unit refers to the body after GC chose it: the re-put in the creating txn must save it.
-    reg.create_unit(&put("b.service", &v1, JobState::Inactive)).await.unwrap();
-    assert_eq!(reg.delete_bodies(&stale, None).await.unwrap(), 0);
+    api(&reg).create_unit(&put("b.service", &v1, JobState::Inactive)).await.unwrap();
+    let (engine, _lease) = lead(&reg, "m1").await;
+    assert_eq!(engine.delete_bodies(&stale).await.unwrap(), 0);
     let snap = reg.read_snapshot().await.unwrap();
     assert_eq!(snap.unit("b.service").map(|u| u.body.to_string()), Some(v1.text.clone()));
 }
@@ -142,13 +182,27 @@ async fn gc_spares_a_body_that_regained_a_reference() {
 async fn concurrent_schedulers_exactly_one_wins() {
     let etcd = TestEtcd::start().await;
     let reg = etcd.registry("/test/sched").await;
+    let (engine, _lease) = lead(&reg, "m0").await;
     let v = version("[Service]\nExecStart=/bin/true\n");
-    assert!(!reg.schedule("a.service", "m0").await.unwrap(), "cannot schedule a unit that does not exist");
-    reg.create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
+    let placed = |write: PlacementWrite<'_>| {
+        let engine = engine.clone();
+        let (unit, machine, on) = match write {
+            PlacementWrite::Schedule { unit, machine } => (unit.to_string(), machine.to_string(), true),
+            PlacementWrite::Unschedule { unit, machine } | PlacementWrite::UnscheduleFromAbsent { unit, machine } => {
+                (unit.to_string(), machine.to_string(), false)
+            }
+        };
+        async move {
+            let write = if on { schedule(&unit, &machine) } else { unschedule(&unit, &machine) };
+            engine.placement(&write).await.unwrap().is_some()
+        }
+    };
+    assert!(!placed(schedule("a.service", "m0")).await, "cannot schedule a unit that does not exist");
+    api(&reg).create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
 
     let attempts = (0..8).map(|i| {
-        let reg = reg.clone();
-        tokio::spawn(async move { (format!("m{i}"), reg.schedule("a.service", &format!("m{i}")).await.unwrap()) })
+        let attempt = placed(schedule("a.service", &format!("m{i}")));
+        tokio::spawn(async move { (format!("m{i}"), attempt.await) })
     });
     let results: Vec<(String, bool)> =
         futures::future::join_all(attempts).await.into_iter().map(|r| r.unwrap()).collect();
@@ -159,10 +213,10 @@ async fn concurrent_schedulers_exactly_one_wins() {
     assert_eq!(snap.unit("a.service").unwrap().target, Some(winner.as_str()));
 
     let loser = if winner == "m0" { "m1" } else { "m0" };
-    assert!(!reg.unschedule("a.service", loser).await.unwrap(), "unschedule must name the current target");
-    assert!(reg.unschedule("a.service", &winner).await.unwrap());
-    assert!(!reg.unschedule("a.service", &winner).await.unwrap());
-    assert!(reg.schedule("a.service", loser).await.unwrap());
+    assert!(!placed(unschedule("a.service", loser)).await, "unschedule must name the current target");
+    assert!(placed(unschedule("a.service", &winner)).await);
+    assert!(!placed(unschedule("a.service", &winner)).await);
+    assert!(placed(schedule("a.service", loser)).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -171,20 +225,21 @@ async fn machine_presence_states_and_markers_vanish_with_the_lease() {
     let reg = etcd.registry("/test/presence").await;
     let refl = connected(&reg).await;
     let v = version("[Service]\nExecStart=/bin/true\n");
-    reg.create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
-    reg.set_metadata("m1", "role", "").await.unwrap();
-    reg.set_metadata("m1", "dc", "east").await.unwrap();
+    api(&reg).create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
+    api(&reg).set_metadata("m1", "role", "").await.unwrap();
+    api(&reg).set_metadata("m1", "dc", "east").await.unwrap();
 
     let lease = LeaseKeeper::grant(&reg, Duration::from_secs(2)).await.unwrap();
     assert_eq!(reg.register_machine(&machine("m1"), lease.id()).await.unwrap(), Registration::Created);
-    assert!(reg.schedule("a.service", "m1").await.unwrap());
-    reg.publish_state(&state("a.service", "m1", &v.hash), lease.id()).await.unwrap();
-    reg.publish_state(&state("a.service", "m2", &v.hash), lease.id()).await.unwrap();
+    let (engine, _engine_lease) = lead(&reg, "m9").await;
+    assert!(engine.placement(&schedule("a.service", "m1")).await.unwrap().is_some());
+    agent(&reg, "m1", lease.id()).publish_state(&state("a.service", "m1", &v.hash)).await.unwrap();
+    agent(&reg, "m2", lease.id()).publish_state(&state("a.service", "m2", &v.hash)).await.unwrap();
 
     let snap = refl.wait_for(WAIT, "state of m1 and m2", |s| (s.unit_states().count() == 2).then_some(())).await;
     snap.unwrap();
     assert_eq!(refl.snapshot().current_state("a.service"), JobState::Loaded);
-    assert!(reg.mark_launched("a.service", "m1", &v.hash, lease.id()).await.unwrap());
+    assert!(agent(&reg, "m1", lease.id()).mark_launched("a.service", &v.hash).await.unwrap());
     refl.wait_for(WAIT, "a launched", |s| (s.current_state("a.service") == JobState::Launched).then_some(()))
         .await
         .unwrap();
@@ -192,12 +247,15 @@ async fn machine_presence_states_and_markers_vanish_with_the_lease() {
     assert_eq!(m.metadata, [("dc".to_string(), "east".to_string())].into(), "dynamic merged, tombstone hides role");
 
     // Removing m1's state leaves m2's (B7).
-    reg.remove_state("a.service", "m1").await.unwrap();
+    agent(&reg, "m1", 0).remove_state("a.service").await.unwrap();
     let s = refl.sync(WAIT).await.unwrap();
     let left: Vec<String> = s.unit_states().map(|u| u.machine_id).collect();
     assert_eq!(left, ["m2"]);
     assert_eq!(s.current_state("a.service"), JobState::Inactive, "no state from the target machine");
-    assert!(reg.publish_state(&state("a.service", "m1", ""), lease.id()).await.is_err(), "state needs a hash");
+    assert!(
+        agent(&reg, "m1", lease.id()).publish_state(&state("a.service", "m1", "")).await.is_err(),
+        "state needs a hash"
+    );
 
     // Stop keeping the lease alive: everything bound to it expires by itself.
     drop(lease);
@@ -212,7 +270,10 @@ async fn machine_presence_states_and_markers_vanish_with_the_lease() {
     let s = refl.snapshot();
     assert_eq!(s.machine_records()["m1"].metadata.len(), 2, "dynamic metadata survives the machine");
     assert_eq!(s.unit("a.service").unwrap().target, Some("m1"), "the schedule is the engine's to undo");
-    assert!(!reg.mark_launched("nope.service", "m1", &v.hash, 0).await.unwrap(), "no marker for a missing unit");
+    assert!(
+        !agent(&reg, "m1", 0).mark_launched("nope.service", &v.hash).await.unwrap(),
+        "no marker for a missing unit"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -276,22 +337,24 @@ async fn leader_election_with_takeover_after_resign_and_expiry() {
     let (ra, rb) = tokio::join!(reg.campaign("ma", a.id()), reg.campaign("mb", b.id()));
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
     let (leader, follower, leader_lease, follower_lease) = match (&ra, &rb) {
-        (Campaign::Leader, Campaign::Follower { leader }) if leader == "ma" => ("ma", "mb", a, b),
-        (Campaign::Follower { leader }, Campaign::Leader) if leader == "mb" => ("mb", "ma", b, a),
+        (Campaign::Leader(_), Campaign::Follower { leader }) if leader == "ma" => ("ma", "mb", a, b),
+        (Campaign::Follower { leader }, Campaign::Leader(_)) if leader == "mb" => ("mb", "ma", b, a),
         other => panic!("exactly one leader expected: {other:?}"),
     };
-    assert_eq!(reg.campaign(leader, leader_lease.id()).await.unwrap(), Campaign::Leader, "idempotent for the holder");
+    let again = reg.campaign(leader, leader_lease.id()).await.unwrap();
+    assert!(matches!(again, Campaign::Leader(_)), "idempotent for the holder: {again:?}");
     refl.wait_for(WAIT, "leader visible", |s| (s.leader() == Some(leader)).then_some(())).await.unwrap();
 
     assert!(!reg.resign(follower, follower_lease.id()).await.unwrap(), "a follower cannot resign the leader");
     assert!(reg.resign(leader, leader_lease.id()).await.unwrap());
-    assert_eq!(reg.campaign(follower, follower_lease.id()).await.unwrap(), Campaign::Leader, "takeover after resign");
+    let takeover = reg.campaign(follower, follower_lease.id()).await.unwrap();
+    assert!(matches!(takeover, Campaign::Leader(_)), "takeover after resign: {takeover:?}");
 
     // The new leader dies without resigning: the old one takes over once the lease expires.
     refl.wait_for(WAIT, "new leader visible", |s| (s.leader() == Some(follower)).then_some(())).await.unwrap();
     drop(follower_lease);
     refl.wait_for(WAIT, "leader lease to expire", |s| s.leader().is_none().then_some(())).await.unwrap();
-    assert_eq!(reg.campaign(leader, leader_lease.id()).await.unwrap(), Campaign::Leader);
+    assert!(matches!(reg.campaign(leader, leader_lease.id()).await.unwrap(), Campaign::Leader(_)));
 
     assert_eq!(reg.check_engine_version(1).await.unwrap(), EngineVersionCheck::Upgraded { from: None });
     assert_eq!(reg.check_engine_version(1).await.unwrap(), EngineVersionCheck::Current);
@@ -322,12 +385,12 @@ async fn reflector_converges_after_a_burst_of_writes() {
         tokio::spawn(async move {
             for i in 0..100 {
                 let name = format!("u{w}-{i}.service");
-                reg.create_unit(&put(&name, &v, JobState::Launched)).await.unwrap();
+                api(&reg).create_unit(&put(&name, &v, JobState::Launched)).await.unwrap();
                 if i % 3 == 0 {
-                    reg.set_desired(&name, JobState::Inactive).await.unwrap();
+                    api(&reg).set_desired(&name, JobState::Inactive).await.unwrap();
                 }
                 if i % 5 == 0 {
-                    reg.destroy_unit(&name).await.unwrap();
+                    api(&reg).destroy_unit(&name).await.unwrap();
                 }
             }
         })
@@ -346,11 +409,11 @@ async fn reflector_relists_after_compaction() {
     let etcd = TestEtcd::start().await;
     let reg = etcd.registry("/test/compact").await;
     let v = version("[Service]\nExecStart=/bin/true\n");
-    reg.create_unit(&put("gone.service", &v, JobState::Inactive)).await.unwrap();
+    api(&reg).create_unit(&put("gone.service", &v, JobState::Inactive)).await.unwrap();
     let old = reg.read_snapshot().await.unwrap();
     // Changes the resumed watch would have to replay, then compact them away.
-    reg.destroy_unit("gone.service").await.unwrap();
-    let rev = reg.create_unit(&put("new.service", &v, JobState::Loaded)).await.unwrap();
+    api(&reg).destroy_unit("gone.service").await.unwrap();
+    let rev = api(&reg).create_unit(&put("new.service", &v, JobState::Loaded)).await.unwrap();
     reg.client().compact(rev, None).await.unwrap();
 
     let refl = Reflector::resume(&reg, old);
@@ -364,7 +427,7 @@ async fn reflector_relists_after_compaction() {
     assert_same_view(&snap, &reg.read_snapshot().await.unwrap());
 
     // And the watch keeps working after the re-list.
-    let rev = reg.set_desired("new.service", JobState::Launched).await.unwrap();
+    let rev = api(&reg).set_desired("new.service", JobState::Launched).await.unwrap();
     let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
     assert_eq!(snap.unit("new.service").unwrap().desired, JobState::Launched);
 }
@@ -375,7 +438,7 @@ async fn reflector_survives_an_etcd_restart() {
     let reg = etcd.registry("/test/restart").await;
     let refl = connected(&reg).await;
     let v = version("[Service]\nExecStart=/bin/true\n");
-    reg.create_unit(&put("before.service", &v, JobState::Loaded)).await.unwrap();
+    api(&reg).create_unit(&put("before.service", &v, JobState::Loaded)).await.unwrap();
     let lease = LeaseKeeper::grant(&reg, Duration::from_secs(4)).await.unwrap();
     reg.register_machine(&machine("m1"), lease.id()).await.unwrap();
     refl.wait_for(WAIT, "before.service", |s| s.unit("before.service").map(|_| ())).await.unwrap();
@@ -383,12 +446,12 @@ async fn reflector_survives_an_etcd_restart() {
     etcd.kill();
     refl.wait_for(WAIT, "view to notice etcd is gone", |s| (!s.is_connected()).then_some(())).await.unwrap();
     assert!(refl.snapshot().unit("before.service").is_some(), "last known state stays readable");
-    assert!(reg.create_unit(&put("x.service", &v, JobState::Loaded)).await.unwrap_err().is_transient());
+    assert!(api(&reg).create_unit(&put("x.service", &v, JobState::Loaded)).await.unwrap_err().is_transient());
 
     etcd.restart().await;
     let rev = loop {
         // The client reconnects on its own; the first attempts may still fail while it does.
-        match reg.create_unit(&put("after.service", &v, JobState::Launched)).await {
+        match api(&reg).create_unit(&put("after.service", &v, JobState::Launched)).await {
             Ok(rev) => break rev,
             Err(e) if e.is_transient() => tokio::time::sleep(Duration::from_millis(50)).await,
             Err(e) => panic!("{e}"),
@@ -424,7 +487,7 @@ async fn thousand_units_destroyed_concurrently_leave_no_units_and_their_bodies_a
         .for_each_concurrent(16, |(i, name)| {
             let (reg, versions) = (reg.clone(), versions.clone());
             async move {
-                reg.create_unit(&put(name, &versions[i % 10], JobState::Launched)).await.unwrap();
+                api(&reg).create_unit(&put(name, &versions[i % 10], JobState::Launched)).await.unwrap();
             }
         })
         .await;
@@ -438,26 +501,28 @@ async fn thousand_units_destroyed_concurrently_leave_no_units_and_their_bodies_a
         .for_each_concurrent(16, |name| {
             let reg = reg.clone();
             async move {
-                reg.destroy_unit(name).await.unwrap();
+                api(&reg).destroy_unit(name).await.unwrap();
             }
         })
         .await;
     let snap = refl.wait_for(WAIT, "no units", |s| s.unit_records().is_empty().then(|| s.clone())).await.unwrap();
-    assert_eq!(reg.delete_bodies(&snap.unreferenced_bodies(), None).await.unwrap(), 10);
+    let (engine, _lease) = lead(&reg, "m1").await;
+    assert_eq!(engine.delete_bodies(&snap.unreferenced_bodies()).await.unwrap(), 10);
 }
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scoped_reads_hold_only_their_part_and_derive_current_state() {
     let etcd = TestEtcd::start().await;
     let reg = etcd.registry("/test/scoped").await;
     let (v1, v2) = (version("[Service]\nExecStart=/bin/true\n"), version("[Service]\nExecStart=/bin/false\n"));
-    reg.create_unit(&put("a.service", &v1, JobState::Launched)).await.unwrap();
-    reg.create_unit(&put("a.service2", &v2, JobState::Loaded)).await.unwrap();
+    api(&reg).create_unit(&put("a.service", &v1, JobState::Launched)).await.unwrap();
+    api(&reg).create_unit(&put("a.service2", &v2, JobState::Loaded)).await.unwrap();
     let lease = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
     reg.register_machine(&machine("m1"), lease.id()).await.unwrap();
-    assert!(reg.schedule("a.service", "m1").await.unwrap());
-    reg.publish_state(&state("a.service", "m1", &v1.hash), lease.id()).await.unwrap();
-    reg.publish_state(&state("a.service2", "m1", &v2.hash), lease.id()).await.unwrap();
-    assert!(reg.mark_launched("a.service", "m1", &v1.hash, lease.id()).await.unwrap());
+    let (engine, _engine_lease) = lead(&reg, "m9").await;
+    assert!(engine.placement(&schedule("a.service", "m1")).await.unwrap().is_some());
+    agent(&reg, "m1", lease.id()).publish_state(&state("a.service", "m1", &v1.hash)).await.unwrap();
+    agent(&reg, "m1", lease.id()).publish_state(&state("a.service2", "m1", &v2.hash)).await.unwrap();
+    assert!(agent(&reg, "m1", lease.id()).mark_launched("a.service", &v1.hash).await.unwrap());
 
     let one = reg.read_unit_snapshot("a.service").await.unwrap();
     let names: Vec<&str> = one.units().map(|u| u.name).collect();
@@ -485,7 +550,7 @@ async fn revisions_without_events_under_the_prefix_are_reached_through_confirmed
     let reg = etcd.registry("/test/progress").await;
     let refl = connected(&reg).await;
     let v1 = version("[Service]\nExecStart=/bin/true\n");
-    let rev = reg.create_unit(&put("a.service", &v1, JobState::Loaded)).await.unwrap();
+    let rev = api(&reg).create_unit(&put("a.service", &v1, JobState::Loaded)).await.unwrap();
     assert!(refl.wait_for_revision(rev, WAIT).await.unwrap().unit("a.service").is_some());
 
     let mut raw = reg.client();
@@ -494,7 +559,7 @@ async fn revisions_without_events_under_the_prefix_are_reached_through_confirmed
     assert!(snap.revision() >= outside && snap.unit("a.service").is_some());
 
     // A failed create writes nothing; its revision is etcd's current one.
-    let err = reg.create_unit(&put("a.service", &v1, JobState::Loaded)).await.unwrap_err();
+    let err = api(&reg).create_unit(&put("a.service", &v1, JobState::Loaded)).await.unwrap_err();
     assert!(matches!(err, RegistryError::UnitExists { .. }), "{err}");
     let outside = raw.put("/elsewhere/key", "y", None).await.unwrap().header().unwrap().revision();
     let snap = refl.sync(WAIT).await.unwrap();
@@ -503,7 +568,7 @@ async fn revisions_without_events_under_the_prefix_are_reached_through_confirmed
     // Interleaved writes inside and outside the prefix: every wait sees its own write.
     for i in 0..50 {
         let name = format!("u{i}.service");
-        let rev = reg.create_unit(&put(&name, &v1, JobState::Inactive)).await.unwrap();
+        let rev = api(&reg).create_unit(&put(&name, &v1, JobState::Inactive)).await.unwrap();
         raw.put(format!("/elsewhere/{i}"), "z", None).await.unwrap();
         let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
         assert!(snap.unit(&name).is_some(), "{name} missing at revision {}", snap.revision());
@@ -518,21 +583,22 @@ async fn revisions_without_events_under_the_prefix_are_reached_through_confirmed
 /// The engine's batched placement writes are all or nothing: one failing compare writes none of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn placements_in_one_transaction_are_all_or_nothing() {
-    use fleet_registry::{MAX_PLACEMENTS_PER_TXN, PlacementWrite};
+    use fleet_registry::MAX_PLACEMENTS_PER_TXN;
     let etcd = TestEtcd::start().await;
     let reg = etcd.registry("/test/placements").await;
+    let (engine, _lease) = lead(&reg, "m9").await;
     let refl = connected(&reg).await;
     let v = version("[Service]\nExecStart=/bin/true\n");
     for name in ["a.service", "b.service", "c.service"] {
-        reg.create_unit(&put(name, &v, JobState::Launched)).await.unwrap();
+        api(&reg).create_unit(&put(name, &v, JobState::Launched)).await.unwrap();
     }
-    assert!(reg.schedule("b.service", "m2").await.unwrap());
+    assert!(engine.placement(&schedule("b.service", "m2")).await.unwrap().is_some());
     let batch = [
         PlacementWrite::Schedule { unit: "a.service", machine: "m1" },
         PlacementWrite::Schedule { unit: "b.service", machine: "m1" },
         PlacementWrite::Schedule { unit: "c.service", machine: "m1" },
     ];
-    assert_eq!(reg.placements_at(&batch, None).await.unwrap(), None, "b is already scheduled");
+    assert_eq!(engine.placements(&batch).await.unwrap(), None, "b is already scheduled");
     let snap = refl.sync(WAIT).await.unwrap();
     let targets = |snap: &Snapshot| -> Vec<Option<String>> {
         ["a.service", "b.service", "c.service"]
@@ -547,14 +613,14 @@ async fn placements_in_one_transaction_are_all_or_nothing() {
         PlacementWrite::Unschedule { unit: "b.service", machine: "m2" },
         PlacementWrite::Schedule { unit: "c.service", machine: "m3" },
     ];
-    let rev = reg.placements_at(&batch, None).await.unwrap().expect("every compare holds");
+    let rev = engine.placements(&batch).await.unwrap().expect("every compare holds");
     let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
     assert_eq!(targets(&snap), [Some("m1".to_string()), None, Some("m3".to_string())]);
 
     let names: Vec<String> = (0..=MAX_PLACEMENTS_PER_TXN).map(|i| format!("u{i}.service")).collect();
     let too_many: Vec<PlacementWrite<'_>> =
         names.iter().map(|n| PlacementWrite::Schedule { unit: n, machine: "m1" }).collect();
-    let err = reg.placements_at(&too_many, None).await.unwrap_err();
+    let err = engine.placements(&too_many).await.unwrap_err();
     assert!(matches!(err, RegistryError::TooManyOps { .. }), "{err}");
 }
 
@@ -562,19 +628,19 @@ async fn placements_in_one_transaction_are_all_or_nothing() {
 /// (its agent may run the unit again), the engine's unschedule is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unscheduling_from_an_absent_machine_fails_once_it_is_back() {
-    use fleet_registry::PlacementWrite;
     let etcd = TestEtcd::start().await;
     let reg = etcd.registry("/test/absent").await;
+    let (engine, _engine_lease) = lead(&reg, "m9").await;
     let refl = connected(&reg).await;
     let v = version("[Service]\nExecStart=/bin/true\n\n[X-Fleet]\nAtMostOnce=true\n");
-    reg.create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
-    assert!(reg.schedule("a.service", "m1").await.unwrap());
+    api(&reg).create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
+    assert!(engine.placement(&schedule("a.service", "m1")).await.unwrap().is_some());
     let lease = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
     reg.register_machine(&machine("m1"), lease.id()).await.unwrap();
     let away = [PlacementWrite::UnscheduleFromAbsent { unit: "a.service", machine: "m1" }];
-    assert_eq!(reg.placements_at(&away, None).await.unwrap(), None, "m1 is present: the unit stays");
+    assert_eq!(engine.placements(&away).await.unwrap(), None, "m1 is present: the unit stays");
     lease.revoke().await.unwrap();
-    let rev = reg.placements_at(&away, None).await.unwrap().expect("m1 is gone: the unit leaves it");
+    let rev = engine.placements(&away).await.unwrap().expect("m1 is gone: the unit leaves it");
     let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
     assert_eq!(snap.unit("a.service").and_then(|u| u.target), None);
 }
@@ -589,28 +655,40 @@ async fn batched_state_and_marker_writes() {
     let lease = LeaseKeeper::grant(&reg, Duration::from_secs(30)).await.unwrap();
     let v = version("[Service]\nExecStart=/bin/true\n");
     for name in ["a.service", "b.service"] {
-        reg.create_unit(&put(name, &v, JobState::Launched)).await.unwrap();
+        api(&reg).create_unit(&put(name, &v, JobState::Launched)).await.unwrap();
     }
     let (a, b) = (state("a.service", "m1", &v.hash), state("b.service", "m1", &v.hash));
-    reg.write_states(&[StateWrite::Publish(&a), StateWrite::Publish(&b)], lease.id()).await.unwrap();
+    let m1 = agent(&reg, "m1", lease.id());
+    m1.write_states(&[StateWrite::Publish(&a), StateWrite::Publish(&b)]).await.unwrap();
     let snap = refl.sync(WAIT).await.unwrap();
     assert!(snap.state_record("a.service", "m1").is_some() && snap.state_record("b.service", "m1").is_some());
     let twice = [StateWrite::Publish(&a), StateWrite::Remove { unit: "a.service", machine: "m1" }];
-    let err = reg.write_states(&twice, lease.id()).await.unwrap_err();
+    let err = m1.write_states(&twice).await.unwrap_err();
     assert!(matches!(err, RegistryError::DuplicateKey { .. }), "{err}");
-    reg.write_states(&[StateWrite::Remove { unit: "a.service", machine: "m1" }], lease.id()).await.unwrap();
+    let elsewhere = [StateWrite::Remove { unit: "a.service", machine: "m2" }];
+    let err = m1.write_states(&elsewhere).await.unwrap_err();
+    assert!(matches!(err, RegistryError::NotOwnMachine { .. }), "m1's agent wrote m2's key: {err}");
+    agent(&reg, "m1", lease.id())
+        .write_states(&[StateWrite::Remove { unit: "a.service", machine: "m1" }])
+        .await
+        .unwrap();
     let snap = refl.sync(WAIT).await.unwrap();
     assert!(snap.state_record("a.service", "m1").is_none() && snap.state_record("b.service", "m1").is_some());
 
     let hash = v.hash.as_str();
     let with_missing = [("a.service", hash), ("gone.service", hash)];
-    assert!(!reg.mark_launched_many(&with_missing, "m1", lease.id()).await.unwrap(), "gone.service does not exist");
+    assert!(
+        !agent(&reg, "m1", lease.id()).mark_launched_many(&with_missing).await.unwrap(),
+        "gone.service does not exist"
+    );
     let snap = refl.sync(WAIT).await.unwrap();
     assert!(snap.unit_record("a.service").unwrap().launched.is_empty(), "all or nothing");
-    assert!(reg.mark_launched_many(&[("a.service", hash), ("b.service", hash)], "m1", lease.id()).await.unwrap());
+    assert!(
+        agent(&reg, "m1", lease.id()).mark_launched_many(&[("a.service", hash), ("b.service", hash)]).await.unwrap()
+    );
     let snap = refl.sync(WAIT).await.unwrap();
     assert_eq!(snap.unit_record("b.service").unwrap().launched.get("m1").map(|h| &**h), Some(hash));
-    reg.unmark_launched_many(&["a.service", "b.service"], "m1").await.unwrap();
+    agent(&reg, "m1", 0).unmark_launched_many(&["a.service", "b.service"]).await.unwrap();
     let snap = refl.sync(WAIT).await.unwrap();
     assert!(snap.unit_record("a.service").unwrap().launched.is_empty());
     assert!(snap.unit_record("b.service").unwrap().launched.is_empty());
@@ -626,7 +704,7 @@ async fn rollout_progress_is_fenced_and_a_rollback_never_resurrects_a_destroyed_
     let reg = etcd.registry("/test/rollouts").await;
     let refl = connected(&reg).await;
     let (v1, v2) = (version("[Service]\nExecStart=/bin/true\n"), version("[Service]\nExecStart=/bin/false\n"));
-    let rev = reg.create_unit(&put("db.service", &v1, JobState::Launched)).await.unwrap();
+    let rev = api(&reg).create_unit(&put("db.service", &v1, JobState::Launched)).await.unwrap();
     let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
     let unit =
         RolloutUnit { name: "db.service".into(), from: v1.hash.clone(), to: v2.hash.clone(), ..RolloutUnit::default() };
@@ -648,31 +726,28 @@ async fn rollout_progress_is_fenced_and_a_rollback_never_resurrects_a_destroyed_
         object_revision: record.object_revision,
         object: record.object.as_ref(),
     };
-    let rev = reg.create_rollout(&spec, std::slice::from_ref(&body)).await.unwrap();
-    assert!(matches!(reg.create_rollout(&spec, &[body]).await, Err(RegistryError::RolloutExists { .. })));
+    let rev = api(&reg).create_rollout(&spec, std::slice::from_ref(&body)).await.unwrap();
+    assert!(matches!(api(&reg).create_rollout(&spec, &[body]).await, Err(RegistryError::RolloutExists { .. })));
     let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
     assert_eq!(snap.unit("db.service").unwrap().hash, v2.hash, "the new version is stored with the rollout");
 
-    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(10)).await.unwrap();
-    assert!(matches!(reg.campaign("m1", lease.id()).await.unwrap(), Campaign::Leader));
-    let leader = LeaderFence { machine: "m1".into(), lease: lease.id() };
-    let other = LeaderFence { machine: "m2".into(), lease: lease.id() };
+    // An engine that led once and was deposed (it resigned; another engine won since) writes nothing.
+    let (deposed, _deposed_lease) = lead(&reg, "m2").await;
+    assert!(deposed.clone().resign().await.unwrap());
+    let (leader, _lease) = lead(&reg, "m1").await;
     let aborted = RolloutProgress { state: RolloutState::Aborted, ..Default::default() };
-    let err = reg
-        .write_rollout_progress(&snap, "r1", &aborted, &other, std::slice::from_ref(&unit), &[])
+    let err = deposed
+        .write_rollout_progress(&snap, "r1", &aborted, std::slice::from_ref(&unit), &[])
         .await
         .expect_err("an engine that does not hold the leader key must write nothing, but it wrote");
     assert!(matches!(err, RegistryError::NotLeader { .. }), "progress by a non-leader: {err}");
-    reg.destroy_unit("db.service").await.unwrap();
+    api(&reg).destroy_unit("db.service").await.unwrap();
     assert!(
-        reg.write_rollout_progress(&snap, "r1", &aborted, &leader, std::slice::from_ref(&unit), &[])
-            .await
-            .unwrap()
-            .is_none(),
+        leader.write_rollout_progress(&snap, "r1", &aborted, std::slice::from_ref(&unit), &[]).await.unwrap().is_none(),
         "a view that still shows the destroyed unit cannot write it back"
     );
     let snap = refl.sync(WAIT).await.unwrap();
-    assert!(reg.write_rollout_progress(&snap, "r1", &aborted, &leader, &[unit], &[]).await.unwrap().is_some());
+    assert!(leader.write_rollout_progress(&snap, "r1", &aborted, &[unit], &[]).await.unwrap().is_some());
     let snap = refl.sync(WAIT).await.unwrap();
     assert!(snap.unit_record("db.service").is_none(), "the destroyed unit stays destroyed");
     assert_eq!(snap.rollouts()[0].state(), RolloutState::Aborted);
@@ -692,15 +767,17 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
     let reg = etcd.registry("/test/rollout-gc").await;
     let refl = connected(&reg).await;
     let lease = LeaseKeeper::grant(&reg, Duration::from_secs(30)).await.unwrap();
-    assert!(matches!(reg.campaign("m1", lease.id()).await.unwrap(), Campaign::Leader));
-    let leader = LeaderFence { machine: "m1".into(), lease: lease.id() };
+    // m2's engine led once and was deposed: its session is stale, and every write through it is refused.
+    let (deposed, _deposed_lease) = lead(&reg, "m2").await;
+    assert!(deposed.clone().resign().await.unwrap());
+    let leader = won(reg.campaign("m1", lease.id()).await.unwrap());
     let versions: Vec<Version> = (0..13).map(|i| version(&format!("[Unit]\nDescription=v{i}\n"))).collect();
-    reg.create_unit(&put("a.service", &versions[0], JobState::Launched)).await.unwrap();
-    assert!(reg.mark_launched_many(&[("a.service", &versions[0].hash)], "m1", lease.id()).await.unwrap());
+    api(&reg).create_unit(&put("a.service", &versions[0], JobState::Launched)).await.unwrap();
+    assert!(agent(&reg, "m1", lease.id()).mark_launched_many(&[("a.service", &versions[0].hash)]).await.unwrap());
     let held = state("a.service", "m2", &versions[1].hash);
-    reg.write_states(&[StateWrite::Publish(&held)], lease.id()).await.unwrap();
+    agent(&reg, "m2", lease.id()).write_states(&[StateWrite::Publish(&held)]).await.unwrap();
     for v in &versions[1..12] {
-        reg.put_unit(&put("a.service", v, JobState::Launched)).await.unwrap();
+        api(&reg).put_unit(&put("a.service", v, JobState::Launched)).await.unwrap();
     }
     let snap = refl.sync(WAIT).await.unwrap();
     let history = &snap.unit_record("a.service").unwrap().object.as_ref().unwrap().history;
@@ -709,13 +786,13 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
         "the history moved past v0 and v1"
     );
     assert_eq!(snap.unreferenced_bodies(), [], "m1 runs v0 and m2 holds v1");
-    assert_eq!(reg.collect_garbage().await.unwrap(), 0);
+    assert_eq!(collect_garbage(&leader).await, 0);
 
     // A restart rollout of v12 (a body nothing else names) that still holds machines keeps it.
     let v12 = &versions[12];
     // v12's body is stored through a unit that is then destroyed, so only the rollout names it.
-    reg.create_unit(&put("b.service", v12, JobState::Inactive)).await.unwrap();
-    reg.destroy_unit("b.service").await.unwrap();
+    api(&reg).create_unit(&put("b.service", v12, JobState::Inactive)).await.unwrap();
+    api(&reg).destroy_unit("b.service").await.unwrap();
     let spec = |id: &str, created_ms: u64, hash: &str| RolloutSpec {
         id: id.into(),
         kind: RolloutKind::Restart,
@@ -732,38 +809,38 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
         created_ms,
         ..RolloutSpec::default()
     };
-    reg.create_rollout(&spec("running", 100, &v12.hash), &[]).await.unwrap();
+    api(&reg).create_rollout(&spec("running", 100, &v12.hash), &[]).await.unwrap();
     let snap = refl.sync(WAIT).await.unwrap();
     assert_eq!(snap.unreferenced_bodies(), [], "the running rollout needs v12");
 
     // Machines let go of v0 and v1: both are collected, v12 is not.
-    reg.unmark_launched_many(&["a.service"], "m1").await.unwrap();
-    reg.write_states(&[StateWrite::Remove { unit: "a.service", machine: "m2" }], lease.id()).await.unwrap();
+    agent(&reg, "m1", 0).unmark_launched_many(&["a.service"]).await.unwrap();
+    agent(&reg, "m2", lease.id())
+        .write_states(&[StateWrite::Remove { unit: "a.service", machine: "m2" }])
+        .await
+        .unwrap();
     refl.sync(WAIT).await.unwrap();
-    assert_eq!(reg.collect_garbage().await.unwrap(), 2);
+    assert_eq!(collect_garbage(&leader).await, 2);
     let snap = refl.sync(WAIT).await.unwrap();
     assert!(snap.bodies().contains_key(v12.hash.as_str()) && !snap.bodies().contains_key(versions[0].hash.as_str()));
 
     // Seven finished rollouts: the two oldest expire; only the leader deletes them.
     let current = &versions[11].hash;
     for i in 0..7u64 {
-        reg.create_rollout(&spec(&format!("done-{i}"), i, current), &[]).await.unwrap();
+        api(&reg).create_rollout(&spec(&format!("done-{i}"), i, current), &[]).await.unwrap();
     }
     let snap = refl.sync(WAIT).await.unwrap();
     let done = RolloutProgress { state: RolloutState::Done, ..Default::default() };
     for i in 0..7 {
-        assert!(
-            reg.write_rollout_progress(&snap, &format!("done-{i}"), &done, &leader, &[], &[]).await.unwrap().is_some()
-        );
+        assert!(leader.write_rollout_progress(&snap, &format!("done-{i}"), &done, &[], &[]).await.unwrap().is_some());
     }
     let snap = refl.sync(WAIT).await.unwrap();
     let rollouts = snap.rollouts();
     let old = expired(&rollouts, KEEP_FINISHED_PER_UNIT);
     assert_eq!(old, ["done-0", "done-1"]);
-    let other = LeaderFence { machine: "m2".into(), lease: lease.id() };
-    let err = reg.delete_rollouts(&snap, &old, &other).await.expect_err("not the engine leader, but it deleted");
+    let err = deposed.delete_rollouts(&snap, &old).await.expect_err("not the engine leader, but it deleted");
     assert!(matches!(err, RegistryError::NotLeader { .. }), "rollout GC by a non-leader: {err}");
-    assert_eq!(reg.delete_rollouts(&snap, &old, &leader).await.unwrap(), 2);
+    assert_eq!(leader.delete_rollouts(&snap, &old).await.unwrap(), 2);
     let snap = refl.sync(WAIT).await.unwrap();
     let ids: BTreeSet<String> = snap.rollout_records().keys().cloned().collect();
     let want: BTreeSet<String> = ["done-2", "done-3", "done-4", "done-5", "done-6", "running"].map(String::from).into();
@@ -771,9 +848,9 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
     assert_eq!(reg.read_snapshot().await.unwrap().rollout_records().len(), 6, "every key of the deleted ones is gone");
 
     // Once the running rollout finishes, v12 is no longer needed.
-    assert!(reg.write_rollout_progress(&snap, "running", &done, &leader, &[], &[]).await.unwrap().is_some());
+    assert!(leader.write_rollout_progress(&snap, "running", &done, &[], &[]).await.unwrap().is_some());
     refl.sync(WAIT).await.unwrap();
-    assert_eq!(reg.collect_garbage().await.unwrap(), 1, "v12 goes with the rollout that needed it");
+    assert_eq!(collect_garbage(&leader).await, 1, "v12 goes with the rollout that needed it");
 }
 
 /// Engine writes are fenced to the writer's leadership (issue 14 item 3): once an engine is deposed — its lease
@@ -782,33 +859,31 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposed_leaders_writes_are_rejected() {
     use fleet_core::rollout::{OnFailure, RolloutKind, RolloutProgress, RolloutSpec, RolloutState, RolloutUnit};
-    use fleet_registry::PlacementWrite;
     let etcd = TestEtcd::start().await;
     let reg = etcd.registry("/test/fence").await;
     let v = version("[Service]\nExecStart=/bin/true\n");
-    reg.create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
+    api(&reg).create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
 
     let old = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
-    assert_eq!(reg.campaign("ma", old.id()).await.unwrap(), Campaign::Leader);
-    let deposed = LeaderFence { machine: "ma".into(), lease: old.id() };
+    let deposed = won(reg.campaign("ma", old.id()).await.unwrap());
     let schedule = PlacementWrite::Schedule { unit: "a.service", machine: "m1" };
-    assert!(reg.placement_at(&schedule, Some(&deposed)).await.unwrap().is_some(), "the leader's write goes through");
+    assert!(deposed.placement(&schedule).await.unwrap().is_some(), "the leader's write goes through");
 
     // Deposed: its lease is gone (as after a pause longer than the TTL), and another engine leads.
     old.revoke().await.unwrap();
     let new = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
-    assert_eq!(reg.campaign("mb", new.id()).await.unwrap(), Campaign::Leader);
+    let mb = won(reg.campaign("mb", new.id()).await.unwrap());
     let unschedule = PlacementWrite::Unschedule { unit: "a.service", machine: "m1" };
-    let err = reg
-        .placement_at(&unschedule, Some(&deposed))
+    let err = deposed
+        .placement(&unschedule)
         .await
         .expect_err("a deposed leader's unschedule must be refused, but it was written");
     assert!(
         matches!(&err, RegistryError::NotLeader { holder, .. } if holder.starts_with("mb")),
         "a deposed leader's placement must be refused naming the holder, got {err}"
     );
-    let err = reg
-        .placements_at(&[unschedule], Some(&deposed))
+    let err = deposed
+        .placements(&[unschedule])
         .await
         .expect_err("a deposed leader's batched placements must be refused, but they were written");
     assert!(matches!(err, RegistryError::NotLeader { .. }), "batched placement: {err}");
@@ -816,26 +891,23 @@ async fn a_deposed_leaders_writes_are_rejected() {
     assert_eq!(snap.unit("a.service").and_then(|u| u.target.map(str::to_string)), Some("m1".to_string()));
 
     // The same machine leading again under a new lease (a restarted fleetd): the old incarnation is still fenced.
-    assert!(reg.resign("mb", new.id()).await.unwrap());
+    assert!(mb.resign().await.unwrap());
     let again = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
-    assert_eq!(reg.campaign("ma", again.id()).await.unwrap(), Campaign::Leader);
-    let err = reg
-        .placement_at(&unschedule, Some(&deposed))
+    let current = won(reg.campaign("ma", again.id()).await.unwrap());
+    let err = deposed
+        .placement(&unschedule)
         .await
         .expect_err("an earlier incarnation of the leader's machine must be refused, but it wrote");
     assert!(matches!(err, RegistryError::NotLeader { .. }), "old incarnation of the leader's machine: {err}");
-    reg.destroy_unit("a.service").await.unwrap();
+    api(&reg).destroy_unit("a.service").await.unwrap();
     let snap = reg.read_snapshot().await.unwrap();
     let garbage = snap.unreferenced_bodies();
     assert!(!garbage.is_empty(), "destroying the unit leaves its body to collect");
-    let err = reg
-        .delete_bodies(&garbage, Some(&deposed))
-        .await
-        .expect_err("a deposed leader's body GC must be refused, but it deleted");
+    let err =
+        deposed.delete_bodies(&garbage).await.expect_err("a deposed leader's body GC must be refused, but it deleted");
     assert!(matches!(err, RegistryError::NotLeader { .. }), "body GC by a deposed leader: {err}");
 
-    let current = LeaderFence { machine: "ma".into(), lease: again.id() };
-    assert_eq!(reg.delete_bodies(&garbage, Some(&current)).await.unwrap(), garbage.len(), "the leader collects");
+    assert_eq!(current.delete_bodies(&garbage).await.unwrap(), garbage.len(), "the leader collects");
 
     // Rollout progress and rollout deletion: the old incarnation is refused, the current leader writes.
     let spec = RolloutSpec {
@@ -854,27 +926,24 @@ async fn a_deposed_leaders_writes_are_rejected() {
         created_ms: 1,
         ..RolloutSpec::default()
     };
-    reg.create_rollout(&spec, &[]).await.unwrap();
+    api(&reg).create_rollout(&spec, &[]).await.unwrap();
     let snap = reg.read_snapshot().await.unwrap();
     let done = RolloutProgress { state: RolloutState::Done, ..Default::default() };
-    let err = reg
-        .write_rollout_progress(&snap, "r1", &done, &deposed, &[], &[])
+    let err = deposed
+        .write_rollout_progress(&snap, "r1", &done, &[], &[])
         .await
         .expect_err("a deposed leader's rollout progress must be refused, but it was written");
     assert!(matches!(err, RegistryError::NotLeader { .. }), "rollout progress by a deposed leader: {err}");
     assert!(reg.read_snapshot().await.unwrap().rollouts()[0].progress.is_none(), "nothing was written");
-    assert!(
-        reg.write_rollout_progress(&snap, "r1", &done, &current, &[], &[]).await.unwrap().is_some(),
-        "the leader writes"
-    );
+    assert!(current.write_rollout_progress(&snap, "r1", &done, &[], &[]).await.unwrap().is_some(), "the leader writes");
     let snap = reg.read_snapshot().await.unwrap();
-    let err = reg
-        .delete_rollouts(&snap, &["r1"], &deposed)
+    let err = deposed
+        .delete_rollouts(&snap, &["r1"])
         .await
         .expect_err("a deposed leader's rollout deletion must be refused, but it deleted");
     assert!(matches!(err, RegistryError::NotLeader { .. }), "rollout deletion by a deposed leader: {err}");
     assert_eq!(reg.read_snapshot().await.unwrap().rollout_records().len(), 1, "the rollout is still there");
-    assert_eq!(reg.delete_rollouts(&snap, &["r1"], &current).await.unwrap(), 1, "the leader deletes");
+    assert_eq!(current.delete_rollouts(&snap, &["r1"]).await.unwrap(), 1, "the leader deletes");
 }
 
 /// A throwaway CA for the etcd TLS test: writes its certificate and signs leaves into `dir`.
@@ -967,7 +1036,7 @@ async fn batched_unit_writes_use_few_transactions_and_report_each_unit() {
 
     // 300 instances of one body: 63 per transaction (object + desired each, the body once) → 5 revisions.
     let puts: Vec<PutUnit<'_>> = names.iter().map(|n| put(n, &v1, JobState::Inactive)).collect();
-    let written = reg.put_units(&puts).await;
+    let written = api(&reg).put_units(&puts).await;
     assert!(written.iter().all(|w| matches!(w, Ok(UnitWrite::Created { .. }))), "{:?}", written.first());
     let last = written.iter().filter_map(|w| w.as_ref().ok()?.revision()).max().unwrap();
     assert_eq!(last - start, 5, "300 units of one template in 5 transactions");
@@ -986,7 +1055,7 @@ async fn batched_unit_writes_use_few_transactions_and_report_each_unit() {
         put("new.service", &v2, JobState::Inactive),
         put("new.service", &v2, JobState::Inactive),
     ];
-    let written = reg.put_units(&mixed).await;
+    let written = api(&reg).put_units(&mixed).await;
     assert!(matches!(&written[0], Ok(UnitWrite::Replaced { previous: Some(p), .. }) if *p == v1.hash), "{written:?}");
     assert!(matches!(written[1], Ok(UnitWrite::Unchanged)), "{:?}", written[1]);
     assert!(matches!(written[2], Err(RegistryError::HashMismatch { .. })), "{:?}", written[2]);
@@ -996,7 +1065,7 @@ async fn batched_unit_writes_use_few_transactions_and_report_each_unit() {
     // Desired states: one missing unit among 200 fails alone; the others are set.
     let mut changes: Vec<(&str, JobState)> = names[..200].iter().map(|n| (n.as_str(), JobState::Launched)).collect();
     changes.insert(100, ("missing.service", JobState::Launched));
-    let set = reg.set_desired_many(&changes).await;
+    let set = api(&reg).set_desired_many(&changes).await;
     assert!(matches!(&set[100], Err(RegistryError::UnitNotFound { unit }) if unit == "missing.service"), "{set:?}");
     assert_eq!(set.iter().filter(|r| r.is_ok()).count(), 200);
     let snap = refl.wait_for_revision(*set.iter().flatten().max().unwrap(), WAIT).await.unwrap();
@@ -1006,7 +1075,7 @@ async fn batched_unit_writes_use_few_transactions_and_report_each_unit() {
     // Destroy all 300 and a missing one: every key of every unit goes, the missing one is reported.
     let mut doomed: Vec<&str> = names.iter().map(String::as_str).collect();
     doomed.insert(7, "missing.service");
-    let destroyed = reg.destroy_units(&doomed).await;
+    let destroyed = api(&reg).destroy_units(&doomed).await;
     assert!(matches!(&destroyed[7], Err(RegistryError::UnitNotFound { .. })), "{:?}", destroyed[7]);
     assert_eq!(*destroyed[0].as_ref().unwrap().object.as_ref().unwrap().hash, *v2.hash);
     assert_eq!(destroyed.iter().filter(|r| r.is_ok()).count(), 300);
@@ -1025,7 +1094,7 @@ async fn a_rollouts_revision_moves_with_its_writes_and_a_change_wait_ends_on_the
     let reg = etcd.registry("/test/rollout-change").await;
     let refl = connected(&reg).await;
     let v1 = version("[Service]\nExecStart=/bin/true\n");
-    reg.create_unit(&put("db.service", &v1, JobState::Launched)).await.unwrap();
+    api(&reg).create_unit(&put("db.service", &v1, JobState::Launched)).await.unwrap();
     let unit =
         RolloutUnit { name: "db.service".into(), from: v1.hash.clone(), to: v1.hash.clone(), ..RolloutUnit::default() };
     let spec = RolloutSpec {
@@ -1039,7 +1108,7 @@ async fn a_rollouts_revision_moves_with_its_writes_and_a_change_wait_ends_on_the
         created_ms: 1,
         ..RolloutSpec::default()
     };
-    let created = reg.create_rollout(&spec, &[]).await.unwrap();
+    let created = api(&reg).create_rollout(&spec, &[]).await.unwrap();
     let snap = refl.wait_for_revision(created, WAIT).await.unwrap();
     assert_eq!(snap.rollout_records()["r1"].revision, created, "the revision is the creating write's");
 
@@ -1051,7 +1120,7 @@ async fn a_rollouts_revision_moves_with_its_writes_and_a_change_wait_ends_on_the
         let reg = reg.clone();
         async move { reg.wait_rollout_change("r1", created, Duration::from_secs(60)).await }
     });
-    let paused = reg
+    let paused = api(&reg)
         .set_rollout_control("r1", &Control { action: Action::Pause, resumes: 0, ..Control::default() })
         .await
         .unwrap();
