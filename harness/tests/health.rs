@@ -103,7 +103,7 @@ async fn a_units_health_check_runs_on_its_machine_and_is_published_with_its_stat
     m1.exec_ok(&["sh", "-c", &format!("echo {new_pid} > /run/web-ok")]).await.unwrap();
     wait_health(&cluster, &[("plain.service", "active", "-"), ("web.service", "active", "healthy")]).await;
 
-    // fleetd restarts (a handoff): the unit keeps running and its health stays as published, `sinceMs` included —
+    // fleetd restarts (its units adopted by the next process): the unit keeps running and its health stays as published, `sinceMs` included —
     // the new process holds the state back until its first check instead of publishing `unknown` meanwhile.
     let since = |states: &serde_json::Value| {
         let web = states["states"].as_array().unwrap().iter().find(|s| s["name"] == "web.service").cloned();

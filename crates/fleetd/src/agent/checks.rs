@@ -9,11 +9,11 @@
 //!   round sees and puts the tracker's `health` into the states it publishes; the reconcile loop tells it of the
 //!   agent's own starts through [`AgentStarts`]. A unit without a check costs a map lookup per round: no
 //!   process, no timer, no task.
-//! * After a fleetd restart (a handoff: units keep running, the registry keeps the last process's states), a checked
+//! * After a fleetd restart (its units adopted by the next process: units keep running, the registry keeps the last process's states), a checked
 //!   unit that the registry shows `healthy` for the version it runs has its state *held back* until this process's
 //!   first check of it is judged: publishing `unknown` meanwhile would fail a rollout step holding for
 //!   `minHealthy` on every fleetd restart, and publishing `healthy` unchecked could vouch for a run that restarted
-//!   during the handoff. Any other change of the unit (it leaves `active`, another version) ends the hold.
+//!   during the restart. Any other change of the unit (it leaves `active`, another version) ends the hold.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{FromRawFd, OwnedFd};

@@ -20,7 +20,7 @@
 //!
 //! A start of a unit whose desired state carries a rolling restart's token records the token (kept in
 //! `.rollout-restarts` in the units directory, so a fleetd restart does not restart the unit a second time).
-//! The target-state cache and the running versions are kept in `agent-state.json` next to the units directory ([`super::handoff`]), so
+//! The target-state cache and the running versions are kept in `agent-state.json` next to the units directory ([`super::adoption`]), so
 //! a new fleetd process adopts the units the last one launched: its first plan stops, starts and reloads nothing.
 //!
 //! A failing task is logged and skips only the later tasks of the same unit; everything else goes on, and the next
@@ -35,8 +35,8 @@ use futures::stream::{self, StreamExt};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use super::adoption::{AGENT_STATE_FILE, AgentRecord, record_dir};
 use super::error::AgentError;
-use super::handoff::{AGENT_STATE_FILE, AgentRecord, record_dir};
 use super::publisher::unit_states;
 use super::units_dir::UnitsDir;
 use fleet_core::machine_plan::plan::{Actual, Desired, Planned, Task, plan};

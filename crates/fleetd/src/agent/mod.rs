@@ -9,7 +9,7 @@
 //! | `handover.rs` | pure: the cross-machine replace rule — when another machine's old copy keeps a start waiting |
 //! | `units_dir.rs` | the unit files in `units_directory`: write (0644), remove, list at start, recorded hashes |
 //! | `executor.rs` | runs a plan against systemd, waiting for jobs; keeps what the agent believes it started |
-//! | `handoff.rs` | pure: the record (`agent-state.json`) a restarted fleetd adopts the running units from |
+//! | `adoption.rs` | pure: the record (`agent-state.json`) a restarted fleetd adopts the running units from |
 //! | `publisher.rs` | pure: diff of published unit states against systemd's (this machine's states only) |
 //! | `health.rs` | pure: the health check status rules (`unknown` / `healthy` / `unhealthy`, never `healthy` from a check begun before the unit's latest (re)start) |
 //! | `checks.rs` | the health checks run here: one task per checked active unit, the check process (group, timeout, last line), the agent's own starts reported to the publish loop |
@@ -30,6 +30,7 @@
 //! no longer prove its presence (see `fence.rs`, docs/at-most-once.md): with a disconnected snapshot, or without this machine's own record (B14), the
 //! agent does nothing.
 
+pub mod adoption;
 pub mod checks;
 mod debug;
 mod error;
@@ -37,7 +38,6 @@ pub mod executor;
 #[cfg(test)]
 pub(crate) mod fake;
 pub mod fence;
-pub mod handoff;
 pub mod handover;
 pub mod health;
 mod publish_loop;

@@ -1,6 +1,6 @@
 //! fleetd's life cycle (spec §1.3–§1.5): start-up, registration, the components (engine, agent, API), the
 //! monitor that restarts them when this machine's presence lease is lost, SIGHUP reloads and graceful shutdown —
-//! a purge when fleet stops for good, a handoff to the next process when it restarts ([`super::handoff`]).
+//! a purge when fleet stops for good, adoption by the next process when it restarts ([`super::adoption`]).
 //!
 //! The API listeners and the agent outlive every restart: a reload or a monitor restart never closes a listener
 //! and never stops a unit. Until the components run, the API answers 503.
@@ -13,10 +13,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::adoption::{Exit, PRESENCE_FILE, PresenceRecord, exit_for_job};
 use super::config::{self, Config, ConfigError, Loaded};
-use super::handoff::{Exit, PRESENCE_FILE, PresenceRecord, exit_for_job};
 use super::signals::{Request, Signals};
-use crate::agent::handoff::record_dir;
+use crate::agent::adoption::record_dir;
 use crate::agent::{Agent, AgentConfig};
 use crate::api::Api;
 use crate::api::listen::{self, ListenAddress, Listener};
@@ -55,7 +55,7 @@ pub enum ServerError {
 
 /// How one run of the components ended.
 enum RunEnd {
-    /// Shut down (purge or hand off); with the registry connection and presence lease when this machine was
+    /// Shut down (purge, or leave the machine for adoption); with the registry connection and presence lease when this machine was
     /// registered.
     Shutdown(Option<Box<Registered>>, Exit),
     /// Reload the configuration; the registration is handed on so the machine stays registered throughout.
@@ -151,7 +151,7 @@ pub async fn run(config_path: Option<PathBuf>) -> Result<(), ServerError> {
                 daemon.shutdown(registered.map(|r| *r)).await;
                 break;
             }
-            RunEnd::Shutdown(registered, Exit::Handoff) => {
+            RunEnd::Shutdown(registered, Exit::Restart) => {
                 daemon.hand_off(registered.map(|r| *r));
                 break;
             }
@@ -232,7 +232,7 @@ impl Daemon {
             _ = tokio::time::sleep(delay) => None,
             request = self.signals.next() => match request {
                 Request::Shutdown => Some(RunEnd::Shutdown(None, exit_on_term(&self.systemd).await)),
-                Request::Handoff => Some(RunEnd::Shutdown(None, Exit::Handoff)),
+                Request::Restart => Some(RunEnd::Shutdown(None, Exit::Restart)),
                 // Not registered yet: nothing to hand on; the next attempt uses the new configuration.
                 Request::Reload => {
                     self.reload();
@@ -306,7 +306,7 @@ impl Daemon {
                     }
                     request = self.signals.next() => match request {
                         Request::Shutdown => break Ended::Shutdown(exit_on_term(&self.systemd).await),
-                        Request::Handoff => break Ended::Shutdown(Exit::Handoff),
+                        Request::Restart => break Ended::Shutdown(Exit::Restart),
                         Request::Reload => break Ended::Reload,
                         Request::Dump => dump(&debug, &reflector),
                     },
@@ -500,7 +500,7 @@ impl Daemon {
     }
 }
 
-/// How to leave on SIGTERM: hand off when fleet's own systemd unit is being restarted, else purge.
+/// How to leave on SIGTERM: leave the machine for adoption when fleet's own systemd unit is being restarted, else purge.
 async fn exit_on_term(systemd: &Systemd) -> Exit {
     let job = match tokio::time::timeout(OWN_JOB_DEADLINE, systemd.own_unit_job()).await {
         Ok(Ok(job)) => job,

@@ -5,11 +5,11 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 /// What a signal asks fleetd to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request {
-    /// SIGTERM or SIGINT: stop components, purge this machine (or hand it off when systemd is restarting fleet,
-    /// see [`super::handoff`]), exit 0.
+    /// SIGTERM or SIGINT: stop components, purge this machine (or leave it for adoption when systemd is restarting fleet,
+    /// see [`super::adoption`]), exit 0.
     Shutdown,
     /// SIGUSR2: stop components and exit 0, leaving every unit running for the next fleetd process to adopt.
-    Handoff,
+    Restart,
     /// SIGHUP: re-read the configuration and restart the components on the same API listeners.
     Reload,
     /// SIGUSR1: dump internal state to stdout.
@@ -42,7 +42,7 @@ impl Signals {
             _ = self.int.recv() => Request::Shutdown,
             _ = self.hup.recv() => Request::Reload,
             _ = self.usr1.recv() => Request::Dump,
-            _ = self.usr2.recv() => Request::Handoff,
+            _ = self.usr2.recv() => Request::Restart,
         }
     }
 }

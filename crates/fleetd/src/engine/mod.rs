@@ -1,7 +1,7 @@
 //! The engine: the one elected fleetd that schedules units onto machines (spec §1.6, §6).
 //!
 //! A thin async shell around pure cores: the scheduler (`fleet_core::scheduler`: snapshot → ordered decisions) and
-//! the leadership decisions per tick (`leader`). The shell watches the registry view, elects one leader, builds the
+//! the election decisions per tick (`election`). The shell watches the registry view, elects one leader, builds the
 //! scheduler's input from the view, plans, and applies the decisions in order as compare-and-swap writes.
 //!
 //! Starting it (fleetd): `Engine::new(registry, reflector.subscribe(), EngineConfig { .. }).spawn(token)`;
@@ -10,13 +10,11 @@
 //! | file | owns |
 //! |---|---|
 //! | `runner` | the async shell: wake-ups, leadership, passes, shutdown ([`Engine`]) |
-//! | `leadership` | leadership glue: registry view → [`leader::decide`] |
 //! | `reconcile` | one leader pass against the registry: plan, CAS writes, body GC |
-//! | `leader` | leadership decisions per tick |
+//! | `election` | the election, pure: registry view → this tick's step ([`election::step`], [`election::decide`]) |
 //! | `rollouts` | the leader's drive of stored rollouts (rebalance plans and target moves included) |
 
-pub mod leader;
-pub mod leadership;
+pub mod election;
 pub mod reconcile;
 pub mod rollouts;
 pub mod runner;

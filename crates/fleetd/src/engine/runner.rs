@@ -2,7 +2,7 @@
 //! (spec §1.6, §1.7, §6; fixes B18's sleep-after-event).
 //!
 //! ```text
-//! reflector ──watch──▶ Engine::run ──tick──▶ leadership::step ──▶ campaign / renew / stand aside / follow
+//! reflector ──watch──▶ Engine::run ──tick──▶ election::step ──▶ campaign / renew / stand aside / follow
 //!                          ▲                        │ leading
 //!      resync every EIV ───┘                        ▼
 //!                                   Reconciler::pass ──CAS writes──▶ etcd ──▶ reflector (wait for revision)
@@ -25,7 +25,7 @@
 //!   given up during an etcd outage that etcd restored) is retired at once. Every pass's writes carry the
 //!   [`registry::LeaderFence`] (key and lease), so an engine deposed mid-pass writes nothing.
 //! * **Engine version**: a cluster without the version key (or with an older one) is raised to
-//!   [`ENGINE_VERSION`](super::leader::ENGINE_VERSION) before campaigning; a newer one makes this engine stand
+//!   [`ENGINE_VERSION`](super::election::ENGINE_VERSION) before campaigning; a newer one makes this engine stand
 //!   aside (and resign if it led).
 //! * **Passes**: only while leading and while the view is connected; each is bounded by the lease TTL and
 //!   followed by a wait until the view shows the pass's own writes.
@@ -47,8 +47,8 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior, interval, timeout};
 use tokio_util::sync::CancellationToken;
 
-use super::leader::{ENGINE_VERSION, LeaderChange, LeadershipStep, StandAsideReason, lease_ttl};
-use super::leadership::{step, view_shows_lease};
+use super::election::{ENGINE_VERSION, LeaderChange, LeadershipStep, StandAsideReason, lease_ttl};
+use super::election::{step, view_shows_lease};
 use super::reconcile::{PassOutcome, PassReport, Reconciler};
 use super::rollouts;
 use fleet_core::scheduler::catalog::UnitCatalog;

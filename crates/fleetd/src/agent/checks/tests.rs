@@ -196,7 +196,7 @@ mod rounds {
         assert_eq!(checks.tracker.health("checked.service"), None);
     }
 
-    /// After a fleetd restart (handoff) the registry still shows the unit healthy: its state is held back until this
+    /// After a fleetd restart (its units adopted) the registry still shows the unit healthy: its state is held back until this
     /// process's first check is judged, instead of a blip to `unknown`.
     #[tokio::test]
     async fn a_unit_the_last_process_published_healthy_is_held_until_its_first_check() {

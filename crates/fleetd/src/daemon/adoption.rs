@@ -2,20 +2,20 @@
 //! (purge), and the presence record the next process adopts.
 //!
 //! On SIGTERM fleetd asks its own systemd which job is pending on the unit it runs in: `restart` (or
-//! `try-restart`, `reload-or-restart`) means a new process follows at once, so this one **hands off**: it stops
+//! `try-restart`, `reload-or-restart`) means a new process follows at once, so this one leaves the machine **for adoption**: it stops
 //! its components and exits, leaving every unit running, its states and launched markers published and its
 //! presence lease unrevoked. Anything else (`stop`, a system shutdown, no job, not under systemd) **purges** as
-//! the original did. SIGUSR2 always hands off (for operators and supervisors other than systemd).
+//! the original did. SIGUSR2 always leaves it for adoption (for operators and supervisors other than systemd).
 //!
-//! The next process reads `presence.json` next to the units directory (`agent::handoff::record_dir`; this
+//! The next process reads `presence.json` next to the units directory (`agent::adoption::record_dir`; this
 //! machine's ID and presence lease, written at
 //! every registration, so a fleetd killed outright leaves it too) and keeps that lease alive when etcd still
 //! holds it: the machine never leaves the registry and the engine moves nothing. The agent's own record
-//! (`agent::handoff`) lets it adopt the running units without a stop, start or daemon-reload.
+//! (`agent::adoption`) lets it adopt the running units without a stop, start or daemon-reload.
 
 use serde::{Deserialize, Serialize};
 
-/// The file next to the units directory (`agent::handoff::record_dir`) holding the presence record.
+/// The file next to the units directory (`agent::adoption::record_dir`) holding the presence record.
 pub const PRESENCE_FILE: &str = "presence.json";
 
 /// How fleetd leaves on a shutdown signal.
@@ -24,14 +24,14 @@ pub enum Exit {
     /// Stop and unload every unit here and revoke the presence lease: the units go to other machines.
     Purge,
     /// Leave everything running and registered for the next fleetd process to adopt.
-    Handoff,
+    Restart,
 }
 
 /// SIGTERM's exit, from the type of the job pending on fleetd's own systemd unit (`None`: no job, or fleetd
 /// does not run in a systemd unit, or systemd could not be asked).
 pub fn exit_for_job(job_type: Option<&str>) -> Exit {
     match job_type {
-        Some("restart" | "try-restart" | "reload-or-restart" | "reload-or-try-restart") => Exit::Handoff,
+        Some("restart" | "try-restart" | "reload-or-restart" | "reload-or-try-restart") => Exit::Restart,
         _ => Exit::Purge,
     }
 }
@@ -61,9 +61,9 @@ mod tests {
     #[test]
     fn only_a_restart_job_hands_off() {
         let rows = [
-            (Some("restart"), Exit::Handoff),
-            (Some("try-restart"), Exit::Handoff),
-            (Some("reload-or-restart"), Exit::Handoff),
+            (Some("restart"), Exit::Restart),
+            (Some("try-restart"), Exit::Restart),
+            (Some("reload-or-restart"), Exit::Restart),
             (Some("stop"), Exit::Purge),
             (Some("start"), Exit::Purge),
             (None, Exit::Purge),
