@@ -5,7 +5,7 @@
 
 use http::StatusCode;
 
-use crate::model::{JobState, MachineState, UnitState};
+use crate::model::{JobState, MachineState, PublishedState};
 use crate::rollout::policy::{HealthCheck, UpdatePolicy};
 use crate::schema;
 use crate::store::UnitView;
@@ -40,7 +40,7 @@ pub fn unit(view: &UnitView<'_>, single: bool) -> Option<schema::Unit> {
 
 /// A published unit state as the API shows it; `running_hash` is the version the machine last started
 /// ([`crate::store::Snapshot::running_hash`]).
-pub fn state(s: UnitState, running_hash: Option<&str>) -> schema::UnitState {
+pub fn state(s: PublishedState, running_hash: Option<&str>) -> schema::UnitState {
     let in_doubt = s.sub_state == crate::model::IN_DOUBT && s.active_state == crate::model::UNKNOWN_STATE;
     schema::UnitState {
         running_hash: running_hash.unwrap_or_default().to_string(),
@@ -502,7 +502,7 @@ mod tests {
 
     #[test]
     fn only_a_state_of_an_absent_machine_is_in_doubt() {
-        let state = |active: &str, sub: &str| UnitState {
+        let state = |active: &str, sub: &str| PublishedState {
             name: "a.service".into(),
             machine_id: "m1".into(),
             hash: String::new(),

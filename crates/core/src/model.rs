@@ -95,7 +95,7 @@ pub fn short_machine_id(id: &str) -> &str {
 
 /// systemd's view of one unit on one machine, as published by that machine's agent (spec §7.5).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct UnitState {
+pub struct PublishedState {
     pub name: String,
     /// Machine that published the state.
     pub machine_id: String,

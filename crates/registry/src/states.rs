@@ -10,7 +10,7 @@ use super::error::{RegistryError, Result};
 use super::keys::{Component, check_component};
 use super::records::{StateRecord, encode_json};
 use super::roles::AgentSession;
-use fleet_core::model::UnitState;
+use fleet_core::model::PublishedState;
 
 /// Most state writes [`AgentSession::write_states`] puts in one transaction (etcd's default `--max-txn-ops`).
 pub const MAX_STATE_WRITES_PER_TXN: usize = 128;
@@ -19,7 +19,7 @@ pub const MAX_STATE_WRITES_PER_TXN: usize = 128;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateWrite<'a> {
     /// Write this state under the machine's lease.
-    Publish(&'a UnitState),
+    Publish(&'a PublishedState),
     /// Delete the state `machine` published for `unit`.
     Remove { unit: &'a str, machine: &'a str },
 }
@@ -81,7 +81,7 @@ impl AgentSession {
     /// Publishes `state` (its `name` and `machine_id`, which must be this machine, choose the key) under this
     /// machine's lease. A state without a hash is refused, as in the original: readers rely on knowing which
     /// version runs.
-    pub async fn publish_state(&self, state: &UnitState) -> Result<()> {
+    pub async fn publish_state(&self, state: &PublishedState) -> Result<()> {
         self.own(&state.machine_id)?;
         let lease = self.lease();
         check_component(Component::UnitName, &state.name)?;

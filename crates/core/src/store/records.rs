@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{JobState, MachineState, UnitState};
+use crate::model::{JobState, MachineState, PublishedState};
 
 /// `P/units/<name>/object`: which body the unit is, and which it was before its last replacement.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,7 +104,7 @@ impl StateRecord {
         texts.share_in_place(&mut self.sub_state);
     }
 
-    pub fn from_state(s: &UnitState) -> StateRecord {
+    pub fn from_state(s: &PublishedState) -> StateRecord {
         StateRecord {
             hash: s.hash.as_str().into(),
             load_state: s.load_state.as_str().into(),
@@ -115,8 +115,8 @@ impl StateRecord {
         }
     }
 
-    pub fn into_state(self, unit: &str, machine: &str) -> UnitState {
-        UnitState {
+    pub fn into_state(self, unit: &str, machine: &str) -> PublishedState {
+        PublishedState {
             name: unit.to_string(),
             machine_id: machine.to_string(),
             hash: self.hash.to_string(),

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::snapshot::{Snapshot, UnitRecord};
-use crate::model::{JobState, MachineState, UnitState};
+use crate::model::{JobState, MachineState, PublishedState};
 
 /// One unit as the API and engine see it: a unit object whose body is present.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +97,7 @@ impl Snapshot {
     }
 
     /// Every published unit state, sorted by unit name then machine ID.
-    pub fn unit_states(&self) -> impl Iterator<Item = UnitState> + '_ {
+    pub fn unit_states(&self) -> impl Iterator<Item = PublishedState> + '_ {
         self.state_records()
             .iter()
             .flat_map(|(unit, per_machine)| per_machine.iter().map(move |(m, r)| r.clone().into_state(unit, m)))
@@ -107,10 +107,10 @@ impl Snapshot {
     /// at-most-once unit while the engine waits the margin out, or any unit no machine can take), by unit name:
     /// load and active state [`crate::model::UNKNOWN_STATE`], sub state [`crate::model::IN_DOUBT`], the unit's
     /// current hash. Its own states vanished with the machine's lease.
-    pub fn unit_states_in_doubt(&self) -> impl Iterator<Item = UnitState> + '_ {
+    pub fn unit_states_in_doubt(&self) -> impl Iterator<Item = PublishedState> + '_ {
         self.units().filter_map(|u| {
             let target = u.target.filter(|t| !t.is_empty() && self.machine(t).is_none())?;
-            Some(UnitState {
+            Some(PublishedState {
                 name: u.name.to_string(),
                 machine_id: target.to_string(),
                 hash: u.hash.to_string(),
@@ -124,7 +124,7 @@ impl Snapshot {
     }
 
     /// States of one unit, by machine ID.
-    pub fn unit_states_of<'a>(&'a self, unit: &'a str) -> impl Iterator<Item = UnitState> + 'a {
+    pub fn unit_states_of<'a>(&'a self, unit: &'a str) -> impl Iterator<Item = PublishedState> + 'a {
         self.state_records()
             .get(unit)
             .into_iter()
@@ -241,7 +241,7 @@ mod tests {
             .put(target("gone.service"), "m2")
             .unit("idle.service", H1, None, "launched")
             .done();
-        let doubt: Vec<UnitState> = s.unit_states_in_doubt().collect();
+        let doubt: Vec<PublishedState> = s.unit_states_in_doubt().collect();
         assert_eq!(doubt.len(), 1, "{doubt:?}");
         let d = &doubt[0];
         assert_eq!((d.name.as_str(), d.machine_id.as_str(), d.hash.as_str()), ("gone.service", "m2", H2));

@@ -7,12 +7,12 @@ mod api {
     use std::collections::BTreeMap;
 
     use fleet_core::api_rules;
-    use fleet_core::model::{MachineState, UnitState};
+    use fleet_core::model::{MachineState, PublishedState};
 
     /// A published unit state reaches the API with every field, under the original's JSON names (spec §8.7).
     #[test]
     fn a_published_state_keeps_every_field_on_the_wire() {
-        let state = UnitState {
+        let state = PublishedState {
             name: "hello.service".into(),
             machine_id: "113f16a7".into(),
             hash: "d4b1a2c3d4b1a2c3d4b1a2c3d4b1a2c3d4b1a2c3".into(),

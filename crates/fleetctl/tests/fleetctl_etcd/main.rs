@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use assert_cmd::Command;
-use fleet_core::model::{MachineState, UnitState};
+use fleet_core::model::{MachineState, PublishedState};
 use fleet_registry::{AgentSession, Campaign, LeaseKeeper, PlacementWrite, Registry};
 use fleet_testkit::TestEtcd;
 use predicates::prelude::*;
@@ -70,7 +70,7 @@ fn pretend_fleetd_runs_hello(c: &Cluster, version: &str) -> LeaseKeeper {
         version: version.into(),
         disable_engine: false,
     };
-    let state = UnitState {
+    let state = PublishedState {
         name: "hello.service".into(),
         machine_id: MACHINE.into(),
         hash: HELLO_HASH.into(),

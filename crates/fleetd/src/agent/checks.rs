@@ -30,7 +30,7 @@ use tracing::{debug, info};
 
 use super::health::{Action, Finished, Seen, Tracker, Verdict, verdict};
 use super::publisher::{Readings, StatesNow};
-use fleet_core::model::{Health, HealthStatus, UnitState, now_ms};
+use fleet_core::model::{Health, HealthStatus, PublishedState, now_ms};
 use fleet_core::rollout::policy::HealthCheck;
 use fleet_core::unit::UnitFile;
 use fleet_registry::Snapshot;
@@ -375,7 +375,7 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
     /// One publishing round: feeds the tracker what the round computed (`now`) and puts each state's `health` in.
     pub fn round(&mut self, now: &mut StatesNow, readings: &Readings, snapshot: &Snapshot) {
         let at = now_ms();
-        let (names, states): (Option<&BTreeSet<String>>, &mut BTreeMap<String, UnitState>) = match now {
+        let (names, states): (Option<&BTreeSet<String>>, &mut BTreeMap<String, PublishedState>) = match now {
             StatesNow::All(states) => (None, states),
             StatesNow::Touched { names, states } => (Some(&*names), states),
         };

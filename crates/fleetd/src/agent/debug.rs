@@ -6,14 +6,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Value, json};
 
-use fleet_core::model::{JobState, UnitState};
+use fleet_core::model::{JobState, PublishedState};
 
 #[derive(Debug, Default)]
 struct DebugInfo {
     target_states: BTreeMap<String, JobState>,
     /// The publisher's own states, shared.
-    published: BTreeMap<String, Arc<UnitState>>,
-    to_publish: BTreeMap<String, Option<UnitState>>,
+    published: BTreeMap<String, Arc<PublishedState>>,
+    to_publish: BTreeMap<String, Option<PublishedState>>,
     subscribed: Vec<String>,
 }
 
@@ -48,8 +48,8 @@ impl DebugHandle {
 
     pub(crate) fn set_published(
         &self,
-        published: &BTreeMap<String, Arc<UnitState>>,
-        pending: BTreeMap<String, Option<UnitState>>,
+        published: &BTreeMap<String, Arc<PublishedState>>,
+        pending: BTreeMap<String, Option<PublishedState>>,
     ) {
         let mut info = self.lock();
         info.published.clone_from(published);
@@ -61,9 +61,9 @@ impl DebugHandle {
     /// 1,000 units.
     pub(crate) fn sync_published<'a>(
         &self,
-        published: &BTreeMap<String, Arc<UnitState>>,
+        published: &BTreeMap<String, Arc<PublishedState>>,
         touched: impl IntoIterator<Item = &'a str>,
-        pending: BTreeMap<String, Option<UnitState>>,
+        pending: BTreeMap<String, Option<PublishedState>>,
     ) {
         let mut info = self.lock();
         for unit in touched {
@@ -84,7 +84,7 @@ impl DebugHandle {
     }
 }
 
-fn state_json(s: &UnitState) -> Value {
+fn state_json(s: &PublishedState) -> Value {
     json!({
         "name": s.name,
         "hash": s.hash,
@@ -103,7 +103,7 @@ mod tests {
     fn dump_has_the_original_shape() {
         let h = DebugHandle::default();
         h.set_target_states(&[("a.service".to_string(), JobState::Launched)].into());
-        let s = UnitState {
+        let s = PublishedState {
             name: "a.service".into(),
             machine_id: "m1".into(),
             hash: "h".into(),
@@ -125,7 +125,7 @@ mod tests {
     #[test]
     fn a_sync_copies_the_touched_units_only() {
         let h = DebugHandle::default();
-        let state = |name: &str, active: &str| UnitState {
+        let state = |name: &str, active: &str| PublishedState {
             name: name.into(),
             machine_id: "m1".into(),
             hash: "h".into(),
@@ -135,7 +135,7 @@ mod tests {
             restarts: None,
             health: None,
         };
-        let mut published: BTreeMap<String, Arc<UnitState>> = [("a.service", "active"), ("b.service", "active")]
+        let mut published: BTreeMap<String, Arc<PublishedState>> = [("a.service", "active"), ("b.service", "active")]
             .map(|(n, a)| (n.to_string(), Arc::new(state(n, a))))
             .into();
         h.set_published(&published, BTreeMap::new());

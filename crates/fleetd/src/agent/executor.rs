@@ -40,7 +40,7 @@ use super::error::AgentError;
 use super::publisher::unit_states;
 use super::units_dir::UnitsDir;
 use fleet_core::machine_plan::plan::{Actual, Desired, Planned, Task, plan};
-use fleet_core::model::{JobState, UnitState};
+use fleet_core::model::{JobState, PublishedState};
 use fleet_systemd::{JobResult, SystemdOps};
 
 /// Start, stop and unload jobs of one batch in flight at once. systemd runs jobs in parallel; issuing one and
@@ -353,7 +353,7 @@ impl<S: SystemdOps> Executor<S> {
 
     /// The unit states to publish for this machine: systemd's view of every unit with a file here, with the hash
     /// recorded for the file (spec §7.5), without restart counters (the publish loop reads those).
-    pub async fn current_states(&self, machine_id: &str) -> Result<BTreeMap<String, UnitState>, AgentError> {
+    pub async fn current_states(&self, machine_id: &str) -> Result<BTreeMap<String, PublishedState>, AgentError> {
         let names: Vec<String> = self.units.hashes().keys().cloned().collect();
         let statuses = self.systemd.states(&names).await?;
         Ok(unit_states(machine_id, &statuses, self.units.hashes(), &BTreeMap::new()))

@@ -24,7 +24,7 @@ use tracing::{debug, warn};
 use super::checks::HealthChecks;
 use super::debug::DebugHandle;
 use super::publisher::{PublishOp, Publisher, Readings};
-use fleet_core::model::UnitState;
+use fleet_core::model::PublishedState;
 use fleet_registry::{AgentSession, MAX_STATE_WRITES_PER_TXN, Snapshot, StateRecord, StateWrite, txn_batches};
 use fleet_systemd::{SystemdOps, UnitChange, UnitChanges};
 
@@ -235,7 +235,7 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
                 .buffer_unordered(WRITERS)
                 .collect()
                 .await;
-        let mut pending: BTreeMap<String, Option<UnitState>> = BTreeMap::new();
+        let mut pending: BTreeMap<String, Option<PublishedState>> = BTreeMap::new();
         for (op, result) in results.iter().flat_map(|(chunk, result)| chunk.iter().map(move |op| (op, result))) {
             match (op, result) {
                 (PublishOp::Publish(s), Ok(())) => {

@@ -6,7 +6,7 @@ use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use fleet_core::model::UnitState;
+use fleet_core::model::PublishedState;
 use fleet_registry::StateRecord;
 use fleet_systemd::{Reported, UnitStatus};
 
@@ -14,7 +14,7 @@ use fleet_systemd::{Reported, UnitStatus};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PublishOp {
     /// Write this machine's state of the unit (with TTL).
-    Publish(UnitState),
+    Publish(PublishedState),
     /// Delete this machine's state of the unit (and nothing else: B7).
     Remove(String),
 }
@@ -37,12 +37,12 @@ pub fn unit_states<'a>(
     statuses: impl IntoIterator<Item = &'a UnitStatus>,
     hashes: &BTreeMap<String, String>,
     restarts: &BTreeMap<String, u32>,
-) -> BTreeMap<String, UnitState> {
+) -> BTreeMap<String, PublishedState> {
     statuses
         .into_iter()
         .filter_map(|s| {
             let hash = hashes.get(&s.name)?;
-            let state = UnitState {
+            let state = PublishedState {
                 name: s.name.clone(),
                 machine_id: machine_id.to_string(),
                 hash: hash.clone(),
@@ -103,10 +103,10 @@ pub struct Readings {
 #[derive(Debug, Clone, PartialEq)]
 pub enum StatesNow {
     /// Every loaded unit's state systemd reported.
-    All(BTreeMap<String, UnitState>),
+    All(BTreeMap<String, PublishedState>),
     /// Only units that may have changed (`names`), with the states of those systemd reported; every other unit's
     /// state is as last computed.
-    Touched { names: BTreeSet<String>, states: BTreeMap<String, UnitState> },
+    Touched { names: BTreeSet<String>, states: BTreeMap<String, PublishedState> },
 }
 
 impl Readings {
@@ -224,7 +224,7 @@ impl Readings {
     }
 
     /// The states to publish now ([`unit_states`] of what is known).
-    pub fn unit_states(&self, machine_id: &str, hashes: &BTreeMap<String, String>) -> BTreeMap<String, UnitState> {
+    pub fn unit_states(&self, machine_id: &str, hashes: &BTreeMap<String, String>) -> BTreeMap<String, PublishedState> {
         unit_states(machine_id, self.statuses.values(), hashes, &self.restarts)
     }
 
@@ -243,14 +243,17 @@ impl Readings {
 
 /// Operations that turn `last` (published) into `now` (current), in unit-name order. States without a hash or
 /// machine are never published (§7.5).
-pub fn diff(last: &BTreeMap<String, impl Borrow<UnitState>>, now: &BTreeMap<String, UnitState>) -> Vec<PublishOp> {
+pub fn diff(
+    last: &BTreeMap<String, impl Borrow<PublishedState>>,
+    now: &BTreeMap<String, PublishedState>,
+) -> Vec<PublishOp> {
     let names: BTreeSet<&String> = last.keys().chain(now.keys()).collect();
     names.into_iter().filter_map(|name| change(name, last.get(name).map(Borrow::borrow), now.get(name))).collect()
 }
 
 /// The operation that turns unit `name`'s published state `last` into `now`, if any (an unpublishable state is
 /// withdrawn, §7.5).
-fn change(name: &str, last: Option<&UnitState>, now: Option<&UnitState>) -> Option<PublishOp> {
+fn change(name: &str, last: Option<&PublishedState>, now: Option<&PublishedState>) -> Option<PublishOp> {
     match (last, now.filter(|s| publishable(s))) {
         (last, Some(current)) if last != Some(current) => Some(PublishOp::Publish(current.clone())),
         (Some(_), None) => Some(PublishOp::Remove(name.to_string())),
@@ -262,7 +265,7 @@ fn change(name: &str, last: Option<&UnitState>, now: Option<&UnitState>) -> Opti
 /// against what the agent published: missing or different states are written again, and states of units the
 /// agent neither published nor has loaded (`loaded`) are removed, e.g. left by an earlier incarnation.
 pub fn repair(
-    published: &BTreeMap<String, impl Borrow<UnitState>>,
+    published: &BTreeMap<String, impl Borrow<PublishedState>>,
     stored: &BTreeMap<String, StateRecord>,
     loaded: &BTreeSet<&str>,
 ) -> Vec<PublishOp> {
@@ -282,7 +285,7 @@ pub fn repair(
     ops
 }
 
-fn publishable(s: &UnitState) -> bool {
+fn publishable(s: &PublishedState) -> bool {
     !s.hash.is_empty() && !s.machine_id.is_empty()
 }
 
@@ -290,7 +293,7 @@ fn publishable(s: &UnitState) -> bool {
 #[derive(Debug, Default)]
 pub struct Publisher {
     /// Shared with the agent's SIGUSR1 dump ([`super::debug::DebugHandle`]), which holds the same states.
-    published: BTreeMap<String, Arc<UnitState>>,
+    published: BTreeMap<String, Arc<PublishedState>>,
     /// Removals whose write failed; retried with the next ops.
     removals: BTreeSet<String>,
 }
@@ -316,7 +319,7 @@ impl Publisher {
     }
 
     /// Ops for the current states; they are assumed written (report failures with [`Publisher::failed`]).
-    pub fn changes(&mut self, now: &BTreeMap<String, UnitState>) -> Vec<PublishOp> {
+    pub fn changes(&mut self, now: &BTreeMap<String, PublishedState>) -> Vec<PublishOp> {
         let mut ops = diff(&self.published, now);
         for name in std::mem::take(&mut self.removals) {
             if !now.contains_key(&name) && !ops.contains(&PublishOp::Remove(name.clone())) {
@@ -352,7 +355,7 @@ impl Publisher {
     }
 
     /// Every state this machine currently has published (SIGTERM purge removes them, §1.5).
-    pub fn published(&self) -> &BTreeMap<String, Arc<UnitState>> {
+    pub fn published(&self) -> &BTreeMap<String, Arc<PublishedState>> {
         &self.published
     }
 
@@ -376,8 +379,8 @@ mod tests {
 
     const M: &str = "aaaaaaaa11111111aaaaaaaa11111111";
 
-    fn state(name: &str, active: &str, hash: &str) -> UnitState {
-        UnitState {
+    fn state(name: &str, active: &str, hash: &str) -> PublishedState {
+        PublishedState {
             name: name.into(),
             machine_id: M.into(),
             hash: hash.into(),
@@ -393,7 +396,7 @@ mod tests {
         UnitStatus { name: name.into(), load_state: load.into(), active_state: active.into(), sub_state: String::new() }
     }
 
-    fn map(states: &[UnitState]) -> BTreeMap<String, UnitState> {
+    fn map(states: &[PublishedState]) -> BTreeMap<String, PublishedState> {
         states.iter().map(|s| (s.name.clone(), s.clone())).collect()
     }
 
@@ -501,7 +504,7 @@ mod tests {
         let mut no_machine = state("b.service", "active", "h1");
         no_machine.machine_id.clear();
         let now = map(&[state("a.service", "active", ""), no_machine]);
-        assert_eq!(diff(&BTreeMap::<String, UnitState>::new(), &now), []);
+        assert_eq!(diff(&BTreeMap::<String, PublishedState>::new(), &now), []);
         // ...and one that loses its hash is withdrawn.
         assert_eq!(
             diff(&map(&[state("a.service", "active", "h1")]), &map(&[state("a.service", "active", "")])),

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet_core::model::{JobState, MachineState, UnitState};
+use fleet_core::model::{JobState, MachineState, PublishedState};
 use fleet_registry::{
     AgentSession, ApiWriter, Campaign, EngineVersionCheck, LeaderSession, LeaseKeeper, LeaseStatus, PlacementWrite,
     PutUnit, Reflector, Registration, Registry, RegistryError, Snapshot, UnitWrite,
@@ -88,8 +88,8 @@ fn machine(id: &str) -> MachineState {
     }
 }
 
-fn state(unit: &str, machine: &str, hash: &str) -> UnitState {
-    UnitState {
+fn state(unit: &str, machine: &str, hash: &str) -> PublishedState {
+    PublishedState {
         name: unit.into(),
         machine_id: machine.into(),
         hash: hash.into(),

@@ -108,7 +108,7 @@ mod rounds {
 
     use super::super::*;
     use crate::agent::fake::Fake;
-    use fleet_core::model::{HealthStatus, UnitState};
+    use fleet_core::model::{HealthStatus, PublishedState};
     use fleet_core::unit::UnitHash;
     use fleet_registry::{Change, Keys, Snapshot};
 
@@ -135,8 +135,8 @@ mod rounds {
         Snapshot::from_kvs(&keys, 2, changes)
     }
 
-    fn state(name: &str, text: &str, active: &str) -> UnitState {
-        UnitState {
+    fn state(name: &str, text: &str, active: &str) -> PublishedState {
+        PublishedState {
             name: name.into(),
             machine_id: "m1".into(),
             hash: hash(text),
@@ -148,7 +148,7 @@ mod rounds {
         }
     }
 
-    fn all(states: &[UnitState]) -> StatesNow {
+    fn all(states: &[PublishedState]) -> StatesNow {
         StatesNow::All(states.iter().map(|s| (s.name.clone(), s.clone())).collect())
     }
 
