@@ -164,6 +164,7 @@ impl Engine {
             rollout_wake_ms: None,
             at_most_once_wake: None,
             rollouts_written: None,
+            rollouts_driven: None,
             rollout_catalog: UnitCatalog::new(),
             known_machines: None,
             rebalance_wanted: false,
@@ -214,6 +215,10 @@ struct Runner {
     at_most_once_wake: Option<Instant>,
     /// The revision of the last rollout progress this engine stored, until the view shows it.
     rollouts_written: Option<i64>,
+    /// The revision of the view the rollouts were last driven on: a rollout's decision reads only the view and the
+    /// clock, so a view change is driven once (not again by the tick that follows it), and only a timer or the
+    /// resync drives the same view again.
+    rollouts_driven: Option<i64>,
     /// Parse cache for rebalance plans and checks.
     rollout_catalog: UnitCatalog,
     /// Present machines at the last tick while leading (`engine_rebalance`); `None` until the first.
@@ -241,6 +246,7 @@ impl Runner {
                 () = at_most_once_timer => Wake::AtMostOnceWaitOver,
             };
             let forced = matches!(wake, Wake::AtMostOnceWaitOver);
+            let timed = matches!(wake, Wake::RolloutTimer | Wake::Resync | Wake::AtMostOnceWaitOver);
             match wake {
                 Wake::Cancelled => break,
                 Wake::ViewClosed => {
@@ -258,7 +264,7 @@ impl Runner {
                 Wake::AtMostOnceWaitOver => self.at_most_once_wake = None,
                 Wake::Resync | Wake::RolloutTimer => {}
             }
-            self.tick(cancel, forced).await;
+            self.tick(cancel, forced, timed).await;
             resync.reset();
         }
         self.shutdown().await;
@@ -281,7 +287,7 @@ impl Runner {
 
     /// One leadership decision, and a pass when leading and something the scheduler reads changed since the last
     /// complete pass. `forced` (the at-most-once wait is over: a time, not the view, changed) runs it regardless.
-    async fn tick(&mut self, cancel: &CancellationToken, forced: bool) {
+    async fn tick(&mut self, cancel: &CancellationToken, forced: bool, timed: bool) {
         let view = self.view.borrow_and_update().clone();
         if !view.is_connected() {
             self.reconciler.forget_absences();
@@ -337,14 +343,14 @@ impl Runner {
                     if forced || !unchanged {
                         self.reconcile(&view, cancel).await;
                     }
-                    self.drive_rollouts().await;
+                    self.drive_rollouts(timed).await;
                     self.rebalance_on_join(&view).await;
                 }
                 LeadershipStep::Campaign => {
                     if self.campaign(cancel).await {
                         let view = self.view.borrow_and_update().clone();
                         self.reconcile(&view, cancel).await;
-                        self.drive_rollouts().await;
+                        self.drive_rollouts(true).await;
                     }
                 }
                 LeadershipStep::TakeOver { from, .. } => {
@@ -494,8 +500,12 @@ impl Runner {
     }
 
     /// Advances the rollouts on the newest view (the pass before may have waited for its own writes).
-    async fn drive_rollouts(&mut self) {
+    /// `again`: drive even a view already driven (a rollout waits for a time, or the periodic resync).
+    async fn drive_rollouts(&mut self, again: bool) {
         let view = self.view.borrow().clone();
+        if !again && self.rollouts_driven == Some(view.revision()) {
+            return;
+        }
         if self.rollouts_written.is_some_and(|written| view.revision() < written) {
             // The view does not show this engine's last progress yet; its arrival wakes the loop again.
             return;
@@ -507,6 +517,7 @@ impl Runner {
             }
             _ => rollouts::Driven::default(),
         };
+        self.rollouts_driven = Some(view.revision());
         self.rollout_wake_ms = driven.wake_at_ms;
         self.rollouts_written = driven.written_revision;
     }
@@ -520,7 +531,7 @@ impl Runner {
         let view = self.view.borrow().clone();
         let ours = self.lease.as_ref().is_some_and(|l| view_shows_lease(&view, l.id()));
         if view.is_connected() && ours && rollouts::any_running(&view) {
-            self.drive_rollouts().await;
+            self.drive_rollouts(false).await;
         }
     }
 
