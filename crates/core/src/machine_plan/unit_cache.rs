@@ -34,13 +34,7 @@ impl UnitCache {
         let mut hashes: BTreeSet<&str> = BTreeSet::new();
         let mut units: Vec<ClusterUnit> = Vec::new();
         for view in snapshot.units() {
-            let pinned = rollout::pinned_hash(&rollouts, view.name, me)
-                .filter(|h| *h != view.hash)
-                .and_then(|h| snapshot.bodies().get_key_value(h));
-            let view = match pinned {
-                Some((hash, body)) => UnitView { hash, body: &body.text, no_restart: false, ..view },
-                None => view,
-            };
+            let view = snapshot.unit_on(view, me, &rollouts);
             names.push(view.name);
             hashes.insert(view.hash);
             if view.target != Some(me) && !self.is_global(&view) {

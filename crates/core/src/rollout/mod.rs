@@ -1,6 +1,6 @@
 //! Rollouts: changing a unit machine by machine (issue 12). Pure: the stored shapes of a rollout and the decisions
 //! over them, shared by the registry (which stores them), the engine leader (which drives them with [`advance`]),
-//! the agents (which ask [`pinned_hash`] and [`restart_token`] what to run) and the API (which shows them).
+//! the agents (which ask [`hash_on`] and [`restart_token`] what to run) and the API (which shows them).
 //!
 //! A rollout is three records, each with one writer:
 //! * the **spec** (API, written once): which units, from which version to which, and how fast;
@@ -1088,11 +1088,27 @@ fn first_progress(spec: &RolloutSpec, cluster: &impl Cluster, now_ms: u64) -> Ro
     RolloutProgress { state: RolloutState::Running, steps, started_ms: now_ms, ..RolloutProgress::default() }
 }
 
+/// Which version of `unit` `machine` should run now: the unit object's (`stored`), unless a replace rollout keeps
+/// the machine on another ([`pinned_hash`]). The one answer to "which version runs where": agents run it
+/// (`Snapshot::unit_on`), the cluster page compares each machine with it, and fleetctl's fake follows it.
+pub fn hash_on<'a>(
+    rollouts: impl IntoIterator<Item = &'a Rollout>,
+    unit: &str,
+    stored: &'a str,
+    machine: &str,
+) -> &'a str {
+    pinned_hash(rollouts, unit, machine).unwrap_or(stored)
+}
+
 /// The version `machine` must keep running of `unit` because a replace rollout has not reached it yet: the old
 /// hash while its step is pending (or before the engine has written any progress); while the rollout is undone,
 /// the new hash while its undo step is pending (the unit object is back on the old version by then). `None`
 /// otherwise: the machine follows the unit object.
-pub fn pinned_hash<'a>(rollouts: impl IntoIterator<Item = &'a Rollout>, unit: &str, machine: &str) -> Option<&'a str> {
+pub(crate) fn pinned_hash<'a>(
+    rollouts: impl IntoIterator<Item = &'a Rollout>,
+    unit: &str,
+    machine: &str,
+) -> Option<&'a str> {
     rollouts.into_iter().find_map(|r| {
         if r.spec.kind != RolloutKind::Replace || !r.state().holds_machines() {
             return None;

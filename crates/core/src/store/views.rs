@@ -74,6 +74,21 @@ impl Snapshot {
         all
     }
 
+    /// `unit` as `machine` should run it now: the stored version, or the one a replace rollout keeps there
+    /// ([`crate::rollout::hash_on`]; its body, when stored). `rollouts` is [`Snapshot::rollouts`].
+    pub fn unit_on<'a>(
+        &'a self,
+        unit: UnitView<'a>,
+        machine: &str,
+        rollouts: &'a [crate::rollout::Rollout],
+    ) -> UnitView<'a> {
+        let hash = crate::rollout::hash_on(rollouts, unit.name, unit.hash, machine);
+        match self.bodies().get_key_value(hash).filter(|_| hash != unit.hash) {
+            Some((hash, body)) => UnitView { hash, body: &body.text, no_restart: false, ..unit },
+            None => unit,
+        }
+    }
+
     /// Hash of the version `machine` last started of `unit` (its launched marker), if it runs it.
     pub fn running_hash(&self, unit: &str, machine: &str) -> Option<&str> {
         self.unit_record(unit)?.launched.get(machine).map(|h| &**h).filter(|h| !h.is_empty())

@@ -6,7 +6,7 @@
 //!
 //! Rollouts go through the same pure code as in a real cluster (see [`cluster`]): the API's
 //! [`fleet_core::api_rules::decide_rollout`] over a registry image of the fake, the engine's [`fleet_core::rollout::advance`]
-//! over that image, and the agents' [`fleet_core::rollout::pinned_hash`] / [`fleet_core::rollout::restart_token`] for what
+//! over that image, and the agents' [`fleet_core::rollout::hash_on`] / [`fleet_core::rollout::restart_token`] for what
 //! each machine runs. A read of rollouts shows them as stored, then the engine makes one pass: a read right after
 //! a user's action shows the rollout before the engine took it up, as in a real cluster.
 
@@ -252,8 +252,7 @@ impl FakeClient {
             };
             for m in on {
                 // A machine a replace rollout has not reached yet keeps the old version.
-                let hash =
-                    fleet_core::rollout::pinned_hash(st.rollouts.values(), &name, &m).unwrap_or(&hash).to_string();
+                let hash = fleet_core::rollout::hash_on(st.rollouts.values(), &name, &hash, &m).to_string();
                 out.push(UnitState {
                     running_hash: if active == "active" { hash.clone() } else { String::new() },
                     hash,

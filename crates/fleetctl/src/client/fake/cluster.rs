@@ -1,7 +1,7 @@
 //! The fake cluster as the registry would hold it, and one pass of a pretend engine over its rollouts. Nothing here
 //! decides anything itself: the registry image is read by the API's [`fleet_core::api_rules::decide_rollout`] and by the
 //! registry's [`SnapshotCluster`] (as the engine) + [`rollout::advance`]; what each machine runs comes from the agents' own
-//! [`rollout::pinned_hash`] and [`rollout::restart_token`].
+//! [`rollout::hash_on`] and [`rollout::restart_token`].
 //!
 //! Machines act "at once": a machine runs whatever the agents' rule says the moment it is asked, and a version the
 //! test marked unhealthy (`FakeClient::set_unhealthy`) reports `failed` wherever it runs. Time is the engine's
@@ -85,7 +85,7 @@ pub(super) fn registry_view(st: &State) -> Snapshot {
         }
         let launched = u.desired == JobState::Launched.as_str();
         for machine in &machines {
-            let runs = rollout::pinned_hash(st.rollouts.values(), name, machine).unwrap_or(&hash);
+            let runs = rollout::hash_on(st.rollouts.values(), name, &hash, machine);
             let (active, sub) = match (launched, st.unhealthy.contains(runs)) {
                 (true, false) => ("active", "running"),
                 (true, true) => ("failed", "failed"),
