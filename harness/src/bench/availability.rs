@@ -37,8 +37,8 @@ use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
-use super::Options;
 use super::ctx::Ctx;
+use super::options::Options;
 use super::stats::secs;
 use super::units;
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::Options;
+use super::options::Options;
 use crate::fleetctl::{self, EndpointVia};
 use crate::output::Output;
 use crate::{Cluster, docker};

@@ -10,9 +10,10 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::ctx::{Ctx, Row, instances};
+use super::options::Options;
 use super::poll::{self, Polled, Progress};
 use super::stats::secs;
-use super::{Options, units};
+use super::units;
 
 /// One `start --replace` command.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

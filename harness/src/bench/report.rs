@@ -6,12 +6,13 @@ use serde::Serialize;
 
 use super::cpu::CpuSplit;
 use super::idle::Idle;
+use super::options::Options;
+use super::procs::ProcReport;
 use super::registry_watch::StartStages;
 use super::replace::{ReplaceReport, ReplaceTiming};
 use super::rolling::{RollingReport, RollingTiming};
 use super::start::{StartReport, StartTiming};
 use super::stats::Latency;
-use super::{Options, procs::ProcReport};
 use crate::{config, docker, labels};
 
 /// What else the host was doing.

@@ -18,9 +18,10 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::ctx::{Ctx, instances};
+use super::options::Options;
 use super::poll::{self, Progress};
 use super::stats::secs;
-use super::{Options, units};
+use super::units;
 
 const GLOBAL: &str = "roll.service";
 /// The interval of the health check of the checked replace (a check that passes at once: what a step pays is the

@@ -18,11 +18,12 @@ use serde::{Deserialize, Serialize};
 
 use super::ctx::{Ctx, Row, instances};
 use super::metrics::{self, Scrape};
+use super::options::Options;
 use super::poll::{self, Progress};
 use super::procs;
 use super::scale_sim::{SimProcs, clk_tck, host_proc, machine_id};
 use super::stats::secs;
-use super::{Options, units};
+use super::units;
 
 /// The template of the scale scenario.
 pub const TEMPLATE: &str = "s@.service";

@@ -12,10 +12,11 @@ use super::ctx::{Ctx, instances};
 use super::floor::{self, Floor};
 use super::idle::{self, Idle, Usage};
 use super::metrics::{self, EtcdRates};
+use super::options::Options;
 use super::poll::{self, Progress};
 use super::registry_watch::{RegistryWatch, Seen, StartStages};
 use super::stats::{Latency, secs};
-use super::{Options, units};
+use super::units;
 
 /// Instance prefix of fleet's units in the start scenario (the floor's are [`floor::PREFIX`]).
 const PREFIX: &str = "t@";

@@ -20,7 +20,8 @@
 //! the same budget and health gate (the machines already down first), so a unit always ends as one version.
 //! Canaries (`canary`) stop the rollout after its first steps until it is promoted; `order` puts chosen machines
 //! first or last; a progress deadline fails a rollout that takes too long. The unit's own `[X-Fleet]` update
-//! policy and health check are read in [`policy`]. Times are the engine's wall clock in Unix milliseconds, so a new
+//! policy and health check are read in [`policy`], which also holds the settings a spec shares with them
+//! ([`OnFailure`], the budget, the machine order). Times are the engine's wall clock in Unix milliseconds, so a new
 //! leader continues where the old one stopped.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,6 +30,9 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub mod policy;
+
+// Defined in `policy` (a unit's `UpdateOnFailure=` reads it), so that `policy` needs nothing from this hub.
+pub use policy::OnFailure;
 
 /// What a rollout changes on each machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -43,17 +47,6 @@ pub enum RolloutKind {
     /// no units; the engine leader plans the moves when it first takes the rollout up (its first progress), one
     /// step per move (`machine` the destination, `fromMachine` the source).
     Rebalance,
-}
-
-/// What a failed step does to the rollout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnFailure {
-    /// Stop releasing machines; the failed machine keeps the new version.
-    #[default]
-    Pause,
-    /// Return every unit to its old version (replace rollouts; a restart rollout pauses).
-    Rollback,
 }
 
 /// One unit of a rollout: the version it leaves and the one it reaches (equal for a restart), and whether each has a

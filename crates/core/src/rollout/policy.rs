@@ -8,11 +8,16 @@
 //! [`check`] is the one validation of these keys (API and fleetctl alike); [`HealthCheck::of`] and
 //! [`UpdatePolicy::of`] read a unit that passed it, and fall back to the defaults, with a warning, for a value
 //! that another client stored without it.
+//!
+//! The settings a unit's policy shares with a rollout spec and fleetctl's flags live here too: [`MaxUnavailable`],
+//! [`OnFailure`] and the machine order ([`parse_order`], [`order_machines`]), so the rollout module uses this one
+//! and not the other way round.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::OnFailure;
+use serde::{Deserialize, Serialize};
+
 use crate::go::parse_duration;
 use crate::unit::UnitFile;
 use crate::unit::file::XFLEET_SECTION;
@@ -56,6 +61,17 @@ impl HealthCheck {
             }
         }
     }
+}
+
+/// What a failed step does to the rollout (`UpdateOnFailure=`, `--on-failure`, a rollout spec's `onFailure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFailure {
+    /// Stop releasing machines; the failed machine keeps the new version.
+    #[default]
+    Pause,
+    /// Return every unit to its old version (replace rollouts; a restart rollout pauses).
+    Rollback,
 }
 
 /// `UpdateMaxUnavailable=` and `--max-unavailable`: a number of machines, or a percentage of the machines a

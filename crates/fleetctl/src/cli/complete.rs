@@ -4,9 +4,9 @@
 
 use std::fmt::Write as _;
 
-use super::Ctx;
 use super::commands::{COMMANDS, CommandSpec};
 use super::commands::{FlagSpec, Kind};
+use super::context::Ctx;
 use super::flags::GLOBAL_FLAGS;
 
 /// Commands in the table that are machinery, not for users: left out of help and completions.

@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::Ctx;
+use super::context::Ctx;
 use super::parallel;
 use super::wait::wait_for_unit_states;
 use fleet_core::model::JobState;

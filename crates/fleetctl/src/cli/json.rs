@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::Ctx;
+use super::context::Ctx;
 use super::stored::{stored_unit_file, unit_is_global};
 use fleet_core::schema::{Machine, Rollout, Unit, UnitHistory, UnitState};
 
@@ -286,4 +286,14 @@ pub fn rollout_doc(rollout: &Rollout) -> RolloutDoc {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_json_command_accepts_the_hidden_output_flag() {
+        for name in JSON_COMMANDS {
+            let spec = crate::cli::commands::command(name).unwrap();
+            assert!(spec.flags.iter().any(|f| f.name == "output" && f.hidden), "{name}");
+        }
+    }
+}

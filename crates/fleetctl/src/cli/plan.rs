@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::Ctx;
+use super::context::Ctx;
 use super::create::{self, Creator, Intended, ReplaceFlags, ReplacementMode};
 use super::table::{machine_id_legend, render};
 

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use super::Ctx;
+use super::context::Ctx;
 use super::flags::Flags;
 use super::table::{location_legend, render};
 use fleet_core::rollout::policy::MaxUnavailable;

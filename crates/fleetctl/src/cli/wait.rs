@@ -3,9 +3,8 @@
 //! every machine that reports them, and destroyed units disappearing.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
-use super::Ctx;
+use super::context::{Ctx, Timing};
 use super::progress::{self, Waiting};
 use super::table::location_legend;
 use crate::client::StateFilter;
@@ -14,26 +13,6 @@ use fleet_core::model::JobState;
 use fleet_core::schema::Unit;
 use fleet_core::unit::xfleet::{Candidate, accepted_by_machine};
 use fleet_core::unit::{Requirements, UnitFile};
-
-/// Poll cadence. One attempt is `polls_per_attempt` polls `interval` apart (the first after one interval).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timing {
-    pub interval: Duration,
-    pub polls_per_attempt: u32,
-}
-
-impl Default for Timing {
-    fn default() -> Self {
-        Timing { interval: Duration::from_millis(250), polls_per_attempt: 8 }
-    }
-}
-
-impl Timing {
-    /// No sleeping (tests).
-    pub fn instant() -> Self {
-        Timing { interval: Duration::ZERO, polls_per_attempt: 8 }
-    }
-}
 
 /// Nominal seconds per attempt, used in messages.
 const ATTEMPT_SECS: u64 = 2;

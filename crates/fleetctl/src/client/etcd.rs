@@ -22,7 +22,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::{BuildError, Client, ClientError, StateFilter};
+use super::contract::{Client, StateFilter};
+use super::error::{BuildError, ClientError};
 use fleet_core::api_rules::{self, ApiError, PutAction, StoreOptions};
 use fleet_core::model::JobState;
 use fleet_core::rollout::Control;

@@ -4,80 +4,34 @@
 //! first machine (or the one named by `MachineID=`), with systemd states to match. Every mutating call is logged,
 //! including whether a replacement asked to be rescheduled.
 //!
-//! Rollouts go through the same pure code as in a real cluster (see [`cluster`]): the API's
+//! Rollouts go through the same pure code as in a real cluster (see [`registry_image`]): the API's
 //! [`fleet_core::api_rules::decide_rollout`] over a registry image of the fake, the engine's [`fleet_core::rollout::advance`]
 //! over that image, and the agents' [`fleet_core::rollout::hash_on`] / [`fleet_core::rollout::restart_token`] for what
 //! each machine runs. A read of rollouts shows them as stored, then the engine makes one pass: a read right after
 //! a user's action shows the rollout before the engine took it up, as in a real cluster.
+//!
+//! Code map: `state` (what the fake holds, under its lock), `registry_image` (that state as the registry would hold
+//! it, and the pretend engine's pass over it); this file is the [`Client`] over them and the knobs tests turn.
 
-mod cluster;
+mod registry_image;
+mod state;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
-use super::{Client, ClientError, StateFilter};
+use super::contract::{Client, StateFilter};
+use super::error::ClientError;
+use state::{FakeUnit, State, is_global, opts_hash, pinned_machine};
 
 use fleet_core::api_rules::{self, ApiError, PutAction, decide_put};
 use fleet_core::rollout::Control;
 use fleet_core::schema::{Machine, Rollout, RolloutRequest, Unit, UnitHistory, UnitState};
-use fleet_core::unit::UnitOption;
-use fleet_core::unit::{Requirements, UnitFile};
+use fleet_core::unit::UnitFile;
 use fleet_core::version::SemVer;
-
-#[derive(Debug, Clone)]
-struct FakeUnit {
-    options: Vec<UnitOption>,
-    /// The registry object's version history (newest first), kept as the registry keeps it.
-    history: Vec<fleet_registry::Version>,
-    desired: String,
-    /// How often the unit was observed since its desired state last changed.
-    seen: u32,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    machines: Vec<Machine>,
-    units: BTreeMap<String, FakeUnit>,
-    /// Extra published states (in addition to the converged ones).
-    states: Vec<UnitState>,
-    converge: bool,
-    lag: u32,
-    log: Vec<String>,
-    /// Single-unit reads (`unit()`), by name.
-    unit_reads: BTreeMap<String, u32>,
-    fail: Option<ClientError>,
-    daemon_version: Option<SemVer>,
-    /// Options of every version a rollout replaced, by hash (what a rollback returns to).
-    bodies: BTreeMap<String, Vec<UnitOption>>,
-    rollouts: BTreeMap<String, fleet_core::rollout::Rollout>,
-    /// (unit, machine) → the rollout the machine last restarted the unit for (the agents' restarted markers).
-    restarted: BTreeMap<(String, String), String>,
-    /// Versions (hashes) that fail on every machine that starts them.
-    unhealthy: BTreeSet<String>,
-    /// While set, the pretend engine leaves rollouts alone.
-    rollouts_frozen: bool,
-    /// The pretend engine's clock (Unix ms).
-    clock_ms: u64,
-    /// How many of the next single-rollout reads fail, and with what.
-    failing_rollout_reads: Option<(u32, ClientError)>,
-}
 
 /// The fake cluster. Cheap to build; share it by reference.
 #[derive(Debug, Default)]
 pub struct FakeClient {
     state: Mutex<State>,
-}
-
-fn opts_hash(options: &[UnitOption]) -> String {
-    UnitFile::from_options(options.to_vec()).hash().to_hex()
-}
-
-fn is_global(name: &str, options: &[UnitOption]) -> bool {
-    Requirements::of(&UnitFile::from_options(options.to_vec()), name).global
-}
-
-fn pinned_machine(options: &[UnitOption]) -> Option<String> {
-    options.iter().find(|o| o.section == "X-Fleet" && o.name == "MachineID").map(|o| o.value.clone())
 }
 
 impl FakeClient {
@@ -91,7 +45,7 @@ impl FakeClient {
                 .map(|(id, ip)| Machine { id: id.to_string(), primary_ip: ip.to_string(), ..Default::default() })
                 .collect();
             st.converge = true;
-            st.clock_ms = cluster::START_MS;
+            st.clock_ms = registry_image::START_MS;
         }
         fc
     }
@@ -271,34 +225,6 @@ impl FakeClient {
         out
     }
     /// One `PUT /units/<name>`, decided as the API decides it.
-    /// The history after `old` (if any) gains the version `options`, as [`fleet_registry::UnitObject::next`]
-    /// continues it; the old version's options are kept for the history and rollbacks.
-    fn next_history(st: &mut State, old: Option<&FakeUnit>, options: &[UnitOption]) -> Vec<fleet_registry::Version> {
-        let hash = opts_hash(options);
-        let old_object = old.map(|o| {
-            st.bodies.insert(opts_hash(&o.options), o.options.clone());
-            fleet_registry::UnitObject {
-                name: "".into(),
-                hash: opts_hash(&o.options).into(),
-                previous_hash: None,
-                no_restart: false,
-                history: o.history.clone(),
-            }
-        });
-        let clock = st.clock_ms;
-        fleet_registry::UnitObject::next(old_object.as_ref(), "", &hash, false, clock).history
-    }
-
-    /// Stores `options` as the unit's new version (rollouts and rollbacks), continuing its history.
-    fn store_version(st: &mut State, name: &str, options: Vec<UnitOption>) {
-        let Some(old) = st.units.get(name).cloned() else { return };
-        let history = Self::next_history(st, Some(&old), &options);
-        if let Some(u) = st.units.get_mut(name) {
-            u.options = options;
-            u.history = history;
-        }
-    }
-
     fn put(st: &mut State, unit: &Unit) -> Result<(), ClientError> {
         let stored = st.units.get(&unit.name).map(|u| opts_hash(&u.options));
         let action = decide_put(unit, stored.as_deref()).map_err(api_error)?;
@@ -309,7 +235,7 @@ impl FakeClient {
                 let reschedule = if api_rules::StoreOptions::of(unit, &action).reschedule { " reschedule" } else { "" };
                 st.log.push(format!("{verb} {name} {desired}{reschedule}"));
                 let old = st.units.remove(&name);
-                let history = Self::next_history(st, old.as_ref(), &unit.options);
+                let history = st.next_history(old.as_ref(), &unit.options);
                 let stored = FakeUnit { options: unit.options.clone(), history, desired: desired.to_string(), seen: 0 };
                 st.units.insert(name, stored);
             }
@@ -433,14 +359,14 @@ impl Client for FakeClient {
             // A rebalance is planned by the engine's scheduler, which the fake does not run.
             return Err(ClientError::Api { code: 501, message: "the fake cluster does not rebalance".into() });
         }
-        let view = cluster::registry_view(&st);
+        let view = registry_image::registry_view(&st);
         let plan = api_rules::decide_rollout(id, request, &view, st.clock_ms).map_err(api_error)?;
         // Like the API: the new versions are stored with the rollout; the old ones are kept for a rollback.
         for unit in &plan.spec.units {
             let Some(stored) = st.units.get(&unit.name).cloned() else { continue };
             if let Some(new) = request.units.iter().find(|u| u.name == unit.name && !u.options.is_empty()) {
                 st.bodies.insert(unit.from.clone(), stored.options);
-                Self::store_version(&mut st, &unit.name, new.options.clone());
+                st.store_version(&unit.name, new.options.clone());
             }
         }
         let names: Vec<&str> = plan.spec.units.iter().map(|u| u.name.as_str()).collect();
@@ -480,7 +406,7 @@ impl Client for FakeClient {
             Self::check_fail(&st)?;
             Self::stored_rollouts_of(&st)
         };
-        cluster::engine_pass(&mut self.lock());
+        registry_image::engine_pass(&mut self.lock());
         Ok(shown.iter().map(api_rules::rollout).collect())
     }
 
@@ -494,7 +420,7 @@ impl Client for FakeClient {
             }
         }
         let shown = st.rollouts.get(id).map(api_rules::rollout);
-        cluster::engine_pass(&mut st);
+        registry_image::engine_pass(&mut st);
         Ok(shown)
     }
 

@@ -22,9 +22,10 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 
+use super::contract::{Client, StateFilter};
 use super::endpoint::{ApiEndpoint, Transport};
+use super::error::{BuildError, ClientError};
 use super::pool::{ConnectionPool, Sender};
-use super::{BuildError, Client, ClientError, StateFilter};
 use fleet_core::schema::{
     ErrorBody, Machine, MachineMetadataOp, MachinePage, Rollout, RolloutList, RolloutRequest, Unit, UnitBatch,
     UnitBatchReply, UnitHistory, UnitPage, UnitState, UnitStatePage,

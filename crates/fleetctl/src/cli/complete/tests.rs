@@ -1,11 +1,11 @@
 //! The completion scripts run in the real shells (bash sourced and driven through `COMP_WORDS`; zsh and fish
-//! parse-checked), with a stand-in `fleetctl` on `PATH` for the registry names; `__complete` against the fake.
+//! parse-checked), with a stand-in `fleetctl` on `PATH` for the registry names. `completion` and `__complete` as
+//! whole invocations are tested in `cli/tests/complete.rs`.
 
 use std::path::Path;
 use std::process::Command;
 
 use super::*;
-use crate::cli::testing::{cluster, run};
 
 /// Completions bash offers for `line` (words; the last is the one being completed), with `dir` first on PATH.
 fn bash_complete(dir: &Path, line: &[&str]) -> Vec<String> {
@@ -80,23 +80,4 @@ fn zsh_and_fish_scripts_parse_in_their_shells() {
             .unwrap_or_else(|e| panic!("{shell} is needed for this test (ci/setup installs it): {e}"));
         assert!(out.status.success(), "{shell} rejects its script: {}", String::from_utf8_lossy(&out.stderr));
     }
-}
-
-#[test]
-fn completion_command_and_the_names_helper() {
-    let c = cluster();
-    c.insert_unit("b.service", "[Service]\nExecStart=/bin/true\n", "inactive");
-    c.insert_unit("a.service", "[Service]\nExecStart=/bin/true\n", "inactive");
-    let o = run(&c, &["__complete", "units"]);
-    assert_eq!((o.code, o.out.as_str()), (0, "a.service\nb.service\n"));
-    let o = run(&c, &["__complete", "machines"]);
-    assert_eq!(o.out.lines().count(), 3);
-    let o = run(&c, &["__complete", "bogus"]);
-    assert_eq!((o.code, o.out.as_str(), o.err.as_str()), (1, "", "__complete: give units or machines\n"));
-    let o = run(&c, &["completion", "bash"]);
-    assert_eq!((o.code, o.out.clone()), (0, script_text("bash")));
-    let o = run(&c, &["completion", "tcsh"]);
-    assert_eq!((o.code, o.err.as_str()), (1, "Unknown shell \"tcsh\": completion supports bash, zsh and fish\n"));
-    assert_eq!(run(&c, &["completion"]).err, "One shell must be given: bash, zsh or fish\n");
-    assert!(!run(&c, &["help"]).out.contains("__complete"), "the helper stays out of help");
 }

@@ -1,7 +1,9 @@
-//! The fake cluster as the registry would hold it, and one pass of a pretend engine over its rollouts. Nothing here
-//! decides anything itself: the registry image is read by the API's [`fleet_core::api_rules::decide_rollout`] and by the
-//! registry's [`SnapshotCluster`] (as the engine) + [`rollout::advance`]; what each machine runs comes from the agents' own
-//! [`rollout::hash_on`] and [`rollout::restart_token`].
+//! The fake's registry image: its state (`state`) written out as the registry's keys and records, as a real
+//! cluster's registry would hold it, and one pass of a pretend engine (and the agents' restarts) over the rollouts
+//! in that image. Nothing here decides anything itself: the registry image is read by the API's
+//! [`fleet_core::api_rules::decide_rollout`] and by the registry's [`SnapshotCluster`] (as the engine) +
+//! [`rollout::advance`]; what each machine runs comes from the agents' own [`rollout::hash_on`] and
+//! [`rollout::restart_token`].
 //!
 //! Machines act "at once": a machine runs whatever the agents' rule says the moment it is asked, and a version the
 //! test marked unhealthy (`FakeClient::set_unhealthy`) reports `failed` wherever it runs. Time is the engine's
@@ -9,7 +11,7 @@
 //! the rollouts' next deadline (the end of a `minHealthyMs`, or a health timeout), so a wait for a rollout ends
 //! after a handful of reads whatever durations the rollout was given.
 
-use super::{State, is_global, opts_hash, pinned_machine};
+use super::state::{State, is_global, opts_hash, pinned_machine};
 use fleet_core::model::JobState;
 use fleet_core::rollout::{self, RolloutUnit};
 use fleet_core::unit::UnitFile;
@@ -144,7 +146,7 @@ pub(super) fn engine_pass(st: &mut State) {
     }
     for unit in roll_back {
         if let Some(options) = st.bodies.get(&unit.from).cloned() {
-            super::FakeClient::store_version(st, &unit.name, options);
+            st.store_version(&unit.name, options);
         }
     }
     match wake {

@@ -3,8 +3,8 @@
 
 use serde_json::{Value, json};
 
-use super::*;
-use crate::cli::testing::{cluster, run};
+use super::{cluster, run};
+use crate::cli::json::*;
 use fleet_core::unit::UnitFile;
 
 const HELLO: &str =
@@ -163,12 +163,4 @@ fn unknown_output_formats_are_refused_on_every_command() {
         assert_eq!(run(&c, &[cmd, "--output=text"]).out, run(&c, &[cmd]).out, "{cmd}");
     }
     assert!(parse_format("json").is_ok() && parse_format("JSON").is_err());
-}
-
-#[test]
-fn every_json_command_accepts_the_hidden_output_flag() {
-    for name in JSON_COMMANDS {
-        let spec = crate::cli::commands::command(name).unwrap();
-        assert!(spec.flags.iter().any(|f| f.name == "output" && f.hidden), "{name}");
-    }
 }
