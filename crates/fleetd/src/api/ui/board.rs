@@ -34,6 +34,9 @@ pub struct Cell {
     pub hash: String,
     /// Hash of the version this machine last started (its launched marker), if any.
     pub running: String,
+    /// Hash of the version this machine should run now: the desired one, or the one a replace rollout keeps here
+    /// until its step ([`fleet_core::rollout::hash_on`], what the machine's agent runs).
+    pub intended: String,
     /// The engine placed the unit on this machine.
     pub target: bool,
     /// The unit's health check on this machine, for a unit that has one.
@@ -116,6 +119,8 @@ fn column(m: MachineState) -> Column {
 pub fn row(snapshot: &Snapshot, name: &str) -> Option<Row> {
     let unit = snapshot.unit(name)?;
     let record = snapshot.unit_record(name)?;
+    let rollouts = snapshot.rollouts();
+    let intended = |machine: &str| fleet_core::rollout::hash_on(&rollouts, name, unit.hash, machine).to_string();
     let mut cells = BTreeMap::new();
     for (machine, state) in snapshot.state_records().get(name).into_iter().flat_map(|states| states.iter()) {
         cells.insert(
@@ -126,6 +131,7 @@ pub fn row(snapshot: &Snapshot, name: &str) -> Option<Row> {
                 load: state.load_state.to_string(),
                 hash: state.hash.to_string(),
                 running: record.launched.get(machine).map(|h| h.to_string()).unwrap_or_default(),
+                intended: intended(machine),
                 target: unit.target == Some(&**machine),
                 health: state.health.clone(),
             },
@@ -138,6 +144,7 @@ pub fn row(snapshot: &Snapshot, name: &str) -> Option<Row> {
             load: String::new(),
             hash: String::new(),
             running: record.launched.get(target).map(|h| h.to_string()).unwrap_or_default(),
+            intended: intended(target),
             target: true,
             health: None,
         });

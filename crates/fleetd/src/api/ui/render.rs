@@ -150,7 +150,7 @@ fn unit_row(out: &mut String, row: &Row, machines: &[Column]) {
     );
     for column in machines {
         match row.cells.get(&column.id) {
-            Some(cell) => cell_td(out, &column.id, cell, &row.hash),
+            Some(cell) => cell_td(out, &column.id, cell),
             None => {
                 let _ = write!(out, "<td class=\"cell\" data-machine=\"{}\"></td>", escape(&column.id));
             }
@@ -159,8 +159,9 @@ fn unit_row(out: &mut String, row: &Row, machines: &[Column]) {
     out.push_str("</tr>\n");
 }
 
-fn cell_td(out: &mut String, machine: &str, cell: &Cell, desired_hash: &str) {
-    let outdated = !cell.hash.is_empty() && cell.hash != desired_hash;
+fn cell_td(out: &mut String, machine: &str, cell: &Cell) {
+    // Behind the version it should run (a machine a rollout has not reached yet is not behind).
+    let outdated = !cell.hash.is_empty() && cell.hash != cell.intended;
     let _ = write!(
         out,
         "<td class=\"cell {}{}{}\" data-machine=\"{}\" title=\"{}\">{}",
@@ -227,10 +228,12 @@ pub fn detail(detail: &Detail, history: &[Recorded], machines: &[Column], fragme
         let name = machines.iter().find(|c| &c.id == machine).map_or(machine.as_str(), |c| c.short.as_str());
         let verdict = if cell.hash.is_empty() {
             "not yet loaded"
-        } else if cell.hash == row.hash && (cell.running.is_empty() || cell.running == row.hash) {
+        } else if cell.hash != cell.intended || !(cell.running.is_empty() || cell.running == cell.intended) {
+            "differs from the version it should run"
+        } else if cell.intended == row.hash {
             "desired version"
         } else {
-            "differs from the desired version"
+            "kept on its version by a rollout until its step"
         };
         let health = match &cell.health {
             None if !checked => String::new(),
@@ -288,7 +291,7 @@ fn clock(at_ms: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::board::tests::{H1, M1, Registry};
+    use super::super::board::tests::{H1, H2, M1, M2, Registry};
     use super::super::board::{StateChange, board, detail as detail_of};
     use super::*;
 
@@ -366,6 +369,56 @@ mod tests {
         );
         let plain = detail(&detail_of(&snapshot, "plain.service").unwrap(), &[], &board(&snapshot).machines, true);
         assert!(!plain.contains("<th>health</th>"), "no health column without a check: {plain}");
+    }
+
+    #[test]
+    fn a_machine_a_rollout_has_not_reached_yet_is_kept_on_its_version_not_outdated() {
+        use fleet_core::rollout::{Phase, RolloutKind, RolloutProgress, RolloutSpec, RolloutState, RolloutUnit, Step};
+        use fleet_registry::Key;
+        let mut reg = Registry::new();
+        reg.machine(M1, "10.0.0.1", "{}").machine(M2, "10.0.0.2", "{}").unit("db.service", H2, "launched");
+        reg.put(Key::Body { hash: H1.into() }, "[Service]\nExecStart=/bin/true # old\n");
+        reg.state("db.service", M1, H2, "active", "running").state("db.service", M2, H1, "active", "running");
+        let unit = RolloutUnit { name: "db.service".into(), from: H1.into(), to: H2.into(), ..RolloutUnit::default() };
+        let spec = RolloutSpec {
+            id: "r1".into(),
+            kind: RolloutKind::Replace,
+            units: vec![unit],
+            max_unavailable: 1,
+            ..RolloutSpec::default()
+        };
+        let step = |machine: &str, phase| Step {
+            unit: "db.service".into(),
+            machine: machine.into(),
+            phase,
+            ..Step::default()
+        };
+        let progress = RolloutProgress {
+            state: RolloutState::Running,
+            steps: vec![step(M1, Phase::Done), step(M2, Phase::Pending)],
+            ..RolloutProgress::default()
+        };
+        reg.put(Key::RolloutSpec { id: "r1".into() }, &serde_json::to_string(&spec).unwrap());
+        reg.put(Key::RolloutProgress { id: "r1".into() }, &serde_json::to_string(&progress).unwrap());
+        let row = super::super::board::row(&reg.snap, "db.service").unwrap();
+        assert_eq!(row.cells[M2].intended, H1, "m2 keeps the old version until its step");
+        assert_eq!(row.cells[M1].intended, H2);
+        let mut out = String::new();
+        for machine in [M1, M2] {
+            cell_td(&mut out, machine, &row.cells[machine]);
+        }
+        assert!(!out.contains("outdated"), "a machine the rollout has not reached is not behind: {out}");
+        // Once its step is released, the machine should run the new version: the old one is behind.
+        let progress = RolloutProgress {
+            state: RolloutState::Running,
+            steps: vec![step(M1, Phase::Done), step(M2, Phase::Updating)],
+            ..RolloutProgress::default()
+        };
+        reg.put(Key::RolloutProgress { id: "r1".into() }, &serde_json::to_string(&progress).unwrap());
+        let row = super::super::board::row(&reg.snap, "db.service").unwrap();
+        let mut out = String::new();
+        cell_td(&mut out, M2, &row.cells[M2]);
+        assert!(out.contains(" outdated"), "released, m2 still holds the old version: {out}");
     }
 
     #[test]

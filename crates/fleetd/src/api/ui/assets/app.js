@@ -89,7 +89,7 @@
       if (cell) {
         td.classList.add(stateClass(cell.active));
         if (cell.target) td.classList.add('target');
-        if (cell.hash && cell.hash !== row.hash) td.classList.add('outdated');
+        if (cell.hash && cell.hash !== cell.intended) td.classList.add('outdated');
         td.textContent = cellText(cell);
         td.title = 'load ' + (cell.load || '-') + (cell.hash ? ', file ' + short(cell.hash) : '') +
           (cell.running ? ', running ' + short(cell.running) : '');
