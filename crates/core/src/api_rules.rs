@@ -288,7 +288,7 @@ pub fn decide_rollout(
     use crate::rollout::{RolloutKind, RolloutSpec, RolloutUnit};
     crate::store::check_component(crate::store::Component::RolloutId, id).map_err(ApiError::bad_request)?;
     if snapshot.rollout_records().contains_key(id) {
-        return Err(reject(StatusCode::CONFLICT, format!("rollout {id:?} already exists")));
+        return Err(rollout_exists(id));
     }
     if request.kind == RolloutKind::Rebalance {
         return decide_rebalance(id, request, snapshot, now_ms);
@@ -367,6 +367,12 @@ pub fn decide_rollout(
     Ok(RolloutPlan { spec, bodies })
 }
 
+/// The answer to a rollout ID that is taken. Decided here against the view ([`decide_rollout`]); the registry's
+/// create transaction enforces it against a concurrent creator, and that refusal is worded by this too.
+pub fn rollout_exists(id: &str) -> ApiError {
+    reject(StatusCode::CONFLICT, format!("rollout {id:?} already exists"))
+}
+
 /// A rollout ID for units whose first is `first_unit`, made at `now_ms`: `<unit name without type>-<now_ms>`,
 /// characters the registry does not take in IDs replaced by `_`, at most 64 characters.
 pub fn rollout_id(first_unit: &str, now_ms: u64) -> String {
@@ -420,17 +426,14 @@ fn pace(
     use crate::rollout::policy::{self, MaxUnavailable};
     let defaults = UpdatePolicy::default();
     let base = policy.unwrap_or(&defaults);
-    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    use std::time::Duration;
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let max = match (request.max_unavailable, request.max_unavailable_percent) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request("give maxUnavailable or maxUnavailablePercent, not both"));
         }
-        (Some(0), None) => return Err(ApiError::bad_request("maxUnavailable must be at least 1")),
         (Some(n), None) => MaxUnavailable::Count(n),
-        (None, Some(p @ 1..=100)) => MaxUnavailable::Percent(p),
-        (None, Some(p)) => {
-            return Err(ApiError::bad_request(format!("maxUnavailablePercent must be from 1 to 100, got {p}")));
-        }
+        (None, Some(p)) => MaxUnavailable::Percent(p),
         (None, None) => base.max_unavailable,
     };
     (spec.max_unavailable, spec.max_unavailable_percent) = match max {
@@ -439,21 +442,31 @@ fn pace(
     };
     spec.min_healthy_ms = request.min_healthy_ms.unwrap_or(ms(base.min_healthy));
     spec.health_timeout_ms = request.health_timeout_ms.unwrap_or(ms(base.health_timeout));
-    if spec.health_timeout_ms == 0 {
-        return Err(ApiError::bad_request("healthTimeoutMs must be positive"));
-    }
     spec.on_failure = request.on_failure.unwrap_or(base.on_failure);
     spec.order = request.order.clone().unwrap_or_else(|| base.order.clone());
-    policy::parse_order(&spec.order).map_err(|e| ApiError::bad_request(format!("order {:?}: {e}", spec.order)))?;
-    spec.progress_deadline_ms = match request.progress_deadline_ms {
-        Some(0) => return Err(ApiError::bad_request("progressDeadlineMs must be positive")),
-        Some(d) => d,
-        None => base.progress_deadline.map_or(0, ms),
-    };
+    let progress_deadline = request.progress_deadline_ms.map(Duration::from_millis).or(base.progress_deadline);
+    spec.progress_deadline_ms = progress_deadline.map_or(0, ms);
     spec.canary = request.canary.unwrap_or(0);
     spec.canary_hold_ms = request.canary_hold_ms.unwrap_or(0);
-    if spec.canary_hold_ms > 0 && spec.canary == 0 {
-        return Err(ApiError::bad_request("canaryHoldMs needs canary"));
+    let checked = policy::check_pace(
+        max,
+        Duration::from_millis(spec.health_timeout_ms),
+        progress_deadline,
+        spec.canary,
+        Duration::from_millis(spec.canary_hold_ms),
+        &spec.order,
+    );
+    if let Err((setting, problem)) = checked {
+        // Named as the request names it (fleetctl's flags are these fields).
+        let field = match (setting, max) {
+            (policy::PaceSetting::MaxUnavailable, MaxUnavailable::Percent(_)) => "maxUnavailablePercent",
+            (policy::PaceSetting::MaxUnavailable, MaxUnavailable::Count(_)) => "maxUnavailable",
+            (policy::PaceSetting::HealthTimeout, _) => "healthTimeoutMs",
+            (policy::PaceSetting::ProgressDeadline, _) => "progressDeadlineMs",
+            (policy::PaceSetting::CanaryHold, _) => "canaryHoldMs",
+            (policy::PaceSetting::Order, _) => "order",
+        };
+        return Err(ApiError::bad_request(format!("{field}: {problem}")));
     }
     if policy.is_some() {
         spec.policy = "unit".into();
@@ -529,6 +542,78 @@ mod tests {
     fn rejected(r: Result<PutAction, ApiError>) -> (u16, String) {
         let e = r.expect_err("expected a rejection");
         (e.status.as_u16(), e.message)
+    }
+
+    /// The registry image of one launched unit, `db.service` (HELLO).
+    fn launched_db() -> crate::store::Snapshot {
+        let keys = crate::store::Keys::new("/p");
+        let h = hash(HELLO);
+        let kvs = [
+            (keys.body(&h), UnitFile::parse(HELLO).unwrap().canonical().into_bytes()),
+            (keys.unit_object("db.service"), format!(r#"{{"name":"db.service","hash":"{h}"}}"#).into_bytes()),
+            (keys.unit_desired("db.service"), b"launched".to_vec()),
+        ];
+        let changes = kvs
+            .iter()
+            .map(|(k, v)| (k.as_bytes(), crate::store::Change::Put { value: v.as_slice(), mod_revision: 2, lease: 0 }));
+        crate::store::Snapshot::from_kvs(&keys, 2, changes)
+    }
+
+    #[test]
+    fn a_pace_is_checked_once_and_refused_naming_the_requests_field() {
+        let snapshot = launched_db();
+        let restart = schema::RolloutRequest {
+            kind: crate::rollout::RolloutKind::Restart,
+            units: vec![schema::RolloutRequestUnit { name: "db.service".into(), options: Vec::new() }],
+            ..Default::default()
+        };
+        let cases = [
+            (
+                schema::RolloutRequest { max_unavailable: Some(0), ..restart.clone() },
+                "maxUnavailable: must be at least 1",
+            ),
+            (
+                schema::RolloutRequest { max_unavailable_percent: Some(101), ..restart.clone() },
+                "maxUnavailablePercent: a percentage must be from 1% to 100%, got 101%",
+            ),
+            (
+                schema::RolloutRequest {
+                    max_unavailable: Some(1),
+                    max_unavailable_percent: Some(5),
+                    ..restart.clone()
+                },
+                "give maxUnavailable or maxUnavailablePercent, not both",
+            ),
+            (
+                schema::RolloutRequest { health_timeout_ms: Some(0), ..restart.clone() },
+                "healthTimeoutMs: must be longer than 0",
+            ),
+            (
+                schema::RolloutRequest { progress_deadline_ms: Some(0), ..restart.clone() },
+                "progressDeadlineMs: must be longer than 0",
+            ),
+            (
+                schema::RolloutRequest { canary_hold_ms: Some(60_000), ..restart.clone() },
+                "canaryHoldMs: applies only with canaries",
+            ),
+            (schema::RolloutRequest { order: Some("middle:x".into()), ..restart.clone() }, "order: \"middle:x\""),
+            (
+                schema::RolloutRequest {
+                    kind: crate::rollout::RolloutKind::Rebalance,
+                    units: Vec::new(),
+                    max_unavailable: Some(0),
+                    ..restart.clone()
+                },
+                "maxUnavailable: must be at least 1",
+            ),
+        ];
+        for (request, want) in cases {
+            let err = decide_rollout("r1", &request, &snapshot, 1).map(drop).expect_err(want);
+            assert_eq!(err.status, StatusCode::BAD_REQUEST, "{want}");
+            assert!(err.message.starts_with(want), "{:?}, want {want:?}", err.message);
+        }
+        let fine = schema::RolloutRequest { canary: Some(1), canary_hold_ms: Some(60_000), ..restart };
+        assert!(decide_rollout("r1", &fine, &snapshot, 1).is_ok(), "a canary hold with a canary is a pace");
     }
 
     #[test]

@@ -83,18 +83,27 @@ pub enum MaxUnavailable {
 }
 
 impl MaxUnavailable {
-    /// `N` (at least 1) or `P%` (1 to 100).
+    /// `N` or `P%`, then [`check_pace`]'s ranges (`N` at least 1, `P` from 1 to 100).
     pub fn parse(text: &str) -> Result<MaxUnavailable, String> {
         let text = text.trim();
-        if let Some(p) = text.strip_suffix('%') {
-            return match p.trim().parse::<u32>() {
-                Ok(p @ 1..=100) => Ok(MaxUnavailable::Percent(p)),
-                _ => Err(format!("expected a percentage from 1% to 100%, got {text:?}")),
-            };
-        }
-        match text.parse::<u32>() {
-            Ok(n) if n >= 1 => Ok(MaxUnavailable::Count(n)),
-            _ => Err(format!("expected a number of machines of at least 1 or a percentage such as 25%, got {text:?}")),
+        let parsed = match text.strip_suffix('%') {
+            Some(p) => p.trim().parse::<u32>().map(MaxUnavailable::Percent),
+            None => text.parse::<u32>().map(MaxUnavailable::Count),
+        };
+        let max = parsed.map_err(|_| {
+            format!("expected a number of machines such as 2 or a percentage such as 25%, got {text:?}")
+        })?;
+        max.check().map(|()| max)
+    }
+
+    /// At least one machine, or a percentage from 1 to 100.
+    fn check(self) -> Result<(), String> {
+        match self {
+            MaxUnavailable::Count(0) => Err("must be at least 1".into()),
+            MaxUnavailable::Percent(p) if !(1..=100).contains(&p) => {
+                Err(format!("a percentage must be from 1% to 100%, got {p}%"))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -107,6 +116,41 @@ impl MaxUnavailable {
             }
         }
     }
+}
+
+/// A pace setting of a rollout, as [`check_pace`] names the one it refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaceSetting {
+    MaxUnavailable,
+    HealthTimeout,
+    ProgressDeadline,
+    CanaryHold,
+    Order,
+}
+
+/// The one set of rules for a rollout's pace, wherever it is given (a unit's `Update*=` keys, an API request,
+/// fleetctl's flags through the API; each names the setting its own way): at least one machine (or 1% to 100%)
+/// unavailable, a health timeout and a progress deadline (when there is one) longer than 0, a canary hold only
+/// with canaries, and an order that parses.
+pub fn check_pace(
+    max_unavailable: MaxUnavailable,
+    health_timeout: Duration,
+    progress_deadline: Option<Duration>,
+    canary: u32,
+    canary_hold: Duration,
+    order: &str,
+) -> Result<(), (PaceSetting, String)> {
+    max_unavailable.check().map_err(|e| (PaceSetting::MaxUnavailable, e))?;
+    if health_timeout.is_zero() {
+        return Err((PaceSetting::HealthTimeout, "must be longer than 0".into()));
+    }
+    if progress_deadline.is_some_and(|d| d.is_zero()) {
+        return Err((PaceSetting::ProgressDeadline, "must be longer than 0".into()));
+    }
+    if !canary_hold.is_zero() && canary == 0 {
+        return Err((PaceSetting::CanaryHold, "applies only with canaries".into()));
+    }
+    parse_order(order).map(drop).map_err(|e| (PaceSetting::Order, e))
 }
 
 /// One rule of `UpdateOrder=` / `--order=`: machines a selector picks go `first` (the default) or `last`.
@@ -298,10 +342,6 @@ fn update_policy(unit: &UnitFile) -> Result<Option<UpdatePolicy>, PolicyError> {
         policy.min_healthy = d;
     }
     if let Some(d) = duration(unit, keys::UPDATE_HEALTH_TIMEOUT)? {
-        if d.is_zero() {
-            let value = last(unit, keys::UPDATE_HEALTH_TIMEOUT).unwrap_or_default();
-            return Err(error(keys::UPDATE_HEALTH_TIMEOUT, value, "must be longer than 0"));
-        }
         policy.health_timeout = d;
     }
     if let Some(value) = last(unit, keys::UPDATE_ON_FAILURE) {
@@ -312,16 +352,24 @@ fn update_policy(unit: &UnitFile) -> Result<Option<UpdatePolicy>, PolicyError> {
         };
     }
     if let Some(value) = last(unit, keys::UPDATE_ORDER) {
-        parse_order(value).map_err(|e| error(keys::UPDATE_ORDER, value, e))?;
         policy.order = value.trim().to_string();
     }
     if let Some(d) = duration(unit, keys::UPDATE_PROGRESS_DEADLINE)? {
-        if d.is_zero() {
-            let value = last(unit, keys::UPDATE_PROGRESS_DEADLINE).unwrap_or_default();
-            return Err(error(keys::UPDATE_PROGRESS_DEADLINE, value, "must be longer than 0"));
-        }
         policy.progress_deadline = Some(d);
     }
+    let p = &policy;
+    check_pace(p.max_unavailable, p.health_timeout, p.progress_deadline, 0, Duration::ZERO, &p.order).map_err(
+        |(setting, problem)| {
+            let key = match setting {
+                PaceSetting::MaxUnavailable => keys::UPDATE_MAX_UNAVAILABLE,
+                PaceSetting::HealthTimeout => keys::UPDATE_HEALTH_TIMEOUT,
+                PaceSetting::ProgressDeadline => keys::UPDATE_PROGRESS_DEADLINE,
+                // A unit's policy has no canary keys.
+                PaceSetting::CanaryHold | PaceSetting::Order => keys::UPDATE_ORDER,
+            };
+            error(key, last(unit, key).unwrap_or_default(), problem)
+        },
+    )?;
     if !rolling {
         let given = keys::UPDATE_SETTINGS.iter().find(|k| last(unit, k).is_some());
         if let Some(key) = given {
@@ -391,8 +439,9 @@ mod tests {
     fn bad_policy_values_are_refused_naming_the_key() {
         let cases = [
             ("UpdatePolicy=slowly\n", "[X-Fleet] UpdatePolicy=\"slowly\": expected rolling or all-at-once"),
-            ("UpdatePolicy=rolling\nUpdateMaxUnavailable=0\n", "UpdateMaxUnavailable=\"0\": expected a number"),
-            ("UpdatePolicy=rolling\nUpdateMaxUnavailable=150%\n", "expected a percentage from 1% to 100%"),
+            ("UpdatePolicy=rolling\nUpdateMaxUnavailable=0\n", "UpdateMaxUnavailable=\"0\": must be at least 1"),
+            ("UpdatePolicy=rolling\nUpdateMaxUnavailable=two\n", "UpdateMaxUnavailable=\"two\": expected a number"),
+            ("UpdatePolicy=rolling\nUpdateMaxUnavailable=150%\n", "a percentage must be from 1% to 100%, got 150%"),
             ("UpdatePolicy=rolling\nUpdateMinHealthy=soon\n", "UpdateMinHealthy=\"soon\": expected a duration"),
             ("UpdatePolicy=rolling\nUpdateHealthTimeout=0s\n", "UpdateHealthTimeout=\"0s\": must be longer than 0"),
             ("UpdatePolicy=rolling\nUpdateOnFailure=retry\n", "UpdateOnFailure=\"retry\": expected pause or rollback"),

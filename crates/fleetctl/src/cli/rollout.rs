@@ -117,7 +117,8 @@ impl Pace {
     }
 }
 
-/// The pace the given flags ask for, or what is wrong with them (named by flag).
+/// The pace the given flags ask for, or the flag whose text does not parse. Whether the values make a pace is the
+/// server's one decision (`rollout::policy::check_pace`); fleetctl shows its answer.
 pub fn pace(flags: &Flags) -> Result<Pace, String> {
     let given = |name: &str| flags.is_given(name);
     let mut pace = Pace::default();
@@ -130,11 +131,7 @@ pub fn pace(flags: &Flags) -> Result<Pace, String> {
         pace.min_healthy = Some(flags.duration("min-healthy"));
     }
     if given("health-timeout") {
-        let timeout = flags.duration("health-timeout");
-        if timeout.is_zero() {
-            return Err("--health-timeout must be longer than 0".into());
-        }
-        pace.health_timeout = Some(timeout);
+        pace.health_timeout = Some(flags.duration("health-timeout"));
     }
     if given("on-failure") {
         pace.on_failure = Some(match flags.str("on-failure") {
@@ -148,22 +145,13 @@ pub fn pace(flags: &Flags) -> Result<Pace, String> {
         pace.canary = Some(u32::try_from(n).map_err(|_| format!("--canary must be 0 or more, got {n}"))?);
     }
     if given("canary-hold") {
-        if pace.canary.unwrap_or(0) == 0 {
-            return Err("--canary-hold applies only with --canary".into());
-        }
         pace.canary_hold = Some(flags.duration("canary-hold"));
     }
     if given("order") {
-        let order = flags.str("order").to_string();
-        fleet_core::rollout::policy::parse_order(&order).map_err(|e| format!("invalid --order: {e}"))?;
-        pace.order = Some(order);
+        pace.order = Some(flags.str("order").to_string());
     }
     if given("progress-deadline") {
-        let deadline = flags.duration("progress-deadline");
-        if deadline.is_zero() {
-            return Err("--progress-deadline must be longer than 0".into());
-        }
-        pace.progress_deadline = Some(deadline);
+        pace.progress_deadline = Some(flags.duration("progress-deadline"));
     }
     Ok(pace)
 }
@@ -456,19 +444,17 @@ pub fn rebalance(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
         ctx.warn(&format!("Error starting rebalance: rebalance takes no arguments, got {extra:?}"));
         return EXIT_ERROR;
     }
-    // A rebalance has its own defaults (its flags' defaults), always sent.
+    // A rebalance has its own defaults (its flags' defaults), always sent; the server checks them.
     let max = ctx.flags.int("max-unavailable");
-    let health_timeout = ctx.flags.duration("health-timeout");
     let pace = match u32::try_from(max) {
-        Ok(n) if n >= 1 && !health_timeout.is_zero() => Ok(Pace {
+        Ok(n) => Ok(Pace {
             max_unavailable: Some(MaxUnavailable::Count(n)),
             min_healthy: Some(ctx.flags.duration("min-healthy")),
-            health_timeout: Some(health_timeout),
+            health_timeout: Some(ctx.flags.duration("health-timeout")),
             on_failure: Some(OnFailure::Pause),
             ..Pace::default()
         }),
-        Ok(n) if n >= 1 => Err("--health-timeout must be longer than 0".to_string()),
-        _ => Err(format!("--max-unavailable must be at least 1, got {max}")),
+        Err(_) => Err(format!("--max-unavailable must be a number of machines, got {max}")),
     };
     let pace = match pace {
         Ok(pace) => pace,

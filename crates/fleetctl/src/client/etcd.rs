@@ -103,9 +103,7 @@ fn client_error(e: RegistryError) -> ClientError {
         RegistryError::RolloutNotFound { .. } => {
             ClientError::Rejected { code: 404, message: "rollout does not exist".into() }
         }
-        RegistryError::RolloutExists { id } => {
-            ClientError::Rejected { code: 409, message: format!("rollout {id:?} already exists") }
-        }
+        RegistryError::RolloutExists { id } => rejected(api_rules::rollout_exists(&id)),
         e @ RegistryError::UnitChanged { .. } => ClientError::Rejected { code: 409, message: e.to_string() },
         other => ClientError::Other(other.to_string()),
     }

@@ -91,9 +91,7 @@ impl Api {
                     fleet_core::rollout::Rollout { spec: plan.spec, control: Control::default(), progress: None };
                 Ok(schema::Rollout { revision, ..api_rules::rollout(&stored) })
             }
-            Err(RegistryError::RolloutExists { .. }) => {
-                Err(reply::error(StatusCode::CONFLICT, &format!("rollout {id:?} already exists")))
-            }
+            Err(RegistryError::RolloutExists { .. }) => Err(reply::refused(&api_rules::rollout_exists(id))),
             Err(err @ RegistryError::UnitChanged { .. }) => Err(reply::error(StatusCode::CONFLICT, &err.to_string())),
             Err(err) => Err(internal("store rollout", &err)),
         }

@@ -268,6 +268,25 @@ fn rolling_restart_restarts_machine_by_machine() {
     assert_eq!(c.unit_text("db.service").unwrap(), GLOBAL);
 }
 
+/// Values that parse but make no pace are the server's to refuse (one set of rules, `check_pace`): fleetctl shows
+/// its answer, naming the request's field, and nothing is stored.
+#[test]
+fn a_pace_the_server_refuses_is_shown_and_nothing_is_stored() {
+    let (_dir, c, _f) = db_cluster_and_local(GLOBAL_V2);
+    let cases = [
+        (vec!["restart", "--rolling", "--health-timeout=0", "db"], "healthTimeoutMs: must be longer than 0"),
+        (vec!["restart", "--rolling", "--progress-deadline=0s", "db"], "progressDeadlineMs: must be longer than 0"),
+        (vec!["restart", "--rolling", "--canary-hold=1m", "db"], "canaryHoldMs: applies only with canaries"),
+        (vec!["restart", "--rolling", "--order=middle:x", "db"], "order: \"middle:x\": expected first:"),
+    ];
+    for (args, want) in cases {
+        let o = run(&c, &args);
+        assert_eq!(o.code, EXIT_ERROR, "{args:?}: {}", o.err);
+        assert!(o.err.contains("Error 400") && o.err.contains(want), "{args:?}: {:?}, want {want:?}", o.err);
+        assert!(c.rollouts().unwrap().is_empty(), "{args:?}: a refused rollout was stored");
+    }
+}
+
 #[test]
 fn wrong_flags_and_missing_units_are_refused_before_anything_is_sent() {
     let (dir, c, f) = db_cluster_and_local(GLOBAL_V2);
@@ -289,12 +308,7 @@ fn wrong_flags_and_missing_units_are_refused_before_anything_is_sent() {
         (vec!["restart", "--no-block", "db"], "Error restarting units: --no-block applies only with --rolling\n"),
         (
             vec!["restart", "--rolling", "--max-unavailable=0", "db"],
-            "Error starting rollout: invalid --max-unavailable: expected a number of machines of at least 1 or a \
-             percentage such as 25%, got \"0\"\n",
-        ),
-        (
-            vec!["restart", "--rolling", "--health-timeout=0", "db"],
-            "Error starting rollout: --health-timeout must be longer than 0\n",
+            "Error starting rollout: invalid --max-unavailable: must be at least 1\n",
         ),
         (
             vec!["restart", "--rolling", "--on-failure=retry", "db"],
@@ -336,7 +350,7 @@ fn wrong_flags_and_missing_units_are_refused_before_anything_is_sent() {
         (o.code, o.err.as_str()),
         (
             EXIT_ERROR,
-            "Error starting rollout: invalid --max-unavailable: expected a number of machines of at least 1 or a \
+            "Error starting rollout: invalid --max-unavailable: expected a number of machines such as 2 or a \
              percentage such as 25%, got \"two\"\n"
         )
     );
