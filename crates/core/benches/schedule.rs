@@ -1,5 +1,5 @@
 //! One engine pass over a synthetic cluster of 1,000 machines and 10,000 units (half already placed, 1 machine
-//! in 20 gone, a mix of constraints): `cargo bench -p fleet --features simulate --bench schedule` (`ci/bench` runs it).
+//! in 20 gone, a mix of constraints): `cargo bench -p fleet-core --features simulate --bench schedule` (`ci/bench` runs it).
 
 use std::hint::black_box;
 

@@ -1,11 +1,11 @@
 #!/bin/sh
 # Live check of the agent runtime: a 2-machine harness cluster without fleet (etcd + systemd machines), the
 # `agent_probe` example running as the agent in both machines, and its `drive` mode playing engine and fleetctl.
-# Usage: fleet/examples/agent_probe.sh        (needs the harness machine image; see ci/setup)
+# Usage: crates/fleetd/examples/agent_probe.sh        (needs the harness machine image; see ci/setup)
 set -eu
 target=${CARGO_TARGET_DIR:-target}
 name=agent-probe
-cargo build -q -p fleet --example agent_probe
+cargo build -q -p fleetd --example agent_probe
 cargo build -q -p fleet-harness --bin fleet-harness
 harness="$target/debug/fleet-harness"
 "$harness" down --name "$name" >/dev/null 2>&1 || true

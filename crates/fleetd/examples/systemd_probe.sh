@@ -1,10 +1,10 @@
 #!/bin/sh
 # Run the live systemd probe inside a throw-away machine container (needs the harness's machine image).
-# Usage: fleet/examples/systemd_probe.sh [IMAGE]   (default: newest fleet-harness/machine image)
+# Usage: crates/fleetd/examples/systemd_probe.sh [IMAGE]   (default: newest fleet-harness/machine image)
 set -eu
 target=${CARGO_TARGET_DIR:-target}
 image=${1:-$(docker images --format '{{.Repository}}:{{.Tag}}' | grep -m1 '^fleet-harness/machine:')}
-cargo build -q -p fleet --example systemd_probe
+cargo build -q -p fleetd --example systemd_probe
 cid=$(docker create --label fleet.dev=agent-probe \
   --cap-add SYS_ADMIN --cap-add NET_ADMIN --cap-add SYS_PTRACE --cap-add SYS_NICE \
   --security-opt seccomp=unconfined --security-opt apparmor=unconfined \

@@ -3,7 +3,7 @@
 //! the layers (`api`, `engine`, `unit`) so that one libtest filter selects a layer's unit tests and these together.
 //! No I/O: plain values in, plain values out.
 
-mod api {
+mod api_rules {
     use std::collections::BTreeMap;
 
     use fleet_core::api_rules;
@@ -63,7 +63,7 @@ mod api {
     }
 }
 
-mod engine {
+mod scheduler {
     use fleet_core::model::{JobState, MachineState};
     use fleet_core::scheduler::{Decision, ScheduleInput, UnitSpec, plan};
 

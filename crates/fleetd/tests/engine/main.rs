@@ -2,7 +2,7 @@
 //! rescheduling after machine loss, fast hand-over on shutdown, a template burst, and body garbage collection.
 //! Every wait is on a reflector or engine-status notification with a deadline, never a fixed sleep.
 //!
-//! `RUST_LOG=fleet=debug cargo test -p fleet --test engine -- --nocapture` shows the engines' logs.
+//! `RUST_LOG=fleet=debug cargo test -p fleetd --test engine -- --nocapture` shows the engines' logs.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,10 +1,10 @@
 //! Fuzz targets for hostile input (issue 15), as proptest properties that run on stable in CI (the coverage-guided
-//! cargo-fuzz targets, on nightly, are in `fleet/fuzz/`; docs/faults.md, "Fuzzing"): API request bodies, request
+//! cargo-fuzz targets, on nightly, are in `crates/fleetd/fuzz/`; docs/faults.md, "Fuzzing"): API request bodies, request
 //! paths, query strings and page tokens, and fleet.conf. Each must never panic, whatever the bytes; where a decoder accepts, what it produced must be consistent (a routed path is
 //! clean, a page token re-encodes to itself, a unit the PUT decision accepts has a valid name and only options with
-//! a section and a name). The unit parser's target lives in `fleet/src/unit/property_tests.rs`.
+//! a section and a name). The unit parser's target lives in `crates/core/src/unit/property_tests.rs`.
 //!
-//! CI runs the default number of cases; a long run: `PROPTEST_CASES=200000 cargo nextest run -p fleet --test fuzz`.
+//! CI runs the default number of cases; a long run: `PROPTEST_CASES=200000 cargo nextest run -p fleetd --test fuzz`.
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,5 @@
 //! 1,000 machines × 10,000 units in one pass: what the pass decides, in every build (CI runs it in debug). How
-//! fast the pass is belongs to the bench, not to a test on a shared machine: `cargo bench -p fleet --features simulate`
+//! fast the pass is belongs to the bench, not to a test on a shared machine: `cargo bench -p fleet-core --features simulate`
 //! (`ci/bench` runs it).
 
 use crate::scheduler::simulate::synthetic_snapshot;
