@@ -1,4 +1,4 @@
-//! Who may write what, as types. Every key has one kind of writer (ARCHITECTURE.md, "The registry"); each kind
+//! Who may write what, as types. Every key has one kind of writer (ARCHITECTURE.md, "Invariants"); each kind
 //! gets a handle with only its own writes, so a component that holds the wrong handle cannot compile the write:
 //!
 //! * [`ApiWriter`] — the API (and fleetctl's etcd driver, which stands in for it): unit objects, bodies and desired
