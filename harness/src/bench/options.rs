@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 /// What to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What `fleet-harness bench --scenario` runs (its values are this enum's, kebab-case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
     Start,
     Replace,

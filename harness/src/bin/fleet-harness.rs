@@ -99,8 +99,8 @@ enum Command {
         units: Vec<usize>,
         #[arg(long, default_value_t = 3)]
         machines: usize,
-        #[arg(long, value_enum, default_value_t = ScenarioArg::All)]
-        scenario: ScenarioArg,
+        #[arg(long, value_enum, default_value_t = bench::Scenario::All)]
+        scenario: bench::Scenario,
         /// Repetitions (each on fresh clusters).
         #[arg(long, default_value_t = 1)]
         runs: usize,
@@ -173,16 +173,6 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum ScenarioArg {
-    Start,
-    Replace,
-    Rolling,
-    Scale,
-    Availability,
-    All,
 }
 
 type Error = Box<dyn std::error::Error>;
@@ -282,14 +272,7 @@ async fn main() -> ExitCode {
             let opts = bench::Options {
                 units,
                 machines,
-                scenario: match scenario {
-                    ScenarioArg::Start => bench::Scenario::Start,
-                    ScenarioArg::Replace => bench::Scenario::Replace,
-                    ScenarioArg::Rolling => bench::Scenario::Rolling,
-                    ScenarioArg::Scale => bench::Scenario::Scale,
-                    ScenarioArg::Availability => bench::Scenario::Availability,
-                    ScenarioArg::All => bench::Scenario::All,
-                },
+                scenario,
                 runs,
                 agent_ttl,
                 verbosity,

@@ -276,6 +276,13 @@ pub struct Step {
     pub waived: bool,
 }
 
+impl Step {
+    /// `unit`'s step on `machine`, not released yet.
+    pub fn pending(unit: &str, machine: &str) -> Step {
+        Step { unit: unit.to_string(), machine: machine.to_string(), phase: Phase::Pending, ..Step::default() }
+    }
+}
+
 /// One move of a rebalance: `unit` leaves machine `from` for machine `to`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Move {
@@ -287,18 +294,7 @@ pub struct Move {
 impl Move {
     /// The pending step that carries this move.
     pub fn step(&self) -> Step {
-        Step {
-            unit: self.unit.clone(),
-            machine: self.to.clone(),
-            phase: Phase::Pending,
-            released_ms: 0,
-            healthy_since_ms: 0,
-            detail: String::new(),
-            restarts_at_healthy: None,
-            down_since_ms: 0,
-            from_machine: self.from.clone(),
-            ..Step::default()
-        }
+        Step { from_machine: self.from.clone(), ..Step::pending(&self.unit, &self.to) }
     }
 }
 
@@ -1065,18 +1061,7 @@ fn first_progress(spec: &RolloutSpec, cluster: &impl Cluster, now_ms: u64) -> Ro
     for unit in &spec.units {
         let machines: BTreeSet<String> = cluster.holders(&unit.name).into_iter().collect();
         let machines = policy::order_machines(machines.into_iter().collect(), &rules, |m| cluster.metadata(m));
-        steps.extend(machines.into_iter().map(|machine| Step {
-            unit: unit.name.clone(),
-            machine,
-            phase: Phase::Pending,
-            released_ms: 0,
-            healthy_since_ms: 0,
-            detail: String::new(),
-            restarts_at_healthy: None,
-            down_since_ms: 0,
-            from_machine: String::new(),
-            ..Step::default()
-        }));
+        steps.extend(machines.iter().map(|machine| Step::pending(&unit.name, machine)));
     }
     RolloutProgress { state: RolloutState::Running, steps, started_ms: now_ms, ..RolloutProgress::default() }
 }

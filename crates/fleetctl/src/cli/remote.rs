@@ -268,6 +268,11 @@ fn unit_machines(ctx: &mut Ctx<'_>, name: &str, retrieving: &str, inactive_means
     Ok(vec![unit.machine_id])
 }
 
+/// The machines `status` asks about `name` (text and JSON alike); `None` once the reason is shown.
+fn status_machines(ctx: &mut Ctx<'_>, name: &str) -> Option<Vec<String>> {
+    unit_machines(ctx, name, "Error retrieving unit", "loaded").map_err(|msg| ctx.warn(&msg)).ok()
+}
+
 /// `fleetctl status UNIT...`.
 pub fn status(ctx: &mut Ctx<'_>, remote: &dyn Remote, args: &[String]) -> i32 {
     let Some(format) = super::json::format(ctx) else { return 1 };
@@ -277,13 +282,7 @@ pub fn status(ctx: &mut Ctx<'_>, remote: &dyn Remote, args: &[String]) -> i32 {
     let mut first = true;
     for arg in args {
         let name = unitf::mangle(arg);
-        let machines = match unit_machines(ctx, &name, "Error retrieving unit", "loaded") {
-            Ok(ids) => ids,
-            Err(msg) => {
-                ctx.warn(&msg);
-                return 1;
-            }
-        };
+        let Some(machines) = status_machines(ctx, &name) else { return 1 };
         for m in machines {
             if !first {
                 ctx.say("");
@@ -306,13 +305,7 @@ fn status_json(ctx: &mut Ctx<'_>, remote: &dyn Remote, args: &[String]) -> i32 {
     let mut statuses = Vec::new();
     for arg in args {
         let name = unitf::mangle(arg);
-        let machines = match unit_machines(ctx, &name, "Error retrieving unit", "loaded") {
-            Ok(ids) => ids,
-            Err(msg) => {
-                ctx.warn(&msg);
-                return 1;
-            }
-        };
+        let Some(machines) = status_machines(ctx, &name) else { return 1 };
         for m in machines {
             let argv = ["systemctl", "show", "--no-pager", &name].map(String::from);
             let mut stdout = Vec::new();
