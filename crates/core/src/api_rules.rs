@@ -17,7 +17,8 @@ pub fn unit(view: &UnitView<'_>, single: bool) -> Option<schema::Unit> {
     let content = match UnitFile::parse(view.body) {
         Ok(content) => content,
         Err(e) => {
-            tracing::warn!(unit = %view.name, hash = %view.hash, error = %e.located(), "stored unit body does not parse");
+            // Every request reads the listing again: the parse caches of the agent and the engine warn, once per hash.
+            tracing::debug!(unit = %view.name, hash = %view.hash, error = %e.located(), "stored unit body does not parse");
             return None;
         }
     };
@@ -214,20 +215,62 @@ pub fn rollout(r: &crate::rollout::Rollout) -> schema::Rollout {
         undo_end: progress.undo_end,
         started_ms: progress.started_ms,
         revision: 0,
+        error: String::new(),
     }
 }
 
-/// A rollout as stored, with the revision of its newest change; `None` while its spec is unreadable.
-pub fn stored_rollout(record: &crate::store::RolloutRecord) -> Option<schema::Rollout> {
-    record.rollout().map(|r| schema::Rollout { revision: record.revision, ..rollout(&r) })
+/// Rollout `id` as stored, with the revision of its newest change; `None` while it has no spec. A rollout with a
+/// key that does not decode is shown with what could be read and the error ([`schema::Rollout::error`]), never
+/// hidden.
+pub fn stored_rollout(id: &str, record: &crate::store::RolloutRecord) -> Option<schema::Rollout> {
+    let shown = match (record.rollout(), record.error()) {
+        (Some(r), _) => rollout(&r),
+        (None, Some(error)) => {
+            let readable = crate::rollout::Rollout {
+                spec: record.spec.clone().unwrap_or_else(|| crate::rollout::RolloutSpec {
+                    id: id.to_string(),
+                    ..crate::rollout::RolloutSpec::default()
+                }),
+                control: record.control.unwrap_or_default(),
+                progress: record.progress.clone(),
+            };
+            schema::Rollout { error, ..rollout(&readable) }
+        }
+        (None, None) => return None,
+    };
+    Some(schema::Rollout { revision: record.revision, ..shown })
 }
 
-/// Every stored rollout as the API lists it: [`crate::store::Snapshot::rollouts`]'s order (newest first), each
-/// with its revision.
+/// Every stored rollout as the API lists it, each with its revision: newest first (by creation time, then ID), as
+/// [`crate::store::Snapshot::rollouts`] orders them; those that cannot be read among them, with their error.
 pub fn stored_rollouts(snapshot: &crate::store::Snapshot) -> Vec<schema::Rollout> {
-    let revision = |id: &str| snapshot.rollout_records().get(id).map_or(0, |r| r.revision);
-    snapshot.rollouts().iter().map(|r| schema::Rollout { revision: revision(&r.spec.id), ..rollout(r) }).collect()
+    let mut all: Vec<schema::Rollout> =
+        snapshot.rollout_records().iter().filter_map(|(id, record)| stored_rollout(id, record)).collect();
+    all.sort_by(|a, b| (b.created_ms, &b.id).cmp(&(a.created_ms, &a.id)));
+    all
 }
+
+/// The rollout a `PATCH /rollouts/<id>` changes, from its stored `record`: not found without one (or without a
+/// spec); refused (409, naming the key and why) when a key of it does not decode, since what the change would do
+/// is not known.
+pub fn changeable_rollout(
+    id: &str,
+    record: Option<&crate::store::RolloutRecord>,
+) -> Result<crate::rollout::Rollout, ApiError> {
+    let missing = || reject(StatusCode::NOT_FOUND, NO_ROLLOUT);
+    let record = record.ok_or_else(missing)?;
+    match (record.rollout(), record.error()) {
+        (Some(rollout), _) => Ok(rollout),
+        (None, Some(error)) => Err(reject(
+            StatusCode::CONFLICT,
+            format!("rollout {id:?} cannot be read, so it cannot be changed: {error}"),
+        )),
+        (None, None) => Err(missing()),
+    }
+}
+
+/// The answer to a rollout ID that names no rollout.
+pub const NO_ROLLOUT: &str = "rollout does not exist";
 
 /// The control a user's `action` leaves on `rollout` (`PATCH /rollouts/<id>`): refused once the rollout is final;
 /// `run` counts one more resume, which releases the steps a failure paused once more.
@@ -258,7 +301,7 @@ pub fn decide_control(
         }
         Action::Promote => control.promoted = true,
         Action::Run => {
-            control.resumes += 1;
+            control.resumes = control.resumes.saturating_add(1);
             control.skip_failed = request.skip_failed;
             control.action = action;
         }
@@ -750,5 +793,45 @@ mod tests {
         assert_eq!(unit(&view, false).unwrap().current_state, "inactive");
         let garbage: std::sync::Arc<str> = "[Unit\n".into();
         assert!(unit(&UnitView { body: &garbage, ..view }, false).is_none());
+    }
+
+    /// Issue 36: a rollout with a key that does not decode is shown with what could be read and the error, is
+    /// listed among the others, and is refused (409, naming the key) rather than changed.
+    #[test]
+    fn an_unreadable_rollout_is_shown_with_its_error_and_not_changed() {
+        use crate::rollout::Action;
+        use crate::store::Key;
+        use crate::store::snapshot::tests::{Build, H1};
+        let spec = |id: &str, created: u64| {
+            format!(
+                r#"{{"id":"{id}","kind":"restart","units":[{{"name":"a.service","from":"{H1}","to":"{H1}"}}],"maxUnavailable":1,"minHealthyMs":0,"healthTimeoutMs":0,"createdMs":{created}}}"#
+            )
+        };
+        let s = Build::new()
+            .put(Key::RolloutSpec { id: "good".into() }, &spec("good", 1))
+            .put(Key::RolloutSpec { id: "bad".into() }, &spec("bad", 2))
+            .put(Key::RolloutProgress { id: "bad".into() }, "[]")
+            .put(Key::RolloutSpec { id: "nospec".into() }, "{")
+            .done();
+        let records = s.rollout_records();
+        let bad = stored_rollout("bad", &records["bad"]).unwrap();
+        assert!(bad.error.starts_with("/p/rollouts/bad/progress: cannot decode rollout progress"), "{}", bad.error);
+        assert_eq!((bad.id.as_str(), bad.units.len(), bad.revision), ("bad", 1, records["bad"].revision));
+        let nospec = stored_rollout("nospec", &records["nospec"]).unwrap();
+        assert_eq!(nospec.id, "nospec", "the key's ID when the spec itself does not decode");
+        assert!(nospec.error.contains("rollout spec"), "{}", nospec.error);
+        assert_eq!(stored_rollout("good", &records["good"]).unwrap().error, "");
+        let listed: Vec<String> = stored_rollouts(&s).into_iter().map(|r| r.id).collect();
+        assert_eq!(listed, ["bad", "good", "nospec"], "newest first; none hidden");
+
+        let refused = changeable_rollout("bad", records.get("bad")).unwrap_err();
+        assert_eq!(refused.status, StatusCode::CONFLICT);
+        assert!(refused.message.contains("/p/rollouts/bad/progress"), "{}", refused.message);
+        assert_eq!(changeable_rollout("none", None).unwrap_err().status, StatusCode::NOT_FOUND);
+        let mut good = changeable_rollout("good", records.get("good")).unwrap();
+        // A stored resume counter at its maximum stays there rather than overflowing.
+        good.control.resumes = u32::MAX;
+        let control = decide_control(&good, schema::RolloutControl { action: Action::Run, skip_failed: false });
+        assert_eq!(control.unwrap().resumes, u32::MAX);
     }
 }

@@ -113,6 +113,10 @@ pub struct Rollout {
     /// `waitRevision` to wait for the next change (`GET /rollouts/<id>?waitRevision=N`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub revision: i64,
+    /// Set when a key of the rollout does not decode (which key, why, and the start of its value): the rest of
+    /// the rollout is what could be read, and no engine drives it until its keys are written again.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
 }
 
 fn is_zero(n: &i64) -> bool {

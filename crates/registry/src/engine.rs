@@ -93,11 +93,16 @@ impl LeaderSession {
 
 impl Registry {
     /// Tries to become engine leader as `machine`, binding the key to `lease` (the engine lease).
+    ///
+    /// Wins when no engine leads: the key is absent, or holds a value bound to no lease. etcd compares a missing
+    /// key's lease as 0, so one compare covers both. A leader key is only ever written bound to an engine lease; one
+    /// without (written by hand, or by a hostile client) would otherwise never expire, and no engine would ever lead
+    /// again (the snapshot reads it as no leader, see `Snapshot::apply`).
     pub async fn campaign(&self, machine: &str, lease: i64) -> Result<Campaign> {
         check_component(Component::MachineId, machine)?;
         let key = self.keys.engine_leader();
         let txn = Txn::new()
-            .when([Compare::version(key.as_str(), CompareOp::Equal, 0)])
+            .when([Compare::lease(key.as_str(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.as_str(), machine, Some(PutOptions::new().with_lease(lease)))])
             .or_else([TxnOp::get(key.as_str(), None)]);
         let resp = self.txn("campaign", &key, txn).await?;
@@ -147,8 +152,12 @@ impl Registry {
         for _ in 0..MAX_ATTEMPTS {
             let resp = self.kv().get(key.as_str(), None).await.map_err(RegistryError::etcd("get", &key))?;
             let (stored, guard) = match resp.kvs().first() {
+                // A value that is no version is raised as a missing one is (compare-and-set on exactly it): it
+                // cannot tell of a newer engine, and leaving it would keep every engine from leading.
                 Some(kv) => (
-                    Some(decode_u32(&key, "engine version", kv.value())?),
+                    decode_u32(&key, "engine version", kv.value())
+                        .inspect_err(|e| tracing::warn!(error = %e, "replacing an unreadable cluster engine version"))
+                        .ok(),
                     Compare::mod_revision(key.as_str(), CompareOp::Equal, kv.mod_revision()),
                 ),
                 None => (None, Compare::version(key.as_str(), CompareOp::Equal, 0)),

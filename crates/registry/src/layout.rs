@@ -23,7 +23,15 @@ impl Registry {
             return Ok(LAYOUT_VERSION);
         }
         let raw = first_get_value(&resp).unwrap_or_default();
-        let found = decode_u32(&key, "layout version", &raw)?;
+        let found = match decode_u32(&key, "layout version", &raw) {
+            Ok(found) => found,
+            Err(e) => {
+                // No layout writes such a value, so it tells of no newer one; refusing to start would keep every
+                // fleetd that restarts out of the cluster for one bad key. Read as this layout, left as it is.
+                tracing::warn!(error = %e, "unreadable layout version; reading the registry as layout {LAYOUT_VERSION}");
+                return Ok(LAYOUT_VERSION);
+            }
+        };
         if found > LAYOUT_VERSION {
             return Err(RegistryError::LayoutTooNew { key, found, supported: LAYOUT_VERSION });
         }

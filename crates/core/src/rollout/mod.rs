@@ -541,7 +541,7 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
     let deadline_passed = !undoing
         && spec.progress_deadline_ms > 0
         && progress.started_ms > 0
-        && now_ms >= progress.started_ms + spec.progress_deadline_ms;
+        && now_ms >= progress.started_ms.saturating_add(spec.progress_deadline_ms);
     let list = if undoing { &progress.undo } else { &progress.steps };
     let failure = list
         .iter()
@@ -595,7 +595,7 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
         }
     }
     if !undoing && spec.progress_deadline_ms > 0 && progress.started_ms > 0 && progress.state == RolloutState::Running {
-        wake.at(progress.started_ms + spec.progress_deadline_ms);
+        wake.at(progress.started_ms.saturating_add(spec.progress_deadline_ms));
     }
     Advanced { progress, roll_back, wake_at_ms: wake.0 }
 }
@@ -728,7 +728,7 @@ fn check_released(
             // `activating`/`auto-restart`). Settled: it stayed so for DOWN_SETTLE_MS, past the states a `Restart=`
             // passes through.
             let since = down_since(step, now_ms);
-            if now_ms >= since + DOWN_SETTLE_MS {
+            if now_ms >= since.saturating_add(DOWN_SETTLE_MS) {
                 step.phase = Phase::Failed;
                 step.detail = format!(
                     "{version} did not start: activeState={} subState={}",
@@ -737,7 +737,7 @@ fn check_released(
                 );
                 return;
             }
-            wake.at(since + DOWN_SETTLE_MS);
+            wake.at(since.saturating_add(DOWN_SETTLE_MS));
         } else {
             let waiting = if arrived && active && checked {
                 format!("waiting for its health check ({})", seen.why_not_serving(&unit))
@@ -771,12 +771,15 @@ fn check_released(
         // (`Restart=`, which moves the restart counter): the step fails once the unit settles, naming the
         // counter or the state it settled in. Not done meanwhile; the health deadline still applies.
         restarting = true;
-    } else if step.restarts_at_healthy.is_some() && down && now_ms < down_since(step, now_ms) + DOWN_SETTLE_MS {
+    } else if step.restarts_at_healthy.is_some()
+        && down
+        && now_ms < down_since(step, now_ms).saturating_add(DOWN_SETTLE_MS)
+    {
         // systemd restarts a unit with `Restart=` through `failed` (on its way to `auto-restart`) and
         // `inactive` (when the restart job stops it before starting it again), and the agent may publish
         // either, milliseconds before the next state: down counts as settled only once it lasted.
         restarting = true;
-        wake.at(step.down_since_ms + DOWN_SETTLE_MS);
+        wake.at(step.down_since_ms.saturating_add(DOWN_SETTLE_MS));
     } else if !(arrived && passing) {
         step.phase = Phase::Failed;
         step.detail = format!(
@@ -787,11 +790,14 @@ fn check_released(
         );
         return;
     }
-    if step.phase == Phase::Healthy && !restarting && now_ms >= step.healthy_since_ms + spec.min_healthy_ms {
+    if step.phase == Phase::Healthy
+        && !restarting
+        && now_ms >= step.healthy_since_ms.saturating_add(spec.min_healthy_ms)
+    {
         step.phase = Phase::Done;
         return;
     }
-    let deadline = step.released_ms + spec.health_timeout_ms;
+    let deadline = step.released_ms.saturating_add(spec.health_timeout_ms);
     if now_ms >= deadline {
         step.phase = Phase::Failed;
         step.detail = format!(
@@ -807,7 +813,7 @@ fn check_released(
     }
     wake.at(deadline);
     if step.phase == Phase::Healthy && !restarting {
-        wake.at(step.healthy_since_ms + spec.min_healthy_ms);
+        wake.at(step.healthy_since_ms.saturating_add(spec.min_healthy_ms));
     }
 }
 
@@ -849,7 +855,7 @@ fn canary_gate(spec: &RolloutSpec, control: &Control, progress: &mut RolloutProg
         progress.canaries_done_ms = now_ms;
     }
     if spec.canary_hold_ms > 0 {
-        let at = progress.canaries_done_ms + spec.canary_hold_ms;
+        let at = progress.canaries_done_ms.saturating_add(spec.canary_hold_ms);
         if now_ms >= at {
             progress.awaiting_promotion = false;
             return;
@@ -910,7 +916,7 @@ fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
         progress
             .steps
             .iter()
-            .filter(|s| s.phase == Phase::Updating && now_ms < s.released_ms + spec.health_timeout_ms)
+            .filter(|s| s.phase == Phase::Updating && now_ms < s.released_ms.saturating_add(spec.health_timeout_ms))
             .filter(|s| changing_forward(spec, s, &cluster.observe(&s.unit, &s.machine)))
             .map(|s| (s.unit.clone(), s.machine.clone()))
             .collect()
@@ -934,7 +940,7 @@ fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
         step.phase = Phase::Updating;
         step.released_ms = now_ms;
         step.detail.clear();
-        wake.at(now_ms + spec.health_timeout_ms);
+        wake.at(now_ms.saturating_add(spec.health_timeout_ms));
     };
     // First the pending steps whose machine is down already: changing it takes nothing more away.
     let mut held_back = false;

@@ -748,3 +748,57 @@ fn a_check_failing_everywhere_still_changes_one_machine_at_a_time() {
         "waiting for its health check (no health published: does its fleetd run health checks?)"
     );
 }
+
+/// A spec and progress read back from etcd may hold any number (issue 36): times at `u64::MAX` (a spec or progress
+/// written by a hostile client) make no sum overflow — a panic in a debug build, a wrap to the past in the shipped
+/// one. The decision reads them as "never": no deadline passes, no step is done by its hold, nothing is woken early.
+#[test]
+fn times_at_u64_max_never_overflow_and_mean_never() {
+    let max = u64::MAX;
+    let mut s = spec(RolloutKind::Replace, u32::MAX, max, OnFailure::Pause);
+    s.health_timeout_ms = max;
+    s.progress_deadline_ms = max;
+    s.canary = u32::MAX;
+    s.canary_hold_ms = max;
+    s.created_ms = max;
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(s.clone());
+    r.control.resumes = u32::MAX;
+    for now in [0, 1, max - 1] {
+        let a = advance(&r, &c, now);
+        assert_eq!(a.progress.state, RolloutState::Running, "at {now}: {}", a.progress.reason);
+    }
+    step(&mut r, &c, 5);
+    assert_eq!(phases(&r), [("m1", "updating"), ("m2", "updating")], "a budget of u32::MAX");
+    c.set("m1", NEW, "active");
+    c.set("m2", NEW, "failed");
+    let a = step(&mut r, &c, 10);
+    assert_eq!(phases(&r)[0], ("m1", "healthy"));
+    assert_eq!(a.wake_at_ms, Some(10 + DOWN_SETTLE_MS), "m2 settling down; the hold of u64::MAX wakes nothing");
+    let a = step(&mut r, &c, max - 1);
+    assert_eq!(phases(&r), [("m1", "healthy"), ("m2", "failed")], "{}", a.progress.reason);
+
+    // Stored progress with times at the end of time: a step released, healthy or down "then".
+    let mut p = r.progress.clone().unwrap();
+    for step in &mut p.steps {
+        step.phase = Phase::Healthy;
+        (step.released_ms, step.healthy_since_ms, step.down_since_ms) = (max, max, max);
+        step.restarts_at_healthy = Some(0);
+    }
+    (p.started_ms, p.canaries_done_ms, p.state) = (max, max, RolloutState::Running);
+    c.systemd("m2", "activating", "auto-restart", Some(0));
+    for now in [0, max - 1] {
+        let stored = Rollout { progress: Some(p.clone()), ..r.clone() };
+        let a = advance(&stored, &c, now);
+        assert!(a.progress.steps.iter().all(|s| s.phase == Phase::Healthy), "at {now}: {:?}", a.progress.steps);
+    }
+    // An undo over them, started by an abort.
+    let aborted = Rollout {
+        progress: Some(p.clone()),
+        control: Control { action: Action::Abort, ..Control::default() },
+        ..r.clone()
+    };
+    let a = advance(&aborted, &c, max - 1);
+    assert_eq!(a.progress.undo_end, Some(RolloutState::Aborted));
+    assert_eq!(a.roll_back.len(), 1);
+}

@@ -87,7 +87,8 @@ mod tests {
         store::Snapshot::from_kvs(
             &keys,
             1,
-            kvs.iter().map(|(k, v)| (k.as_slice(), Change::Put { value: v.as_slice(), mod_revision: 1, lease: 0 })),
+            // Lease 1: machine presences are bound to one.
+            kvs.iter().map(|(k, v)| (k.as_slice(), Change::Put { value: v.as_slice(), mod_revision: 1, lease: 1 })),
         )
     }
 

@@ -99,6 +99,9 @@ pub struct InvalidComponent {
     pub reason: &'static str,
 }
 
+/// The longest unit name, machine ID or metadata key a key holds.
+const MAX_COMPONENT: usize = 256;
+
 /// Checks that `value` can be embedded in a key as one path component of kind `what`.
 ///
 /// Semantic validation (unit name syntax, template rules) belongs to the unit module; this only guarantees that
@@ -125,8 +128,16 @@ pub fn check_component(what: Component, value: &str) -> Result<(), InvalidCompon
             if !value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')) {
                 return fail("allowed characters are A-Z a-z 0-9 _ . -");
             }
+            if value.len() > MAX_COMPONENT {
+                return fail("at most 256 bytes");
+            }
         }
         Component::UnitName | Component::MachineId => {
+            // Unit names are at most 256 bytes (`unit::NAME_MAX`), machine IDs 32 hex digits: a longer one is no
+            // name, and would be carried into every log line and write that names it.
+            if value.len() > MAX_COMPONENT {
+                return fail("at most 256 bytes");
+            }
             if value.contains('/') {
                 return fail("must not contain '/'");
             }
@@ -389,6 +400,11 @@ mod tests {
         assert!(check_component(Component::UnitName, "a/b.service").is_err());
         assert!(check_component(Component::UnitName, "").is_err());
         assert!(check_component(Component::MachineId, "m\n").is_err());
+        // At most 256 bytes: a longer one is no unit name or machine ID (issue 36).
+        assert!(check_component(Component::UnitName, &format!("{}.service", "a".repeat(248))).is_ok());
+        assert!(check_component(Component::UnitName, &format!("{}.service", "a".repeat(249))).is_err());
+        assert!(check_component(Component::MachineId, &"m".repeat(257)).is_err());
+        assert!(check_component(Component::MetadataKey, &"k".repeat(257)).is_err());
         assert!(check_component(Component::Hash, "da39a3ee5e6b4b0d3255bfef95601890afd80709").is_ok());
         assert!(check_component(Component::Hash, "DA39A3EE5E6B4B0D3255BFEF95601890AFD80709").is_err());
         assert!(check_component(Component::Hash, "da39").is_err());

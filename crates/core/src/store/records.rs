@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::keys::{Component, check_component};
 use crate::model::{JobState, MachineState, PublishedState};
 
 /// `P/units/<name>/object`: which body the unit is, and which it was before its last replacement.
@@ -199,6 +200,72 @@ pub fn decode_u32(key: &str, what: &'static str, raw: &[u8]) -> Result<u32> {
     text.trim().parse().map_err(|e: std::num::ParseIntError| decode_error(key, what, e.to_string(), raw))
 }
 
+/// A value naming a machine (a unit's `target`, the engine leader): text that can be a machine ID.
+pub fn decode_machine_id(key: &str, what: &'static str, raw: &[u8]) -> Result<String> {
+    let text = decode_text(key, what, raw)?;
+    check_component(Component::MachineId, &text).map_err(|e| decode_error(key, what, e.to_string(), raw))?;
+    Ok(text)
+}
+
+/// `P/machines/<id>/object`: a presence record of machine `id`, bound to `lease`. A presence is always bound to
+/// its machine's lease and names the machine of its key; anything else is not a machine (written by hand or by a
+/// hostile client), and would otherwise attract units that never run.
+pub fn decode_machine_object(key: &str, id: &str, raw: &[u8], lease: i64) -> Result<MachineObject> {
+    const WHAT: &str = "machine object";
+    let object: MachineObject = decode_json(key, WHAT, raw)?;
+    if object.id != id {
+        return Err(decode_error(
+            key,
+            WHAT,
+            format!("its id {:?} is not the key's machine ID", shown(object.id.as_bytes())),
+            raw,
+        ));
+    }
+    if lease == 0 {
+        return Err(decode_error(key, WHAT, "not bound to a lease (a machine's presence always is)".into(), raw));
+    }
+    Ok(object)
+}
+
+/// `P/rollouts/<id>/spec`: a spec is the rollout of its key, and names units and versions that keys can hold
+/// (the engine writes them back in a rollback).
+pub fn decode_rollout_spec(key: &str, id: &str, raw: &[u8]) -> Result<crate::rollout::RolloutSpec> {
+    const WHAT: &str = "rollout spec";
+    let spec: crate::rollout::RolloutSpec = decode_json(key, WHAT, raw)?;
+    let invalid = |reason: String| decode_error(key, WHAT, reason, raw);
+    if spec.id != id {
+        return Err(invalid(format!("its id {:?} is not the key's rollout ID", shown(spec.id.as_bytes()))));
+    }
+    for unit in &spec.units {
+        check_component(Component::UnitName, &unit.name).map_err(|e| invalid(e.to_string()))?;
+        check_component(Component::Hash, &unit.from).map_err(|e| invalid(e.to_string()))?;
+        check_component(Component::Hash, &unit.to).map_err(|e| invalid(e.to_string()))?;
+    }
+    Ok(spec)
+}
+
+/// `P/rollouts/<id>/progress`: its steps name units and machines that keys can hold (a rebalance step's move is
+/// written back as the unit's target).
+pub fn decode_rollout_progress(key: &str, raw: &[u8]) -> Result<crate::rollout::RolloutProgress> {
+    const WHAT: &str = "rollout progress";
+    let progress: crate::rollout::RolloutProgress = decode_json(key, WHAT, raw)?;
+    for step in progress.steps.iter().chain(&progress.undo) {
+        let checks = [
+            check_component(Component::UnitName, &step.unit),
+            check_component(Component::MachineId, &step.machine),
+            if step.from_machine.is_empty() {
+                Ok(())
+            } else {
+                check_component(Component::MachineId, &step.from_machine)
+            },
+        ];
+        if let Some(e) = checks.into_iter().find_map(std::result::Result::err) {
+            return Err(decode_error(key, WHAT, e.to_string(), raw));
+        }
+    }
+    Ok(progress)
+}
+
 /// A stored value that does not decode: which key, what it should have been, why not, and (the start of) the value.
 /// An error for that one record, never for the reader that met it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -213,12 +280,21 @@ pub struct DecodeError {
 type Result<T, E = DecodeError> = std::result::Result<T, E>;
 
 pub fn decode_error(key: &str, what: &'static str, reason: String, raw: &[u8]) -> DecodeError {
-    const MAX: usize = 200;
-    let mut value = String::from_utf8_lossy(&raw[..raw.len().min(MAX)]).into_owned();
-    if raw.len() > MAX {
-        value.push('…');
+    // The reason may quote the value (`invalid value "…" for JobState`): it is cut as the value is.
+    DecodeError { key: shown(key.as_bytes()), what, reason: shown(reason.as_bytes()), value: shown(raw) }
+}
+
+/// How much of a stored key or value a log line or an error shows.
+pub const SHOWN_MAX: usize = 200;
+
+/// A stored key or value as log lines and errors show it: its first [`SHOWN_MAX`] bytes (invalid UTF-8 replaced),
+/// then `…` when there is more. A hostile client may store a megabyte; no log line carries it.
+pub fn shown(raw: &[u8]) -> String {
+    let mut text = String::from_utf8_lossy(&raw[..raw.len().min(SHOWN_MAX)]).into_owned();
+    if raw.len() > SHOWN_MAX {
+        text.push('…');
     }
-    DecodeError { key: key.to_string(), what, reason, value }
+    text
 }
 
 #[cfg(test)]

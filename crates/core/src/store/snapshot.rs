@@ -11,8 +11,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::interner::Interner;
+use super::keys::{Component, check_component};
 use super::keys::{Key, Keys};
-use super::records::{MachineObject, StateRecord, UnitObject, decode_job_state, decode_json, decode_text, decode_u32};
+use super::records::{
+    DecodeError, MachineObject, StateRecord, UnitObject, decode_job_state, decode_json, decode_machine_id,
+    decode_machine_object, decode_rollout_progress, decode_rollout_spec, decode_text, decode_u32, shown,
+};
 use crate::model::JobState;
 use crate::rollout::{Control, Rollout, RolloutProgress, RolloutSpec};
 
@@ -59,7 +63,7 @@ impl std::fmt::Debug for SharedTexts {
 /// made the states of 1,000 units 1.6 MiB in every fleetd (massif).
 pub type PerMachine<V> = litemap::LiteMap<Arc<str>, V>;
 
-/// The keys of one rollout under `P/rollouts/<id>/`; without a spec it is ignored.
+/// The keys of one rollout under `P/rollouts/<id>/`; without a spec (and without an error) it is ignored.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RolloutRecord {
     pub spec: Option<RolloutSpec>,
@@ -71,20 +75,33 @@ pub struct RolloutRecord {
     /// does, which is what a change wait (`GET /rollouts/<id>?waitRevision=`) compares. A rollout's keys are only
     /// ever deleted all together, so a delete never needs to move it.
     pub revision: i64,
+    /// Why a key of the rollout (`spec`, `control`, `progress`) does not decode, by key: logged once when read
+    /// and shown with the rollout ([`RolloutRecord::error`]). A rollout with one takes part in no decision —
+    /// no engine drives it, no agent holds to it, no API call changes it — since what it would decide is not
+    /// known; it stays as it is until its keys are written again (or deleted).
+    pub errors: BTreeMap<&'static str, String>,
 }
 
 impl RolloutRecord {
     fn is_empty(&self) -> bool {
-        self.spec.is_none() && self.control.is_none() && self.progress.is_none()
+        self.spec.is_none() && self.control.is_none() && self.progress.is_none() && self.errors.is_empty()
     }
 
-    /// The rollout, if its spec is readable.
+    /// The rollout, if its spec is present and every key of it decodes.
     pub fn rollout(&self) -> Option<Rollout> {
+        if !self.errors.is_empty() {
+            return None;
+        }
         Some(Rollout {
             spec: self.spec.clone()?,
             control: self.control.unwrap_or_default(),
             progress: self.progress.clone(),
         })
+    }
+
+    /// Why the rollout cannot be read (each key that does not decode, with why), if it cannot.
+    pub fn error(&self) -> Option<String> {
+        (!self.errors.is_empty()).then(|| self.errors.values().cloned().collect::<Vec<_>>().join("; "))
     }
 }
 
@@ -264,16 +281,24 @@ impl Snapshot {
         self.connected = connected;
     }
 
-    /// Applies one key change. Keys outside the layout are ignored; undecodable values are logged and read as
-    /// absent, so one bad key cannot hide the rest of the cluster.
+    /// Applies one key change. Keys outside the layout are ignored; so are keys whose names no writer of fleet
+    /// can write (a unit name the API refuses, a malformed hash, machine ID or rollout ID), logged once per write
+    /// with the key. Undecodable values are logged (once per write, with the key) and read as absent, so one bad
+    /// key cannot hide the rest of the cluster; a rollout keeps the error to show ([`RolloutRecord::errors`]).
     pub fn apply(&mut self, keys: &Keys, raw_key: &[u8], change: Change<'_>) {
         let Some(key) = keys.parse(raw_key) else { return };
-        let full = || String::from_utf8_lossy(raw_key).into_owned();
+        if let Some(why) = invalid_name(&key) {
+            if matches!(change, Change::Put { .. }) {
+                tracing::warn!(key = %shown(raw_key), reason = %why, "ignoring registry key with an invalid name");
+            }
+            return;
+        }
+        let full = || shown(raw_key);
         let (value, put_revision) = match change {
             Change::Put { value, mod_revision, .. } => (Some(value), mod_revision),
             Change::Delete => (None, 0),
         };
-        let warn = |e: super::records::DecodeError| {
+        let warn = |e: DecodeError| {
             tracing::warn!(error = %e, "ignoring undecodable registry value");
         };
         let texts = self.texts.clone();
@@ -289,7 +314,14 @@ impl Snapshot {
             }
             Key::EngineLeader => {
                 self.leader = match change {
-                    Change::Put { value, mod_revision, lease } => decode_text(&full(), "leader", value)
+                    // A leader key is always bound to its engine's lease: one without is no leader (engines
+                    // campaign over it, see `Registry::campaign`), not one that never expires.
+                    Change::Put { lease: 0, value, .. } => {
+                        let reason = "not bound to a lease (an engine leader always is)".to_string();
+                        warn(super::records::decode_error(&full(), "leader", reason, value));
+                        None
+                    }
+                    Change::Put { value, mod_revision, lease } => decode_machine_id(&full(), "leader", value)
                         .map_err(warn)
                         .ok()
                         .map(|machine| LeaderRecord { machine, lease, mod_revision }),
@@ -315,7 +347,7 @@ impl Snapshot {
                 u.desired = value.and_then(|v| decode_job_state(&full(), v).map_err(warn).ok())
             }),
             Key::UnitTarget { unit } => {
-                let target = value.and_then(|v| decode_text(&full(), "target", v).map_err(warn).ok());
+                let target = value.and_then(|v| decode_machine_id(&full(), "target", v).map_err(warn).ok());
                 let target = target.map(|t| texts.share(&t));
                 update_unit(&mut self.units, texts, &unit, |u| u.target = target)
             }
@@ -364,26 +396,41 @@ impl Snapshot {
                     per_machine.is_empty()
                 });
             }
-            Key::MachineObject { machine } => self.update_machine(machine, |m| match change {
-                Change::Put { value, lease, .. } => {
-                    m.object = decode_json(&full(), "machine object", value).map_err(warn).ok();
-                    m.lease = if m.object.is_some() { lease } else { 0 };
-                }
-                Change::Delete => {
-                    m.object = None;
-                    m.lease = 0;
-                }
-            }),
-            Key::RolloutSpec { id } => self.update_rollout(id, put_revision, |r| {
-                r.spec = value.and_then(|v| decode_json(&full(), "rollout spec", v).map_err(warn).ok())
-            }),
-            Key::RolloutControl { id } => self.update_rollout(id, put_revision, |r| {
-                r.control = value.and_then(|v| decode_json(&full(), "rollout control", v).map_err(warn).ok())
-            }),
-            Key::RolloutProgress { id } => self.update_rollout(id, put_revision, |r| {
-                r.progress = value.and_then(|v| decode_json(&full(), "rollout progress", v).map_err(warn).ok());
-                r.progress_revision = put_revision;
-            }),
+            Key::MachineObject { machine } => {
+                let object = match change {
+                    Change::Put { value, lease, .. } => {
+                        decode_machine_object(&full(), &machine, value, lease).map_err(warn).ok().map(|o| (o, lease))
+                    }
+                    Change::Delete => None,
+                };
+                self.update_machine(machine, |m| match object {
+                    Some((object, lease)) => {
+                        m.object = Some(object);
+                        m.lease = lease;
+                    }
+                    None => {
+                        m.object = None;
+                        m.lease = 0;
+                    }
+                })
+            }
+            Key::RolloutSpec { id } => {
+                let spec = value.map(|v| decode_rollout_spec(&full(), &id, v));
+                self.update_rollout(id, put_revision, |r| r.spec = rollout_part(&mut r.errors, "spec", spec, warn))
+            }
+            Key::RolloutControl { id } => {
+                let control = value.map(|v| decode_json(&full(), "rollout control", v));
+                self.update_rollout(id, put_revision, |r| {
+                    r.control = rollout_part(&mut r.errors, "control", control, warn)
+                })
+            }
+            Key::RolloutProgress { id } => {
+                let progress = value.map(|v| decode_rollout_progress(&full(), v));
+                self.update_rollout(id, put_revision, |r| {
+                    r.progress = rollout_part(&mut r.errors, "progress", progress, warn);
+                    r.progress_revision = put_revision;
+                })
+            }
             Key::MachineMetadata { machine, key } => self.update_machine(machine, |m| {
                 match value.map(|v| decode_text(&full(), "metadata value", v)) {
                     Some(Ok(v)) => m.metadata.insert(key, v),
@@ -417,6 +464,54 @@ impl Snapshot {
     }
 }
 
+/// Why `key` names something no writer of fleet can write, if it does: a unit name the API refuses
+/// (`unit::validate_name`), or a machine ID, hash, rollout ID or metadata key that cannot be a key component.
+/// Such a key is nobody's record: it is ignored, never passed on to the engine or the agents (which would plan a
+/// unit file named `..`, or fail every write that names it).
+fn invalid_name(key: &Key) -> Option<String> {
+    let unit = |name: &str| crate::unit::validate_name(name).err().map(|e| format!("invalid unit name: {e}"));
+    let component = |what, value: &str| check_component(what, value).err().map(|e| e.to_string());
+    let machine = |id: &str| component(Component::MachineId, id);
+    match key {
+        Key::LayoutVersion | Key::EngineLeader | Key::EngineVersion => None,
+        Key::UnitObject { unit: u } | Key::UnitDesired { unit: u } | Key::UnitTarget { unit: u } => unit(u),
+        Key::UnitLaunched { unit: u, machine: m }
+        | Key::UnitRestarted { unit: u, machine: m }
+        | Key::State { unit: u, machine: m } => unit(u).or_else(|| machine(m)),
+        Key::Body { hash } => component(Component::Hash, hash),
+        Key::MachineObject { machine: m } => machine(m),
+        Key::MachineMetadata { machine: m, key } => machine(m).or_else(|| component(Component::MetadataKey, key)),
+        Key::RolloutSpec { id } | Key::RolloutControl { id } | Key::RolloutProgress { id } => {
+            component(Component::RolloutId, id)
+        }
+    }
+}
+
+/// One key of a rollout as read (`None`: deleted): its value, or `None` with the error kept under `part` (and
+/// logged) when it does not decode.
+fn rollout_part<T>(
+    errors: &mut BTreeMap<&'static str, String>,
+    part: &'static str,
+    read: Option<Result<T, DecodeError>>,
+    warn: impl Fn(DecodeError),
+) -> Option<T> {
+    match read {
+        Some(Ok(value)) => {
+            errors.remove(part);
+            Some(value)
+        }
+        Some(Err(e)) => {
+            errors.insert(part, e.to_string());
+            warn(e);
+            None
+        }
+        None => {
+            errors.remove(part);
+            None
+        }
+    }
+}
+
 /// Changes the unit record `name` (a default one when absent) with `f`; an empty record is removed.
 fn update_unit(
     units: &mut Section<Arc<UnitRecord>>,
@@ -436,8 +531,8 @@ fn update_unit(
 fn per_machine_text(
     texts: &mut Interner,
     machine: &str,
-    value: Option<Result<String, super::records::DecodeError>>,
-    warn: impl Fn(super::records::DecodeError),
+    value: Option<Result<String, DecodeError>>,
+    warn: impl Fn(DecodeError),
 ) -> Option<(Arc<str>, Arc<str>)> {
     match value {
         Some(Ok(text)) => Some((texts.share(machine), texts.share(&text))),
@@ -513,8 +608,10 @@ pub(crate) mod tests {
         pub fn new() -> Build {
             Build { keys: Keys::new("/p"), snap: Snapshot::default(), rev: 1 }
         }
+        /// A put without a lease, but for a machine's presence, which is always bound to one (lease 1 here).
         pub fn put(self, key: Key, value: &str) -> Build {
-            self.put_lease(key, value, 0)
+            let lease = if matches!(key, Key::MachineObject { .. }) { 1 } else { 0 };
+            self.put_lease(key, value, lease)
         }
         pub fn put_lease(mut self, key: Key, value: &str, lease: i64) -> Build {
             self.rev += 1;
@@ -596,6 +693,125 @@ pub(crate) mod tests {
         assert!(s.unit_record("a.service").unwrap().object.is_some());
         assert_eq!(s.unit_record("b.service"), None);
         assert_eq!(s.layout_version(), None);
+    }
+
+    /// Issue 36: a rollout key that does not decode is an error of that rollout, kept with the key and why, until a
+    /// good value (or a delete) replaces it; meanwhile the rollout takes part in no decision.
+    #[test]
+    fn an_undecodable_rollout_key_is_an_error_of_its_rollout_until_rewritten() {
+        let spec = |id: &str| {
+            format!(
+                r#"{{"id":"{id}","kind":"restart","units":[{{"name":"a.service","from":"{H1}","to":"{H1}"}}],"maxUnavailable":1,"minHealthyMs":0,"healthTimeoutMs":0}}"#
+            )
+        };
+        let progress = r#"{"state":"done","steps":[]}"#;
+        let b = Build::new()
+            .put(Key::RolloutSpec { id: "r1".into() }, &spec("r1"))
+            .put(Key::RolloutProgress { id: "r1".into() }, progress)
+            .put(Key::RolloutSpec { id: "r2".into() }, &spec("r2"));
+        assert_eq!(b.snap.rollouts().len(), 2);
+        let b = b
+            .put(Key::RolloutProgress { id: "r1".into() }, r#""nope""#)
+            .put(Key::RolloutControl { id: "r2".into() }, "{");
+        let r1 = &b.snap.rollout_records()["r1"];
+        assert!(r1.rollout().is_none(), "a rollout that cannot be read decides nothing");
+        let error = r1.error().unwrap();
+        assert!(error.starts_with("/p/rollouts/r1/progress: cannot decode rollout progress: "), "{error}");
+        assert!(r1.spec.is_some(), "what decodes is kept, to show");
+        assert!(b.snap.rollout_records()["r2"].error().unwrap().contains("/p/rollouts/r2/control"));
+        assert!(b.snap.rollouts().is_empty(), "neither is driven, pinned to or restarted for");
+
+        // A spec of another rollout, or naming what no key can hold, is an error too.
+        let b = b
+            .put(Key::RolloutSpec { id: "r3".into() }, &spec("r1"))
+            .put(Key::RolloutSpec { id: "r4".into() }, &spec("r4").replace("a.service", "../a").replace(H1, "zz"));
+        assert!(b.snap.rollout_records()["r3"].error().unwrap().contains("is not the key's rollout ID"));
+        assert!(b.snap.rollout_records()["r4"].error().unwrap().contains("invalid unit name"));
+        let bad_step = r#"{"state":"running","steps":[{"unit":"a.service","machine":"m","phase":"pending"}]}"#;
+        let b = b.put(Key::RolloutProgress { id: "r2".into() }, bad_step);
+        assert!(b.snap.rollout_records()["r2"].errors.contains_key("progress"), "a step naming no machine");
+
+        // Rewritten: readable again. Deleted: gone, error and all.
+        let b = b
+            .put(Key::RolloutProgress { id: "r1".into() }, progress)
+            .delete(Key::RolloutControl { id: "r2".into() })
+            .delete(Key::RolloutProgress { id: "r2".into() });
+        assert_eq!(b.snap.rollout_records()["r1"].error(), None);
+        assert_eq!(b.snap.rollouts().len(), 2);
+        let s = b.delete(Key::RolloutSpec { id: "r3".into() }).done();
+        assert!(!s.rollout_records().contains_key("r3"));
+        // A key of nothing but an error is still a record: the API shows it rather than hiding it.
+        let s = Build::new().put(Key::RolloutControl { id: "lone".into() }, "[1]").done();
+        assert!(s.rollout_records()["lone"].error().is_some());
+    }
+
+    /// Issue 36: keys whose names no writer of fleet writes are nobody's record: ignored, never passed on.
+    #[test]
+    fn keys_with_invalid_names_are_ignored() {
+        let keys = Keys::new("/p");
+        let long = format!("{}.service", "l".repeat(300));
+        let object = format!(r#"{{"name":"x","hash":"{H1}"}}"#);
+        let mut s = Build::new().put(Key::Body { hash: H1.into() }, "[Service]\nExecStart=/bin/true\n").done();
+        for unit in ["..", ".", "no-type", "a.service2", "ünï.service", "tab\there.service", ".hidden.service", &long]
+        {
+            for (key, value) in [
+                (keys.unit_object(unit), object.as_str()),
+                (keys.unit_desired(unit), "launched"),
+                (keys.state(unit, "m1"), r#"{"hash":"h","loadState":"l","activeState":"a","subState":"s"}"#),
+            ] {
+                s.apply(&keys, key.as_bytes(), Change::Put { value: value.as_bytes(), mod_revision: 3, lease: 1 });
+            }
+        }
+        let put = |s: &mut Snapshot, key: String, value: &str| {
+            s.apply(&keys, key.as_bytes(), Change::Put { value: value.as_bytes(), mod_revision: 4, lease: 1 })
+        };
+        put(&mut s, keys.unit_launched("a.service", "m\u{7}"), H1);
+        put(&mut s, keys.body("not-a-hash"), "x");
+        put(&mut s, keys.body(".."), "x");
+        put(&mut s, keys.machine_object(&"m".repeat(300)), &format!(r#"{{"id":"{}"}}"#, "m".repeat(300)));
+        put(&mut s, keys.machine_metadata("m1", "bad key!"), "x");
+        put(&mut s, keys.rollout_spec("ünï"), "{}");
+        put(&mut s, keys.rollout_spec(&"r".repeat(65)), "{}");
+        assert!(s.unit_records().is_empty(), "{:?}", s.unit_records().keys().collect::<Vec<_>>());
+        assert!(s.state_records().is_empty());
+        assert_eq!(s.bodies().len(), 1, "only the body under a real hash");
+        assert!(s.machine_records().is_empty());
+        assert!(s.rollout_records().is_empty());
+        // A delete of such a key changes nothing either.
+        s.apply(&keys, keys.unit_object("..").as_bytes(), Change::Delete);
+        assert!(s.unit_records().is_empty());
+    }
+
+    /// Issue 36: a presence (a machine object) is always bound to its machine's lease and names the machine of
+    /// its key, and the leader key is always bound to an engine lease: anything else is no machine and no leader
+    /// (one would attract units that never run, the other never expire).
+    #[test]
+    fn a_presence_and_a_leader_need_their_lease_and_a_presence_its_own_id() {
+        let s = Build::new()
+            .put_lease(Key::MachineObject { machine: "m1".into() }, r#"{"id":"m1"}"#, 0)
+            .put_lease(Key::MachineObject { machine: "m2".into() }, r#"{"id":"m1"}"#, 5)
+            .put_lease(Key::MachineObject { machine: "m3".into() }, r#"{"id":"m3","future":[1]}"#, 5)
+            .put_lease(Key::EngineLeader, "m3", 0)
+            .done();
+        let ids: Vec<String> = s.machines().map(|m| m.id).collect();
+        assert_eq!(ids, ["m3"], "unknown fields are fine; no lease or another machine's id is not");
+        assert_eq!(s.leader(), None, "a leader key bound to no lease is no leader");
+        let s = Build::new()
+            .put_lease(Key::EngineLeader, "m\u{7}", 9)
+            .put(Key::UnitTarget { unit: "a.service".into() }, &"t".repeat(300))
+            .done();
+        assert_eq!(s.leader(), None, "a leader that is no machine ID");
+        assert_eq!(s.unit_record("a.service"), None, "a target that is no machine ID reads as none");
+    }
+
+    /// Issue 36: a hostile value is logged and kept in errors by its first bytes only.
+    #[test]
+    fn errors_show_the_start_of_a_huge_key_value_and_reason() {
+        let huge = "d".repeat(1 << 20);
+        let err = super::super::records::decode_job_state(&format!("/p/units/{huge}/desired"), huge.as_bytes());
+        let shown = err.unwrap_err().to_string();
+        assert!(shown.len() < 1_000, "{} bytes shown", shown.len());
+        assert!(shown.contains("…"));
     }
 
     #[test]

@@ -58,6 +58,15 @@ pub fn exit_code(state: RolloutState) -> Option<i32> {
     }
 }
 
+/// The exit code of `rollout-status` without a wait: how the rollout ended, [`EXIT_DONE`] while it runs, and
+/// [`EXIT_ERROR`] when it cannot be read.
+fn snapshot_exit_code(rollout: &Rollout) -> i32 {
+    if !rollout.error.is_empty() {
+        return EXIT_ERROR;
+    }
+    exit_code(rollout.state).unwrap_or(EXIT_DONE)
+}
+
 /// Whether a wait for `rollout` as shown is over, and with which exit code. A user's action the engine has not
 /// taken up yet is not an end: a paused rollout whose action is `abort` is about to be aborted (undone), one with a
 /// resume the engine has not taken up (`resumes` > `resumesTaken`; every resume counts one more) is about to run
@@ -65,6 +74,10 @@ pub fn exit_code(state: RolloutState) -> Option<i32> {
 /// about to release the rest. Any other pause is an end (exit 2): a failed step, the progress deadline, a pause by
 /// request, canaries awaiting promotion.
 pub fn wait_outcome(rollout: &Rollout) -> Option<i32> {
+    if !rollout.error.is_empty() {
+        // Unreadable: no engine drives it, so waiting would wait forever.
+        return Some(EXIT_ERROR);
+    }
     let resume_pending = rollout.resumes > rollout.resumes_taken;
     let promotion_pending = rollout.awaiting_promotion && rollout.promoted;
     match (rollout.state, rollout.action) {
@@ -198,6 +211,9 @@ pub fn render_status(rollout: &Rollout, machines: &[Machine], full: bool, legend
         out.push_str(&format!(": {}", rollout.reason));
     }
     out.push('\n');
+    if !rollout.error.is_empty() {
+        out.push_str(&format!("Cannot read this rollout (no engine drives it): {}\n", rollout.error));
+    }
     out.push_str(&render_steps(&rollout.steps, machines, full, legend));
     if !rollout.undo.is_empty() {
         out.push_str("Undo (each changed machine back to the old version):\n");
@@ -347,6 +363,10 @@ fn show_rollout_progress(ctx: &mut Ctx<'_>, rollout: &Rollout) {
 /// On stderr, how a rollout that is not done ended, and what to do about a paused one.
 fn report_end(ctx: &mut Ctx<'_>, rollout: &Rollout) {
     let id = &rollout.id;
+    if !rollout.error.is_empty() {
+        ctx.warn(&format!("Rollout {id} cannot be read: {}", rollout.error));
+        return;
+    }
     match rollout.state {
         RolloutState::Running | RolloutState::Done => {}
         RolloutState::Paused if rollout.awaiting_promotion => ctx.warn(&format!(
@@ -639,7 +659,7 @@ pub fn status(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     if format == super::json::Format::Json {
         // A snapshot (never waits): the exit code tells how the rollout ended, as with --no-block.
         super::json::print(ctx, &super::json::rollout_doc(&rollout));
-        return exit_code(rollout.state).unwrap_or(EXIT_DONE);
+        return snapshot_exit_code(&rollout);
     }
     if ctx.flags.bool("no-block") {
         let machines = ctx.machines().to_vec();
@@ -647,7 +667,7 @@ pub fn status(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
         let text = render_status(&rollout, &machines, full, !ctx.flags.bool("no-legend"));
         let _ = ctx.out.write_all(text.as_bytes());
         report_end(ctx, &rollout);
-        return exit_code(rollout.state).unwrap_or(EXIT_DONE);
+        return snapshot_exit_code(&rollout);
     }
     wait(ctx, rollout)
 }

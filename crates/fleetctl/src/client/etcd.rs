@@ -232,7 +232,7 @@ impl Client for EtcdClient {
 
     fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError> {
         let snapshot = self.run(self.registry.read_snapshot())?;
-        Ok(snapshot.rollout_records().get(id).and_then(api_rules::stored_rollout))
+        Ok(snapshot.rollout_records().get(id).and_then(|record| api_rules::stored_rollout(id, record)))
     }
 
     fn rollout_change(&self, id: &str, revision: i64, limit: Duration) -> Result<Option<Rollout>, ClientError> {
@@ -245,9 +245,7 @@ impl Client for EtcdClient {
 
     fn control_rollout(&self, id: &str, control: fleet_core::schema::RolloutControl) -> Result<(), ClientError> {
         let snapshot = self.run(self.registry.read_snapshot())?;
-        let Some(rollout) = snapshot.rollout_records().get(id).and_then(|r| r.rollout()) else {
-            return Err(reject(404, "rollout does not exist"));
-        };
+        let rollout = api_rules::changeable_rollout(id, snapshot.rollout_records().get(id)).map_err(rejected)?;
         let control = api_rules::decide_control(&rollout, control).map_err(rejected)?;
         self.run(self.registry.set_rollout_control(id, &control)).map(drop)
     }

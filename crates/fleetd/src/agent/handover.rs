@@ -182,7 +182,7 @@ mod tests {
     fn snapshot(puts: &[(String, &str)]) -> Snapshot {
         let keys = Keys::new("/p");
         let changes =
-            puts.iter().map(|(k, v)| (k.as_bytes(), Change::Put { value: v.as_bytes(), mod_revision: 2, lease: 0 }));
+            puts.iter().map(|(k, v)| (k.as_bytes(), Change::Put { value: v.as_bytes(), mod_revision: 2, lease: 1 }));
         Snapshot::from_kvs(&keys, 2, changes)
     }
 

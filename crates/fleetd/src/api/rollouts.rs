@@ -39,7 +39,7 @@ impl Api {
             // Running out of time is an answer too: the rollout as it is, for the client to wait again.
             let _ = self.reflector.wait_for(limit, &what, changed).await;
         }
-        match self.snapshot().rollout_records().get(id).and_then(api_rules::stored_rollout) {
+        match self.snapshot().rollout_records().get(id).and_then(|record| api_rules::stored_rollout(id, record)) {
             Some(r) => reply::json(&r),
             None => reply::error(StatusCode::NOT_FOUND, super::route::NO_ROLLOUT),
         }
@@ -102,8 +102,9 @@ impl Api {
             Ok(body) => body,
             Err(err) => return reply::error(StatusCode::BAD_REQUEST, &format!("unable to decode body: {err}")),
         };
-        let Some(record) = self.snapshot().rollout_records().get(id).and_then(|r| r.rollout()) else {
-            return reply::error(StatusCode::NOT_FOUND, super::route::NO_ROLLOUT);
+        let record = match api_rules::changeable_rollout(id, self.snapshot().rollout_records().get(id)) {
+            Ok(record) => record,
+            Err(err) => return reply::refused(&err),
         };
         let control = match api_rules::decide_control(&record, body) {
             Ok(control) => control,

@@ -89,7 +89,7 @@ pub enum NameUse {
 /// The original's 404 messages for names that find nothing.
 pub const NO_UNIT: &str = "unit does not exist";
 pub const NO_UNIT_STATE: &str = "unit state does not exist";
-pub const NO_ROLLOUT: &str = "rollout does not exist";
+pub const NO_ROLLOUT: &str = fleet_core::api_rules::NO_ROLLOUT;
 
 /// Decides a unit name (already percent-decoded) for a request that `uses` it: valid per spec §4.4, or refused
 /// as [`NameUse`] says. The one decision for `/units/<name>`, `/units/<name>/history`, `/state/<name>` and the

@@ -134,7 +134,7 @@ mod tests {
         let keys = Keys::new("/p");
         let kvs: Vec<(String, &str)> = states.iter().map(|(u, m, v)| (keys.state(u, m), *v)).collect();
         let changes =
-            kvs.iter().map(|(k, v)| (k.as_bytes(), Change::Put { value: v.as_bytes(), mod_revision: 2, lease: 0 }));
+            kvs.iter().map(|(k, v)| (k.as_bytes(), Change::Put { value: v.as_bytes(), mod_revision: 2, lease: 1 }));
         Snapshot::from_kvs(&keys, 2, changes)
     }
 

@@ -231,7 +231,7 @@ mod tests {
             (keys.unit_restarted("db.service", "m1"), "r1".to_string()),
         ];
         let changes =
-            kv.iter().map(|(k, v)| (k.as_bytes(), Change::Put { value: v.as_bytes(), mod_revision: 3, lease: 0 }));
+            kv.iter().map(|(k, v)| (k.as_bytes(), Change::Put { value: v.as_bytes(), mod_revision: 3, lease: 1 }));
         let snapshot = Snapshot::from_kvs(&keys, 3, changes);
         let c = SnapshotCluster(&snapshot);
         assert_eq!(c.holders("db.service"), ["m1", "m2"], "the machine that left is not a holder");

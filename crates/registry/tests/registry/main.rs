@@ -362,6 +362,41 @@ async fn leader_election_with_takeover_after_resign_and_expiry() {
     assert_eq!(reg.check_engine_version(1).await.unwrap(), EngineVersionCheck::Newer(2));
 }
 
+/// Keys only engines and fleetds write, written by hand or by a hostile client (issue 36): a leader key bound to
+/// no lease is no leader and is campaigned over; an engine version or layout version that is no number is raised
+/// or read past. None of them keeps an engine from leading or a fleetd from starting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_leader_engine_version_and_layout_keys_keep_no_engine_from_leading() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/hostile").await;
+    let refl = connected(&reg).await;
+    // Written as a hostile client would: straight through etcd, past every typed writer.
+    let mut kv = reg.client().kv_client();
+    let keys = reg.keys().clone();
+
+    kv.put(keys.layout_version(), "{\"layout\":\"two\"}", None).await.unwrap();
+    assert_eq!(reg.ensure_layout_version().await.unwrap(), 1, "read as this layout");
+
+    kv.put(keys.engine_version(), "not a version", None).await.unwrap();
+    assert_eq!(reg.check_engine_version(1).await.unwrap(), EngineVersionCheck::Upgraded { from: None });
+    assert_eq!(reg.check_engine_version(1).await.unwrap(), EngineVersionCheck::Current);
+
+    // A leader key without a lease never expires: the snapshot reads no leader, and a campaign takes it over.
+    kv.put(keys.engine_leader(), "hostile", None).await.unwrap();
+    let rev = kv.get(keys.engine_leader(), None).await.unwrap().header().unwrap().revision();
+    let seen = refl.wait_for_revision(rev, WAIT).await.unwrap();
+    assert_eq!(seen.leader(), None, "a leader key bound to no lease is no leader");
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+    won(reg.campaign("m1", lease.id()).await.unwrap());
+    refl.wait_for(WAIT, "m1 to lead", |s| (s.leader() == Some("m1")).then_some(())).await.unwrap();
+    // A key bound to a lease (a live engine's) is not taken over.
+    let other = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
+    let lost = reg.campaign("m2", other.id()).await.unwrap();
+    assert!(matches!(&lost, Campaign::Follower { leader } if leader == "m1"), "{lost:?}");
+    lease.revoke().await.unwrap();
+    other.revoke().await.unwrap();
+}
+
 fn unit_names(s: &Snapshot) -> BTreeSet<String> {
     s.units().map(|u| u.name.to_string()).collect()
 }
@@ -515,18 +550,18 @@ async fn scoped_reads_hold_only_their_part_and_derive_current_state() {
     let reg = etcd.registry("/test/scoped").await;
     let (v1, v2) = (version("[Service]\nExecStart=/bin/true\n"), version("[Service]\nExecStart=/bin/false\n"));
     api(&reg).create_unit(&put("a.service", &v1, JobState::Launched)).await.unwrap();
-    api(&reg).create_unit(&put("a.service2", &v2, JobState::Loaded)).await.unwrap();
+    api(&reg).create_unit(&put("a.service.service", &v2, JobState::Loaded)).await.unwrap();
     let lease = LeaseKeeper::grant(&reg, Duration::from_secs(5)).await.unwrap();
     reg.register_machine(&machine("m1"), lease.id()).await.unwrap();
     let (engine, _engine_lease) = lead(&reg, "m9").await;
     assert!(engine.placement(&schedule("a.service", "m1")).await.unwrap().is_some());
     agent(&reg, "m1", lease.id()).publish_state(&state("a.service", "m1", &v1.hash)).await.unwrap();
-    agent(&reg, "m1", lease.id()).publish_state(&state("a.service2", "m1", &v2.hash)).await.unwrap();
+    agent(&reg, "m1", lease.id()).publish_state(&state("a.service.service", "m1", &v2.hash)).await.unwrap();
     assert!(agent(&reg, "m1", lease.id()).mark_launched("a.service", &v1.hash).await.unwrap());
 
     let one = reg.read_unit_snapshot("a.service").await.unwrap();
     let names: Vec<&str> = one.units().map(|u| u.name).collect();
-    assert_eq!(names, ["a.service"], "a.service2 shares the name prefix but not the unit's range");
+    assert_eq!(names, ["a.service"], "a.service.service shares the name prefix but not the unit's range");
     let a = one.unit("a.service").unwrap();
     assert_eq!((a.current, a.target, &**a.body), (JobState::Launched, Some("m1"), v1.text.as_str()));
     assert_eq!(one.bodies().len(), 1);

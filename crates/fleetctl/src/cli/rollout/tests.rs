@@ -134,6 +134,28 @@ fn a_wait_goes_on_while_the_engine_has_not_taken_up_a_resume_or_an_abort() {
     }
 }
 
+/// Issue 36: a rollout with a key that does not decode is shown with the error, and ends a wait at once with exit 1
+/// (no engine drives it: waiting would wait forever).
+#[test]
+fn an_unreadable_rollout_shows_its_error_and_ends_a_wait_with_1() {
+    let rollout = Rollout {
+        id: "db-1".into(),
+        kind: RolloutKind::Restart,
+        state: RolloutState::Running,
+        error: "/p/rollouts/db-1/progress: cannot decode rollout progress: invalid type (value \"nope\")".into(),
+        ..Rollout::default()
+    };
+    assert_eq!(
+        render_status(&rollout, &[], false, false),
+        "Rollout db-1 restart running\n\
+         Cannot read this rollout (no engine drives it): /p/rollouts/db-1/progress: cannot decode rollout progress: \
+         invalid type (value \"nope\")\n"
+    );
+    assert_eq!(wait_outcome(&rollout), Some(EXIT_ERROR));
+    assert_eq!(snapshot_exit_code(&rollout), EXIT_ERROR);
+    assert_eq!(snapshot_exit_code(&Rollout { error: String::new(), ..rollout }), EXIT_DONE, "running, readable");
+}
+
 #[test]
 fn exit_codes_say_how_a_rollout_ended() {
     assert_eq!(exit_code(RolloutState::Running), None);

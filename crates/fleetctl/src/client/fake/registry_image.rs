@@ -117,7 +117,8 @@ pub(super) fn registry_view(st: &State) -> Snapshot {
             kvs.push((keys.rollout_progress(id), json(progress)));
         }
     }
-    let changes = kvs.iter().map(|(k, v)| (k.as_bytes(), Change::Put { value: v, mod_revision: 1, lease: 0 }));
+    // Lease 1 for every key: a machine's presence is read only when bound to a lease.
+    let changes = kvs.iter().map(|(k, v)| (k.as_bytes(), Change::Put { value: v, mod_revision: 1, lease: 1 }));
     Snapshot::from_kvs(&keys, 1, changes)
 }
 

@@ -61,7 +61,7 @@ impl Snap {
         let changes = self
             .kvs
             .iter()
-            .map(|(k, v)| (k.as_bytes(), Change::Put { value: v.as_bytes(), mod_revision: 2, lease: 0 }));
+            .map(|(k, v)| (k.as_bytes(), Change::Put { value: v.as_bytes(), mod_revision: 2, lease: 1 }));
         Snapshot::from_kvs(&self.keys, 2, changes)
     }
 }

@@ -335,7 +335,7 @@ pub(crate) mod tests {
             self.snap.apply(
                 &self.keys,
                 raw.as_bytes(),
-                Change::Put { value: value.as_bytes(), mod_revision: self.rev, lease: 0 },
+                Change::Put { value: value.as_bytes(), mod_revision: self.rev, lease: 1 },
             );
             self.snap.set_revision(self.rev);
             self
