@@ -97,6 +97,8 @@ capabilities! {
         "[X-Fleet] UpdatePolicy=rolling (UpdateMaxUnavailable=, UpdateMinHealthy=, UpdateHealthTimeout=, UpdateOnFailure=, UpdateOrder=, UpdateProgressDeadline=) makes a plain start --replace, restart and rollback roll per the policy, from fleetctl and from an API client's PUT of new options (the server creates the rollout)",
     Canary = "canary":
         "--canary=N pauses a rollout after N machines awaiting promotion (exit 2) until rollout-promote (or --canary-hold), --order=first:/last: (machine ID prefixes or metadata key=value) orders the machines, and --progress-deadline fails a rollout not done in time",
+    Cordon = "cordon":
+        "fleetctl cordon MACHINE keeps every new unit off the machine (and a global unit it does not run yet) while the units it runs keep running, list-machines --fields=...,state and --output=json show it (the default table unchanged), and fleetctl uncordon lets new units land there again",
     Rebalance = "rebalance":
         "fleetctl rebalance (and fleet.conf engine_rebalance=true, on its own when a machine joins or returns) moves units towards an even spread, never a unit pinned by MachineID= or asking Rebalance=false, never running a unit on two machines at once",
 }

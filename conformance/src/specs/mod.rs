@@ -5,6 +5,7 @@ pub mod at_most_once;
 pub mod client_api;
 pub mod cluster;
 pub mod connectivity;
+pub mod cordon;
 pub mod fleetctl;
 pub mod global;
 pub mod machines;
@@ -339,6 +340,7 @@ pub fn catalogue() -> Vec<Spec> {
     all.extend(replace::specs());
     all.extend(moves::specs());
     all.extend(rebalance::specs());
+    all.extend(cordon::specs());
     all.extend(safe_rollout_specs());
     all
 }

@@ -58,7 +58,51 @@ pub fn state(s: PublishedState, running_hash: Option<&str>) -> schema::UnitState
 
 /// A present machine as the API shows it.
 pub fn machine(m: MachineState) -> schema::Machine {
-    schema::Machine { id: m.id, metadata: m.metadata, primary_ip: m.public_ip }
+    schema::Machine { id: m.id, metadata: m.metadata, primary_ip: m.public_ip, cordoned: m.cordoned }
+}
+
+/// The answer to a machine ID that names no machine (and no cordon).
+pub const NO_MACHINE: &str = "machine does not exist";
+
+/// What a `PUT` (`cordon`) or `DELETE` (`!cordon`) of `/machines/<id>/cordon` does once [`decide_cordon`] accepted
+/// it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CordonAction {
+    /// Write the cordon key (`PUT`) or delete it (`DELETE`).
+    Write,
+    /// The machine already is as asked: nothing is written, and the answer is the same `204` (idempotent).
+    Unchanged,
+}
+
+/// Cordoning (`cordon`) or uncordoning machine `id` (issue 38). `present`: the machine is in the cluster now;
+/// `record`: its registry record, if any (a cordon outlives the presence). A cordon is set only on a present
+/// machine (`404 machine does not exist` otherwise); it is removed from a present machine, or from one that left
+/// for good as long as its cordon key is still stored (so a stale cordon can be deleted); an undecodable cordon key
+/// is rewritten or deleted like a good one. The API, fleetctl's etcd driver and the test fake all decide with this.
+pub fn decide_cordon(
+    id: &str,
+    present: bool,
+    record: Option<&crate::store::MachineRecord>,
+    cordon: bool,
+) -> Result<CordonAction, ApiError> {
+    let missing = || reject(StatusCode::NOT_FOUND, NO_MACHINE);
+    if crate::store::check_component(crate::store::Component::MachineId, id).is_err() {
+        return Err(missing());
+    }
+    let (has_key, decodes) = record.map_or((false, false), |r| (r.has_cordon_key(), r.cordon.is_some()));
+    match (cordon, present) {
+        (true, false) => Err(missing()),
+        (true, true) if decodes => Ok(CordonAction::Unchanged),
+        (true, true) => Ok(CordonAction::Write),
+        (false, _) if has_key => Ok(CordonAction::Write),
+        (false, true) => Ok(CordonAction::Unchanged),
+        (false, false) => Err(missing()),
+    }
+}
+
+/// [`decide_cordon`] for machine `id` as `snapshot` holds it.
+pub fn decide_cordon_in(snapshot: &crate::store::Snapshot, id: &str, cordon: bool) -> Result<CordonAction, ApiError> {
+    decide_cordon(id, snapshot.machine(id).is_some(), snapshot.machine_records().get(id), cordon)
 }
 
 /// A refused request: the status and message of the error body (spec §8.3).
@@ -553,6 +597,49 @@ fn decide_rebalance(
 mod tests {
     use super::*;
     use crate::unit::UnitOption;
+
+    /// Issue 38: cordon and uncordon, as a table over what the registry holds of the machine.
+    #[test]
+    fn cordon_is_idempotent_and_needs_the_machine_or_its_cordon() {
+        use crate::store::{Cordon, MachineRecord};
+        let none = MachineRecord::default();
+        let good = MachineRecord { cordon: Some(Cordon { since_ms: 1 }), ..Default::default() };
+        let bad =
+            MachineRecord { cordon_error: Some("k: cannot decode machine cordon: …".into()), ..Default::default() };
+        let gone = Err(reject(StatusCode::NOT_FOUND, NO_MACHINE));
+        use CordonAction::{Unchanged, Write};
+        type Case<'a> = (bool, Option<&'a MachineRecord>, bool, Result<CordonAction, ApiError>);
+        let cases: [Case<'_>; 14] = [
+            // cordon: only a present machine; already cordoned → nothing to write; a bad key is rewritten.
+            (true, None, true, Ok(Write)),
+            (true, Some(&none), true, Ok(Write)),
+            (true, Some(&good), true, Ok(Unchanged)),
+            (true, Some(&bad), true, Ok(Write)),
+            (false, None, true, gone.clone()),
+            (false, Some(&good), true, gone.clone()),
+            (false, Some(&bad), true, gone.clone()),
+            // uncordon: wherever a cordon key is stored (also of a machine that left); else nothing or 404.
+            (true, Some(&good), false, Ok(Write)),
+            (true, Some(&bad), false, Ok(Write)),
+            (true, Some(&none), false, Ok(Unchanged)),
+            (true, None, false, Ok(Unchanged)),
+            (false, Some(&good), false, Ok(Write)),
+            (false, Some(&bad), false, Ok(Write)),
+            (false, None, false, gone.clone()),
+        ];
+        for (present, record, cordon, want) in cases {
+            assert_eq!(decide_cordon("m1", present, record, cordon), want, "present {present} {record:?} {cordon}");
+        }
+        assert_eq!(decide_cordon("a/b", true, None, true), gone, "no machine ID: finds nothing");
+        assert_eq!(decide_cordon("", true, None, false), gone);
+    }
+
+    #[test]
+    fn a_machine_shows_its_cordon() {
+        let m = MachineState { id: "m1".into(), cordoned: true, ..Default::default() };
+        assert!(machine(m.clone()).cordoned);
+        assert!(!machine(MachineState { cordoned: false, ..m }).cordoned);
+    }
 
     const HELLO: &str = "[Service]\nExecStart=/bin/sleep 100\n";
 

@@ -66,6 +66,9 @@ pub struct MachineState {
     pub version: String,
     /// Whether the machine never runs the engine (`disable_engine`).
     pub disable_engine: bool,
+    /// Whether the machine is cordoned (`P/machines/<id>/cordon`, written through the API): it takes no new unit,
+    /// and what it runs stays. Read from the registry; never part of what a machine publishes about itself.
+    pub cordoned: bool,
 }
 
 impl MachineState {

@@ -291,6 +291,17 @@ pub struct Machine {
     pub metadata: BTreeMap<String, String>,
     #[serde(rename = "primaryIP", default, skip_serializing_if = "String::is_empty")]
     pub primary_ip: String,
+    /// Extension (issue 38): the machine is cordoned — it takes no new unit. Omitted when false, so a machine
+    /// that is not cordoned is the original's object byte for byte.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cordoned: bool,
+}
+
+impl Machine {
+    /// The machine's state as fleetctl shows it (issue 38): `cordoned` while it takes no new unit, else `ready`.
+    pub fn state(&self) -> &'static str {
+        if self.cordoned { "cordoned" } else { "ready" }
+    }
 }
 
 /// One page of `GET /machines`.
@@ -662,6 +673,16 @@ mod tests {
         assert_eq!(serde_json::to_string(&page).unwrap(), text);
         let with_token: MachinePage = serde_json::from_str(r#"{"nextPageToken":"ZAACAA=="}"#).unwrap();
         assert_eq!(with_token.next_page_token, "ZAACAA==");
+    }
+
+    /// Issue 38: `cordoned` only when true, so the machines of a cluster without cordons are the original's objects.
+    #[test]
+    fn a_cordoned_machine_says_so_and_no_other_does() {
+        let m = Machine { id: "m1".into(), ..Default::default() };
+        assert_eq!(serde_json::to_string(&m).unwrap(), r#"{"id":"m1"}"#);
+        let m = Machine { cordoned: true, ..m };
+        assert_eq!(serde_json::to_string(&m).unwrap(), r#"{"id":"m1","cordoned":true}"#);
+        assert_eq!(serde_json::from_str::<Machine>(r#"{"id":"m1","cordoned":true}"#).unwrap(), m);
     }
 
     #[test]

@@ -41,7 +41,7 @@ mod units;
 
 // The records, keys and snapshot are data (fleet-core's `store`); the registry is their one reader and writer.
 pub use fleet_core::store::{
-    BodyRecord, Change, Component, DEFAULT_PREFIX, DecodeError, HISTORY_LEN, InvalidComponent, Key, Keys,
+    BodyRecord, Change, Component, Cordon, DEFAULT_PREFIX, DecodeError, HISTORY_LEN, InvalidComponent, Key, Keys,
     LAYOUT_VERSION, LeaderRecord, MAX_ROLLOUT_UNITS, MAX_TXN_OPS, MachineObject, MachineRecord, RolloutRecord, Section,
     Snapshot, SnapshotCluster, StateRecord, TxnCost, UnitObject, UnitRecord, UnitView, Version, check_component,
     cost_batches, current_state, txn_batches,

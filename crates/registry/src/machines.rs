@@ -6,13 +6,14 @@
 //!
 //! Dynamic metadata (`P/machines/<id>/metadata/<key>`, no lease) is written by the API and survives the machine
 //! leaving; removing a key stores the tombstone `""` so that it also hides a key from the machine's config (§3.3).
+//! A cordon (`P/machines/<id>/cordon`, no lease, issue 38) likewise: written and deleted by the API only.
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 
 use super::Registry;
 use super::error::{RegistryError, Result};
 use super::keys::{Component, check_component};
-use super::records::{MachineObject, encode_json};
+use super::records::{Cordon, MachineObject, encode_json};
 use super::roles::ApiWriter;
 use fleet_core::model::MachineState;
 
@@ -98,5 +99,23 @@ impl ApiWriter {
     /// Hides metadata `key` of machine `id`, whether it came from the API or the machine's config (tombstone `""`).
     pub async fn remove_metadata(&self, id: &str, key: &str) -> Result<i64> {
         self.set_metadata(id, key, "").await
+    }
+
+    /// Cordons machine `id` (issue 38): writes `P/machines/<id>/cordon`, bound to no lease, so the cordon outlives
+    /// the machine's presence (a fleetd restart, a reboot). Returns the write's revision.
+    pub async fn cordon(&self, id: &str, cordon: &Cordon) -> Result<i64> {
+        check_component(Component::MachineId, id)?;
+        let k = self.keys.machine_cordon(id);
+        let resp = self.kv().put(k.as_str(), encode_json(cordon), None).await.map_err(RegistryError::etcd("put", k))?;
+        Ok(resp.header().map_or(0, |h| h.revision()))
+    }
+
+    /// Removes the cordon of machine `id`, present or not (nothing to remove is not an error). Returns the
+    /// revision.
+    pub async fn uncordon(&self, id: &str) -> Result<i64> {
+        check_component(Component::MachineId, id)?;
+        let k = self.keys.machine_cordon(id);
+        let resp = self.kv().delete(k.as_str(), None).await.map_err(RegistryError::etcd("delete", k))?;
+        Ok(resp.header().map_or(0, |h| h.revision()))
     }
 }

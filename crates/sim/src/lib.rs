@@ -255,6 +255,7 @@ impl SimMachine {
                 metadata: self.options.metadata.clone(),
                 version: fleet_core::version::VERSION.to_string(),
                 disable_engine: !self.engine,
+                cordoned: false,
             };
             registry.register_machine(&state, presence.id()).await.map_err(|e| format!("registering: {e}"))?;
             (registry, presence)

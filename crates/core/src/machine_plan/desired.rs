@@ -1,7 +1,12 @@
 //! Which units this machine should have, and in which state: a pure function of the cluster snapshot (spec §7.3
 //! "desired state", §6.7 global units, §6.8/§6.11 conflicts in unit-name order, B17).
+//!
+//! A cordoned machine (issue 38) takes on no global unit it does not hold already; the global units it holds (their
+//! file is on the machine) stay and follow their desired state as anywhere else — replaced, stopped, unloaded. Once
+//! one leaves (unloaded, or everything gone after a reboot), it does not come back while the machine is cordoned.
+//! Scheduled units need nothing here: the engine places no new unit on a cordoned machine and keeps the ones there.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::plan::{Desired, Update};
@@ -33,11 +38,16 @@ pub struct ClusterUnit {
     pub requirements: Arc<Requirements>,
 }
 
-/// This machine as the registry sees it (its own record, with merged metadata).
+/// This machine as the registry sees it (its own record, with merged metadata and its cordon), and the units it
+/// holds now.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ThisMachine {
     pub id: String,
     pub metadata: BTreeMap<String, String>,
+    /// The machine is cordoned: it takes on no global unit outside [`ThisMachine::holds`].
+    pub cordoned: bool,
+    /// The units whose file the machine has now (the agent's actual units); read only while cordoned.
+    pub holds: BTreeSet<String>,
 }
 
 /// Spec B14: without this machine's own record every unit would look unscheduled here, so nothing is decided.
@@ -54,13 +64,14 @@ pub fn desired_units(units: &[ClusterUnit], me: &ThisMachine) -> Result<BTreeMap
     if me.id.is_empty() {
         return Err(OwnMachineMissing);
     }
-    let candidates: Vec<Candidate<'_>> = units
+    let considered: Vec<&ClusterUnit> = units.iter().filter(|u| considers(me, u)).collect();
+    let candidates: Vec<Candidate<'_>> = considered
         .iter()
         .map(|u| Candidate { name: &u.name, requirements: &u.requirements, target: u.target.as_deref() })
         .collect();
     Ok(accepted_by_machine(&candidates, &me.id, &me.metadata)
         .into_iter()
-        .map(|i| &units[i])
+        .map(|i| considered[i])
         .map(|u| {
             let desired = Desired {
                 state: u.desired,
@@ -73,6 +84,11 @@ pub fn desired_units(units: &[ClusterUnit], me: &ThisMachine) -> Result<BTreeMap
             (u.name.clone(), desired)
         })
         .collect())
+}
+
+/// Whether this machine considers `unit` at all: a cordoned machine leaves out the global units it does not hold.
+fn considers(me: &ThisMachine, unit: &ClusterUnit) -> bool {
+    !(me.cordoned && unit.requirements.global && !me.holds.contains(&unit.name))
 }
 
 #[cfg(test)]
@@ -112,7 +128,81 @@ mod tests {
     }
 
     fn me(metadata: &[(&str, &str)]) -> ThisMachine {
-        ThisMachine { id: ME.into(), metadata: metadata.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() }
+        ThisMachine {
+            id: ME.into(),
+            metadata: metadata.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn cordoned(holds: &[&str]) -> ThisMachine {
+        ThisMachine { cordoned: true, holds: holds.iter().map(|h| h.to_string()).collect(), ..me(&[]) }
+    }
+
+    /// Issue 38: a cordoned machine keeps the global units it holds (they follow their desired state) and takes on
+    /// no other; its scheduled units are the engine's, unchanged.
+    #[test]
+    fn a_cordoned_machine_takes_on_no_global_unit_it_does_not_hold() {
+        let units = [
+            unit("here.service", JobState::Launched, Some(ME)),
+            global("held.service", JobState::Launched, &[]),
+            global("new.service", JobState::Launched, &[]),
+            global("stopping.service", JobState::Inactive, &[]),
+            global("off.service", JobState::Inactive, &[]),
+        ];
+        type Case = (&'static str, ThisMachine, &'static [(&'static str, JobState)]);
+        let cases: [Case; 4] = [
+            (
+                "not cordoned: every global unit",
+                me(&[]),
+                &[
+                    ("held.service", JobState::Launched),
+                    ("here.service", JobState::Launched),
+                    ("new.service", JobState::Launched),
+                    ("off.service", JobState::Inactive),
+                    ("stopping.service", JobState::Inactive),
+                ],
+            ),
+            (
+                "cordoned: the held ones only (an inactive one held is unloaded)",
+                cordoned(&["held.service", "stopping.service", "here.service"]),
+                &[
+                    ("held.service", JobState::Launched),
+                    ("here.service", JobState::Launched),
+                    ("stopping.service", JobState::Inactive),
+                ],
+            ),
+            (
+                "cordoned and holding nothing (after a reboot): scheduled units only",
+                cordoned(&[]),
+                &[("here.service", JobState::Launched)],
+            ),
+            (
+                "what is held is read only while cordoned",
+                ThisMachine { cordoned: false, ..cordoned(&[]) },
+                &[
+                    ("held.service", JobState::Launched),
+                    ("here.service", JobState::Launched),
+                    ("new.service", JobState::Launched),
+                    ("off.service", JobState::Inactive),
+                    ("stopping.service", JobState::Inactive),
+                ],
+            ),
+        ];
+        for (name, machine, want) in cases {
+            assert_eq!(run(&units, &machine), names(want), "case: {name}");
+        }
+        // A held global unit's new version is still its own: the machine updates it.
+        let replaced = ClusterUnit { hash: "new-hash".into(), ..global("held.service", JobState::Launched, &[]) };
+        let desired = desired_units(&[replaced], &cordoned(&["held.service"])).unwrap();
+        assert_eq!(desired["held.service"].hash, "new-hash");
+        // A global left out here no longer conflicts with anything here.
+        let units = [
+            with_conflicts(global("a-new.service", JobState::Launched, &[]), &["b-held.service"]),
+            global("b-held.service", JobState::Launched, &[]),
+        ];
+        assert_eq!(run(&units, &cordoned(&["b-held.service"])), names(&[("b-held.service", JobState::Launched)]));
+        assert_eq!(run(&units, &me(&[])), names(&[("a-new.service", JobState::Launched)]));
     }
 
     fn run(units: &[ClusterUnit], machine: &ThisMachine) -> Vec<(String, JobState)> {

@@ -47,6 +47,8 @@ pub enum Rejection {
     MachineIdMismatch { machine: String, required: String },
     /// `MachineMetadata=` is not satisfied.
     MetadataInsufficient(MetadataMismatch),
+    /// The machine is cordoned (issue 38): it takes no new unit; units already scheduled there stay.
+    Cordoned { machine: String },
     /// A `MachineOf=` peer is not present on the machine.
     PeerNotPresent { peer: String },
     /// A present unit conflicts with this one (either direction).
@@ -78,6 +80,7 @@ impl fmt::Display for Rejection {
                 }
                 write!(f, ", wanted one of {wanted:?}")
             }
+            Rejection::Cordoned { machine } => write!(f, "machine is cordoned: Machine({machine}) takes no new unit"),
             Rejection::PeerNotPresent { peer } => write!(f, "required peer Unit({peer}) is not scheduled locally"),
             Rejection::Conflict { unit } => write!(f, "found conflict with locally-scheduled Unit({unit})"),
             Rejection::ReplacedBy { unit } => write!(f, "found replace with locally-scheduled Unit({unit})"),
@@ -139,6 +142,7 @@ mod tests {
                 "required peer Unit(p.service) is not scheduled locally",
             ),
             (Rejection::Conflict { unit: "c.service".into() }, "found conflict with locally-scheduled Unit(c.service)"),
+            (Rejection::Cordoned { machine: "m1".into() }, "machine is cordoned: Machine(m1) takes no new unit"),
             (
                 Rejection::ReplacedBy { unit: "r.service".into() },
                 "found replace with locally-scheduled Unit(r.service)",

@@ -231,6 +231,7 @@ impl<'s> ClusterView<'s> {
     }
 
     /// Whether unit `u` can run on machine `m` given everything else present (spec §6.3; `u` itself is ignored).
+    /// A cordoned machine refuses every non-global unit not already counted present there.
     pub fn fit(&self, u: UnitIdx, m: MachineIdx) -> Fit {
         let unit = &self.snap.units[u];
         let constraints = &unit.spec.constraints;
@@ -241,6 +242,11 @@ impl<'s> ClusterView<'s> {
         }
         if let Err(mismatch) = constraints.check_metadata(machine) {
             return Fit::Rejected(Rejection::MetadataInsufficient(mismatch));
+        }
+        // A cordoned machine takes no new unit; one already counted there stays (issue 38). Global units are the
+        // agents' to decide (`machine_plan::desired`): a cordoned machine keeps the globals it holds.
+        if machine.cordoned && !constraints.global && self.placement[u] != Some(m) {
+            return Fit::Rejected(Rejection::Cordoned { machine: machine.id.clone() });
         }
         if constraints.global {
             return match self.first_conflict(u, m) {

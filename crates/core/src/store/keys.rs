@@ -15,6 +15,7 @@
 //! | `P/states/<name>/<machine>` | JSON `{"hash","loadState","activeState","subState"}` | that machine's lease | agent of `<machine>` | API, fleetctl |
 //! | `P/machines/<id>/object` | JSON `{"id","publicIP","metadata","version","disableEngine"}` | that machine's lease | fleetd of `<id>` (create-if-absent) | all |
 //! | `P/machines/<id>/metadata/<key>` | plain string; `""` is a tombstone hiding a config key (§3.3) | — | API `PATCH /machines` | all |
+//! | `P/machines/<id>/cordon` | JSON `{"sinceMs"}` (`records::Cordon`): the machine takes no new unit | — | API `PUT`/`DELETE /machines/<id>/cordon` | engine, agents, API |
 //! | `P/engine/leader` | machine ID of the engine leader | engine lease (`5×EIV`) | engine (create-if-absent; resign = delete-if-ours) | engines, API |
 //! | `P/engine/version` | cluster engine version, decimal | — | engine (check-and-set) | engines |
 //! | `P/units/<name>/restarted/<machine>` | ID of the rollout the machine last restarted the unit for | that machine's lease | agent of `<machine>` | engine |
@@ -30,6 +31,9 @@
 //!   fight over one key; current state checks the marker of the target machine only.
 //! * Bodies are content-addressed and garbage-collected (L9). The object keeps `previousHash` so a rollback can
 //!   find the previous body, which GC keeps alive while it is referenced.
+//! * A cordon is not bound to the machine's lease (it outlives a fleetd restart and a reboot, like dynamic metadata);
+//!   the cordon of a machine that left for good stays until it is deleted (`fleetctl uncordon <full ID>`), and
+//!   holds again if a machine with that ID comes back.
 //! * Unit names, machine IDs, hashes and metadata keys never contain `/` (checked here), so every key parses
 //!   unambiguously and `P/units/<name>/` is exactly one unit's range.
 //! * All writers use transactions where two writers could race (see the operation modules).
@@ -60,6 +64,7 @@ pub enum Key {
     State { unit: String, machine: String },
     MachineObject { machine: String },
     MachineMetadata { machine: String, key: String },
+    MachineCordon { machine: String },
     EngineLeader,
     EngineVersion,
     UnitRestarted { unit: String, machine: String },
@@ -237,6 +242,11 @@ impl Keys {
         self.key(&["machines", machine, "metadata", key])
     }
 
+    /// The machine's cordon: present while the machine takes no new unit.
+    pub fn machine_cordon(&self, machine: &str) -> String {
+        self.key(&["machines", machine, "cordon"])
+    }
+
     pub fn engine_leader(&self) -> String {
         self.key(&["engine", "leader"])
     }
@@ -290,6 +300,7 @@ impl Keys {
             ["states", unit, machine] => Key::State { unit: s(unit), machine: s(machine) },
             ["machines", machine, "object"] => Key::MachineObject { machine: s(machine) },
             ["machines", machine, "metadata", key] => Key::MachineMetadata { machine: s(machine), key: s(key) },
+            ["machines", machine, "cordon"] => Key::MachineCordon { machine: s(machine) },
             ["engine", "leader"] => Key::EngineLeader,
             ["engine", "version"] => Key::EngineVersion,
             ["units", unit, "restarted", machine] => Key::UnitRestarted { unit: s(unit), machine: s(machine) },
@@ -312,6 +323,7 @@ impl Keys {
             Key::State { unit, machine } => self.state(unit, machine),
             Key::MachineObject { machine } => self.machine_object(machine),
             Key::MachineMetadata { machine, key } => self.machine_metadata(machine, key),
+            Key::MachineCordon { machine } => self.machine_cordon(machine),
             Key::EngineLeader => self.engine_leader(),
             Key::EngineVersion => self.engine_version(),
             Key::UnitRestarted { unit, machine } => self.unit_restarted(unit, machine),
@@ -350,6 +362,7 @@ mod tests {
         assert_eq!(k.unit_states_dir("a.service"), "/p/states/a.service/");
         assert_eq!(k.machine_object("m1"), "/p/machines/m1/object");
         assert_eq!(k.machine_metadata("m1", "role"), "/p/machines/m1/metadata/role");
+        assert_eq!(k.machine_cordon("m1"), "/p/machines/m1/cordon");
         assert_eq!(k.engine_leader(), "/p/engine/leader");
         assert_eq!(k.engine_version(), "/p/engine/version");
         assert_eq!(k.unit_restarted("a.service", "m1"), "/p/units/a.service/restarted/m1");
@@ -373,6 +386,7 @@ mod tests {
             Key::State { unit: "a.service".into(), machine: "m".into() },
             Key::MachineObject { machine: "m".into() },
             Key::MachineMetadata { machine: "m".into(), key: "role".into() },
+            Key::MachineCordon { machine: "m".into() },
             Key::EngineLeader,
             Key::EngineVersion,
             Key::UnitRestarted { unit: "a.service".into(), machine: "m".into() },

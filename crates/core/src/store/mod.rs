@@ -25,7 +25,7 @@ mod views;
 
 pub use batch::{MAX_TXN_OPS, TxnCost, cost_batches, txn_batches};
 pub use keys::{Component, DEFAULT_PREFIX, InvalidComponent, Key, Keys, LAYOUT_VERSION, check_component};
-pub use records::{DecodeError, HISTORY_LEN, MachineObject, StateRecord, UnitObject, Version};
+pub use records::{Cordon, DecodeError, HISTORY_LEN, MachineObject, StateRecord, UnitObject, Version};
 pub use rollout_cluster::SnapshotCluster;
 pub use snapshot::{BodyRecord, Change, LeaderRecord, MachineRecord, RolloutRecord, Section, Snapshot, UnitRecord};
 pub use views::{UnitView, current_state};

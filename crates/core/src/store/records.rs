@@ -173,8 +173,24 @@ impl MachineObject {
             metadata,
             version: self.version.clone(),
             disable_engine: self.disable_engine,
+            cordoned: false,
         }
     }
+}
+
+/// `P/machines/<id>/cordon`: the machine is cordoned — it takes no new unit; what it runs stays. Not bound to the
+/// machine's lease: a cordon outlives a fleetd restart and a reboot, and stays after the machine left for good
+/// until it is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Cordon {
+    /// When it was cordoned (Unix ms; 0 when not known).
+    #[serde(rename = "sinceMs", default)]
+    pub since_ms: u64,
+}
+
+/// `P/machines/<id>/cordon`: a JSON object ([`Cordon`]); anything else does not decode.
+pub fn decode_cordon(key: &str, raw: &[u8]) -> Result<Cordon> {
+    decode_json(key, "machine cordon", raw)
 }
 
 pub fn encode_json<T: Serialize>(value: &T) -> String {
@@ -367,6 +383,19 @@ mod tests {
         let s = rec.clone().into_state("a.service", "m1");
         assert_eq!((s.name.as_str(), s.machine_id.as_str(), s.sub_state.as_str()), ("a.service", "m1", "running"));
         assert_eq!(StateRecord::from_state(&s), rec);
+    }
+
+    #[test]
+    fn a_cordon_is_json_and_anything_else_does_not_decode() {
+        let c = Cordon { since_ms: 7 };
+        assert_eq!(encode_json(&c), r#"{"sinceMs":7}"#);
+        assert_eq!(decode_cordon("k", br#"{"sinceMs":7}"#).unwrap(), c);
+        assert_eq!(decode_cordon("k", b"{}").unwrap(), Cordon::default(), "an empty object is a cordon since unknown");
+        assert_eq!(decode_cordon("k", br#"{"sinceMs":7,"by":"ops"}"#).unwrap(), c, "unknown fields are ignored");
+        for bad in [&b"yes"[..], b"", b"7", br#"{"sinceMs":"soon"}"#, b"\xff"] {
+            let err = decode_cordon("/p/machines/m1/cordon", bad).unwrap_err();
+            assert!(err.to_string().starts_with("/p/machines/m1/cordon: cannot decode machine cordon: "), "{err}");
+        }
     }
 
     #[test]

@@ -61,3 +61,22 @@ impl rollout::Cluster for SnapshotCluster<'_> {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::Cluster;
+    use crate::store::keys::Key;
+    use crate::store::snapshot::tests::Build;
+
+    /// Issue 38: a cordoned machine is present to a rollout, so its budget counts it as available.
+    #[test]
+    fn a_cordoned_machine_is_present_to_a_rollout() {
+        let s = Build::new()
+            .put_lease(Key::MachineObject { machine: "m1".into() }, r#"{"id":"m1"}"#, 7)
+            .put(Key::MachineCordon { machine: "m1".into() }, r#"{"sinceMs":1}"#)
+            .done();
+        assert!(s.machine("m1").is_some_and(|m| m.cordoned));
+        assert!(SnapshotCluster(&s).observe("a.service", "m1").present);
+    }
+}

@@ -14,8 +14,9 @@ use super::interner::Interner;
 use super::keys::{Component, check_component};
 use super::keys::{Key, Keys};
 use super::records::{
-    DecodeError, MachineObject, StateRecord, UnitObject, decode_job_state, decode_json, decode_machine_id,
-    decode_machine_object, decode_rollout_progress, decode_rollout_spec, decode_text, decode_u32, shown,
+    Cordon, DecodeError, MachineObject, StateRecord, UnitObject, decode_cordon, decode_job_state, decode_json,
+    decode_machine_id, decode_machine_object, decode_rollout_progress, decode_rollout_spec, decode_text, decode_u32,
+    shown,
 };
 use crate::model::JobState;
 use crate::rollout::{Control, Rollout, RolloutProgress, RolloutSpec};
@@ -147,11 +148,21 @@ pub struct MachineRecord {
     pub lease: i64,
     /// Dynamic metadata as stored, tombstones (`""`) included.
     pub metadata: BTreeMap<String, String>,
+    /// The machine's cordon (`P/machines/<id>/cordon`), when it has one that decodes.
+    pub cordon: Option<Cordon>,
+    /// Why the cordon key does not decode, when it does not: logged once per write and read as no cordon (the
+    /// machine takes units as before), until the key is written again or deleted (`uncordon`).
+    pub cordon_error: Option<String>,
 }
 
 impl MachineRecord {
     fn is_empty(&self) -> bool {
-        self.object.is_none() && self.metadata.is_empty()
+        self.object.is_none() && self.metadata.is_empty() && !self.has_cordon_key()
+    }
+
+    /// Whether the machine's cordon key exists, decodable or not.
+    pub fn has_cordon_key(&self) -> bool {
+        self.cordon.is_some() || self.cordon_error.is_some()
     }
 }
 
@@ -431,6 +442,24 @@ impl Snapshot {
                     r.progress_revision = put_revision;
                 })
             }
+            Key::MachineCordon { machine } => {
+                let read = value.map(|v| decode_cordon(&full(), v));
+                self.update_machine(machine, |m| match read {
+                    Some(Ok(cordon)) => {
+                        m.cordon = Some(cordon);
+                        m.cordon_error = None;
+                    }
+                    Some(Err(e)) => {
+                        m.cordon = None;
+                        m.cordon_error = Some(e.to_string());
+                        warn(e);
+                    }
+                    None => {
+                        m.cordon = None;
+                        m.cordon_error = None;
+                    }
+                })
+            }
             Key::MachineMetadata { machine, key } => self.update_machine(machine, |m| {
                 match value.map(|v| decode_text(&full(), "metadata value", v)) {
                     Some(Ok(v)) => m.metadata.insert(key, v),
@@ -479,7 +508,7 @@ fn invalid_name(key: &Key) -> Option<String> {
         | Key::UnitRestarted { unit: u, machine: m }
         | Key::State { unit: u, machine: m } => unit(u).or_else(|| machine(m)),
         Key::Body { hash } => component(Component::Hash, hash),
-        Key::MachineObject { machine: m } => machine(m),
+        Key::MachineObject { machine: m } | Key::MachineCordon { machine: m } => machine(m),
         Key::MachineMetadata { machine: m, key } => machine(m).or_else(|| component(Component::MetadataKey, key)),
         Key::RolloutSpec { id } | Key::RolloutControl { id } | Key::RolloutProgress { id } => {
             component(Component::RolloutId, id)
@@ -870,6 +899,36 @@ pub(crate) mod tests {
         let s = b.delete(Key::MachineObject { machine: "m1".into() }).done();
         let m = &s.machine_records()["m1"];
         assert_eq!((m.object.is_none(), m.lease, m.metadata["role"].as_str()), (true, 0, "db"));
+    }
+
+    /// Issue 38: a cordon survives the machine's presence (it is no lease's), and one that does not decode is an
+    /// error of that record only: logged, read as no cordon, kept until rewritten or deleted.
+    #[test]
+    fn a_cordon_outlives_the_presence_and_a_bad_one_reads_as_none() {
+        let m1 = || Key::MachineCordon { machine: "m1".into() };
+        let b = Build::new()
+            .put_lease(Key::MachineObject { machine: "m1".into() }, r#"{"id":"m1"}"#, 7)
+            .put_lease(Key::MachineObject { machine: "m2".into() }, r#"{"id":"m2"}"#, 8)
+            .put(m1(), r#"{"sinceMs":5}"#);
+        let cordoned = |s: &Snapshot| s.machines().filter(|m| m.cordoned).map(|m| m.id).collect::<Vec<_>>();
+        assert_eq!(cordoned(&b.snap), ["m1"]);
+        assert_eq!(b.snap.machine_records()["m1"].cordon, Some(Cordon { since_ms: 5 }));
+        let b = b.delete(Key::MachineObject { machine: "m1".into() });
+        assert!(b.snap.machine("m1").is_none(), "gone from the machines");
+        assert!(b.snap.machine_records()["m1"].has_cordon_key(), "the record stays for its cordon");
+        let b = b.put_lease(Key::MachineObject { machine: "m1".into() }, r#"{"id":"m1"}"#, 9);
+        assert_eq!(cordoned(&b.snap), ["m1"], "back with the same ID: still cordoned");
+
+        let b = b.put(m1(), "yes").put(Key::MachineCordon { machine: "m2".into() }, "{}");
+        assert_eq!(cordoned(&b.snap), ["m2"], "a cordon that does not decode reads as none, the others as before");
+        let error = b.snap.machine_records()["m1"].cordon_error.clone().unwrap();
+        assert!(error.starts_with("/p/machines/m1/cordon: cannot decode machine cordon: "), "{error}");
+        let s = b.delete(m1()).delete(Key::MachineCordon { machine: "m2".into() }).done();
+        assert!(cordoned(&s).is_empty());
+        assert!(!s.machine_records()["m1"].has_cordon_key(), "deleted: error and all");
+        // A cordon of a machine never seen is a record of its own, and a delete removes it.
+        let s = Build::new().put(Key::MachineCordon { machine: "gone".into() }, "{}").done();
+        assert!(s.machine("gone").is_none() && s.machine_records()["gone"].cordon.is_some());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::snapshot::{Snapshot, UnitRecord};
+use super::snapshot::{MachineRecord, Snapshot, UnitRecord};
 use crate::model::{JobState, MachineState, PublishedState};
 
 /// One unit as the API and engine see it: a unit object whose body is present.
@@ -24,6 +24,14 @@ pub struct UnitView<'a> {
     pub current: JobState,
     /// The version was stored without restart (`UnitObject::no_restart`).
     pub no_restart: bool,
+}
+
+/// A present machine's state: its presence object with dynamic metadata merged, cordoned while its cordon key
+/// decodes.
+fn machine_state(m: &MachineRecord) -> Option<MachineState> {
+    let mut state = m.object.as_ref()?.merged(&m.metadata);
+    state.cordoned = m.cordon.is_some();
+    Some(state)
 }
 
 /// Current state of a non-global unit (spec §7.2): `inactive` without a target or without a state published by
@@ -146,16 +154,15 @@ impl Snapshot {
             .flat_map(move |per_machine| per_machine.iter().map(move |(m, r)| r.clone().into_state(unit, m)))
     }
 
-    /// Present machines (with a presence object), sorted by ID, metadata merged (§3.3).
+    /// Present machines (with a presence object), sorted by ID, metadata merged (§3.3), cordon read from its key.
     pub fn machines(&self) -> impl Iterator<Item = MachineState> + '_ {
-        self.machine_records().values().filter_map(|m| m.object.as_ref().map(|o| o.merged(&m.metadata)))
+        self.machine_records().values().filter_map(machine_state)
     }
 
-    /// One present machine by full ID. A machine with only dynamic metadata left is absent, never a record with
-    /// an empty ID (fixes B14).
+    /// One present machine by full ID. A machine with only dynamic metadata (or a cordon) left is absent, never a
+    /// record with an empty ID (fixes B14).
     pub fn machine(&self, id: &str) -> Option<MachineState> {
-        let m = self.machine_records().get(id)?;
-        m.object.as_ref().map(|o| o.merged(&m.metadata))
+        machine_state(self.machine_records().get(id)?)
     }
 
     /// Bodies nothing needs, with the mod revision they were seen at; pass them to `Registry::delete_bodies`.

@@ -50,6 +50,7 @@ mod api_rules {
             metadata: BTreeMap::from([("role".to_string(), "web".to_string())]),
             version: "1.0.0".into(),
             disable_engine: true,
+            cordoned: false,
         };
         let json = serde_json::to_value(api_rules::machine(machine)).unwrap();
         assert_eq!(

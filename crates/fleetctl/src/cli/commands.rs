@@ -178,8 +178,9 @@ const SSH_PORT: FlagSpec =
 
 /// Commands this fleetctl adds to the original's (rollouts, issue 12); help tests leave them out when comparing
 /// with the original's listings.
-pub const EXTENSION_COMMANDS: [&str; 10] = [
+pub const EXTENSION_COMMANDS: [&str; 12] = [
     "completion",
+    "cordon",
     "history",
     "plan",
     "rebalance",
@@ -189,6 +190,7 @@ pub const EXTENSION_COMMANDS: [&str; 10] = [
     "rollout-promote",
     "rollout-resume",
     "rollout-status",
+    "uncordon",
 ];
 
 /// Valid `--fields` of list-units, in help order.
@@ -199,6 +201,9 @@ pub const LIST_UNITS_EXTENSION_FIELDS: &str = "running-hash,presence,health";
 pub const LIST_UNIT_FILES_FIELDS: &str = "desc,dstate,global,hash,state,target,tmachine,unit";
 /// Valid `--fields` of list-machines, in help order.
 pub const LIST_MACHINES_FIELDS: &str = "machine,ip,metadata";
+/// `--fields` of list-machines that this fleetctl adds (accepted, not listed in the original's help text): `state`,
+/// `ready` or `cordoned` (issue 38).
+pub const LIST_MACHINES_EXTENSION_FIELDS: &str = "state";
 
 /// Every command, sorted by name (the order help lists them in).
 pub static COMMANDS: &[CommandSpec] = &[
@@ -225,6 +230,15 @@ pub static COMMANDS: &[CommandSpec] = &[
         use_line: "completion bash|zsh|fish",
         short: "Print a shell completion script for fleetctl",
         long: "Print a completion script for bash, zsh or fish: commands, flags, and unit and machine names from\nthe registry (asked with the same --endpoint/--driver given on the line being completed, or FLEETCTL_*).\n\tsource <(fleetctl completion bash)\n\tfleetctl completion zsh > \"${fpath[1]}/_fleetctl\"\n\tfleetctl completion fish > ~/.config/fish/completions/fleetctl.fish",
+        flags: &[],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "cordon",
+        use_line: "cordon MACHINE",
+        short: "Mark a machine as taking no new units; the units it runs stay",
+        long: "Cordon a machine: the engine schedules no new unit to it and moves no unit there (a\nrebalance neither), and it starts no global unit it does not hold already. Units already\nscheduled to it keep running there, also when replaced with --keep-machine. The cordon is\nstored in the cluster: it outlives fleetd restarts and reboots of the machine, until\nuncordon. list-machines --fields=machine,state shows it.\n\nMACHINE is a machine ID or a unique prefix of one.\n\tfleetctl cordon 2e188a93\n\tfleetctl uncordon 2e188a93",
         flags: &[],
         listed: true,
         deprecated: None,
@@ -650,6 +664,15 @@ pub static COMMANDS: &[CommandSpec] = &[
             ),
             SIGN,
         ],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "uncordon",
+        use_line: "uncordon MACHINE",
+        short: "Let a cordoned machine take new units again",
+        long: "Remove a machine's cordon: new units may be scheduled to it again. Nothing moves by\nitself (see rebalance).\n\nMACHINE is a machine ID or a unique prefix of one; the full ID also removes the cordon of\na machine that left the cluster.\n\tfleetctl uncordon 2e188a93",
+        flags: &[],
         listed: true,
         deprecated: None,
     },

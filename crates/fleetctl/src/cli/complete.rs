@@ -23,6 +23,8 @@ pub enum Positional {
     Units,
     /// Machine IDs and unit names (`ssh`).
     MachinesOrUnits,
+    /// Machine IDs (`cordon`, `uncordon`).
+    Machines,
     /// A command name (`help`).
     Commands,
     /// A shell name (`completion`).
@@ -38,6 +40,7 @@ impl Positional {
             Positional::None => "none",
             Positional::Units => "units",
             Positional::MachinesOrUnits => "machines-units",
+            Positional::Machines => "machines",
             Positional::Commands => "commands",
             Positional::Shells => "shells",
             Positional::PlanVerb => "plan",
@@ -57,6 +60,7 @@ pub fn positional(cmd: &CommandSpec) -> Positional {
         "completion" => Positional::Shells,
         "plan" => Positional::PlanVerb,
         "ssh" => Positional::MachinesOrUnits,
+        "cordon" | "uncordon" => Positional::Machines,
         _ if cmd.use_line.contains("UNIT") || cmd.use_line.contains("<unit>") => Positional::Units,
         _ => Positional::None,
     }
@@ -139,6 +143,7 @@ fn bash() -> String {
     s.push_str("    local words=\"\"\n    case \"$kind\" in\n");
     s.push_str("        units) words=\"$(fleetctl \"${cluster[@]}\" __complete units 2>/dev/null)\" ;;\n");
     s.push_str("        machines-units) words=\"$(fleetctl \"${cluster[@]}\" __complete machines 2>/dev/null) $(fleetctl \"${cluster[@]}\" __complete units 2>/dev/null)\" ;;\n");
+    s.push_str("        machines) words=\"$(fleetctl \"${cluster[@]}\" __complete machines 2>/dev/null)\" ;;\n");
     let _ = writeln!(s, "        commands) words=\"{}\" ;;", names.join(" "));
     let _ = writeln!(s, "        shells) words=\"{}\" ;;", SHELLS.join(" "));
     s.push_str("        plan) if ((args == 0)); then words=\"start load submit\"; else words=\"$(fleetctl \"${cluster[@]}\" __complete units 2>/dev/null)\"; fi ;;\n");
@@ -172,6 +177,7 @@ fn zsh() -> String {
     s.push_str("    case $kind in\n");
     s.push_str("        units) compadd -- ${(f)\"$(fleetctl __complete units 2>/dev/null)\"}; _files ;;\n");
     s.push_str("        machines-units) compadd -- ${(f)\"$(fleetctl __complete machines 2>/dev/null)\"} ${(f)\"$(fleetctl __complete units 2>/dev/null)\"} ;;\n");
+    s.push_str("        machines) compadd -- ${(f)\"$(fleetctl __complete machines 2>/dev/null)\"} ;;\n");
     s.push_str("        commands) _describe 'command' commands ;;\n");
     let _ = writeln!(s, "        shells) compadd -- {} ;;", SHELLS.join(" "));
     s.push_str("        plan) if ((args == 0)); then compadd -- start load submit; else compadd -- ${(f)\"$(fleetctl __complete units 2>/dev/null)\"}; _files; fi ;;\n");
@@ -213,6 +219,7 @@ fn fish() -> String {
             Positional::MachinesOrUnits => {
                 "-a '(fleetctl __complete machines 2>/dev/null; fleetctl __complete units 2>/dev/null)'".to_string()
             }
+            Positional::Machines => "-a '(fleetctl __complete machines 2>/dev/null)'".to_string(),
             Positional::Commands => {
                 format!("-a {}", quote(&user_commands().map(|c| c.name).collect::<Vec<_>>().join(" ")))
             }

@@ -164,3 +164,14 @@ pub fn log_line(now: std::time::SystemTime, level: &str, message: &str) -> Strin
     let file = caller.file().rsplit('/').next().unwrap_or(caller.file());
     format!("{} {level} {file}:{}: {message}", fleet_core::go::log_time(now), caller.line())
 }
+
+/// The machine whose ID starts with `lookup` (`findAddressInMachineList`): what a MACHINE argument names (`ssh`,
+/// `cordon`, ...).
+pub fn machine_by_prefix<'m>(machines: &'m [Machine], lookup: &str) -> Result<&'m Machine, String> {
+    let mut found = machines.iter().filter(|m| m.id.starts_with(lookup));
+    match (found.next(), found.next()) {
+        (Some(m), None) => Ok(m),
+        (Some(_), Some(_)) => Err("found more than one machine".into()),
+        (None, _) => Err("machine does not exist".into()),
+    }
+}

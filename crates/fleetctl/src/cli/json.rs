@@ -69,13 +69,20 @@ pub struct MachineDoc {
     #[serde(rename = "primaryIP")]
     pub primary_ip: String,
     pub metadata: BTreeMap<String, String>,
+    /// `ready`, or `cordoned` while the machine takes no new unit (issue 38).
+    pub state: String,
 }
 
 pub fn machine_list(machines: &[Machine]) -> MachineList {
     MachineList {
         machines: machines
             .iter()
-            .map(|m| MachineDoc { id: m.id.clone(), primary_ip: m.primary_ip.clone(), metadata: m.metadata.clone() })
+            .map(|m| MachineDoc {
+                id: m.id.clone(),
+                primary_ip: m.primary_ip.clone(),
+                metadata: m.metadata.clone(),
+                state: m.state().to_string(),
+            })
             .collect(),
     }
 }

@@ -1,7 +1,10 @@
 //! `list-machines`, `list-units` and `list-unit-files` (spec §9.5): field selection, cell values and the shared
 //! table output.
 
-use super::commands::{LIST_MACHINES_FIELDS, LIST_UNIT_FILES_FIELDS, LIST_UNITS_EXTENSION_FIELDS, LIST_UNITS_FIELDS};
+use super::commands::{
+    LIST_MACHINES_EXTENSION_FIELDS, LIST_MACHINES_FIELDS, LIST_UNIT_FILES_FIELDS, LIST_UNITS_EXTENSION_FIELDS,
+    LIST_UNITS_FIELDS,
+};
 use super::context::Ctx;
 use super::json::{self, Format};
 use super::stored::{stored_unit_file, unit_is_global};
@@ -49,13 +52,15 @@ pub fn machine_cell(m: &Machine, field: &str, full: bool) -> String {
         "ip" => m.primary_ip.clone(),
         "metadata" if m.metadata.is_empty() => "-".into(),
         "metadata" => m.metadata.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","),
+        "state" => m.state().to_string(),
         _ => String::new(),
     }
 }
 
 pub fn list_machines(ctx: &mut Ctx<'_>) -> i32 {
     let Some(format) = json::format(ctx) else { return 1 };
-    let Some(fields) = selected_fields(ctx, LIST_MACHINES_FIELDS) else { return 1 };
+    let valid = format!("{LIST_MACHINES_FIELDS},{LIST_MACHINES_EXTENSION_FIELDS}");
+    let Some(fields) = selected_fields(ctx, &valid) else { return 1 };
     let mut machines = match ctx.client.machines() {
         Ok(m) => m,
         Err(e) => {

@@ -122,6 +122,7 @@ pub fn predict(
             id: m.id.clone(),
             public_ip: m.primary_ip.clone(),
             metadata: m.metadata.clone(),
+            cordoned: m.cordoned,
             ..Default::default()
         })
         .collect();
@@ -140,7 +141,10 @@ pub fn predict(
     let mut per_unit: BTreeMap<String, Vec<(String, Vec<Planned>)>> = BTreeMap::new();
     let mut touched: BTreeSet<String> = names.iter().map(|n| n.to_string()).collect();
     for m in &machines {
-        let me = ThisMachine { id: m.id.clone(), metadata: m.metadata.clone() };
+        // What the machine holds (its published states): a cordoned one keeps only those of the global units.
+        let holds: BTreeSet<String> =
+            held.get(m.id.as_str()).map(|h| h.keys().map(|n| n.to_string()).collect()).unwrap_or_default();
+        let me = ThisMachine { id: m.id.clone(), metadata: m.metadata.clone(), cordoned: m.cordoned, holds };
         let was = desired_units(&cluster_units(&before, &before_targets), &me).map_err(|e| e.to_string())?;
         let will = desired_units(&cluster_units(&after, &placed.targets), &me).map_err(|e| e.to_string())?;
         let actual = actual_units(&was, held.get(m.id.as_str()));

@@ -11,11 +11,10 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::context::Ctx;
+use super::context::{Ctx, machine_by_prefix};
 use super::flags::Flags;
 use super::stored::unit_is_global;
 use crate::ssh::{self, Ended, Input, KnownHosts, Session, SshConfig, SshError};
-use fleet_core::schema::Machine;
 use fleet_core::unit::name as unitf;
 
 /// A failure to run something on a machine.
@@ -369,16 +368,6 @@ pub fn journal(ctx: &mut Ctx<'_>, remote: &dyn Remote, args: &[String]) -> i32 {
         }
     }
     0
-}
-
-/// The machine whose ID starts with `lookup` (`findAddressInMachineList`).
-fn machine_by_prefix<'m>(machines: &'m [Machine], lookup: &str) -> Result<&'m Machine, String> {
-    let mut found = machines.iter().filter(|m| m.id.starts_with(lookup));
-    match (found.next(), found.next()) {
-        (Some(m), None) => Ok(m),
-        (Some(_), Some(_)) => Err("found more than one machine".into()),
-        (None, _) => Err("machine does not exist".into()),
-    }
 }
 
 /// The address of the machine running non-global unit `name` (`findAddressInRunningUnits`); `Ok(None)` when the

@@ -220,7 +220,8 @@ pub fn wait_for_systemd_active(ctx: &mut Ctx<'_>, names: &[String], attempts: u6
 
 /// The machines whose agents hold global unit `name`, by the agents' own rule ([`accepted_by_machine`]: the
 /// machine's metadata, then conflicts with what is scheduled there and with other globals) applied to the API's
-/// machines and units; `None` when either cannot be read.
+/// machines and units; `None` when either cannot be read. A cordoned machine is not expected (it takes on no
+/// global unit it does not hold; one it holds publishes a state, which the wait counts anyway).
 fn expected_machines(client: &dyn Client, name: &str) -> Option<BTreeSet<String>> {
     let machines = client.machines().ok()?;
     let mut units = client.units().ok()?;
@@ -239,6 +240,7 @@ fn expected_machines(client: &dyn Client, name: &str) -> Option<BTreeSet<String>
     Some(
         machines
             .into_iter()
+            .filter(|m| !m.cordoned)
             .filter(|m| {
                 accepted_by_machine(&candidates, &m.id, &m.metadata).into_iter().any(|i| candidates[i].name == name)
             })

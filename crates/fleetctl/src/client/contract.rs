@@ -31,6 +31,10 @@ pub trait Client: Send + Sync {
     fn set_machine_metadata(&self, machine_id: &str, key: &str, value: &str) -> Result<(), ClientError>;
     /// Remove one dynamic metadata key of a machine.
     fn delete_machine_metadata(&self, machine_id: &str, key: &str) -> Result<(), ClientError>;
+    /// Cordon (`cordon`) or uncordon machine `machine_id` (full ID; issue 38): `PUT`/`DELETE
+    /// /machines/<id>/cordon`, decided by [`fleet_core::api_rules::decide_cordon`]. An unknown machine is an API
+    /// error with code 404.
+    fn cordon_machine(&self, machine_id: &str, cordon: bool) -> Result<(), ClientError>;
     /// The newest fleetd version registered in the cluster, for the etcd driver's version check (spec §9.3).
     /// Clients that cannot see it (the API does not publish versions) answer `None`.
     fn latest_daemon_version(&self) -> Result<Option<SemVer>, ClientError> {
@@ -94,6 +98,9 @@ impl<T: Client + ?Sized> Client for std::sync::Arc<T> {
     }
     fn delete_machine_metadata(&self, machine_id: &str, key: &str) -> Result<(), ClientError> {
         (**self).delete_machine_metadata(machine_id, key)
+    }
+    fn cordon_machine(&self, machine_id: &str, cordon: bool) -> Result<(), ClientError> {
+        (**self).cordon_machine(machine_id, cordon)
     }
     fn latest_daemon_version(&self) -> Result<Option<SemVer>, ClientError> {
         (**self).latest_daemon_version()

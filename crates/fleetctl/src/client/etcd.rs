@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use super::contract::{Client, StateFilter};
 use super::error::{BuildError, ClientError};
-use fleet_core::api_rules::{self, ApiError, PutAction, StoreOptions};
+use fleet_core::api_rules::{self, ApiError, CordonAction, PutAction, StoreOptions};
 use fleet_core::model::JobState;
 use fleet_core::rollout::Control;
 use fleet_core::schema::{Machine, Rollout, RolloutRequest, Unit, UnitHistory, UnitState};
@@ -194,6 +194,18 @@ impl Client for EtcdClient {
 
     fn delete_machine_metadata(&self, machine_id: &str, key: &str) -> Result<(), ClientError> {
         self.run(self.registry.remove_metadata(machine_id, key)).map(drop)
+    }
+
+    fn cordon_machine(&self, machine_id: &str, cordon: bool) -> Result<(), ClientError> {
+        let snapshot = self.run(self.registry.read_machines_snapshot())?;
+        match api_rules::decide_cordon_in(&snapshot, machine_id, cordon).map_err(rejected)? {
+            CordonAction::Unchanged => Ok(()),
+            CordonAction::Write if cordon => {
+                let record = fleet_registry::Cordon { since_ms: fleet_core::model::now_ms() };
+                self.run(self.registry.cordon(machine_id, &record)).map(drop)
+            }
+            CordonAction::Write => self.run(self.registry.uncordon(machine_id)).map(drop),
+        }
     }
 
     fn latest_daemon_version(&self) -> Result<Option<SemVer>, ClientError> {

@@ -10,6 +10,9 @@
 //! each machine runs. A read of rollouts shows them as stored, then the engine makes one pass: a read right after
 //! a user's action shows the rollout before the engine took it up, as in a real cluster.
 //!
+//! Cordons (issue 38) are decided by the API's [`fleet_core::api_rules::decide_cordon`] and shown with the machines;
+//! the fake's pretend placement (the first machine) does not read them.
+//!
 //! Code map: `state` (what the fake holds, under its lock), `registry_image` (that state as the registry would hold
 //! it, and the pretend engine's pass over it); this file is the [`Client`] over them and the knobs tests turn.
 
@@ -342,6 +345,27 @@ impl Client for FakeClient {
         st.log.push(format!("meta {machine_id} -{key}"));
         if let Some(m) = st.machines.iter_mut().find(|m| m.id == machine_id) {
             m.metadata.remove(key);
+        }
+        Ok(())
+    }
+
+    fn cordon_machine(&self, machine_id: &str, cordon: bool) -> Result<(), ClientError> {
+        let mut st = self.lock();
+        Self::check_fail(&st)?;
+        let found = st.machines.iter().position(|m| m.id == machine_id);
+        let stored = found.filter(|&i| st.machines[i].cordoned).map(|_| fleet_registry::MachineRecord {
+            cordon: Some(fleet_registry::Cordon::default()),
+            ..Default::default()
+        });
+        let action =
+            api_rules::decide_cordon(machine_id, found.is_some(), stored.as_ref(), cordon).map_err(api_error)?;
+        let verb = if cordon { "cordon" } else { "uncordon" };
+        match (action, found) {
+            (api_rules::CordonAction::Write, Some(i)) => {
+                st.machines[i].cordoned = cordon;
+                st.log.push(format!("{verb} {machine_id}"));
+            }
+            _ => st.log.push(format!("{verb} {machine_id} (unchanged)")),
         }
         Ok(())
     }

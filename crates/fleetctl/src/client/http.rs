@@ -351,6 +351,12 @@ impl Client for HttpClient {
         self.patch_machines(&[MachineMetadataOp::remove(machine_id, key)])
     }
 
+    fn cordon_machine(&self, machine_id: &str, cordon: bool) -> Result<(), ClientError> {
+        let method = if cordon { http::Method::PUT } else { http::Method::DELETE };
+        let path = format!("/machines/{}/cordon", escape_path(machine_id));
+        self.check(self.send(method, &path, &[], None)?).map(|_| ())
+    }
+
     fn create_rollout(&self, id: &str, request: &RolloutRequest) -> Result<Rollout, ClientError> {
         let body = serde_json::to_vec(request).map_err(|e| ClientError::Other(e.to_string()))?;
         let path = format!("/rollouts/{}", escape_path(id));

@@ -69,6 +69,7 @@ fn pretend_fleetd_runs_hello(c: &Cluster, version: &str) -> LeaseKeeper {
         metadata: [("role".to_string(), "a".to_string())].into(),
         version: version.into(),
         disable_engine: false,
+        cordoned: false,
     };
     let state = PublishedState {
         name: "hello.service".into(),
@@ -335,7 +336,9 @@ fn output_json_of_the_real_binary_reads_the_registry() {
     };
     assert_eq!(
         json_of(&["list-machines", "--output=json"]),
-        serde_json::json!({"machines": [{"id": MACHINE, "primaryIP": "172.17.0.2", "metadata": {"role": "a"}}]})
+        serde_json::json!({"machines": [
+            {"id": MACHINE, "primaryIP": "172.17.0.2", "metadata": {"role": "a"}, "state": "ready"}
+        ]})
     );
     let states = json_of(&["list-units", "--output=json"]);
     assert_eq!(
@@ -408,4 +411,35 @@ fn on_a_terminal_waiting_draws_a_progress_line_and_erases_it_before_other_output
          Error waiting for units: timed out waiting for unit hello.service to report state launched\r\n\
          Error waiting for unit states, exit status: timed out waiting for unit hello.service to report state launched\r\n"
     );
+}
+
+/// Issue 38: `cordon`/`uncordon` with `--driver=etcd` write the API's key (`P/machines/<id>/cordon`) with the API's
+/// decision: 404 for an unknown machine, idempotent, shown by list-machines only when asked.
+#[test]
+fn cordon_and_uncordon_write_the_apis_key() {
+    let c = Cluster::start();
+    c.write("hello.service", HELLO);
+    c.fleetctl(&["start", "--no-block", "hello.service"]).assert().success();
+    let _lease = pretend_fleetd_runs_hello(&c, fleet_core::version::VERSION);
+    let cordon_key = fleet_registry::Keys::new(PREFIX).machine_cordon(MACHINE);
+    let stored = || {
+        let reg = c.registry();
+        let snapshot = c.runtime.block_on(reg.read_machines_snapshot()).expect("read machines");
+        assert_eq!(snapshot.machines().count(), 1);
+        snapshot.machine_records()[MACHINE].cordon.is_some()
+    };
+    c.fleetctl(&["cordon", "8363"]).assert().success().stdout(format!("Machine {MACHINE} cordoned\n")).stderr("");
+    assert!(stored(), "{cordon_key} written");
+    c.fleetctl(&["cordon", MACHINE])
+        .assert()
+        .success()
+        .stdout(format!("Machine {MACHINE} cordoned (it already was)\n"));
+    c.fleetctl(&["list-machines", "--fields=machine,state", "--no-legend"])
+        .assert()
+        .success()
+        .stdout("8363165e...\tcordoned\n");
+    c.fleetctl(&["list-machines", "--no-legend"]).assert().success().stdout("8363165e...\t172.17.0.2\trole=a\n");
+    c.fleetctl(&["cordon", "ffff"]).assert().code(1).stderr("Error cordoning machine ffff: machine does not exist\n");
+    c.fleetctl(&["uncordon", "8363"]).assert().success().stdout(format!("Machine {MACHINE} uncordoned\n"));
+    assert!(!stored(), "{cordon_key} deleted");
 }

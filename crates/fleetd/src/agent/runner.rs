@@ -333,13 +333,20 @@ fn prepare<S: SystemdOps>(
     }
     let machine = snapshot.machine(me).ok_or(Skip::OwnMachineMissing)?;
     let units = cache.cluster_units(snapshot, me);
-    let this = ThisMachine { id: me.to_string(), metadata: machine.metadata };
+    let actual = executor.actual();
+    // A cordoned machine keeps only the global units whose file it has (issue 38, `machine_plan::desired`).
+    let holds = if machine.cordoned {
+        actual.iter().filter(|(_, a)| a.hash.is_some()).map(|(name, _)| name.clone()).collect()
+    } else {
+        BTreeSet::new()
+    };
+    let this = ThisMachine { id: me.to_string(), metadata: machine.metadata, cordoned: machine.cordoned, holds };
     let mut desired = desired_units(&units, &this).map_err(|_| Skip::OwnMachineMissing)?;
     if in_doubt {
         hold_while_in_doubt(&mut desired, &units);
     }
     let global: BTreeSet<&str> = units.iter().filter(|u| u.requirements.global).map(|u| u.name.as_str()).collect();
-    let mut planned = plan(&desired, &executor.actual());
+    let mut planned = plan(&desired, &actual);
     // A daemon-reload still due from an earlier run (deferred or failed) goes before this plan's starts.
     if executor.reload_pending() && !planned.iter().any(|p| p.task == Task::Reload) {
         let at = planned.iter().position(|p| matches!(p.task, Task::Start(_))).unwrap_or(planned.len());

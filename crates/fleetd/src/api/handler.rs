@@ -24,7 +24,8 @@ const WRITE_VISIBILITY: Duration = Duration::from_secs(5);
 
 /// Serves API v1 over one registry.
 pub struct Api {
-    /// The API's writes (units, desired state, rollout spec and control, metadata); reads come from `reflector`.
+    /// The API's writes (units, desired state, rollout spec and control, metadata, cordons); reads come from
+    /// `reflector`.
     pub(super) registry: ApiWriter,
     pub(super) reflector: Arc<Reflector>,
     pub(super) token_limit: u16,
@@ -111,6 +112,8 @@ impl ApiHandler for Api {
             Ok(Route::Discovery) => reply::text(DISCOVERY.to_string(), "application/json"),
             Ok(Route::ListMachines) => self.list_machines(query.as_deref()),
             Ok(Route::PatchMachines) => self.patch_machines(request.body()).await,
+            Ok(Route::CordonMachine(id)) => self.cordon_machine(&id, true).await,
+            Ok(Route::UncordonMachine(id)) => self.cordon_machine(&id, false).await,
             Ok(Route::ListUnits) => self.list_units(query.as_deref()),
             Ok(Route::GetUnit(name)) => self.get_unit(&name),
             Ok(Route::PutUnit(name)) => self.put_unit(&name, &request).await,

@@ -1,4 +1,5 @@
-//! `/fleet/v1/machines` (spec §8.8): the present machines, and metadata changes by PATCH.
+//! `/fleet/v1/machines` (spec §8.8): the present machines, and metadata changes by PATCH; and
+//! `/fleet/v1/machines/<id>/cordon` (issue 38, an extension): cordon (`PUT`) and uncordon (`DELETE`).
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
@@ -6,9 +7,9 @@ use http::{Response, StatusCode};
 use super::handler::{Api, internal};
 use super::query;
 use super::reply;
-use fleet_core::api_rules;
+use fleet_core::api_rules::{self, CordonAction};
 use fleet_core::schema::{Machine, MachineMetadataOp, MachinePage};
-use fleet_registry::{Component, check_component};
+use fleet_registry::{Component, Cordon, check_component};
 
 /// One validated PATCH operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +92,33 @@ impl Api {
             }
         }
         reply::no_content_json()
+    }
+
+    /// `PUT` (`cordon`) or `DELETE` of `/machines/<id>/cordon` (issue 38), decided by
+    /// [`api_rules::decide_cordon`]: `204` once the view shows it, also when there was nothing to change;
+    /// `404 machine does not exist` for an unknown machine.
+    pub(super) async fn cordon_machine(&self, id: &str, cordon: bool) -> Response<Bytes> {
+        match api_rules::decide_cordon_in(&self.snapshot(), id, cordon) {
+            Err(err) => reply::refused(&err),
+            Ok(CordonAction::Unchanged) => reply::no_content_json(),
+            Ok(CordonAction::Write) => {
+                let written = if cordon {
+                    self.registry.cordon(id, &Cordon { since_ms: fleet_core::model::now_ms() }).await
+                } else {
+                    self.registry.uncordon(id).await
+                };
+                match written {
+                    Ok(revision) => {
+                        tracing::info!(machine = %id, cordon, "machine cordon changed");
+                        match self.settle(revision).await {
+                            Ok(()) => reply::no_content_json(),
+                            Err(response) => response,
+                        }
+                    }
+                    Err(err) => internal(if cordon { "cordon machine" } else { "uncordon machine" }, &err),
+                }
+            }
+        }
     }
 }
 

@@ -20,6 +20,10 @@ pub enum Route {
     Discovery,
     ListMachines,
     PatchMachines,
+    /// `PUT /machines/<id>/cordon` (issue 38): the machine takes no new unit.
+    CordonMachine(String),
+    /// `DELETE /machines/<id>/cordon`: it takes units again.
+    UncordonMachine(String),
     ListUnits,
     GetUnit(String),
     PutUnit(String),
@@ -119,6 +123,16 @@ fn rollout_segment(segment: &str, uses: NameUse) -> Result<String, RouteError> {
     }
 }
 
+/// A path segment naming a machine, decoded: one the registry cannot hold finds nothing (`404 machine does not
+/// exist`), for both methods, as no machine can have it.
+fn machine_segment(segment: &str) -> Result<String, RouteError> {
+    let id = decode_name(segment)?;
+    match check_component(Component::MachineId, &id) {
+        Ok(()) => Ok(id),
+        Err(_) => Err(NameRefused::missing(fleet_core::api_rules::NO_MACHINE).into()),
+    }
+}
+
 /// A name segment percent-decoded. A malformed escape is refused for every method (no name was sent at all);
 /// bytes that are not UTF-8 become U+FFFD, as Go reads them, and fail the name check like any invalid character.
 fn decode_name(segment: &str) -> Result<String, RouteError> {
@@ -208,6 +222,21 @@ pub fn route(method: &Method, raw_path: &str) -> Result<Route, RouteError> {
                         return Err(RouteError::MethodNotAllowed("only GET supported against this resource"));
                     }
                     return Ok(Route::UnitHistory(unit_segment(name, NameUse::Finds, NO_UNIT)?));
+                }
+            }
+            if let Some(id) = rest.strip_prefix("/machines/").and_then(|r| r.strip_suffix("/cordon")) {
+                if !id.is_empty() && !id.contains('/') {
+                    if !matches!(*method, Method::PUT | Method::DELETE) {
+                        return Err(RouteError::MethodNotAllowed(
+                            "only PUT and DELETE supported against this resource",
+                        ));
+                    }
+                    let id = machine_segment(id)?;
+                    return Ok(if *method == Method::PUT {
+                        Route::CordonMachine(id)
+                    } else {
+                        Route::UncordonMachine(id)
+                    });
                 }
             }
             if let Some(id) = single_segment(rest, "/rollouts/") {
@@ -394,6 +423,33 @@ mod tests {
             Ok(Route::DeleteUnit("x@y.service".into()))
         );
         assert_eq!(route(&Method::PUT, "/fleet/v1/rollouts/r-1"), Ok(Route::PutRollout("r-1".into())));
+    }
+
+    /// Issue 38: `/machines/<id>/cordon` takes PUT and DELETE; an ID no machine can have finds nothing.
+    #[test]
+    fn cordon_routes() {
+        let path = "/fleet/v1/machines/8363165e6276f500b71169eca9b3f76b/cordon";
+        let id = || "8363165e6276f500b71169eca9b3f76b".to_string();
+        assert_eq!(route(&Method::PUT, path), Ok(Route::CordonMachine(id())));
+        assert_eq!(route(&Method::DELETE, path), Ok(Route::UncordonMachine(id())));
+        assert_eq!(route(&Method::PUT, "/v1-alpha/machines/m1/cordon"), Ok(Route::CordonMachine("m1".into())));
+        for m in [Method::GET, Method::POST, Method::PATCH] {
+            assert_eq!(
+                route(&m, path),
+                Err(RouteError::MethodNotAllowed("only PUT and DELETE supported against this resource")),
+                "{m}"
+            );
+        }
+        let missing = Err(RouteError::Name(NameRefused::missing(fleet_core::api_rules::NO_MACHINE)));
+        assert_eq!(route(&Method::PUT, "/fleet/v1/machines/a%2Fb/cordon"), missing);
+        assert_eq!(route(&Method::DELETE, "/fleet/v1/machines/m%07/cordon"), missing);
+        assert_eq!(
+            route(&Method::PUT, "/fleet/v1/machines//cordon"),
+            Err(RouteError::Redirect("/fleet/v1/machines/cordon".into()))
+        );
+        assert_eq!(route(&Method::PUT, "/fleet/v1/machines/cordon"), Err(RouteError::NotFound));
+        assert_eq!(route(&Method::PUT, "/fleet/v1/machines/m1/cordon/x"), Err(RouteError::NotFound));
+        assert_eq!(route(&Method::PUT, "/fleet/v1/machines/m1"), Err(RouteError::NotFound));
     }
 
     #[test]

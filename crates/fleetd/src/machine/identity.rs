@@ -67,7 +67,14 @@ pub fn local_state(
     disable_engine: bool,
 ) -> MachineState {
     let public_ip = if public_ip.is_empty() { detect_public_ip() } else { public_ip.to_string() };
-    MachineState { id, public_ip, metadata, version: fleet_core::version::VERSION.to_string(), disable_engine }
+    MachineState {
+        id,
+        public_ip,
+        metadata,
+        version: fleet_core::version::VERSION.to_string(),
+        disable_engine,
+        cordoned: false,
+    }
 }
 
 #[cfg(test)]

@@ -289,6 +289,69 @@ async fn machine_metadata_patch_uses_the_nested_value_format() {
     assert_eq!(string_value.status, 400, "a bare string value is refused like the original");
 }
 
+/// Issue 38: `PUT`/`DELETE /machines/<id>/cordon`: `404` for a machine the cluster does not know, idempotent
+/// (`204` every time), `GET /machines` shows `"cordoned":true` only while cordoned (an uncordoned machine is the
+/// original's object), the cordon outlives the machine's presence, and a machine that left can still be uncordoned.
+#[tokio::test]
+async fn cordon_is_idempotent_and_outlives_the_presence() {
+    let s = Server::start(100).await;
+    let registry = s.etcd.registry(PREFIX).await;
+    let lease = fleet_registry::LeaseKeeper::grant(&registry, Duration::from_secs(30)).await.unwrap();
+    let m1 = fleet_core::model::MachineState { id: "m1".into(), public_ip: "10.0.0.1".into(), ..Default::default() };
+    registry.register_machine(&m1, lease.id()).await.unwrap();
+    let machines = || async { s.get("/fleet/v1/machines").await.body };
+    for _ in 0..100 {
+        if machines().await.contains("m1") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(machines().await, r#"{"machines":[{"id":"m1","primaryIP":"10.0.0.1"}]}"#);
+
+    let unknown = s.request("PUT", "/fleet/v1/machines/m2/cordon", &[], "").await;
+    assert_eq!((unknown.status, unknown.json()["error"]["message"].as_str()), (404, Some("machine does not exist")));
+    let unknown = s.request("DELETE", "/fleet/v1/machines/m2/cordon", &[], "").await;
+    assert_eq!(unknown.status, 404);
+    for _ in 0..2 {
+        let cordoned = s.request("PUT", "/fleet/v1/machines/m1/cordon", &[], "").await;
+        assert_eq!(cordoned.status, 204, "{}", cordoned.body);
+        assert_eq!(machines().await, r#"{"machines":[{"id":"m1","primaryIP":"10.0.0.1","cordoned":true}]}"#);
+    }
+    let other = s.request("GET", "/fleet/v1/machines/m1/cordon", &[], "").await;
+    assert_eq!(other.status, 405);
+
+    // The machine leaves (its presence is gone): the cordon stays, and can still be deleted, once.
+    registry.unregister_machine("m1", lease.id()).await.unwrap();
+    for _ in 0..100 {
+        if !machines().await.contains("m1") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(machines().await, "{}");
+    let again = s.request("PUT", "/fleet/v1/machines/m1/cordon", &[], "").await;
+    assert_eq!(again.status, 404, "no cordon for a machine that is not there");
+    registry.register_machine(&m1, lease.id()).await.unwrap();
+    for _ in 0..100 {
+        if machines().await.contains("m1") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(machines().await.contains(r#""cordoned":true"#), "back: still cordoned");
+    registry.unregister_machine("m1", lease.id()).await.unwrap();
+    for _ in 0..100 {
+        if !machines().await.contains("m1") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let gone = s.request("DELETE", "/fleet/v1/machines/m1/cordon", &[], "").await;
+    assert_eq!(gone.status, 204, "the cordon of a machine that left is deleted: {}", gone.body);
+    let twice = s.request("DELETE", "/fleet/v1/machines/m1/cordon", &[], "").await;
+    assert_eq!(twice.status, 404, "then nothing names m1 any more");
+}
+
 /// `POST /units-batch` answers every write exactly as its single request (`PUT`/`DELETE /units/<name>`) answers it
 /// on the same registry state, status and error message alike, and the writes are visible when it answers.
 #[tokio::test]

@@ -85,6 +85,7 @@ fn machine(id: &str) -> MachineState {
         metadata: [("role".to_string(), "web".to_string())].into(),
         version: "v0.1.0".into(),
         disable_engine: false,
+        cordoned: false,
     }
 }
 

@@ -235,3 +235,25 @@ proptest! {
         prop_assert_eq!(&longer[..moves.len()], &moves[..]);
     }
 }
+
+fn cordoned(id: &str) -> crate::model::MachineState {
+    crate::model::MachineState { cordoned: true, ..machine(id) }
+}
+
+/// Issue 38: a cordoned machine receives no move; its own units may still move off it.
+#[test]
+fn rebalance_never_moves_a_unit_onto_a_cordoned_machine() {
+    // 6 units on m1, m2 empty but cordoned, m3 empty: every move goes to m3; nothing is ever planned to m2.
+    let units: Vec<UnitSpec> = (0..6).map(|i| launched(&format!("u{i}.service")).on("m1")).collect();
+    let input = ScheduleInput::new(units, [machine("m1"), cordoned("m2"), machine("m3")]).unwrap();
+    let moves = plan(&input, 100, &BTreeSet::new());
+    assert_eq!(moves.len(), 3, "{moves:?}");
+    assert!(moves.iter().all(|m| m.to == "m3"), "{moves:?}");
+    let to_cordoned = crate::rollout::Move { unit: "u0.service".into(), from: "m1".into(), to: "m2".into() };
+    let refused = check(&input, &to_cordoned, &BTreeSet::new()).unwrap_err();
+    assert!(refused.contains("machine is cordoned"), "{refused}");
+    // A cordoned machine's own units may still move off it towards an even spread (a rebalance asked for).
+    let units: Vec<UnitSpec> = (0..4).map(|i| launched(&format!("u{i}.service")).on("m2")).collect();
+    let input = ScheduleInput::new(units, [machine("m1"), cordoned("m2")]).unwrap();
+    assert_eq!(plan(&input, 100, &BTreeSet::new()).len(), 2);
+}

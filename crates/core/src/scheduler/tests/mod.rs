@@ -1,6 +1,7 @@
 //! Table tests of the scheduling core: the original's functional scenarios (§11.3), one table per rule, a
 //! property test and a scale check. `Sim` is a tiny in-memory cluster that applies plans like the engine shell.
 
+mod cordon;
 mod property;
 mod rules;
 mod scale;

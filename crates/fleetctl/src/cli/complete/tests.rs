@@ -59,6 +59,9 @@ fn bash_completes_commands_flags_and_registry_names() {
     assert_eq!(calls, "--endpoint=http://10.0.0.1:54728 __complete units\n");
     assert_eq!(bash_complete(dir.path(), &["fleetctl", "status", "d"]), ["db.service"]);
     assert_eq!(bash_complete(dir.path(), &["fleetctl", "ssh", "83"]), ["8363165e6276f500b71169eca9b3f76b"]);
+    // cordon/uncordon (issue 38): machine IDs only.
+    assert_eq!(bash_complete(dir.path(), &["fleetctl", "cordon", ""]), ["8363165e6276f500b71169eca9b3f76b"]);
+    assert_eq!(bash_complete(dir.path(), &["fleetctl", "uncordon", "8"]), ["8363165e6276f500b71169eca9b3f76b"]);
     assert_eq!(bash_complete(dir.path(), &["fleetctl", "completion", "z"]), ["zsh"]);
     assert_eq!(bash_complete(dir.path(), &["fleetctl", "plan", "s"]), ["start", "submit"]);
     assert_eq!(bash_complete(dir.path(), &["fleetctl", "help", "list-m"]), ["list-machines"]);

@@ -30,9 +30,9 @@ fn list_machines_json_has_ids_ips_and_metadata_in_full() {
     assert_eq!(
         parsed(&o.out),
         json!({"machines": [
-            {"id": M1, "primaryIP": "172.17.0.2", "metadata": {"role": "db"}},
-            {"id": "8606e1a2949979fb223fb4bad77d152c", "primaryIP": "172.17.0.3", "metadata": {}},
-            {"id": "d91d98fca203da3cb89fb5c100ed0823", "primaryIP": "172.17.0.4", "metadata": {}},
+            {"id": M1, "primaryIP": "172.17.0.2", "metadata": {"role": "db"}, "state": "ready"},
+            {"id": "8606e1a2949979fb223fb4bad77d152c", "primaryIP": "172.17.0.3", "metadata": {}, "state": "ready"},
+            {"id": "d91d98fca203da3cb89fb5c100ed0823", "primaryIP": "172.17.0.4", "metadata": {}, "state": "ready"},
         ]})
     );
     // --fields, --full and --no-legend only shape the table.

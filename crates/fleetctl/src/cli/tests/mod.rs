@@ -9,6 +9,7 @@
 //! (`completion` and `__complete`), `progress` (the progress line on a terminal).
 
 mod complete;
+mod cordon;
 mod general;
 mod json;
 mod list;

@@ -315,3 +315,31 @@ async fn in_doubt_at_most_once_units_are_stopped_and_not_started_and_resume_afte
     let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false).await.unwrap();
     assert_eq!(tasks(&done), ["StartUnit amo.service"]);
 }
+
+/// Issue 38: a cordoned machine keeps (and updates) the global unit it holds, starts no global unit it does not hold,
+/// and keeps its scheduled unit; uncordoned, it takes the new global unit.
+#[tokio::test]
+async fn a_cordoned_machine_keeps_its_global_units_and_takes_no_new_one() {
+    const NEW: &str = "[Service]\nExecStart=/bin/sleep 300\n\n[X-Fleet]\nGlobal=true\n";
+    let mut s = setup();
+    let base = || {
+        Snap::new().machine(ME).unit("a.service", V1, "launched", Some(ME)).unit("g.service", GLOBAL, "launched", None)
+    };
+    s.reconcile(&base().done()).await.unwrap();
+    s.fake.calls();
+    let cordon = Keys::new("/p").machine_cordon(ME);
+    let cordoned = || base().put(cordon.clone(), r#"{"sinceMs":1}"#).unit("new.service", NEW, "launched", None);
+    let done = s.reconcile(&cordoned().done()).await.unwrap();
+    assert!(done.reports.is_empty(), "nothing new starts, nothing stops: {:?}", tasks(&done));
+    assert!(s.fake.calls().is_empty());
+    assert!(!s.dir.path().join("units").join("new.service").exists());
+    // A cordon that does not decode is no cordon: the machine takes the new global unit.
+    let bad = base().put(cordon.clone(), "yes").unit("new.service", NEW, "launched", None).done();
+    let mut t = setup();
+    t.reconcile(&base().done()).await.unwrap();
+    let done = t.reconcile(&bad).await.unwrap();
+    assert_eq!(tasks(&done), ["LoadUnit new.service", "ReloadUnitFiles -", "StartUnit new.service"]);
+    // Uncordoned: the new global unit starts here too.
+    let done = s.reconcile(&base().unit("new.service", NEW, "launched", None).done()).await.unwrap();
+    assert_eq!(tasks(&done), ["LoadUnit new.service", "ReloadUnitFiles -", "StartUnit new.service"]);
+}

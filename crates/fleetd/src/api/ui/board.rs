@@ -14,13 +14,14 @@ use fleet_core::model::{Health, MachineState, short_hash, short_machine_id};
 use fleet_registry::{Section, Snapshot};
 use imbl::ordmap::DiffItem;
 
-/// A machine column: its ID, address and merged metadata.
+/// A machine column: its ID, address, merged metadata, and whether it is cordoned (issue 38).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Column {
     pub id: String,
     pub short: String,
     pub ip: String,
     pub metadata: BTreeMap<String, String>,
+    pub cordoned: bool,
 }
 
 /// One unit's state on one machine.
@@ -112,7 +113,13 @@ pub fn columns(snapshot: &Snapshot) -> Vec<Column> {
 }
 
 fn column(m: MachineState) -> Column {
-    Column { short: short_machine_id(&m.id).to_string(), id: m.id, ip: m.public_ip, metadata: m.metadata }
+    Column {
+        short: short_machine_id(&m.id).to_string(),
+        id: m.id,
+        ip: m.public_ip,
+        metadata: m.metadata,
+        cordoned: m.cordoned,
+    }
 }
 
 /// The row of `name`, if the unit is readable (its object and body are stored).
@@ -356,6 +363,9 @@ pub(crate) mod tests {
             self.put(Key::Body { hash: hash.into() }, &format!("[Service]\nExecStart=/bin/true # {hash}\n"))
                 .put(Key::UnitObject { unit: name.into() }, &object)
                 .put(Key::UnitDesired { unit: name.into() }, desired)
+        }
+        pub fn cordon(&mut self, machine: &str) -> &mut Registry {
+            self.put(Key::MachineCordon { machine: machine.into() }, r#"{"sinceMs":1}"#)
         }
         pub fn target(&mut self, name: &str, machine: &str) -> &mut Registry {
             self.put(Key::UnitTarget { unit: name.into() }, machine)

@@ -122,15 +122,21 @@ fn table(out: &mut String, board: &Board) {
     }
 }
 
+/// A machine's column header; a cordoned machine's has the class `cordoned` and a badge saying so (issue 38).
 fn machine_header(out: &mut String, column: &Column) {
     let _ = write!(
         out,
-        "<th class=\"machine\" data-machine=\"{}\" title=\"{}\"><div class=\"mid\">{}</div><div class=\"ip\">{}</div>",
+        "<th class=\"machine{}\" data-machine=\"{}\" title=\"{}{}\"><div class=\"mid\">{}</div><div class=\"ip\">{}</div>",
+        if column.cordoned { " cordoned" } else { "" },
         escape(&column.id),
         escape(&column.id),
+        if column.cordoned { " (cordoned: takes no new unit)" } else { "" },
         escape(&column.short),
         escape(&column.ip)
     );
+    if column.cordoned {
+        out.push_str("<div class=\"badge\">cordoned</div>");
+    }
     for (key, value) in &column.metadata {
         let _ = write!(out, "<div class=\"meta\">{}={}</div>", escape(key), escape(value));
     }
@@ -320,6 +326,24 @@ mod tests {
         }];
         let fragment = detail(&d, &history, &board(&snapshot).machines, true);
         assert!(!fragment.contains("<script>") && !fragment.contains("<img"), "{fragment}");
+    }
+
+    /// Issue 38: a cordoned machine's column says so, in the page without script too; the others are as before.
+    #[test]
+    fn a_cordoned_machine_has_a_badge_in_its_column_header() {
+        let mut r = Registry::new();
+        r.machine(M1, "10.0.0.1", "{}").machine(M2, "10.0.0.2", "{}").cordon(M2);
+        let b = board(&r.now());
+        assert_eq!(b.machines.iter().map(|c| c.cordoned).collect::<Vec<_>>(), [false, true]);
+        let plain = page(&b, Mode::Plain);
+        assert!(plain.contains(&format!("<th class=\"machine\" data-machine=\"{M1}\" title=\"{M1}\">")), "{plain}");
+        assert!(
+            plain.contains(&format!(
+                "<th class=\"machine cordoned\" data-machine=\"{M2}\" title=\"{M2} (cordoned: takes no new unit)\">"
+            )),
+            "{plain}"
+        );
+        assert_eq!(plain.matches("<div class=\"badge\">cordoned</div>").count(), 1, "{plain}");
     }
 
     #[test]

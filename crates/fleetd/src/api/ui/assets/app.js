@@ -57,11 +57,14 @@
     var tr = element('tr');
     ['unit', 'desired', 'current'].forEach(function (title) { tr.appendChild(element('th', '', title)); });
     machines.forEach(function (m) {
-      var th = element('th', 'machine');
+      var th = element('th', m.cordoned ? 'machine cordoned' : 'machine');
       th.dataset.machine = m.id;
-      th.title = m.id;
+      th.title = m.id + (m.cordoned ? ' (cordoned: takes no new unit)' : '');
       th.appendChild(element('div', 'mid', m.short));
       th.appendChild(element('div', 'ip', m.ip));
+      if (m.cordoned) {
+        th.appendChild(element('div', 'badge', 'cordoned'));
+      }
       Object.keys(m.metadata).sort().forEach(function (key) {
         th.appendChild(element('div', 'meta', key + '=' + m.metadata[key]));
       });
