@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{self, Binaries, BinaryError};
 use crate::container::Placement;
-use crate::etcd::{Etcd, EtcdError, Members};
+use crate::etcd::{Etcd, EtcdError, Filled, Members};
 use crate::fleetctl::{self, EndpointVia, FleetctlError};
 use crate::image::{self, ImageError};
 use crate::labels::RunId;
@@ -82,6 +82,7 @@ pub struct ClusterBuilder {
     keep: bool,
     tls: bool,
     etcd_members: usize,
+    etcd_quota_bytes: Option<u64>,
 }
 
 impl Default for ClusterBuilder {
@@ -99,6 +100,7 @@ impl Default for ClusterBuilder {
             keep: false,
             tls: false,
             etcd_members: 1,
+            etcd_quota_bytes: None,
         }
     }
 }
@@ -187,6 +189,14 @@ impl ClusterBuilder {
         self
     }
 
+    /// Starts etcd with a backend space quota of `bytes` (`--quota-backend-bytes`; etcd's default is 2 GiB), so
+    /// that a test can fill it ([`Cluster::fill_etcd`]) and recover it ([`Cluster::compact_etcd`],
+    /// [`Cluster::defrag_etcd`], [`Cluster::disarm_etcd_alarms`]).
+    pub fn etcd_quota_bytes(mut self, bytes: u64) -> Self {
+        self.etcd_quota_bytes = Some(bytes);
+        self
+    }
+
     /// Marks the cluster as long-lived (`fleet-harness up`): `reap` keeps it; only `down` removes it.
     pub fn keep(mut self, keep: bool) -> Self {
         self.keep = keep;
@@ -237,12 +247,13 @@ impl ClusterBuilder {
             tmp: Some(tmp),
             ssh: Some(agent),
             pki,
+            etcd_quota_bytes: self.etcd_quota_bytes,
             detached: false,
         };
         tracing::info!(run = %run, machines = self.machines, "starting cluster");
         let subnet = network::create(&network, &run, self.keep).await?;
         tracing::debug!(run = %run, %subnet, "network");
-        let members = Members::new(&etcd_name, self.etcd_members);
+        let members = Members::new(&etcd_name, self.etcd_members).with_quota(self.etcd_quota_bytes);
         cluster.etcd = Etcd::start_members(&cluster.place, &members, self.boot, cluster.pki.as_deref()).await?;
         let mut set = tokio::task::JoinSet::new();
         for slot in 1..=self.machines {
@@ -295,6 +306,8 @@ pub struct Cluster {
     ssh: Option<SshAgent>,
     /// The certificates of a TLS cluster.
     pki: Option<std::sync::Arc<crate::pki::ClusterPki>>,
+    /// etcd's `--quota-backend-bytes`, when the builder set one.
+    etcd_quota_bytes: Option<u64>,
     detached: bool,
 }
 
@@ -460,6 +473,48 @@ impl Cluster {
         let mut m = self.machines.remove(i);
         m.remove().await;
         Ok(())
+    }
+
+    /// etcd's backend space quota ([`ClusterBuilder::etcd_quota_bytes`]); `None`: etcd's default (2 GiB).
+    pub fn etcd_quota_bytes(&self) -> Option<u64> {
+        self.etcd_quota_bytes
+    }
+
+    /// The key [`Self::fill_etcd`] fills etcd with: outside the cluster's prefix, so no fleetd reads it.
+    pub fn junk_key(&self) -> String {
+        format!("/fleet_harness_junk/{}", self.run)
+    }
+
+    /// Fills etcd to its space quota: puts [`FILL_CHUNK`] bytes to [`Self::junk_key`] again and again until etcd
+    /// refuses one for its quota (its `NOSPACE` alarm is raised then; every write that adds data is refused until
+    /// compaction, defragmentation and a disarm). Returns how many puts it took and etcd's refusal.
+    pub async fn fill_etcd(&self) -> Result<Filled, ClusterError> {
+        let quota = self.etcd_quota_bytes.unwrap_or(DEFAULT_ETCD_QUOTA);
+        let max_puts = (quota / FILL_CHUNK as u64) as usize * 2 + 16;
+        Ok(self.etcd().fill(&self.junk_key(), FILL_CHUNK, max_puts).await?)
+    }
+
+    /// Compacts etcd's key space to its current revision (`etcdctl compact --physical`); returns the revision.
+    pub async fn compact_etcd(&self) -> Result<i64, ClusterError> {
+        Ok(self.etcd().compact().await?)
+    }
+
+    /// Defragments every etcd member (`etcdctl defrag`), giving back the space a compaction freed.
+    pub async fn defrag_etcd(&self) -> Result<(), ClusterError> {
+        for etcd in &self.etcd {
+            etcd.defrag().await?;
+        }
+        Ok(())
+    }
+
+    /// Disarms etcd's alarms (`etcdctl alarm disarm`): a `NOSPACE` alarm, once there is room again.
+    pub async fn disarm_etcd_alarms(&self) -> Result<(), ClusterError> {
+        Ok(self.etcd().alarm_disarm().await?)
+    }
+
+    /// etcd's raised alarms (`etcdctl alarm list`), e.g. `["NOSPACE"]`.
+    pub async fn etcd_alarms(&self) -> Result<Vec<String>, ClusterError> {
+        Ok(self.etcd().alarms().await?)
     }
 
     /// Stops etcd, every member (its data is kept).
@@ -707,6 +762,11 @@ impl std::fmt::Debug for Cluster {
         f.debug_struct("Cluster").field("run", &self.run).field("machines", &self.machines).finish()
     }
 }
+
+/// The size of one junk value [`Cluster::fill_etcd`] writes (under etcd's 1.5 MiB request limit).
+pub const FILL_CHUNK: usize = 256 << 10;
+/// etcd's own backend quota when `--quota-backend-bytes` is not given.
+const DEFAULT_ETCD_QUOTA: u64 = 2 << 30;
 
 /// The etcd key prefix of a cluster's fleet: one per run, so clusters sharing nothing never meet in etcd.
 fn key_prefix(run: &RunId) -> String {

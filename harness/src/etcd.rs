@@ -5,6 +5,10 @@
 //! One member by default; [`Members`] describes an etcd cluster of several members (one container each, peers
 //! talking plain HTTP over the cluster network by container name), started together since none is healthy before
 //! a quorum is. [`Etcd::status`] reads a member's own view of who leads, so a test can kill the leader.
+//!
+//! A space quota ([`Members::with_quota`], etcd's `--quota-backend-bytes`) and the maintenance an operator does when
+//! etcd reaches it — [`Etcd::fill`] (junk until `NOSPACE`), [`Etcd::compact`], [`Etcd::defrag`],
+//! [`Etcd::alarm_disarm`], [`Etcd::alarms`] — let a test run fleet against a full etcd and its recovery.
 
 use std::path::Path;
 use std::time::Duration;
@@ -42,13 +46,21 @@ pub enum EtcdError {
     Unhealthy { name: String, source: crate::wait::WaitError },
     #[error("etcd {name}: cannot read `etcdctl endpoint status`: {cause}")]
     Status { name: String, cause: String },
+    /// An `etcdctl` maintenance command (fill, compact, defrag, alarm) failed.
+    #[error("etcd {name}: {what}: {cause}")]
+    Maintenance { name: String, what: String, cause: String },
 }
+
+/// What etcd answers a write while its `NOSPACE` alarm is raised (or the write would pass the quota).
+pub const NO_SPACE: &str = "database space exceeded";
 
 /// The members of an etcd cluster: container names, in member order. The member's etcd name is `etcd` when alone
 /// (as before, so old data dirs still fit) and `etcd<n>` (1-based) in a cluster of several.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Members {
     pub containers: Vec<String>,
+    /// etcd's `--quota-backend-bytes` (its default, 2 GiB, when `None`).
+    pub quota_bytes: Option<u64>,
 }
 
 impl Members {
@@ -56,7 +68,13 @@ impl Members {
     pub fn new(base: &str, count: usize) -> Members {
         let containers =
             (1..=count.max(1)).map(|i| if i == 1 { base.to_string() } else { format!("{base}-{i}") }).collect();
-        Members { containers }
+        Members { containers, quota_bytes: None }
+    }
+
+    /// The same members with a backend space quota of `bytes` (`--quota-backend-bytes`): past it etcd raises
+    /// its `NOSPACE` alarm and refuses every write that adds data until compacted, defragmented and disarmed.
+    pub fn with_quota(self, bytes: Option<u64>) -> Members {
+        Members { quota_bytes: bytes, ..self }
     }
 
     /// etcd's `--name` of member `index` (0-based).
@@ -85,7 +103,7 @@ impl Members {
     pub fn command(&self, index: usize, scheme: &str, cluster_token: &str) -> Vec<String> {
         let name = &self.containers[index];
         let listen_peer = if self.containers.len() == 1 { "http://127.0.0.1:2380" } else { "http://0.0.0.0:2380" };
-        vec![
+        let mut cmd = vec![
             ETCD.to_string(),
             format!("--name={}", self.member_name(index)),
             "--data-dir=/var/lib/etcd/data".into(),
@@ -97,7 +115,11 @@ impl Members {
             format!("--initial-cluster={}", self.initial_cluster()),
             format!("--initial-cluster-token={cluster_token}"),
             "--initial-cluster-state=new".into(),
-        ]
+        ];
+        if let Some(bytes) = self.quota_bytes {
+            cmd.push(format!("--quota-backend-bytes={bytes}"));
+        }
+        cmd
     }
 }
 
@@ -112,6 +134,44 @@ impl MemberStatus {
     pub fn is_leader(&self) -> bool {
         self.member_id == self.leader && self.leader != 0
     }
+}
+
+/// A member's revision and backend size from `etcdctl endpoint status -w json` (`header.revision`, `dbSize`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub revision: i64,
+    pub db_size: u64,
+}
+
+/// Parses the revision and database size out of `etcdctl endpoint status -w json`.
+pub fn parse_usage(json: &str) -> Result<Usage, String> {
+    let v: serde_json::Value = serde_json::from_str(json.trim()).map_err(|e| format!("not JSON ({e}): {json:?}"))?;
+    let status = v.get(0).and_then(|e| e.get("Status")).ok_or_else(|| format!("no Status in {json:?}"))?;
+    let revision = status
+        .get("header")
+        .and_then(|h| h.get("revision"))
+        .and_then(serde_json::Value::as_i64)
+        .ok_or_else(|| format!("no header.revision in {json:?}"))?;
+    let db_size =
+        status.get("dbSize").and_then(serde_json::Value::as_u64).ok_or_else(|| format!("no dbSize in {json:?}"))?;
+    Ok(Usage { revision, db_size })
+}
+
+/// The alarms of `etcdctl alarm list` (`memberID:<id> alarm:<NAME>` per line): the names, one per raised alarm.
+pub fn parse_alarms(text: &str) -> Vec<String> {
+    text.lines().filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("alarm:"))).map(String::from).collect()
+}
+
+/// Quotes `word` for `sh -c`.
+fn sh_quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+/// How [`Etcd::fill`] ended: the puts etcd took, and its answer to the one it refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filled {
+    pub puts: usize,
+    pub refusal: String,
 }
 
 /// The index of the member that leads, by the members' own answers (`None` where a member did not answer): the
@@ -250,7 +310,13 @@ impl Etcd {
 
     /// `etcdctl` inside the container against this member only, with `args` after the connection flags.
     pub(crate) async fn etcdctl(&self, args: &[&str]) -> Result<Output, EtcdError> {
-        let mut with_timeout = vec!["--command-timeout=2s"];
+        self.etcdctl_within("2s", args).await
+    }
+
+    /// [`Self::etcdctl`] with another command timeout (`timeout` as etcdctl reads it, e.g. `30s`).
+    async fn etcdctl_within(&self, timeout: &str, args: &[&str]) -> Result<Output, EtcdError> {
+        let timeout = format!("--command-timeout={timeout}");
+        let mut with_timeout = vec![timeout.as_str()];
         with_timeout.extend_from_slice(args);
         let cmd = self.etcdctl_command(&with_timeout);
         let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
@@ -282,6 +348,71 @@ impl Etcd {
             return Err(EtcdError::Status { name: self.name.clone(), cause: out.describe() });
         }
         parse_status(&out.stdout).map_err(|cause| EtcdError::Status { name: self.name.clone(), cause })
+    }
+
+    /// `etcdctl args` that must succeed; `what` names it in the error.
+    async fn maintenance(&self, what: &str, timeout: &str, args: &[&str]) -> Result<Output, EtcdError> {
+        let out = self.etcdctl_within(timeout, args).await?;
+        if out.success() {
+            Ok(out)
+        } else {
+            Err(EtcdError::Maintenance { name: self.name.clone(), what: what.to_string(), cause: out.describe() })
+        }
+    }
+
+    /// This member's revision and backend size (`etcdctl endpoint status`).
+    pub async fn usage(&self) -> Result<Usage, EtcdError> {
+        let out = self.maintenance("endpoint status", "5s", &["endpoint", "status", "-w", "json"]).await?;
+        parse_usage(&out.stdout).map_err(|cause| EtcdError::Status { name: self.name.clone(), cause })
+    }
+
+    /// Writes `chunk` bytes of junk to `key` again and again (each put keeps the previous versions until a
+    /// compaction) until etcd refuses one for its space quota ([`NO_SPACE`]): etcd raises its `NOSPACE` alarm
+    /// then. At most `max_puts` puts; an error if etcd took them all or refused one for another reason.
+    pub async fn fill(&self, key: &str, chunk: usize, max_puts: usize) -> Result<Filled, EtcdError> {
+        let put = self.etcdctl_command(&["--command-timeout=10s", "put", key]);
+        let put: Vec<String> = put.iter().map(|w| sh_quote(w)).collect();
+        let script = format!("head -c {chunk} /dev/zero | tr '\\0' x | {}", put.join(" "));
+        let fail =
+            |cause: String| EtcdError::Maintenance { name: self.name.clone(), what: format!("fill {key}"), cause };
+        for puts in 0..max_puts {
+            let out = container::exec(&self.name, &["sh", "-c", &script])
+                .await
+                .map_err(|source| EtcdError::Exec { name: self.name.clone(), source })?;
+            if out.success() {
+                continue;
+            }
+            let answer = format!("{} {}", out.stdout.trim(), out.stderr.trim());
+            if answer.contains(NO_SPACE) {
+                return Ok(Filled { puts, refusal: answer.trim().to_string() });
+            }
+            return Err(fail(format!("put {} refused for another reason: {}", puts + 1, out.describe())));
+        }
+        Err(fail(format!("etcd still took writes after {max_puts} puts of {chunk} bytes")))
+    }
+
+    /// Compacts the key space to the current revision (`etcdctl compact --physical`); returns that revision.
+    pub async fn compact(&self) -> Result<i64, EtcdError> {
+        let revision = self.usage().await?.revision;
+        let rev = revision.to_string();
+        self.maintenance("compact", "30s", &["compact", &rev, "--physical"]).await?;
+        Ok(revision)
+    }
+
+    /// Defragments this member's backend (`etcdctl defrag`), giving the space compaction freed back.
+    pub async fn defrag(&self) -> Result<(), EtcdError> {
+        self.maintenance("defrag", "60s", &["defrag"]).await.map(|_| ())
+    }
+
+    /// Disarms every alarm of the cluster (`etcdctl alarm disarm`): etcd takes writes again.
+    pub async fn alarm_disarm(&self) -> Result<(), EtcdError> {
+        self.maintenance("alarm disarm", "10s", &["alarm", "disarm"]).await.map(|_| ())
+    }
+
+    /// The raised alarms of the cluster (`etcdctl alarm list`), e.g. `["NOSPACE"]`.
+    pub async fn alarms(&self) -> Result<Vec<String>, EtcdError> {
+        let out = self.maintenance("alarm list", "10s", &["alarm", "list"]).await?;
+        Ok(parse_alarms(&out.stdout))
     }
 
     /// SIGKILL to etcd (the container stops; its data is kept).
@@ -404,6 +535,29 @@ mod tests {
         assert!(!follower.is_leader());
         let err = parse_status("[{\"Endpoint\":\"x\"}]").unwrap_err();
         assert!(err.contains("no Status"), "{err}");
+    }
+
+    #[test]
+    fn a_quota_is_etcds_backend_quota_flag() {
+        let m = Members::new("run-etcd", 1);
+        assert!(!m.command(0, "http", "run").iter().any(|a| a.starts_with("--quota-backend-bytes")));
+        let cmd = m.with_quota(Some(4 << 20)).command(0, "http", "run");
+        assert!(cmd.contains(&"--quota-backend-bytes=4194304".to_string()), "{cmd:?}");
+    }
+
+    #[test]
+    fn usage_and_alarms_are_read_from_etcdctl() {
+        let json = r#"[{"Endpoint":"http://127.0.0.1:2379","Status":{"header":{"cluster_id":1,"member_id":42,"revision":917,"raft_term":3},"version":"3.4.23","dbSize":4202496,"leader":42}}]"#;
+        assert_eq!(parse_usage(json).unwrap(), Usage { revision: 917, db_size: 4_202_496 });
+        assert!(parse_usage("[{\"Status\":{\"header\":{}}}]").unwrap_err().contains("revision"));
+        assert_eq!(parse_alarms("memberID:8e9e05c52164694d alarm:NOSPACE \n"), ["NOSPACE"]);
+        assert!(parse_alarms("").is_empty());
+    }
+
+    #[test]
+    fn shell_words_are_quoted() {
+        assert_eq!(sh_quote("/a b"), "'/a b'");
+        assert_eq!(sh_quote("it's"), "'it'\\''s'");
     }
 
     #[test]

@@ -227,8 +227,8 @@ pub fn stop(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     let mut globals = Vec::new();
     for u in &units {
         if unit_is_global(u) {
-            if let Err(e) = ctx.client.set_unit_target_state(&u.name, JobState::Loaded.as_str()) {
-                tracing::debug!(unit = %u.name, error = %e, "setting target state failed");
+            if let Err(code) = set_target_state(ctx, &u.name, JobState::Loaded) {
+                return code;
             }
             ctx.say(&format!("Triggered global unit {} stop", u.name));
             globals.push(u.name.clone());
@@ -245,12 +245,31 @@ pub fn stop(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
             }
             _ => {}
         }
-        if let Err(e) = ctx.client.set_unit_target_state(&u.name, JobState::Loaded.as_str()) {
-            tracing::debug!(unit = %u.name, error = %e, "setting target state failed");
+        if let Err(code) = set_target_state(ctx, &u.name, JobState::Loaded) {
+            return code;
         }
         stopping.push(u.name.clone());
     }
     finish(ctx, &stopping, &globals, JobState::Loaded, "stop", "stopped")
+}
+
+/// `stop` and `unload` set a unit's desired state. The original ignored a failure here and went on to report the
+/// unit triggered (and, with `--no-block`, "Successfully stopped"): a write the server refused — etcd out of space
+/// (`507`), unreachable — would read as done. A refusal ends the command with the server's message and exit 1 (the
+/// units before it were triggered, those after it untouched); a unit destroyed since it was listed (`404`) is
+/// skipped as the original did.
+fn set_target_state(ctx: &mut Ctx<'_>, name: &str, state: JobState) -> Result<(), i32> {
+    match ctx.client.set_unit_target_state(name, state.as_str()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_not_found() => {
+            tracing::debug!(unit = %name, error = %e, "unit gone before its target state was set");
+            Ok(())
+        }
+        Err(e) => {
+            ctx.warn(&format!("Error setting target state for unit {name}: {e}"));
+            Err(1)
+        }
+    }
 }
 
 pub fn unload(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
@@ -266,8 +285,8 @@ pub fn unload(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
             tracing::debug!(unit = %u.name, "unit already inactive, skipping");
             continue;
         }
-        if let Err(e) = ctx.client.set_unit_target_state(&u.name, JobState::Inactive.as_str()) {
-            tracing::debug!(unit = %u.name, error = %e, "setting target state failed");
+        if let Err(code) = set_target_state(ctx, &u.name, JobState::Inactive) {
+            return code;
         }
         if global {
             ctx.say(&format!("Triggered global unit {} unload", u.name));

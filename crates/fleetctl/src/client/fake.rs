@@ -75,6 +75,11 @@ impl FakeClient {
         self.lock().fail = err;
     }
 
+    /// Make every desired-state write fail with `err` while reads still work (None to stop).
+    pub fn fail_target_states(&self, err: Option<ClientError>) {
+        self.lock().fail_target_states = err;
+    }
+
     /// The newest fleetd version the cluster reports (for the etcd driver's version check).
     pub fn set_daemon_version(&self, version: &str) {
         self.lock().daemon_version = SemVer::parse(version);
@@ -300,6 +305,9 @@ impl Client for FakeClient {
     fn set_unit_target_state(&self, name: &str, state: &str) -> Result<(), ClientError> {
         let mut st = self.lock();
         Self::check_fail(&st)?;
+        if let Some(e) = &st.fail_target_states {
+            return Err(e.clone());
+        }
         Self::put(&mut st, &Unit { name: name.to_string(), desired_state: state.to_string(), ..Default::default() })
     }
 

@@ -10,6 +10,7 @@
 //! | `units_dir.rs` | the unit files in `units_directory`: write (0644), remove, list at start, recorded hashes |
 //! | `executor.rs` | runs a plan against systemd, waiting for jobs; keeps what the agent believes it started |
 //! | `adoption.rs` | pure: the record (`agent-state.json`) a restarted fleetd adopts the running units from |
+//! | `write_failures.rs` | pure: which failed state writes are logged (first per unit and cause, then at the 10th, 100th … retry; once when written again) |
 //! | `publisher.rs` | pure: diff of published unit states against systemd's (this machine's states only) |
 //! | `health.rs` | pure: the health check status rules (`unknown` / `healthy` / `unhealthy`, never `healthy` from a check begun before the unit's latest (re)start) |
 //! | `checks.rs` | the health checks run here: one task per checked active unit, the check process (group, timeout, last line), the agent's own starts reported to the publish loop |
@@ -45,6 +46,7 @@ pub mod publisher;
 mod runner;
 pub mod timing;
 pub mod units_dir;
+pub mod write_failures;
 
 pub use debug::DebugHandle;
 pub use error::AgentError;

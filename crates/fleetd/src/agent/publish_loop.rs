@@ -7,7 +7,8 @@
 //! ([`HealthChecks`]: the `health` of each checked unit goes into its state), a failed write (retried after
 //! [`RETRY`]), and every `refresh_period(ttl)` a resync that re-reads every state and repairs this machine's keys
 //! against the registry snapshot. Rounds start at most every
-//! [`ROUND_GAP`]. It runs beside the
+//! [`ROUND_GAP`]. A write that keeps failing (etcd at its space quota, or unreachable) is retried and logged as
+//! [`WriteFailures`] decides: once per unit and cause, not once per retry. It runs beside the
 //! reconcile loop on its own systemd handle, so a long stop job in a plan never delays publishing (that is how other machines see a unit
 //! `deactivating` and wait for it, see [`super::handover`]).
 
@@ -19,13 +20,16 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep_until};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::checks::HealthChecks;
 use super::debug::DebugHandle;
 use super::publisher::{PublishOp, Publisher, Readings};
+use super::write_failures::{Report, WriteFailures};
 use fleet_core::model::PublishedState;
-use fleet_registry::{AgentSession, MAX_STATE_WRITES_PER_TXN, Snapshot, StateRecord, StateWrite, txn_batches};
+use fleet_registry::{
+    AgentSession, MAX_STATE_WRITES_PER_TXN, RegistryError, Snapshot, StateRecord, StateWrite, txn_batches,
+};
 use fleet_systemd::{SystemdOps, UnitChange, UnitChanges};
 
 /// Delay before repeating failed registry writes or a failed systemd read.
@@ -38,6 +42,16 @@ const WRITERS: usize = 8;
 /// rounds, and a unit that passed through a state meanwhile (`activating`) has only its newest one written. A
 /// change after a quiet spell is still published at once.
 pub const ROUND_GAP: Duration = Duration::from_millis(50);
+
+/// How a state write refused by etcd's space quota is logged: by its cause and what ends it (etcd's own words are
+/// a gRPC status deep inside the error).
+pub const NO_SPACE_CAUSE: &str = "etcd is out of space (database space exceeded: its backend quota is reached and \
+    its NOSPACE alarm raised; states are published again once it is compacted, defragmented and disarmed)";
+
+/// The cause of a failed state write, as logged.
+fn cause(err: &RegistryError) -> String {
+    if err.is_no_space() { NO_SPACE_CAUSE.to_string() } else { err.to_string() }
+}
 
 /// Everything one publishing run needs; the caches it updates outlive it (they belong to the agent).
 pub(crate) struct PublishLoop<'a, S> {
@@ -52,6 +66,8 @@ pub(crate) struct PublishLoop<'a, S> {
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
     pub debug: &'a DebugHandle,
     pub health: &'a mut HealthChecks<S>,
+    /// Which units' state writes are failing, so that a retry is not logged each time.
+    pub failures: WriteFailures,
 }
 
 impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
@@ -229,7 +245,7 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
                             PublishOp::Remove(name) => StateWrite::Remove { unit: name, machine },
                         })
                         .collect();
-                    let result = registry.write_states(&writes).await.map_err(|e| e.to_string());
+                    let result = registry.write_states(&writes).await.map_err(|e| cause(&e));
                     (chunk, result)
                 })
                 .buffer_unordered(WRITERS)
@@ -237,6 +253,11 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
                 .await;
         let mut pending: BTreeMap<String, Option<PublishedState>> = BTreeMap::new();
         for (op, result) in results.iter().flat_map(|(chunk, result)| chunk.iter().map(move |op| (op, result))) {
+            if result.is_ok()
+                && let Some(failed) = self.failures.succeeded(op.unit())
+            {
+                info!(unit = %op.unit(), failed, "unit state written again after {failed} failed attempts");
+            }
             match (op, result) {
                 (PublishOp::Publish(s), Ok(())) => {
                     debug!(unit = %s.name, active = %s.active_state, sub = %s.sub_state, hash = %s.hash, "published unit state")
@@ -247,13 +268,23 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
                         PublishOp::Publish(s) => (s.name.clone(), Some(s.clone())),
                         PublishOp::Remove(n) => (n.clone(), None),
                     };
-                    warn!(unit = %name, err = %e, "cannot publish unit state; retrying");
+                    match self.failures.failed(&name, e) {
+                        Report::First => warn!(unit = %name, cause = %e,
+                            "cannot publish unit state; retrying (logged again only if the cause changes or it goes on)"),
+                        Report::Still { count } => {
+                            warn!(unit = %name, cause = %e, "still cannot publish unit state after {count} attempts; retrying")
+                        }
+                        Report::Quiet => debug!(unit = %name, cause = %e, "cannot publish unit state; retrying"),
+                    }
                     self.publisher.failed(op);
                     pending.insert(name, state);
                 }
             }
         }
         let ok = pending.is_empty();
+        if ok {
+            self.failures.settled();
+        }
         self.debug.sync_published(self.publisher.published(), ops.iter().map(PublishOp::unit), pending);
         ok
     }

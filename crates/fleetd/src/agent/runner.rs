@@ -37,6 +37,7 @@ use super::publish_loop::PublishLoop;
 use super::publisher::Publisher;
 use super::timing::{RECONCILE_INTERVAL, refresh_period};
 use super::units_dir::UnitsDir;
+use super::write_failures::WriteFailures;
 use fleet_core::machine_plan::desired::{ThisMachine, desired_units};
 use fleet_core::machine_plan::plan::{Desired, Planned, Reason, Task, plan};
 use fleet_core::machine_plan::unit_cache::UnitCache;
@@ -137,6 +138,7 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
             snapshots: snapshots.clone(),
             debug: &self.debug,
             health: &mut self.health,
+            failures: WriteFailures::new(),
         }
         .run(inner.clone());
         let fencing = FenceLoop {

@@ -436,6 +436,37 @@ fn stop_and_unload_follow_transcript_03() {
 }
 
 #[test]
+fn stop_and_unload_report_a_refused_desired_state_instead_of_success() {
+    let c = cluster();
+    c.insert_unit("hello.service", HELLO, "launched");
+    c.insert_unit("global.service", GLOBAL, "launched");
+    let full =
+        "etcd is out of space (its backend quota is reached and the NOSPACE alarm is raised): nothing was written";
+    c.fail_target_states(Some(crate::client::ClientError::Api { code: 507, message: full.into() }));
+    for args in [
+        &["stop", "hello.service"][..],
+        &["stop", "--no-block", "hello.service"],
+        &["unload", "--no-block", "hello.service"],
+        &["stop", "--no-block", "global.service"],
+        &["unload", "global.service"],
+    ] {
+        let o = run(&c, args);
+        let name = args.last().unwrap();
+        assert_eq!(
+            (o.code, o.out.as_str(), o.err.as_str()),
+            (1, "", format!("Error setting target state for unit {name}: googleapi: Error 507: {full}\n").as_str()),
+            "{args:?}"
+        );
+    }
+    assert_eq!(c.desired("hello.service").as_deref(), Some("launched"));
+    assert!(c.log().is_empty(), "nothing written: {:?}", c.log());
+    // A unit destroyed between the listing and the write is skipped, as the original did.
+    c.fail_target_states(Some(crate::client::ClientError::Api { code: 404, message: "unit does not exist".into() }));
+    let o = run(&c, &["stop", "--no-block", "hello.service"]);
+    assert_eq!((o.code, o.err.as_str()), (0, "Successfully stopped units [hello.service].\n"));
+}
+
+#[test]
 fn stop_no_block_triggers() {
     let c = cluster();
     c.insert_unit("hello@5.service", TEMPLATE, "launched");

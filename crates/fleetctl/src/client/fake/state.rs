@@ -35,6 +35,8 @@ pub(super) struct State {
     /// Single-unit reads (`unit()`), by name.
     pub(super) unit_reads: BTreeMap<String, u32>,
     pub(super) fail: Option<ClientError>,
+    /// Every desired-state write fails with this (reads work), like a server whose etcd is out of space.
+    pub(super) fail_target_states: Option<ClientError>,
     pub(super) daemon_version: Option<SemVer>,
     /// Options of every version a rollout replaced, by hash (what a rollback returns to).
     pub(super) bodies: BTreeMap<String, Vec<UnitOption>>,
