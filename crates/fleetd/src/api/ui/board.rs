@@ -159,11 +159,27 @@ pub fn row(snapshot: &Snapshot, name: &str) -> Option<Row> {
     Some(Row {
         name: name.to_string(),
         desired: unit.desired.to_string(),
-        current: unit.current.to_string(),
+        current: current(&unit, name, &cells),
         hash: unit.hash.to_string(),
         target: unit.target.map(str::to_string),
         cells,
     })
+}
+
+/// What a person reads as the unit's current state. The API's `currentState` follows the unit's target machine,
+/// which a global unit has none of (so it reads `inactive` while running everywhere); a global unit says how many
+/// of the machines holding it run it active instead, e.g. `3/3 active`.
+fn current(unit: &fleet_registry::UnitView<'_>, name: &str, cells: &BTreeMap<String, Cell>) -> String {
+    // Only a unit without a target that machines report on can be global: the body is parsed for those alone.
+    let global = unit.target.is_none()
+        && !cells.is_empty()
+        && fleet_core::unit::UnitFile::parse(unit.body)
+            .is_ok_and(|file| fleet_core::unit::Requirements::of(&file, name).global);
+    if !global {
+        return unit.current.to_string();
+    }
+    let active = cells.values().filter(|c| c.active == "active").count();
+    format!("{active}/{} active", cells.len())
 }
 
 /// The whole board of `snapshot`.
@@ -394,6 +410,23 @@ pub(crate) mod tests {
         pub fn now(&self) -> Snapshot {
             self.snap.clone()
         }
+    }
+
+    #[test]
+    fn a_global_unit_reads_how_many_of_its_machines_run_it_active() {
+        let mut reg = Registry::new();
+        reg.machine(M1, "10.0.0.1", "{}").machine(M2, "10.0.0.2", "{}");
+        let global = "[Service]\nExecStart=/bin/true\n\n[X-Fleet]\nGlobal=true\n";
+        reg.put(Key::Body { hash: H1.into() }, global)
+            .put(Key::UnitObject { unit: "g.service".into() }, &format!(r#"{{"name":"g.service","hash":"{H1}"}}"#))
+            .put(Key::UnitDesired { unit: "g.service".into() }, "launched");
+        reg.state("g.service", M1, H1, "active", "running").state("g.service", M2, H1, "active", "running");
+        assert_eq!(row(&reg.snap, "g.service").unwrap().current, "2/2 active", "running everywhere");
+        reg.state("g.service", M2, H1, "failed", "failed");
+        assert_eq!(row(&reg.snap, "g.service").unwrap().current, "1/2 active");
+        // A unit that is not global keeps the API's current state, target or not.
+        reg.unit("plain.service", H2, "launched").state("plain.service", M1, H2, "active", "running");
+        assert_eq!(row(&reg.snap, "plain.service").unwrap().current, "inactive", "no target: the API's answer");
     }
 
     #[test]
