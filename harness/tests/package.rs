@@ -1,18 +1,36 @@
 //! The Debian package (`ci/package`, issue 17) installed into a harness machine instead of the bind-mounted binary:
 //! dpkg installs it, its own units run its own fleetd against the cluster's etcd, and its fleetctl starts a unit
-//! end to end through the Unix socket the package's `fleet.socket` provides (group `fleet`).
+//! end to end through the Unix socket the package's `fleet.socket` provides (group `fleet`). The package holds the
+//! shipped binaries (profile `ship`, issue 38), as `ci/package` builds it, not the tests' debug build.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use fleet_harness::{Cluster, Fleet, WaitOptions, config};
 
-/// Builds the package from this workspace's build (the directory of the fleetd the harness would use).
-fn build_package(out: &std::path::Path) -> PathBuf {
+/// The shipped binaries: `FLEET_PACKAGE_BIN_DIR`, else `<target>/ship` beside the debug build the harness uses.
+fn ship_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("FLEET_PACKAGE_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
     let fleetd = config::locate("fleetd", config::FLEETD_ENV).expect("fleetd is built (cargo build -p fleetd --bins)");
-    let bin_dir = fleetd.parent().expect("fleetd has a directory");
+    let target = fleetd.parent().and_then(std::path::Path::parent).expect("fleetd is in <target>/<profile>/");
+    target.join("ship")
+}
+
+/// Builds the package from the shipped binaries (`ci/test` builds them before the tests).
+fn build_package(out: &std::path::Path) -> PathBuf {
+    let bin_dir = ship_dir();
+    for b in ["fleetd", "fleetctl", "fleet-docs"] {
+        assert!(
+            bin_dir.join(b).is_file(),
+            "{} is missing: the package holds the shipped build (cargo build --profile ship -p fleetd -p fleetctl -p \
+             fleet-docs, as ci/test does)",
+            bin_dir.join(b).display()
+        );
+    }
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ci/package");
-    let run = Command::new(&script).arg(out).env("FLEET_PACKAGE_BIN_DIR", bin_dir).output().expect("ci/package runs");
+    let run = Command::new(&script).arg(out).env("FLEET_PACKAGE_BIN_DIR", &bin_dir).output().expect("ci/package runs");
     assert!(run.status.success(), "ci/package failed: {}", String::from_utf8_lossy(&run.stderr));
     let deb = String::from_utf8_lossy(&run.stdout).lines().last().unwrap_or_default().to_string();
     assert!(deb.ends_with(".deb"), "ci/package prints the package's path last: {deb:?}");
@@ -37,7 +55,17 @@ async fn the_package_installs_on_a_machine_and_runs_a_unit_end_to_end() {
     let install = m.exec(&["dpkg", "-i", "/root/fleet.deb"]).await.unwrap();
     assert!(install.success(), "dpkg -i: {}", install.describe());
 
-    // What the package put in place.
+    // What the package put in place: the shipped binaries themselves.
+    for b in ["fleetd", "fleetctl"] {
+        let shipped = std::fs::read(ship_dir().join(b)).unwrap();
+        let installed = m.exec_ok(&["sha1sum", &format!("/usr/bin/{b}")]).await.unwrap();
+        let want = hex::encode(<sha1::Sha1 as sha1::Digest>::digest(&shipped));
+        assert!(
+            installed.stdout.starts_with(&want),
+            "/usr/bin/{b} is not the shipped build ({want}): {}",
+            installed.stdout
+        );
+    }
     let conf = m.read_file("/etc/fleet/fleet.conf").await.unwrap();
     assert!(conf.contains("\n#etcd_servers=") && conf.contains("\n#public_ip="), "commented fleet.conf: {conf}");
     m.exec_ok(&["getent", "group", "fleet"]).await.unwrap();
