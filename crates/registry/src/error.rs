@@ -75,6 +75,10 @@ pub enum RegistryError {
     Timeout { what: String, waited: Duration, last: String },
 }
 
+/// etcd at its space quota, as fleet names the cause wherever a write was refused for it (the API's answer, the
+/// agent's log): etcd's own words are a gRPC status deep inside the error.
+pub const NO_SPACE: &str = "etcd is out of space (its backend quota is reached and the NOSPACE alarm is raised)";
+
 impl RegistryError {
     /// Whether etcd refused the write because it is at its space quota (the `NOSPACE` alarm: every write is
     /// refused until it is compacted, defragmented and the alarm disarmed).

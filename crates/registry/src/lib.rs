@@ -52,7 +52,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use engine::{Campaign, EngineVersionCheck, LeaderFence};
-pub use error::{RegistryError, Result};
+pub use error::{NO_SPACE, RegistryError, Result};
 pub use lease::{LeaseKeeper, LeaseStatus};
 pub use machines::Registration;
 pub use reflector::Reflector;

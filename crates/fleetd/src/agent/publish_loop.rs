@@ -43,14 +43,16 @@ const WRITERS: usize = 8;
 /// change after a quiet spell is still published at once.
 pub const ROUND_GAP: Duration = Duration::from_millis(50);
 
-/// How a state write refused by etcd's space quota is logged: by its cause and what ends it (etcd's own words are
-/// a gRPC status deep inside the error).
-pub const NO_SPACE_CAUSE: &str = "etcd is out of space (database space exceeded: its backend quota is reached and \
-    its NOSPACE alarm raised; states are published again once it is compacted, defragmented and disarmed)";
-
-/// The cause of a failed state write, as logged.
+/// The cause of a failed state write, as logged; etcd's space quota by its name and what ends it.
 fn cause(err: &RegistryError) -> String {
-    if err.is_no_space() { NO_SPACE_CAUSE.to_string() } else { err.to_string() }
+    if err.is_no_space() {
+        format!(
+            "{}; states are published again once it is compacted, defragmented and disarmed",
+            fleet_registry::NO_SPACE
+        )
+    } else {
+        err.to_string()
+    }
 }
 
 /// Everything one publishing run needs; the caches it updates outlive it (they belong to the agent).

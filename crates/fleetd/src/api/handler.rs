@@ -84,15 +84,15 @@ pub(super) fn not_yet_visible(revision: i64) -> Response<Bytes> {
 pub(super) fn registry_failure(op: &str, err: &RegistryError) -> (StatusCode, String) {
     if err.is_no_space() {
         tracing::error!(op, error = %err, "etcd is out of space: writes are refused");
-        return (StatusCode::INSUFFICIENT_STORAGE, NO_SPACE.to_string());
+        let message = format!(
+            "{}: nothing was written; compact and defragment etcd, then disarm the alarm (etcdctl alarm disarm)",
+            fleet_registry::NO_SPACE
+        );
+        return (StatusCode::INSUFFICIENT_STORAGE, message);
     }
     tracing::error!(op, error = %err, "API request failed");
     (StatusCode::INTERNAL_SERVER_ERROR, String::new())
 }
-
-/// What a write refused by etcd's space quota answers.
-pub(super) const NO_SPACE: &str = "etcd is out of space (its backend quota is reached and the NOSPACE alarm is \
-    raised): nothing was written; compact and defragment etcd, then disarm the alarm (etcdctl alarm disarm)";
 
 /// [`registry_failure`] as a response.
 pub(super) fn internal(op: &str, err: &RegistryError) -> Response<Bytes> {
