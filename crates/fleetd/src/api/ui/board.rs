@@ -124,10 +124,14 @@ fn column(m: MachineState) -> Column {
 
 /// The row of `name`, if the unit is readable (its object and body are stored).
 pub fn row(snapshot: &Snapshot, name: &str) -> Option<Row> {
+    row_with(snapshot, &snapshot.rollouts(), name)
+}
+
+/// [`row`] with `snapshot`'s rollouts ([`Snapshot::rollouts`]) read once for many rows.
+fn row_with(snapshot: &Snapshot, rollouts: &[fleet_core::rollout::Rollout], name: &str) -> Option<Row> {
     let unit = snapshot.unit(name)?;
     let record = snapshot.unit_record(name)?;
-    let rollouts = snapshot.rollouts();
-    let intended = |machine: &str| fleet_core::rollout::hash_on(&rollouts, name, unit.hash, machine).to_string();
+    let intended = |machine: &str| fleet_core::rollout::hash_on(rollouts, name, unit.hash, machine).to_string();
     let mut cells = BTreeMap::new();
     for (machine, state) in snapshot.state_records().get(name).into_iter().flat_map(|states| states.iter()) {
         cells.insert(
@@ -188,7 +192,10 @@ pub fn board(snapshot: &Snapshot) -> Board {
         revision: snapshot.revision(),
         connected: snapshot.is_connected(),
         machines: columns(snapshot),
-        rows: snapshot.units().filter_map(|u| row(snapshot, u.name)).collect(),
+        rows: {
+            let rollouts = snapshot.rollouts();
+            snapshot.units().filter_map(|u| row_with(snapshot, &rollouts, u.name)).collect()
+        },
     }
 }
 
@@ -217,8 +224,10 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Diff {
             }
         }
     }
+    let (old_rollouts, new_rollouts) =
+        if changed.is_empty() { (Vec::new(), Vec::new()) } else { (old.rollouts(), new.rollouts()) };
     for name in changed {
-        let (before, after) = (row(old, name), row(new, name));
+        let (before, after) = (row_with(old, &old_rollouts, name), row_with(new, &new_rollouts, name));
         if new.unit_record(name).is_none() {
             out.gone.push(name.to_string());
         }
