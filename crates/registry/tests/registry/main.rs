@@ -702,7 +702,7 @@ async fn batched_state_and_marker_writes() {
     let err = m1.write_states(&twice).await.unwrap_err();
     assert!(matches!(err, RegistryError::DuplicateKey { .. }), "{err}");
     let elsewhere = [StateWrite::Remove { unit: "a.service", machine: "m2" }];
-    let err = m1.write_states(&elsewhere).await.unwrap_err();
+    let err = m1.write_states(&elsewhere).await.expect_err("m1's agent removed m2's state");
     assert!(matches!(err, RegistryError::NotOwnMachine { .. }), "m1's agent wrote m2's key: {err}");
     agent(&reg, "m1", lease.id())
         .write_states(&[StateWrite::Remove { unit: "a.service", machine: "m1" }])
