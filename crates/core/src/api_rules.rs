@@ -260,6 +260,7 @@ pub fn rollout(r: &crate::rollout::Rollout) -> schema::Rollout {
         started_ms: progress.started_ms,
         revision: 0,
         error: String::new(),
+        machine: spec.machine.clone(),
     }
 }
 
@@ -361,6 +362,8 @@ pub struct RolloutPlan {
     pub spec: crate::rollout::RolloutSpec,
     /// (unit name, canonical text of the new version, object revision it replaces).
     pub bodies: Vec<(String, String, i64)>,
+    /// A drain of a machine that is not cordoned yet: the cordon stored with the spec (`spec.machine`'s).
+    pub cordon: Option<crate::store::Cordon>,
 }
 
 /// The decision for `PUT /rollouts/<id>` over the registry `snapshot`: every named unit must exist, be launched,
@@ -377,8 +380,11 @@ pub fn decide_rollout(
     if snapshot.rollout_records().contains_key(id) {
         return Err(rollout_exists(id));
     }
-    if request.kind == RolloutKind::Rebalance {
-        return decide_rebalance(id, request, snapshot, now_ms);
+    if request.kind.plans_steps() {
+        return decide_planned(id, request, snapshot, now_ms);
+    }
+    if request.machine.is_some() {
+        return Err(ApiError::bad_request("machine: only a drain names a machine"));
     }
     if request.units.is_empty() {
         return Err(ApiError::bad_request("a rollout needs at least one unit"));
@@ -426,7 +432,7 @@ pub fn decide_rollout(
                 }
                 from.clone()
             }
-            RolloutKind::Rebalance => unreachable!("decided by decide_rebalance"),
+            RolloutKind::Rebalance | RolloutKind::Drain => unreachable!("decided by decide_planned"),
             RolloutKind::Replace => {
                 if u.options.is_empty() {
                     return Err(ApiError::bad_request(format!("a replace needs the new options of unit {quoted}")));
@@ -451,7 +457,7 @@ pub fn decide_rollout(
     let mut spec =
         RolloutSpec { id: id.to_string(), kind: request.kind, units, created_ms: now_ms, ..RolloutSpec::default() };
     pace(request, policy.as_ref(), &mut spec)?;
-    Ok(RolloutPlan { spec, bodies })
+    Ok(RolloutPlan { spec, bodies, cordon: None })
 }
 
 /// The answer to a rollout ID that is taken. Decided here against the view ([`decide_rollout`]); the registry's
@@ -561,36 +567,60 @@ fn pace(
     Ok(())
 }
 
-/// A rebalance request (`kind: rebalance`): no units (the engine plans the moves), a valid pace, and no other
-/// rebalance in progress.
-fn decide_rebalance(
+/// A rollout whose steps the engine plans (`kind: rebalance` or `drain`): no units, a valid pace, no canary or
+/// order. A rebalance: no other rebalance in progress. A drain (issue 38): `machine` is a present machine's full ID
+/// with no other drain in progress; the machine is cordoned with the spec if it is not yet.
+fn decide_planned(
     id: &str,
     request: &schema::RolloutRequest,
     snapshot: &crate::store::Snapshot,
     now_ms: u64,
 ) -> Result<RolloutPlan, ApiError> {
     use crate::rollout::{RolloutKind, RolloutSpec};
+    let drain = request.kind == RolloutKind::Drain;
+    let what = if drain { "drain" } else { "rebalance" };
     if !request.units.is_empty() {
-        return Err(ApiError::bad_request("a rebalance names no units: the engine chooses which units move"));
+        return Err(ApiError::bad_request(format!("a {what} names no units: the engine chooses which units move")));
     }
-    if let Some(other) =
-        snapshot.rollouts().into_iter().find(|r| r.spec.kind == RolloutKind::Rebalance && !r.state().is_final())
-    {
+    let machine = match (drain, request.machine.as_deref()) {
+        (true, None | Some("")) => return Err(ApiError::bad_request("machine: a drain names the machine to empty")),
+        (true, Some(machine)) => machine,
+        (false, Some(_)) => return Err(ApiError::bad_request("machine: only a drain names a machine")),
+        (false, None) => "",
+    };
+    if drain && snapshot.machine(machine).is_none() {
+        return Err(reject(StatusCode::NOT_FOUND, format!("{NO_MACHINE}: {machine:?} (give its full ID)")));
+    }
+    let busy = |r: &crate::rollout::Rollout| {
+        r.spec.kind == request.kind && !r.state().is_final() && (!drain || r.spec.machine == machine)
+    };
+    if let Some(other) = snapshot.rollouts().into_iter().find(busy) {
         return Err(reject(
             StatusCode::CONFLICT,
-            format!("rebalance {:?} is in progress ({})", other.spec.id, other.state()),
+            format!("{what} {:?} is in progress ({})", other.spec.id, other.state()),
         ));
     }
-    let mut spec =
-        RolloutSpec { id: id.to_string(), kind: RolloutKind::Rebalance, created_ms: now_ms, ..RolloutSpec::default() };
-    // A rebalance moves units one at a time on their own health: no unit policy applies, and before this
-    // implementation's unit policies its minHealthyMs defaulted to 0.
+    let mut spec = RolloutSpec { id: id.to_string(), kind: request.kind, created_ms: now_ms, ..RolloutSpec::default() };
+    // These move units one at a time on their own health: no unit policy applies, and before this implementation's
+    // unit policies a rebalance's minHealthyMs defaulted to 0.
     let request = schema::RolloutRequest { min_healthy_ms: request.min_healthy_ms.or(Some(0)), ..request.clone() };
     pace(&request, None, &mut spec)?;
     if spec.canary > 0 || !spec.order.is_empty() {
-        return Err(ApiError::bad_request("a rebalance takes no canary or order"));
+        return Err(ApiError::bad_request(format!("a {what} takes no canary or order")));
     }
-    Ok(RolloutPlan { spec, bodies: Vec::new() })
+    let mut cordon = None;
+    if drain {
+        spec.machine = machine.to_string();
+        let standing = snapshot.machine_records().get(machine).and_then(|r| r.cordon.clone());
+        spec.cordon_since_ms = match standing {
+            Some(c) => c.since_ms,
+            None => {
+                cordon = Some(crate::store::Cordon { since_ms: now_ms });
+                now_ms
+            }
+        };
+    }
+    Ok(RolloutPlan { spec, bodies: Vec::new(), cordon })
 }
 
 #[cfg(test)]

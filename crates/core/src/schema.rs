@@ -52,6 +52,9 @@ pub struct RolloutRequest {
     pub order: Option<String>,
     #[serde(rename = "progressDeadlineMs", default, skip_serializing_if = "Option::is_none")]
     pub progress_deadline_ms: Option<u64>,
+    /// A drain (`kind: drain`): the full ID of the machine to empty. No other kind takes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
 }
 
 /// A rollout as the API shows it (`GET /fleet/v1/rollouts[/<id>]`): its spec, the user's last action and the
@@ -117,6 +120,9 @@ pub struct Rollout {
     /// the rollout is what could be read, and no engine drives it until its keys are written again.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub error: String,
+    /// A drain: the machine it empties (full ID).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub machine: String,
 }
 
 fn is_zero(n: &i64) -> bool {

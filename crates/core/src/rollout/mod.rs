@@ -47,6 +47,20 @@ pub enum RolloutKind {
     /// no units; the engine leader plans the moves when it first takes the rollout up (its first progress), one
     /// step per move (`machine` the destination, `fromMachine` the source).
     Rebalance,
+    /// A machine is emptied for maintenance (issue 38, docs/drain.md): the spec names the machine (`machine`), not
+    /// units; the engine leader plans the steps when it first takes the drain up. A *move* step carries a unit to
+    /// another machine (`machine` the destination, `fromMachine` the drained machine), as a rebalance's; a *stop*
+    /// step (`machine` the drained machine, no `fromMachine`) stops a unit that cannot leave it (a global unit, one
+    /// pinned there by `MachineID=`, or one following such a unit with `MachineOf=`), after every move.
+    Drain,
+}
+
+impl RolloutKind {
+    /// Whether the engine leader plans the steps (a rebalance, a drain): the spec names no units, and a step's
+    /// success is its unit running on its destination, not a version.
+    pub fn plans_steps(self) -> bool {
+        matches!(self, RolloutKind::Rebalance | RolloutKind::Drain)
+    }
 }
 
 /// One unit of a rollout: the version it leaves and the one it reaches (equal for a restart), and whether each has a
@@ -110,6 +124,13 @@ pub struct RolloutSpec {
     /// Where the pace came from: `unit` when the unit's `UpdatePolicy=` set it (shown, decides nothing).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub policy: String,
+    /// A drain: the machine it empties (its full ID). Empty for other kinds.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub machine: String,
+    /// A drain: the `sinceMs` of the machine's cordon it was made under (the cordon it wrote, or the one already
+    /// there). The units it stopped stay stopped while that cordon stands ([`drained_units`]).
+    #[serde(rename = "cordonSinceMs", default, skip_serializing_if = "is_zero")]
+    pub cordon_since_ms: u64,
 }
 
 impl RolloutSpec {
@@ -280,6 +301,11 @@ impl Step {
     /// `unit`'s step on `machine`, not released yet.
     pub fn pending(unit: &str, machine: &str) -> Step {
         Step { unit: unit.to_string(), machine: machine.to_string(), phase: Phase::Pending, ..Step::default() }
+    }
+
+    /// Whether this step of a drain stops its unit on the drained machine (`machine`) rather than moving it.
+    pub fn is_stop(&self, kind: RolloutKind) -> bool {
+        kind == RolloutKind::Drain && self.from_machine.is_empty()
     }
 }
 
@@ -520,7 +546,7 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
             step.down_since_ms = 0;
         }
     }
-    if spec.kind != RolloutKind::Rebalance && !spec.units.iter().any(|u| cluster.exists(&u.name)) {
+    if !spec.kind.plans_steps() && !spec.units.iter().any(|u| cluster.exists(&u.name)) {
         progress.state = RolloutState::Aborted;
         progress.reason = "its units were destroyed".into();
         return Advanced { progress, roll_back, wake_at_ms: None };
@@ -670,6 +696,9 @@ fn arrived(spec: &RolloutSpec, step: &Step, seen: &Observed, undoing: bool) -> b
         RolloutKind::Restart => seen.restarted_for.as_deref() == Some(&spec.id),
         // The destination started it (its launched marker) and runs the version it publishes.
         RolloutKind::Rebalance => seen.running.is_some() && seen.running == seen.hash,
+        // A stop: the drained machine no longer runs the unit; a move: as a rebalance's.
+        RolloutKind::Drain if step.is_stop(spec.kind) => stopped(seen),
+        RolloutKind::Drain => seen.running.is_some() && seen.running == seen.hash,
     }
 }
 
@@ -707,8 +736,17 @@ fn check_released(
     }
     let unit = spec.unit(&step.unit).cloned().unwrap_or_default();
     let arrived = arrived(spec, step, &seen, undoing);
+    if step.is_stop(spec.kind) {
+        check_stop(spec, step, &seen, arrived, now_ms, wake);
+        return;
+    }
     let active = seen.active_state == "active";
-    let checked = spec.kind != RolloutKind::Rebalance && seen.checked(&unit);
+    let checked = match spec.kind {
+        RolloutKind::Rebalance => false,
+        // A drain's unit carries its own check wherever it goes: the destination publishes it when it has one.
+        RolloutKind::Drain => seen.health.is_some(),
+        RolloutKind::Replace | RolloutKind::Restart => seen.checked(&unit),
+    };
     let passing = active && (!checked || seen.healthy());
     let down = matches!(seen.active_state.as_str(), "failed" | "inactive");
     if !down {
@@ -740,7 +778,7 @@ fn check_released(
             wake.at(since.saturating_add(DOWN_SETTLE_MS));
         } else {
             let waiting = if arrived && active && checked {
-                format!("waiting for its health check ({})", seen.why_not_serving(&unit))
+                format!("waiting for its health check ({})", health_text(&seen, &unit))
             } else {
                 String::new()
             };
@@ -817,9 +855,46 @@ fn check_released(
     }
 }
 
+/// Whether the machine no longer runs the unit: no state published (unloaded) or settled down.
+fn stopped(seen: &Observed) -> bool {
+    seen.hash.is_none() || matches!(seen.active_state.as_str(), "inactive" | "failed")
+}
+
+/// The health check as `seen` publishes it, for details: `status: output`.
+fn health_text(seen: &Observed, unit: &RolloutUnit) -> String {
+    match &seen.health {
+        Some(h) if !h.output.is_empty() => format!("{}: {}", h.status, h.output),
+        Some(h) => h.status.to_string(),
+        None => seen.why_not_serving(unit),
+    }
+}
+
+/// A released stop step of a drain: done once the drained machine no longer runs the unit, failed when it still
+/// does after `healthTimeoutMs`.
+fn check_stop(spec: &RolloutSpec, step: &mut Step, seen: &Observed, stopped: bool, now_ms: u64, wake: &mut Wake) {
+    if stopped {
+        step.phase = Phase::Done;
+        step.detail.clear();
+        return;
+    }
+    let deadline = step.released_ms.saturating_add(spec.health_timeout_ms);
+    if now_ms >= deadline {
+        step.phase = Phase::Failed;
+        step.detail = format!(
+            "still running {} s after its stop was released: activeState={} subState={}",
+            spec.health_timeout_ms / 1000,
+            dash(&seen.active_state),
+            dash(&seen.sub_state)
+        );
+        return;
+    }
+    step.detail = "stopping".into();
+    wake.at(deadline);
+}
+
 /// A done forward step while the rollout runs: its machine must keep passing the check of the new version.
 fn check_done(spec: &RolloutSpec, step: &mut Step, cluster: &impl Cluster, now_ms: u64) {
-    if spec.kind == RolloutKind::Rebalance {
+    if spec.kind.plans_steps() {
         return;
     }
     let Some(unit) = spec.unit(&step.unit) else { return };
@@ -888,7 +963,11 @@ fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
     }
     let undoing = progress.undoing();
     let limit = spec.budget(progress.steps.len());
-    let counts_down = spec.kind != RolloutKind::Rebalance;
+    let counts_down = !spec.kind.plans_steps();
+    // A drain stops the units that cannot leave only once every move is over (done, or skipped).
+    let moves_open = spec.kind == RolloutKind::Drain
+        && progress.steps.iter().any(|s| !s.is_stop(spec.kind) && !matches!(s.phase, Phase::Done | Phase::Skipped));
+    let held = |step: &Step| moves_open && step.is_stop(spec.kind);
     // Machines of the rollout that do not serve the unit, outside the released steps.
     let in_flight: BTreeSet<(String, String)> = {
         let list = if undoing { &progress.undo } else { &progress.steps };
@@ -945,7 +1024,7 @@ fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
     // First the pending steps whose machine is down already: changing it takes nothing more away.
     let mut held_back = false;
     let settling = |step: &Step| settling_forward.contains(&(step.unit.clone(), step.machine.clone()));
-    for step in list.iter_mut().filter(|s| s.phase == Phase::Pending && !settling(s)) {
+    for step in list.iter_mut().filter(|s| s.phase == Phase::Pending && !settling(s) && !held(s)) {
         let is_down = down.iter().any(|(u, m, _)| *u == step.unit && *m == step.machine);
         if !is_down {
             continue;
@@ -960,7 +1039,7 @@ fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
             down.retain(|(u, m, _)| !(*u == step.unit && *m == step.machine));
         }
     }
-    for step in list.iter_mut().filter(|s| s.phase == Phase::Pending) {
+    for step in list.iter_mut().filter(|s| s.phase == Phase::Pending && !held(s)) {
         if settling(step) {
             // Its change is in flight: it holds a slot of the budget as a released step does.
             changing += 1;
@@ -1122,6 +1201,26 @@ pub fn restart_token<'a>(
     })
 }
 
+/// The units drains stopped on `machine` (their released stop steps): the machine keeps them stopped while the cordon
+/// those drains were made under stands (`cordon_since_ms`: the machine's cordon's `sinceMs`, `None` when it is not
+/// cordoned). An uncordon ends the hold, and so does a later cordon (another `sinceMs`): the units start again as
+/// the machine's own units. A drain that was paused or aborted after a stop keeps that unit stopped the same way.
+pub fn drained_units<'a>(
+    rollouts: impl IntoIterator<Item = &'a Rollout>,
+    machine: &str,
+    cordon_since_ms: Option<u64>,
+) -> BTreeSet<&'a str> {
+    let Some(since) = cordon_since_ms else { return BTreeSet::new() };
+    rollouts
+        .into_iter()
+        .filter(|r| r.spec.kind == RolloutKind::Drain && r.spec.machine == machine && r.spec.cordon_since_ms == since)
+        .filter_map(|r| r.progress.as_ref())
+        .flat_map(|p| p.steps.iter())
+        .filter(|s| s.is_stop(RolloutKind::Drain) && s.machine == machine && s.phase != Phase::Pending)
+        .map(|s| s.unit.as_str())
+        .collect()
+}
+
 /// Hashes that rollouts still need (their units' old and new versions): body garbage collection keeps them.
 pub fn needed_hashes<'a>(rollouts: impl IntoIterator<Item = &'a Rollout>) -> BTreeSet<&'a str> {
     rollouts
@@ -1138,16 +1237,26 @@ pub const KEEP_FINISHED_PER_UNIT: usize = 5;
 /// The finished rollouts to delete: a finished rollout goes once every unit it names has at least `keep` newer
 /// finished rollouts (newer: later `createdMs`, ties by ID). A rollout that is not final is never expired, nor
 /// one that is among the last `keep` of any of its units, so `rollout-status` of a unit still shows its recent
-/// rollouts. Sorted by ID.
+/// rollouts. Rollouts that name no unit count as one group: rebalances together, drains per machine. Sorted by
+/// ID.
 pub fn expired<'a>(rollouts: impl IntoIterator<Item = &'a Rollout>, keep: usize) -> Vec<&'a str> {
     let mut finished: Vec<&Rollout> = rollouts.into_iter().filter(|r| r.state().is_final()).collect();
     finished.sort_by(|a, b| (b.spec.created_ms, &b.spec.id).cmp(&(a.spec.created_ms, &a.spec.id)));
-    let mut seen_per_unit: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut seen_per_unit: BTreeMap<String, usize> = BTreeMap::new();
     let mut out = Vec::new();
     for r in finished {
-        let mut kept_for_some_unit = r.spec.units.is_empty() && keep > 0;
-        for u in &r.spec.units {
-            let newer = seen_per_unit.entry(u.name.as_str()).or_insert(0);
+        let group = match r.spec.kind {
+            RolloutKind::Drain => format!("drain {}", r.spec.machine),
+            _ => "rebalance".to_string(),
+        };
+        let names: Vec<&str> = if r.spec.units.is_empty() {
+            vec![group.as_str()]
+        } else {
+            r.spec.units.iter().map(|u| u.name.as_str()).collect()
+        };
+        let mut kept_for_some_unit = false;
+        for name in names {
+            let newer = seen_per_unit.entry(name.to_string()).or_insert(0);
             kept_for_some_unit |= *newer < keep;
             *newer += 1;
         }

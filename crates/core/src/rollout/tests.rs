@@ -802,3 +802,128 @@ fn times_at_u64_max_never_overflow_and_mean_never() {
     assert_eq!(a.progress.undo_end, Some(RolloutState::Aborted));
     assert_eq!(a.roll_back.len(), 1);
 }
+
+// Issue 38: drains.
+
+impl Table {
+    /// `unit` as `machine` publishes it: `hash` (none: not there) and its active state; the machine is present.
+    fn unit(&mut self, unit: &str, machine: &str, hash: Option<&str>, active: &str) {
+        let seen = Observed {
+            present: true,
+            hash: hash.map(str::to_string),
+            running: hash.map(str::to_string),
+            active_state: active.into(),
+            ..Observed::default()
+        };
+        self.0.insert((unit.into(), machine.into()), seen);
+    }
+}
+
+/// A drain of m1 as the engine plans it: a.service to m2, b.service to m3, then the stop of global g.service.
+fn drain_of_m1(max_unavailable: u32) -> Rollout {
+    let spec = RolloutSpec {
+        id: "drain-m1".into(),
+        kind: RolloutKind::Drain,
+        machine: "m1".into(),
+        cordon_since_ms: 5,
+        max_unavailable,
+        health_timeout_ms: 60_000,
+        ..RolloutSpec::default()
+    };
+    let mv = |unit: &str, to: &str| Move { unit: unit.into(), from: "m1".into(), to: to.into() }.step();
+    let steps = vec![mv("a.service", "m2"), mv("b.service", "m3"), Step::pending("g.service", "m1")];
+    let progress = RolloutProgress { steps, started_ms: 1, ..RolloutProgress::default() };
+    Rollout { spec, control: Control::default(), progress: Some(progress) }
+}
+
+/// m1 runs a, b and global g; m2 and m3 are present and run nothing of them yet.
+fn drained_cluster() -> Table {
+    let mut c = Table::default();
+    for unit in ["a.service", "b.service", "g.service"] {
+        c.unit(unit, "m1", Some(OLD), "active");
+    }
+    c.unit("a.service", "m2", None, "");
+    c.unit("b.service", "m3", None, "");
+    c
+}
+
+#[test]
+fn a_drain_moves_within_its_budget_then_stops_what_cannot_leave() {
+    let mut c = drained_cluster();
+    let mut r = drain_of_m1(1);
+    step(&mut r, &c, 1_000);
+    assert_eq!(phases(&r), [("m2", "updating"), ("m3", "pending"), ("m1", "pending")], "one move at a time");
+    assert!(drained_units([&r], "m1", Some(5)).is_empty(), "nothing is stopped before the moves are over");
+    c.unit("a.service", "m2", Some(OLD), "active");
+    step(&mut r, &c, 2_000);
+    assert_eq!(phases(&r), [("m2", "done"), ("m3", "updating"), ("m1", "pending")]);
+    c.unit("b.service", "m3", Some(OLD), "active");
+    step(&mut r, &c, 3_000);
+    assert_eq!(phases(&r), [("m2", "done"), ("m3", "done"), ("m1", "updating")], "the stop comes last");
+    assert_eq!(drained_units([&r], "m1", Some(5)), BTreeSet::from(["g.service"]), "the agent of m1 stops it");
+    assert!(drained_units([&r], "m1", None).is_empty(), "an uncordon ends the hold");
+    assert!(drained_units([&r], "m1", Some(9)).is_empty(), "so does a later cordon");
+    assert!(drained_units([&r], "m2", Some(5)).is_empty(), "only the drained machine");
+    step(&mut r, &c, 4_000);
+    assert_eq!(r.progress.as_ref().unwrap().steps[2].detail, "stopping");
+    c.unit("g.service", "m1", None, "");
+    step(&mut r, &c, 5_000);
+    assert_eq!(r.state(), RolloutState::Done, "{:?}", r.progress);
+}
+
+#[test]
+fn a_drain_move_waits_for_the_units_health_check_and_a_stop_that_never_happens_fails() {
+    let mut c = drained_cluster();
+    let mut r = drain_of_m1(3);
+    step(&mut r, &c, 1_000);
+    assert_eq!(
+        phases(&r),
+        [("m2", "updating"), ("m3", "updating"), ("m1", "pending")],
+        "a budget of 3 releases both moves, and the stop only after them"
+    );
+    c.unit("a.service", "m2", Some(OLD), "active");
+    c.unit("b.service", "m3", Some(OLD), "active");
+    let failing = crate::model::Health {
+        status: crate::model::HealthStatus::Unhealthy,
+        since_ms: 0,
+        output: "wsrep not synced".into(),
+    };
+    c.0.get_mut(&("a.service".into(), "m2".into())).unwrap().health = Some(failing.clone());
+    step(&mut r, &c, 2_000);
+    assert_eq!(phases(&r)[..2], [("m2", "updating"), ("m3", "done")], "a is active but not passing its check");
+    let detail = &r.progress.as_ref().unwrap().steps[0].detail;
+    assert!(detail.contains("waiting for its health check (unhealthy: wsrep not synced)"), "{detail}");
+    let passing = crate::model::Health { status: crate::model::HealthStatus::Healthy, ..failing };
+    c.0.get_mut(&("a.service".into(), "m2".into())).unwrap().health = Some(passing);
+    step(&mut r, &c, 3_000);
+    assert_eq!(phases(&r), [("m2", "done"), ("m3", "done"), ("m1", "updating")]);
+    step(&mut r, &c, 63_000);
+    assert_eq!(r.state(), RolloutState::Paused, "a stop not done within the health timeout pauses the drain");
+    let reason = &r.progress.as_ref().unwrap().reason;
+    assert!(reason.contains("g.service on m1: still running 60 s after its stop was released"), "{reason}");
+}
+
+#[test]
+fn drains_expire_per_machine_and_rebalances_together() {
+    let drain = |id: &str, machine: &str, created_ms: u64| {
+        let mut r = stored(id, &[], created_ms, RolloutState::Done);
+        r.spec.kind = RolloutKind::Drain;
+        r.spec.machine = machine.into();
+        r
+    };
+    let rebalance = |id: &str, created_ms: u64| {
+        let mut r = stored(id, &[], created_ms, RolloutState::Done);
+        r.spec.kind = RolloutKind::Rebalance;
+        r
+    };
+    let all = [
+        drain("d1", "m1", 1),
+        drain("d2", "m1", 2),
+        drain("d3", "m1", 3),
+        drain("e1", "m2", 1),
+        rebalance("r1", 1),
+        rebalance("r2", 2),
+        rebalance("r3", 3),
+    ];
+    assert_eq!(expired(&all, 2), ["d1", "r1"], "the last 2 drains of each machine and the last 2 rebalances stay");
+}
