@@ -99,6 +99,8 @@ capabilities! {
         "--canary=N pauses a rollout after N machines awaiting promotion (exit 2) until rollout-promote (or --canary-hold), --order=first:/last: (machine ID prefixes or metadata key=value) orders the machines, and --progress-deadline fails a rollout not done in time",
     Cordon = "cordon":
         "fleetctl cordon MACHINE keeps every new unit off the machine (and a global unit it does not run yet) while the units it runs keep running, list-machines --fields=...,state and --output=json show it (the default table unchanged), and fleetctl uncordon lets new units land there again",
+    Drain = "drain":
+        "fleetctl drain MACHINE cordons the machine and moves its units to other machines a few at a time (a MachineOf= follower with its peer, an at-most-once unit never on two machines at once), then stops there the units that cannot leave (global units, units pinned by MachineID=), which start again after uncordon; rollout-pause/rollout-abort drain work, with exit codes 0 done, 2 paused, 4 aborted",
     Rebalance = "rebalance":
         "fleetctl rebalance (and fleet.conf engine_rebalance=true, on its own when a machine joins or returns) moves units towards an even spread, never a unit pinned by MachineID= or asking Rebalance=false, never running a unit on two machines at once",
 }

@@ -6,6 +6,7 @@ pub mod client_api;
 pub mod cluster;
 pub mod connectivity;
 pub mod cordon;
+pub mod drain;
 pub mod fleetctl;
 pub mod global;
 pub mod machines;
@@ -341,6 +342,7 @@ pub fn catalogue() -> Vec<Spec> {
     all.extend(moves::specs());
     all.extend(rebalance::specs());
     all.extend(cordon::specs());
+    all.extend(drain::specs());
     all.extend(safe_rollout_specs());
     all
 }

@@ -611,7 +611,7 @@ fn decide_planned(
     let mut cordon = None;
     if drain {
         spec.machine = machine.to_string();
-        let standing = snapshot.machine_records().get(machine).and_then(|r| r.cordon.clone());
+        let standing = snapshot.machine_records().get(machine).and_then(|r| r.cordon);
         spec.cordon_since_ms = match standing {
             Some(c) => c.since_ms,
             None => {
@@ -950,5 +950,58 @@ mod tests {
         good.control.resumes = u32::MAX;
         let control = decide_control(&good, schema::RolloutControl { action: Action::Run, skip_failed: false });
         assert_eq!(control.unwrap().resumes, u32::MAX);
+    }
+
+    /// Issue 38: a drain names a present machine by its full ID, one at a time per machine, cordons it with the
+    /// spec unless a cordon stands (then it records that cordon's time), and takes no units, canary or order.
+    #[test]
+    fn a_drain_needs_a_present_machine_and_cordons_it_unless_cordoned() {
+        use crate::rollout::RolloutKind;
+        use crate::store::Key;
+        use crate::store::snapshot::tests::Build;
+        let machine = |id: &str| Key::MachineObject { machine: id.into() };
+        let s = Build::new()
+            .put(machine("m1"), r#"{"id":"m1"}"#)
+            .put(machine("m2"), r#"{"id":"m2"}"#)
+            .put(Key::MachineCordon { machine: "m2".into() }, r#"{"sinceMs":7}"#)
+            .done();
+        let drain = |m: &str| schema::RolloutRequest {
+            kind: RolloutKind::Drain,
+            machine: Some(m.into()),
+            ..schema::RolloutRequest::default()
+        };
+        let plan = decide_rollout("d1", &drain("m1"), &s, 100).unwrap();
+        assert_eq!((plan.spec.machine.as_str(), plan.spec.cordon_since_ms), ("m1", 100));
+        assert_eq!(plan.cordon, Some(crate::store::Cordon { since_ms: 100 }), "m1 is cordoned with the spec");
+        assert_eq!((plan.spec.min_healthy_ms, plan.spec.max_unavailable), (0, 1), "a drain's own defaults");
+        let plan = decide_rollout("d2", &drain("m2"), &s, 100).unwrap();
+        assert_eq!((plan.cordon, plan.spec.cordon_since_ms), (None, 7), "m2's standing cordon is the drain's");
+
+        let refused = |request: &schema::RolloutRequest, snapshot: &crate::store::Snapshot| {
+            let e = decide_rollout("d9", request, snapshot, 100).unwrap_err();
+            (e.status.as_u16(), e.message)
+        };
+        assert_eq!(refused(&drain("m3"), &s), (404, r#"machine does not exist: "m3" (give its full ID)"#.into()));
+        assert_eq!(refused(&drain(""), &s), (400, "machine: a drain names the machine to empty".into()));
+        let with_units = schema::RolloutRequest {
+            units: vec![schema::RolloutRequestUnit { name: "a.service".into(), options: Vec::new() }],
+            ..drain("m1")
+        };
+        assert_eq!(refused(&with_units, &s).0, 400);
+        let canary = schema::RolloutRequest { canary: Some(1), ..drain("m1") };
+        assert_eq!(refused(&canary, &s), (400, "a drain takes no canary or order".into()));
+        let rebalance = schema::RolloutRequest { kind: RolloutKind::Rebalance, ..drain("m1") };
+        assert_eq!(refused(&rebalance, &s), (400, "machine: only a drain names a machine".into()));
+        let restart = schema::RolloutRequest { kind: RolloutKind::Restart, ..with_units.clone() };
+        assert_eq!(refused(&restart, &s), (400, "machine: only a drain names a machine".into()));
+
+        let spec = r#"{"id":"d0","kind":"drain","units":[],"machine":"m1","maxUnavailable":1,"minHealthyMs":0,"healthTimeoutMs":1,"createdMs":1}"#;
+        let running = Build::new()
+            .put(machine("m1"), r#"{"id":"m1"}"#)
+            .put(machine("m2"), r#"{"id":"m2"}"#)
+            .put(Key::RolloutSpec { id: "d0".into() }, spec)
+            .done();
+        assert_eq!(refused(&drain("m1"), &running), (409, r#"drain "d0" is in progress (running)"#.into()));
+        assert!(decide_rollout("d2", &drain("m2"), &running, 100).is_ok(), "another machine may be drained meanwhile");
     }
 }

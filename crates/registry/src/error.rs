@@ -40,6 +40,9 @@ pub enum RegistryError {
     /// A unit of a new rollout changed between the caller's read and the write.
     #[error("unit {unit:?} changed while the rollout was being created; try again")]
     UnitChanged { unit: String },
+    /// A drain was decided under a machine's cordon that was removed before it was stored.
+    #[error("the cordon of machine {machine} was removed while the drain was being created; try again")]
+    CordonChanged { machine: String },
     /// Another live fleetd holds this machine ID (spec §6.6, `TestDetectMachineId`).
     #[error(
         "machine ID {machine} is already registered by another fleetd (lease {lease:x}); \

@@ -10,7 +10,8 @@ use super::keys::{Component, check_component};
 use super::records::{UnitObject, encode_json};
 use super::roles::{AgentSession, ApiWriter, LeaderSession};
 use super::snapshot::Snapshot;
-use fleet_core::rollout::{Control, Move, RolloutProgress, RolloutSpec, RolloutUnit};
+use fleet_core::rollout::{Control, Move, RolloutKind, RolloutProgress, RolloutSpec, RolloutUnit};
+use fleet_core::store::Cordon;
 
 /// A new version a rollout stores for one of its units.
 #[derive(Debug, Clone)]
@@ -64,8 +65,14 @@ impl Registry {
 impl ApiWriter {
     /// Stores a new rollout: its spec and control, and for a replace every unit's new version (object and body,
     /// the old hash kept as `previousHash`), all in one transaction that fails if the rollout exists or a unit
-    /// changed since it was read. Returns the write's revision.
-    pub async fn create_rollout(&self, spec: &RolloutSpec, bodies: &[RolloutBody<'_>]) -> Result<i64> {
+    /// changed since it was read. A drain (`spec.machine`) also writes `cordon` to its machine, or, without one,
+    /// requires the machine's cordon it was decided under to stand. Returns the write's revision.
+    pub async fn create_rollout(
+        &self,
+        spec: &RolloutSpec,
+        bodies: &[RolloutBody<'_>],
+        cordon: Option<&Cordon>,
+    ) -> Result<i64> {
         check_component(Component::RolloutId, &spec.id)?;
         if spec.units.len() > crate::MAX_ROLLOUT_UNITS {
             return Err(RegistryError::TooManyOps {
@@ -81,6 +88,14 @@ impl ApiWriter {
             TxnOp::put(spec_key.as_str(), encode_json(spec), None),
             TxnOp::put(k.rollout_control(&spec.id), encode_json(&Control::default()), None),
         ];
+        if spec.kind == RolloutKind::Drain {
+            check_component(Component::MachineId, &spec.machine)?;
+            let key = k.machine_cordon(&spec.machine);
+            match cordon {
+                Some(cordon) => ops.push(TxnOp::put(key.as_str(), encode_json(cordon), None)),
+                None => compares.push(Compare::version(key.as_str(), CompareOp::Greater, 0)),
+            }
+        }
         for body in bodies {
             let unit = body.unit;
             check_component(Component::UnitName, &unit.name)?;
@@ -98,6 +113,9 @@ impl ApiWriter {
         let existing = self.kv().get(spec_key.as_str(), None).await.map_err(RegistryError::etcd("get", &spec_key))?;
         if !existing.kvs().is_empty() {
             return Err(RegistryError::RolloutExists { id: spec.id.clone() });
+        }
+        if spec.kind == RolloutKind::Drain {
+            return Err(RegistryError::CordonChanged { machine: spec.machine.clone() });
         }
         let unit = bodies.first().map(|b| b.unit.name.clone()).unwrap_or_default();
         Err(RegistryError::UnitChanged { unit })

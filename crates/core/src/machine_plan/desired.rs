@@ -5,6 +5,8 @@
 //! file is on the machine) stay and follow their desired state as anywhere else — replaced, stopped, unloaded. Once
 //! one leaves (unloaded, or everything gone after a reboot), it does not come back while the machine is cordoned.
 //! Scheduled units need nothing here: the engine places no new unit on a cordoned machine and keeps the ones there.
+//! A drain of the machine stops the units that cannot leave it (its global units, units pinned there): those
+//! ([`ThisMachine::drained`], from [`crate::rollout::drained_units`]) are not considered while the cordon stands.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -48,6 +50,8 @@ pub struct ThisMachine {
     pub cordoned: bool,
     /// The units whose file the machine has now (the agent's actual units); read only while cordoned.
     pub holds: BTreeSet<String>,
+    /// Units a drain of this machine stopped, under the cordon that stands ([`crate::rollout::drained_units`]).
+    pub drained: BTreeSet<String>,
 }
 
 /// Spec B14: without this machine's own record every unit would look unscheduled here, so nothing is decided.
@@ -86,9 +90,11 @@ pub fn desired_units(units: &[ClusterUnit], me: &ThisMachine) -> Result<BTreeMap
         .collect())
 }
 
-/// Whether this machine considers `unit` at all: a cordoned machine leaves out the global units it does not hold.
+/// Whether this machine considers `unit` at all: a cordoned machine leaves out the global units it does not hold,
+/// and the units a drain stopped.
 fn considers(me: &ThisMachine, unit: &ClusterUnit) -> bool {
-    !(me.cordoned && unit.requirements.global && !me.holds.contains(&unit.name))
+    let held_global = !unit.requirements.global || me.holds.contains(&unit.name);
+    !(me.cordoned && (!held_global || me.drained.contains(&unit.name)))
 }
 
 #[cfg(test)]
@@ -151,7 +157,27 @@ mod tests {
             global("off.service", JobState::Inactive, &[]),
         ];
         type Case = (&'static str, ThisMachine, &'static [(&'static str, JobState)]);
-        let cases: [Case; 4] = [
+        let drained = |drained: &[&str]| ThisMachine {
+            drained: drained.iter().map(|h| h.to_string()).collect(),
+            ..cordoned(&["held.service", "here.service"])
+        };
+        let cases: [Case; 6] = [
+            (
+                "cordoned and drained: what the drain stopped is left out, global or scheduled",
+                drained(&["held.service", "here.service"]),
+                &[],
+            ),
+            (
+                "drained units are read only while cordoned",
+                ThisMachine { cordoned: false, ..drained(&["held.service", "here.service"]) },
+                &[
+                    ("held.service", JobState::Launched),
+                    ("here.service", JobState::Launched),
+                    ("new.service", JobState::Launched),
+                    ("off.service", JobState::Inactive),
+                    ("stopping.service", JobState::Inactive),
+                ],
+            ),
             (
                 "not cordoned: every global unit",
                 me(&[]),

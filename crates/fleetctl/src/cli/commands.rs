@@ -178,9 +178,10 @@ const SSH_PORT: FlagSpec =
 
 /// Commands this fleetctl adds to the original's (rollouts, issue 12); help tests leave them out when comparing
 /// with the original's listings.
-pub const EXTENSION_COMMANDS: [&str; 12] = [
+pub const EXTENSION_COMMANDS: [&str; 13] = [
     "completion",
     "cordon",
+    "drain",
     "history",
     "plan",
     "rebalance",
@@ -240,6 +241,33 @@ pub static COMMANDS: &[CommandSpec] = &[
         short: "Mark a machine as taking no new units; the units it runs stay",
         long: "Cordon a machine: the engine schedules no new unit to it and moves no unit there (a\nrebalance neither), and it starts no global unit it does not hold already. Units already\nscheduled to it keep running there, also when replaced with --keep-machine. The cordon is\nstored in the cluster: it outlives fleetd restarts and reboots of the machine, until\nuncordon. list-machines --fields=machine,state shows it.\n\nMACHINE is a machine ID or a unique prefix of one.\n\tfleetctl cordon 2e188a93\n\tfleetctl uncordon 2e188a93",
         flags: &[],
+        listed: true,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "drain",
+        use_line: "drain [--max-unavailable=N] [--min-healthy=DURATION] [--health-timeout=DURATION] [--no-block] MACHINE",
+        short: "Cordon a machine and move its units off, a few at a time",
+        long: "Empty a machine for maintenance. The machine is cordoned (see cordon), then the engine\nleader moves its units to other machines, --max-unavailable at a time, with the scheduler's\nown rules (Conflicts, MachineMetadata, MachineOf: a unit following another goes where it\nwent). A move is done once the unit is active on its new machine (and passing its health\ncheck, if it has one) for --min-healthy; the old copy stops before the new one starts, so an\nat-most-once unit never runs twice. Units that cannot leave (global units, units pinned\nwith MachineID=, units following those) stop there last, and start again after uncordon.\nA unit no other machine takes pauses the drain, naming why.\n\nThe drain is stored in the cluster and driven by the engine: it survives an interrupted\nfleetctl and a new engine leader. It is a rollout (see rollout-status, rollout-pause,\nrollout-resume, rollout-abort; \"drain\" names the newest one in progress).\n\nMACHINE is a machine ID or a unique prefix of one.\n\nExit codes as rollout-status: 0 done, 1 error, 2 paused, 4 aborted.\n\tfleetctl drain 2e188a93\n\tfleetctl uncordon 2e188a93",
+        flags: &[
+            FULL,
+            L,
+            FlagSpec::new(
+                "health-timeout",
+                Kind::Duration,
+                "5m0s",
+                "How long a unit may take to become active (or to stop) before its step fails.",
+            ),
+            FlagSpec::new("max-unavailable", Kind::Int, "1", "How many units move at once."),
+            FlagSpec::new(
+                "min-healthy",
+                Kind::Duration,
+                "0s",
+                "How long a moved unit must stay active on its new machine before its move is done.",
+            ),
+            FlagSpec::new("no-block", Kind::Bool, "false", "Do not wait for the drain to end."),
+            NO_LEGEND,
+        ],
         listed: true,
         deprecated: None,
     },

@@ -237,6 +237,7 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> i32 {
         "plan" => plan::plan(&mut ctx, args),
         "rollout-status" => rollout::status(&mut ctx, args),
         "rebalance" => rollout::rebalance(&mut ctx, args),
+        "drain" => rollout::drain(&mut ctx, args),
         "history" => rollout::history(&mut ctx, args),
         "rollback" => rollout::rollback(&mut ctx, args),
         "rollout-pause" => rollout::control(&mut ctx, args, fleet_core::rollout::Action::Pause),

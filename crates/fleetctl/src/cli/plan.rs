@@ -144,7 +144,8 @@ pub fn predict(
         // What the machine holds (its published states): a cordoned one keeps only those of the global units.
         let holds: BTreeSet<String> =
             held.get(m.id.as_str()).map(|h| h.keys().map(|n| n.to_string()).collect()).unwrap_or_default();
-        let me = ThisMachine { id: m.id.clone(), metadata: m.metadata.clone(), cordoned: m.cordoned, holds };
+        // Units a drain stopped are not published there any more: not held, so a global one is left out already.
+        let me = ThisMachine { holds, ..this_machine(m) };
         let was = desired_units(&cluster_units(&before, &before_targets), &me).map_err(|e| e.to_string())?;
         let will = desired_units(&cluster_units(&after, &placed.targets), &me).map_err(|e| e.to_string())?;
         let actual = actual_units(&was, held.get(m.id.as_str()));
@@ -501,3 +502,8 @@ pub fn lines(changes: &[Change], machines: &[Machine]) -> Vec<Vec<String>> {
 
 #[cfg(test)]
 mod tests;
+
+/// `m` as its agent sees itself, before what it holds.
+fn this_machine(m: &MachineState) -> ThisMachine {
+    ThisMachine { id: m.id.clone(), metadata: m.metadata.clone(), cordoned: m.cordoned, ..ThisMachine::default() }
+}

@@ -200,6 +200,7 @@ fn kind_name(kind: RolloutKind) -> &'static str {
         RolloutKind::Replace => "replace",
         RolloutKind::Restart => "restart",
         RolloutKind::Rebalance => "rebalance",
+        RolloutKind::Drain => "drain",
     }
 }
 
@@ -207,6 +208,14 @@ fn kind_name(kind: RolloutKind) -> &'static str {
 /// steps in order as a table `MACHINE UNIT PHASE DETAIL` (machines as in list-units: `id8.../ip`).
 pub fn render_status(rollout: &Rollout, machines: &[Machine], full: bool, legend: bool) -> String {
     let mut out = format!("Rollout {} {} {}", rollout.id, kind_name(rollout.kind), rollout.state);
+    if rollout.kind == RolloutKind::Drain {
+        out = format!(
+            "Rollout {} drain of {} {}",
+            rollout.id,
+            location_legend(&rollout.machine, machines, full),
+            rollout.state
+        );
+    }
     if !rollout.reason.is_empty() {
         out.push_str(&format!(": {}", rollout.reason));
     }
@@ -214,16 +223,23 @@ pub fn render_status(rollout: &Rollout, machines: &[Machine], full: bool, legend
     if !rollout.error.is_empty() {
         out.push_str(&format!("Cannot read this rollout (no engine drives it): {}\n", rollout.error));
     }
-    out.push_str(&render_steps(&rollout.steps, machines, full, legend));
+    out.push_str(&render_steps(rollout.kind, &rollout.steps, machines, full, legend));
     if !rollout.undo.is_empty() {
         out.push_str("Undo (each changed machine back to the old version):\n");
-        out.push_str(&render_steps(&rollout.undo, machines, full, legend));
+        out.push_str(&render_steps(rollout.kind, &rollout.undo, machines, full, legend));
     }
     out
 }
 
-/// The steps as a table `MACHINE UNIT PHASE DETAIL`.
-fn render_steps(steps: &[fleet_core::rollout::Step], machines: &[Machine], full: bool, legend: bool) -> String {
+/// The steps as a table `MACHINE UNIT PHASE DETAIL`. A move (rebalance, drain) says where from; a drain's stop
+/// says so.
+fn render_steps(
+    kind: RolloutKind,
+    steps: &[fleet_core::rollout::Step],
+    machines: &[Machine],
+    full: bool,
+    legend: bool,
+) -> String {
     let mut rows: Vec<Vec<String>> = Vec::with_capacity(steps.len() + 1);
     if legend {
         rows.push(["MACHINE", "UNIT", "PHASE", "DETAIL"].map(str::to_string).to_vec());
@@ -236,6 +252,7 @@ fn render_steps(steps: &[fleet_core::rollout::Step], machines: &[Machine], full:
             match (step.detail.is_empty(), step.from_machine.is_empty()) {
                 (false, _) => step.detail.clone(),
                 (true, false) => format!("from {}", location_legend(&step.from_machine, machines, full)),
+                (true, true) if step.is_stop(kind) => "stop: it cannot leave the machine".to_string(),
                 (true, true) => "-".to_string(),
             },
         ]);
@@ -250,12 +267,17 @@ fn find(ctx: &Ctx<'_>, arg: &str, in_progress: bool) -> Result<Rollout, String> 
     if let Some(r) = all.iter().find(|r| r.id == arg) {
         return Ok(r.clone());
     }
-    if arg == REBALANCE {
-        let mut rebalances = all.into_iter().filter(|r| r.kind == RolloutKind::Rebalance);
-        let found = if in_progress { rebalances.find(|r| !r.state.is_final()) } else { rebalances.next() };
+    let planned = match arg {
+        REBALANCE => Some(RolloutKind::Rebalance),
+        DRAIN => Some(RolloutKind::Drain),
+        _ => None,
+    };
+    if let Some(kind) = planned {
+        let mut of_kind = all.into_iter().filter(|r| r.kind == kind);
+        let found = if in_progress { of_kind.find(|r| !r.state.is_final()) } else { of_kind.next() };
         return found.ok_or_else(|| match in_progress {
-            true => "No rebalance is in progress".to_string(),
-            false => "No rebalance found".to_string(),
+            true => format!("No {arg} is in progress"),
+            false => format!("No {arg} found"),
         });
     }
     let unit = unitf::mangle(arg);
@@ -387,13 +409,22 @@ fn report_end(ctx: &mut Ctx<'_>, rollout: &Rollout) {
 
 /// The argument of `rollout-status` and friends that names the newest rebalance (`fleetctl rebalance`).
 pub const REBALANCE: &str = "rebalance";
+/// The argument of `rollout-status` and friends that names the newest drain (`fleetctl drain`).
+pub const DRAIN: &str = "drain";
 
-/// Sends the rollout and waits for it (unless `--no-block`).
-fn launch(ctx: &mut Ctx<'_>, kind: RolloutKind, units: Vec<RolloutRequestUnit>, pace: Pace) -> i32 {
-    let stem = match (kind, units.first()) {
-        (RolloutKind::Rebalance, _) => REBALANCE.to_string(),
-        (_, Some(first)) => first.name.clone(),
-        (_, None) => return EXIT_DONE,
+/// Sends the rollout and waits for it (unless `--no-block`). `machine`: the machine a drain empties.
+fn launch(
+    ctx: &mut Ctx<'_>,
+    kind: RolloutKind,
+    units: Vec<RolloutRequestUnit>,
+    pace: Pace,
+    machine: Option<String>,
+) -> i32 {
+    let stem = match (kind, units.first(), machine.as_deref()) {
+        (RolloutKind::Rebalance, _, _) => REBALANCE.to_string(),
+        (RolloutKind::Drain, _, Some(machine)) => format!("{DRAIN}-{}", machine.get(..8).unwrap_or(machine)),
+        (_, Some(first), _) => first.name.clone(),
+        (_, None, _) => return EXIT_DONE,
     };
     let taken: Vec<String> = match ctx.client.rollouts() {
         Ok(all) => all.into_iter().map(|r| r.id).collect(),
@@ -404,7 +435,11 @@ fn launch(ctx: &mut Ctx<'_>, kind: RolloutKind, units: Vec<RolloutRequestUnit>, 
     };
     let id = unused_rollout_id(&stem, fleet_core::model::now_ms(), &taken);
     let names: Vec<String> = units.iter().map(|u| u.name.clone()).collect();
-    let mut request = RolloutRequest { kind, units, ..RolloutRequest::default() };
+    let what = match &machine {
+        Some(machine) => machine.clone(),
+        None => units.iter().map(|u| u.name.as_str()).collect::<Vec<_>>().join(" "),
+    };
+    let mut request = RolloutRequest { kind, units, machine, ..RolloutRequest::default() };
     pace.apply(&mut request);
     let created = match ctx.client.create_rollout(&id, &request) {
         Ok(created) => created,
@@ -414,7 +449,7 @@ fn launch(ctx: &mut Ctx<'_>, kind: RolloutKind, units: Vec<RolloutRequestUnit>, 
         }
     };
     tracing::debug!(rollout = %id, ?kind, units = names.len(), "rollout created");
-    ctx.say(&format!("Rollout {id} started: {} {}", kind_name(kind), names.join(" ")));
+    ctx.say(&format!("Rollout {id} started: {} {what}", kind_name(kind)));
     if ctx.flags.bool("no-block") {
         return EXIT_DONE;
     }
@@ -425,7 +460,7 @@ fn launch(ctx: &mut Ctx<'_>, kind: RolloutKind, units: Vec<RolloutRequestUnit>, 
 pub fn start_rolling(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     let result = pace(ctx.flags).and_then(|pace| Ok((pace, super::create::rolling_replacements(ctx, args)?)));
     match result {
-        Ok((pace, units)) => launch(ctx, RolloutKind::Replace, units, pace),
+        Ok((pace, units)) => launch(ctx, RolloutKind::Replace, units, pace, None),
         Err(e) => {
             ctx.warn(&format!("Error starting rollout: {e}"));
             EXIT_ERROR
@@ -455,7 +490,7 @@ pub fn restart_rolling(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
         return EXIT_ERROR;
     }
     let units = names.into_iter().map(|name| RolloutRequestUnit { name, options: Vec::new() }).collect();
-    launch(ctx, RolloutKind::Restart, units, pace)
+    launch(ctx, RolloutKind::Restart, units, pace, None)
 }
 
 /// `rebalance`: one rebalance rollout (the engine leader plans the moves), then waits like rollout-status.
@@ -464,9 +499,20 @@ pub fn rebalance(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
         ctx.warn(&format!("Error starting rebalance: rebalance takes no arguments, got {extra:?}"));
         return EXIT_ERROR;
     }
-    // A rebalance has its own defaults (its flags' defaults), always sent; the server checks them.
+    match planned_pace(ctx) {
+        Ok(pace) => launch(ctx, RolloutKind::Rebalance, Vec::new(), pace, None),
+        Err(e) => {
+            ctx.warn(&format!("Error starting rebalance: {e}"));
+            EXIT_ERROR
+        }
+    }
+}
+
+/// The pace of a rebalance or drain: its flags' own defaults, always sent; the server checks them. A step that
+/// fails pauses it.
+fn planned_pace(ctx: &Ctx<'_>) -> Result<Pace, String> {
     let max = ctx.flags.int("max-unavailable");
-    let pace = match u32::try_from(max) {
+    match u32::try_from(max) {
         Ok(n) => Ok(Pace {
             max_unavailable: Some(MaxUnavailable::Count(n)),
             min_healthy: Some(ctx.flags.duration("min-healthy")),
@@ -474,16 +520,28 @@ pub fn rebalance(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
             on_failure: Some(OnFailure::Pause),
             ..Pace::default()
         }),
-        Err(_) => Err(format!("--max-unavailable must be a number of machines, got {max}")),
+        Err(_) => Err(format!("--max-unavailable must be a number of units, got {max}")),
+    }
+}
+
+/// `drain MACHINE` (issue 38): one drain rollout of the machine (the API cordons it; the engine leader plans and
+/// makes the moves), then waits like rollout-status.
+pub fn drain(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
+    let [lookup] = args else {
+        ctx.warn("Error starting drain: one machine ID (or a unique prefix of one) must be given");
+        return EXIT_ERROR;
     };
-    let pace = match pace {
-        Ok(pace) => pace,
+    let machine = match ctx.client.machines() {
+        Ok(machines) => super::context::machine_by_prefix(&machines, lookup).map(|m| m.id.clone()),
+        Err(e) => Err(format!("error retrieving list of active machines from fleet API ({e})")),
+    };
+    match machine.and_then(|machine| Ok((machine, planned_pace(ctx)?))) {
+        Ok((machine, pace)) => launch(ctx, RolloutKind::Drain, Vec::new(), pace, Some(machine)),
         Err(e) => {
-            ctx.warn(&format!("Error starting rebalance: {e}"));
-            return EXIT_ERROR;
+            ctx.warn(&format!("Error starting drain of {lookup}: {e}"));
+            EXIT_ERROR
         }
-    };
-    launch(ctx, RolloutKind::Rebalance, Vec::new(), pace)
+    }
 }
 
 /// `YYYY-MM-DD HH:MM:SS` (UTC) of Unix milliseconds; `-` for 0 (not known).
@@ -628,7 +686,7 @@ pub fn rollback(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
         super::create::hint_all_at_once(ctx, &name, &file, "rollback", "rollback --rolling");
         Pace::all_at_once()
     };
-    launch(ctx, RolloutKind::Replace, vec![RolloutRequestUnit { name, options: target.options }], pace)
+    launch(ctx, RolloutKind::Replace, vec![RolloutRequestUnit { name, options: target.options }], pace, None)
 }
 
 /// The one argument of the rollout commands, or the exit code after saying what is wrong.

@@ -104,7 +104,9 @@ fn client_error(e: RegistryError) -> ClientError {
             ClientError::Rejected { code: 404, message: "rollout does not exist".into() }
         }
         RegistryError::RolloutExists { id } => rejected(api_rules::rollout_exists(&id)),
-        e @ RegistryError::UnitChanged { .. } => ClientError::Rejected { code: 409, message: e.to_string() },
+        e @ (RegistryError::UnitChanged { .. } | RegistryError::CordonChanged { .. }) => {
+            ClientError::Rejected { code: 409, message: e.to_string() }
+        }
         other => ClientError::Other(other.to_string()),
     }
 }
@@ -224,7 +226,7 @@ impl Client for EtcdClient {
             let object = snapshot.unit_record(name).and_then(|r| r.object.as_ref());
             bodies.push(RolloutBody { unit, text, object_revision: *object_revision, object });
         }
-        let revision = self.run(self.registry.create_rollout(&plan.spec, &bodies))?;
+        let revision = self.run(self.registry.create_rollout(&plan.spec, &bodies, plan.cordon.as_ref()))?;
         let stored = fleet_core::rollout::Rollout { spec: plan.spec, control: Control::default(), progress: None };
         Ok(Rollout { revision, ..api_rules::rollout(&stored) })
     }

@@ -387,9 +387,9 @@ impl Client for FakeClient {
     fn create_rollout(&self, id: &str, request: &RolloutRequest) -> Result<Rollout, ClientError> {
         let mut st = self.lock();
         Self::check_fail(&st)?;
-        if request.kind == fleet_core::rollout::RolloutKind::Rebalance {
-            // A rebalance is planned by the engine's scheduler, which the fake does not run.
-            return Err(ClientError::Api { code: 501, message: "the fake cluster does not rebalance".into() });
+        if request.kind.plans_steps() {
+            // A rebalance or a drain is planned by the engine's scheduler, which the fake does not run.
+            return Err(ClientError::Api { code: 501, message: "the fake cluster does not rebalance or drain".into() });
         }
         let view = registry_image::registry_view(&st);
         let plan = api_rules::decide_rollout(id, request, &view, st.clock_ms).map_err(api_error)?;
@@ -406,6 +406,7 @@ impl Client for FakeClient {
             fleet_core::rollout::RolloutKind::Replace => "replace",
             fleet_core::rollout::RolloutKind::Restart => "restart",
             fleet_core::rollout::RolloutKind::Rebalance => "rebalance",
+            fleet_core::rollout::RolloutKind::Drain => "drain",
         };
         st.log.push(format!("rollout {id} {kind} {}", names.join(",")));
         let stored = fleet_core::rollout::Rollout { spec: plan.spec, control: Control::default(), progress: None };

@@ -342,7 +342,13 @@ fn prepare<S: SystemdOps>(
     } else {
         BTreeSet::new()
     };
-    let this = ThisMachine { id: me.to_string(), metadata: machine.metadata, cordoned: machine.cordoned, holds };
+    // Units a drain stopped here stay stopped while the cordon it was made under stands (issue 38).
+    let cordon_since = snapshot.machine_records().get(me).and_then(|r| r.cordon.as_ref()).map(|c| c.since_ms);
+    let rollouts = if machine.cordoned { snapshot.rollouts() } else { Vec::new() };
+    let drained =
+        fleet_core::rollout::drained_units(&rollouts, me, cordon_since).into_iter().map(String::from).collect();
+    let this =
+        ThisMachine { id: me.to_string(), metadata: machine.metadata, cordoned: machine.cordoned, holds, drained };
     let mut desired = desired_units(&units, &this).map_err(|_| Skip::OwnMachineMissing)?;
     if in_doubt {
         hold_while_in_doubt(&mut desired, &units);

@@ -82,7 +82,7 @@ impl Api {
                 object: snapshot.unit_record(name).and_then(|r| r.object.as_ref()),
             })
             .collect();
-        match self.registry.create_rollout(&plan.spec, &bodies).await {
+        match self.registry.create_rollout(&plan.spec, &bodies, plan.cordon.as_ref()).await {
             Ok(revision) => {
                 tracing::info!(rollout = %id, kind = ?plan.spec.kind, units = plan.spec.units.len(),
                     policy = %plan.spec.policy, "stored rollout");
@@ -92,7 +92,9 @@ impl Api {
                 Ok(schema::Rollout { revision, ..api_rules::rollout(&stored) })
             }
             Err(RegistryError::RolloutExists { .. }) => Err(reply::refused(&api_rules::rollout_exists(id))),
-            Err(err @ RegistryError::UnitChanged { .. }) => Err(reply::error(StatusCode::CONFLICT, &err.to_string())),
+            Err(err @ (RegistryError::UnitChanged { .. } | RegistryError::CordonChanged { .. })) => {
+                Err(reply::error(StatusCode::CONFLICT, &err.to_string()))
+            }
             Err(err) => Err(internal("store rollout", &err)),
         }
     }

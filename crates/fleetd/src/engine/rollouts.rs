@@ -9,12 +9,19 @@
 //! [`rebalance::plan`] on the scheduler's input. Each move the advance releases is checked again
 //! ([`rebalance::check`]) on the cluster as it is then (a refused one is skipped, with the reason), and its target
 //! is rewritten in the transaction that stores the progress.
+//!
+//! A drain (issue 38, docs/drain.md) gets its steps the same way, from [`drain::plan`]: a move per unit scheduled to
+//! the machine, then a stop per unit that cannot leave it (and per global unit it runs). Each move the advance
+//! releases goes where [`drain::place`] says on the cluster as it is then (its planned destination if that still
+//! takes it); one that no machine takes fails (the drain pauses, naming why), one whose unit is in another rollout
+//! waits for it.
 
 use std::collections::BTreeSet;
 
+use fleet_core::model::JobState;
 use fleet_core::rollout::{self, Phase, Rollout, RolloutKind, RolloutProgress, RolloutState};
 use fleet_core::scheduler::catalog::UnitCatalog;
-use fleet_core::scheduler::rebalance;
+use fleet_core::scheduler::{ScheduleInput, drain, rebalance};
 use fleet_registry::{LeaderSession, RegistryError, Snapshot, SnapshotCluster};
 
 /// Most moves one rebalance plans (its progress is one etcd value, and its moves one transaction at most).
@@ -43,14 +50,20 @@ pub async fn drive(registry: &LeaderSession, view: &Snapshot, catalog: &mut Unit
             continue;
         }
         let mut current = stored.clone();
-        if current.spec.kind == RolloutKind::Rebalance && current.progress.is_none() {
-            current.progress = Some(rebalance_steps(view, catalog));
+        if current.progress.is_none() {
+            match current.spec.kind {
+                RolloutKind::Rebalance => current.progress = Some(rebalance_steps(view, catalog)),
+                RolloutKind::Drain => current.progress = Some(drain_steps(view, catalog, &current.spec.machine)),
+                RolloutKind::Replace | RolloutKind::Restart => {}
+            }
         }
         let mut advanced = rollout::advance(&current, &cluster, now);
-        let moves = if current.spec.kind == RolloutKind::Rebalance {
-            checked_moves(view, catalog, stored.progress.as_ref(), &mut advanced.progress)
-        } else {
-            Vec::new()
+        let moves = match current.spec.kind {
+            RolloutKind::Rebalance => checked_moves(view, catalog, stored.progress.as_ref(), &mut advanced.progress),
+            RolloutKind::Drain => {
+                drain_moves(view, catalog, current.progress.as_ref(), &current.spec.machine, &mut advanced.progress)
+            }
+            RolloutKind::Replace | RolloutKind::Restart => Vec::new(),
         };
         if let Some(at) = advanced.wake_at_ms {
             wake = Some(wake.map_or(at, |w| w.min(at)));
@@ -83,11 +96,12 @@ pub async fn drive(registry: &LeaderSession, view: &Snapshot, catalog: &mut Unit
     Driven { wake_at_ms: wake, written_revision }
 }
 
-/// Units in a rollout that is not final, other than a rebalance: a rebalance leaves them where they are.
+/// Units in a rollout that is not final, other than a rebalance or drain: a rebalance leaves them where they are, a
+/// drain waits for that rollout to end before it moves them.
 fn busy_units(rollouts: &[Rollout]) -> BTreeSet<&str> {
     rollouts
         .iter()
-        .filter(|r| !r.state().is_final() && r.spec.kind != RolloutKind::Rebalance)
+        .filter(|r| !r.state().is_final() && !r.spec.kind.plans_steps())
         .flat_map(|r| r.spec.units.iter().map(|u| u.name.as_str()))
         .collect()
 }
@@ -111,6 +125,128 @@ fn rebalance_steps(view: &Snapshot, catalog: &mut UnitCatalog) -> RolloutProgres
         }
     }
     progress
+}
+
+/// The first progress of a drain of `machine`: a move per unit scheduled there (to its planned destination, or
+/// to `machine` itself where no machine takes it now: the step fails when released unless one does by then), then
+/// a stop per unit that cannot leave and per global unit the machine runs (name order).
+fn drain_steps(view: &Snapshot, catalog: &mut UnitCatalog, machine: &str) -> RolloutProgress {
+    let mut progress = RolloutProgress::default();
+    let input = match catalog.snapshot(view) {
+        Ok(input) => input,
+        Err(e) => {
+            progress.state = RolloutState::Paused;
+            progress.reason = format!("paused: cannot read the cluster to plan the drain: {e}");
+            return progress;
+        }
+    };
+    let plan = match drain::plan(&input, machine) {
+        Ok(plan) => plan,
+        Err(e) => {
+            // The machine left: the engine reschedules its units as for any lost machine.
+            progress.state = RolloutState::Done;
+            progress.reason = format!("nothing to drain: {e}");
+            return progress;
+        }
+    };
+    tracing::info!(%machine, moves = plan.moves.len(), unplaced = plan.unplaced.len(), stays = plan.stays.len(),
+        "drain planned");
+    progress.steps = plan.moves.iter().map(rollout::Move::step).collect();
+    for (unit, why) in &plan.unplaced {
+        let stuck = rollout::Move { unit: unit.clone(), from: machine.to_string(), to: machine.to_string() };
+        progress.steps.push(rollout::Step { detail: why.clone(), ..stuck.step() });
+    }
+    let mut stops: BTreeSet<&str> = plan.stays.iter().map(|(unit, _)| unit.as_str()).collect();
+    stops.extend(
+        input
+            .units()
+            .filter(|u| u.constraints.global && view.state_record(&u.name, machine).is_some())
+            .map(|u| u.name.as_str()),
+    );
+    progress.steps.extend(stops.into_iter().map(|unit| rollout::Step::pending(unit, machine)));
+    if progress.steps.is_empty() {
+        progress.reason = "nothing to drain: the machine runs no unit".into();
+    }
+    progress
+}
+
+/// The moves of a drain of `machine` that `progress` releases now (steps that were pending in `before`, by
+/// position: a step's destination may change here), each placed on the cluster as `view` shows it
+/// ([`drain::place`]). A unit in another rollout goes back to pending until that rollout ends; a unit no machine
+/// takes fails its step; one the scheduler moved meanwhile is followed to its new machine; one gone, or no longer
+/// scheduled, is skipped; one that is not launched is done once its target moved (nothing to start).
+fn drain_moves(
+    view: &Snapshot,
+    catalog: &mut UnitCatalog,
+    before: Option<&RolloutProgress>,
+    machine: &str,
+    progress: &mut RolloutProgress,
+) -> Vec<rollout::Move> {
+    if progress.steps.is_empty() && progress.state == RolloutState::Done && progress.reason.is_empty() {
+        progress.reason = "nothing to drain: the machine runs no unit".into();
+    }
+    let was_pending = |i: usize| before.and_then(|b| b.steps.get(i)).is_none_or(|s| s.phase == Phase::Pending);
+    let released: Vec<usize> = (0..progress.steps.len())
+        .filter(|&i| {
+            let s = &progress.steps[i];
+            s.phase == Phase::Updating && !s.is_stop(RolloutKind::Drain) && was_pending(i)
+        })
+        .collect();
+    if released.is_empty() {
+        return Vec::new();
+    }
+    let mut input: ScheduleInput = match catalog.snapshot(view) {
+        Ok(input) => input,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the cluster to place drain moves; not releasing them");
+            for &i in &released {
+                progress.steps[i].phase = Phase::Pending;
+            }
+            return Vec::new();
+        }
+    };
+    let rollouts = view.rollouts();
+    let busy = |unit: &str| rollout::active_for(&rollouts, unit).filter(|r| !r.spec.kind.plans_steps());
+    let mut accepted = Vec::new();
+    for i in released {
+        let step = &mut progress.steps[i];
+        if let Some(other) = busy(&step.unit) {
+            step.phase = Phase::Pending;
+            step.released_ms = 0;
+            step.detail = format!("waiting: the unit is in rollout {} ({})", other.spec.id, other.state());
+            continue;
+        }
+        match drain::place(&input, &step.unit, machine, &step.machine) {
+            Ok(to) => {
+                let planned = rollout::Move { unit: step.unit.clone(), from: machine.to_string(), to: to.clone() };
+                step.machine = to;
+                if input.unit(&planned.unit).is_some_and(|u| u.desired != JobState::Launched) {
+                    step.phase = Phase::Done;
+                    step.detail = "moved; it is not launched, so nothing starts".into();
+                }
+                input = rebalance::moved(&input, &planned);
+                accepted.push(planned);
+            }
+            Err(why) => match input.unit(&step.unit).map(|u| u.target.as_deref()) {
+                // The scheduler moved it already (it follows a unit that moved, `MachineOf=`): the step follows it
+                // there and is done once it runs there.
+                Some(Some(elsewhere)) if elsewhere != machine => {
+                    step.machine = elsewhere.to_string();
+                    step.detail = "the engine scheduled it here meanwhile".into();
+                }
+                Some(Some(_)) => {
+                    tracing::info!(unit = %step.unit, %machine, reason = %why, "drain move not made");
+                    step.phase = Phase::Failed;
+                    step.detail = why;
+                }
+                _ => {
+                    step.phase = Phase::Skipped;
+                    step.detail = why;
+                }
+            },
+        }
+    }
+    accepted
 }
 
 /// Why a rebalance ended without a move.

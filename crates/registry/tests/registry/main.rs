@@ -762,8 +762,8 @@ async fn rollout_progress_is_fenced_and_a_rollback_never_resurrects_a_destroyed_
         object_revision: record.object_revision,
         object: record.object.as_ref(),
     };
-    let rev = api(&reg).create_rollout(&spec, std::slice::from_ref(&body)).await.unwrap();
-    assert!(matches!(api(&reg).create_rollout(&spec, &[body]).await, Err(RegistryError::RolloutExists { .. })));
+    let rev = api(&reg).create_rollout(&spec, std::slice::from_ref(&body), None).await.unwrap();
+    assert!(matches!(api(&reg).create_rollout(&spec, &[body], None).await, Err(RegistryError::RolloutExists { .. })));
     let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
     assert_eq!(snap.unit("db.service").unwrap().hash, v2.hash, "the new version is stored with the rollout");
 
@@ -845,7 +845,7 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
         created_ms,
         ..RolloutSpec::default()
     };
-    api(&reg).create_rollout(&spec("running", 100, &v12.hash), &[]).await.unwrap();
+    api(&reg).create_rollout(&spec("running", 100, &v12.hash), &[], None).await.unwrap();
     let snap = refl.sync(WAIT).await.unwrap();
     assert_eq!(snap.unreferenced_bodies(), [], "the running rollout needs v12");
 
@@ -863,7 +863,7 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
     // Seven finished rollouts: the two oldest expire; only the leader deletes them.
     let current = &versions[11].hash;
     for i in 0..7u64 {
-        api(&reg).create_rollout(&spec(&format!("done-{i}"), i, current), &[]).await.unwrap();
+        api(&reg).create_rollout(&spec(&format!("done-{i}"), i, current), &[], None).await.unwrap();
     }
     let snap = refl.sync(WAIT).await.unwrap();
     let done = RolloutProgress { state: RolloutState::Done, ..Default::default() };
@@ -962,7 +962,7 @@ async fn a_deposed_leaders_writes_are_rejected() {
         created_ms: 1,
         ..RolloutSpec::default()
     };
-    api(&reg).create_rollout(&spec, &[]).await.unwrap();
+    api(&reg).create_rollout(&spec, &[], None).await.unwrap();
     let snap = reg.read_snapshot().await.unwrap();
     let done = RolloutProgress { state: RolloutState::Done, ..Default::default() };
     let err = deposed
@@ -1144,7 +1144,7 @@ async fn a_rollouts_revision_moves_with_its_writes_and_a_change_wait_ends_on_the
         created_ms: 1,
         ..RolloutSpec::default()
     };
-    let created = api(&reg).create_rollout(&spec, &[]).await.unwrap();
+    let created = api(&reg).create_rollout(&spec, &[], None).await.unwrap();
     let snap = refl.wait_for_revision(created, WAIT).await.unwrap();
     assert_eq!(snap.rollout_records()["r1"].revision, created, "the revision is the creating write's");
 
