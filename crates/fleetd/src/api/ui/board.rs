@@ -332,7 +332,10 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Diff {
             }
             let spec = record.spec.iter().flat_map(|s| s.units.iter().map(|u| u.name.as_str()));
             let steps = record.progress.iter().flat_map(|p| p.steps.iter().chain(&p.undo).map(|s| s.unit.as_str()));
-            changed.extend(spec.chain(steps).filter(|name| new.unit_records().contains_key(*name) || old.unit_records().contains_key(*name)));
+            changed.extend(
+                spec.chain(steps)
+                    .filter(|name| new.unit_records().contains_key(*name) || old.unit_records().contains_key(*name)),
+            );
         }
     }
     if rollouts_changed || !changed.is_empty() {
