@@ -656,4 +656,44 @@ pub(crate) mod tests {
         let texts: Vec<&str> = d.changes.iter().map(|c| c.change.as_str()).collect();
         assert_eq!(texts, ["destroyed", "version 1c6fb6f → a0f275d"]);
     }
+
+    /// A rollout-only change (its progress moves, no record of the unit does) rebuilds the unit's row, whose
+    /// machines' intended versions it decides, and sends the rollouts panel.
+    #[test]
+    fn a_rollout_only_change_rebuilds_the_units_row_and_the_panel() {
+        use fleet_core::rollout::{Phase, RolloutKind, RolloutProgress, RolloutSpec, RolloutState, RolloutUnit, Step};
+        let mut r = Registry::new();
+        r.machine(M1, "10.0.0.1", "{}").unit("db.service", H2, "launched").state(
+            "db.service",
+            M1,
+            H1,
+            "active",
+            "running",
+        );
+        r.put(Key::Body { hash: H1.into() }, "[Service]\nExecStart=/bin/true # old\n");
+        let unit = RolloutUnit { name: "db.service".into(), from: H1.into(), to: H2.into(), ..RolloutUnit::default() };
+        let spec = RolloutSpec {
+            id: "r1".into(),
+            kind: RolloutKind::Replace,
+            units: vec![unit],
+            max_unavailable: 1,
+            ..RolloutSpec::default()
+        };
+        let progress = |phase| RolloutProgress {
+            state: RolloutState::Running,
+            steps: vec![Step { phase, ..Step::pending("db.service", M1) }],
+            ..RolloutProgress::default()
+        };
+        r.put(Key::RolloutSpec { id: "r1".into() }, &serde_json::to_string(&spec).unwrap());
+        r.put(Key::RolloutProgress { id: "r1".into() }, &serde_json::to_string(&progress(Phase::Pending)).unwrap());
+        let before = r.now();
+        assert_eq!(board(&before).rows[0].cells[M1].intended, H1, "pending: the old version");
+        assert_eq!(board(&before).rollouts[0].actions, ["pause", "abort"]);
+        r.put(Key::RolloutProgress { id: "r1".into() }, &serde_json::to_string(&progress(Phase::Updating)).unwrap());
+        let d = diff(&before, &r.now());
+        assert_eq!(d.update.rows.iter().map(|r| r.cells[M1].intended.as_str()).collect::<Vec<_>>(), [H2]);
+        let panel = d.update.rollouts.expect("the panel is sent");
+        assert_eq!((panel[0].kind.as_str(), panel[0].steps[0].phase.as_str()), ("replace", "updating"));
+        assert!(diff(&r.now(), &r.now()).update.rollouts.is_none(), "unchanged: not sent");
+    }
 }

@@ -623,4 +623,57 @@ mod tests {
         assert!(html.find("second").unwrap() < html.find("first").unwrap(), "{html}");
         assert!(html.contains("<time>00:00:02</time> <span class=\"on\">aaaaaaaa</span> second"), "{html}");
     }
+
+    /// Issue 38: the live page offers actions only with the admin's token; the read role, no roles and the plain
+    /// table get the same panel without a button, token or dialog.
+    #[test]
+    fn actions_are_rendered_for_the_admin_role_only_and_registry_text_stays_escaped() {
+        use fleet_core::rollout::{Phase, RolloutKind, RolloutProgress, RolloutSpec, RolloutState, RolloutUnit, Step};
+        use fleet_registry::Key;
+        let mut reg = Registry::new();
+        reg.machine(M1, "10.0.0.1", "{}").machine(M2, "10.0.0.2", "{}").cordon(M2);
+        reg.unit("db.service", H2, "launched");
+        let unit = RolloutUnit { name: "db.service".into(), from: H1.into(), to: H2.into(), ..RolloutUnit::default() };
+        let spec = RolloutSpec {
+            id: "r1".into(),
+            kind: RolloutKind::Replace,
+            units: vec![unit],
+            max_unavailable: 1,
+            ..RolloutSpec::default()
+        };
+        let step = Step { detail: "<b>failed</b>".into(), ..Step::pending("db.service", M1) };
+        let progress = RolloutProgress {
+            state: RolloutState::Paused,
+            reason: "paused: <i>check</i>".into(),
+            steps: vec![Step { phase: Phase::Failed, ..step }],
+            ..RolloutProgress::default()
+        };
+        reg.put(Key::RolloutSpec { id: "r1".into() }, &serde_json::to_string(&spec).unwrap());
+        reg.put(Key::RolloutProgress { id: "r1".into() }, &serde_json::to_string(&progress).unwrap());
+        let b = board(&reg.now());
+        let admin = page(&b, Mode::Live, Some("t0k"));
+        assert!(admin.contains("<meta name=\"fleet-token\" content=\"t0k\">"), "{admin}");
+        assert!(admin.contains("<dialog id=\"confirm\""), "{admin}");
+        let act = |action: &str, subject: &str| {
+            format!("<button type=\"button\" class=\"act\" data-action=\"{action}\" data-subject=\"{subject}\">")
+        };
+        for (action, subject) in [("resume", "r1"), ("abort", "r1"), ("cordon", M1), ("uncordon", M2)] {
+            assert!(admin.contains(&act(action, subject)), "admin page lacks {action} {subject}: {admin}");
+        }
+        assert!(!admin.contains(&act("pause", "r1")), "a paused rollout is not paused again");
+        assert!(
+            admin.contains("paused: &lt;i&gt;check&lt;/i&gt;") && admin.contains("&lt;b&gt;failed&lt;/b&gt;"),
+            "{admin}"
+        );
+        assert!(admin.contains("<td class=\"phase p-failed\">failed</td>"), "{admin}");
+        for (what, html) in
+            [("read role / no roles", page(&b, Mode::Live, None)), ("plain table", page(&b, Mode::Plain, Some("t0k")))]
+        {
+            assert!(html.contains("<tr data-rollout=\"r1\">"), "{what}: the panel is shown: {html}");
+            assert!(
+                !html.contains("class=\"act\"") && !html.contains("fleet-token") && !html.contains("<dialog"),
+                "{what}: {html}"
+            );
+        }
+    }
 }
