@@ -540,6 +540,25 @@ pub(crate) mod tests {
         pub fn now(&self) -> Snapshot {
             self.snap.clone()
         }
+        /// Stores replace rollout `id` of `unit` from H1 to H2, one machine at a time, with `progress`.
+        pub fn replace_rollout(
+            &mut self,
+            id: &str,
+            unit: &str,
+            progress: &fleet_core::rollout::RolloutProgress,
+        ) -> &mut Registry {
+            use fleet_core::rollout::{RolloutKind, RolloutSpec, RolloutUnit};
+            let changed = RolloutUnit { name: unit.into(), from: H1.into(), to: H2.into(), ..RolloutUnit::default() };
+            let spec = RolloutSpec {
+                id: id.into(),
+                kind: RolloutKind::Replace,
+                units: vec![changed],
+                max_unavailable: 1,
+                ..RolloutSpec::default()
+            };
+            self.put(Key::RolloutSpec { id: id.into() }, &serde_json::to_string(&spec).unwrap());
+            self.put(Key::RolloutProgress { id: id.into() }, &serde_json::to_string(progress).unwrap())
+        }
     }
 
     #[test]
@@ -661,7 +680,7 @@ pub(crate) mod tests {
     /// machines' intended versions it decides, and sends the rollouts panel.
     #[test]
     fn a_rollout_only_change_rebuilds_the_units_row_and_the_panel() {
-        use fleet_core::rollout::{Phase, RolloutKind, RolloutProgress, RolloutSpec, RolloutState, RolloutUnit, Step};
+        use fleet_core::rollout::{Phase, RolloutProgress, RolloutState, Step};
         let mut r = Registry::new();
         r.machine(M1, "10.0.0.1", "{}").unit("db.service", H2, "launched").state(
             "db.service",
@@ -671,25 +690,16 @@ pub(crate) mod tests {
             "running",
         );
         r.put(Key::Body { hash: H1.into() }, "[Service]\nExecStart=/bin/true # old\n");
-        let unit = RolloutUnit { name: "db.service".into(), from: H1.into(), to: H2.into(), ..RolloutUnit::default() };
-        let spec = RolloutSpec {
-            id: "r1".into(),
-            kind: RolloutKind::Replace,
-            units: vec![unit],
-            max_unavailable: 1,
-            ..RolloutSpec::default()
-        };
         let progress = |phase| RolloutProgress {
             state: RolloutState::Running,
             steps: vec![Step { phase, ..Step::pending("db.service", M1) }],
             ..RolloutProgress::default()
         };
-        r.put(Key::RolloutSpec { id: "r1".into() }, &serde_json::to_string(&spec).unwrap());
-        r.put(Key::RolloutProgress { id: "r1".into() }, &serde_json::to_string(&progress(Phase::Pending)).unwrap());
+        r.replace_rollout("r1", "db.service", &progress(Phase::Pending));
         let before = r.now();
         assert_eq!(board(&before).rows[0].cells[M1].intended, H1, "pending: the old version");
         assert_eq!(board(&before).rollouts[0].actions, ["pause", "abort"]);
-        r.put(Key::RolloutProgress { id: "r1".into() }, &serde_json::to_string(&progress(Phase::Updating)).unwrap());
+        r.replace_rollout("r1", "db.service", &progress(Phase::Updating));
         let d = diff(&before, &r.now());
         assert_eq!(d.update.rows.iter().map(|r| r.cells[M1].intended.as_str()).collect::<Vec<_>>(), [H2]);
         let panel = d.update.rollouts.expect("the panel is sent");

@@ -551,20 +551,12 @@ mod tests {
 
     #[test]
     fn a_machine_a_rollout_has_not_reached_yet_is_kept_on_its_version_not_outdated() {
-        use fleet_core::rollout::{Phase, RolloutKind, RolloutProgress, RolloutSpec, RolloutState, RolloutUnit, Step};
+        use fleet_core::rollout::{Phase, RolloutProgress, RolloutState, Step};
         use fleet_registry::Key;
         let mut reg = Registry::new();
         reg.machine(M1, "10.0.0.1", "{}").machine(M2, "10.0.0.2", "{}").unit("db.service", H2, "launched");
         reg.put(Key::Body { hash: H1.into() }, "[Service]\nExecStart=/bin/true # old\n");
         reg.state("db.service", M1, H2, "active", "running").state("db.service", M2, H1, "active", "running");
-        let unit = RolloutUnit { name: "db.service".into(), from: H1.into(), to: H2.into(), ..RolloutUnit::default() };
-        let spec = RolloutSpec {
-            id: "r1".into(),
-            kind: RolloutKind::Replace,
-            units: vec![unit],
-            max_unavailable: 1,
-            ..RolloutSpec::default()
-        };
         let step = |machine: &str, phase| Step {
             unit: "db.service".into(),
             machine: machine.into(),
@@ -576,8 +568,7 @@ mod tests {
             steps: vec![step(M1, Phase::Done), step(M2, Phase::Pending)],
             ..RolloutProgress::default()
         };
-        reg.put(Key::RolloutSpec { id: "r1".into() }, &serde_json::to_string(&spec).unwrap());
-        reg.put(Key::RolloutProgress { id: "r1".into() }, &serde_json::to_string(&progress).unwrap());
+        reg.replace_rollout("r1", "db.service", &progress);
         let row = super::super::board::row(&reg.snap, "db.service").unwrap();
         assert_eq!(row.cells[M2].intended, H1, "m2 keeps the old version until its step");
         assert_eq!(row.cells[M1].intended, H2);
@@ -592,7 +583,7 @@ mod tests {
             steps: vec![step(M1, Phase::Done), step(M2, Phase::Updating)],
             ..RolloutProgress::default()
         };
-        reg.put(Key::RolloutProgress { id: "r1".into() }, &serde_json::to_string(&progress).unwrap());
+        reg.replace_rollout("r1", "db.service", &progress);
         let row = super::super::board::row(&reg.snap, "db.service").unwrap();
         let mut out = String::new();
         cell_td(&mut out, M2, &row.cells[M2]);
@@ -628,19 +619,10 @@ mod tests {
     /// table get the same panel without a button, token or dialog.
     #[test]
     fn actions_are_rendered_for_the_admin_role_only_and_registry_text_stays_escaped() {
-        use fleet_core::rollout::{Phase, RolloutKind, RolloutProgress, RolloutSpec, RolloutState, RolloutUnit, Step};
-        use fleet_registry::Key;
+        use fleet_core::rollout::{Phase, RolloutProgress, RolloutState, Step};
         let mut reg = Registry::new();
         reg.machine(M1, "10.0.0.1", "{}").machine(M2, "10.0.0.2", "{}").cordon(M2);
         reg.unit("db.service", H2, "launched");
-        let unit = RolloutUnit { name: "db.service".into(), from: H1.into(), to: H2.into(), ..RolloutUnit::default() };
-        let spec = RolloutSpec {
-            id: "r1".into(),
-            kind: RolloutKind::Replace,
-            units: vec![unit],
-            max_unavailable: 1,
-            ..RolloutSpec::default()
-        };
         let step = Step { detail: "<b>failed</b>".into(), ..Step::pending("db.service", M1) };
         let progress = RolloutProgress {
             state: RolloutState::Paused,
@@ -648,8 +630,7 @@ mod tests {
             steps: vec![Step { phase: Phase::Failed, ..step }],
             ..RolloutProgress::default()
         };
-        reg.put(Key::RolloutSpec { id: "r1".into() }, &serde_json::to_string(&spec).unwrap());
-        reg.put(Key::RolloutProgress { id: "r1".into() }, &serde_json::to_string(&progress).unwrap());
+        reg.replace_rollout("r1", "db.service", &progress);
         let b = board(&reg.now());
         let admin = page(&b, Mode::Live, Some("t0k"));
         assert!(admin.contains("<meta name=\"fleet-token\" content=\"t0k\">"), "{admin}");
