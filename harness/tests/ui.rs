@@ -5,6 +5,12 @@
 //! table serves the same state to a client without JavaScript. A screenshot of the page is kept at
 //! `target/ui/cluster-page.png` (printed by `ci/test`).
 //!
+//! Issue 38: on a TLS cluster the admin role pauses and resumes a running rollout and cordons a machine from the
+//! page (each previewed and confirmed in its dialog), the registry shows each change, a write without the page's
+//! token is refused, and the read role's page offers no action (screenshots `cluster-page-rollouts.png` and
+//! `cluster-page-confirm.png` beside the first). The admin's certificate is presented by a test-only TLS forwarder
+//! on loopback ([`forwarder`]), not by the browser.
+//!
 //! Without `/usr/bin/chromium` or `/usr/bin/chromedriver` (or `CHROMIUM` / `CHROMEDRIVER`) the test fails and says
 //! which package to install; it never skips.
 
@@ -184,6 +190,9 @@ async fn the_cluster_page_follows_units_live_without_a_reload() {
         .await
         .unwrap();
     let marker = load_marker(&browser).await;
+    // Without roles (plain TCP here, the Unix socket alike: `Access::Unrestricted`) the page is read-only.
+    let offered = browser.find_all(Locator::Css("button.act, meta[name=fleet-token]")).await.unwrap();
+    assert!(offered.is_empty(), "the page without roles offers {} action(s) or a token", offered.len());
     let header = text(&browser, &format!(r#"th.machine[data-machine="{}"]"#, machines[0])).await.unwrap();
     assert!(header.contains("region=eu") && header.contains(&format!("role={ROLE}")), "m1's column: {header:?}");
 
@@ -321,4 +330,228 @@ async fn the_read_role_sees_the_page_over_tls() {
     let post = "POST /ui/ HTTP/1.1\r\nHost: m1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
     let refused = https(&cluster, read, post, "\r\n\r\n{").await;
     assert!(refused.starts_with("HTTP/1.1 403"), "read role, POST /ui/: {refused}");
+}
+
+/// A test-only TLS forwarder on loopback: the browser speaks plain HTTP to `127.0.0.1:<port>`, the forwarder
+/// presents `client`'s certificate to m1's API over TLS. Headless Chromium cannot be made to pick a client
+/// certificate without a system-wide policy, so the forwarder stands in for the browser's certificate; fleetd sees
+/// exactly the TLS connection, subject and role a browser holding that certificate would give it. The page's own
+/// requests (`Host`, `Origin`, `Sec-Fetch-*`) pass through unchanged. Ends with the test's runtime.
+async fn forwarder(cluster: &Cluster, client: &fleet_harness::pki::CertFiles) -> String {
+    let pki = cluster.tls().expect("a TLS cluster");
+    let m1 = cluster.machine(1).unwrap().ip().to_string();
+    let config = fleet_harness::pki::client_config(pki.ca.cert(), Some(client)).unwrap();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let local = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut browser, _)) = listener.accept().await {
+            let (connector, m1) = (connector.clone(), m1.clone());
+            tokio::spawn(async move {
+                let Ok(tcp) = tokio::net::TcpStream::connect((m1.as_str(), fleet_harness::API_PORT)).await else {
+                    return;
+                };
+                let name = rustls::pki_types::ServerName::try_from(m1).unwrap();
+                let Ok(mut fleetd) = connector.connect(name, tcp).await else { return };
+                let _ = tokio::io::copy_bidirectional(&mut browser, &mut fleetd).await;
+            });
+        }
+    });
+    format!("http://{local}/ui/")
+}
+
+/// The rollout as the API shows it to the admin role (JSON).
+async fn rollout_json(cluster: &Cluster, id: &str) -> Value {
+    let admin = &cluster.tls().unwrap().admin;
+    let get = format!("GET /fleet/v1/rollouts/{id} HTTP/1.1\r\nHost: m1\r\nConnection: close\r\n\r\n");
+    let answer = https(cluster, admin, &get, "\r\n\r\n{").await;
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("GET rollout {id}: {e}: {answer}"))
+}
+
+/// Clicks the page's action button `css`, waits for the confirmation dialog to show the server's preview (a line
+/// containing `summary_has`), takes a screenshot if asked, and confirms.
+async fn act_and_confirm(cluster: &Cluster, browser: &Client, css: &str, summary_has: &str, shot: Option<&str>) {
+    browser
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no action button {css}: {e}"))
+        .click()
+        .await
+        .unwrap();
+    cluster
+        .wait_for(&format!("the confirmation of {css} to show its preview"), || async {
+            let summary = text(browser, "#confirm-summary").await.unwrap_or_default();
+            let error = text(browser, "#confirm-error").await.unwrap_or_default();
+            let enabled = browser.execute("return !document.getElementById('confirm-ok').disabled;", vec![]).await;
+            if summary.contains(summary_has) && matches!(enabled, Ok(Value::Bool(true))) {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!("summary {summary:?}, error {error:?}"))
+            }
+        })
+        .await
+        .unwrap();
+    if let Some(name) = shot {
+        save_screenshot(browser, name).await;
+    }
+    browser.find(Locator::Id("confirm-ok")).await.unwrap().click().await.unwrap();
+    cluster
+        .wait_for("the dialog to close once the API accepted the write", || async {
+            match browser.execute("return document.getElementById('confirm').open;", vec![]).await {
+                Ok(Value::Bool(false)) => Check::Ready(()),
+                other => Check::NotYet(format!(
+                    "open: {other:?}, error {:?}",
+                    text(browser, "#confirm-error").await.unwrap_or_default()
+                )),
+            }
+        })
+        .await
+        .unwrap();
+}
+
+async fn save_screenshot(browser: &Client, name: &str) {
+    let png = browser.screenshot().await.expect("screenshot");
+    let path = screenshot_path().with_file_name(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, png).unwrap();
+    println!("screenshot: {}", path.display());
+}
+
+/// Issue 38: the admin role acts from the page. A rolling replace of a global unit holds each machine for 10
+/// minutes, so the rollout is running while the browser pauses it, resumes it (each previewed and confirmed in the
+/// dialog), and cordons a machine; the registry shows each change. The read role's page on the same cluster offers
+/// no action.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_page_pauses_and_resumes_a_rollout_and_cordons_a_machine() {
+    let chromium = executable("CHROMIUM", "/usr/bin/chromium", "chromium");
+    let chromedriver = executable("CHROMEDRIVER", "/usr/bin/chromedriver", "chromium-driver");
+    let cluster = Cluster::builder().machines(3).agent_ttl("3s").tls(true).start().await.unwrap();
+    let machines: Vec<String> = cluster.machines().iter().map(|m| m.id().to_string()).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let unit = dir.path().join("db.service");
+    let body = "[Service]\nExecStart=/bin/sleep 100000\n\n[X-Fleet]\nGlobal=true\n";
+    std::fs::write(&unit, body).unwrap();
+    let unit = unit.display().to_string();
+    ok(&cluster.fleetctl(1, &["start", &unit]).await.unwrap(), "fleetctl start db.service");
+    std::fs::write(&unit, body.replace("100000", "100001")).unwrap();
+    let rolling = ["start", "--replace", "--rolling", "--max-unavailable=1", "--min-healthy=10m", "--no-block", &unit];
+    let started = cluster.fleetctl(1, &rolling).await.unwrap();
+    ok(&started, "fleetctl start --replace --rolling");
+    let id = started
+        .stdout
+        .split_whitespace()
+        .skip_while(|w| *w != "Rollout")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no rollout ID in: {}", started.describe()))
+        .to_string();
+
+    let driver = Driver::start(&chromedriver).await;
+    let profile = tempfile::tempdir().unwrap();
+    let browser = browser(&driver, &chromium, profile.path()).await;
+    let admin_page = forwarder(&cluster, &cluster.tls().unwrap().admin).await;
+    browser.goto(&admin_page).await.unwrap_or_else(|e| panic!("open {admin_page}: {e}"));
+    let row = format!(r#"tr[data-rollout="{id}"]"#);
+    let wait_state = |want: &'static str, button: &'static str| {
+        let (row, browser, cluster) = (row.clone(), &browser, &cluster);
+        async move {
+            cluster
+                .wait_for(&format!("the page to show rollout state {want} with a {button} button"), || async {
+                    let state = text(browser, &format!("{row} td.rstate .state")).await;
+                    let offered =
+                        browser.find_all(Locator::Css(&format!("{row} button.act[data-action={button}]"))).await;
+                    match (state, offered) {
+                        (Ok(s), Ok(b)) if s == want && b.len() == 1 => Check::Ready(()),
+                        (s, b) => {
+                            Check::NotYet(format!("state {s:?}, {} {button} button(s)", b.map_or(0, |b| b.len())))
+                        }
+                    }
+                })
+                .await
+                .unwrap()
+        }
+    };
+    wait_state("running", "pause").await;
+    let steps = text(&browser, &format!("{row} table.steps")).await.unwrap();
+    assert!(steps.contains("db.service") && steps.contains("pending"), "per-machine steps: {steps:?}");
+    save_screenshot(&browser, "cluster-page-rollouts.png").await;
+
+    act_and_confirm(
+        &cluster,
+        &browser,
+        &format!("{row} button.act[data-action=pause]"),
+        "to paused",
+        Some("cluster-page-confirm.png"),
+    )
+    .await;
+    let stored = rollout_json(&cluster, &id).await;
+    assert_eq!(stored["action"], "pause", "the registry's control after the page's pause: {stored}");
+    wait_state("paused", "resume").await;
+    let reason = text(&browser, &format!("{row} .reason")).await.unwrap_or_default();
+    assert!(reason.contains("paused"), "the reason when paused: {reason:?}");
+
+    act_and_confirm(&cluster, &browser, &format!("{row} button.act[data-action=resume]"), "to running", None).await;
+    let stored = rollout_json(&cluster, &id).await;
+    assert_eq!(
+        (&stored["action"], &stored["resumes"]),
+        (&json!("run"), &json!(1)),
+        "after the page's resume: {stored}"
+    );
+    wait_state("running", "pause").await;
+
+    let cordon = format!(r#"th.machine[data-machine="{}"] button.act[data-action=cordon]"#, machines[1]);
+    act_and_confirm(&cluster, &browser, &cordon, "takes no new unit", None).await;
+    let listed =
+        cluster.fleetctl(1, &["list-machines", "--full", "--no-legend", "--fields=machine,state"]).await.unwrap();
+    ok(&listed, "fleetctl list-machines");
+    let m2 = listed.stdout.lines().find(|l| l.starts_with(&machines[1])).unwrap_or_default().to_string();
+    assert!(m2.contains("cordoned"), "m2 after the page's cordon: {}", listed.describe());
+    cluster
+        .wait_for("m2's column to offer uncordon", || async {
+            let css =
+                format!(r#"th.machine.cordoned[data-machine="{}"] button.act[data-action=uncordon]"#, machines[1]);
+            match browser.find_all(Locator::Css(&css)).await {
+                Ok(found) if found.len() == 1 => Check::Ready(()),
+                other => Check::NotYet(format!("{:?}", other.map(|f| f.len()))),
+            }
+        })
+        .await
+        .unwrap();
+
+    // A write from this browser without the page's token is refused, though the connection is the admin's.
+    let forged = browser
+        .execute_async(
+            &format!(
+                "var done = arguments[arguments.length - 1]; fetch('/fleet/v1/machines/{}/cordon', {{method: 'PUT'}})\
+                 .then(function (r) {{ return r.text().then(function (t) {{ done(r.status + ' ' + t); }}); }});",
+                machines[2]
+            ),
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        forged.as_str().is_some_and(|t| t.starts_with("403") && t.contains("token")),
+        "a write without the token: {forged}"
+    );
+
+    // The read role's page: the same panel, no action, no token.
+    let read_page = forwarder(&cluster, &cluster.tls().unwrap().read).await;
+    browser.goto(&read_page).await.unwrap();
+    cluster
+        .wait_for("the read role's page to show the rollout", || async {
+            match text(&browser, &format!("{row} td.rstate .state")).await {
+                Ok(state) => Check::Ready(state),
+                Err(why) => Check::NotYet(why),
+            }
+        })
+        .await
+        .unwrap();
+    let buttons = browser.find_all(Locator::Css("button.act")).await.unwrap();
+    assert!(buttons.is_empty(), "the read role's page offers {} action(s)", buttons.len());
+    assert!(
+        browser.find_all(Locator::Css("meta[name=fleet-token]")).await.unwrap().is_empty(),
+        "read role got a token"
+    );
+    browser.close().await.unwrap();
 }

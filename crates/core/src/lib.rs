@@ -8,6 +8,7 @@ pub mod at_most_once;
 pub mod go;
 pub mod machine_plan;
 pub mod model;
+pub mod preview;
 pub mod rollout;
 pub mod scheduler;
 pub mod schema;

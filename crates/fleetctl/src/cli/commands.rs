@@ -446,9 +446,9 @@ pub static COMMANDS: &[CommandSpec] = &[
     },
     CommandSpec {
         name: "plan",
-        use_line: "plan start|load|submit [--replace] [--keep-machine|--no-restart] UNIT...",
+        use_line: "plan start|load|submit [--replace] [--keep-machine|--no-restart] UNIT... | plan ACTION ARG",
         short: "Print what start, load or submit would do, machine by machine, without doing it",
-        long: "Print what a start, load or submit with the same flags and units would do, machine by\nmachine, computed with the engine's scheduler and the agents' own plan on the\ncluster as it is now; nothing is changed. One line per change: UNIT, MACHINE,\nACTION (restart, reload, update, load, start, stop, move, blocked) and DETAIL (the\nversions, the scheduler's reason, or why no machine can take the unit).\nExit status: 0 nothing would change, 2 something would, 1 on errors.\n\tfleetctl plan start --replace db.service\n\tfleetctl start --replace --dry-run db.service",
+        long: "Print what a start, load or submit with the same flags and units would do, machine by\nmachine, computed with the engine's scheduler and the agents' own plan on the\ncluster as it is now; nothing is changed. One line per change: UNIT, MACHINE,\nACTION (restart, reload, update, load, start, stop, move, blocked) and DETAIL (the\nversions, the scheduler's reason, or why no machine can take the unit).\n\nplan ACTION ARG previews an action as the cluster page does before it asks for\nconfirmation: cordon|uncordon MACHINE, rollout-pause|rollout-resume|rollout-abort|\nrollout-promote ROLLOUT (an ID or a unit), rollback UNIT. What it does goes to stderr,\nthe changes to stdout (ACTION also hold, skip).\nExit status: 0 nothing would change, 2 something would, 1 on errors.\n\tfleetctl plan start --replace db.service\n\tfleetctl start --replace --dry-run db.service\n\tfleetctl plan rollout-pause db.service",
         flags: &[KEEP_MACHINE, NO_RESTART, REPLACE_PLAN],
         listed: true,
         deprecated: None,

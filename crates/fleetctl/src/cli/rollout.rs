@@ -17,7 +17,7 @@ use super::flags::Flags;
 use super::table::{location_legend, render};
 use fleet_core::rollout::policy::MaxUnavailable;
 use fleet_core::rollout::{Action, OnFailure, Phase, RolloutKind, RolloutState};
-use fleet_core::schema::{Machine, Rollout, RolloutRequest, RolloutRequestUnit, UnitHistory, UnitVersion};
+use fleet_core::schema::{Machine, Rollout, RolloutRequest, RolloutRequestUnit, UnitHistory};
 use fleet_core::unit::name as unitf;
 
 /// Exit code: the rollout is done (also `--no-block` while it runs).
@@ -598,39 +598,6 @@ pub fn history(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
     }
 }
 
-/// The version `rollback` returns to: the one whose hash starts with `to`, or the one before the current.
-pub fn rollback_target<'a>(history: &'a UnitHistory, to: &str) -> Result<&'a UnitVersion, String> {
-    // A version stored again (e.g. after a rollback) is listed more than once; the newest entry stands for it.
-    let current = history.versions.iter().find(|v| v.current).map(|v| v.hash.as_str());
-    let target = if to.is_empty() {
-        history
-            .versions
-            .iter()
-            .find(|v| Some(v.hash.as_str()) != current)
-            .ok_or_else(|| "the unit has no earlier version in its history".to_string())?
-    } else {
-        let mut matching: Vec<&UnitVersion> = Vec::new();
-        for v in history.versions.iter().filter(|v| v.hash.starts_with(to)) {
-            if !matching.iter().any(|m| m.hash == v.hash) {
-                matching.push(v);
-            }
-        }
-        match matching[..] {
-            [one] if Some(one.hash.as_str()) == current => return Err(format!("{to} is the current version")),
-            [one] => one,
-            [] => return Err(format!("no version of the unit's history starts with {to:?}")),
-            _ => return Err(format!("{to:?} matches {} versions: give more of the hash", matching.len())),
-        }
-    };
-    if target.options.is_empty() {
-        return Err(format!(
-            "the unit file of version {} is no longer stored",
-            &target.hash[..7.min(target.hash.len())]
-        ));
-    }
-    Ok(target)
-}
-
 /// `rollback [--to=HASH] [--rolling ...] UNIT`: a launched unit returns to the earlier version through a replace
 /// rollout (every machine at once unless `--rolling`); another unit gets it stored in place.
 pub fn rollback(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
@@ -657,7 +624,7 @@ pub fn rollback(ctx: &mut Ctx<'_>, args: &[String]) -> i32 {
         (Err(e), _) | (_, Err(e)) => return fail(ctx, e.to_string()),
     };
     let to = ctx.flags.str("to").to_string();
-    let target = match rollback_target(&history, &to) {
+    let target = match fleet_core::preview::rollback_target(&history, &to) {
         Ok(target) => target.clone(),
         Err(e) => return fail(ctx, e),
     };

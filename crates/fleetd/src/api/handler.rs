@@ -7,6 +7,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 
+use super::access::Access;
+use super::csrf::Csrf;
 use super::reply;
 use super::route::{Route, RouteError, route};
 use super::serve::{ApiHandler, StreamedBody};
@@ -31,12 +33,14 @@ pub struct Api {
     pub(super) token_limit: u16,
     /// The cluster page's shared registry watch and recent state changes.
     pub(super) ui: Hub,
+    /// The page's action tokens and the check of browsers' writes.
+    pub(super) csrf: Csrf,
 }
 
 impl Api {
     pub fn new(registry: Registry, reflector: Arc<Reflector>, token_limit: u16) -> Api {
         let ui = Hub::start(reflector.subscribe());
-        Api { registry: ApiWriter::new(registry), reflector, token_limit: token_limit.max(1), ui }
+        Api { registry: ApiWriter::new(registry), reflector, token_limit: token_limit.max(1), ui, csrf: Csrf::new() }
     }
 
     pub(super) fn snapshot(&self) -> Arc<Snapshot> {
@@ -108,6 +112,12 @@ impl ApiHandler for Api {
     async fn handle(&self, request: Request<Bytes>) -> Response<Bytes> {
         let path = request.uri().path().to_string();
         let query = request.uri().query().map(str::to_string);
+        // The connection's access (serve.rs puts it in): browsers' writes must come from the admin's page.
+        let access = request.extensions().get::<Access>().cloned().unwrap_or(Access::Unrestricted);
+        if let Err(refused) = self.csrf.check(request.method(), request.headers(), &access) {
+            tracing::info!(method = %request.method(), path, reason = %refused, "browser write refused");
+            return reply::error(StatusCode::FORBIDDEN, &refused.to_string());
+        }
         match route(request.method(), &path) {
             Ok(Route::Discovery) => reply::text(DISCOVERY.to_string(), "application/json"),
             Ok(Route::ListMachines) => self.list_machines(query.as_deref()),
@@ -127,7 +137,7 @@ impl ApiHandler for Api {
             Ok(Route::GetRollout(id)) => self.get_rollout(&id, query.as_deref()).await,
             Ok(Route::PutRollout(id)) => self.put_rollout(&id, &request).await,
             Ok(Route::PatchRollout(id)) => self.patch_rollout(&id, &request).await,
-            Ok(Route::Ui(rest)) => ui::respond(&self.ui, &rest, query.as_deref()),
+            Ok(Route::Ui(rest)) => ui::respond(&self.ui, &rest, query.as_deref(), self.csrf.token(&access).as_deref()),
             Err(RouteError::Redirect(to)) => {
                 let location = match &query {
                     Some(q) => format!("{to}?{q}"),

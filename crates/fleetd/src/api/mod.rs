@@ -2,6 +2,7 @@
 //! systemd-activated sockets.
 
 pub mod access;
+pub mod csrf;
 pub mod handler;
 pub mod listen;
 mod machines;

@@ -231,6 +231,9 @@ async fn dispatch<H: ApiHandler>(
     access: &Access,
     request: Request<Incoming>,
 ) -> Response<StreamedBody> {
+    let mut request = request;
+    // The handler reads it too: the page's actions and the cross-site check depend on the role.
+    request.extensions_mut().insert(access.clone());
     let authorized = access::authorize(access, request.method());
     let streamed = match (&authorized, &handler) {
         (Ok(()), Some(handler)) => handler.stream(request.method(), request.uri()),

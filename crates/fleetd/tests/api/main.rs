@@ -460,3 +460,45 @@ async fn a_rollout_change_wait_answers_when_the_rollout_changes() {
     let missing = s.get("/fleet/v1/rollouts/nope?waitRevision=1&waitMs=60000").await;
     assert_eq!(missing.status, 404, "a rollout that does not exist is answered at once: {}", missing.body);
 }
+
+/// Issue 38: over the Unix socket (no roles) the cluster page offers no action, and a write a browser sends there
+/// is refused (the page is read-only without the admin role), while an API client's same write is decided as
+/// before.
+#[tokio::test]
+async fn over_the_unix_socket_the_page_is_read_only_and_browser_writes_are_refused() {
+    let etcd = TestEtcd::start().await;
+    let registry = etcd.registry(PREFIX).await;
+    let reflector = Arc::new(Reflector::start(&registry));
+    reflector.wait_connected(Duration::from_secs(10)).await.expect("reflector connects");
+    let api = Arc::new(Api::new(registry, reflector, 100));
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("fleet.sock");
+    let listener = bind(&ListenAddress::Unix(socket.clone())).await.unwrap();
+    let (_install, handler) = watch::channel(Some(api));
+    let stop = CancellationToken::new();
+    tokio::spawn(serve(vec![listener], handler, stop.clone()));
+    let request = |text: String| {
+        let socket = socket.clone();
+        async move {
+            let mut stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+            stream.write_all(text.as_bytes()).await.unwrap();
+            let mut raw = String::new();
+            stream.read_to_string(&mut raw).await.unwrap();
+            raw
+        }
+    };
+    let page = request("GET /ui/ HTTP/1.1\r\nHost: localhost:8080\r\nConnection: close\r\n\r\n".into()).await;
+    assert!(page.starts_with("HTTP/1.1 200") && page.contains("id=\"rollouts\""), "{page}");
+    assert!(!page.contains("class=\"act\"") && !page.contains("fleet-token") && !page.contains("<dialog"), "{page}");
+    let write = |browser: &str| {
+        format!(
+            "PUT /fleet/v1/machines/m1/cordon HTTP/1.1\r\nHost: localhost:8080\r\n{browser}Content-Length: 0\r\n\
+             Connection: close\r\n\r\n"
+        )
+    };
+    let refused = request(write("Origin: http://localhost:8080\r\nSec-Fetch-Site: same-origin\r\n")).await;
+    assert!(refused.starts_with("HTTP/1.1 403") && refused.contains("the page is read-only"), "{refused}");
+    let client = request(write("")).await;
+    assert!(client.starts_with("HTTP/1.1 404") && client.contains("machine does not exist"), "{client}");
+    stop.cancel();
+}

@@ -1,4 +1,6 @@
 use super::*;
+use fleet_core::schema::{Unit, UnitState};
+use fleet_core::unit::UnitFile;
 
 const M1: &str = "11111111aaaaaaaa11111111aaaaaaaa";
 const M2: &str = "22222222bbbbbbbb22222222bbbbbbbb";
@@ -49,6 +51,7 @@ fn view() -> ClusterView {
         units: vec![unit("db.service", DB_V1, "launched", ""), unit("one.service", ONE_V1, "launched", M1)],
         states,
         machines: machines(),
+        ..ClusterView::default()
     }
 }
 
@@ -69,7 +72,7 @@ fn replaced(name: &str, text: &str, mode: ReplacementMode) -> Intended {
 }
 
 fn summary(changes: &[Change]) -> Vec<(&str, &str, &str)> {
-    changes.iter().map(|c| (c.unit.as_str(), short(&c.machine), c.action.as_str())).collect()
+    changes.iter().map(|c| (c.unit.as_str(), c.machine.get(..8).unwrap_or(&c.machine), c.action.as_str())).collect()
 }
 
 #[test]

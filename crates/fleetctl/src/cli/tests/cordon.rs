@@ -81,3 +81,23 @@ fn list_machines_shows_the_state_only_when_asked() {
     assert!(help.contains("Valid fields are \"machine,ip,metadata\""), "{help}");
     assert!(!help.contains("state"), "{help}");
 }
+
+/// `plan cordon|uncordon` (issue 38): the preview the cluster page shows, on stderr what it does; nothing is
+/// written (the fake's log stays empty); an unknown action or machine is an error.
+#[test]
+fn plan_cordon_previews_without_writing() {
+    let c = cluster();
+    let o = run(&c, &["plan", "cordon", "8606"]);
+    assert_eq!((o.code, o.out.as_str()), (0, ""), "a cordon moves nothing: {}", o.err);
+    assert!(o.err.starts_with(&format!("cordon machine {M2}: machine 8606e1a2 takes no new unit")), "{}", o.err);
+    assert!(o.err.contains("no unit starts, stops or moves now"), "{}", o.err);
+    let o = run(&c, &["plan", "uncordon", M2]);
+    assert!(o.err.contains("is not cordoned: nothing is written"), "{}", o.err);
+    assert!(c.log().is_empty(), "plan wrote: {:?}", c.log());
+    let o = run(&c, &["plan", "cordon", "ffff"]);
+    assert_eq!(o.code, 1);
+    assert!(o.err.contains("Error planning cordon: no machine \"ffff\""), "{}", o.err);
+    let o = run(&c, &["plan", "reboot", M1]);
+    assert_eq!(o.code, 1);
+    assert!(o.err.contains("unknown action \"reboot\""), "{}", o.err);
+}

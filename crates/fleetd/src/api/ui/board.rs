@@ -3,14 +3,20 @@
 //! The board is machines (columns, with their metadata) × units (rows); a cell is the unit's published systemd
 //! state on that machine, or `scheduled` where the engine placed the unit and its agent has not published yet, with
 //! the unit's health there when it has a health check (docs/health.md).
-//! [`diff`] compares two snapshots and yields the rows and columns to send to open pages plus the state changes to
-//! remember for a unit's detail; rows are whole (never deltas), so applying one twice is harmless.
+//! Beside it, the rollouts panel (issue 38): every stored rollout as the API shows it (any kind, drains too), its
+//! per-machine steps with the health the machine publishes, and the actions a user may ask of it now.
+//! [`diff`] compares two snapshots and yields the rows, columns and rollouts to send to open pages plus the state
+//! changes to remember for a unit's detail; rows and the panel are whole (never deltas), so applying one twice is
+//! harmless.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use fleet_core::api_rules;
 use fleet_core::model::{Health, MachineState, short_hash, short_machine_id};
+use fleet_core::rollout::{RolloutKind, RolloutState, Step};
+use fleet_core::schema;
 use fleet_registry::{Section, Snapshot};
 use imbl::ordmap::DiffItem;
 
@@ -58,6 +64,40 @@ pub struct Row {
     pub cells: BTreeMap<String, Cell>,
 }
 
+/// One rollout in the rollouts panel, from its wire form ([`api_rules::stored_rollout`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RolloutRow {
+    pub id: String,
+    /// `replace`, `restart`, `rebalance`, … as the API spells it: a kind this page does not know is shown as is.
+    pub kind: String,
+    /// The units the spec names, else those its steps name (a rebalance plans its moves).
+    pub units: Vec<String>,
+    pub state: String,
+    /// Why it is paused, failed or ended; with an undo, the undo's reason.
+    pub reason: String,
+    pub steps: Vec<StepRow>,
+    /// The steps returning machines to the old version (an abort or a rollback of a replace).
+    pub undo: Vec<StepRow>,
+    /// What a user may ask of it now ([`actions_of`]); the page offers them to the admin role only.
+    pub actions: Vec<&'static str>,
+    /// Set when a key of it does not decode.
+    pub error: String,
+}
+
+/// One (unit, machine) step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StepRow {
+    pub unit: String,
+    pub machine: String,
+    /// Where the unit leaves from (a move: rebalance, drain); empty otherwise.
+    pub from: String,
+    pub phase: String,
+    pub detail: String,
+    /// The unit's health check on the machine, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<Health>,
+}
+
 /// The whole page at one registry revision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Board {
@@ -65,6 +105,7 @@ pub struct Board {
     pub connected: bool,
     pub machines: Vec<Column>,
     pub rows: Vec<Row>,
+    pub rollouts: Vec<RolloutRow>,
 }
 
 /// What open pages must apply after a registry change.
@@ -79,12 +120,15 @@ pub struct Update {
     pub rows: Vec<Row>,
     /// Units no longer shown.
     pub removed: Vec<String>,
+    /// The whole rollouts panel, when it changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollouts: Option<Vec<RolloutRow>>,
 }
 
 impl Update {
     /// True when a page has nothing to apply (revision and connection aside).
     pub fn is_empty(&self) -> bool {
-        self.machines.is_none() && self.rows.is_empty() && self.removed.is_empty()
+        self.machines.is_none() && self.rows.is_empty() && self.removed.is_empty() && self.rollouts.is_none()
     }
 }
 
@@ -186,6 +230,59 @@ fn current(unit: &fleet_registry::UnitView<'_>, name: &str, cells: &BTreeMap<Str
     format!("{active}/{} active", cells.len())
 }
 
+/// The rollouts panel: every stored rollout, newest first, as the API lists them.
+pub fn rollouts(snapshot: &Snapshot) -> Vec<RolloutRow> {
+    api_rules::stored_rollouts(snapshot).iter().map(|r| rollout_row(snapshot, r)).collect()
+}
+
+fn rollout_row(snapshot: &Snapshot, r: &schema::Rollout) -> RolloutRow {
+    let step = |s: &Step| StepRow {
+        unit: s.unit.clone(),
+        machine: s.machine.clone(),
+        from: s.from_machine.clone(),
+        phase: s.phase.as_str().to_string(),
+        detail: s.detail.clone(),
+        health: snapshot.state_record(&s.unit, &s.machine).and_then(|st| st.health.clone()),
+    };
+    let mut units: Vec<String> = r.units.iter().map(|u| u.name.clone()).collect();
+    if units.is_empty() {
+        let named: BTreeSet<&str> = r.steps.iter().map(|s| s.unit.as_str()).collect();
+        units = named.into_iter().map(str::to_string).collect();
+    }
+    RolloutRow {
+        id: r.id.clone(),
+        // The kind as the API spells it, so that a kind added later is shown without a change here.
+        kind: serde_json::to_value(r.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+        units,
+        state: r.state.as_str().to_string(),
+        reason: r.reason.clone(),
+        steps: r.steps.iter().map(step).collect(),
+        undo: r.undo.iter().map(step).collect(),
+        actions: actions_of(r),
+        error: r.error.clone(),
+    }
+}
+
+/// What a user may ask of rollout `r` now, as the API would accept it ([`api_rules::decide_control`]): pause a
+/// running one, resume a paused one, abort either, promote one awaiting promotion, and roll back the unit of a
+/// finished replace (a `fleetctl rollback`, to the version before).
+pub fn actions_of(r: &schema::Rollout) -> Vec<&'static str> {
+    if !r.error.is_empty() {
+        return Vec::new();
+    }
+    let mut actions = Vec::new();
+    match r.state {
+        RolloutState::Running => actions.extend(["pause", "abort"]),
+        RolloutState::Paused => actions.extend(["resume", "abort"]),
+        RolloutState::Done if r.kind == RolloutKind::Replace && r.units.len() == 1 => actions.push("rollback"),
+        _ => {}
+    }
+    if r.awaiting_promotion && !r.state.is_final() {
+        actions.push("promote");
+    }
+    actions
+}
+
 /// The whole board of `snapshot`.
 pub fn board(snapshot: &Snapshot) -> Board {
     Board {
@@ -196,6 +293,7 @@ pub fn board(snapshot: &Snapshot) -> Board {
             let rollouts = snapshot.rollouts();
             snapshot.units().filter_map(|u| row_with(snapshot, &rollouts, u.name)).collect()
         },
+        rollouts: rollouts(snapshot),
     }
 }
 
@@ -222,6 +320,29 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Diff {
             if old.unit(name).is_some() != new.unit(name).is_some() {
                 changed.insert(name);
             }
+        }
+    }
+    let rollouts_changed = old.rollout_records() != new.rollout_records();
+    if rollouts_changed {
+        // A rollout decides which version a machine should run (`rollout::hash_on`): the rows of the units a
+        // changed rollout names are rebuilt, though no record of theirs changed.
+        for (id, record) in old.rollout_records().iter().chain(new.rollout_records()) {
+            if old.rollout_records().get(id) == new.rollout_records().get(id) {
+                continue;
+            }
+            let spec = record.spec.iter().flat_map(|s| s.units.iter().map(|u| u.name.as_str()));
+            let steps = record.progress.iter().flat_map(|p| p.steps.iter().chain(&p.undo).map(|s| s.unit.as_str()));
+            changed.extend(
+                spec.chain(steps)
+                    .filter(|name| new.unit_records().contains_key(*name) || old.unit_records().contains_key(*name)),
+            );
+        }
+    }
+    if rollouts_changed || !changed.is_empty() {
+        // Steps show the health their machines publish: a state change can change the panel too.
+        let after = rollouts(new);
+        if rollouts(old) != after {
+            out.update.rollouts = Some(after);
         }
     }
     let (old_rollouts, new_rollouts) =
@@ -419,6 +540,25 @@ pub(crate) mod tests {
         pub fn now(&self) -> Snapshot {
             self.snap.clone()
         }
+        /// Stores replace rollout `id` of `unit` from H1 to H2, one machine at a time, with `progress`.
+        pub fn replace_rollout(
+            &mut self,
+            id: &str,
+            unit: &str,
+            progress: &fleet_core::rollout::RolloutProgress,
+        ) -> &mut Registry {
+            use fleet_core::rollout::{RolloutKind, RolloutSpec, RolloutUnit};
+            let changed = RolloutUnit { name: unit.into(), from: H1.into(), to: H2.into(), ..RolloutUnit::default() };
+            let spec = RolloutSpec {
+                id: id.into(),
+                kind: RolloutKind::Replace,
+                units: vec![changed],
+                max_unavailable: 1,
+                ..RolloutSpec::default()
+            };
+            self.put(Key::RolloutSpec { id: id.into() }, &serde_json::to_string(&spec).unwrap());
+            self.put(Key::RolloutProgress { id: id.into() }, &serde_json::to_string(progress).unwrap())
+        }
     }
 
     #[test]
@@ -534,5 +674,36 @@ pub(crate) mod tests {
         assert_eq!(d.update.machines.as_ref().map(Vec::len), Some(2));
         let texts: Vec<&str> = d.changes.iter().map(|c| c.change.as_str()).collect();
         assert_eq!(texts, ["destroyed", "version 1c6fb6f → a0f275d"]);
+    }
+
+    /// A rollout-only change (its progress moves, no record of the unit does) rebuilds the unit's row, whose
+    /// machines' intended versions it decides, and sends the rollouts panel.
+    #[test]
+    fn a_rollout_only_change_rebuilds_the_units_row_and_the_panel() {
+        use fleet_core::rollout::{Phase, RolloutProgress, RolloutState, Step};
+        let mut r = Registry::new();
+        r.machine(M1, "10.0.0.1", "{}").unit("db.service", H2, "launched").state(
+            "db.service",
+            M1,
+            H1,
+            "active",
+            "running",
+        );
+        r.put(Key::Body { hash: H1.into() }, "[Service]\nExecStart=/bin/true # old\n");
+        let progress = |phase| RolloutProgress {
+            state: RolloutState::Running,
+            steps: vec![Step { phase, ..Step::pending("db.service", M1) }],
+            ..RolloutProgress::default()
+        };
+        r.replace_rollout("r1", "db.service", &progress(Phase::Pending));
+        let before = r.now();
+        assert_eq!(board(&before).rows[0].cells[M1].intended, H1, "pending: the old version");
+        assert_eq!(board(&before).rollouts[0].actions, ["pause", "abort"]);
+        r.replace_rollout("r1", "db.service", &progress(Phase::Updating));
+        let d = diff(&before, &r.now());
+        assert_eq!(d.update.rows.iter().map(|r| r.cells[M1].intended.as_str()).collect::<Vec<_>>(), [H2]);
+        let panel = d.update.rollouts.expect("the panel is sent");
+        assert_eq!((panel[0].kind.as_str(), panel[0].steps[0].phase.as_str()), ("replace", "updating"));
+        assert!(diff(&r.now(), &r.now()).update.rollouts.is_none(), "unchanged: not sent");
     }
 }

@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
-use super::board::{Board, Cell, Column, Detail, Recorded, Row, cell_text};
-use fleet_core::model::{HealthStatus, short_hash};
+use super::board::{Board, Cell, Column, Detail, Recorded, RolloutRow, Row, StepRow, cell_text};
+use fleet_core::model::{HealthStatus, short_hash, short_machine_id};
 
 /// HTML-escapes text for element content and quoted attribute values.
 pub fn escape(text: &str) -> String {
@@ -68,10 +68,17 @@ pub enum Mode {
     Plain,
 }
 
-/// The whole page: header, board table, detail panel, and in [`Mode::Live`] the script.
-pub fn page(board: &Board, mode: Mode) -> String {
+/// The whole page: header, board table, rollouts panel, detail panel, and in [`Mode::Live`] the script. `token`
+/// is the admin role's action token ([`crate::api::csrf::Csrf::token`]): with it the live page offers the actions
+/// (each asks for confirmation with a preview); without it (read role, no roles, the plain table) it offers none.
+pub fn page(board: &Board, mode: Mode, token: Option<&str>) -> String {
+    let token = token.filter(|_| mode == Mode::Live);
     let mut out = String::new();
     head(&mut out, "fleet cluster", "");
+    if let Some(token) = token {
+        // Read by the script for its writes' token header; the script renders actions only when it is there.
+        let _ = writeln!(out, "<meta name=\"fleet-token\" content=\"{}\">", escape(token));
+    }
     let status = match mode {
         Mode::Live => "connecting…",
         Mode::Plain => "static view (reload to refresh)",
@@ -83,8 +90,19 @@ pub fn page(board: &Board, mode: Mode) -> String {
          <nav><a href=\"./\">live page</a> · <a href=\"./?plain\">plain table</a></nav></header>\n<main>\n",
         board.revision
     );
-    table(&mut out, board);
-    out.push_str("<aside id=\"detail\" class=\"detail\" hidden></aside>\n</main>\n");
+    out.push_str("<div class=\"panels\">\n");
+    table(&mut out, board, token.is_some());
+    rollouts(&mut out, &board.rollouts, token.is_some());
+    out.push_str("</div>\n<aside id=\"detail\" class=\"detail\" hidden></aside>\n</main>\n");
+    if token.is_some() {
+        // Filled by the script with the preview of the action asked for; nothing is done before "confirm".
+        out.push_str(
+            "<dialog id=\"confirm\" class=\"confirm\"><h2 id=\"confirm-title\"></h2><ul id=\"confirm-summary\"></ul>\
+             <table id=\"confirm-changes\" class=\"changes\"></table><p id=\"confirm-error\" class=\"error\"></p>\
+             <div class=\"buttons\"><button type=\"button\" id=\"confirm-cancel\">cancel</button>\
+             <button type=\"button\" id=\"confirm-ok\" class=\"primary\">confirm</button></div></dialog>\n",
+        );
+    }
     if mode == Mode::Live {
         out.push_str(
             "<noscript><p class=\"note\">Without JavaScript this table does not update; \
@@ -107,10 +125,10 @@ fn head(out: &mut String, title: &str, base: &str) {
 }
 
 /// The board table: one column per machine (ID, address, metadata), one row per unit.
-fn table(out: &mut String, board: &Board) {
+fn table(out: &mut String, board: &Board, actions: bool) {
     out.push_str("<table id=\"board\" class=\"board\">\n<thead><tr><th>unit</th><th>desired</th><th>current</th>");
     for column in &board.machines {
-        machine_header(out, column);
+        machine_header(out, column, actions);
     }
     out.push_str("</tr></thead>\n<tbody>\n");
     for row in &board.rows {
@@ -122,8 +140,139 @@ fn table(out: &mut String, board: &Board) {
     }
 }
 
-/// A machine's column header; a cordoned machine's has the class `cordoned` and a badge saying so (issue 38).
-fn machine_header(out: &mut String, column: &Column) {
+/// An action button: `action` from a fixed set, `subject` (a machine ID, rollout ID or unit name) escaped.
+fn button(out: &mut String, action: &str, subject: &str) {
+    let _ = write!(
+        out,
+        "<button type=\"button\" class=\"act\" data-action=\"{action}\" data-subject=\"{}\">{}</button>",
+        escape(subject),
+        action_label(action)
+    );
+}
+
+/// What a button says (the same fixed mapping as the script's `actionLabel`).
+fn action_label(action: &str) -> &'static str {
+    match action {
+        "pause" => "pause",
+        "resume" => "resume",
+        "abort" => "abort",
+        "promote" => "promote",
+        "rollback" => "roll back",
+        "cordon" => "cordon",
+        "uncordon" => "uncordon",
+        _ => "?",
+    }
+}
+
+/// The rollouts panel: one row per rollout (ID, kind, units, state, reason, steps, and for the admin role the
+/// actions it takes now).
+fn rollouts(out: &mut String, rollouts: &[RolloutRow], actions: bool) {
+    out.push_str("<section class=\"rollouts\"><h2>rollouts</h2>\n<table id=\"rollouts\" class=\"rollouts\">\n");
+    out.push_str("<thead><tr><th>rollout</th><th>kind</th><th>units</th><th>state</th><th>steps</th>");
+    if actions {
+        out.push_str("<th>actions</th>");
+    }
+    out.push_str("</tr></thead>\n<tbody>\n");
+    for r in rollouts {
+        rollout_row(out, r, actions);
+    }
+    out.push_str("</tbody>\n</table>\n");
+    if rollouts.is_empty() {
+        out.push_str("<p id=\"no-rollouts\" class=\"note\">No rollouts.</p>\n");
+    }
+    out.push_str("</section>\n");
+}
+
+/// The CSS class of a rollout state (a fixed set, as [`state_class`]).
+pub fn rollout_class(state: &str) -> &'static str {
+    match state {
+        "running" => "r-running",
+        "paused" => "r-paused",
+        "done" => "r-done",
+        "aborted" | "rolled_back" => "r-ended",
+        _ => "r-other",
+    }
+}
+
+fn rollout_row(out: &mut String, r: &RolloutRow, actions: bool) {
+    let _ = write!(
+        out,
+        "<tr data-rollout=\"{}\"><td class=\"id\">{}</td><td class=\"kind\">{}</td><td class=\"units\">{}</td>\
+         <td class=\"rstate {}\"><span class=\"state\">{}</span>",
+        escape(&r.id),
+        escape(&r.id),
+        escape(&r.kind),
+        escape(&r.units.join(" ")),
+        rollout_class(&r.state),
+        escape(&r.state)
+    );
+    for why in [&r.reason, &r.error].into_iter().filter(|w| !w.is_empty()) {
+        let _ = write!(out, "<div class=\"reason\">{}</div>", escape(why));
+    }
+    out.push_str("</td><td>");
+    steps(out, &r.steps, "");
+    steps(out, &r.undo, "undo");
+    out.push_str("</td>");
+    if actions {
+        out.push_str("<td class=\"actions\">");
+        for action in &r.actions {
+            let subject = if *action == "rollback" { r.units.first().map_or("", String::as_str) } else { &r.id };
+            button(out, action, subject);
+        }
+        out.push_str("</td>");
+    }
+    out.push_str("</tr>\n");
+}
+
+/// A rollout's steps as a small table: machine (a move: from → to), unit, phase, health, detail.
+fn steps(out: &mut String, steps: &[StepRow], caption: &str) {
+    if steps.is_empty() {
+        return;
+    }
+    out.push_str("<table class=\"steps\">");
+    if !caption.is_empty() {
+        let _ = write!(out, "<caption>{caption}</caption>");
+    }
+    for s in steps {
+        let place = if s.from.is_empty() {
+            short_machine_id(&s.machine).to_string()
+        } else {
+            format!("{} → {}", short_machine_id(&s.from), short_machine_id(&s.machine))
+        };
+        let _ = write!(
+            out,
+            "<tr data-machine=\"{}\"><td class=\"mid\" title=\"{}\">{}</td><td>{}</td><td class=\"phase p-{}\">{}</td><td>",
+            escape(&s.machine),
+            escape(&s.machine),
+            escape(&place),
+            escape(&s.unit),
+            phase_class(&s.phase),
+            escape(&s.phase)
+        );
+        if let Some(h) = &s.health {
+            let _ = write!(out, "<span class=\"health {}\">{}</span>", health_class(h.status), h.status);
+        }
+        let _ = write!(out, "</td><td class=\"detail\">{}</td></tr>", escape(&s.detail));
+    }
+    out.push_str("</table>");
+}
+
+/// A step phase as a class suffix (a fixed set).
+fn phase_class(phase: &str) -> &'static str {
+    match phase {
+        "pending" => "pending",
+        "updating" => "updating",
+        "healthy" => "healthy",
+        "done" => "done",
+        "failed" => "failed",
+        "skipped" => "skipped",
+        _ => "other",
+    }
+}
+
+/// A machine's column header; a cordoned machine's has the class `cordoned` and a badge saying so (issue 38); for
+/// the admin role, the cordon or uncordon action.
+fn machine_header(out: &mut String, column: &Column, actions: bool) {
     let _ = write!(
         out,
         "<th class=\"machine{}\" data-machine=\"{}\" title=\"{}{}\"><div class=\"mid\">{}</div><div class=\"ip\">{}</div>",
@@ -139,6 +288,11 @@ fn machine_header(out: &mut String, column: &Column) {
     }
     for (key, value) in &column.metadata {
         let _ = write!(out, "<div class=\"meta\">{}={}</div>", escape(key), escape(value));
+    }
+    if actions {
+        out.push_str("<div class=\"actions\">");
+        button(out, if column.cordoned { "uncordon" } else { "cordon" }, &column.id);
+        out.push_str("</div>");
     }
     out.push_str("</th>");
 }
@@ -315,7 +469,7 @@ mod tests {
         r.unit("x.service", H1, "launched").target("x.service", M1);
         r.state("x.service", M1, H1, "active", "<img src=x onerror=alert(2)>");
         let snapshot = r.now();
-        let html = page(&board(&snapshot), Mode::Live);
+        let html = page(&board(&snapshot), Mode::Live, None);
         assert!(!html.contains("<script>alert") && !html.contains("<img") && !html.contains("\"><b>"), "{html}");
         assert!(html.contains("role=&lt;script&gt;alert(1)&lt;/script&gt;"), "{html}");
         assert!(html.contains("10.0.0.1&quot;&gt;&lt;b&gt;"), "{html}");
@@ -335,7 +489,7 @@ mod tests {
         r.machine(M1, "10.0.0.1", "{}").machine(M2, "10.0.0.2", "{}").cordon(M2);
         let b = board(&r.now());
         assert_eq!(b.machines.iter().map(|c| c.cordoned).collect::<Vec<_>>(), [false, true]);
-        let plain = page(&b, Mode::Plain);
+        let plain = page(&b, Mode::Plain, None);
         assert!(plain.contains(&format!("<th class=\"machine\" data-machine=\"{M1}\" title=\"{M1}\">")), "{plain}");
         assert!(
             plain.contains(&format!(
@@ -358,13 +512,13 @@ mod tests {
             "running",
         );
         let b = board(&r.now());
-        let plain = page(&b, Mode::Plain);
+        let plain = page(&b, Mode::Plain, None);
         assert!(!plain.contains("<script"), "{plain}");
         assert!(plain.contains("<tr data-unit=\"web.service\">"), "{plain}");
         assert!(plain.contains("class=\"cell s-active target\""), "{plain}");
         assert!(plain.contains(">active/running</td>"), "{plain}");
         assert!(plain.contains("<div class=\"meta\">region=eu</div>"), "{plain}");
-        assert!(page(&b, Mode::Live).contains("<script src=\"app.js\"></script>"));
+        assert!(page(&b, Mode::Live, None).contains("<script src=\"app.js\"></script>"));
     }
 
     #[test]
@@ -381,7 +535,7 @@ mod tests {
             "running",
         );
         let snapshot = r.now();
-        let html = page(&board(&snapshot), Mode::Plain);
+        let html = page(&board(&snapshot), Mode::Plain, None);
         assert!(html.contains(">active/running <span class=\"health h-unhealthy\">unhealthy</span></td>"), "{html}");
         assert!(html.contains("health unhealthy: &lt;b&gt;refused&lt;/b&gt;"), "output escaped in the title: {html}");
         let plain = html.lines().find(|l| l.starts_with("<tr data-unit=\"plain.service\">")).unwrap();
@@ -397,20 +551,12 @@ mod tests {
 
     #[test]
     fn a_machine_a_rollout_has_not_reached_yet_is_kept_on_its_version_not_outdated() {
-        use fleet_core::rollout::{Phase, RolloutKind, RolloutProgress, RolloutSpec, RolloutState, RolloutUnit, Step};
+        use fleet_core::rollout::{Phase, RolloutProgress, RolloutState, Step};
         use fleet_registry::Key;
         let mut reg = Registry::new();
         reg.machine(M1, "10.0.0.1", "{}").machine(M2, "10.0.0.2", "{}").unit("db.service", H2, "launched");
         reg.put(Key::Body { hash: H1.into() }, "[Service]\nExecStart=/bin/true # old\n");
         reg.state("db.service", M1, H2, "active", "running").state("db.service", M2, H1, "active", "running");
-        let unit = RolloutUnit { name: "db.service".into(), from: H1.into(), to: H2.into(), ..RolloutUnit::default() };
-        let spec = RolloutSpec {
-            id: "r1".into(),
-            kind: RolloutKind::Replace,
-            units: vec![unit],
-            max_unavailable: 1,
-            ..RolloutSpec::default()
-        };
         let step = |machine: &str, phase| Step {
             unit: "db.service".into(),
             machine: machine.into(),
@@ -422,8 +568,7 @@ mod tests {
             steps: vec![step(M1, Phase::Done), step(M2, Phase::Pending)],
             ..RolloutProgress::default()
         };
-        reg.put(Key::RolloutSpec { id: "r1".into() }, &serde_json::to_string(&spec).unwrap());
-        reg.put(Key::RolloutProgress { id: "r1".into() }, &serde_json::to_string(&progress).unwrap());
+        reg.replace_rollout("r1", "db.service", &progress);
         let row = super::super::board::row(&reg.snap, "db.service").unwrap();
         assert_eq!(row.cells[M2].intended, H1, "m2 keeps the old version until its step");
         assert_eq!(row.cells[M1].intended, H2);
@@ -438,7 +583,7 @@ mod tests {
             steps: vec![step(M1, Phase::Done), step(M2, Phase::Updating)],
             ..RolloutProgress::default()
         };
-        reg.put(Key::RolloutProgress { id: "r1".into() }, &serde_json::to_string(&progress).unwrap());
+        reg.replace_rollout("r1", "db.service", &progress);
         let row = super::super::board::row(&reg.snap, "db.service").unwrap();
         let mut out = String::new();
         cell_td(&mut out, M2, &row.cells[M2]);
@@ -468,5 +613,48 @@ mod tests {
         assert!(html.contains("desired version</td>"), "{html}");
         assert!(html.find("second").unwrap() < html.find("first").unwrap(), "{html}");
         assert!(html.contains("<time>00:00:02</time> <span class=\"on\">aaaaaaaa</span> second"), "{html}");
+    }
+
+    /// Issue 38: the live page offers actions only with the admin's token; the read role, no roles and the plain
+    /// table get the same panel without a button, token or dialog.
+    #[test]
+    fn actions_are_rendered_for_the_admin_role_only_and_registry_text_stays_escaped() {
+        use fleet_core::rollout::{Phase, RolloutProgress, RolloutState, Step};
+        let mut reg = Registry::new();
+        reg.machine(M1, "10.0.0.1", "{}").machine(M2, "10.0.0.2", "{}").cordon(M2);
+        reg.unit("db.service", H2, "launched");
+        let step = Step { detail: "<b>failed</b>".into(), ..Step::pending("db.service", M1) };
+        let progress = RolloutProgress {
+            state: RolloutState::Paused,
+            reason: "paused: <i>check</i>".into(),
+            steps: vec![Step { phase: Phase::Failed, ..step }],
+            ..RolloutProgress::default()
+        };
+        reg.replace_rollout("r1", "db.service", &progress);
+        let b = board(&reg.now());
+        let admin = page(&b, Mode::Live, Some("t0k"));
+        assert!(admin.contains("<meta name=\"fleet-token\" content=\"t0k\">"), "{admin}");
+        assert!(admin.contains("<dialog id=\"confirm\""), "{admin}");
+        let act = |action: &str, subject: &str| {
+            format!("<button type=\"button\" class=\"act\" data-action=\"{action}\" data-subject=\"{subject}\">")
+        };
+        for (action, subject) in [("resume", "r1"), ("abort", "r1"), ("cordon", M1), ("uncordon", M2)] {
+            assert!(admin.contains(&act(action, subject)), "admin page lacks {action} {subject}: {admin}");
+        }
+        assert!(!admin.contains(&act("pause", "r1")), "a paused rollout is not paused again");
+        assert!(
+            admin.contains("paused: &lt;i&gt;check&lt;/i&gt;") && admin.contains("&lt;b&gt;failed&lt;/b&gt;"),
+            "{admin}"
+        );
+        assert!(admin.contains("<td class=\"phase p-failed\">failed</td>"), "{admin}");
+        for (what, html) in
+            [("read role / no roles", page(&b, Mode::Live, None)), ("plain table", page(&b, Mode::Plain, Some("t0k")))]
+        {
+            assert!(html.contains("<tr data-rollout=\"r1\">"), "{what}: the panel is shown: {html}");
+            assert!(
+                !html.contains("class=\"act\"") && !html.contains("fleet-token") && !html.contains("<dialog"),
+                "{what}: {html}"
+            );
+        }
     }
 }

@@ -1,6 +1,8 @@
 // fleet's cluster page: follows the server-sent events at ./events and rewrites the board in place; the page is
 // never reloaded. Registry text reaches the DOM only as textContent or attribute values; the detail panel is HTML
-// the server rendered with everything escaped.
+// the server rendered with everything escaped. For the admin role (the server then puts its action token in a
+// <meta name="fleet-token">) it offers the actions: each opens a dialog with the server's preview (./preview, what
+// `fleetctl plan` prints) and, on "confirm", sends the API request that preview names with the token header.
 (function () {
   'use strict';
 
@@ -15,6 +17,11 @@
   var rows = new Map();
   var rowElements = new Map();
   var openUnit = null;
+  var tokenMeta = document.querySelector('meta[name="fleet-token"]');
+  var token = tokenMeta ? tokenMeta.content : null;
+  var rolloutsTable = document.getElementById('rollouts');
+  var dialog = document.getElementById('confirm');
+  var pending = null; // the write the open dialog would send
 
   function element(tag, className, text) {
     var e = document.createElement(tag);
@@ -53,6 +60,91 @@
     return hash ? hash.slice(0, 7) : '';
   }
 
+  // The same fixed mapping as the server's render::action_label.
+  function actionLabel(action) {
+    return action === 'rollback' ? 'roll back' : action;
+  }
+
+  // The same fixed mappings as the server's render::rollout_class and phase_class.
+  function rolloutClass(state) {
+    switch (state) {
+      case 'running': return 'r-running';
+      case 'paused': return 'r-paused';
+      case 'done': return 'r-done';
+      case 'aborted': case 'rolled_back': return 'r-ended';
+      default: return 'r-other';
+    }
+  }
+
+  function phaseClass(phase) {
+    return ['pending', 'updating', 'healthy', 'done', 'failed', 'skipped'].indexOf(phase) >= 0 ? phase : 'other';
+  }
+
+  function actionButton(action, subject) {
+    var b = element('button', 'act', actionLabel(action));
+    b.type = 'button';
+    b.dataset.action = action;
+    b.dataset.subject = subject;
+    return b;
+  }
+
+  function stepsTable(steps, caption) {
+    var t = element('table', 'steps');
+    if (caption) t.appendChild(element('caption', '', caption));
+    steps.forEach(function (s) {
+      var tr = element('tr');
+      tr.dataset.machine = s.machine;
+      var place = s.from ? s.from.slice(0, 8) + ' → ' + s.machine.slice(0, 8) : s.machine.slice(0, 8);
+      var mid = element('td', 'mid', place);
+      mid.title = s.machine;
+      tr.appendChild(mid);
+      tr.appendChild(element('td', '', s.unit));
+      tr.appendChild(element('td', 'phase p-' + phaseClass(s.phase), s.phase));
+      var health = element('td');
+      if (s.health) health.appendChild(element('span', 'health ' + healthClass(s.health.status), s.health.status));
+      tr.appendChild(health);
+      tr.appendChild(element('td', 'detail', s.detail || ''));
+      t.appendChild(tr);
+    });
+    return t;
+  }
+
+  function renderRollouts(list) {
+    var tbody = element('tbody');
+    list.forEach(function (r) {
+      var tr = element('tr');
+      tr.dataset.rollout = r.id;
+      tr.appendChild(element('td', 'id', r.id));
+      tr.appendChild(element('td', 'kind', r.kind));
+      tr.appendChild(element('td', 'units', r.units.join(' ')));
+      var state = element('td', 'rstate ' + rolloutClass(r.state));
+      state.appendChild(element('span', 'state', r.state));
+      [r.reason, r.error].forEach(function (why) { if (why) state.appendChild(element('div', 'reason', why)); });
+      tr.appendChild(state);
+      var steps = element('td');
+      if (r.steps.length) steps.appendChild(stepsTable(r.steps, ''));
+      if (r.undo && r.undo.length) steps.appendChild(stepsTable(r.undo, 'undo'));
+      tr.appendChild(steps);
+      if (token) {
+        var actions = element('td', 'actions');
+        r.actions.forEach(function (action) {
+          actions.appendChild(actionButton(action, action === 'rollback' ? (r.units[0] || '') : r.id));
+        });
+        tr.appendChild(actions);
+      }
+      tbody.appendChild(tr);
+    });
+    rolloutsTable.replaceChild(tbody, rolloutsTable.tBodies[0]);
+    var note = document.getElementById('no-rollouts');
+    if (list.length === 0 && !note) {
+      note = element('p', 'note', 'No rollouts.');
+      note.id = 'no-rollouts';
+      rolloutsTable.after(note);
+    } else if (list.length > 0 && note) {
+      note.remove();
+    }
+  }
+
   function header() {
     var tr = element('tr');
     ['unit', 'desired', 'current'].forEach(function (title) { tr.appendChild(element('th', '', title)); });
@@ -68,6 +160,11 @@
       Object.keys(m.metadata).sort().forEach(function (key) {
         th.appendChild(element('div', 'meta', key + '=' + m.metadata[key]));
       });
+      if (token) {
+        var actions = element('div', 'actions');
+        actions.appendChild(actionButton(m.cordoned ? 'uncordon' : 'cordon', m.id));
+        th.appendChild(actions);
+      }
       tr.appendChild(th);
     });
     var thead = element('thead');
@@ -193,6 +290,86 @@
     loadDetail(link.closest('tr').dataset.unit);
   });
 
+  function answerText(response) {
+    return response.text().then(function (text) {
+      try { return JSON.parse(text).error.message || text; } catch (e) { return text || String(response.status); }
+    });
+  }
+
+  // Asks the server what the action would change, and shows it; nothing is written before "confirm".
+  function confirmAction(action, subject) {
+    pending = null;
+    var title = document.getElementById('confirm-title');
+    var summary = document.getElementById('confirm-summary');
+    var changes = document.getElementById('confirm-changes');
+    var error = document.getElementById('confirm-error');
+    var ok = document.getElementById('confirm-ok');
+    title.textContent = actionLabel(action) + ' ' + subject;
+    summary.replaceChildren(element('li', 'note', 'computing the plan…'));
+    changes.replaceChildren();
+    error.textContent = '';
+    ok.disabled = true;
+    if (!dialog.open) dialog.showModal();
+    var query = 'preview?action=' + encodeURIComponent(action) + '&subject=' + encodeURIComponent(subject);
+    fetch(query, { cache: 'no-store' }).then(function (response) {
+      if (!response.ok) return answerText(response).then(function (text) { throw new Error(text); });
+      return response.json();
+    }).then(function (preview) {
+      title.textContent = preview.title;
+      summary.replaceChildren();
+      preview.summary.forEach(function (line) { summary.appendChild(element('li', '', line)); });
+      var head = element('tr');
+      ['unit', 'machine', 'action', 'detail'].forEach(function (h) { head.appendChild(element('th', '', h)); });
+      changes.appendChild(head);
+      preview.changes.forEach(function (c) {
+        var tr = element('tr');
+        tr.appendChild(element('td', '', c.unit));
+        tr.appendChild(element('td', 'mid', c.machine ? c.machine.slice(0, 8) : '-'));
+        tr.appendChild(element('td', 'action', c.action));
+        tr.appendChild(element('td', '', c.detail));
+        changes.appendChild(tr);
+      });
+      changes.hidden = preview.changes.length === 0;
+      pending = preview.write;
+      ok.disabled = false;
+    }).catch(function (err) {
+      summary.replaceChildren();
+      error.textContent = 'cannot ' + actionLabel(action) + ': ' + err.message;
+    });
+  }
+
+  function send() {
+    if (!pending) return;
+    var write = pending;
+    var error = document.getElementById('confirm-error');
+    var ok = document.getElementById('confirm-ok');
+    ok.disabled = true;
+    var init = { method: write.method, headers: { 'X-Fleet-Csrf': token }, cache: 'no-store' };
+    if (write.body !== undefined) {
+      init.headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(write.body);
+    }
+    fetch(write.path, init).then(function (response) {
+      if (!response.ok) return answerText(response).then(function (text) { throw new Error(text); });
+      pending = null;
+      dialog.close();
+    }).catch(function (err) {
+      error.textContent = 'refused: ' + err.message;
+      ok.disabled = false;
+    });
+  }
+
+  if (token && dialog) {
+    document.addEventListener('click', function (event) {
+      var button = event.target.closest('button.act');
+      if (!button) return;
+      event.preventDefault();
+      confirmAction(button.dataset.action, button.dataset.subject);
+    });
+    document.getElementById('confirm-ok').addEventListener('click', send);
+    document.getElementById('confirm-cancel').addEventListener('click', function () { pending = null; dialog.close(); });
+  }
+
   var source = new EventSource('events');
   source.addEventListener('board', function (event) {
     var board = JSON.parse(event.data);
@@ -200,6 +377,7 @@
     rows.clear();
     board.rows.forEach(function (row) { rows.set(row.name, row); });
     renderAll();
+    renderRollouts(board.rollouts);
     showState(board);
     if (openUnit) loadDetail(openUnit);
   });
@@ -215,6 +393,7 @@
       update.removed.forEach(removeRow);
       showEmpty();
     }
+    if (update.rollouts) renderRollouts(update.rollouts);
     showState(update);
     var touched = update.rows.some(function (row) { return row.name === openUnit; }) ||
       update.removed.indexOf(openUnit) >= 0;
