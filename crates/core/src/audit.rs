@@ -220,6 +220,61 @@ pub fn describe(write: Write<'_>) -> Described {
     described
 }
 
+/// Records `GET /audit` answers when the request names no `limit`.
+pub const DEFAULT_LIMIT: usize = 1_000;
+/// The most records one answer holds.
+pub const MAX_LIMIT: usize = 10_000;
+
+/// Which records a reader asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    /// Only records naming this unit.
+    pub unit: Option<String>,
+    /// Only records written at or after this time (Unix ms).
+    pub since_ms: u64,
+    /// At most this many, the newest.
+    pub limit: usize,
+}
+
+impl Default for Query {
+    fn default() -> Query {
+        Query { unit: None, since_ms: 0, limit: DEFAULT_LIMIT }
+    }
+}
+
+/// `GET /fleet/v1/audit`: the records asked for, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct AuditList {
+    #[serde(default)]
+    pub records: Vec<AuditRecord>,
+    /// More records matched than `limit`: the oldest of them are left out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+    /// Stored records that do not decode (each error names its key): shown, never hidden.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+/// The answer to `query` from `read` (records as stored, oldest first, each decoded or its error): the newest
+/// `limit` records that match, oldest first.
+pub fn select(read: impl IntoIterator<Item = Result<AuditRecord, DecodeError>>, query: &Query) -> AuditList {
+    let mut list = AuditList::default();
+    for record in read {
+        match record {
+            Ok(r) if r.at_ms >= query.since_ms && query.unit.as_ref().is_none_or(|u| r.units.contains(u)) => {
+                list.records.push(r)
+            }
+            Ok(_) => {}
+            Err(e) => list.errors.push(e.to_string()),
+        }
+    }
+    if list.records.len() > query.limit {
+        list.truncated = true;
+        list.records.drain(..list.records.len() - query.limit);
+    }
+    list
+}
+
 /// How much of the trail is kept (fleet.conf `audit_max_records`, `audit_max_age`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -386,6 +441,30 @@ mod tests {
         let ops = [MachineMetadataOp::add("m1", "role", "db")];
         assert_eq!(describe(Write::Metadata(&ops)).action, "change machine metadata: add /m1/metadata/role");
         assert_eq!(describe(Write::Other("POST", "/fleet/v1/units")).action, "POST /fleet/v1/units");
+    }
+
+    #[test]
+    fn a_query_selects_the_newest_matching_records_and_shows_undecodable_ones() {
+        let mut b = record(20, "bob", &[("b.service", "h")], 201);
+        b.units = vec!["b.service".into()];
+        let read = vec![
+            Ok(record(10, "alice", &[("a.service", "h")], 201)),
+            Err(decode("/p/audit/x", b"garbage").unwrap_err()),
+            Ok(b),
+            Ok(record(30, "carol", &[("a.service", "h")], 201)),
+            Ok(record(40, "dave", &[("a.service", "h")], 201)),
+        ];
+        let names = |l: &AuditList| l.records.iter().map(|r| r.who.name.clone()).collect::<Vec<_>>();
+        let all = select(read.clone(), &Query::default());
+        assert_eq!(
+            (names(&all), all.truncated),
+            (vec!["alice".into(), "bob".into(), "carol".into(), "dave".into()], false)
+        );
+        assert_eq!(all.errors.len(), 1);
+        assert!(all.errors[0].starts_with("/p/audit/x: cannot decode audit record"), "{:?}", all.errors);
+        let query = Query { unit: Some("a.service".into()), since_ms: 15, limit: 1 };
+        let some = select(read, &query);
+        assert_eq!((names(&some), some.truncated), (vec!["dave".to_string()], true), "newest kept");
     }
 
     #[test]

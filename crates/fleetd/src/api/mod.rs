@@ -2,9 +2,11 @@
 //! systemd-activated sockets.
 
 pub mod access;
+mod audit;
 pub mod handler;
 pub mod listen;
 mod machines;
+pub mod peer;
 pub mod query;
 pub mod reply;
 mod rollouts;
