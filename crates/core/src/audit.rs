@@ -139,10 +139,13 @@ fn units_phrase(names: &[&str]) -> String {
 
 /// `submit a.service (launched)` / `set a.service launched`: a unit PUT with / without options.
 fn put_phrase(stored: bool, names: &[&str], desired: &str) -> String {
-    let desired = if desired.is_empty() { "no desired state" } else { desired };
-    match stored {
-        true => format!("submit {} ({desired})", units_phrase(names)),
-        false => format!("set {} {desired}", units_phrase(names)),
+    let units = units_phrase(names);
+    match (stored, desired) {
+        // The API stores a new unit without a desired state as inactive: a plain submit.
+        (true, "") => format!("submit {units}"),
+        (true, desired) => format!("submit {units} ({desired})"),
+        (false, "") => format!("set {units} (no desired state)"),
+        (false, desired) => format!("set {units} {desired}"),
     }
 }
 
@@ -322,6 +325,29 @@ pub fn authors(unit: &str, history: &mut UnitHistory, records: &[AuditRecord]) {
     }
 }
 
+/// This process's part of the next record key it writes (`<pid>x<start time>.<n>`): unique among writers, so two
+/// fleetds (or two runs of one, or two fleetctls) writing in the same millisecond do not collide.
+pub fn next_suffix() -> String {
+    static START: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let start = START.get_or_init(|| {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        format!("{:x}x{:x}", std::process::id(), nanos.as_nanos() % (1 << 48))
+    });
+    format!("{start}.{}", COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+}
+
+/// The name of `uid` in passwd(5) text (`name:password:uid:…`); the first entry wins. Users known only to NSS
+/// (LDAP, …) have none here: callers name them `uid N`.
+pub fn user_name(passwd: &str, uid: u32) -> Option<String> {
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let entry_uid = fields.nth(1)?.parse::<u32>().ok()?;
+        (entry_uid == uid && !name.is_empty() && !name.starts_with('#')).then(|| name.to_string())
+    })
+}
+
 /// The text of an error answer's message (`{"error":{"code":…,"message":…}}`, spec §8.3), or of a batch answer's
 /// failed writes; `None` for a success.
 pub fn error_of(status: u16, body: &[u8]) -> Option<String> {
@@ -410,6 +436,7 @@ mod tests {
         let hash = UnitFile::from_options(unit("a.service", "", true).options).hash().to_hex();
         assert_eq!(put.versions.get("a.service"), Some(&hash));
 
+        assert_eq!(describe(Write::PutUnit(&unit("a.service", "", true))).action, "submit a.service");
         let set = describe(Write::PutUnit(&unit("a.service", "loaded", false)));
         assert_eq!((set.action.as_str(), set.versions.len()), ("set a.service loaded", 0));
 
@@ -490,6 +517,24 @@ mod tests {
         authors("a.service", &mut history, &records);
         let by: Vec<Option<&str>> = history.versions.iter().map(|v| v.by.as_deref()).collect();
         assert_eq!(by, [Some("bob (unix)"), Some("alice (unix)"), None]);
+    }
+
+    #[test]
+    fn a_uid_is_named_by_its_first_passwd_entry() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\n# comment:x:5:5\nbroken\nops:x:1000:1000::/home/ops:/bin/sh\ntwin:x:1000:1000::/:/bin/sh\n";
+        assert_eq!(user_name(passwd, 0).as_deref(), Some("root"));
+        assert_eq!(user_name(passwd, 1000).as_deref(), Some("ops"));
+        assert_eq!(user_name(passwd, 5), None, "a commented line names nobody");
+        assert_eq!(user_name(passwd, 42), None);
+        assert_eq!(user_name("", 0), None);
+    }
+
+    #[test]
+    fn record_key_suffixes_differ_per_write() {
+        let (a, b) = (next_suffix(), next_suffix());
+        assert_ne!(a, b);
+        let id = crate::store::audit_id(1, &a);
+        assert_eq!(crate::store::check_component(crate::store::Component::AuditId, &id), Ok(()));
     }
 
     #[test]

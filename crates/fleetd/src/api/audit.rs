@@ -4,9 +4,6 @@
 //! `fleet_core::audit::describe`, as the etcd driver describes its own writes. A record that cannot be written is
 //! logged and changes nothing in the answer.
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use bytes::Bytes;
 use http::{Method, Request, Response};
 
@@ -24,18 +21,6 @@ pub(super) struct Pending {
     method: String,
     path: String,
     described: Described,
-}
-
-/// This process's part of every record key it writes (`<pid>x<start time>.<n>`): unique among writers, so two
-/// fleetds (or two runs of one) writing in the same millisecond do not collide.
-fn next_suffix() -> String {
-    static START: OnceLock<String> = OnceLock::new();
-    static COUNT: AtomicU64 = AtomicU64::new(0);
-    let start = START.get_or_init(|| {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        format!("{:x}x{:x}", std::process::id(), nanos.as_nanos() % (1 << 48))
-    });
-    format!("{start}.{}", COUNT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// The write in `request` in words (`method` and `path` for a body that does not decode, or a path no route
@@ -121,7 +106,7 @@ impl Api {
             versions: described.versions,
             status,
         };
-        if let Err(err) = self.registry.record_audit(&record, &next_suffix()).await {
+        if let Err(err) = self.registry.record_audit(&record, &audit::next_suffix()).await {
             tracing::warn!(error = %err, method = %record.method, path = %record.path, who = %record.who, status,
                 "cannot write the audit record of an API write");
         }
@@ -190,13 +175,5 @@ mod tests {
             let err = parse_query(Some(text)).unwrap_err();
             assert_eq!((err.status, err.message.as_str()), (StatusCode::BAD_REQUEST, message), "{text}");
         }
-    }
-
-    #[test]
-    fn record_key_suffixes_differ_per_write() {
-        let (a, b) = (next_suffix(), next_suffix());
-        assert_ne!(a, b);
-        let id = fleet_core::store::audit_id(1, &a);
-        assert_eq!(fleet_registry::check_component(fleet_registry::Component::AuditId, &id), Ok(()));
     }
 }

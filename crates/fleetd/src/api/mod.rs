@@ -6,7 +6,7 @@ mod audit;
 pub mod handler;
 pub mod listen;
 mod machines;
-pub mod peer;
+mod peer;
 pub mod query;
 pub mod reply;
 mod rollouts;

@@ -26,35 +26,15 @@ pub fn of_unix(uid: Option<u32>) -> Who {
         None => "unknown user".to_string(),
         Some(uid) => {
             let passwd = std::fs::read_to_string(PASSWD).unwrap_or_default();
-            user_name(&passwd, uid).unwrap_or_else(|| format!("uid {uid}"))
+            fleet_core::audit::user_name(&passwd, uid).unwrap_or_else(|| format!("uid {uid}"))
         }
     };
     Who { via: Via::Unix, name }
 }
 
-/// The name of `uid` in passwd(5) text (`name:password:uid:…`); the first entry wins.
-pub fn user_name(passwd: &str, uid: u32) -> Option<String> {
-    passwd.lines().find_map(|line| {
-        let mut fields = line.split(':');
-        let name = fields.next()?;
-        let entry_uid = fields.nth(1)?.parse::<u32>().ok()?;
-        (entry_uid == uid && !name.is_empty() && !name.starts_with('#')).then(|| name.to_string())
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_uid_is_named_by_its_first_passwd_entry() {
-        let passwd = "root:x:0:0:root:/root:/bin/bash\n# comment:x:5:5\nbroken\nops:x:1000:1000::/home/ops:/bin/sh\ntwin:x:1000:1000::/:/bin/sh\n";
-        assert_eq!(user_name(passwd, 0).as_deref(), Some("root"));
-        assert_eq!(user_name(passwd, 1000).as_deref(), Some("ops"));
-        assert_eq!(user_name(passwd, 5), None, "a commented line names nobody");
-        assert_eq!(user_name(passwd, 42), None);
-        assert_eq!(user_name("", 0), None);
-    }
 
     #[test]
     fn peers_are_named_by_how_they_connected() {

@@ -552,7 +552,7 @@ async fn a_write_over_the_unix_socket_is_recorded_with_the_peers_user() {
     // The test's own user: the owner of the directory it just made.
     let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.path()).unwrap());
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    let expected = fleetd::api::peer::user_name(&passwd, uid).unwrap_or_else(|| format!("uid {uid}"));
+    let expected = fleet_core::audit::user_name(&passwd, uid).unwrap_or_else(|| format!("uid {uid}"));
     assert_eq!((record.who.via, record.who.name.as_str()), (fleet_core::audit::Via::Unix, expected.as_str()));
     assert_eq!(
         (record.action.as_str(), record.status, record.error.as_deref()),
