@@ -99,6 +99,8 @@ capabilities! {
         "--canary=N pauses a rollout after N machines awaiting promotion (exit 2) until rollout-promote (or --canary-hold), --order=first:/last: (machine ID prefixes or metadata key=value) orders the machines, and --progress-deadline fails a rollout not done in time",
     Cordon = "cordon":
         "fleetctl cordon MACHINE keeps every new unit off the machine (and a global unit it does not run yet) while the units it runs keep running, list-machines --fields=...,state and --output=json show it (the default table unchanged), and fleetctl uncordon lets new units land there again",
+    Audit = "audit":
+        "every write request through the API is recorded once in an audit trail with who made it, what it was, when and its result (a refused write with its error), reads are not; fleetctl audit [UNIT] [--since] [--output=json] shows it and fleetctl history names who stored each version",
     Rebalance = "rebalance":
         "fleetctl rebalance (and fleet.conf engine_rebalance=true, on its own when a machine joins or returns) moves units towards an even spread, never a unit pinned by MachineID= or asking Rebalance=false, never running a unit on two machines at once",
 }
