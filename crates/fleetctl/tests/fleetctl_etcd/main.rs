@@ -464,9 +464,10 @@ fn writes_through_the_etcd_driver_are_audited_as_such() {
     assert!(who.name.ends_with(&format!("@{}", host.trim())), "user@host: {who:?}");
     assert_eq!(records[1].path, "/fleet/v1/units/hello.service");
 
-    c.fleetctl(&["audit", "--no-legend", "hello.service"]).assert().success().stdout(predicate::str::contains(
-        format!("{} (etcd-driver)\tsubmit hello.service\t201\n", who.name),
-    ));
+    c.fleetctl(&["audit", "--no-legend", "hello.service"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(format!("{} (etcd-driver)\tsubmit hello.service\t201\n", who.name)));
     c.fleetctl(&["submit", "hello.service"]).assert().success();
     c.fleetctl(&["history", "--no-legend", "hello.service"])
         .assert()
