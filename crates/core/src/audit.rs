@@ -124,6 +124,20 @@ pub struct Described {
     pub versions: BTreeMap<String, String>,
 }
 
+impl Described {
+    /// The record of this write: made by `who` at `at_ms` as `(method, path)`, answered `(status, error)`.
+    pub fn into_record(
+        self,
+        at_ms: u64,
+        who: Who,
+        (method, path): (String, String),
+        (status, error): (u16, Option<String>),
+    ) -> AuditRecord {
+        let Described { action, units, versions } = self;
+        AuditRecord { at_ms, who, method, path, action, units, versions, status, error }
+    }
+}
+
 /// The hash of the version a unit with `options` is stored as (the API's and the driver's: the canonical text's).
 fn version_of(unit: &Unit) -> Option<String> {
     (!unit.options.is_empty()).then(|| UnitFile::from_options(unit.options.clone()).hash().to_hex())

@@ -86,18 +86,9 @@ impl EtcdClient {
             Err(ClientError::Rejected { code, message }) => (*code, Some(message.clone())),
             Err(other) => (500, Some(other.to_string())),
         };
-        let described = audit::describe(write);
-        let record = AuditRecord {
-            at_ms: fleet_core::model::now_ms(),
-            who: self.who.clone(),
-            method: method.to_string(),
-            path: format!("/fleet/v1{path}"),
-            action: described.action,
-            units: described.units,
-            versions: described.versions,
-            status,
-            error,
-        };
+        let request = (method.to_string(), format!("/fleet/v1{path}"));
+        let now = fleet_core::model::now_ms();
+        let record = audit::describe(write).into_record(now, self.who.clone(), request, (status, error));
         if let Err(e) = self.runtime.block_on(self.registry.record_audit(&record, &audit::next_suffix())) {
             tracing::warn!(error = %e, action = %record.action, "cannot write the audit record of this write");
         }

@@ -95,17 +95,8 @@ impl Api {
     pub(super) async fn audit_end(&self, pending: Option<Pending>, response: &Response<Bytes>) {
         let Some(Pending { who, method, path, described }) = pending else { return };
         let status = response.status().as_u16();
-        let record = AuditRecord {
-            at_ms: fleet_core::model::now_ms(),
-            error: audit::error_of(status, response.body()),
-            who,
-            method,
-            path,
-            action: described.action,
-            units: described.units,
-            versions: described.versions,
-            status,
-        };
+        let result = (status, audit::error_of(status, response.body()));
+        let record = described.into_record(fleet_core::model::now_ms(), who, (method, path), result);
         if let Err(err) = self.registry.record_audit(&record, &audit::next_suffix()).await {
             tracing::warn!(error = %err, method = %record.method, path = %record.path, who = %record.who, status,
                 "cannot write the audit record of an API write");

@@ -101,24 +101,15 @@ impl State {
         done: u16,
         result: &Result<T, ClientError>,
     ) {
-        use fleet_core::audit::{AuditRecord, Via, Who, describe};
+        use fleet_core::audit::{Via, Who, describe};
         let (status, error) = match result {
             Ok(_) => (done, None),
             Err(ClientError::Api { code, message }) => (*code, Some(message.clone())),
             Err(other) => (500, Some(other.to_string())),
         };
-        let described = describe(write);
-        self.audit.push(AuditRecord {
-            at_ms: self.clock_ms,
-            who: Who { via: Via::Unix, name: FAKE_USER.into() },
-            method: method.into(),
-            path: format!("/fleet/v1{path}"),
-            action: described.action,
-            units: described.units,
-            versions: described.versions,
-            status,
-            error,
-        });
+        let who = Who { via: Via::Unix, name: FAKE_USER.into() };
+        let request = (method.to_string(), format!("/fleet/v1{path}"));
+        self.audit.push(describe(write).into_record(self.clock_ms, who, request, (status, error)));
     }
 
     /// Stores `options` as the unit's new version (rollouts and rollbacks), continuing its history.
