@@ -523,7 +523,7 @@ mod tests {
         let mut history = UnitHistory { versions: vec![version("h2", 2_000), version("h1", 1_000), version("h0", 0)] };
         let records = [
             record(1_003, "alice", &[("a.service", "h1")], 201),
-            record(1_500, "mallory", &[("a.service", "h2")], 409),
+            record(2_001, "mallory", &[("a.service", "h2")], 409),
             record(1_600, "carol", &[("b.service", "h2")], 201),
             record(2_004, "bob", &[("a.service", "h2")], 201),
             record(9_000, "dave", &[("a.service", "h1")], 201),
