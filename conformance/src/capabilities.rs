@@ -101,6 +101,8 @@ capabilities! {
         "fleetctl cordon MACHINE keeps every new unit off the machine (and a global unit it does not run yet) while the units it runs keep running, list-machines --fields=...,state and --output=json show it (the default table unchanged), and fleetctl uncordon lets new units land there again",
     Drain = "drain":
         "fleetctl drain MACHINE cordons the machine and moves its units to other machines a few at a time (a MachineOf= follower with its peer, an at-most-once unit never on two machines at once), then stops there the units that cannot leave (global units, units pinned by MachineID=), which start again after uncordon; rollout-pause/rollout-abort drain work, with exit codes 0 done, 2 paused, 4 aborted",
+    Audit = "audit":
+        "every write request through the API is recorded once in an audit trail with who made it, what it was, when and its result (a refused write with its error), reads are not; fleetctl audit [UNIT] [--since] [--output=json] shows it and fleetctl history names who stored each version",
     Rebalance = "rebalance":
         "fleetctl rebalance (and fleet.conf engine_rebalance=true, on its own when a machine joins or returns) moves units towards an even spread, never a unit pinned by MachineID= or asking Rebalance=false, never running a unit on two machines at once",
 }

@@ -2,6 +2,7 @@
 //! module per area.
 
 pub mod at_most_once;
+pub mod audit;
 pub mod client_api;
 pub mod cluster;
 pub mod connectivity;
@@ -343,6 +344,7 @@ pub fn catalogue() -> Vec<Spec> {
     all.extend(rebalance::specs());
     all.extend(cordon::specs());
     all.extend(drain::specs());
+    all.extend(audit::specs());
     all.extend(safe_rollout_specs());
     all
 }

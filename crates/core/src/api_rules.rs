@@ -223,6 +223,7 @@ pub fn history(
                 .unwrap_or_default(),
             hash: v.hash.to_string(),
             stored_ms: v.stored_ms,
+            by: None,
         })
         .collect();
     schema::UnitHistory { versions }

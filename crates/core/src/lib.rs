@@ -5,6 +5,7 @@
 
 pub mod api_rules;
 pub mod at_most_once;
+pub mod audit;
 pub mod go;
 pub mod machine_plan;
 pub mod model;

@@ -149,6 +149,10 @@ pub struct UnitVersion {
     /// When it was stored (Unix ms; 0 when not known).
     #[serde(rename = "storedMs", default)]
     pub stored_ms: u64,
+    /// Who stored it (`name (via)`), from the audit trail (issue 38); absent when its record is gone or it was
+    /// the engine's (a rollback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 /// `GET /fleet/v1/units/<name>/history`: the unit's versions, newest (current) first.

@@ -66,6 +66,12 @@ pub const FLEET_CONF: &[(&str, &str, &str)] = &[
     ),
     ("api_socket_group", "", "Group of the Unix sockets fleetd binds itself (empty: root's)."),
     ("api_socket_mode", "0660", "Mode (octal) of the Unix sockets fleetd binds itself."),
+    (
+        "audit_max_records",
+        "10000",
+        "The audit trail (fleetctl audit) keeps at most this many records; the engine leader deletes the oldest.",
+    ),
+    ("audit_max_age", "720h", "The audit trail keeps records this long (Go duration); older ones are deleted."),
 ];
 
 /// Text escaped for roff: backslashes, and a leading `.` or `'` that would start a request.

@@ -10,7 +10,7 @@
 //!   (create/replace/desired/destroy, placements, launched markers), `unit_batch` (the same for many units in few
 //!   transactions, never half a unit), `bodies` (body GC), `states` (unit state publishing), `machines` (presence,
 //!   metadata), `rollouts` (spec, control, progress, markers), `engine` (leader key, fence, engine version),
-//!   `layout` (layout version).
+//!   `layout` (layout version), `audit` (the audit trail: records, reads on demand, the leader's trimming).
 //! * `lease` — [`LeaseKeeper`]: grant, manual keep-alive, loss notification, revoke.
 //! * `endpoints` — with several etcd endpoints, probes each and keeps members that do not answer out of the
 //!   client's balancer, so requests, keep-alives and watches go to live members.
@@ -24,6 +24,7 @@
 //! Architecture invariant: nothing outside this crate and `fleet_core::store` builds an etcd key or decodes a
 //! stored value.
 
+mod audit;
 mod bodies;
 mod endpoints;
 mod engine;
@@ -51,6 +52,7 @@ use fleet_core::store::{batch, keys, records, snapshot};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use audit::{ReadRecord, Trimmed};
 pub use engine::{Campaign, EngineVersionCheck, LeaderFence};
 pub use error::{NO_SPACE, RegistryError, Result};
 pub use lease::{LeaseKeeper, LeaseStatus};

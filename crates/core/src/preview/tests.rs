@@ -194,6 +194,7 @@ fn rollback_of_a_launched_unit_is_a_replace_rollout_to_the_earlier_version_at_on
         hash: hash(text),
         options: UnitFile::parse(text).unwrap().into_options(),
         stored_ms: 1,
+        by: None,
     };
     v.histories.insert("web.service".into(), UnitHistory { versions: vec![version(V2, true), version(V1, false)] });
     let p = preview(&v, &Intent::parse("rollback", "web.service").unwrap(), 1_700_000_000_000).unwrap();

@@ -22,6 +22,7 @@
 //! | `P/rollouts/<id>/spec` | JSON `rollout::RolloutSpec` | — | API (create-if-absent, with the new unit versions in the same txn) | all |
 //! | `P/rollouts/<id>/control` | JSON `rollout::Control` | — | API (pause / resume / abort) | engine, API |
 //! | `P/rollouts/<id>/progress` | JSON `rollout::RolloutProgress` | — | engine leader (CAS on its mod revision, fenced to the leader key) | all |
+//! | `P/audit/<ms>-<suffix>` | JSON `audit::AuditRecord`: one write request; `<ms>` 20 zero-padded digits, so keys sort by time | — | API (after answering a write) / fleetctl etcd driver (create-if-absent); engine leader trims (fenced range deletes) | API `GET /audit`, fleetctl (read on demand; not in the snapshot) |
 //!
 //! Why this shape (differences from the original v2 layout, spec §3):
 //! * Presence, unit states and launched markers are bound to the publishing machine's **lease** instead of TTL
@@ -34,6 +35,9 @@
 //! * A cordon is not bound to the machine's lease (it outlives a fleetd restart and a reboot, like dynamic metadata);
 //!   the cordon of a machine that left for good stays until it is deleted (`fleetctl uncordon <full ID>`), and
 //!   holds again if a machine with that ID comes back.
+//! * Audit records are not cluster state: the snapshot skips them (every fleetd would otherwise hold up to
+//!   `audit_max_records` of them in memory), and readers range-read `P/audit/` when asked. Their time-ordered
+//!   names make trimming one range delete, by age or by count.
 //! * Unit names, machine IDs, hashes and metadata keys never contain `/` (checked here), so every key parses
 //!   unambiguously and `P/units/<name>/` is exactly one unit's range.
 //! * All writers use transactions where two writers could race (see the operation modules).
@@ -71,6 +75,7 @@ pub enum Key {
     RolloutSpec { id: String },
     RolloutControl { id: String },
     RolloutProgress { id: String },
+    AuditRecord { id: String },
 }
 
 /// What kind of identifier a key component is; used in validation errors.
@@ -81,6 +86,7 @@ pub enum Component {
     Hash,
     MetadataKey,
     RolloutId,
+    AuditId,
 }
 
 impl fmt::Display for Component {
@@ -91,6 +97,7 @@ impl fmt::Display for Component {
             Component::Hash => "unit hash",
             Component::MetadataKey => "metadata key",
             Component::RolloutId => "rollout ID",
+            Component::AuditId => "audit record ID",
         })
     }
 }
@@ -128,6 +135,18 @@ pub fn check_component(what: Component, value: &str) -> Result<(), InvalidCompon
                 return fail("at most 64 of A-Z a-z 0-9 _ . -");
             }
         }
+        Component::AuditId => {
+            let (ms, suffix) = value.split_once('-').unwrap_or((value, ""));
+            if ms.len() != AUDIT_MS_DIGITS || !ms.bytes().all(|b| b.is_ascii_digit()) {
+                return fail("expected 20 digits of Unix ms, '-' and a suffix");
+            }
+            if suffix.is_empty()
+                || suffix.len() > 64
+                || !suffix.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+            {
+                return fail("the suffix after the time is 1 to 64 of A-Z a-z 0-9 _ . -");
+            }
+        }
         Component::MetadataKey => {
             // Same alphabet the API accepts in PATCH paths (spec §8.8).
             if !value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')) {
@@ -152,6 +171,14 @@ pub fn check_component(what: Component, value: &str) -> Result<(), InvalidCompon
         }
     }
     Ok(())
+}
+
+/// Digits of the time in an audit record's ID: zero-padded, so IDs sort as their times do.
+pub const AUDIT_MS_DIGITS: usize = 20;
+
+/// The ID of the audit record written at `at_ms` by a writer naming itself `suffix` (unique per writer).
+pub fn audit_id(at_ms: u64, suffix: &str) -> String {
+    format!("{at_ms:0width$}-{suffix}", width = AUDIT_MS_DIGITS)
 }
 
 impl Default for Keys {
@@ -280,6 +307,21 @@ impl Keys {
         self.key(&["rollouts", id, "progress"])
     }
 
+    /// Every audit record: a prefix, ordered by time.
+    pub fn audit_dir(&self) -> String {
+        self.key(&["audit", ""])
+    }
+
+    pub fn audit_record(&self, id: &str) -> String {
+        self.key(&["audit", id])
+    }
+
+    /// The first key a record written at or after `at_ms` can have (records before it sort lower): where a read
+    /// "since" starts and where a trim "older than" ends.
+    pub fn audit_from(&self, at_ms: u64) -> String {
+        self.key(&["audit", &format!("{at_ms:0width$}", width = AUDIT_MS_DIGITS)])
+    }
+
     /// Parses a full key back into what it addresses; `None` for keys outside the prefix or unknown to this
     /// layout version (readers ignore those, so a newer fleet may add keys).
     pub fn parse(&self, key: &[u8]) -> Option<Key> {
@@ -307,6 +349,7 @@ impl Keys {
             ["rollouts", id, "spec"] => Key::RolloutSpec { id: s(id) },
             ["rollouts", id, "control"] => Key::RolloutControl { id: s(id) },
             ["rollouts", id, "progress"] => Key::RolloutProgress { id: s(id) },
+            ["audit", id] => Key::AuditRecord { id: s(id) },
             _ => return None,
         })
     }
@@ -330,6 +373,7 @@ impl Keys {
             Key::RolloutSpec { id } => self.rollout_spec(id),
             Key::RolloutControl { id } => self.rollout_control(id),
             Key::RolloutProgress { id } => self.rollout_progress(id),
+            Key::AuditRecord { id } => self.audit_record(id),
         }
     }
 }
@@ -371,6 +415,25 @@ mod tests {
         assert_eq!(k.rollout_progress("r1"), "/p/rollouts/r1/progress");
         assert!(check_component(Component::RolloutId, "r-1a.b_c").is_ok());
         assert!(check_component(Component::RolloutId, "r/1").is_err());
+        assert_eq!(k.audit_record(&audit_id(1_700_000_000_123, "ab-1")), "/p/audit/00000001700000000123-ab-1");
+        assert_eq!(k.audit_from(5), "/p/audit/00000000000000000005");
+        assert!(k.audit_from(5) < k.audit_record(&audit_id(5, "a")), "a record at 5 ms sorts from audit_from(5)");
+        assert!(k.audit_record(&audit_id(4, "zzz")) < k.audit_from(5));
+    }
+
+    #[test]
+    fn audit_ids_are_a_time_and_a_suffix() {
+        assert!(check_component(Component::AuditId, &audit_id(12, "m1-7")).is_ok());
+        for bad in [
+            "12-m1",
+            "00000000000000000012",
+            "00000000000000000012-",
+            "0000000000000000001x-a",
+            "00000000000000000012-a/b",
+        ] {
+            let err = check_component(Component::AuditId, bad).unwrap_err();
+            assert!(err.to_string().starts_with("invalid audit record ID"), "{bad}: {err}");
+        }
     }
 
     #[test]
@@ -393,6 +456,7 @@ mod tests {
             Key::RolloutSpec { id: "r-1".into() },
             Key::RolloutControl { id: "r-1".into() },
             Key::RolloutProgress { id: "r-1".into() },
+            Key::AuditRecord { id: audit_id(7, "m1-1") },
         ];
         for key in all {
             assert_eq!(k.parse(k.build(&key).as_bytes()), Some(key.clone()), "{key:?}");

@@ -298,6 +298,10 @@ impl Snapshot {
     /// key cannot hide the rest of the cluster; a rollout keeps the error to show ([`RolloutRecord::errors`]).
     pub fn apply(&mut self, keys: &Keys, raw_key: &[u8], change: Change<'_>) {
         let Some(key) = keys.parse(raw_key) else { return };
+        if matches!(key, Key::AuditRecord { .. }) {
+            // Not cluster state: read on demand (`P/audit/` in keys.rs), never held by every fleetd.
+            return;
+        }
         if let Some(why) = invalid_name(&key) {
             if matches!(change, Change::Put { .. }) {
                 tracing::warn!(key = %shown(raw_key), reason = %why, "ignoring registry key with an invalid name");
@@ -442,6 +446,7 @@ impl Snapshot {
                     r.progress_revision = put_revision;
                 })
             }
+            Key::AuditRecord { .. } => {}
             Key::MachineCordon { machine } => {
                 let read = value.map(|v| decode_cordon(&full(), v));
                 self.update_machine(machine, |m| match read {
@@ -513,6 +518,7 @@ fn invalid_name(key: &Key) -> Option<String> {
         Key::RolloutSpec { id } | Key::RolloutControl { id } | Key::RolloutProgress { id } => {
             component(Component::RolloutId, id)
         }
+        Key::AuditRecord { id } => component(Component::AuditId, id),
     }
 }
 

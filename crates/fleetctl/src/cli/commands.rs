@@ -178,7 +178,8 @@ const SSH_PORT: FlagSpec =
 
 /// Commands this fleetctl adds to the original's (rollouts, issue 12); help tests leave them out when comparing
 /// with the original's listings.
-pub const EXTENSION_COMMANDS: [&str; 13] = [
+pub const EXTENSION_COMMANDS: [&str; 14] = [
+    "audit",
     "completion",
     "cordon",
     "drain",
@@ -215,6 +216,25 @@ pub static COMMANDS: &[CommandSpec] = &[
         long: "Internal helper of the completion scripts: prints the unit names or machine IDs in the registry, one a line.",
         flags: &[],
         listed: false,
+        deprecated: None,
+    },
+    CommandSpec {
+        name: "audit",
+        use_line: "audit [--since=DURATION|TIME] [--limit=N] [--output=text|json] [--no-legend] [UNIT]",
+        short: "Show who wrote what to the cluster, when, and how it ended",
+        long: "Show the audit trail: one record per write request through the API (or write of\nfleetctl --driver=etcd), oldest first: its TIME (UTC), WHO made it (the client\ncertificate's subject, the Unix socket peer's user, the TCP peer's address, or\nuser@host for the etcd driver), the ACTION and its RESULT (status, and the error).\nReads are not recorded. With UNIT, only the writes that named it. The cluster keeps\nthe newest records (fleet.conf audit_max_records, audit_max_age).\n\tfleetctl audit --since=1h\n\tfleetctl audit --since=2026-12-01T08:00:00Z --output=json db.service",
+        flags: &[
+            FlagSpec::new(
+                "since",
+                Kind::Str,
+                "",
+                "Only records since then: a duration back from now (90m, 24h) or an RFC 3339 time.",
+            ),
+            FlagSpec::new("limit", Kind::Int, "1000", "Show at most this many records, the newest (at most 10000)."),
+            FlagSpec::new("output", Kind::Str, "text", "Output format: text (a table) or json (docs/json.md)."),
+            NO_LEGEND,
+        ],
+        listed: true,
         deprecated: None,
     },
     CommandSpec {
@@ -315,7 +335,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         name: "history",
         use_line: "history [-l|--full] [--no-legend] UNIT",
         short: "List the stored versions of a unit, newest first",
-        long: "List the versions of a unit the registry keeps (the last 10), newest (current) first:\nHASH, when it was STORED (UTC; - for versions stored before history was kept), and\nCURRENT. rollback returns to one of them.\n\tfleetctl history db.service",
+        long: "List the versions of a unit the registry keeps (the last 10), newest (current) first:\nHASH, when it was STORED (UTC; - for versions stored before history was kept), BY\nwhom (from the audit trail; - once its record is gone), and CURRENT. rollback\nreturns to one of them.\n\tfleetctl history db.service",
         flags: &[OUTPUT_JSON, FULL, L, NO_LEGEND],
         listed: true,
         deprecated: None,

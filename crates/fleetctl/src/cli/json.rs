@@ -260,6 +260,8 @@ pub struct VersionDoc {
     /// Whether the version's unit file is still stored (rollback can return to it).
     #[serde(rename = "hasFile")]
     pub has_file: bool,
+    /// Who stored it (`name (via)`, from the audit trail); `null` once its record is gone.
+    pub by: Option<String>,
 }
 
 pub fn history_doc(name: &str, history: &UnitHistory) -> HistoryDoc {
@@ -273,8 +275,53 @@ pub fn history_doc(name: &str, history: &UnitHistory) -> HistoryDoc {
                 stored_ms: (v.stored_ms != 0).then_some(v.stored_ms),
                 current: v.current,
                 has_file: !v.options.is_empty(),
+                by: v.by.clone(),
             })
             .collect(),
+    }
+}
+
+/// `audit --output=json`: the records, oldest first, every field present (`error` `null` for a success).
+#[derive(Debug, Serialize, PartialEq)]
+pub struct AuditDoc {
+    pub records: Vec<AuditRecordDoc>,
+    /// More records matched than `--limit`: the oldest are left out.
+    pub truncated: bool,
+    /// Stored records that do not decode, each naming its key.
+    pub errors: Vec<String>,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub struct AuditRecordDoc {
+    #[serde(rename = "atMs")]
+    pub at_ms: u64,
+    pub who: fleet_core::audit::Who,
+    pub method: String,
+    pub path: String,
+    pub action: String,
+    pub units: Vec<String>,
+    pub status: u16,
+    pub error: Option<String>,
+}
+
+pub fn audit_doc(list: &fleet_core::audit::AuditList) -> AuditDoc {
+    AuditDoc {
+        records: list
+            .records
+            .iter()
+            .map(|r| AuditRecordDoc {
+                at_ms: r.at_ms,
+                who: r.who.clone(),
+                method: r.method.clone(),
+                path: r.path.clone(),
+                action: r.action.clone(),
+                units: r.units.clone(),
+                status: r.status,
+                error: r.error.clone(),
+            })
+            .collect(),
+        truncated: list.truncated,
+        errors: list.errors.clone(),
     }
 }
 

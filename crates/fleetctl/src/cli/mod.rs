@@ -8,7 +8,7 @@
 //! step of submit/load/start/restart and the `--replace` decision table), `wait` (blocking semantics), `units`
 //! (submit, load, start, stop, unload, destroy, restart, cat), `plan` (plan and `--dry-run`), `json`
 //! (`--output=json` documents), `complete` (`completion bash|zsh|fish` and the hidden `__complete` helper),
-//! `progress` (the progress line), `cordon` (cordon, uncordon), `rollout` (`start --replace --rolling`, `restart --rolling`, rollout-status,
+//! `progress` (the progress line), `cordon` (cordon, uncordon), `audit` (the audit trail), `rollout` (`start --replace --rolling`, `restart --rolling`, rollout-status,
 //! rollout-pause, rollout-resume, rollout-promote, rollout-abort, rebalance, history, rollback), `remote` (ssh,
 //! status, journal, fd-forward: machines reached over SSH), `misc` (version, help, verify); `tests` (tests only:
 //! whole invocations against the fake client, above the dispatch that calls every command).
@@ -17,6 +17,7 @@
 //! exits 0 (B11) — and 2 for the deprecated `verify`, like the original. Commands that wait for a rollout exit 2
 //! when it paused, 3 when it rolled back and 4 when it was aborted (`rollout`).
 
+pub mod audit;
 pub mod commands;
 pub mod complete;
 pub mod context;
@@ -222,6 +223,7 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> i32 {
     let args = &inv.args;
     let code = match cmd.name {
         "list-machines" => list::list_machines(&mut ctx),
+        "audit" => audit::audit(&mut ctx, args),
         "cordon" => cordon::cordon(&mut ctx, args, true),
         "uncordon" => cordon::cordon(&mut ctx, args, false),
         "list-units" => list::list_units(&mut ctx),

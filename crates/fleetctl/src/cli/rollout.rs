@@ -553,15 +553,16 @@ pub fn utc(ms: u64) -> String {
     format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{s:02}")
 }
 
-/// The history table: HASH, STORED, CURRENT.
+/// The history table: HASH, STORED, BY, CURRENT.
 pub fn render_history(history: &UnitHistory, full: bool, legend: bool) -> String {
     let mut rows: Vec<Vec<String>> = Vec::new();
     if legend {
-        rows.push(vec!["HASH".into(), "STORED".into(), "CURRENT".into()]);
+        rows.push(vec!["HASH".into(), "STORED".into(), "BY".into(), "CURRENT".into()]);
     }
     for v in &history.versions {
         let hash = if full { v.hash.clone() } else { v.hash.chars().take(7).collect() };
-        rows.push(vec![hash, utc(v.stored_ms), if v.current { "*".into() } else { String::new() }]);
+        let by = v.by.clone().unwrap_or_else(|| "-".into());
+        rows.push(vec![hash, utc(v.stored_ms), by, if v.current { "*".into() } else { String::new() }]);
     }
     render(&rows)
 }

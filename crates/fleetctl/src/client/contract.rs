@@ -57,6 +57,8 @@ pub trait Client: Send + Sync {
     }
     /// Pause, resume (`run`) or abort a rollout that is not final (`PATCH /rollouts/<id>`).
     fn control_rollout(&self, id: &str, control: fleet_core::schema::RolloutControl) -> Result<(), ClientError>;
+    /// The audit trail (`GET /audit`, issue 38): the newest records `query` asks for, oldest first.
+    fn audit(&self, query: &fleet_core::audit::Query) -> Result<fleet_core::audit::AuditList, ClientError>;
     /// Many unit writes at once (`POST /units-batch`, an extension): one result per write, `put` then `destroy`,
     /// each what [`Client::create_unit`] (or [`Client::set_unit_target_state`] for a unit without options) and
     /// [`Client::destroy_unit`] would have returned. `None` when this client or its server has no batch route (the
@@ -122,6 +124,9 @@ impl<T: Client + ?Sized> Client for std::sync::Arc<T> {
     }
     fn control_rollout(&self, id: &str, control: fleet_core::schema::RolloutControl) -> Result<(), ClientError> {
         (**self).control_rollout(id, control)
+    }
+    fn audit(&self, query: &fleet_core::audit::Query) -> Result<fleet_core::audit::AuditList, ClientError> {
+        (**self).audit(query)
     }
     fn unit_batch(&self, batch: &UnitBatch) -> Option<Vec<Result<(), ClientError>>> {
         (**self).unit_batch(batch)

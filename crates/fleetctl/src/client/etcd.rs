@@ -15,6 +15,10 @@
 //!   API shows them ([`wire::stored_rollout`]); a wait for a rollout's next change is one etcd watch of its keys.
 //!   The engine leader of the cluster drives them as usual.
 //!
+//! * Every write is recorded in the audit trail as the API records it (issue 38; `fleet_core::audit::describe`),
+//!   `via: etcd-driver`, named `user@host` of this process, with the status the API would have answered. A record
+//!   that cannot be written is logged; the write's own result stands.
+//!
 //! The trait is synchronous: the client owns one single-threaded tokio runtime and blocks on it per call. The etcd
 //! connection is established lazily by the first request, so an unreachable etcd surfaces as that command's error
 //! (as in the original) rather than as `Unable to initialize client`.
@@ -25,9 +29,10 @@ use std::time::Duration;
 use super::contract::{Client, StateFilter};
 use super::error::{BuildError, ClientError};
 use fleet_core::api_rules::{self, ApiError, CordonAction, PutAction, StoreOptions};
+use fleet_core::audit::{self, AuditList, AuditRecord, Query, Via, Who, Write};
 use fleet_core::model::JobState;
 use fleet_core::rollout::Control;
-use fleet_core::schema::{Machine, Rollout, RolloutRequest, Unit, UnitHistory, UnitState};
+use fleet_core::schema::{Machine, MachineMetadataOp, Rollout, RolloutRequest, Unit, UnitHistory, UnitState};
 use fleet_core::unit::{UnitFile, name};
 use fleet_core::version::SemVer;
 use fleet_registry::{ApiWriter, EtcdConfig, PutUnit, Registry, RegistryError, RolloutBody, Snapshot};
@@ -37,6 +42,8 @@ pub struct EtcdClient {
     runtime: tokio::runtime::Runtime,
     /// fleetctl stands in for the API here, so it holds the API's writes and nothing more.
     registry: ApiWriter,
+    /// Who the audit trail names for this process's writes.
+    who: Who,
 }
 
 /// Per-request timeout used when `--request-timeout` is zero or negative ("no timeout").
@@ -69,7 +76,41 @@ impl EtcdClient {
             .map_err(|e| BuildError::Runtime(e.to_string()))?;
         // Connecting builds the channel only; the first request dials.
         let registry = runtime.block_on(Registry::connect(&config)).map_err(|e| BuildError::Etcd(e.to_string()))?;
-        Ok(EtcdClient { runtime, registry: ApiWriter::new(registry) })
+        Ok(EtcdClient { runtime, registry: ApiWriter::new(registry), who: local_user() })
+    }
+
+    /// Records `write` (the API's `method path`) with its result in the audit trail; a failure is logged only.
+    fn record<T>(&self, write: Write<'_>, method: &str, path: &str, done: u16, result: &Result<T, ClientError>) {
+        let (status, error) = match result {
+            Ok(_) => (done, None),
+            Err(ClientError::Rejected { code, message }) => (*code, Some(message.clone())),
+            Err(other) => (500, Some(other.to_string())),
+        };
+        let request = (method.to_string(), format!("/fleet/v1{path}"));
+        let now = fleet_core::model::now_ms();
+        let record = audit::describe(write).into_record(now, self.who.clone(), request, (status, error));
+        if let Err(e) = self.runtime.block_on(self.registry.record_audit(&record, &audit::next_suffix())) {
+            tracing::warn!(error = %e, action = %record.action, "cannot write the audit record of this write");
+        }
+    }
+
+    /// [`Client::create_unit`], unrecorded: the status the API would answer.
+    fn put_unit(&self, unit: &Unit) -> Result<u16, ClientError> {
+        let stored = if name::validate_name(&unit.name).is_ok() { Some(self.read_unit(&unit.name)?) } else { None };
+        let stored_hash = stored.as_ref().and_then(|s| s.unit(&unit.name)).map(|view| view.hash);
+        let action = api_rules::decide_put(unit, stored_hash).map_err(rejected)?;
+        match action {
+            PutAction::Create(desired) | PutAction::Replace(desired) => {
+                let options = StoreOptions::of(unit, &action);
+                let content = UnitFile::from_options(unit.options.clone());
+                self.store(&unit.name, &content, desired, options)?;
+                Ok(201)
+            }
+            PutAction::SetDesired(desired) => {
+                self.run(self.registry.set_desired(&unit.name, desired))?;
+                Ok(204)
+            }
+        }
     }
 
     fn run<T>(&self, op: impl Future<Output = Result<T, RegistryError>>) -> Result<T, ClientError> {
@@ -138,20 +179,10 @@ impl Client for EtcdClient {
     }
 
     fn create_unit(&self, unit: &Unit) -> Result<(), ClientError> {
-        let stored = if name::validate_name(&unit.name).is_ok() { Some(self.read_unit(&unit.name)?) } else { None };
-        let stored_hash = stored.as_ref().and_then(|s| s.unit(&unit.name)).map(|view| view.hash);
-        let action = api_rules::decide_put(unit, stored_hash).map_err(rejected)?;
-        match action {
-            PutAction::Create(desired) | PutAction::Replace(desired) => {
-                let options = StoreOptions::of(unit, &action);
-                let content = UnitFile::from_options(unit.options.clone());
-                self.store(&unit.name, &content, desired, options)?;
-            }
-            PutAction::SetDesired(desired) => {
-                self.run(self.registry.set_desired(&unit.name, desired))?;
-            }
-        }
-        Ok(())
+        let result = self.put_unit(unit);
+        let status = *result.as_ref().unwrap_or(&201);
+        self.record(Write::PutUnit(unit), "PUT", &format!("/units/{}", unit.name), status, &result);
+        result.map(drop)
     }
 
     fn set_unit_target_state(&self, name: &str, state: &str) -> Result<(), ClientError> {
@@ -160,9 +191,11 @@ impl Client for EtcdClient {
     }
 
     fn destroy_unit(&self, name: &str) -> Result<(), ClientError> {
-        name::validate_name(name).map_err(|e| reject(400, e.to_string()))?;
-        self.run(self.registry.destroy_unit(name))?;
-        Ok(())
+        let result = name::validate_name(name)
+            .map_err(|e| reject(400, e.to_string()))
+            .and_then(|()| self.run(self.registry.destroy_unit(name)).map(drop));
+        self.record(Write::DestroyUnit(name), "DELETE", &format!("/units/{name}"), 204, &result);
+        result
     }
 
     fn unit_states(&self, filter: &StateFilter) -> Result<Vec<UnitState>, ClientError> {
@@ -188,26 +221,29 @@ impl Client for EtcdClient {
     }
 
     fn set_machine_metadata(&self, machine_id: &str, key: &str, value: &str) -> Result<(), ClientError> {
-        if value.is_empty() {
-            return Err(reject(400, "invalid value: add and replace require a value"));
-        }
-        self.run(self.registry.set_metadata(machine_id, key, value)).map(drop)
+        let result = if value.is_empty() {
+            Err(reject(400, "invalid value: add and replace require a value"))
+        } else {
+            self.run(self.registry.set_metadata(machine_id, key, value)).map(drop)
+        };
+        let ops = [MachineMetadataOp::add(machine_id, key, value)];
+        self.record(Write::Metadata(&ops), "PATCH", "/machines", 204, &result);
+        result
     }
 
     fn delete_machine_metadata(&self, machine_id: &str, key: &str) -> Result<(), ClientError> {
-        self.run(self.registry.remove_metadata(machine_id, key)).map(drop)
+        let result = self.run(self.registry.remove_metadata(machine_id, key)).map(drop);
+        let ops = [MachineMetadataOp::remove(machine_id, key)];
+        self.record(Write::Metadata(&ops), "PATCH", "/machines", 204, &result);
+        result
     }
 
     fn cordon_machine(&self, machine_id: &str, cordon: bool) -> Result<(), ClientError> {
-        let snapshot = self.run(self.registry.read_machines_snapshot())?;
-        match api_rules::decide_cordon_in(&snapshot, machine_id, cordon).map_err(rejected)? {
-            CordonAction::Unchanged => Ok(()),
-            CordonAction::Write if cordon => {
-                let record = fleet_registry::Cordon { since_ms: fleet_core::model::now_ms() };
-                self.run(self.registry.cordon(machine_id, &record)).map(drop)
-            }
-            CordonAction::Write => self.run(self.registry.uncordon(machine_id)).map(drop),
-        }
+        let result = self.cordon(machine_id, cordon);
+        let method = if cordon { "PUT" } else { "DELETE" };
+        let path = format!("/machines/{machine_id}/cordon");
+        self.record(Write::Cordon(machine_id, cordon), method, &path, 204, &result);
+        result
     }
 
     fn latest_daemon_version(&self) -> Result<Option<SemVer>, ClientError> {
@@ -216,19 +252,14 @@ impl Client for EtcdClient {
     }
 
     fn create_rollout(&self, id: &str, request: &RolloutRequest) -> Result<Rollout, ClientError> {
-        let snapshot = self.run(self.registry.read_snapshot())?;
-        let plan = api_rules::decide_rollout(id, request, &snapshot, fleet_core::model::now_ms()).map_err(rejected)?;
-        let mut bodies = Vec::with_capacity(plan.bodies.len());
-        for (name, text, object_revision) in &plan.bodies {
-            let unit = plan.spec.unit(name).ok_or_else(|| {
-                ClientError::Other(format!("rollout decision has a body for {name}, which it does not name"))
-            })?;
-            let object = snapshot.unit_record(name).and_then(|r| r.object.as_ref());
-            bodies.push(RolloutBody { unit, text, object_revision: *object_revision, object });
-        }
-        let revision = self.run(self.registry.create_rollout(&plan.spec, &bodies, plan.cordon.as_ref()))?;
-        let stored = fleet_core::rollout::Rollout { spec: plan.spec, control: Control::default(), progress: None };
-        Ok(Rollout { revision, ..api_rules::rollout(&stored) })
+        let result = self.start_rollout(id, request);
+        self.record(Write::CreateRollout(id, request), "PUT", &format!("/rollouts/{id}"), 201, &result);
+        result
+    }
+
+    fn audit(&self, query: &Query) -> Result<AuditList, ClientError> {
+        let read = self.run(self.registry.read_audit(query.since_ms))?;
+        Ok(audit::select(read.into_iter().map(|(_, r)| r), query))
     }
 
     fn rollouts(&self) -> Result<Vec<Rollout>, ClientError> {
@@ -241,7 +272,12 @@ impl Client for EtcdClient {
         let Some(object) = snapshot.unit_record(name).and_then(|r| r.object.as_ref()) else { return Ok(None) };
         // Only the current body is in a single-unit read: fetch the others' bodies from a full read.
         let full = self.run(self.registry.read_snapshot())?;
-        Ok(Some(api_rules::history(object, |hash| full.body(hash).cloned())))
+        let mut history = api_rules::history(object, |hash| full.body(hash).cloned());
+        let since = history.versions.iter().map(|v| v.stored_ms).min().unwrap_or(0).saturating_sub(5_000);
+        let records: Vec<AuditRecord> =
+            self.run(self.registry.read_audit(since))?.into_iter().filter_map(|(_, r)| r.ok()).collect();
+        audit::authors(name, &mut history, &records);
+        Ok(Some(history))
     }
 
     fn rollout(&self, id: &str) -> Result<Option<Rollout>, ClientError> {
@@ -258,9 +294,58 @@ impl Client for EtcdClient {
     }
 
     fn control_rollout(&self, id: &str, control: fleet_core::schema::RolloutControl) -> Result<(), ClientError> {
-        let snapshot = self.run(self.registry.read_snapshot())?;
-        let rollout = api_rules::changeable_rollout(id, snapshot.rollout_records().get(id)).map_err(rejected)?;
-        let control = api_rules::decide_control(&rollout, control).map_err(rejected)?;
-        self.run(self.registry.set_rollout_control(id, &control)).map(drop)
+        let result = self.run(self.registry.read_snapshot()).and_then(|snapshot| {
+            let rollout = api_rules::changeable_rollout(id, snapshot.rollout_records().get(id)).map_err(rejected)?;
+            let decided = api_rules::decide_control(&rollout, control).map_err(rejected)?;
+            self.run(self.registry.set_rollout_control(id, &decided)).map(drop)
+        });
+        self.record(Write::ControlRollout(id, control), "PATCH", &format!("/rollouts/{id}"), 204, &result);
+        result
     }
+}
+
+impl EtcdClient {
+    /// [`Client::cordon_machine`], unrecorded.
+    fn cordon(&self, machine_id: &str, cordon: bool) -> Result<(), ClientError> {
+        let snapshot = self.run(self.registry.read_machines_snapshot())?;
+        match api_rules::decide_cordon_in(&snapshot, machine_id, cordon).map_err(rejected)? {
+            CordonAction::Unchanged => Ok(()),
+            CordonAction::Write if cordon => {
+                let record = fleet_registry::Cordon { since_ms: fleet_core::model::now_ms() };
+                self.run(self.registry.cordon(machine_id, &record)).map(drop)
+            }
+            CordonAction::Write => self.run(self.registry.uncordon(machine_id)).map(drop),
+        }
+    }
+
+    /// [`Client::create_rollout`], unrecorded.
+    fn start_rollout(&self, id: &str, request: &RolloutRequest) -> Result<Rollout, ClientError> {
+        let snapshot = self.run(self.registry.read_snapshot())?;
+        let plan = api_rules::decide_rollout(id, request, &snapshot, fleet_core::model::now_ms()).map_err(rejected)?;
+        let mut bodies = Vec::with_capacity(plan.bodies.len());
+        for (name, text, object_revision) in &plan.bodies {
+            let unit = plan.spec.unit(name).ok_or_else(|| {
+                ClientError::Other(format!("rollout decision has a body for {name}, which it does not name"))
+            })?;
+            let object = snapshot.unit_record(name).and_then(|r| r.object.as_ref());
+            bodies.push(RolloutBody { unit, text, object_revision: *object_revision, object });
+        }
+        let revision = self.run(self.registry.create_rollout(&plan.spec, &bodies, plan.cordon.as_ref()))?;
+        let stored = fleet_core::rollout::Rollout { spec: plan.spec, control: Control::default(), progress: None };
+        Ok(Rollout { revision, ..api_rules::rollout(&stored) })
+    }
+}
+
+/// `user@host` of this process (`uid N` for a user without a name in /etc/passwd).
+fn local_user() -> Who {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let user = match uid {
+        Some(uid) => audit::user_name(&passwd, uid).unwrap_or_else(|| format!("uid {uid}")),
+        None => "unknown user".to_string(),
+    };
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = host.trim();
+    Who { via: Via::EtcdDriver, name: if host.is_empty() { user } else { format!("{user}@{host}") } }
 }

@@ -26,6 +26,7 @@ use super::error::ClientError;
 use state::{FakeUnit, State, is_global, opts_hash, pinned_machine};
 
 use fleet_core::api_rules::{self, ApiError, PutAction, decide_put};
+use fleet_core::audit::{AuditList, Query, Write};
 use fleet_core::rollout::Control;
 use fleet_core::schema::{Machine, Rollout, RolloutRequest, Unit, UnitHistory, UnitState};
 use fleet_core::unit::UnitFile;
@@ -299,7 +300,9 @@ impl Client for FakeClient {
     fn create_unit(&self, unit: &Unit) -> Result<(), ClientError> {
         let mut st = self.lock();
         Self::check_fail(&st)?;
-        Self::put(&mut st, unit)
+        let result = Self::put(&mut st, unit);
+        st.record(Write::PutUnit(unit), ("PUT", format!("/units/{}", unit.name)), 201, &result);
+        result
     }
 
     fn set_unit_target_state(&self, name: &str, state: &str) -> Result<(), ClientError> {
@@ -308,17 +311,24 @@ impl Client for FakeClient {
         if let Some(e) = &st.fail_target_states {
             return Err(e.clone());
         }
-        Self::put(&mut st, &Unit { name: name.to_string(), desired_state: state.to_string(), ..Default::default() })
+        let unit = Unit { name: name.to_string(), desired_state: state.to_string(), ..Default::default() };
+        let result = Self::put(&mut st, &unit);
+        st.record(Write::PutUnit(&unit), ("PUT", format!("/units/{name}")), 204, &result);
+        result
     }
 
     fn destroy_unit(&self, name: &str) -> Result<(), ClientError> {
         let mut st = self.lock();
         Self::check_fail(&st)?;
-        if st.units.remove(name).is_none() {
-            return Err(ClientError::Api { code: 404, message: "unit does not exist".into() });
-        }
-        st.log.push(format!("destroy {name}"));
-        Ok(())
+        let result = match st.units.remove(name) {
+            None => Err(ClientError::Api { code: 404, message: "unit does not exist".into() }),
+            Some(_) => {
+                st.log.push(format!("destroy {name}"));
+                Ok(())
+            }
+        };
+        st.record(Write::DestroyUnit(name), ("DELETE", format!("/units/{name}")), 204, &result);
+        result
     }
 
     fn unit_states(&self, filter: &StateFilter) -> Result<Vec<UnitState>, ClientError> {
@@ -365,8 +375,10 @@ impl Client for FakeClient {
             cordon: Some(fleet_registry::Cordon::default()),
             ..Default::default()
         });
-        let action =
-            api_rules::decide_cordon(machine_id, found.is_some(), stored.as_ref(), cordon).map_err(api_error)?;
+        let action = api_rules::decide_cordon(machine_id, found.is_some(), stored.as_ref(), cordon).map_err(api_error);
+        let (method, path) = (if cordon { "PUT" } else { "DELETE" }, format!("/machines/{machine_id}/cordon"));
+        st.record(Write::Cordon(machine_id, cordon), (method, path), 204, &action);
+        let action = action?;
         let verb = if cordon { "cordon" } else { "uncordon" };
         match (action, found) {
             (api_rules::CordonAction::Write, Some(i)) => {
@@ -430,7 +442,15 @@ impl Client for FakeClient {
             let options = if hash == &*object.hash { Some(&u.options) } else { st.bodies.get(hash) };
             options.map(|o| std::sync::Arc::from(UnitFile::from_options(o.clone()).canonical()))
         };
-        Ok(Some(api_rules::history(&object, body)))
+        let mut history = api_rules::history(&object, body);
+        fleet_core::audit::authors(name, &mut history, &st.audit);
+        Ok(Some(history))
+    }
+
+    fn audit(&self, query: &Query) -> Result<AuditList, ClientError> {
+        let st = self.lock();
+        Self::check_fail(&st)?;
+        Ok(fleet_core::audit::select(st.audit.iter().cloned().map(Ok), query))
     }
 
     fn rollouts(&self) -> Result<Vec<Rollout>, ClientError> {

@@ -389,6 +389,15 @@ impl Client for HttpClient {
         let path = format!("/rollouts/{}", escape_path(id));
         self.check(self.send(http::Method::PATCH, &path, &[], Some(body))?).map(|_| ())
     }
+
+    fn audit(&self, query: &fleet_core::audit::Query) -> Result<fleet_core::audit::AuditList, ClientError> {
+        let (since, limit) = (query.since_ms.to_string(), query.limit.to_string());
+        let mut params = vec![("since", since.as_str()), ("limit", limit.as_str())];
+        if let Some(unit) = &query.unit {
+            params.push(("unit", unit.as_str()));
+        }
+        self.get_json("/audit", &params)
+    }
 }
 
 impl HttpClient {

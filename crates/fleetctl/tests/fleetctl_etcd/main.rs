@@ -443,3 +443,34 @@ fn cordon_and_uncordon_write_the_apis_key() {
     c.fleetctl(&["uncordon", "8363"]).assert().success().stdout(format!("Machine {MACHINE} uncordoned\n"));
     assert!(!stored(), "{cordon_key} deleted");
 }
+
+/// Writes through the etcd driver are recorded in the audit trail as such (issue 38): `via: etcd-driver`, named
+/// `user@host`, with the status the API would have answered; `audit` and `history` read them back.
+#[test]
+fn writes_through_the_etcd_driver_are_audited_as_such() {
+    let c = Cluster::start();
+    c.write("hello.service", HELLO);
+    c.fleetctl(&["submit", "hello.service"]).assert().success();
+    c.fleetctl(&["destroy", "hello.service"]).assert().success();
+    c.fleetctl(&["list-units"]).assert().success();
+
+    let records = c.runtime.block_on(c.registry().read_audit(0)).expect("read the audit trail");
+    let records: Vec<fleet_core::audit::AuditRecord> = records.into_iter().map(|(_, r)| r.expect("decodes")).collect();
+    let shown: Vec<(&str, u16)> = records.iter().map(|r| (r.action.as_str(), r.status)).collect();
+    assert_eq!(shown, [("submit hello.service", 201), ("destroy hello.service", 204)], "{records:?}");
+    let who = &records[0].who;
+    assert_eq!(who.via, fleet_core::audit::Via::EtcdDriver);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    assert!(who.name.ends_with(&format!("@{}", host.trim())), "user@host: {who:?}");
+    assert_eq!(records[1].path, "/fleet/v1/units/hello.service");
+
+    c.fleetctl(&["audit", "--no-legend", "hello.service"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(format!("{} (etcd-driver)\tsubmit hello.service\t201\n", who.name)));
+    c.fleetctl(&["submit", "hello.service"]).assert().success();
+    c.fleetctl(&["history", "--no-legend", "hello.service"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(format!("\t{} (etcd-driver)\t*", who.name)));
+}

@@ -110,6 +110,17 @@ impl ApiHandler for Api {
     }
 
     async fn handle(&self, request: Request<Bytes>) -> Response<Bytes> {
+        // The audit trail (issue 38): one record per write request, once its answer is decided.
+        let audited = self.audit_begin(&request);
+        let response = self.respond(request).await;
+        self.audit_end(audited, &response).await;
+        response
+    }
+}
+
+impl Api {
+    /// The answer to one request.
+    async fn respond(&self, request: Request<Bytes>) -> Response<Bytes> {
         let path = request.uri().path().to_string();
         let query = request.uri().query().map(str::to_string);
         // The connection's access (serve.rs puts it in): browsers' writes must come from the admin's page.
@@ -132,7 +143,8 @@ impl ApiHandler for Api {
             Ok(Route::ListStates) => self.list_states(query.as_deref()),
             Ok(Route::GetState(name)) => self.get_state(&name),
             Ok(Route::Metrics) => self.metrics(),
-            Ok(Route::UnitHistory(name)) => self.unit_history(&name),
+            Ok(Route::UnitHistory(name)) => self.unit_history(&name).await,
+            Ok(Route::Audit) => self.audit_list(query.as_deref()).await,
             Ok(Route::ListRollouts) => self.list_rollouts(),
             Ok(Route::GetRollout(id)) => self.get_rollout(&id, query.as_deref()).await,
             Ok(Route::PutRollout(id)) => self.put_rollout(&id, &request).await,

@@ -2,10 +2,12 @@
 //! systemd-activated sockets.
 
 pub mod access;
+mod audit;
 pub mod csrf;
 pub mod handler;
 pub mod listen;
 mod machines;
+mod peer;
 pub mod query;
 pub mod reply;
 mod rollouts;

@@ -40,6 +40,8 @@ pub enum Route {
     PatchRollout(String),
     /// Many unit writes in one request (`POST /units-batch`, issue 16).
     UnitBatch,
+    /// The audit trail (issue 38): `GET /audit?unit=&since=&limit=`.
+    Audit,
     /// The live cluster page (issue 17): the path after `/ui` (`""`, `/`, `/units/<name>`, …).
     Ui(String),
 }
@@ -195,6 +197,10 @@ pub fn route(method: &Method, raw_path: &str) -> Result<Route, RouteError> {
         },
         "/state" => match *method {
             Method::GET => Ok(Route::ListStates),
+            _ => Err(RouteError::MethodNotAllowed("only GET supported against this resource")),
+        },
+        "/audit" => match *method {
+            Method::GET => Ok(Route::Audit),
             _ => Err(RouteError::MethodNotAllowed("only GET supported against this resource")),
         },
         "/rollouts" => match *method {

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::access::{self, Access};
 use super::listen::Listener;
+use super::peer;
 use fleet_core::version::VERSION;
 
 /// Request bodies above this size are refused (413); unit files are at most a few KiB.
@@ -131,7 +132,10 @@ async fn accept_loop<H: ApiHandler>(
             Ok(Connection::Tcp(stream)) => {
                 let _ = stream.set_nodelay(true);
                 match tls.borrow().clone() {
-                    None => spawn_connection(TokioIo::new(stream), Access::Unrestricted, handler, stop, permit),
+                    None => {
+                        let who = peer::of_tcp(stream.peer_addr().ok());
+                        spawn_connection(TokioIo::new(stream), Access::Unrestricted, who, handler, stop, permit)
+                    }
                     Some(settings) => {
                         tokio::spawn(async move {
                             let handshake = settings.acceptor.accept(stream);
@@ -147,13 +151,18 @@ async fn accept_loop<H: ApiHandler>(
                                 }
                             };
                             let access = access_of(&stream, settings.clients_authenticated);
-                            spawn_connection(TokioIo::new(stream), access, handler, stop, permit);
+                            let who = match &access {
+                                Access::Certificate(subject) => peer::of_certificate(subject),
+                                Access::Unrestricted => peer::of_tcp(stream.get_ref().0.peer_addr().ok()),
+                            };
+                            spawn_connection(TokioIo::new(stream), access, who, handler, stop, permit);
                         });
                     }
                 }
             }
             Ok(Connection::Unix(stream)) => {
-                spawn_connection(TokioIo::new(stream), Access::Unrestricted, handler, stop, permit)
+                let who = peer::of_unix(stream.peer_cred().ok().map(|cred| cred.uid()));
+                spawn_connection(TokioIo::new(stream), Access::Unrestricted, who, handler, stop, permit)
             }
             Err(err) => {
                 // EMFILE and friends: back off briefly instead of spinning, keep the listener.
@@ -193,9 +202,11 @@ async fn accept(listener: &Listener) -> std::io::Result<Connection> {
     }
 }
 
+/// Serves one connection; every request carries `who` (in its extensions) for the audit trail.
 fn spawn_connection<I, H>(
     io: I,
     access: Access,
+    who: fleet_core::audit::Who,
     handler: watch::Receiver<Option<Arc<H>>>,
     stop: CancellationToken,
     permit: tokio::sync::OwnedSemaphorePermit,
@@ -206,9 +217,10 @@ fn spawn_connection<I, H>(
     let access = Arc::new(access);
     tokio::spawn(async move {
         let _permit = permit;
-        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
             let current = handler.borrow().clone();
             let access = access.clone();
+            request.extensions_mut().insert(who.clone());
             async move { Ok::<_, Infallible>(dispatch(current, &access, request).await) }
         });
         let connection = hyper::server::conn::http1::Builder::new()

@@ -58,13 +58,16 @@ impl Api {
         }
     }
 
-    /// The unit's stored versions, newest first (the current one marked), with their unit files.
-    pub(super) fn unit_history(&self, name: &str) -> Response<Bytes> {
+    /// The unit's stored versions, newest first (the current one marked), with their unit files and who stored
+    /// them (from the audit trail).
+    pub(super) async fn unit_history(&self, name: &str) -> Response<Bytes> {
         let snapshot = self.snapshot();
         let Some(object) = snapshot.unit_record(name).and_then(|r| r.object.as_ref()) else {
             return reply::error(StatusCode::NOT_FOUND, NO_UNIT);
         };
-        reply::json(&api_rules::history(object, |hash| snapshot.body(hash).cloned()))
+        let mut history = api_rules::history(object, |hash| snapshot.body(hash).cloned());
+        self.history_authors(name, &mut history).await;
+        reply::json(&history)
     }
 
     /// The decision procedure of spec §8.6, steps 1–8.

@@ -32,6 +32,7 @@ pub fn start_engine(
             rebalance: config.engine_rebalance,
         },
     )
-    .with_agent_ttl(config.agent_ttl().unwrap_or(std::time::Duration::from_secs(30)));
+    .with_agent_ttl(config.agent_ttl().unwrap_or(std::time::Duration::from_secs(30)))
+    .with_audit_limits(config.audit_limits());
     Some(engine.spawn(stop))
 }

@@ -67,6 +67,10 @@ pub struct Config {
     pub api_socket_group: String,
     /// Permission bits of the Unix API socket fleetd binds.
     pub api_socket_mode: u32,
+    /// The audit trail keeps at most this many records (the engine leader trims the oldest).
+    pub audit_max_records: u64,
+    /// Go duration text: the audit trail keeps records this long; checked when loaded.
+    pub audit_max_age: String,
 }
 
 impl Default for Config {
@@ -100,6 +104,8 @@ impl Default for Config {
             api_tls_client_ca_file: String::new(),
             api_socket_group: String::new(),
             api_socket_mode: 0o660,
+            audit_max_records: fleet_core::audit::Limits::default().max_records,
+            audit_max_age: "720h".into(),
         }
     }
 }
@@ -174,7 +180,7 @@ fn read_file(provided: Option<&Path>) -> Result<(ConfigSource, BTreeMap<String, 
 }
 
 /// Every fleet.conf option (also read as `FLEET_<OPTION>` from the environment), in spec order.
-pub const OPTION_NAMES: [&str; 28] = [
+pub const OPTION_NAMES: [&str; 30] = [
     "verbosity",
     "etcd_servers",
     "etcd_username",
@@ -203,6 +209,8 @@ pub const OPTION_NAMES: [&str; 28] = [
     "api_tls_client_ca_file",
     "api_socket_group",
     "api_socket_mode",
+    "audit_max_records",
+    "audit_max_age",
 ];
 
 fn apply(config: &mut Config, key: &str, value: &str, warnings: &mut Vec<String>) {
@@ -247,6 +255,14 @@ fn apply(config: &mut Config, key: &str, value: &str, warnings: &mut Vec<String>
         "api_tls_key_file" => config.api_tls_key_file = value.trim().to_string(),
         "api_tls_client_ca_file" => config.api_tls_client_ca_file = value.trim().to_string(),
         "api_socket_group" => config.api_socket_group = value.trim().to_string(),
+        "audit_max_records" => match value.trim().parse::<u64>() {
+            Ok(v) if v > 0 => config.audit_max_records = v,
+            _ => bad("positive integer"),
+        },
+        "audit_max_age" => match parse_duration(value.trim()) {
+            Ok(d) if !d.is_zero() => config.audit_max_age = value.trim().to_string(),
+            _ => bad("positive Go duration (e.g. 720h)"),
+        },
         "api_socket_mode" => match u32::from_str_radix(value.trim(), 8) {
             Ok(mode) if mode <= 0o777 => config.api_socket_mode = mode,
             _ => bad("octal permission mode (e.g. 0660)"),
@@ -308,6 +324,14 @@ impl Config {
             Ok(_) => Err(ConfigError::AgentTtl(DurationError(self.agent_ttl.clone()))),
             Err(e) => Err(ConfigError::AgentTtl(e)),
         }
+    }
+
+    /// How much of the audit trail the engine leader keeps. `audit_max_age` was checked when loaded (a bad value
+    /// kept the default).
+    pub fn audit_limits(&self) -> fleet_core::audit::Limits {
+        let default = fleet_core::audit::Limits::default();
+        let age = parse_duration(&self.audit_max_age).map_or(default.max_age_ms, |d| d.as_millis() as u64);
+        fleet_core::audit::Limits { max_records: self.audit_max_records, max_age_ms: age }
     }
 
     pub fn engine_reconcile_interval(&self) -> Duration {
@@ -425,6 +449,24 @@ mod tests {
         );
         let ca_only = Config { api_tls_client_ca_file: "/ca.pem".into(), ..Config::default() };
         assert!(ca_only.api_tls().unwrap_err().to_string().contains("api_tls_client_ca_file needs"));
+    }
+
+    #[test]
+    fn audit_limits_come_from_fleet_conf_and_bad_values_keep_the_defaults() {
+        let defaults = Config::default().audit_limits();
+        assert_eq!(defaults, fleet_core::audit::Limits { max_records: 10_000, max_age_ms: 30 * 24 * 3600 * 1000 });
+        let loaded = load_text("audit_max_records=500\n", &[("FLEET_AUDIT_MAX_AGE", "36h")]);
+        let limits = loaded.config.audit_limits();
+        assert_eq!((limits.max_records, limits.max_age_ms), (500, 36 * 3600 * 1000));
+        let bad = load_text("audit_max_records=0\naudit_max_age=soon\n", &[]);
+        assert_eq!(bad.config.audit_limits(), defaults);
+        assert_eq!(
+            bad.warnings,
+            [
+                "ignoring audit_max_age=\"soon\": not a valid positive Go duration (e.g. 720h)",
+                "ignoring audit_max_records=\"0\": not a valid positive integer",
+            ]
+        );
     }
 
     #[test]

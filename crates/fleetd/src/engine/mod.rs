@@ -12,8 +12,10 @@
 //! | `runner` | the async shell: wake-ups, leadership, passes, shutdown ([`Engine`]) |
 //! | `reconcile` | one leader pass against the registry: plan, CAS writes, body GC |
 //! | `election` | the election, pure: registry view → this tick's step ([`election::step`], [`election::decide`]) |
+//! | `audit` | the leader's trimming of the audit trail by age and count |
 //! | `rollouts` | the leader's drive of stored rollouts (rebalance plans and target moves included) |
 
+pub mod audit;
 pub mod election;
 pub mod reconcile;
 pub mod rollouts;

@@ -47,6 +47,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior, interval, timeout};
 use tokio_util::sync::CancellationToken;
 
+use super::audit::Trimmer;
 use super::election::{ENGINE_VERSION, LeaderChange, LeadershipStep, StandAsideReason, lease_ttl};
 use super::election::{step, view_shows_lease};
 use super::reconcile::{PassOutcome, PassReport, Reconciler};
@@ -104,6 +105,7 @@ pub struct Engine {
     config: EngineConfig,
     status: watch::Sender<EngineStatus>,
     at_most_once_margin: Duration,
+    audit_limits: fleet_core::audit::Limits,
 }
 
 impl Engine {
@@ -119,7 +121,15 @@ impl Engine {
             config,
             status: watch::Sender::new(EngineStatus::default()),
             at_most_once_margin: fleet_core::at_most_once::margin(DEFAULT_AGENT_TTL),
+            audit_limits: fleet_core::audit::Limits::default(),
         }
+    }
+
+    /// How much of the audit trail the leader keeps (fleet.conf `audit_max_records`, `audit_max_age`); without
+    /// this call the defaults.
+    pub fn with_audit_limits(mut self, limits: fleet_core::audit::Limits) -> Engine {
+        self.audit_limits = limits;
+        self
     }
 
     /// The margin this engine waits, after a machine's presence expired, before it places that machine's
@@ -168,6 +178,7 @@ impl Engine {
             rollout_catalog: UnitCatalog::new(),
             known_machines: None,
             rebalance_wanted: false,
+            audit: Trimmer::new(self.audit_limits),
         };
         tracing::info!(machine = %runner.config.machine_id, interval = ?runner.config.reconcile_interval,
             lease_ttl = ?ttl, "engine started");
@@ -225,6 +236,8 @@ struct Runner {
     known_machines: Option<std::collections::BTreeSet<String>>,
     /// A machine joined or returned and no rebalance has been stored for it yet (`engine_rebalance`).
     rebalance_wanted: bool,
+    /// The audit trail's trimming while leading.
+    audit: Trimmer,
 }
 
 impl Runner {
@@ -345,6 +358,9 @@ impl Runner {
                     }
                     self.drive_rollouts(timed).await;
                     self.rebalance_on_join(&view).await;
+                    if let Some(session) = &self.session {
+                        self.audit.tick(session).await;
+                    }
                 }
                 LeadershipStep::Campaign => {
                     if self.campaign(cancel).await {

@@ -502,3 +502,103 @@ async fn over_the_unix_socket_the_page_is_read_only_and_browser_writes_are_refus
     assert!(client.starts_with("HTTP/1.1 404") && client.contains("machine does not exist"), "{client}");
     stop.cancel();
 }
+
+/// The audit trail (issue 38): one record per write request with who, what, the status and the error; reads are
+/// not recorded; `history` names who stored each version.
+#[tokio::test]
+async fn every_write_request_is_recorded_once_with_its_result_and_reads_are_not() {
+    let s = Server::start(100).await;
+    assert_eq!(s.put_json("/fleet/v1/units/api.service", HELLO).await.status, 201);
+    let refused = s.put_json("/fleet/v1/units/api.service", r#"{"desiredState":"running"}"#).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    let batch =
+        r#"{"put":[{"name":"api.service","desiredState":"loaded"},{"name":"none.service","desiredState":"loaded"}]}"#;
+    let batched = s.request("POST", "/fleet/v1/units-batch", &[("Content-Type", "application/json")], batch).await;
+    assert_eq!(batched.status, 200, "{}", batched.body);
+    assert_eq!(s.get("/fleet/v1/units").await.status, 200);
+    assert_eq!(s.get("/fleet/v1/units/api.service/history").await.status, 200);
+
+    let trail = s.get("/fleet/v1/audit").await;
+    assert_eq!(trail.status, 200, "{}", trail.body);
+    let records = trail.json()["records"].as_array().cloned().unwrap_or_default();
+    let summary: Vec<(String, u64, String)> = records
+        .iter()
+        .map(|r| {
+            let (action, status) = (r["action"].as_str().unwrap_or_default(), r["status"].as_u64().unwrap_or(0));
+            (action.to_string(), status, r["error"].as_str().unwrap_or_default().to_string())
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("submit api.service (launched)".to_string(), 201, String::new()),
+            ("set api.service running".to_string(), 400, "invalid value \"running\" for JobState".to_string()),
+            (
+                "set 2 units loaded".to_string(),
+                200,
+                "1 of 2 writes failed: none.service 409 unit does not exist and options field empty".to_string()
+            ),
+        ],
+        "one record per write request, none for the reads: {}",
+        trail.body
+    );
+    let who = &records[0]["who"];
+    assert_eq!(who["via"], "tcp", "{who}");
+    assert!(who["name"].as_str().unwrap_or_default().starts_with("127.0.0.1:"), "{who}");
+    assert_eq!(records[0]["units"], serde_json::json!(["api.service"]));
+
+    let for_unit = s.get("/fleet/v1/audit?unit=none.service").await.json();
+    assert_eq!(for_unit["records"].as_array().map(Vec::len), Some(1), "{for_unit}");
+    let since = records[1]["atMs"].as_u64().unwrap();
+    let newer = s.get(&format!("/fleet/v1/audit?since={since}&limit=1")).await.json();
+    assert_eq!(newer["records"][0]["status"], 200, "the newest of those since: {newer}");
+    assert_eq!(newer["truncated"], true);
+    let bad = s.get("/fleet/v1/audit?since=yesterday").await;
+    assert_eq!(
+        (bad.status, bad.json()["error"]["message"].as_str()),
+        (400, Some("invalid since \"yesterday\": expected Unix time in milliseconds"))
+    );
+    assert_eq!(s.request("DELETE", "/fleet/v1/audit", &[], "").await.status, 405);
+
+    let history = s.get("/fleet/v1/units/api.service/history").await.json();
+    let by = history["versions"][0]["by"].as_str().unwrap_or_default().to_string();
+    assert!(by.starts_with("127.0.0.1:") && by.ends_with(" (tcp)"), "history names who stored the version: {history}");
+}
+
+/// On the Unix socket the record names the peer's user (`SO_PEERCRED`).
+#[tokio::test]
+async fn a_write_over_the_unix_socket_is_recorded_with_the_peers_user() {
+    let etcd = TestEtcd::start().await;
+    let registry = etcd.registry(PREFIX).await;
+    let reflector = Arc::new(Reflector::start(&registry));
+    reflector.wait_connected(Duration::from_secs(10)).await.expect("reflector connects");
+    let api = Arc::new(Api::new(registry.clone(), reflector, 100));
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("fleet.sock");
+    let listener = bind(&ListenAddress::Unix(socket.clone())).await.unwrap();
+    let (_install, handler) = watch::channel(Some(api));
+    let stop = CancellationToken::new();
+    tokio::spawn(serve(vec![listener], handler, stop.clone()));
+
+    let mut stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+    let request =
+        "DELETE /fleet/v1/units/none.service HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+
+    let records = registry.read_audit(0).await.unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = records[0].1.as_ref().unwrap();
+    // The test's own user: the owner of the directory it just made.
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.path()).unwrap());
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let expected = fleet_core::audit::user_name(&passwd, uid).unwrap_or_else(|| format!("uid {uid}"));
+    assert_eq!((record.who.via, record.who.name.as_str()), (fleet_core::audit::Via::Unix, expected.as_str()));
+    assert_eq!(
+        (record.action.as_str(), record.status, record.error.as_deref()),
+        ("destroy none.service", 404, Some("unit does not exist"))
+    );
+    stop.cancel();
+}

@@ -1177,3 +1177,62 @@ async fn a_rollouts_revision_moves_with_its_writes_and_a_change_wait_ends_on_the
         Err(RegistryError::InvalidComponent(_))
     ));
 }
+
+/// An audit record of `who` at `at_ms`.
+fn audit_record(at_ms: u64, who: &str) -> fleet_core::audit::AuditRecord {
+    use fleet_core::audit::{AuditRecord, Via, Who};
+    AuditRecord {
+        at_ms,
+        who: Who { via: Via::Unix, name: who.into() },
+        method: "DELETE".into(),
+        path: "/fleet/v1/units/a.service".into(),
+        action: "destroy a.service".into(),
+        units: vec!["a.service".into()],
+        versions: Default::default(),
+        status: 204,
+        error: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_records_are_kept_in_time_order_read_since_and_trimmed_by_the_leader() {
+    use fleet_core::audit::Limits;
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/audit").await;
+    let writer = api(&reg);
+    let day = 24 * 3600 * 1000;
+    let now = 100 * day;
+    for (i, at) in [now - 40 * day, now - 31 * day, now - 3, now - 2, now - 2, now - 1].into_iter().enumerate() {
+        let key = writer.record_audit(&audit_record(at, &format!("user{i}")), "m1").await.unwrap();
+        assert!(key.starts_with("/test/audit/audit/"), "{key}");
+    }
+    // Garbage another client wrote is an error for that record, with its key, not for the read.
+    reg.client().put("/test/audit/audit/00000000000000000001-x", "garbage", None).await.unwrap();
+
+    let all = reg.read_audit(0).await.unwrap();
+    assert_eq!(all.len(), 7, "two records in the same ms under one suffix both kept: {all:?}");
+    let (bad_key, bad) = &all[0];
+    let err = bad.as_ref().unwrap_err();
+    assert!(err.to_string().starts_with(&format!("{bad_key}: cannot decode audit record")), "{err}");
+    let names: Vec<String> = all[1..].iter().map(|(_, r)| r.as_ref().unwrap().who.name.clone()).collect();
+    assert_eq!(names, ["user0", "user1", "user2", "user3", "user4", "user5"], "oldest first");
+    let recent: Vec<u64> =
+        reg.read_audit(now - 2).await.unwrap().iter().map(|(_, r)| r.as_ref().unwrap().at_ms).collect();
+    assert_eq!(recent, [now - 2, now - 2, now - 1], "since is inclusive");
+
+    let (leader, _lease) = lead(&reg, "m1").await;
+    let trimmed = leader.trim_audit(Limits { max_records: 2, max_age_ms: 30 * day }, now).await.unwrap();
+    assert_eq!((trimmed.too_old, trimmed.too_many), (3, 2), "the garbage and two records by age, then two by count");
+    let left: Vec<String> =
+        reg.read_audit(0).await.unwrap().iter().map(|(_, r)| r.as_ref().unwrap().who.name.clone()).collect();
+    assert_eq!(left, ["user4", "user5"], "the newest two are kept");
+    let again = leader.trim_audit(Limits { max_records: 2, max_age_ms: 30 * day }, now).await.unwrap();
+    assert_eq!((again.too_old, again.too_many), (0, 0), "nothing more to trim");
+
+    // A deposed leader trims nothing.
+    let stale = leader.clone();
+    assert!(leader.resign().await.unwrap());
+    let refused = stale.trim_audit(Limits { max_records: 0, max_age_ms: 0 }, now).await;
+    assert!(matches!(refused, Err(RegistryError::NotLeader { .. })), "{refused:?}");
+    assert_eq!(reg.read_audit(0).await.unwrap().len(), 2);
+}

@@ -8,6 +8,7 @@
 //! check), `list`, `units`, `remote` (ssh, status, journal), `rollout`, `json` (`--output=json`), `complete`
 //! (`completion` and `__complete`), `progress` (the progress line on a terminal).
 
+mod audit;
 mod complete;
 mod cordon;
 mod general;

@@ -51,7 +51,12 @@ pub(super) struct State {
     pub(super) clock_ms: u64,
     /// How many of the next single-rollout reads fail, and with what.
     pub(super) failing_rollout_reads: Option<(u32, ClientError)>,
+    /// The audit trail: one record per unit write and cordon, as the API records them (by [`FAKE_USER`]).
+    pub(super) audit: Vec<fleet_core::audit::AuditRecord>,
 }
+
+/// Who the fake's audit records name: a Unix socket user.
+pub(super) const FAKE_USER: &str = "tester";
 
 pub(super) fn opts_hash(options: &[UnitOption]) -> String {
     UnitFile::from_options(options.to_vec()).hash().to_hex()
@@ -86,6 +91,25 @@ impl State {
         });
         let clock = self.clock_ms;
         fleet_registry::UnitObject::next(old_object.as_ref(), "", &hash, false, clock).history
+    }
+
+    /// Records `write` (the API's `method path`) answered `done` on success, or with the refusal in `result`.
+    pub(super) fn record<T>(
+        &mut self,
+        write: fleet_core::audit::Write<'_>,
+        (method, path): (&str, String),
+        done: u16,
+        result: &Result<T, ClientError>,
+    ) {
+        use fleet_core::audit::{Via, Who, describe};
+        let (status, error) = match result {
+            Ok(_) => (done, None),
+            Err(ClientError::Api { code, message }) => (*code, Some(message.clone())),
+            Err(other) => (500, Some(other.to_string())),
+        };
+        let who = Who { via: Via::Unix, name: FAKE_USER.into() };
+        let request = (method.to_string(), format!("/fleet/v1{path}"));
+        self.audit.push(describe(write).into_record(self.clock_ms, who, request, (status, error)));
     }
 
     /// Stores `options` as the unit's new version (rollouts and rollbacks), continuing its history.
