@@ -11,8 +11,8 @@
 //! start|load|submit` calls [`changes`]), so the page shows exactly what `fleetctl plan` prints. [`Preview::write`]
 //! is the API request that performs the action, so the page sends what it showed.
 //!
-//! Drain (issue 38) is not here yet: its planner is scheduler code; a `Intent::Drain` belongs next to
-//! [`Intent::Cordon`], its changes from that planner (docs/ui.md, "Actions").
+//! A drain's changes are the engine's own plan of it ([`scheduler::drain::plan`]) on the machines with the drained
+//! one cordoned.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use crate::machine_plan::plan::{self as agent_plan, Actual, Desired, Planned, Ta
 use crate::machine_plan::unit_cache::reloadable;
 use crate::model::{JobState, MachineState, short_hash};
 use crate::rollout::{self, Observed, Phase, RolloutKind, RolloutState, Step};
-use crate::scheduler::{ScheduleInput, UnitSpec, explain, schedule};
+use crate::scheduler::{self, ScheduleInput, UnitSpec, explain, schedule};
 use crate::schema::{self, Machine, Unit, UnitHistory, UnitState, UnitVersion};
 use crate::unit::{Requirements, UnitFile};
 
@@ -267,16 +267,21 @@ fn global(name: &str, unit: &PlanUnit) -> bool {
     unit.requirements(name).global
 }
 
-/// One engine pass over the units and machines (the engine's own [`schedule::plan_with_report`]), applied.
-fn place(units: &BTreeMap<String, PlanUnit>, machines: &[MachineState]) -> Result<Placed, String> {
-    let specs: BTreeMap<String, UnitSpec> = units
+/// The units as the scheduler sees them (a global unit has no target).
+fn unit_specs(units: &BTreeMap<String, PlanUnit>) -> BTreeMap<String, UnitSpec> {
+    units
         .iter()
         .map(|(name, u)| {
             let constraints = u.requirements(name);
             let target = if constraints.global { None } else { u.target.clone() };
             (name.clone(), UnitSpec { name: name.clone(), desired: u.desired, target, constraints })
         })
-        .collect();
+        .collect()
+}
+
+/// One engine pass over the units and machines (the engine's own [`schedule::plan_with_report`]), applied.
+fn place(units: &BTreeMap<String, PlanUnit>, machines: &[MachineState]) -> Result<Placed, String> {
+    let specs = unit_specs(units);
     let snapshot = ScheduleInput::new(specs.values().cloned(), machines.iter().cloned()).map_err(|e| e.to_string())?;
     let report = schedule::plan_with_report(&snapshot);
     let mut placed = specs;
@@ -411,6 +416,8 @@ pub enum Intent {
     Rollout { rollout: String, action: rollout::Action },
     /// `rollback UNIT`: the unit returns to the version before its current one, as a plain `fleetctl rollback`.
     Rollback(String),
+    /// `drain MACHINE` (a full ID or a unique prefix), with `fleetctl drain`'s defaults.
+    Drain(String),
 }
 
 impl Intent {
@@ -427,8 +434,9 @@ impl Intent {
             "abort" => control(rollout::Action::Abort),
             "promote" => control(rollout::Action::Promote),
             "rollback" => Ok(Intent::Rollback(subject)),
+            "drain" => Ok(Intent::Drain(subject)),
             other => Err(format!(
-                "unknown action {other:?}: plan predicts cordon, uncordon, rollout-pause, rollout-resume, \
+                "unknown action {other:?}: plan predicts cordon, uncordon, drain, rollout-pause, rollout-resume, \
                  rollout-abort, rollout-promote and rollback"
             )),
         }
@@ -471,7 +479,69 @@ pub fn preview(view: &ClusterView, intent: &Intent, now_ms: u64) -> Result<Previ
         Intent::Uncordon(machine) => cordon(view, machine, false),
         Intent::Rollout { rollout, action } => control(view, rollout, *action, now_ms),
         Intent::Rollback(unit) => rollback(view, unit, now_ms),
+        Intent::Drain(machine) => drain(view, machine, now_ms),
     }
+}
+
+/// A drain of `machine` with `fleetctl drain`'s defaults (one unit at a time): the engine's plan of it, on the
+/// cluster with the machine cordoned. Moves in the order the engine makes them, then the stops (units that cannot
+/// leave, and the global units the machine runs); a unit no machine takes is `blocked` (the drain pauses there).
+fn drain(view: &ClusterView, machine: &str, now_ms: u64) -> Result<Preview, String> {
+    let id = machine_named(view, machine)?;
+    let mut machines = view.machine_states();
+    let was_cordoned = machines.iter().any(|m| m.id == id && m.cordoned);
+    machines.iter_mut().filter(|m| m.id == id).for_each(|m| m.cordoned = true);
+    let units = stored_units(&view.units)?;
+    let specs = unit_specs(&units);
+    let input = ScheduleInput::new(specs.values().cloned(), machines).map_err(|e| e.to_string())?;
+    let plan = scheduler::drain::plan(&input, &id)?;
+    let from = short(&id);
+    let mut changes: Vec<Change> = plan
+        .moves
+        .iter()
+        .map(|m| Change {
+            unit: m.unit.clone(),
+            machine: m.to.clone(),
+            action: Action::Move,
+            detail: format!("from {from}: the least-loaded machine that takes it"),
+        })
+        .collect();
+    changes.extend(plan.unplaced.iter().map(|(unit, why)| Change {
+        unit: unit.clone(),
+        machine: String::new(),
+        action: Action::Blocked,
+        detail: why.clone(),
+    }));
+    let mut stops: BTreeMap<&str, String> =
+        plan.stays.iter().map(|(unit, why)| (unit.as_str(), format!("it cannot leave: {why}"))).collect();
+    for s in view.states.iter().filter(|s| s.machine_id == id) {
+        if specs.get(&s.name).is_some_and(|u| u.constraints.global) {
+            stops.insert(&s.name, "a global unit".into());
+        }
+    }
+    changes.extend(stops.into_iter().map(|(unit, why)| Change {
+        unit: unit.to_string(),
+        machine: id.clone(),
+        action: Action::Stop,
+        detail: format!("{why}; stops last, starts again after uncordon"),
+    }));
+    let mut summary = vec![format!(
+        "machine {from} {} and its units move off one at a time: {} move(s), then {} stop(s)",
+        if was_cordoned { "stays cordoned" } else { "is cordoned" },
+        plan.moves.len(),
+        changes.iter().filter(|c| c.action == Action::Stop).count()
+    )];
+    if !plan.unplaced.is_empty() {
+        summary.push(format!("{} unit(s) no other machine takes: the drain pauses at them", plan.unplaced.len()));
+    }
+    let taken: Vec<String> = view.rollouts.iter().map(|r| r.id.clone()).collect();
+    let rollout = api_rules::unused_rollout_id(&format!("drain-{from}"), now_ms, &taken);
+    let write = Write {
+        method: "PUT",
+        path: format!("/fleet/v1/rollouts/{rollout}"),
+        body: Some(serde_json::json!({"kind": "drain", "machine": id})),
+    };
+    Ok(Preview { title: format!("drain machine {id}"), summary, changes, write })
 }
 
 fn cordon(view: &ClusterView, machine: &str, cordon: bool) -> Result<Preview, String> {

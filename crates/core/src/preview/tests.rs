@@ -211,3 +211,35 @@ fn rollback_of_a_launched_unit_is_a_replace_rollout_to_the_earlier_version_at_on
     let err = preview(&v, &Intent::Rollback("web.service".into()), 0).unwrap_err();
     assert_eq!(err, "the unit has no earlier version in its history");
 }
+
+/// Issue 38: a drain's preview is the engine's plan of it: web.service moves to M2 (M3 is cordoned), the global
+/// unit stops on M1 last; a unit no machine takes is blocked with each machine's verdict; the write is the drain.
+#[test]
+fn a_drain_shows_the_engines_moves_then_the_stops_and_writes_the_drain() {
+    let mut v = view();
+    v.units.push(unit("pinned.service", &format!("{V1}\n[X-Fleet]\nMachineID={M1}\n"), "launched", M1));
+    let p = preview(&v, &Intent::parse("drain", "11111111").unwrap(), 1_700_000_000_000).unwrap();
+    assert_eq!(
+        lines(&p.changes),
+        [
+            ("web.service".to_string(), "22222222", "move"),
+            ("g.service".to_string(), "11111111", "stop"),
+            ("pinned.service".to_string(), "11111111", "stop"),
+        ]
+    );
+    assert!(p.changes[2].detail.contains("pinned to the machine by MachineID="), "{:?}", p.changes[2]);
+    assert_eq!(
+        p.summary[0],
+        "machine 11111111 is cordoned and its units move off one at a time: 1 move(s), then 2 stop(s)"
+    );
+    let body = serde_json::json!({"kind": "drain", "machine": M1});
+    assert_eq!(
+        p.write,
+        Write { method: "PUT", path: "/fleet/v1/rollouts/drain-11111111-1700000000000".into(), body: Some(body) }
+    );
+    v.machines[1].cordoned = true;
+    let blocked = preview(&v, &Intent::Drain(M1.into()), 0).unwrap();
+    assert_eq!(lines(&blocked.changes)[0], ("web.service".to_string(), "", "blocked"));
+    assert!(blocked.changes[0].detail.contains("22222222: unable to run unit: machine is cordoned"), "{blocked:?}");
+    assert_eq!(blocked.summary[1], "1 unit(s) no other machine takes: the drain pauses at them");
+}

@@ -2,7 +2,7 @@
 //! the unit's state on that machine; a unit's detail at `/ui/units/<name>`; kept live by server-sent events at
 //! `/ui/events` from one shared registry watch. Read-only (GET only), served on the API listeners behind
 //! the same TLS and roles as the API, so the `read` role may see it. For the `admin` role the live page also offers
-//! actions (issue 38: pause, resume, abort, promote, roll back, cordon, uncordon), each previewed by
+//! actions (issue 38: pause, resume, abort, promote, roll back, cordon, uncordon, drain), each previewed by
 //! [`fleet_core::preview`] — what `fleetctl plan` prints — and confirmed before the page's script sends the API
 //! write the preview names; [`super::csrf`] refuses browser writes that do not come from this page. [`hub::Hub`]
 //! is the shared watch; `board` the pure model and diff; `render` the HTML.

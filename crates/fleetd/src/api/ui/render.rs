@@ -160,6 +160,7 @@ fn action_label(action: &str) -> &'static str {
         "rollback" => "roll back",
         "cordon" => "cordon",
         "uncordon" => "uncordon",
+        "drain" => "drain",
         _ => "?",
     }
 }
@@ -271,7 +272,7 @@ fn phase_class(phase: &str) -> &'static str {
 }
 
 /// A machine's column header; a cordoned machine's has the class `cordoned` and a badge saying so (issue 38); for
-/// the admin role, the cordon or uncordon action.
+/// the admin role, the cordon or uncordon action and the drain.
 fn machine_header(out: &mut String, column: &Column, actions: bool) {
     let _ = write!(
         out,
@@ -292,6 +293,7 @@ fn machine_header(out: &mut String, column: &Column, actions: bool) {
     if actions {
         out.push_str("<div class=\"actions\">");
         button(out, if column.cordoned { "uncordon" } else { "cordon" }, &column.id);
+        button(out, "drain", &column.id);
         out.push_str("</div>");
     }
     out.push_str("</th>");
@@ -638,7 +640,9 @@ mod tests {
         let act = |action: &str, subject: &str| {
             format!("<button type=\"button\" class=\"act\" data-action=\"{action}\" data-subject=\"{subject}\">")
         };
-        for (action, subject) in [("resume", "r1"), ("abort", "r1"), ("cordon", M1), ("uncordon", M2)] {
+        for (action, subject) in
+            [("resume", "r1"), ("abort", "r1"), ("cordon", M1), ("uncordon", M2), ("drain", M1), ("drain", M2)]
+        {
             assert!(admin.contains(&act(action, subject)), "admin page lacks {action} {subject}: {admin}");
         }
         assert!(!admin.contains(&act("pause", "r1")), "a paused rollout is not paused again");

@@ -163,6 +163,7 @@
       if (token) {
         var actions = element('div', 'actions');
         actions.appendChild(actionButton(m.cordoned ? 'uncordon' : 'cordon', m.id));
+        actions.appendChild(actionButton('drain', m.id));
         th.appendChild(actions);
       }
       tr.appendChild(th);
