@@ -1,9 +1,9 @@
 //! `fleet-harness bench`: the performance measurements of the core and replace issues on a harness cluster —
 //! starting N template instances, list latency, destroy, fleetd memory and CPU, etcd writes while idle, and
-//! `start --replace`, rolling replace/restart (issue 12, [`rolling`]), and simulated machines at scale (issue 16
-//! item 3, [`scale`]). Each measured N (and the replace
-//! scenario, and each machine count of the rolling one) gets a fresh cluster, removed at the end (also on error:
-//! [`crate::Cluster`]'s drop).
+//! `start --replace`, rolling replace/restart (issue 12, [`rolling`]), simulated machines at scale (issue 16
+//! item 3, [`scale`]), and emptying a machine with `fleetctl drain` against by hand (issue 38, [`drain`]). Each
+//! measured N (and the replace scenario, each machine count of the rolling one, each operation of the drain one)
+//! gets a fresh cluster, removed at the end (also on error: [`crate::Cluster`]'s drop).
 //!
 //! This file runs the scenarios [`Options`] names, in turn ([`run`]); what a run is asked to do is [`options`]'s,
 //! which every scenario shares.
@@ -12,6 +12,7 @@ pub mod availability;
 mod columns;
 pub mod cpu;
 pub mod ctx;
+pub mod drain;
 pub mod floor;
 pub mod idle;
 pub mod metrics;
@@ -72,6 +73,10 @@ pub async fn run(opts: &Options) -> BenchReport {
                 tracing::info!(run, machines, "availability scenario");
                 r.availability.push(availability::run(opts, machines).await);
             }
+        }
+        if opts.scenario.drain() {
+            tracing::info!(run, units = opts.drain_units, "drain scenario");
+            r.drain = Some(drain::run(opts, opts.drain_units).await);
         }
         report.runs.push(r);
     }

@@ -15,6 +15,8 @@ pub enum Scenario {
     Scale,
     /// Machines serving during rollouts ([`super::availability`]); not part of `All`.
     Availability,
+    /// Emptying a machine: `fleetctl drain` against doing it by hand ([`super::drain`]); not part of `All`.
+    Drain,
     All,
 }
 
@@ -37,6 +39,10 @@ impl Scenario {
 
     pub fn availability(self) -> bool {
         self == Scenario::Availability
+    }
+
+    pub fn drain(self) -> bool {
+        self == Scenario::Drain
     }
 }
 
@@ -85,6 +91,10 @@ pub struct Options {
     pub availability_machines: Vec<usize>,
     /// The availability scenario's unit has its health check (without: what the check is worth).
     pub availability_check: bool,
+    /// Units on the machine the drain scenario empties.
+    pub drain_units: usize,
+    /// The drain scenario's `--max-unavailable` values (a fresh cluster each).
+    pub drain_max_unavailable: Vec<usize>,
 }
 
 impl Default for Options {
@@ -112,6 +122,8 @@ impl Default for Options {
             sim_skip: Vec::new(),
             availability_machines: vec![3, 5],
             availability_check: true,
+            drain_units: 100,
+            drain_max_unavailable: vec![1, 10],
         }
     }
 }

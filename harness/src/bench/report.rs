@@ -56,6 +56,8 @@ pub struct RunReport {
     pub scale: Vec<super::scale::ScaleCell>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub availability: Vec<super::availability::AvailabilityReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain: Option<super::drain::DrainReport>,
 }
 
 /// Everything measured.
@@ -98,6 +100,7 @@ impl BenchReport {
                 || r.rolling.iter().any(|x| !x.errors.is_empty())
                 || r.scale.iter().any(|x| x.failed())
                 || r.availability.iter().any(|x| x.failed())
+                || r.drain.as_ref().is_some_and(|x| x.failed())
         })
     }
 
@@ -140,6 +143,10 @@ impl BenchReport {
             if !run.availability.is_empty() {
                 let _ = writeln!(s, "\nrun {} — availability scenario (machines serving during rollouts)", run.run);
                 s.push_str(&super::availability::table(&run.availability));
+            }
+            if let Some(d) = &run.drain {
+                let _ = writeln!(s, "\nrun {} — drain scenario (emptying m1: fleetctl drain against by hand)", run.run);
+                s.push_str(&super::drain::table(d));
             }
         }
         s
@@ -531,6 +538,7 @@ mod tests {
                 rolling: vec![RollingReport { machines: 3, ..Default::default() }],
                 scale: Vec::new(),
                 availability: Vec::new(),
+                drain: None,
             }],
             ..Default::default()
         };

@@ -22,6 +22,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of the bench's variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Start a long-lived cluster and print how to point fleetctl at it. Returns once every machine's fleet API
@@ -159,6 +161,12 @@ enum Command {
         /// Availability scenario: the unit without its health check (what the check is worth).
         #[arg(long)]
         availability_no_check: bool,
+        /// Drain scenario: units on the machine it empties.
+        #[arg(long, default_value_t = 100)]
+        drain_units: usize,
+        /// Drain scenario: `fleetctl drain --max-unavailable` values, comma-separated (a fresh cluster each).
+        #[arg(long, value_delimiter = ',', default_value = "1,10")]
+        drain_max_unavailable: Vec<usize>,
     },
     /// Draw the scale scenario's table and SVG charts again from a saved `bench --json` report.
     ScalePlot {
@@ -261,6 +269,8 @@ async fn main() -> ExitCode {
             svg_dir,
             availability_machines,
             availability_no_check,
+            drain_units,
+            drain_max_unavailable,
         } => {
             let sim_skip = match sim_skip.iter().map(|c| parse_cell(c)).collect::<Result<Vec<_>, _>>() {
                 Ok(cells) => cells,
@@ -290,6 +300,8 @@ async fn main() -> ExitCode {
                 sim_skip,
                 availability_machines,
                 availability_check: !availability_no_check,
+                drain_units,
+                drain_max_unavailable,
                 ..bench::Options::default()
             };
             bench_cmd(&opts, json, svg_dir.as_deref()).await
