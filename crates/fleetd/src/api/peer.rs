@@ -14,9 +14,14 @@ pub fn of_certificate(subject: &fleet_tls::Subject) -> Who {
     Who { via: Via::Certificate, name: subject.text.clone() }
 }
 
-/// A TCP client without a certificate: its address.
+/// A TCP client without a certificate: its address (an IPv4 client of a dual-stack listener as IPv4, not
+/// `[::ffff:a.b.c.d]`).
 pub fn of_tcp(peer: Option<SocketAddr>) -> Who {
-    Who { via: Via::Tcp, name: peer.map_or_else(|| "unknown address".to_string(), |a| a.to_string()) }
+    let name = peer.map_or_else(
+        || "unknown address".to_string(),
+        |a| SocketAddr::new(a.ip().to_canonical(), a.port()).to_string(),
+    );
+    Who { via: Via::Tcp, name }
 }
 
 /// A Unix socket client: the user of its process (`uid N` when it has no name here, `unknown user` when the
@@ -42,6 +47,10 @@ mod tests {
         assert_eq!(of_unix(Some(4_000_000_000)).name, "uid 4000000000");
         let addr: SocketAddr = "10.0.0.5:4321".parse().unwrap();
         assert_eq!(of_tcp(Some(addr)), Who { via: Via::Tcp, name: "10.0.0.5:4321".into() });
+        let mapped: SocketAddr = "[::ffff:10.0.0.5]:4321".parse().unwrap();
+        assert_eq!(of_tcp(Some(mapped)).name, "10.0.0.5:4321", "an IPv4 client of a dual-stack listener");
+        let v6: SocketAddr = "[fd00::5]:4321".parse().unwrap();
+        assert_eq!(of_tcp(Some(v6)).name, "[fd00::5]:4321");
         let subject = fleet_tls::Subject { text: "CN=ops,OU=fleet-admin".into(), organisational_units: vec![] };
         assert_eq!(of_certificate(&subject), Who { via: Via::Certificate, name: "CN=ops,OU=fleet-admin".into() });
     }
