@@ -116,6 +116,11 @@ impl ApiHandler for Api {
         self.audit_end(audited, &response).await;
         response
     }
+
+    async fn refused(&self, request: Request<Bytes>, response: &Response<Bytes>) {
+        let audited = self.audit_begin(&request);
+        self.audit_end(audited, response).await;
+    }
 }
 
 impl Api {

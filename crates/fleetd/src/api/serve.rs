@@ -55,6 +55,12 @@ pub trait ApiHandler: Send + Sync + 'static {
     fn stream(&self, _method: &http::Method, _uri: &http::Uri) -> Option<Response<StreamedBody>> {
         None
     }
+
+    /// A request refused before [`ApiHandler::handle`] saw it (its role does not allow it, its body is too large),
+    /// with the answer it got: for the audit trail. Its body is not read.
+    fn refused(&self, _request: Request<Bytes>, _response: &Response<Bytes>) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// TLS on the TCP listeners: the rustls configuration and whether it demands client certificates (then every
@@ -269,9 +275,14 @@ async fn whole<H: ApiHandler>(
     request: Request<Incoming>,
 ) -> Response<Bytes> {
     match (authorized, handler) {
-        (Err(denied), _) => {
+        (Err(denied), handler) => {
             tracing::info!(method = %request.method(), path = request.uri().path(), reason = %denied, "API request refused");
-            error_response(StatusCode::FORBIDDEN, &denied.to_string())
+            let response = error_response(StatusCode::FORBIDDEN, &denied.to_string());
+            if let Some(handler) = handler {
+                let (parts, _) = request.into_parts();
+                handler.refused(Request::from_parts(parts, Bytes::new()), &response).await;
+            }
+            response
         }
         (Ok(()), None) => {
             error_response(StatusCode::SERVICE_UNAVAILABLE, "fleet server unable to communicate with etcd")
@@ -280,10 +291,14 @@ async fn whole<H: ApiHandler>(
             let (parts, body) = request.into_parts();
             match tokio::time::timeout(BODY_READ_TIMEOUT, read_body(body)).await {
                 Ok(Ok(body)) => handler.handle(Request::from_parts(parts, body)).await,
-                Ok(Err(BodyError::TooLarge)) => error_response(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    &format!("request body larger than {} bytes", MAX_BODY),
-                ),
+                Ok(Err(BodyError::TooLarge)) => {
+                    let response = error_response(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        &format!("request body larger than {} bytes", MAX_BODY),
+                    );
+                    handler.refused(Request::from_parts(parts, Bytes::new()), &response).await;
+                    response
+                }
                 Ok(Err(BodyError::Unreadable)) => error_response(StatusCode::BAD_REQUEST, "request body unreadable"),
                 Err(_) => error_response(
                     StatusCode::REQUEST_TIMEOUT,
@@ -322,11 +337,27 @@ mod tests {
     use crate::api::listen::{ListenAddress, bind};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    struct Echo;
+    /// Answers `<METHOD> <path>`; remembers the requests refused before it (as `<status> <METHOD> <path> <who>`).
+    #[derive(Default)]
+    struct Echo {
+        refused: std::sync::Mutex<Vec<String>>,
+    }
 
     impl ApiHandler for Echo {
         async fn handle(&self, request: Request<Bytes>) -> Response<Bytes> {
             Response::new(Bytes::from(format!("{} {}", request.method(), request.uri().path())))
+        }
+
+        async fn refused(&self, request: Request<Bytes>, response: &Response<Bytes>) {
+            let who = request.extensions().get::<fleet_core::audit::Who>().map(|w| w.name.clone());
+            let seen = format!(
+                "{} {} {} {}",
+                response.status().as_u16(),
+                request.method(),
+                request.uri().path(),
+                who.unwrap_or_default()
+            );
+            self.refused.lock().unwrap().push(seen);
         }
     }
 
@@ -354,7 +385,7 @@ mod tests {
             unavailable.contains(r#"{"error":{"code":503,"message":"fleet server unable to communicate with etcd"}}"#)
         );
 
-        install.send_replace(Some(Arc::new(Echo)));
+        install.send_replace(Some(Arc::new(Echo::default())));
         let served = get(&addr, "/fleet/v1/units").await;
         assert!(served.starts_with("HTTP/1.1 200"), "{served}");
         assert!(served.ends_with("GET /fleet/v1/units"), "{served}");
@@ -371,6 +402,7 @@ mod tests {
         dir: std::path::PathBuf,
         tls: watch::Sender<Option<ServerTls>>,
         stop: CancellationToken,
+        echo: Arc<Echo>,
     }
 
     impl TlsFixture {
@@ -384,13 +416,14 @@ mod tests {
             let config = fleet_tls::server_config(&files).unwrap();
             let listener = bind(&ListenAddress::Tcp("127.0.0.1:0".into())).await.unwrap();
             let addr = listener.describe().trim_start_matches("tcp://").to_string();
-            let (_install, current) = watch::channel::<Option<Arc<Echo>>>(Some(Arc::new(Echo)));
+            let echo = Arc::new(Echo::default());
+            let (_install, current) = watch::channel::<Option<Arc<Echo>>>(Some(echo.clone()));
             let (tls, tls_rx) = watch::channel(Some(ServerTls::new(config, require_client_certs)));
             let stop = CancellationToken::new();
             tokio::spawn(serve_secured(vec![listener], current, tls_rx, stop.clone()));
             // keep the handler sender alive for the server's lifetime
             std::mem::forget(_install);
-            TlsFixture { _dir: tmp, addr, ca, dir, tls, stop }
+            TlsFixture { _dir: tmp, addr, ca, dir, tls, stop, echo }
         }
 
         fn client(&self, cert: Option<(std::path::PathBuf, std::path::PathBuf)>) -> fleet_tls::ClientFiles {
@@ -449,6 +482,10 @@ mod tests {
 
         let unmapped = fixture.request(&fixture.client(Some(nobody)), "GET", "/fleet/v1/units").await.unwrap();
         assert!(unmapped.starts_with("HTTP/1.1 403") && unmapped.contains("CN=nobody"), "{unmapped}");
+        // The audit trail hears of every refusal, with who was refused (issue 38).
+        let refused = fixture.echo.refused.lock().unwrap().clone();
+        let viewer = |method: &str| format!("403 {method} /fleet/v1/units/a.service CN=viewer, OU=fleet-read");
+        assert_eq!(refused, [viewer("PUT"), viewer("DELETE"), "403 GET /fleet/v1/units CN=nobody, OU=ops".into()]);
 
         for (what, files) in [
             ("no certificate", fixture.client(None)),
@@ -487,7 +524,7 @@ mod tests {
     async fn keeps_answering_with_a_slow_client_and_a_thousand_idle_connections() {
         let listener = bind(&ListenAddress::Tcp("127.0.0.1:0".into())).await.unwrap();
         let addr = listener.describe().trim_start_matches("tcp://").to_string();
-        let (_install, current) = watch::channel::<Option<Arc<Echo>>>(Some(Arc::new(Echo)));
+        let (_install, current) = watch::channel::<Option<Arc<Echo>>>(Some(Arc::new(Echo::default())));
         let stop = CancellationToken::new();
         let server = tokio::spawn(serve(vec![listener], current, stop.clone()));
 
