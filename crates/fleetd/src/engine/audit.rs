@@ -27,10 +27,11 @@ impl Trimmer {
     /// Trims when [`TRIM_EVERY`] has passed since the last trim (at once on the first call). A failure is logged;
     /// the next period tries again.
     pub async fn tick(&mut self, session: &LeaderSession) {
-        if self.last.is_some_and(|last| last.elapsed() < TRIM_EVERY) {
+        let now = Instant::now();
+        if !due(self.last, now) {
             return;
         }
-        self.last = Some(Instant::now());
+        self.last = Some(now);
         match session.trim_audit(self.limits, fleet_core::model::now_ms()).await {
             Ok(t) if t.too_old + t.too_many > 0 => {
                 tracing::info!(too_old = t.too_old, too_many = t.too_many, "trimmed the audit trail")
@@ -38,5 +39,24 @@ impl Trimmer {
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "cannot trim the audit trail; retrying in a minute"),
         }
+    }
+}
+
+/// Whether a trim is due at `now` after the last one at `last` (none yet: at once).
+fn due(last: Option<Instant>, now: Instant) -> bool {
+    last.is_none_or(|last| now.saturating_duration_since(last) >= TRIM_EVERY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trim_is_due_at_once_then_every_period() {
+        let t0 = Instant::now();
+        assert!(due(None, t0), "the first tick of a new leader trims");
+        assert!(!due(Some(t0), t0 + TRIM_EVERY - Duration::from_millis(1)));
+        assert!(due(Some(t0), t0 + TRIM_EVERY));
+        assert!(!due(Some(t0 + TRIM_EVERY), t0), "a clock that reads earlier than the last trim waits");
     }
 }
