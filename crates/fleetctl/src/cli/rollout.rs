@@ -223,7 +223,12 @@ pub fn render_status(rollout: &Rollout, machines: &[Machine], full: bool, legend
     if !rollout.error.is_empty() {
         out.push_str(&format!("Cannot read this rollout (no engine drives it): {}\n", rollout.error));
     }
-    out.push_str(&render_steps(rollout.kind, &rollout.steps, machines, full, legend));
+    if rollout.steps.is_empty() && rollout.kind.plans_steps() && rollout.state == RolloutState::Running {
+        // A rebalance or drain has no step until the engine leader plans them: no empty table meanwhile.
+        out.push_str("(waiting for the engine leader to plan the steps)\n");
+    } else {
+        out.push_str(&render_steps(rollout.kind, &rollout.steps, machines, full, legend));
+    }
     if !rollout.undo.is_empty() {
         out.push_str("Undo (each changed machine back to the old version):\n");
         out.push_str(&render_steps(rollout.kind, &rollout.undo, machines, full, legend));
