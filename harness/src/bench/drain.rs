@@ -197,25 +197,20 @@ async fn on_fresh_cluster(opts: &Options, n: usize, max_unavailable: Option<usiz
     m
 }
 
-/// The cluster's machine IDs in slot order (m1 first).
-fn machine_ids(ctx: &Ctx) -> Vec<String> {
-    ctx.cluster.machines().iter().map(|m| m.id().to_string()).collect()
-}
-
 async fn scenario(ctx: &Ctx, opts: &Options, n: usize, m: &mut Move) -> Result<(), String> {
     let names = instances(INSTANCE_PREFIX.trim_end_matches('@'), n);
-    let ids = machine_ids(ctx);
+    let ids: Vec<String> = ctx.cluster.machines().iter().map(|m| m.id().to_string()).collect();
     let [old, others @ ..] = ids.as_slice() else { return Err("the cluster has no machine".into()) };
     m.setup_s = Some(setup(ctx, opts, &names, old, others).await?);
-    let quoted;
+    let flag;
     let op: Vec<Vec<&str>> = match m.max_unavailable {
         None => {
             let cmd = |verb| std::iter::once(verb).chain(names.iter().map(String::as_str)).collect::<Vec<_>>();
             vec![vec!["cordon", old.as_str()], cmd("unload"), cmd("start")]
         }
         Some(k) => {
-            quoted = format!("--max-unavailable={k}");
-            vec![vec!["drain", quoted.as_str(), old.as_str()]]
+            flag = format!("--max-unavailable={k}");
+            vec![vec!["drain", flag.as_str(), old.as_str()]]
         }
     };
     let exit_code = Cell::new(None);
