@@ -63,6 +63,11 @@ impl TestEtcd {
         etcd
     }
 
+    /// `127.0.0.1:<port>` of the client listener.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+
     pub fn endpoint(&self) -> String {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         format!("{scheme}://127.0.0.1:{}", self.client_port)
@@ -151,8 +156,13 @@ impl TestEtcd {
 
     /// A registry under `prefix` with a short request timeout, so tests notice a dead etcd quickly.
     pub async fn registry(&self, prefix: &str) -> Registry {
+        self.registry_at(&self.endpoint(), prefix).await
+    }
+
+    /// [`TestEtcd::registry`] through `endpoint` (e.g. a [`crate::delay::delaying_forwarder`] to this etcd).
+    pub async fn registry_at(&self, endpoint: &str, prefix: &str) -> Registry {
         let config = EtcdConfig {
-            endpoints: vec![self.endpoint()],
+            endpoints: vec![endpoint.to_string()],
             prefix: prefix.to_string(),
             // Generous: these tests judge behaviour, and a loaded 2-core machine can stall an fsync for seconds.
             request_timeout: Duration::from_secs(10),

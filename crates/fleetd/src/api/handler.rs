@@ -23,6 +23,8 @@ pub const DISCOVERY: &str = include_str!("discovery.json");
 
 /// How long a write waits for the reflector to show it before answering anyway.
 const WRITE_VISIBILITY: Duration = Duration::from_secs(5);
+/// How long a read waits for etcd's current revision and for the view to reach it.
+const READ_CATCH_UP: Duration = Duration::from_secs(5);
 
 /// Serves API v1 over one registry.
 pub struct Api {
@@ -57,6 +59,38 @@ impl Api {
                 tracing::warn!(revision, error = %err, "API write not yet visible in the registry view");
                 Err(not_yet_visible(revision))
             }
+        }
+    }
+
+    /// Catches the view up with etcd before a read (a linearizable barrier: one count-only read of etcd's current
+    /// revision, then the wait for the view to reach it), so that a read through this fleetd shows every write any
+    /// fleetd answered with success before it (issue 37). Etcd out of reach: `503` (the original's message, as
+    /// its reads fail then too); the view not there within [`READ_CATCH_UP`]: `504` naming the delay.
+    pub(super) async fn catch_up(&self) -> Result<(), Response<Bytes>> {
+        match tokio::time::timeout(READ_CATCH_UP, self.reflector.sync(READ_CATCH_UP)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(RegistryError::Timeout { last, .. })) => {
+                tracing::warn!(last = %last, "API read: registry view behind etcd");
+                Err(reply::error(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    &format!(
+                        "this fleetd's view of the registry did not catch up with etcd within {} s ({last}): \
+                         its answer could miss recent writes; retry, or ask another machine",
+                        READ_CATCH_UP.as_secs()
+                    ),
+                ))
+            }
+            Ok(Err(err)) => Err(reply::error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("fleet server unable to communicate with etcd: {err}"),
+            )),
+            Err(_) => Err(reply::error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "fleet server unable to communicate with etcd: no answer within {} s",
+                    READ_CATCH_UP.as_secs()
+                ),
+            )),
         }
     }
 
@@ -134,7 +168,13 @@ impl Api {
             tracing::info!(method = %request.method(), path, reason = %refused, "browser write refused");
             return reply::error(StatusCode::FORBIDDEN, &refused.to_string());
         }
-        match route(request.method(), &path) {
+        let route = route(request.method(), &path);
+        if route.as_ref().is_ok_and(Route::reads_view) {
+            if let Err(behind) = self.catch_up().await {
+                return behind;
+            }
+        }
+        match route {
             Ok(Route::Discovery) => reply::text(DISCOVERY.to_string(), "application/json"),
             Ok(Route::ListMachines) => self.list_machines(query.as_deref()),
             Ok(Route::PatchMachines) => self.patch_machines(request.body()).await,

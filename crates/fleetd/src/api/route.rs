@@ -46,6 +46,24 @@ pub enum Route {
     Ui(String),
 }
 
+impl Route {
+    /// Whether the answer is read from the registry view (the reflector's snapshot): such a read first catches
+    /// the view up with etcd, so it shows every write that succeeded before it, through any fleetd (issue 37).
+    pub fn reads_view(&self) -> bool {
+        matches!(
+            self,
+            Route::ListMachines
+                | Route::ListUnits
+                | Route::GetUnit(_)
+                | Route::ListStates
+                | Route::GetState(_)
+                | Route::UnitHistory(_)
+                | Route::ListRollouts
+                | Route::GetRollout(_)
+        )
+    }
+}
+
 /// A request the API refuses before any handler runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RouteError {

@@ -37,7 +37,7 @@ const PREFIX: &str = "/api-test/";
 struct Server {
     addr: String,
     stop: CancellationToken,
-    etcd: TestEtcd,
+    etcd: Arc<TestEtcd>,
 }
 
 impl Server {
@@ -52,11 +52,27 @@ impl Server {
         let (_install, handler) = watch::channel(Some(api));
         let stop = CancellationToken::new();
         tokio::spawn(serve(vec![listener], handler, stop.clone()));
-        Server { addr, stop, etcd }
+        Server { addr, stop, etcd: Arc::new(etcd) }
     }
 
     fn etcd_endpoint(&self) -> String {
         self.etcd.endpoint()
+    }
+
+    /// A second fleetd's API on the same etcd (its own registry view), as another machine's, whose link to etcd
+    /// holds everything for `lag` (its watch events arrive that late).
+    async fn another_fleetd(&self, lag: Duration) -> Server {
+        let slow = fleet_testkit::delay::delaying_forwarder(&self.etcd.address(), lag).await;
+        let registry = self.etcd.registry_at(&format!("http://{slow}"), PREFIX).await;
+        let reflector = Arc::new(Reflector::start(&registry));
+        reflector.wait_connected(Duration::from_secs(10)).await.expect("reflector connects");
+        let api = Arc::new(Api::new(registry, reflector, 100));
+        let listener = bind(&ListenAddress::Tcp("127.0.0.1:0".into())).await.unwrap();
+        let addr = listener.describe().trim_start_matches("tcp://").to_string();
+        let (_install, handler) = watch::channel(Some(api));
+        let stop = self.stop.child_token();
+        tokio::spawn(serve(vec![listener], handler, stop.clone()));
+        Server { addr, stop, etcd: self.etcd.clone() }
     }
 
     async fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
@@ -601,4 +617,29 @@ async fn a_write_over_the_unix_socket_is_recorded_with_the_peers_user() {
         ("destroy none.service", 404, Some("unit does not exist"))
     );
     stop.cancel();
+}
+
+/// Issue 37: a write answered with success is visible to the next read through any fleetd. Each round writes a
+/// new unit through one fleetd and at once reads it, and the unit list, through another whose link to etcd is
+/// 100 ms slow: its view learns of the write from its own watch 100 ms late, so only the read's catch-up with etcd
+/// makes it show the write.
+#[tokio::test]
+async fn a_write_through_one_fleetd_is_visible_to_the_next_read_through_another() {
+    let writer = Server::start(100).await;
+    let reader = writer.another_fleetd(Duration::from_millis(100)).await;
+    for round in 0..5 {
+        let name = format!("ryw-{round}.service");
+        let body = HELLO.replace("api.service", &name);
+        let put = writer.put_json(&format!("/fleet/v1/units/{name}"), &body).await;
+        assert_eq!(put.status, 201, "round {round}: {}", put.body);
+        let got = reader.get(&format!("/fleet/v1/units/{name}")).await;
+        assert_eq!(
+            got.status, 200,
+            "round {round}: {name} written through one fleetd, read through another: {}",
+            got.body
+        );
+        let listed = reader.get("/fleet/v1/units").await.json();
+        let count = listed["units"].as_array().map_or(0, Vec::len);
+        assert_eq!(count, round + 1, "round {round}: the unit list through the other fleetd: {listed}");
+    }
 }
