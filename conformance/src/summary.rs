@@ -156,6 +156,9 @@ impl Report {
     }
 
     /// The summary: per area, per profile, the failed specs with their first message line.
+    /// The summary as printed. A failure that was a wait running out of time says `timed out:` before its message
+    /// (which names what was awaited and what was last observed), so a slow implementation's failures are told from
+    /// wrong behaviour; `--time-scale` gives those more time.
     pub fn render(&self) -> String {
         let line = |name: &str, c: Counts, why: &str| {
             let why = if why.is_empty() || c.skipped == 0 { String::new() } else { format!(" ({why})") };
@@ -177,7 +180,8 @@ impl Report {
             for e in failed {
                 if let Outcome::Failed(m) = &e.outcome {
                     let m = m.lines().next().unwrap_or_default();
-                    out.push_str(&format!("  {}{}{m}\n", e.trial, if m.is_empty() { "" } else { ": " }));
+                    let kind = if timed_out(m) { "timed out: " } else { "" };
+                    out.push_str(&format!("  {}{}{kind}{m}\n", e.trial, if m.is_empty() { "" } else { ": " }));
                 }
             }
         }
@@ -265,6 +269,12 @@ pub fn parse_junit(xml: &str) -> BTreeMap<String, JunitResult> {
         results.insert(name.to_string(), r);
     }
     results
+}
+
+/// Whether a failure message is a wait that ran out of time: the harness's wait (`waited 30.0s for …; last seen:
+/// …`) or a fleetctl run it killed (`… did not finish within …`).
+pub fn timed_out(message: &str) -> bool {
+    (message.contains("waited ") && message.contains("; last seen: ")) || message.contains(" did not finish within ")
 }
 
 /// The first line of a failed trial's message in its captured output (libtest prints `---- <name> ----` and then
@@ -362,5 +372,21 @@ round 3 (m1 -&gt; m2): v4&apos;s ExecStartPre ran early; events:
         let back = parse_junit(&junit);
         assert_eq!(back["replace::keep_and_move"], JunitResult::Skipped);
         assert_eq!(back["scheduling::broken"], JunitResult::Failed("expected 2, observed 3".into()));
+    }
+
+    #[test]
+    fn a_failure_that_ran_out_of_time_says_so() {
+        let waited = "waited 30.1s for 3 active units; last seen: a.service=activating";
+        let killed = "fleetctl [\"start\", \"a.service\"] did not finish within 120s";
+        assert!(timed_out(waited) && timed_out(killed));
+        assert!(!timed_out("expected 2, observed 3") && !timed_out("waited for nothing"));
+        let specs = [spec(Area::Scheduling, "slow", &[]), spec(Area::Scheduling, "wrong", &[])];
+        let ran = BTreeMap::from([
+            ("scheduling::slow".to_string(), JunitResult::Failed(waited.into())),
+            ("scheduling::wrong".to_string(), JunitResult::Failed("expected 2, observed 3".into())),
+        ]);
+        let text = Report::new(&specs, &Capabilities::of(&[]), &ran).render();
+        assert!(text.contains(&format!("scheduling::slow: timed out: {waited}")), "{text}");
+        assert!(text.contains("scheduling::wrong: expected 2, observed 3"), "{text}");
     }
 }

@@ -68,7 +68,7 @@ pub async fn run(
     env: &[(String, String)],
     stdin: Option<&str>,
 ) -> Result<Output, FleetctlError> {
-    run_in(bin, endpoint, via, args, env, stdin, None, TIMEOUT).await
+    run_in(bin, endpoint, via, args, env, stdin, None, crate::wait::scaled(TIMEOUT)).await
 }
 
 /// Like [`run`], in working directory `cwd` when given (fleetctl finds local unit files there), killed after

@@ -4,7 +4,37 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+/// The environment variable that stretches every wait: `FLEET_TIME_SCALE=3` gives each wait and each fleetctl run
+/// three times its default time, so a slower implementation (or a loaded host) is judged on behaviour, not speed.
+pub const TIME_SCALE_ENV: &str = "FLEET_TIME_SCALE";
+
+/// The factor of [`TIME_SCALE_ENV`] (1 when unset). A value that is not a number from 1 to 100 is refused with a
+/// message naming it (a run must not silently use another scale than it asked for).
+pub fn time_scale() -> f64 {
+    static SCALE: OnceLock<f64> = OnceLock::new();
+    *SCALE.get_or_init(|| match std::env::var(TIME_SCALE_ENV) {
+        Err(_) => 1.0,
+        Ok(text) => parse_time_scale(&text).unwrap_or_else(|e| panic!("{e}")),
+    })
+}
+
+/// [`TIME_SCALE_ENV`]'s value as a factor.
+pub fn parse_time_scale(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(f) if (1.0..=100.0).contains(&f) => Ok(f),
+        _ => Err(format!(
+            "{TIME_SCALE_ENV}={text:?}: expected a number from 1 to 100 (how many times longer every wait may take)"
+        )),
+    }
+}
+
+/// `d` stretched by [`time_scale`].
+pub fn scaled(d: Duration) -> Duration {
+    d.mul_f64(time_scale())
+}
 
 /// How long to wait and how often to look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,9 +49,9 @@ impl WaitOptions {
     /// The longest poll interval allowed.
     pub const MAX_POLL: Duration = Duration::from_millis(250);
 
-    /// `timeout` with the default poll interval.
+    /// `timeout` (stretched by [`time_scale`]) with the default poll interval.
     pub fn secs(timeout: u64) -> Self {
-        WaitOptions { timeout: Duration::from_secs(timeout), ..Self::default() }
+        WaitOptions { timeout: scaled(Duration::from_secs(timeout)), ..Self::default() }
     }
 
     /// The same options with another poll interval (clamped to [`Self::MAX_POLL`]).
@@ -32,9 +62,9 @@ impl WaitOptions {
 
 impl Default for WaitOptions {
     /// 30 s (the original waited 10–15 s on faster hosts; this 2-core machine runs several clusters at once),
-    /// polled every 250 ms.
+    /// stretched by [`time_scale`], polled every 250 ms.
     fn default() -> Self {
-        WaitOptions { timeout: Duration::from_secs(30), poll: Self::MAX_POLL }
+        WaitOptions { timeout: scaled(Duration::from_secs(30)), poll: Self::MAX_POLL }
     }
 }
 
@@ -175,6 +205,16 @@ mod tests {
 
     const ID1: &str = "8363165e2b6a4b6e8c3b1b4f6a2c9d01";
     const ID2: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f90";
+
+    #[test]
+    fn a_time_scale_is_a_number_from_1_to_100() {
+        assert_eq!(parse_time_scale("3"), Ok(3.0));
+        assert_eq!(parse_time_scale(" 1.5 "), Ok(1.5));
+        for bad in ["0.5", "101", "fast", ""] {
+            let e = parse_time_scale(bad).unwrap_err();
+            assert!(e.starts_with(&format!("FLEET_TIME_SCALE={bad:?}: expected a number from 1 to 100")), "{e}");
+        }
+    }
 
     #[tokio::test]
     async fn wait_returns_the_first_ready_value() {
