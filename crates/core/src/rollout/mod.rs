@@ -475,6 +475,12 @@ pub trait Cluster {
     fn holders(&self, unit: &str) -> Vec<String>;
     /// Whether the unit still exists (a destroyed unit ends its part of the rollout).
     fn exists(&self, unit: &str) -> bool;
+    /// Whether a drain stopped `unit` on `machine` and holds it stopped ([`drained_units`]): a replace or restart
+    /// step there is skipped, as for a machine that left (its machine still counts against the budget). None by
+    /// default.
+    fn drained(&self, _unit: &str, _machine: &str) -> bool {
+        false
+    }
     /// A machine's metadata (for `order` rules); none by default.
     fn metadata(&self, _machine: &str) -> BTreeMap<String, String> {
         BTreeMap::new()
@@ -732,6 +738,11 @@ fn check_released(
     if !seen.present {
         step.phase = Phase::Skipped;
         step.detail = "the machine left the cluster".into();
+        return;
+    }
+    if !spec.kind.plans_steps() && cluster.drained(&step.unit, &step.machine) {
+        step.phase = Phase::Skipped;
+        step.detail = DRAINED.into();
         return;
     }
     let unit = spec.unit(&step.unit).cloned().unwrap_or_default();
@@ -1008,6 +1019,8 @@ fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
             "the unit was destroyed"
         } else if !cluster.observe(&step.unit, &step.machine).present {
             "the machine left the cluster"
+        } else if !spec.kind.plans_steps() && cluster.drained(&step.unit, &step.machine) {
+            DRAINED
         } else {
             return false;
         };
@@ -1093,6 +1106,9 @@ fn not_serving(spec: &RolloutSpec, progress: &RolloutProgress, step: &Step, clus
     }
     Some(seen.why_not_serving(unit))
 }
+
+/// The detail of a step skipped because a drain stopped its unit on its machine.
+pub const DRAINED: &str = "a drain stopped the unit on this machine (it stays stopped until uncordon)";
 
 /// How long a healthy step's unit may show `failed` or `inactive` before that counts as where it settled:
 /// systemd (252) restarting a unit with `Restart=` passes through both for milliseconds, and the agent may
@@ -1213,12 +1229,25 @@ pub fn drained_units<'a>(
     let Some(since) = cordon_since_ms else { return BTreeSet::new() };
     rollouts
         .into_iter()
-        .filter(|r| r.spec.kind == RolloutKind::Drain && r.spec.machine == machine && r.spec.cordon_since_ms == since)
-        .filter_map(|r| r.progress.as_ref())
-        .flat_map(|p| p.steps.iter())
-        .filter(|s| s.is_stop(RolloutKind::Drain) && s.machine == machine && s.phase != Phase::Pending)
-        .map(|s| s.unit.as_str())
+        .filter_map(|r| Some((&r.spec, r.progress.as_ref()?)))
+        .flat_map(|(spec, progress)| stopped_by(spec, progress, machine, since))
         .collect()
+}
+
+/// The units drain `spec` (with `progress`) stopped on `machine` under the cordon of `cordon_since_ms`: none when it
+/// is not such a drain. The one rule behind [`drained_units`] and [`Cluster::drained`].
+pub fn stopped_by<'a, 'm>(
+    spec: &RolloutSpec,
+    progress: &'a RolloutProgress,
+    machine: &'m str,
+    cordon_since_ms: u64,
+) -> impl Iterator<Item = &'a str> + use<'a, 'm> {
+    let applies = spec.kind == RolloutKind::Drain && spec.machine == machine && spec.cordon_since_ms == cordon_since_ms;
+    progress
+        .steps
+        .iter()
+        .filter(move |s| applies && s.is_stop(RolloutKind::Drain) && s.machine == machine && s.phase != Phase::Pending)
+        .map(|s| s.unit.as_str())
 }
 
 /// Hashes that rollouts still need (their units' old and new versions): body garbage collection keeps them.

@@ -33,6 +33,19 @@ impl rollout::Cluster for SnapshotCluster<'_> {
             .unwrap_or_default()
     }
 
+    /// Read from the rollout records in place (no copies): the machine's cordon, then its drains' stop steps.
+    fn drained(&self, unit: &str, machine: &str) -> bool {
+        let s = self.0;
+        let Some(since) = s.machine_records().get(machine).and_then(|m| m.cordon.as_ref()).map(|c| c.since_ms) else {
+            return false;
+        };
+        s.rollout_records()
+            .values()
+            .filter(|r| r.errors.is_empty())
+            .filter_map(|r| Some((r.spec.as_ref()?, r.progress.as_ref()?)))
+            .any(|(spec, progress)| rollout::stopped_by(spec, progress, machine, since).any(|u| u == unit))
+    }
+
     fn exists(&self, unit: &str) -> bool {
         self.0.unit_record(unit).is_some_and(|r| r.object.is_some())
     }
@@ -78,5 +91,54 @@ mod tests {
             .done();
         assert!(s.machine("m1").is_some_and(|m| m.cordoned));
         assert!(SnapshotCluster(&s).observe("a.service", "m1").present);
+    }
+
+    /// Issue 38: a unit a drain stopped on its machine is drained there while the cordon it was made under stands,
+    /// and a restart rollout of it skips that machine rather than wait for a unit that will not start.
+    #[test]
+    fn a_unit_a_drain_stopped_is_skipped_by_other_rollouts_while_the_cordon_stands() {
+        use crate::rollout::{Control, Phase, Rollout, RolloutKind, RolloutSpec, RolloutUnit, Step, advance};
+        use crate::store::snapshot::tests::H1;
+        let machine = |id: &str| Key::MachineObject { machine: id.into() };
+        let drain = r#"{"id":"d1","kind":"drain","units":[],"machine":"m1","cordonSinceMs":5,"maxUnavailable":1,"minHealthyMs":0,"healthTimeoutMs":60000,"createdMs":5}"#;
+        let stopped =
+            r#"{"state":"running","steps":[{"unit":"g.service","machine":"m1","phase":"updating","releasedMs":6}]}"#;
+        let build = |cordon: &str| {
+            Build::new()
+                .put_lease(machine("m1"), r#"{"id":"m1"}"#, 7)
+                .put_lease(machine("m2"), r#"{"id":"m2"}"#, 7)
+                .put(Key::MachineCordon { machine: "m1".into() }, cordon)
+                .unit("g.service", H1, None, "launched")
+                .state("g.service", "m1", H1)
+                .state("g.service", "m2", H1)
+                .put(Key::RolloutSpec { id: "d1".into() }, drain)
+                .put(Key::RolloutProgress { id: "d1".into() }, stopped)
+                .done()
+        };
+        let s = build(r#"{"sinceMs":5}"#);
+        let c = SnapshotCluster(&s);
+        assert!(c.drained("g.service", "m1"));
+        assert!(!c.drained("g.service", "m2") && !c.drained("other.service", "m1"));
+        let later_cordon = build(r#"{"sinceMs":9}"#);
+        assert!(!SnapshotCluster(&later_cordon).drained("g.service", "m1"), "another cordon than the drain's");
+
+        let unit = RolloutUnit { name: "g.service".into(), from: H1.into(), to: H1.into(), ..RolloutUnit::default() };
+        let spec = RolloutSpec {
+            id: "r1".into(),
+            kind: RolloutKind::Restart,
+            units: vec![unit],
+            max_unavailable: 2,
+            health_timeout_ms: 60_000,
+            ..RolloutSpec::default()
+        };
+        let restart = Rollout { spec, control: Control::default(), progress: None };
+        let mut first = advance(&restart, &c, 10).progress;
+        assert_eq!(first.steps.iter().map(|s| s.phase).collect::<Vec<_>>(), [Phase::Skipped, Phase::Updating]);
+        assert_eq!(first.steps[0].detail, crate::rollout::DRAINED, "not released on the drained machine");
+        // Released before the drain took the unit away: the next pass skips it, naming the drain.
+        first.steps[0] = Step { phase: Phase::Updating, released_ms: 10, ..Step::pending("g.service", "m1") };
+        let again = advance(&Rollout { progress: Some(first), ..restart }, &c, 20).progress;
+        assert_eq!(again.steps[0].phase, Phase::Skipped, "{again:?}");
+        assert_eq!(again.steps[0].detail, crate::rollout::DRAINED);
     }
 }
