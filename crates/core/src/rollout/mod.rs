@@ -632,6 +632,28 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
     Advanced { progress, roll_back, wake_at_ms: wake.0 }
 }
 
+/// A progress as a leader that took the lead at `since_ms` (its clock) sees it at `now_ms`: every time of a step in
+/// flight (released, healthy since, down since) and of the rollout (started, canaries done) is brought into
+/// `[since_ms, now_ms]`. Times were written by earlier leaders, whose clocks may be hours off this one's: without
+/// this, a leader an hour ahead would fail every step in flight at once, and one an hour behind would wait an hour
+/// longer. The price: a step in flight when the lead changes gets its timers (health timeout, `minHealthyMs`)
+/// restarted at the takeover, so it may take up to twice as long once.
+pub fn rebase(progress: &mut RolloutProgress, since_ms: u64, now_ms: u64) {
+    let since_ms = since_ms.min(now_ms);
+    let clamp = |t: &mut u64| {
+        if *t != 0 {
+            *t = (*t).clamp(since_ms, now_ms);
+        }
+    };
+    for step in progress.steps.iter_mut().chain(progress.undo.iter_mut()).filter(|s| s.phase.in_flight()) {
+        clamp(&mut step.released_ms);
+        clamp(&mut step.healthy_since_ms);
+        clamp(&mut step.down_since_ms);
+    }
+    clamp(&mut progress.started_ms);
+    clamp(&mut progress.canaries_done_ms);
+}
+
 /// The soonest time a rollout must be looked at again without a change in the cluster.
 #[derive(Default)]
 struct Wake(Option<u64>);

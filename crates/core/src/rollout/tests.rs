@@ -927,3 +927,39 @@ fn drains_expire_per_machine_and_rebalances_together() {
     ];
     assert_eq!(expired(&all, 2), ["d1", "r1"], "the last 2 drains of each machine and the last 2 rebalances stay");
 }
+
+/// Issue 37: a new leader whose clock is an hour ahead (or behind) of the one that released the steps neither fails
+/// them at once nor waits an hour longer: their times are brought into its lead.
+#[test]
+fn a_leader_with_another_clock_rebases_the_times_of_steps_in_flight() {
+    const HOUR: u64 = 3_600_000;
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 10_000, OnFailure::Pause));
+    step(&mut r, &c, 1_000);
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 2_000);
+    assert_eq!(phases(&r), [("m1", "healthy"), ("m2", "pending")]);
+    // The lead moves to a machine an hour ahead, at its 1 h + 3 s.
+    let ahead = HOUR + 3_000;
+    let mut taken = r.clone();
+    rebase(taken.progress.as_mut().unwrap(), ahead, ahead);
+    let a = advance(&taken, &c, ahead);
+    assert_eq!(a.progress.steps[0].phase, Phase::Healthy, "not failed by the health timeout: {:?}", a.progress);
+    assert_eq!(a.wake_at_ms, Some(ahead + 10_000), "min healthy counted from the takeover");
+    // The steps were written by a leader an hour ahead of the new one, which takes over at its 4 s: nothing waits
+    // an hour.
+    let behind = 4_000;
+    let mut back = r.clone();
+    let p = back.progress.as_mut().unwrap();
+    p.steps[0].healthy_since_ms += HOUR;
+    p.steps[0].released_ms += HOUR;
+    rebase(p, behind, behind);
+    assert_eq!((p.steps[0].released_ms, p.steps[0].healthy_since_ms), (behind, behind));
+    let b = advance(&back, &c, behind + 10_000);
+    assert_eq!(b.progress.steps[0].phase, Phase::Done, "min healthy ends 10 s after the takeover, not an hour later");
+    // Pending and done steps keep their times; a leader with the same clock changes nothing.
+    let mut same = r.clone();
+    let before = same.progress.clone();
+    rebase(same.progress.as_mut().unwrap(), 0, 2_000);
+    assert_eq!(same.progress, before);
+}

@@ -37,10 +37,30 @@ pub struct Driven {
     pub written_revision: Option<i64>,
 }
 
+/// The clock rollouts are driven by while this engine leads: its wall clock when it took the lead, advanced by its
+/// monotonic clock since, so that a jump of the wall clock meanwhile moves no deadline; times earlier leaders
+/// stored are brought into this lead by [`rollout::rebase`].
+#[derive(Debug, Clone, Copy)]
+pub struct LeaderClock {
+    since_ms: u64,
+    since: std::time::Instant,
+}
+
+impl LeaderClock {
+    /// The clock of a lead taken now.
+    pub fn start() -> LeaderClock {
+        LeaderClock { since_ms: fleet_core::model::now_ms(), since: std::time::Instant::now() }
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.since_ms.saturating_add(u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
 /// Advances every rollout of `view` that is not final and stores what changed. `catalog`: the engine's parse
-/// cache, for rebalance plans and checks.
-pub async fn drive(registry: &LeaderSession, view: &Snapshot, catalog: &mut UnitCatalog) -> Driven {
-    let now = fleet_core::model::now_ms();
+/// cache, for rebalance plans and checks; `clock`: this lead's ([`LeaderClock`]).
+pub async fn drive(registry: &LeaderSession, view: &Snapshot, catalog: &mut UnitCatalog, clock: LeaderClock) -> Driven {
+    let now = clock.now_ms();
     let cluster = SnapshotCluster(view);
     let mut wake: Option<u64> = None;
     let mut written_revision: Option<i64> = None;
@@ -50,6 +70,9 @@ pub async fn drive(registry: &LeaderSession, view: &Snapshot, catalog: &mut Unit
             continue;
         }
         let mut current = stored.clone();
+        if let Some(progress) = current.progress.as_mut() {
+            rollout::rebase(progress, clock.since_ms, now);
+        }
         if current.progress.is_none() {
             match current.spec.kind {
                 RolloutKind::Rebalance => current.progress = Some(rebalance_steps(view, catalog)),

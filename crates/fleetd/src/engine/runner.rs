@@ -172,6 +172,7 @@ impl Engine {
             last_leader: None,
             last_pass_view: None,
             rollout_wake_ms: None,
+            clock: None,
             at_most_once_wake: None,
             rollouts_written: None,
             rollouts_driven: None,
@@ -212,6 +213,8 @@ struct Runner {
     /// Leading: the session the view confirmed (the leader key on `lease`), while the lease has not been lost since.
     /// Every leader write goes through it, fenced.
     session: Option<LeaderSession>,
+    /// While leading: the clock rollouts are driven by (taken with the lead).
+    clock: Option<super::rollouts::LeaderClock>,
     /// The cluster engine version this engine wrote (the view may lag behind).
     version_raised: Option<u32>,
     /// Why this engine stands aside, logged once per reason.
@@ -247,7 +250,7 @@ impl Runner {
         loop {
             // The first resync tick is immediate: one tick at start.
             let lease_status = self.session.as_ref().and_then(|_| self.lease.as_ref().map(LeaseKeeper::status));
-            let rollout_timer = rollout_timer(self.rollout_wake_ms);
+            let rollout_timer = rollout_timer(self.rollout_wake_ms, self.clock);
             let at_most_once_timer = instant_timer(self.at_most_once_wake);
             let wake = tokio::select! {
                 biased;
@@ -446,6 +449,7 @@ impl Runner {
     fn lead(&mut self, session: LeaderSession) {
         let lease = session.fence().lease;
         self.session = Some(session);
+        self.clock = Some(super::rollouts::LeaderClock::start());
         self.reconciler.forget_absences();
         self.last_pass_view = None;
         self.status.send_modify(|s| s.leading = true);
@@ -527,9 +531,9 @@ impl Runner {
             return;
         }
         self.rollouts_written = None;
-        let driven = match &self.session {
-            Some(session) if !view.rollout_records().is_empty() => {
-                rollouts::drive(session, &view, &mut self.rollout_catalog).await
+        let driven = match (&self.session, self.clock) {
+            (Some(session), Some(clock)) if !view.rollout_records().is_empty() => {
+                rollouts::drive(session, &view, &mut self.rollout_catalog, clock).await
             }
             _ => rollouts::Driven::default(),
         };
@@ -582,6 +586,7 @@ impl Runner {
     /// Stops leading (keeps a live lease for the next campaign; drops a lost one).
     fn step_down(&mut self) {
         self.session = None;
+        self.clock = None;
         self.known_machines = None;
         self.last_pass_view = None;
         if self.lease.as_ref().is_some_and(|l| !l.is_alive()) {
@@ -620,10 +625,10 @@ impl Runner {
 
 /// Resolves with the reason once the lease is lost; never when there is no lease to watch.
 /// Resolves at `wake_ms` (Unix ms), or never.
-async fn rollout_timer(wake_ms: Option<u64>) {
-    match wake_ms {
-        Some(at) => tokio::time::sleep(Duration::from_millis(at.saturating_sub(fleet_core::model::now_ms()))).await,
-        None => std::future::pending().await,
+async fn rollout_timer(wake_ms: Option<u64>, clock: Option<super::rollouts::LeaderClock>) {
+    match (wake_ms, clock) {
+        (Some(at), Some(clock)) => tokio::time::sleep(Duration::from_millis(at.saturating_sub(clock.now_ms()))).await,
+        _ => std::future::pending().await,
     }
 }
 
