@@ -6,7 +6,7 @@ mod fuzz;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet_registry::Reflector;
+use fleet_registry::{Reflector, Registry};
 use fleet_testkit::TestEtcd;
 use fleetd::api::Api;
 use fleetd::api::listen::{ListenAddress, bind};
@@ -42,17 +42,21 @@ struct Server {
 
 impl Server {
     async fn start(token_limit: u16) -> Server {
-        let etcd = TestEtcd::start().await;
+        let etcd = Arc::new(TestEtcd::start().await);
         let registry = etcd.registry(PREFIX).await;
+        Server::serving(registry, token_limit, CancellationToken::new(), etcd).await
+    }
+
+    /// An API over `registry` (its own registry view) on a free loopback port, until `stop`.
+    async fn serving(registry: Registry, token_limit: u16, stop: CancellationToken, etcd: Arc<TestEtcd>) -> Server {
         let reflector = Arc::new(Reflector::start(&registry));
         reflector.wait_connected(Duration::from_secs(10)).await.expect("reflector connects");
         let api = Arc::new(Api::new(registry, reflector, token_limit));
         let listener = bind(&ListenAddress::Tcp("127.0.0.1:0".into())).await.unwrap();
         let addr = listener.describe().trim_start_matches("tcp://").to_string();
         let (_install, handler) = watch::channel(Some(api));
-        let stop = CancellationToken::new();
         tokio::spawn(serve(vec![listener], handler, stop.clone()));
-        Server { addr, stop, etcd: Arc::new(etcd) }
+        Server { addr, stop, etcd }
     }
 
     fn etcd_endpoint(&self) -> String {
@@ -64,15 +68,7 @@ impl Server {
     async fn another_fleetd(&self, lag: Duration) -> Server {
         let slow = fleet_testkit::delay::delaying_forwarder(&self.etcd.address(), lag).await;
         let registry = self.etcd.registry_at(&format!("http://{slow}"), PREFIX).await;
-        let reflector = Arc::new(Reflector::start(&registry));
-        reflector.wait_connected(Duration::from_secs(10)).await.expect("reflector connects");
-        let api = Arc::new(Api::new(registry, reflector, 100));
-        let listener = bind(&ListenAddress::Tcp("127.0.0.1:0".into())).await.unwrap();
-        let addr = listener.describe().trim_start_matches("tcp://").to_string();
-        let (_install, handler) = watch::channel(Some(api));
-        let stop = self.stop.child_token();
-        tokio::spawn(serve(vec![listener], handler, stop.clone()));
-        Server { addr, stop, etcd: self.etcd.clone() }
+        Server::serving(registry, 100, self.stop.child_token(), self.etcd.clone()).await
     }
 
     async fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
