@@ -153,11 +153,15 @@ pub struct MachineRecord {
     /// Why the cordon key does not decode, when it does not: logged once per write and read as no cordon (the
     /// machine takes units as before), until the key is written again or deleted (`uncordon`).
     pub cordon_error: Option<String>,
+    /// What the machine's agent published about unit files it cannot write (`P/machines/<id>/load-fault`, bound to
+    /// its lease). One that does not decode is logged and read as a fault without units: the machine still takes
+    /// no new unit until its agent deletes or rewrites the key.
+    pub load_fault: Option<crate::model::LoadFault>,
 }
 
 impl MachineRecord {
     fn is_empty(&self) -> bool {
-        self.object.is_none() && self.metadata.is_empty() && !self.has_cordon_key()
+        self.object.is_none() && self.metadata.is_empty() && !self.has_cordon_key() && self.load_fault.is_none()
     }
 
     /// Whether the machine's cordon key exists, decodable or not.
@@ -465,6 +469,20 @@ impl Snapshot {
                     }
                 })
             }
+            Key::MachineLoadFault { machine } => {
+                let read = value.map(|v| decode_json::<crate::model::LoadFault>(&full(), "machine load fault", v));
+                self.update_machine(machine, |m| {
+                    m.load_fault = match read {
+                        Some(Ok(fault)) => Some(fault),
+                        Some(Err(e)) => {
+                            let reason = e.to_string();
+                            warn(e);
+                            Some(crate::model::LoadFault { reason, ..Default::default() })
+                        }
+                        None => None,
+                    }
+                })
+            }
             Key::MachineMetadata { machine, key } => self.update_machine(machine, |m| {
                 match value.map(|v| decode_text(&full(), "metadata value", v)) {
                     Some(Ok(v)) => m.metadata.insert(key, v),
@@ -513,7 +531,9 @@ fn invalid_name(key: &Key) -> Option<String> {
         | Key::UnitRestarted { unit: u, machine: m }
         | Key::State { unit: u, machine: m } => unit(u).or_else(|| machine(m)),
         Key::Body { hash } => component(Component::Hash, hash),
-        Key::MachineObject { machine: m } | Key::MachineCordon { machine: m } => machine(m),
+        Key::MachineObject { machine: m }
+        | Key::MachineCordon { machine: m }
+        | Key::MachineLoadFault { machine: m } => machine(m),
         Key::MachineMetadata { machine: m, key } => machine(m).or_else(|| component(Component::MetadataKey, key)),
         Key::RolloutSpec { id } | Key::RolloutControl { id } | Key::RolloutProgress { id } => {
             component(Component::RolloutId, id)
