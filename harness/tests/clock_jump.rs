@@ -231,9 +231,11 @@ async fn changes_nothing(cluster: &Cluster, dir: &std::path::Path) {
         second
     };
     let (out, second) = tokio::join!(rolling, handover);
-    let out = out
-        .unwrap_or_else(|_| panic!("the rolling restart handed from m{first} to m{second} had not ended after 180 s"))
-        .unwrap_or_else(|e| panic!("fleetctl restart --rolling, handed from m{first} to m{second}: {e}"));
+    let out = match out {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => panic!("fleetctl restart --rolling, handed from m{first} to m{second}: {e}"),
+        Err(_) => panic!("the rolling restart handed from m{first} to m{second} had not ended after 180 s"),
+    };
     ok(&out, "fleetctl restart --rolling global.service, its leader changed from one skewed machine to the other");
     let new = processes(cluster, &globals).await;
     assert_eq!(new.len(), 3, "global.service active on every machine after the rolling restart: {new:?}");

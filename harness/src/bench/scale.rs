@@ -289,9 +289,16 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
     let (_, took) = ctx.fleetctl_ok(&args).await?;
     cell.command_s = secs(took);
     let last = std::cell::RefCell::new(Vec::new());
+    let exited = std::cell::RefCell::new(Vec::new());
     let polled = poll::until(t0, opts.poll, opts.timeout, units, || {
         let (ctx, last) = (&ctx, &last);
+        // A simulator that ended takes its machines with it: say so at once, and stop waiting for what cannot come.
+        let ended = sims.reap_exited();
+        exited.borrow_mut().extend(ended.iter().cloned());
         async move {
+            if !ended.is_empty() {
+                return Ok(Progress { count: 0, done: true });
+            }
             let rows = ctx.list_units().await?;
             let n = running(&rows, &[]);
             *last.borrow_mut() = rows;
@@ -299,6 +306,8 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
         }
     })
     .await;
+    let exited = exited.into_inner();
+    let polled = if exited.is_empty() { polled } else { poll::Polled { done_s: None, ..polled } };
     let last_rows = last.into_inner();
     let start_window = t0.elapsed();
     let b = sample(&etcd_addr, &etcd_name, &pids).await?;
@@ -332,9 +341,16 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
         fleetd_rss_mib: 0.0,
     };
     if cell.all_active_s.is_none() {
+        sims.reap_exited();
+        let lost = lost_reasons(&sims.events().lost);
         ctx.finish().await;
         sims.stop().await;
-        return Err(format!("{} of {units} units active after {:?}", polled.last_count, opts.timeout));
+        let why = if exited.is_empty() {
+            format!("after {:?}", opts.timeout)
+        } else {
+            format!("when a simulator ended ({})", exited.join("; "))
+        };
+        return Err(format!("{} of {units} units active {why}; machines lost: {lost:?}", polled.last_count));
     }
 
     tokio::time::sleep(opts.settle).await;
@@ -349,6 +365,7 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
         cell.memory.fleetd_rss_mib = (fleetd.rss_kib as f64 / 1024.0 * 10.0).round() / 10.0;
     }
 
+    sims.reap_exited();
     cell.machines_lost = sims.events().lost.len();
     cell.lost_reasons = lost_reasons(&sims.events().lost);
     if cell.procs >= 2 {
