@@ -389,6 +389,10 @@ fn safe_rollout_specs() -> Vec<Spec> {
             Box::pin(safe_rollout::progress_deadline_fails_a_rollout_that_never_gets_healthy(c))
         })
         .requires(CANARY),
+        s("abort_returns_changed_machines_within_the_budget", |c| {
+            Box::pin(safe_rollout::abort_returns_changed_machines_within_the_budget(c))
+        })
+        .requires(CANARY),
     ]
 }
 

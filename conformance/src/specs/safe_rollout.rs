@@ -962,6 +962,56 @@ pub async fn progress_deadline_fails_a_rollout_that_never_gets_healthy(ctx: Ctx)
     })
 }
 
+/// `--canary=2 --max-unavailable=1`: the first two machines (ID order) get v2 and serve it, and the rollout awaits
+/// promotion; `rollout-abort` then returns both to v1 — sampled every 100 ms inside every machine, with a stop
+/// that takes 2 s and a sync of 3 s, never two machines without a serving copy at once: an abort's undo keeps the
+/// budget, as a rollback's does — and `rollout-status` exits 4 (aborted) once every machine serves v1, the third
+/// machine untouched throughout.
+///
+/// Break-once (`safe-rollout-abort-unbudgeted`: `limit = 100` in `rollout::release` for an undo ending
+/// `aborted`): both changed machines are returned at once. `failing_second_machine_rolls_back_never_two_down`
+/// does not see that: its undo is a rollback.
+pub async fn abort_returns_changed_machines_within_the_budget(ctx: Ctx) -> Outcome {
+    let text = without_policy(&fixture()?);
+    let dir = TempDir::new()?;
+    let path = write_and_start_v1(&ctx, &dir, &text, 1).await?;
+    let order = id_order(&ctx)?;
+    let (first, second, third) = (order[0], order[1], order[2]);
+    let before = seen(&ctx, &SLOTS).await?;
+    dir.write(DB, &version(&text, "v2"))?;
+    let args = ["start", "--replace", "--rolling", "--canary=2", "--max-unavailable=1", "--min-healthy=1s", &path];
+    let out = fleetctl_within(&ctx, 1, &args, Duration::from_secs(60)).await?;
+    ctx.ensure(out.status == 2, || format!("--canary=2: expected exit status 2 (paused), got {}", out.describe()))?;
+    let canaries = seen(&ctx, &SLOTS).await?;
+    let canaries_ok =
+        canaries[&first].serves("v2") && canaries[&second].serves("v2") && canaries[&third] == before[&third];
+    ctx.ensure(canaries_ok, || {
+        format!(
+            "after --canary=2, m{first} and m{second} (first in ID order) must serve v2 and m{third} keep v1 untouched \
+             ({}); observed {}",
+            before[&third],
+            describe(&canaries)
+        )
+    })?;
+    start_samplers(&ctx, &check_command(&text)).await?;
+    ctx.fleetctl_ok(1, &["rollout-abort", DB]).await?;
+    let end = fleetctl_within(&ctx, 1, &["rollout-status", DB], Duration::from_secs(60)).await?;
+    let after = seen(&ctx, &SLOTS).await?;
+    let samples = stop_samplers(&ctx).await?;
+    let logs = hook_logs(&ctx).await?;
+    let observed = || format!("machines after it returned: {}; hook logs: {}", describe(&after), render_logs(&logs));
+    ctx.ensure(end.status == 4, || {
+        format!("rollout-status after rollout-abort: expected exit 4 (aborted), got {}; {}", end.describe(), observed())
+    })?;
+    ctx.ensure(after.values().all(|s| s.serves("v1")), || {
+        format!("once the aborted rollout ended, every machine must serve v1 again; {}", observed())
+    })?;
+    expect_at_most_down(&ctx, &samples, 1, "rollout-abort of two changed machines with --max-unavailable=1")?;
+    ctx.ensure(after[&third] == before[&third] && count(&logs[&third], "stop", "v1") == 0, || {
+        format!("m{third} (3rd in ID order) must be untouched: v1 with MainPID {}; {}", before[&third].pid, observed())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
