@@ -393,6 +393,10 @@ fn safe_rollout_specs() -> Vec<Spec> {
             Box::pin(safe_rollout::abort_returns_changed_machines_within_the_budget(c))
         })
         .requires(CANARY),
+        spec(Area::SafeRollout, "check_past_its_timeout_is_published_unhealthy", 1, "issue 34", |c| {
+            Box::pin(safe_rollout::check_past_its_timeout_is_published_unhealthy(c))
+        })
+        .requires(&[HealthChecks]),
     ]
 }
 

@@ -1012,6 +1012,52 @@ pub async fn abort_returns_changed_machines_within_the_budget(ctx: Ctx) -> Outco
     })
 }
 
+/// A check that outlives its `HealthCheckTimeout=` is killed and counts as failed: a unit whose check sleeps 30 s
+/// with a 1 s timeout is published `unhealthy` (`list-units --fields health`) within seconds, with the output `timed
+/// out after 1s` (`GET /fleet/v1/state`), not left `unknown` while the check runs on.
+///
+/// Break-once (`health-check-timeout-ignored`: the timeout times 3600 in `agent::checks::run_check`): the unit
+/// stays `unknown`.
+pub async fn check_past_its_timeout_is_published_unhealthy(ctx: Ctx) -> Outcome {
+    let dir = TempDir::new()?;
+    let unit = "safe-db-hang.service";
+    let path = dir.write(
+        unit,
+        "[Service]\nExecStart=/bin/sleep infinity\n\n[X-Fleet]\nHealthCheck=sleep 30\nHealthCheckTimeout=1s\n\
+         HealthCheckInterval=2s\n",
+    )?;
+    ctx.fleetctl_ok(1, &["start", &path]).await?;
+    let t0 = Instant::now();
+    let fields = ["unit", "active", "health"];
+    ctx.wait_table(1, "list-units", &fields, &format!("{unit} active and unhealthy (its check timed out)"), |rows| {
+        let row = rows.iter().find(|r| r.get("unit") == unit).ok_or_else(|| format!("no {unit} row: {rows:?}"))?;
+        let (active, health) = (row.get("active"), row.get("health"));
+        if active == "active" && health == "unhealthy" {
+            Ok(())
+        } else {
+            Err(format!("active {active}, health {health}"))
+        }
+    })
+    .await?;
+    let took = t0.elapsed();
+    ctx.ensure(took < Duration::from_secs(20), || {
+        format!("a check with HealthCheckTimeout=1s must be judged failed within seconds; it took {took:?}")
+    })?;
+    let r = ctx.http(1, "GET", "/fleet/v1/state", None).await?;
+    let states = r.json()["states"].as_array().cloned().unwrap_or_default();
+    let health: Vec<Value> = states.iter().filter(|s| s["name"] == unit).map(|s| s["health"].clone()).collect();
+    ctx.ensure(
+        health.len() == 1
+            && health[0]["status"] == "unhealthy"
+            && health[0]["output"].as_str().is_some_and(|o| o.contains("timed out after 1s")),
+        || {
+            format!(
+                "GET /fleet/v1/state: {unit} must be unhealthy with output \"timed out after 1s\"; health: {health:?}"
+            )
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
