@@ -1016,8 +1016,9 @@ pub async fn abort_returns_changed_machines_within_the_budget(ctx: Ctx) -> Outco
 /// with a 1 s timeout is published `unhealthy` (`list-units --fields health`) within seconds, with the output `timed
 /// out after 1s` (`GET /fleet/v1/state`), not left `unknown` while the check runs on.
 ///
-/// Break-once (`health-check-timeout-ignored`: the timeout times 3600 in `agent::checks::run_check`): the unit
-/// stays `unknown`.
+/// Break-once (`health-check-timeout-ignored`: the timeout times 3600 in `agent::checks::run_check`): "timed out:
+/// waited 29.9s for safe-db-hang.service active and unhealthy (its check timed out); last seen: active active, health
+/// healthy" (`unknown` while the check ran, then `healthy` when `sleep 30` exited 0).
 pub async fn check_past_its_timeout_is_published_unhealthy(ctx: Ctx) -> Outcome {
     let dir = TempDir::new()?;
     let unit = "safe-db-hang.service";
