@@ -397,6 +397,10 @@ fn safe_rollout_specs() -> Vec<Spec> {
             Box::pin(safe_rollout::check_past_its_timeout_is_published_unhealthy(c))
         })
         .requires(&[HealthChecks]),
+        spec(Area::SafeRollout, "fleetd_restart_keeps_the_published_health", 2, "issue 34", |c| {
+            Box::pin(safe_rollout::fleetd_restart_keeps_the_published_health(c))
+        })
+        .requires(&[HealthChecks, Capability::RestartAdopts]),
     ]
 }
 

@@ -1059,6 +1059,79 @@ pub async fn check_past_its_timeout_is_published_unhealthy(ctx: Ctx) -> Outcome 
     )
 }
 
+/// The unit's health as machine `via`'s API shows it (`GET /fleet/v1/state`): `status sinceMs`, or why not.
+async fn published_health(ctx: &Ctx, via: usize, unit: &str) -> String {
+    match ctx.http(via, "GET", "/fleet/v1/state", None).await {
+        Ok(r) if r.status == 200 => {
+            let states = r.json()["states"].as_array().cloned().unwrap_or_default();
+            match states.iter().find(|s| s["name"] == unit) {
+                Some(s) => format!("{} {}", s["health"]["status"].as_str().unwrap_or("none"), s["health"]["sinceMs"]),
+                None => "no state".into(),
+            }
+        }
+        Ok(r) => r.describe(),
+        Err(e) => e,
+    }
+}
+
+/// A fleetd restart keeps a healthy unit's published health (docs/health.md, "After a fleetd restart"): a unit
+/// pinned to m1 whose check takes 2 s is healthy; `systemctl restart fleet` on m1 while m2's API is sampled every
+/// 100 ms: the unit's health stays `healthy` with the same `sinceMs` throughout — also while the new process's
+/// first check runs — and its MainPID is unchanged. Publishing `unknown` meanwhile would fail a rollout step
+/// holding for `minHealthy` at every fleetd upgrade.
+pub async fn fleetd_restart_keeps_the_published_health(ctx: Ctx) -> Outcome {
+    let unit = "safe-db-held.service";
+    let dir = TempDir::new()?;
+    let text = format!(
+        "[Service]\nExecStart=/bin/sleep infinity\n\n[X-Fleet]\nMachineID={}\nHealthCheck=sleep 2\n\
+         HealthCheckInterval=3s\nHealthCheckTimeout=10s\n",
+        ctx.id(1)?
+    );
+    let path = dir.write(unit, &text)?;
+    ctx.fleetctl_ok(1, &["start", &path]).await?;
+    let cref = &ctx;
+    let before = ctx
+        .wait_for(&format!("{unit} published healthy (via m2)"), || async move {
+            let h = published_health(cref, 2, unit).await;
+            if h.starts_with("healthy ") { Check::Ready(h) } else { Check::NotYet(h) }
+        })
+        .await?;
+    let pid = ctx.main_pid(1, unit).await?;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let sampler = async {
+        let began = Instant::now();
+        let mut seen: Vec<(f64, String)> = Vec::new();
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            let round = tokio::time::Instant::now();
+            seen.push((began.elapsed().as_secs_f64(), published_health(cref, 2, unit).await));
+            tokio::time::sleep_until(round + Duration::from_millis(100)).await;
+        }
+        seen
+    };
+    let scenario = async {
+        let restarted = ctx.exec_ok(1, &["systemctl", "restart", "fleet.service"]).await.map(|_| ());
+        // The new process's first check of the unit runs at once and takes 2 s: hold past it.
+        ctx.hold(Duration::from_secs(6)).await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        restarted
+    };
+    let (seen, restarted) = tokio::join!(sampler, scenario);
+    restarted?;
+    let changed: Vec<String> =
+        seen.iter().filter(|(_, h)| *h != before).map(|(t, h)| format!("{t:.1} s: {h}")).collect();
+    ctx.ensure(seen.len() >= 20 && changed.is_empty(), || {
+        format!(
+            "across `systemctl restart fleet` on m1, {unit}'s published health must stay {before:?}; {} of {} \
+             samples differ: {}",
+            changed.len(),
+            seen.len(),
+            changed.iter().take(8).cloned().collect::<Vec<_>>().join("; ")
+        )
+    })?;
+    let now = ctx.main_pid(1, unit).await?;
+    ctx.ensure(now == pid, || format!("{unit} was restarted with fleet: MainPID {pid} -> {now}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
