@@ -401,6 +401,10 @@ fn safe_rollout_specs() -> Vec<Spec> {
             Box::pin(safe_rollout::fleetd_restart_keeps_the_published_health(c))
         })
         .requires(&[HealthChecks, Capability::RestartAdopts]),
+        spec(Area::SafeRollout, "stopped_unit_is_published_unknown", 1, "issue 34", |c| {
+            Box::pin(safe_rollout::stopped_unit_is_published_unknown(c))
+        })
+        .requires(&[HealthChecks]),
     ]
 }
 

@@ -1132,6 +1132,44 @@ pub async fn fleetd_restart_keeps_the_published_health(ctx: Ctx) -> Outcome {
     ctx.ensure(now == pid, || format!("{unit} was restarted with fleet: MainPID {pid} -> {now}"))
 }
 
+/// A unit that is not active has no health: a checked unit published `healthy` is published `unknown` once
+/// `fleetctl stop` stopped it (`list-units --fields health`, `GET /fleet/v1/state`), not the last run's `healthy`.
+pub async fn stopped_unit_is_published_unknown(ctx: Ctx) -> Outcome {
+    let unit = "safe-db-stopped.service";
+    let dir = TempDir::new()?;
+    let path = dir.write(
+        unit,
+        "[Service]\nExecStart=/bin/sleep infinity\n\n[X-Fleet]\nHealthCheck=true\nHealthCheckInterval=1s\n",
+    )?;
+    ctx.fleetctl_ok(1, &["start", &path]).await?;
+    let fields = ["unit", "active", "health"];
+    let row = |want_active: &'static str, want_health: &'static str| {
+        move |rows: &[fleet_harness::wait::Row]| {
+            let row = rows.iter().find(|r| r.get("unit") == unit).ok_or_else(|| format!("no {unit} row: {rows:?}"))?;
+            let (active, health) = (row.get("active"), row.get("health"));
+            if active == want_active && health == want_health {
+                Ok(())
+            } else {
+                Err(format!("active {active}, health {health}"))
+            }
+        }
+    };
+    ctx.wait_table(1, "list-units", &fields, &format!("{unit} active and healthy"), row("active", "healthy")).await?;
+    ctx.fleetctl_ok(1, &["stop", unit]).await?;
+    ctx.wait_table(
+        1,
+        "list-units",
+        &fields,
+        &format!("the stopped {unit} inactive with health unknown"),
+        row("inactive", "unknown"),
+    )
+    .await?;
+    let health = published_health(&ctx, 1, unit).await;
+    ctx.ensure(health.starts_with("unknown "), || {
+        format!("GET /fleet/v1/state: the stopped {unit} must have health unknown; observed {health}")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
