@@ -389,6 +389,22 @@ fn safe_rollout_specs() -> Vec<Spec> {
             Box::pin(safe_rollout::progress_deadline_fails_a_rollout_that_never_gets_healthy(c))
         })
         .requires(CANARY),
+        s("abort_returns_changed_machines_within_the_budget", |c| {
+            Box::pin(safe_rollout::abort_returns_changed_machines_within_the_budget(c))
+        })
+        .requires(CANARY),
+        spec(Area::SafeRollout, "check_past_its_timeout_is_published_unhealthy", 1, "issue 34", |c| {
+            Box::pin(safe_rollout::check_past_its_timeout_is_published_unhealthy(c))
+        })
+        .requires(&[HealthChecks]),
+        spec(Area::SafeRollout, "fleetd_restart_keeps_the_published_health", 2, "issue 34", |c| {
+            Box::pin(safe_rollout::fleetd_restart_keeps_the_published_health(c))
+        })
+        .requires(&[HealthChecks, Capability::RestartAdopts]),
+        spec(Area::SafeRollout, "stopped_unit_is_published_unknown", 1, "issue 34", |c| {
+            Box::pin(safe_rollout::stopped_unit_is_published_unknown(c))
+        })
+        .requires(&[HealthChecks]),
     ]
 }
 
