@@ -10,6 +10,9 @@ pub mod check;
 pub mod ctx;
 pub mod fixtures;
 pub mod http;
+pub mod live;
+pub mod names;
+pub mod run;
 pub mod specs;
 pub mod summary;
 
@@ -106,6 +109,8 @@ pub struct Spec {
     pub metadata: &'static [(usize, &'static str)],
     /// Capabilities the implementation under test must declare; otherwise the spec is skipped (ignored).
     pub requires: &'static [Capability],
+    /// What the spec needs of its cluster beyond `machines` (decides whether it runs against a live cluster).
+    pub needs: &'static [Need],
     /// The original functional test(s) this spec rewrites, if any (for the README's table).
     pub origin: &'static str,
     pub run: fn(Ctx) -> SpecFuture,
@@ -130,6 +135,125 @@ impl Spec {
     pub fn missing(&self, caps: &Capabilities) -> Vec<Capability> {
         self.requires.iter().copied().filter(|c| !caps.has(*c)).collect()
     }
+}
+
+/// What a spec needs of its cluster beyond [`Spec::machines`] machines running fleet. A harness cluster (one per
+/// spec) gives all of it; a live cluster (`fleet-conformance --against`) gives only some, and a spec whose needs it
+/// cannot meet is skipped with the reason ([`Spec::external_verdict`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Need {
+    /// Control of the cluster's containers: kills or partitions machines, stops or restarts fleetd or etcd, adds,
+    /// replaces or removes machines, writes their system files, uses the harness's TLS certificates or ssh-agent, or
+    /// starts clusters of its own.
+    Harness,
+    /// Its expectations hold for exactly [`Spec::machines`] machines (a global unit on all of them, N conflicting
+    /// units over N machines), not for more.
+    ExactMachines,
+    /// No units but its own for the whole run: it compares whole listings or the cluster-wide audit trail, or its
+    /// placement depends on every unit's load. A live cluster cannot promise that.
+    EmptyCluster,
+    /// It changes state every unit of the cluster shares: machine metadata through the API, cordons, drains.
+    ChangesMachines,
+    /// The harness's machine metadata `hostname=m<slot>` (and [`Spec::metadata`] per slot).
+    SlotMetadata,
+    /// It looks inside the machines: `systemctl` there, files under `/run/fleet` (over SSH on a live cluster).
+    Inside,
+    /// It writes and reads fixed paths inside the machines (hook logs, samplers, markers under `/run`), which units
+    /// of specs running at the same time would share.
+    MachineFiles,
+}
+
+impl Need {
+    /// The name `fleet-conformance --list` shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Need::Harness => "harness",
+            Need::ExactMachines => "exact-machines",
+            Need::EmptyCluster => "empty-cluster",
+            Need::ChangesMachines => "changes-machines",
+            Need::SlotMetadata => "slot-metadata",
+            Need::Inside => "inside",
+            Need::MachineFiles => "machine-files",
+        }
+    }
+}
+
+/// What the live cluster of an external run offers ([`Spec::external_verdict`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveShape {
+    /// The metadata of each machine, in slot order (slot 1 first).
+    pub machines: Vec<std::collections::BTreeMap<String, String>>,
+    /// Whether commands can be run inside the machines (`--ssh-user` and `--ssh-key` given).
+    pub ssh: bool,
+}
+
+/// Why a spec that needs machines to look into is skipped without SSH.
+pub const NEEDS_SSH: &str = "needs --ssh-user/--ssh-key to observe systemd in the machines";
+
+impl Spec {
+    /// Whether the spec can run against a live cluster of `shape`: `Err` with the reason it is skipped.
+    pub fn external_verdict(&self, shape: &LiveShape) -> Result<(), String> {
+        let n = self.machines;
+        let m = shape.machines.len();
+        if self.needs.contains(&Need::Harness) {
+            return Err("drives the harness (kills, partitions, fleetd or etcd restarts, machines added or replaced, \
+                        or clusters of its own): harness profile only"
+                .into());
+        }
+        if self.needs.contains(&Need::ChangesMachines) {
+            return Err("changes machine metadata, cordons or drains, which every unit of a live cluster shares".into());
+        }
+        if self.needs.contains(&Need::EmptyCluster) {
+            return Err("needs a cluster with no other units for the whole run (it compares whole listings or the \
+                        audit trail, or placement by load)"
+                .into());
+        }
+        if self.needs.contains(&Need::MachineFiles) {
+            return Err(
+                "writes fixed paths under /run in the machines, which specs running alongside would share".into()
+            );
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        if self.needs.contains(&Need::ExactMachines) && m != n {
+            return Err(format!("needs exactly {n} machines; the cluster has {m}"));
+        }
+        if m < n {
+            return Err(format!("needs at least {n} machines; the cluster has {m}"));
+        }
+        if self.needs.contains(&Need::SlotMetadata) || !self.metadata.is_empty() {
+            for slot in 1..=n {
+                let md = &shape.machines[slot - 1];
+                let mut want = vec![("hostname".to_string(), format!("m{slot}"))];
+                for (s, extra) in self.metadata.iter().filter(|(s, _)| *s == slot) {
+                    debug_assert_eq!(*s, slot);
+                    want.extend(
+                        extra.split(',').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.into(), v.into())),
+                    );
+                }
+                if let Some((k, v)) = want.iter().find(|(k, v)| md.get(k) != Some(v)) {
+                    return Err(format!(
+                        "needs the harness's machine metadata (machine {slot} with {k}={v}); the cluster's machine \
+                         {slot} has {}",
+                        render_metadata(md)
+                    ));
+                }
+            }
+        }
+        if self.needs.contains(&Need::Inside) && !shape.ssh {
+            return Err(NEEDS_SSH.into());
+        }
+        Ok(())
+    }
+}
+
+/// `k=v,k=v` (or `no metadata`).
+fn render_metadata(md: &std::collections::BTreeMap<String, String>) -> String {
+    if md.is_empty() {
+        return "no metadata".into();
+    }
+    md.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
 }
 
 /// Every spec, in catalogue order. Building this list must stay cheap: nextest lists it once per trial.
