@@ -217,10 +217,10 @@ impl Spec {
             return Ok(());
         }
         if self.needs.contains(&Need::ExactMachines) && m != n {
-            return Err(format!("needs exactly {n} machines; the cluster has {m}"));
+            return Err(format!("needs exactly {}; the cluster has {m}", machines(n)));
         }
         if m < n {
-            return Err(format!("needs at least {n} machines; the cluster has {m}"));
+            return Err(format!("needs at least {}; the cluster has {m}", machines(n)));
         }
         if self.needs.contains(&Need::SlotMetadata) || !self.metadata.is_empty() {
             for slot in 1..=n {
@@ -246,6 +246,11 @@ impl Spec {
         }
         Ok(())
     }
+}
+
+/// `1 machine`, `3 machines`.
+fn machines(n: usize) -> String {
+    if n == 1 { "1 machine".into() } else { format!("{n} machines") }
 }
 
 /// `k=v,k=v` (or `no metadata`).

@@ -139,6 +139,9 @@ async fn run_one(spec: Spec, mode: Mode, index: usize) -> Outcome {
                 }
                 Err(e) => Err(e),
             };
+            // The spec reads its units' names without the prefix; the cluster's logs and listings show them with it.
+            let outcome =
+                outcome.map_err(|e| format!("{e}\n  (on the cluster this spec's units are named {prefix}<name>)"));
             match (outcome, cluster.destroy_prefixed(&prefix).await) {
                 (Ok(()), Err(e)) => Err(format!("removing the spec's units ({prefix}*): {e}")),
                 (outcome, Err(e)) => {

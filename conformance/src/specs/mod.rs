@@ -141,7 +141,8 @@ pub fn catalogue() -> Vec<Spec> {
         spec(Scheduling, "replaces_moves_the_replaced_unit", 2, "TestScheduleReplace", |c| {
             Box::pin(scheduling::replaces(c))
         })
-        .requires(&[Capability::DeterministicReplaces]),
+        .requires(&[Capability::DeterministicReplaces])
+        .needs(EXACT),
         spec(Scheduling, "circular_replaces_runs_exactly_one", 2, "TestScheduleCircularReplace", |c| {
             Box::pin(scheduling::circular_replaces(c))
         })
@@ -191,7 +192,7 @@ pub fn catalogue() -> Vec<Spec> {
         spec(ClientApi, "units_put_get_delete_status_codes", 1, "transcript 13, spec §8.6", |c| {
             Box::pin(client_api::units_crud(c))
         })
-        .needs(EXACT_INSIDE),
+        .needs(INSIDE),
         spec(ClientApi, "errors_are_json_with_code_and_message", 1, "transcript 13, spec §8.2-8.3", |c| {
             Box::pin(client_api::errors(c))
         }),
@@ -201,8 +202,7 @@ pub fn catalogue() -> Vec<Spec> {
         .requires(&[Capability::StrictApiValidation]),
         spec(ClientApi, "state_lists_launched_units", 1, "transcript 13, spec §8.7", |c| {
             Box::pin(client_api::states(c))
-        })
-        .needs(EXACT),
+        }),
         // node
         spec(Node, "shutdown_is_clean", 1, "TestShutdown", |c| Box::pin(node::shutdown(c))).needs(HARNESS),
         spec(Node, "shutdown_while_monitor_restarts_is_clean", 1, "TestShutdownVsMonitor", |c| {
@@ -511,6 +511,49 @@ mod tests {
         // three such clusters at once still fit the CI machine.
         let largest = all.iter().map(|s| s.machines).max().unwrap_or(0);
         assert!(largest <= 5, "a spec asks for {largest} machines; the CI machine runs three clusters of at most 5");
+    }
+
+    /// A live cluster of `machines` machines, with the harness's `hostname=m<k>` metadata when `hostnames`.
+    fn live(machines: usize, hostnames: bool, ssh: bool) -> crate::LiveShape {
+        let md = |k: usize| {
+            if hostnames { [("hostname".to_string(), format!("m{k}"))].into() } else { BTreeMap::new() }
+        };
+        crate::LiveShape { machines: (1..=machines).map(md).collect(), ssh }
+    }
+
+    /// How many specs run against a live cluster (README, "Certifying an implementation or a deployment"): on 3
+    /// machines with and without SSH, with and without the harness's metadata; and on 1, 2 and 5 machines.
+    #[test]
+    fn external_profile_counts_are_the_readmes() {
+        let all = catalogue();
+        let runs = |shape: crate::LiveShape| all.iter().filter(|s| s.external_verdict(&shape).is_ok()).count();
+        let counts = [
+            runs(live(3, true, true)),
+            runs(live(3, true, false)),
+            runs(live(3, false, true)),
+            runs(live(3, false, false)),
+            runs(live(1, false, true)),
+            runs(live(2, false, true)),
+            runs(live(5, false, true)),
+        ];
+        assert_eq!(counts, [35, 28, 34, 27, 22, 25, 24], "update the counts in conformance/README.md with these");
+    }
+
+    /// A spec of no machines builds its clusters itself (or needs none, as fleetctl's own): it must say which.
+    #[test]
+    fn specs_that_start_their_own_clusters_declare_the_harness() {
+        for s in catalogue().iter().filter(|s| s.machines == 0 && s.area != Area::Fleetctl) {
+            assert!(
+                s.needs.contains(&Need::Harness),
+                "{} builds its own clusters: declare Need::Harness",
+                s.trial_name()
+            );
+        }
+        let shape = live(3, true, true);
+        for s in catalogue().iter().filter(|s| s.needs.contains(&Need::Harness)) {
+            let why = s.external_verdict(&shape).expect_err("a harness spec never runs against a live cluster");
+            assert!(why.starts_with("drives the harness"), "{}: {why}", s.trial_name());
+        }
     }
 
     /// The specs the original Go fleet (v1.0.0-15) failed when run with `ssh,sighup_reload` (issue 13) are each
