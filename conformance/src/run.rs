@@ -181,6 +181,7 @@ pub async fn run(specs: Vec<Spec>, declared: &Capabilities, mode: Mode, selectio
     }
     println!("running {} specs, at most {} at once", to_run.len(), selection.jobs.max(1));
     let permits = Arc::new(tokio::sync::Semaphore::new(selection.jobs.max(1)));
+    let mut pending: Vec<String> = to_run.iter().map(|(_, s)| s.trial_name()).collect();
     let mut set = JoinSet::new();
     for (index, spec) in to_run {
         let (permits, mode) = (Arc::clone(&permits), mode.clone());
@@ -213,10 +214,16 @@ pub async fn run(specs: Vec<Spec>, declared: &Capabilities, mode: Mode, selectio
                         Ok(()) => println!("PASS  {trial} ({secs:.1} s)"),
                         Err(e) => println!("FAIL  {trial} ({secs:.1} s): {}", e.replace('\n', "\n      ")),
                     }
+                    pending.retain(|t| *t != trial);
                     results.insert(trial, outcome.map_or_else(JunitResult::Failed, |()| JunitResult::Passed));
                 }
                 Some(Err(e)) => println!("FAIL  a spec's task ended abnormally: {e}"),
             }
+        }
+    }
+    if let Some(sig) = interrupted {
+        for trial in pending {
+            results.insert(trial, JunitResult::NotRun(format!("not finished: the run was ended by {sig}")));
         }
     }
     let cleaned = match &mode {

@@ -61,6 +61,7 @@ const HARNESS: &[Need] = &[Need::Harness];
 const EXACT: &[Need] = &[Need::ExactMachines];
 const INSIDE: &[Need] = &[Need::Inside];
 const EXACT_INSIDE: &[Need] = &[Need::ExactMachines, Need::Inside];
+/// Placement by load (spreading over idle machines) or whole listings: other units change both.
 const EMPTY_EXACT: &[Need] = &[Need::EmptyCluster, Need::ExactMachines];
 const CHANGES: &[Need] = &[Need::ChangesMachines, Need::SlotMetadata, Need::Inside];
 const SLOT_METADATA: &[Need] = &[Need::SlotMetadata];
@@ -137,7 +138,7 @@ pub fn catalogue() -> Vec<Spec> {
         spec(Scheduling, "conflicts_in_lists_and_repeated_lines", 3, "TestScheduleMultipleConflicts", |c| {
             Box::pin(scheduling::multiple_conflicts(c))
         })
-        .needs(EXACT),
+        .needs(EMPTY_EXACT),
         spec(Scheduling, "replaces_moves_the_replaced_unit", 2, "TestScheduleReplace", |c| {
             Box::pin(scheduling::replaces(c))
         })
@@ -536,7 +537,7 @@ mod tests {
             runs(live(2, false, true)),
             runs(live(5, false, true)),
         ];
-        assert_eq!(counts, [35, 28, 34, 27, 22, 25, 24], "update the counts in conformance/README.md with these");
+        assert_eq!(counts, [34, 27, 33, 26, 22, 25, 24], "update the counts in conformance/README.md with these");
     }
 
     /// A spec of no machines builds its clusters itself (or needs none, as fleetctl's own): it must say which.
