@@ -24,7 +24,7 @@ use crate::names::{self, Names};
 /// Where a spec's cluster lives.
 enum Target {
     /// A harness cluster of the spec's own (absent for specs of fleetctl alone).
-    Harness(Option<Cluster>),
+    Harness(Option<Box<Cluster>>),
     /// A live cluster (shared), with a directory for the spec's unit files as they go to it (prefixed).
     Live { cluster: Arc<LiveCluster>, files: tempfile::TempDir },
 }
@@ -44,7 +44,7 @@ impl Ctx {
     /// Starts `builder`'s cluster.
     pub async fn start(builder: ClusterBuilder) -> Result<Ctx, String> {
         let cluster = builder.start().await.ctx("starting the cluster")?;
-        Ok(Ctx { target: Target::Harness(Some(cluster)), names: Names::identity(), last: Mutex::new(None) })
+        Ok(Ctx { target: Target::Harness(Some(Box::new(cluster))), names: Names::identity(), last: Mutex::new(None) })
     }
 
     /// A context without a cluster.
