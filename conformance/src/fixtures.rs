@@ -155,7 +155,9 @@ mod tests {
         }
         if std::env::var_os(super::DIR_ENV).is_none() {
             let written = std::fs::read_to_string(super::path("hello@.service")).unwrap();
+            super::remove_materialized();
             assert_eq!(written, super::read("hello@.service").unwrap());
+            assert!(!super::dir().join("hello@.service").exists(), "removed at the end");
         }
     }
 

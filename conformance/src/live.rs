@@ -101,6 +101,11 @@ impl LiveCluster {
         Ok(cluster)
     }
 
+    /// Removes this run's known-hosts files now (a process that ends with `exit` drops nothing).
+    pub fn remove_files(&self) {
+        let _ = std::fs::remove_dir_all(self.tmp.path());
+    }
+
     pub fn endpoint(&self) -> &str {
         &self.opts.endpoint
     }

@@ -94,8 +94,19 @@ struct Args {
     filters: Vec<String>,
 }
 
-/// The live cluster and the run's prefix, once known: what a panic outside a spec still cleans up.
-static LIVE: OnceLock<(Arc<LiveCluster>, String)> = OnceLock::new();
+/// The live cluster, once connected, and the run's prefix, once chosen: what a panic outside a spec still cleans
+/// up, and whose files go when the process exits.
+static LIVE: OnceLock<Arc<LiveCluster>> = OnceLock::new();
+static PREFIX: OnceLock<String> = OnceLock::new();
+
+/// Removes this process's files (the fixtures written out, the live cluster's known-hosts files): `exit` runs no
+/// destructor.
+fn remove_files() {
+    fixtures::remove_materialized();
+    if let Some(live) = LIVE.get() {
+        live.remove_files();
+    }
+}
 
 fn main() {
     let args = Args::parse();
@@ -133,7 +144,7 @@ fn main() {
         Ok(code) => code,
         Err(_) => {
             // A bug outside the specs: still leave the live cluster as it was.
-            if let Some((cluster, prefix)) = LIVE.get() {
+            if let (Some(cluster), Some(prefix)) = (LIVE.get(), PREFIX.get()) {
                 eprintln!("fleet-conformance: panicked; removing the units of this run ({prefix}*)");
                 if let Err(e) = rt.block_on(run::sweep(cluster, prefix)) {
                     eprintln!("fleet-conformance: {e}");
@@ -142,13 +153,13 @@ fn main() {
             101
         }
     };
-    fixtures::remove_materialized();
+    remove_files();
     std::process::exit(code);
 }
 
 fn fail(code: i32, msg: &str) -> ! {
     eprintln!("fleet-conformance: {msg}");
-    fixtures::remove_materialized();
+    remove_files();
     std::process::exit(code);
 }
 
@@ -218,7 +229,11 @@ async fn main_async(args: &Args) -> i32 {
     let declared = declared(args).unwrap_or_else(|e| fail(2, &e));
     let selection = Selection { filters: args.filters.clone(), skips: args.skip.clone(), jobs: args.jobs };
     let live = match &args.against {
-        Some(endpoint) => Some(Arc::new(connect(args, endpoint).await.unwrap_or_else(|e| fail(2, &e)))),
+        Some(endpoint) => {
+            let cluster = Arc::new(connect(args, endpoint).await.unwrap_or_else(|e| fail(2, &e)));
+            let _ = LIVE.set(Arc::clone(&cluster));
+            Some(cluster)
+        }
         None => None,
     };
     if args.list {
@@ -266,7 +281,7 @@ async fn main_async(args: &Args) -> i32 {
             }
             let ssh = if cluster.has_ssh() { "over SSH" } else { "not looked into (no --ssh-user/--ssh-key)" };
             println!("  machines {ssh}; declared capabilities: {}", declared.render());
-            let _ = LIVE.set((Arc::clone(&cluster), prefix.clone()));
+            let _ = PREFIX.set(prefix.clone());
             Mode::Live { cluster, prefix }
         }
         None => {
