@@ -390,17 +390,26 @@ mod tests {
                     [X-Fleet]\nConflicts=fc-1a2b3c-07-conflict.*.service fc-1a2b3c-07-other.service\n\
                     MachineOf=fc-1a2b3c-07-ping.0.service\nReplaces=fc-1a2b3c-07-replace.0.service\n\
                     MachineMetadata=role=hello.service\nMachineID=abc\n";
-        assert_eq!(rewrite_unit_file(unit, P, &own), want);
+        assert_eq!(
+            rewrite_unit_file(unit, P, &own),
+            want,
+            "fleet's references all take the prefix, systemd's only for the suite's units; nothing else changes"
+        );
         // Repeated lines and template instances, and no double prefix.
         let repeated = "[X-Fleet]\nConflicts=conflict.2.service\nConflicts=fc-1a2b3c-07-conflict.1.service\n";
         assert_eq!(
             rewrite_unit_file(repeated, P, &own),
-            "[X-Fleet]\nConflicts=fc-1a2b3c-07-conflict.2.service\nConflicts=fc-1a2b3c-07-conflict.1.service\n"
+            "[X-Fleet]\nConflicts=fc-1a2b3c-07-conflict.2.service\nConflicts=fc-1a2b3c-07-conflict.1.service\n",
+            "repeated lines each take the prefix, once"
         );
         let instance = "[Unit]\nAfter=hello@3.service\n";
-        assert_eq!(rewrite_unit_file(instance, P, &own), "[Unit]\nAfter=fc-1a2b3c-07-hello@3.service\n");
+        assert_eq!(
+            rewrite_unit_file(instance, P, &own),
+            "[Unit]\nAfter=fc-1a2b3c-07-hello@3.service\n",
+            "an instance of the suite's template is the suite's"
+        );
         // On a harness cluster nothing changes.
-        assert_eq!(rewrite_unit_file(unit, "", &own), unit);
+        assert_eq!(rewrite_unit_file(unit, "", &own), unit, "without a prefix (a harness cluster) nothing changes");
     }
 
     #[test]
@@ -410,21 +419,30 @@ mod tests {
         assert_eq!(
             strip_prefix(out, P),
             "Unit hello.service launched on 1234.../10.0.0.2\n/run/fleet/units/hello@1.service \"x.service\" \
-             xfc-1a2b3c-07-y\n"
+             xfc-1a2b3c-07-y\n",
+            "the prefix comes off where a name starts, not inside a word"
         );
     }
 
     #[test]
     fn listings_keep_the_header_and_the_specs_own_rows() {
         let out = "UNIT\tMACHINE\nfc-1a2b3c-07-hello.service\tm1\nhello.service\tm2\nfc-1a2b3c-08-a.service\tm3\n";
-        assert_eq!(filter_rows(out, P, true), "UNIT\tMACHINE\nfc-1a2b3c-07-hello.service\tm1\n");
-        assert_eq!(filter_rows(out, P, false), "fc-1a2b3c-07-hello.service\tm1\n");
+        assert_eq!(
+            filter_rows(out, P, true),
+            "UNIT\tMACHINE\nfc-1a2b3c-07-hello.service\tm1\n",
+            "the header and the spec's rows; not another user's unit, not another spec's"
+        );
+        assert_eq!(filter_rows(out, P, false), "fc-1a2b3c-07-hello.service\tm1\n", "--no-legend: no header kept");
     }
 
     #[test]
     fn http_paths_bodies_and_answers_map_both_ways() {
         let n = Names::prefixed(P);
-        assert_eq!(n.request_path("/fleet/v1/units/api.service"), "/fleet/v1/units/fc-1a2b3c-07-api.service");
+        assert_eq!(
+            n.request_path("/fleet/v1/units/api.service"),
+            "/fleet/v1/units/fc-1a2b3c-07-api.service",
+            "the unit of a unit's path"
+        );
         assert_eq!(
             n.request_path("/fleet/v1/state?unitName=hello.service&machineID=abc"),
             "/fleet/v1/state?unitName=fc-1a2b3c-07-hello.service&machineID=abc"
@@ -432,13 +450,21 @@ mod tests {
         assert_eq!(n.request_path("/fleet/v1/units?nextPageToken=x"), "/fleet/v1/units?nextPageToken=x");
         let body = r#"{"name":"api.service","options":[{"section":"X-Fleet","name":"Conflicts","value":"api.service"},{"section":"Unit","name":"After","value":"network.target api.service"}]}"#;
         let v: serde_json::Value = serde_json::from_str(&n.request_body(body)).unwrap();
-        assert_eq!(v["name"], "fc-1a2b3c-07-api.service");
-        assert_eq!(v["options"][0]["value"], "fc-1a2b3c-07-api.service");
+        assert_eq!(v["name"], "fc-1a2b3c-07-api.service", "the body's unit name");
+        assert_eq!(v["options"][0]["value"], "fc-1a2b3c-07-api.service", "an [X-Fleet] reference in the options");
         assert_eq!(v["options"][1]["value"], "network.target fc-1a2b3c-07-api.service", "api.service was used");
-        assert_eq!(n.request_body("{not json"), "{not json");
+        assert_eq!(n.request_body("{not json"), "{not json", "a body that is not JSON goes as it is");
         let answer = r#"{"units":[{"name":"fc-1a2b3c-07-api.service"},{"name":"api.service"}]}"#;
-        assert_eq!(n.response_body(answer), r#"{"units":[{"name":"api.service"}]}"#);
-        assert_eq!(n.command_word("/run/fleet/units/api.service"), "/run/fleet/units/fc-1a2b3c-07-api.service");
+        assert_eq!(
+            n.response_body(answer),
+            r#"{"units":[{"name":"api.service"}]}"#,
+            "a listing keeps the spec's own unit (without its prefix) and drops another user's of the same name"
+        );
+        assert_eq!(
+            n.command_word("/run/fleet/units/api.service"),
+            "/run/fleet/units/fc-1a2b3c-07-api.service",
+            "a path inside a machine naming the spec's unit"
+        );
         assert_eq!(n.command_word("fleet.service"), "fleet.service", "not one of the suite's units");
         assert_eq!(n.command_word("hello.service"), "fc-1a2b3c-07-hello.service", "a fixture");
     }
