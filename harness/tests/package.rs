@@ -175,7 +175,7 @@ async fn the_package_installs_on_a_machine_and_runs_a_unit_end_to_end() {
     let passed = certify.stdout.lines().filter(|l| l.starts_with("PASS ")).count();
     assert!(
         certify.success() && passed >= 9,
-        "the installed fleet-conformance against the package's socket: {passed} passed (9 expected): {}\n{}",
+        "the installed fleet-conformance against the package's socket: {passed} passed (at least 9 expected): {}\n{}",
         certify.stdout,
         certify.stderr
     );
