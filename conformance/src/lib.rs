@@ -1,9 +1,10 @@
 //! fleet-conformance: black-box specs any fleet implementation can be run against.
 //!
-//! A spec sees only what a user sees — fleetctl, the HTTP API and the systemd state inside machines — through
-//! [`fleet_harness::Cluster`]; it never reads the registry. Choose the implementation under test with
-//! `FLEETD_BIN` / `FLEETCTL_BIN` (default: this workspace's build) and declare what it supports with
-//! `FLEET_CAPABILITIES` (see [`capabilities`]).
+//! A spec sees only what a user sees — fleetctl, the HTTP API and the systemd state inside machines — through its
+//! [`Ctx`]: a [`fleet_harness::Cluster`] of its own (the harness profile), or a live cluster shared with others (the
+//! external profile, `fleet-conformance --against`, for the specs whose [`Need`]s such a cluster meets); it never
+//! reads the registry. Choose the implementation under test with `FLEETD_BIN` / `FLEETCTL_BIN` (default: this
+//! workspace's build) and declare what it supports with `FLEET_CAPABILITIES` (see [`capabilities`]).
 
 pub mod capabilities;
 pub mod check;
@@ -226,8 +227,7 @@ impl Spec {
             for slot in 1..=n {
                 let md = &shape.machines[slot - 1];
                 let mut want = vec![("hostname".to_string(), format!("m{slot}"))];
-                for (s, extra) in self.metadata.iter().filter(|(s, _)| *s == slot) {
-                    debug_assert_eq!(*s, slot);
+                for (_, extra) in self.metadata.iter().filter(|(s, _)| *s == slot) {
                     want.extend(
                         extra.split(',').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.into(), v.into())),
                     );
@@ -324,5 +324,60 @@ pub async fn execute_over(spec: &Spec, transport: Transport) -> Outcome {
     match tokio::time::timeout(SPEC_TIMEOUT, (spec.run)(ctx)).await {
         Ok(outcome) => outcome,
         Err(_) => Err(format!("the spec did not finish within {SPEC_TIMEOUT:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn never(_: Ctx) -> SpecFuture {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn spec(machines: usize, metadata: &'static [(usize, &'static str)], needs: &'static [Need]) -> Spec {
+        Spec { name: "s", area: Area::Scheduling, machines, metadata, requires: &[], needs, origin: "", run: never }
+    }
+
+    fn shape(hostnames: &[&str], ssh: bool) -> LiveShape {
+        let md = |h: &&str| [("hostname".to_string(), h.to_string())].into();
+        LiveShape { machines: hostnames.iter().map(md).collect(), ssh }
+    }
+
+    #[test]
+    fn a_live_cluster_runs_what_it_can_and_says_why_not_otherwise() {
+        let three = shape(&["m1", "m2", "m3"], true);
+        assert_eq!(spec(2, &[], &[]).external_verdict(&three), Ok(()), "more machines than asked for are fine");
+        assert_eq!(
+            spec(4, &[], &[]).external_verdict(&three),
+            Err("needs at least 4 machines; the cluster has 3".into())
+        );
+        assert_eq!(
+            spec(2, &[], &[Need::ExactMachines]).external_verdict(&three),
+            Err("needs exactly 2 machines; the cluster has 3".into())
+        );
+        assert_eq!(spec(3, &[], &[Need::ExactMachines, Need::Inside]).external_verdict(&three), Ok(()));
+        assert_eq!(
+            spec(1, &[], &[Need::Inside]).external_verdict(&shape(&["m1"], false)),
+            Err(NEEDS_SSH.into()),
+            "looking inside needs SSH"
+        );
+        let role = spec(2, &[(2, "role=b")], &[]);
+        let why = role.external_verdict(&three).unwrap_err();
+        assert!(why.contains("machine 2 with role=b") && why.contains("hostname=m2"), "{why}");
+        let unnamed = shape(&["a", "b", "c"], true);
+        let why = spec(3, &[], &[Need::SlotMetadata]).external_verdict(&unnamed).unwrap_err();
+        assert!(why.contains("machine 1 with hostname=m1") && why.contains("has hostname=a"), "{why}");
+        for (need, start) in [
+            (Need::Harness, "drives the harness"),
+            (Need::ChangesMachines, "changes machine metadata"),
+            (Need::EmptyCluster, "needs a cluster with no other units"),
+            (Need::MachineFiles, "writes fixed paths under /run"),
+        ] {
+            let needs: &'static [Need] = Box::leak(Box::new([need]));
+            let why = spec(1, &[], needs).external_verdict(&three).unwrap_err();
+            assert!(why.starts_with(start), "{need:?}: {why}");
+        }
+        assert_eq!(spec(0, &[], &[]).external_verdict(&shape(&[], false)), Ok(()), "fleetctl alone needs no machine");
     }
 }
