@@ -391,6 +391,25 @@ round 3 (m1 -&gt; m2): v4&apos;s ExecStartPre ran early; events:
     }
 
     #[test]
+    fn a_spec_the_cluster_cannot_run_is_skipped_with_its_reason() {
+        let specs = [spec(Area::Scheduling, "exact", &[]), spec(Area::Node, "kills", &[])];
+        let ran = BTreeMap::from([
+            (
+                "scheduling::exact".to_string(),
+                JunitResult::NotRun("needs exactly 2 machines; the cluster has 3".into()),
+            ),
+            ("node::kills".to_string(), JunitResult::NotRun("drives the harness (kills, ...): harness only".into())),
+        ]);
+        let report = Report::new(&specs, &Capabilities::of(&[]), &ran);
+        assert_eq!(report.total(), Counts { passed: 0, failed: 0, skipped: 2 }, "counted as skipped");
+        let text = report.render();
+        assert!(text.contains("(drives the harness, needs exactly 2 machines)"), "short reasons per profile: {text}");
+        let junit = report.to_junit();
+        assert!(junit.contains("<skipped message=\"needs exactly 2 machines; the cluster has 3\"/>"), "{junit}");
+        assert_eq!(parse_junit(&junit)["node::kills"], JunitResult::Skipped, "conformance-summary reads it back");
+    }
+
+    #[test]
     fn a_failure_that_ran_out_of_time_says_so() {
         let waited = "waited 30.1s for 3 active units; last seen: a.service=activating";
         let killed = "fleetctl [\"start\", \"a.service\"] did not finish within 120s";
