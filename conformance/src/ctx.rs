@@ -528,13 +528,35 @@ impl Ctx {
                 cmd.join(" ")
             ));
         }
-        let mapped: Vec<String> = cmd.iter().map(|w| self.names.command_word(w)).collect();
+        let mapped = self.command_for_cluster(cmd)?;
         let out = live.exec(slot, &mapped).await?;
         Ok(Output {
             stdout: self.names.inward(&out.stdout),
             stderr: self.names.inward(&out.stderr),
             status: out.status,
         })
+    }
+
+    /// A command inside a machine as it goes to a live cluster: the spec's unit names prefixed. A unit of the spec
+    /// named inside a longer word (a `sh -c` script) cannot be mapped safely — the script would act on a unit of that
+    /// name that is not the spec's —, so such a command is refused.
+    fn command_for_cluster(&self, cmd: &[&str]) -> Result<Vec<String>, String> {
+        let separator =
+            |c: char| c.is_whitespace() || matches!(c, '\'' | '"' | ';' | '&' | '|' | '>' | '<' | '/' | '=');
+        let mut mapped = Vec::with_capacity(cmd.len());
+        for w in cmd {
+            let out = self.names.command_word(w);
+            if out == *w
+                && let Some(unit) = w.split(separator).find(|t| names::is_unit_name(t) && self.names.is_own(t))
+            {
+                return Err(format!(
+                    "a command inside the machines names the spec's unit {unit} within {w:?}, which cannot be mapped \
+                     to the unit's name on a live cluster: declare Need::MachineFiles or Need::Harness for this spec"
+                ));
+            }
+            mapped.push(out);
+        }
+        Ok(mapped)
     }
 
     /// Runs a command in machine `slot`; a non-zero exit fails.
@@ -557,7 +579,7 @@ impl Ctx {
         let Some(live) = self.live_cluster() else {
             return Ok(self.exec_ok(slot, cmd).await?.stdout.lines().map(str::to_string).collect());
         };
-        let mapped: Vec<String> = cmd.iter().map(|w| self.names.command_word(w)).collect();
+        let mapped = self.command_for_cluster(cmd)?;
         let out = live.exec(slot, &mapped).await?;
         if !out.success() {
             return Err(format!("machine {slot}: `{}` failed: {}", cmd.join(" "), out.describe()));

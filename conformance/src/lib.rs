@@ -159,8 +159,8 @@ pub enum Need {
     SlotMetadata,
     /// It looks inside the machines: `systemctl` there, files under `/run/fleet` (over SSH on a live cluster).
     Inside,
-    /// It writes and reads fixed paths inside the machines (hook logs, samplers, markers under `/run`), which units
-    /// of specs running at the same time would share.
+    /// It writes files inside the machines at fixed paths (hook logs, samplers, markers under `/run`, systemd
+    /// drop-ins under `/etc`), which another user's machines should not get and specs running alongside would share.
     MachineFiles,
 }
 
@@ -210,9 +210,9 @@ impl Spec {
                 .into());
         }
         if self.needs.contains(&Need::MachineFiles) {
-            return Err(
-                "writes fixed paths under /run in the machines, which specs running alongside would share".into()
-            );
+            return Err("writes files into the machines (hook logs and samplers under /run, systemd drop-ins), which \
+                        a live cluster's machines should not get and specs running alongside would share"
+                .into());
         }
         if n == 0 {
             return Ok(());
@@ -372,7 +372,7 @@ mod tests {
             (Need::Harness, "drives the harness"),
             (Need::ChangesMachines, "changes machine metadata"),
             (Need::EmptyCluster, "needs a cluster with no other units"),
-            (Need::MachineFiles, "writes fixed paths under /run"),
+            (Need::MachineFiles, "writes files into the machines"),
         ] {
             let needs: &'static [Need] = Box::leak(Box::new([need]));
             let why = spec(1, &[], needs).external_verdict(&three).unwrap_err();

@@ -428,6 +428,12 @@ impl Cluster {
         })
     }
 
+    /// The slot of the machine whose engine leads now (fleet's `engine/leader` key), if any machine leads.
+    pub async fn engine_leader(&self) -> Result<Option<usize>, ClusterError> {
+        let leader = self.etcd().get(&format!("{}engine/leader", self.key_prefix())).await?;
+        Ok(leader.and_then(|id| self.machines.iter().find(|m| m.id() == id).map(Machine::slot)))
+    }
+
     pub fn machines(&self) -> &[Machine] {
         &self.machines
     }

@@ -308,6 +308,16 @@ impl Etcd {
         self.etcdctl(&["endpoint", "health"]).await
     }
 
+    /// The value of `key` as this member holds it (`None` when absent), read with `etcdctl get`.
+    pub async fn get(&self, key: &str) -> Result<Option<String>, EtcdError> {
+        let out = self.etcdctl(&["get", "--print-value-only", key]).await?;
+        if !out.success() {
+            return Err(EtcdError::Status { name: self.name.clone(), cause: format!("get {key}: {}", out.describe()) });
+        }
+        let value = out.stdout.strip_suffix('\n').unwrap_or(&out.stdout);
+        Ok((!out.stdout.is_empty()).then(|| value.to_string()))
+    }
+
     /// `etcdctl` inside the container against this member only, with `args` after the connection flags.
     pub(crate) async fn etcdctl(&self, args: &[&str]) -> Result<Output, EtcdError> {
         self.etcdctl_within("2s", args).await

@@ -42,6 +42,8 @@ pub fn specs() -> Vec<Spec> {
             .requires(&[Capability::Rebalance]),
         spec("engine_rebalance_evens_units_on_its_own_after_a_machine_returns", |_| Box::pin(after_return(true)))
             .requires(&[Capability::Rebalance]),
+        spec("rebalance_moves_no_unit_that_asked_to_stay", |_| Box::pin(asked_to_stay()))
+            .requires(&[Capability::Rebalance]),
     ]
 }
 
@@ -233,4 +235,83 @@ async fn check_after(
     ctx.ensure(moved_in == 4, || {
         format!("exactly 4 units must start on the returned m3 (each once); its hook log has {moved_in} new starts")
     })
+}
+
+/// Units of [`asked_to_stay`]: each asks to stay (`[X-Fleet] Rebalance=false`).
+fn staying() -> Vec<String> {
+    (1..=6).map(|i| format!("bal-keep-{i}.service")).collect()
+}
+
+/// The machines (slots) in which systemd runs each of `units` (units active nowhere are absent).
+async fn active_in(ctx: &Ctx, units: &[String]) -> Result<BTreeMap<String, Vec<usize>>, String> {
+    let mut on: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for slot in SLOTS {
+        let mut cmd = vec!["systemctl", "is-active"];
+        cmd.extend(units.iter().map(String::as_str));
+        let states = ctx.exec(slot, &cmd).await?.stdout;
+        for (unit, state) in units.iter().zip(states.lines()) {
+            if state.trim() == "active" {
+                on.entry(unit.clone()).or_default().push(slot);
+            }
+        }
+    }
+    Ok(on)
+}
+
+/// 6 units that ask to stay (`Rebalance=false`) and nothing else: machine 3's fleet stops first, so they start
+/// 3/3 on m1 and m2; m3 returns empty, and `fleetctl rebalance` — whose only candidates are these units — finishes
+/// without moving one: systemd in m3 runs none of them and each keeps its machine and MainPID.
+///
+/// Break-once (`rebalance-moves-pinned`: `c.stays && false` in `scheduler::rebalance::stay_reason`): the rebalance
+/// moves two of them to m3. The spec above does not see that: a unit that asked to stay sorts after the movable
+/// ones, which are always enough to even the spread.
+async fn asked_to_stay() -> Outcome {
+    let ctx = Ctx::start(Cluster::builder().machines(SLOTS.len()).agent_ttl("3s")).await?;
+    ctx.wait_for_n_machines(1, SLOTS.len()).await?;
+    ctx.exec_ok(3, &["systemctl", "stop", "fleet.service"]).await?;
+    ctx.wait_for_n_machines(1, 2).await?;
+    let dir = TempDir::new()?;
+    let units = staying();
+    let mut args = vec!["start".to_string()];
+    for unit in &units {
+        args.push(dir.write(unit, &unit_text("Rebalance=false\n"))?);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ctx.fleetctl_ok(1, &args).await?;
+    let (cref, units_ref) = (&ctx, &units);
+    let before = ctx
+        .wait_for_secs(120, "6 units active once each on m1 and m2", || async move {
+            match active_in(cref, units_ref).await {
+                Ok(on) if on.len() == units_ref.len() && on.values().all(|s| s.len() == 1 && s[0] != 3) => {
+                    Check::Ready(on)
+                }
+                Ok(on) => Check::NotYet(format!("active in: {on:?}")),
+                Err(e) => Check::NotYet(e),
+            }
+        })
+        .await?;
+    let mut pids = BTreeMap::new();
+    for (unit, slots) in &before {
+        pids.insert(unit.clone(), (slots[0], ctx.main_pid(slots[0], unit).await?));
+    }
+    ctx.exec_ok(3, &["systemctl", "start", "fleet.service"]).await?;
+    ctx.wait_for_n_machines(1, SLOTS.len()).await?;
+    let out = ctx.fleetctl(1, &["rebalance", "--max-unavailable=2"]).await?;
+    ctx.ensure(out.success(), || format!("fleetctl rebalance failed: {}", out.describe()))?;
+    let after = active_in(&ctx, &units).await?;
+    let moved: Vec<String> = units
+        .iter()
+        .filter(|u| after.get(*u) != before.get(*u))
+        .map(|u| format!("{u}: m{:?} -> m{:?}", before.get(u), after.get(u)))
+        .collect();
+    ctx.ensure(moved.is_empty(), || {
+        format!("a rebalance moved units that asked to stay (Rebalance=false): {}", moved.join(", "))
+    })?;
+    for (unit, (slot, pid)) in &pids {
+        let now = ctx.main_pid(*slot, unit).await?;
+        ctx.ensure(now == *pid, || {
+            format!("{unit} (Rebalance=false) was restarted by the rebalance: MainPID in m{slot} {pid} -> {now}")
+        })?;
+    }
+    Ok(())
 }

@@ -430,6 +430,7 @@ async fn invocations(c: &Cluster) -> Result<BTreeMap<String, (String, String)>, 
 
 async fn template_instances(pin: Pin) -> Outcome {
     const N: usize = 10;
+    const BUSY: usize = 4;
     let c = cluster(3).await?;
     let dir = Dir::new()?;
     dir.write("hello@.service", &hello_template(1, ""))?;
@@ -438,12 +439,26 @@ async fn template_instances(pin: Pin) -> Outcome {
     args.extend(names.iter().map(|n| dir.path(n)));
     ctl(&c, 1, &args.iter().map(String::as_str).collect::<Vec<_>>()).await?;
     c.wait_for_n_active_units(1, N).await.map_err(err)?;
-    let before = invocations(&c).await?;
+    let mut before = invocations(&c).await?;
     let name_of = |id: &str| c.machines().iter().find(|m| m.id() == id).map(|m| m.name().to_string());
 
     // One instance, replaced from a new local template (B19).
     let one = "hello@4.service";
     let (home, _) = before.get(one).cloned().ok_or("hello@4 not running")?;
+    if pin == Pin::KeepMachine {
+        // hello@4's machine becomes the busiest by far, so a replacement that reschedules (ignoring
+        // --keep-machine) would move hello@4 and the instances beside it to a less loaded machine.
+        let busy = Dir::new()?;
+        let mut args = vec!["start".to_string()];
+        for i in 1..=BUSY {
+            let name = format!("busy-{i}.service");
+            busy.write(&name, &format!("[Service]\nExecStart=/bin/sleep infinity\n\n[X-Fleet]\nMachineID={home}\n"))?;
+            args.push(busy.path(&name));
+        }
+        ctl(&c, 1, &args.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+        c.wait_for_n_active_units(1, N + BUSY).await.map_err(err)?;
+        before = invocations(&c).await?;
+    }
     let v2 = Dir::new()?;
     let extra = match pin {
         Pin::Metadata => format!("\n[X-Fleet]\nMachineMetadata=hostname={}\n", name_of(&home).unwrap_or_default()),

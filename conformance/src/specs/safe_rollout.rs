@@ -962,6 +962,214 @@ pub async fn progress_deadline_fails_a_rollout_that_never_gets_healthy(ctx: Ctx)
     })
 }
 
+/// `--canary=2 --max-unavailable=1`: the first two machines (ID order) get v2 and serve it, and the rollout awaits
+/// promotion; `rollout-abort` then returns both to v1 — sampled every 100 ms inside every machine, with a stop
+/// that takes 2 s and a sync of 3 s, never two machines without a serving copy at once: an abort's undo keeps the
+/// budget, as a rollback's does — and `rollout-status` exits 4 (aborted) once every machine serves v1, the third
+/// machine untouched throughout.
+///
+/// Break-once (`safe-rollout-abort-unbudgeted`: `limit = 100` in `rollout::release` for an undo ending
+/// `aborted`): both changed machines are returned at once. `failing_second_machine_rolls_back_never_two_down`
+/// does not see that: its undo is a rollback.
+pub async fn abort_returns_changed_machines_within_the_budget(ctx: Ctx) -> Outcome {
+    let text = without_policy(&fixture()?);
+    let dir = TempDir::new()?;
+    let path = write_and_start_v1(&ctx, &dir, &text, 1).await?;
+    let order = id_order(&ctx)?;
+    let (first, second, third) = (order[0], order[1], order[2]);
+    let before = seen(&ctx, &SLOTS).await?;
+    dir.write(DB, &version(&text, "v2"))?;
+    let args = ["start", "--replace", "--rolling", "--canary=2", "--max-unavailable=1", "--min-healthy=1s", &path];
+    let out = fleetctl_within(&ctx, 1, &args, Duration::from_secs(60)).await?;
+    ctx.ensure(out.status == 2, || format!("--canary=2: expected exit status 2 (paused), got {}", out.describe()))?;
+    let canaries = seen(&ctx, &SLOTS).await?;
+    let canaries_ok =
+        canaries[&first].serves("v2") && canaries[&second].serves("v2") && canaries[&third] == before[&third];
+    ctx.ensure(canaries_ok, || {
+        format!(
+            "after --canary=2, m{first} and m{second} (first in ID order) must serve v2 and m{third} keep v1 untouched \
+             ({}); observed {}",
+            before[&third],
+            describe(&canaries)
+        )
+    })?;
+    start_samplers(&ctx, &check_command(&text)).await?;
+    ctx.fleetctl_ok(1, &["rollout-abort", DB]).await?;
+    let end = fleetctl_within(&ctx, 1, &["rollout-status", DB], Duration::from_secs(60)).await?;
+    let after = seen(&ctx, &SLOTS).await?;
+    let samples = stop_samplers(&ctx).await?;
+    let logs = hook_logs(&ctx).await?;
+    let observed = || format!("machines after it returned: {}; hook logs: {}", describe(&after), render_logs(&logs));
+    ctx.ensure(end.status == 4, || {
+        format!("rollout-status after rollout-abort: expected exit 4 (aborted), got {}; {}", end.describe(), observed())
+    })?;
+    ctx.ensure(after.values().all(|s| s.serves("v1")), || {
+        format!("once the aborted rollout ended, every machine must serve v1 again; {}", observed())
+    })?;
+    expect_at_most_down(&ctx, &samples, 1, "rollout-abort of two changed machines with --max-unavailable=1")?;
+    ctx.ensure(after[&third] == before[&third] && count(&logs[&third], "stop", "v1") == 0, || {
+        format!("m{third} (3rd in ID order) must be untouched: v1 with MainPID {}; {}", before[&third].pid, observed())
+    })
+}
+
+/// A check that outlives its `HealthCheckTimeout=` is killed and counts as failed: a unit whose check sleeps 30 s
+/// with a 1 s timeout is published `unhealthy` (`list-units --fields health`) within seconds, with the output `timed
+/// out after 1s` (`GET /fleet/v1/state`), not left `unknown` while the check runs on.
+///
+/// Break-once (`health-check-timeout-ignored`: the timeout times 3600 in `agent::checks::run_check`): "timed out:
+/// waited 29.9s for safe-db-hang.service active and unhealthy (its check timed out); last seen: active active, health
+/// healthy" (`unknown` while the check ran, then `healthy` when `sleep 30` exited 0).
+pub async fn check_past_its_timeout_is_published_unhealthy(ctx: Ctx) -> Outcome {
+    let dir = TempDir::new()?;
+    let unit = "safe-db-hang.service";
+    let path = dir.write(
+        unit,
+        "[Service]\nExecStart=/bin/sleep infinity\n\n[X-Fleet]\nHealthCheck=sleep 30\nHealthCheckTimeout=1s\n\
+         HealthCheckInterval=2s\n",
+    )?;
+    ctx.fleetctl_ok(1, &["start", &path]).await?;
+    let t0 = Instant::now();
+    let fields = ["unit", "active", "health"];
+    ctx.wait_table(1, "list-units", &fields, &format!("{unit} active and unhealthy (its check timed out)"), |rows| {
+        let row = rows.iter().find(|r| r.get("unit") == unit).ok_or_else(|| format!("no {unit} row: {rows:?}"))?;
+        let (active, health) = (row.get("active"), row.get("health"));
+        if active == "active" && health == "unhealthy" {
+            Ok(())
+        } else {
+            Err(format!("active {active}, health {health}"))
+        }
+    })
+    .await?;
+    let took = t0.elapsed();
+    ctx.ensure(took < Duration::from_secs(20), || {
+        format!("a check with HealthCheckTimeout=1s must be judged failed within seconds; it took {took:?}")
+    })?;
+    let r = ctx.http(1, "GET", "/fleet/v1/state", None).await?;
+    let states = r.json()["states"].as_array().cloned().unwrap_or_default();
+    let health: Vec<Value> = states.iter().filter(|s| s["name"] == unit).map(|s| s["health"].clone()).collect();
+    ctx.ensure(
+        health.len() == 1
+            && health[0]["status"] == "unhealthy"
+            && health[0]["output"].as_str().is_some_and(|o| o.contains("timed out after 1s")),
+        || {
+            format!(
+                "GET /fleet/v1/state: {unit} must be unhealthy with output \"timed out after 1s\"; health: {health:?}"
+            )
+        },
+    )
+}
+
+/// The unit's health as machine `via`'s API shows it (`GET /fleet/v1/state`): `status sinceMs`, or why not.
+async fn published_health(ctx: &Ctx, via: usize, unit: &str) -> String {
+    match ctx.http(via, "GET", "/fleet/v1/state", None).await {
+        Ok(r) if r.status == 200 => {
+            let states = r.json()["states"].as_array().cloned().unwrap_or_default();
+            match states.iter().find(|s| s["name"] == unit) {
+                Some(s) => format!("{} {}", s["health"]["status"].as_str().unwrap_or("none"), s["health"]["sinceMs"]),
+                None => "no state".into(),
+            }
+        }
+        Ok(r) => r.describe(),
+        Err(e) => e,
+    }
+}
+
+/// A fleetd restart keeps a healthy unit's published health (docs/health.md, "After a fleetd restart"): a unit
+/// pinned to m1 whose check takes 2 s is healthy; `systemctl restart fleet` on m1 while m2's API is sampled every
+/// 100 ms: the unit's health stays `healthy` with the same `sinceMs` throughout — also while the new process's
+/// first check runs — and its MainPID is unchanged. Publishing `unknown` meanwhile would fail a rollout step
+/// holding for `minHealthy` at every fleetd upgrade.
+pub async fn fleetd_restart_keeps_the_published_health(ctx: Ctx) -> Outcome {
+    let unit = "safe-db-held.service";
+    let dir = TempDir::new()?;
+    let text = format!(
+        "[Service]\nExecStart=/bin/sleep infinity\n\n[X-Fleet]\nMachineID={}\nHealthCheck=sleep 2\n\
+         HealthCheckInterval=3s\nHealthCheckTimeout=10s\n",
+        ctx.id(1)?
+    );
+    let path = dir.write(unit, &text)?;
+    ctx.fleetctl_ok(1, &["start", &path]).await?;
+    let cref = &ctx;
+    let before = ctx
+        .wait_for(&format!("{unit} published healthy (via m2)"), || async move {
+            let h = published_health(cref, 2, unit).await;
+            if h.starts_with("healthy ") { Check::Ready(h) } else { Check::NotYet(h) }
+        })
+        .await?;
+    let pid = ctx.main_pid(1, unit).await?;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let sampler = async {
+        let began = Instant::now();
+        let mut seen: Vec<(f64, String)> = Vec::new();
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            let round = tokio::time::Instant::now();
+            seen.push((began.elapsed().as_secs_f64(), published_health(cref, 2, unit).await));
+            tokio::time::sleep_until(round + Duration::from_millis(100)).await;
+        }
+        seen
+    };
+    let scenario = async {
+        let restarted = ctx.exec_ok(1, &["systemctl", "restart", "fleet.service"]).await.map(|_| ());
+        // The new process's first check of the unit runs at once and takes 2 s: hold past it.
+        ctx.hold(Duration::from_secs(6)).await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        restarted
+    };
+    let (seen, restarted) = tokio::join!(sampler, scenario);
+    restarted?;
+    let changed: Vec<String> =
+        seen.iter().filter(|(_, h)| *h != before).map(|(t, h)| format!("{t:.1} s: {h}")).collect();
+    ctx.ensure(seen.len() >= 20 && changed.is_empty(), || {
+        format!(
+            "across `systemctl restart fleet` on m1, {unit}'s published health must stay {before:?}; {} of {} \
+             samples differ: {}",
+            changed.len(),
+            seen.len(),
+            changed.iter().take(8).cloned().collect::<Vec<_>>().join("; ")
+        )
+    })?;
+    let now = ctx.main_pid(1, unit).await?;
+    ctx.ensure(now == pid, || format!("{unit} was restarted with fleet: MainPID {pid} -> {now}"))
+}
+
+/// A unit that is not active has no health: a checked unit published `healthy` is published `unknown` once
+/// `fleetctl stop` stopped it (`list-units --fields health`, `GET /fleet/v1/state`), not the last run's `healthy`.
+pub async fn stopped_unit_is_published_unknown(ctx: Ctx) -> Outcome {
+    let unit = "safe-db-stopped.service";
+    let dir = TempDir::new()?;
+    let path = dir.write(
+        unit,
+        "[Service]\nExecStart=/bin/sleep infinity\n\n[X-Fleet]\nHealthCheck=true\nHealthCheckInterval=1s\n",
+    )?;
+    ctx.fleetctl_ok(1, &["start", &path]).await?;
+    let fields = ["unit", "active", "health"];
+    let row = |want_active: &'static str, want_health: &'static str| {
+        move |rows: &[fleet_harness::wait::Row]| {
+            let row = rows.iter().find(|r| r.get("unit") == unit).ok_or_else(|| format!("no {unit} row: {rows:?}"))?;
+            let (active, health) = (row.get("active"), row.get("health"));
+            if active == want_active && health == want_health {
+                Ok(())
+            } else {
+                Err(format!("active {active}, health {health}"))
+            }
+        }
+    };
+    ctx.wait_table(1, "list-units", &fields, &format!("{unit} active and healthy"), row("active", "healthy")).await?;
+    ctx.fleetctl_ok(1, &["stop", unit]).await?;
+    ctx.wait_table(
+        1,
+        "list-units",
+        &fields,
+        &format!("the stopped {unit} inactive with health unknown"),
+        row("inactive", "unknown"),
+    )
+    .await?;
+    let health = published_health(&ctx, 1, unit).await;
+    ctx.ensure(health.starts_with("unknown "), || {
+        format!("GET /fleet/v1/state: the stopped {unit} must have health unknown; observed {health}")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -58,7 +58,8 @@ pub fn state(s: PublishedState, running_hash: Option<&str>) -> schema::UnitState
 
 /// A present machine as the API shows it.
 pub fn machine(m: MachineState) -> schema::Machine {
-    schema::Machine { id: m.id, metadata: m.metadata, primary_ip: m.public_ip, cordoned: m.cordoned }
+    let load_fault = m.load_fault.as_ref().map(ToString::to_string);
+    schema::Machine { id: m.id, metadata: m.metadata, primary_ip: m.public_ip, cordoned: m.cordoned, load_fault }
 }
 
 /// The answer to a machine ID that names no machine (and no cordon).

@@ -69,6 +69,34 @@ pub struct MachineState {
     /// Whether the machine is cordoned (`P/machines/<id>/cordon`, written through the API): it takes no new unit,
     /// and what it runs stays. Read from the registry; never part of what a machine publishes about itself.
     pub cordoned: bool,
+    /// Unit files cannot be written on the machine (issue 37: its units directory is full or read-only), as its
+    /// agent published (`P/machines/<id>/load-fault`): it takes no new unit, and the units it failed to write go
+    /// elsewhere, until the agent can write there again.
+    pub load_fault: Option<LoadFault>,
+}
+
+/// Why a machine cannot write unit files, as its agent publishes it (issue 37, a full disk).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct LoadFault {
+    /// The last write error, e.g. `writing /run/fleet/units/.a.service.tmp: No space left on device (os error 28)`.
+    pub reason: String,
+    /// When the agent first failed (Unix ms).
+    #[serde(rename = "sinceMs", default)]
+    pub since_ms: u64,
+    /// The units whose file the agent failed to write, in name order.
+    #[serde(default)]
+    pub units: std::collections::BTreeSet<String>,
+}
+
+impl fmt::Display for LoadFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot write unit files ({}): {}",
+            self.units.iter().cloned().collect::<Vec<_>>().join(", "),
+            self.reason
+        )
+    }
 }
 
 impl MachineState {

@@ -305,6 +305,10 @@ pub struct Machine {
     /// that is not cordoned is the original's object byte for byte.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cordoned: bool,
+    /// Extension (issue 37): the machine's agent cannot write unit files — which units, and why. Omitted when it
+    /// can, so such a machine is the original's object byte for byte.
+    #[serde(rename = "loadFault", default, skip_serializing_if = "Option::is_none")]
+    pub load_fault: Option<String>,
 }
 
 impl Machine {

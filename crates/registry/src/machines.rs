@@ -7,6 +7,8 @@
 //! Dynamic metadata (`P/machines/<id>/metadata/<key>`, no lease) is written by the API and survives the machine
 //! leaving; removing a key stores the tombstone `""` so that it also hides a key from the machine's config (§3.3).
 //! A cordon (`P/machines/<id>/cordon`, no lease, issue 38) likewise: written and deleted by the API only.
+//! A load fault (`P/machines/<id>/load-fault`, issue 37) is the machine's own word that it cannot write unit files:
+//! bound to its lease, written and deleted by its agent only.
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 
@@ -14,8 +16,8 @@ use super::Registry;
 use super::error::{RegistryError, Result};
 use super::keys::{Component, check_component};
 use super::records::{Cordon, MachineObject, encode_json};
-use super::roles::ApiWriter;
-use fleet_core::model::MachineState;
+use super::roles::{AgentSession, ApiWriter};
+use fleet_core::model::{LoadFault, MachineState};
 
 /// What [`Registry::register_machine`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,5 +119,26 @@ impl ApiWriter {
         let k = self.keys.machine_cordon(id);
         let resp = self.kv().delete(k.as_str(), None).await.map_err(RegistryError::etcd("delete", k))?;
         Ok(resp.header().map_or(0, |h| h.revision()))
+    }
+}
+
+impl AgentSession {
+    /// Publishes that this machine cannot write unit files (issue 37), under its lease: the engine then places no
+    /// new unit here and moves the units named in `fault` elsewhere.
+    pub async fn put_load_fault(&self, fault: &LoadFault) -> Result<()> {
+        let key = self.keys.machine_load_fault(self.machine());
+        let value = encode_json(fault);
+        self.kv()
+            .put(key.as_str(), value, Some(PutOptions::new().with_lease(self.lease())))
+            .await
+            .map_err(RegistryError::etcd("put", key))?;
+        Ok(())
+    }
+
+    /// Withdraws this machine's load fault: it can write unit files again.
+    pub async fn clear_load_fault(&self) -> Result<()> {
+        let key = self.keys.machine_load_fault(self.machine());
+        self.kv().delete(key.as_str(), None).await.map_err(RegistryError::etcd("delete", key))?;
+        Ok(())
     }
 }

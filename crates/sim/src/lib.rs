@@ -256,6 +256,7 @@ impl SimMachine {
                 version: fleet_core::version::VERSION.to_string(),
                 disable_engine: !self.engine,
                 cordoned: false,
+                load_fault: None,
             };
             registry.register_machine(&state, presence.id()).await.map_err(|e| format!("registering: {e}"))?;
             (registry, presence)

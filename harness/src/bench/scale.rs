@@ -66,6 +66,10 @@ pub struct EtcdWindow {
     pub requests_per_s: f64,
     /// put + delete + txn per second.
     pub writes_per_s: f64,
+    /// put + delete + txn over the window.
+    pub writes: f64,
+    /// Watch events sent per write (each write reaches every watcher of its key: the fan-out issue 35 is about).
+    pub events_per_write: f64,
     /// Watch events sent to watchers (`etcd_debugging_mvcc_events_total`), in total and per second.
     pub watch_events: f64,
     pub watch_events_per_s: f64,
@@ -130,6 +134,8 @@ pub struct ScaleCell {
     pub polls: usize,
     pub engine: EnginePasses,
     pub start_etcd: EtcdWindow,
+    /// etcd writes during the start per unit started (issue 35: at most 3 is the goal).
+    pub writes_per_unit: f64,
     /// Simulator processes' CPU during the start (percent of one core, all processes).
     pub start_sim_cpu_pct: f64,
     /// Units per simulated machine: fewest and most.
@@ -216,11 +222,15 @@ fn etcd_window(a: &Sample, b: &Sample) -> EtcdWindow {
     let (sa, sb) = (&a.scrape, &b.scrape);
     let r = metrics::rates(sa, sb);
     let round = |x: f64| (x * 100.0).round() / 100.0;
+    let writes = r.writes_per_s * r.window_s;
+    let events = metrics::delta(sa, sb, "etcd_debugging_mvcc_events_total", &[]);
     EtcdWindow {
         window_s: r.window_s,
         requests_per_s: round(metrics::per_s(sa, sb, "grpc_server_msg_received_total", &[])),
         writes_per_s: r.writes_per_s,
-        watch_events: metrics::delta(sa, sb, "etcd_debugging_mvcc_events_total", &[]),
+        writes: round(writes),
+        events_per_write: if writes > 0.0 { round(events / writes) } else { 0.0 },
+        watch_events: events,
         watch_events_per_s: round(metrics::per_s(sa, sb, "etcd_debugging_mvcc_events_total", &[])),
         lease_keepalives_per_s: r.lease_keepalives_per_s,
         cpu_pct: procs::report("etcd", false, &a.etcd, &b.etcd).cpu_pct,
@@ -289,9 +299,16 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
     let (_, took) = ctx.fleetctl_ok(&args).await?;
     cell.command_s = secs(took);
     let last = std::cell::RefCell::new(Vec::new());
+    let exited = std::cell::RefCell::new(Vec::new());
     let polled = poll::until(t0, opts.poll, opts.timeout, units, || {
         let (ctx, last) = (&ctx, &last);
+        // A simulator that ended takes its machines with it: say so at once, and stop waiting for what cannot come.
+        let ended = sims.reap_exited();
+        exited.borrow_mut().extend(ended.iter().cloned());
         async move {
+            if !ended.is_empty() {
+                return Ok(Progress { count: 0, done: true });
+            }
             let rows = ctx.list_units().await?;
             let n = running(&rows, &[]);
             *last.borrow_mut() = rows;
@@ -299,6 +316,8 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
         }
     })
     .await;
+    let exited = exited.into_inner();
+    let polled = if exited.is_empty() { polled } else { poll::Polled { done_s: None, ..polled } };
     let last_rows = last.into_inner();
     let start_window = t0.elapsed();
     let b = sample(&etcd_addr, &etcd_name, &pids).await?;
@@ -308,6 +327,7 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
     cell.last_active = polled.last_count;
     cell.polls = polled.polls;
     cell.start_etcd = etcd_window(&a, &b);
+    cell.writes_per_unit = (cell.start_etcd.writes / units.max(1) as f64 * 100.0).round() / 100.0;
     cell.start_sim_cpu_pct = sim_cpu_pct(&a, &b, start_window);
     {
         let events = sims.events();
@@ -332,9 +352,16 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
         fleetd_rss_mib: 0.0,
     };
     if cell.all_active_s.is_none() {
+        sims.reap_exited();
+        let lost = lost_reasons(&sims.events().lost);
         ctx.finish().await;
         sims.stop().await;
-        return Err(format!("{} of {units} units active after {:?}", polled.last_count, opts.timeout));
+        let why = if exited.is_empty() {
+            format!("after {:?}", opts.timeout)
+        } else {
+            format!("when a simulator ended ({})", exited.join("; "))
+        };
+        return Err(format!("{} of {units} units active {why}; machines lost: {lost:?}", polled.last_count));
     }
 
     tokio::time::sleep(opts.settle).await;
@@ -349,6 +376,7 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
         cell.memory.fleetd_rss_mib = (fleetd.rss_kib as f64 / 1024.0 * 10.0).round() / 10.0;
     }
 
+    sims.reap_exited();
     cell.machines_lost = sims.events().lost.len();
     cell.lost_reasons = lost_reasons(&sims.events().lost);
     if cell.procs >= 2 {

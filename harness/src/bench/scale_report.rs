@@ -29,13 +29,13 @@ pub fn table(cells: &[ScaleCell]) -> String {
     let mut s = String::new();
     s.push_str(
         "| machines | units | registered s | start cmd s | half / all active s | engine passes, mean / max ms | \
-         etcd req/s, writes/s (start) | watch events (/s) | units per machine | sim RSS MiB (KiB/machine) | \
+         etcd req/s, writes/s (start) | writes per unit | watch events (/s, per write) | units per machine | sim RSS MiB (KiB/machine) | \
          etcd / real fleetd RSS MiB | idle: sim CPU %, etcd CPU %, etcd writes/s, req/s | 10 % leave: units moved, all active again s (TTL) |\n",
     );
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for c in cells {
         if let Some(e) = c.error.as_deref().filter(|_| c.all_active_s.is_none()) {
-            let _ = writeln!(s, "| {} | {} | {e} |||||||||||", c.machines, c.units);
+            let _ = writeln!(s, "| {} | {} | {e} ||||||||||||", c.machines, c.units);
             continue;
         }
         let leave = c.leave.as_ref().map_or_else(
@@ -52,7 +52,7 @@ pub fn table(cells: &[ScaleCell]) -> String {
         );
         let _ = writeln!(
             s,
-            "| {} | {} | {:.1} | {:.2} | {} / {} | {}, {:.1} / {:.1} | {:.0}, {:.0} | {:.0} ({:.0}) | {}–{} | {:.0} ({:.0}) | {:.0} / {:.1} | {:.1}, {:.1}, {:.1}, {:.0} | {leave} |",
+            "| {} | {} | {:.1} | {:.2} | {} / {} | {}, {:.1} / {:.1} | {:.0}, {:.0} | {:.2} | {:.0} ({:.0}, {:.2}) | {}–{} | {:.0} ({:.0}) | {:.0} / {:.1} | {:.1}, {:.1}, {:.1}, {:.0} | {leave} |",
             c.machines,
             c.units,
             c.register_s,
@@ -64,8 +64,10 @@ pub fn table(cells: &[ScaleCell]) -> String {
             c.engine.max_ms,
             c.start_etcd.requests_per_s,
             c.start_etcd.writes_per_s,
+            c.writes_per_unit,
             c.start_etcd.watch_events,
             c.start_etcd.watch_events_per_s,
+            c.start_etcd.events_per_write,
             c.placement_min,
             c.placement_max,
             c.memory.sim_rss_mib,
@@ -262,9 +264,10 @@ mod tests {
       {"machines":100,"units":1000,"procs":10,"register_s":2.0,"command_s":0.5,"first_active_s":0.9,
        "half_active_s":1.5,"all_active_s":2.25,"last_active":1000,"polls":30,
        "engine":{"passes":4,"mean_ms":120.0,"max_ms":300.0,"total_ms":480.0,"applied":1000},
-       "start_etcd":{"window_s":2.5,"requests_per_s":900.0,"writes_per_s":800.0,"watch_events":200000.0,
+       "start_etcd":{"window_s":2.5,"requests_per_s":900.0,"writes_per_s":800.0,"writes":2000.0,"events_per_write":100.0,
+                     "watch_events":200000.0,
                      "watch_events_per_s":80000.0,"lease_keepalives_per_s":30.0,"cpu_pct":95.0},
-       "start_sim_cpu_pct":120.0,"placement_min":10,"placement_max":10,
+       "start_sim_cpu_pct":120.0,"writes_per_unit":2.0,"placement_min":10,"placement_max":10,
        "idle_etcd":{"window_s":10.0,"requests_per_s":34.0,"writes_per_s":0.0,"watch_events":0.0,
                     "watch_events_per_s":0.0,"lease_keepalives_per_s":30.0,"cpu_pct":1.5},
        "idle_sim_cpu_pct":2.0,
@@ -302,10 +305,10 @@ mod tests {
         assert_eq!(rows.len(), 5, "{t}");
         assert_eq!(
             rows[2],
-            "| 100 | 1000 | 2.0 | 0.50 | 1.50 / 2.25 | 4, 120.0 / 300.0 | 900, 800 | 200000 (80000) | 10–10 | 300 (3072) | 80 / 9.4 | 2.0, 1.5, 0.0, 34 | 10 machines, 100 units, 12.50 (10 s) |"
+            "| 100 | 1000 | 2.0 | 0.50 | 1.50 / 2.25 | 4, 120.0 / 300.0 | 900, 800 | 2.00 | 200000 (80000, 100.00) | 10–10 | 300 (3072) | 80 / 9.4 | 2.0, 1.5, 0.0, 34 | 10 machines, 100 units, 12.50 (10 s) |"
         );
         assert!(rows[3].ends_with("| 3–4 | 900 (3072) | 90 / 0.0 | 5.0, 3.0, 0.0, 100 | — |"), "{}", rows[3]);
-        assert_eq!(rows[4], "| 1000 | 1000 | 412 of 1000 units active after 300s |||||||||||");
+        assert_eq!(rows[4], "| 1000 | 1000 | 412 of 1000 units active after 300s ||||||||||||");
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! machine is lost, another takes over). Their stdout lines (`fleet_sim::report`, four forms: `registered
 //! N`, `pass {json}`, `lost <id> <reason>`, `stopped`) are collected as they come; RSS and CPU from `/proc`.
 //! Processes are killed when dropped (also on error). Each one's stderr (warnings and errors) goes to
-//! `$TMPDIR/fleet-bench-sim-<first index>.log`.
+//! `$TMPDIR/fleet-bench-sim-<first index>.log`. A process that ends on its own ([`SimProcs::reap_exited`]) loses
+//! every machine it ran: each is counted lost with the exit status and the last error of its log.
 
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -69,6 +71,42 @@ struct Proc {
     pid: u32,
     first: usize,
     machines: usize,
+    /// Its stderr.
+    log: PathBuf,
+    /// It ended on its own and its machines were counted lost.
+    ended: bool,
+}
+
+/// Why a simulator ended: its exit status and the last error its log holds (else its last line).
+pub fn exit_reason(status: &str, log: &str) -> String {
+    let lines: Vec<String> = log.lines().map(strip_ansi).filter(|l| !l.trim().is_empty()).collect();
+    let last = lines.iter().rev().find(|l| l.contains("ERROR")).or(lines.last());
+    match last {
+        Some(line) => format!("fleet-sim exited ({status}); last error: {}", line.trim()),
+        None => format!("fleet-sim exited ({status}); its log is empty"),
+    }
+}
+
+/// `line` without ANSI colour sequences (`ESC [ … m`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn read_log(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
 }
 
 /// The running `fleet-sim` processes.
@@ -150,7 +188,7 @@ impl SimProcs {
                     tx.send_modify(|n| *n += 1);
                 }
             });
-            started.push(Proc { child, pid, first, machines: n });
+            started.push(Proc { child, pid, first, machines: n, log: log_path, ended: false });
         }
         Ok(SimProcs { procs: started, events, changed })
     }
@@ -160,6 +198,7 @@ impl SimProcs {
         let t0 = Instant::now();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
+            self.reap_exited();
             {
                 let e = self.events();
                 if e.registered >= machines {
@@ -174,14 +213,37 @@ impl SimProcs {
                     ));
                 }
             }
-            match tokio::time::timeout_at(deadline, self.changed.changed()).await {
+            // Woken by a line, or every 500 ms to see whether a process ended.
+            let wake = deadline.min(tokio::time::Instant::now() + Duration::from_millis(500));
+            match tokio::time::timeout_at(wake, self.changed.changed()).await {
                 Ok(Ok(())) => {}
+                Err(_) if tokio::time::Instant::now() < deadline => {}
                 Ok(Err(_)) | Err(_) => {
                     let e = self.events();
                     return Err(format!("{} of {machines} simulated machines registered in {timeout:?}", e.registered));
                 }
             }
         }
+    }
+
+    /// Counts the machines of every process that ended on its own since the last call as lost, with why
+    /// ([`exit_reason`]); returns those reasons, one per process.
+    pub fn reap_exited(&mut self) -> Vec<String> {
+        let mut reasons = Vec::new();
+        for p in self.procs.iter_mut().filter(|p| !p.ended) {
+            let Ok(Some(status)) = p.child.try_wait() else { continue };
+            p.ended = true;
+            let reason = exit_reason(&status.to_string(), &read_log(&p.log));
+            let mut e = self.events.lock().unwrap_or_else(|e| e.into_inner());
+            for i in p.first..p.first + p.machines {
+                let id = machine_id(i);
+                if !e.lost.iter().any(|(m, _)| *m == id) {
+                    e.lost.push((id, reason.clone()));
+                }
+            }
+            reasons.push(format!("machines {}..{}: {reason}", p.first, p.first + p.machines));
+        }
+        reasons
     }
 
     pub fn events(&self) -> std::sync::MutexGuard<'_, Events> {
@@ -250,6 +312,20 @@ mod tests {
         );
         assert_eq!(parse_line("stopped"), Some(Line::Stopped));
         assert_eq!(parse_line("WARN something"), None);
+    }
+
+    #[test]
+    fn an_exit_names_the_status_and_the_last_error() {
+        let log = "\u{1b}[2m2026\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m engine: lease lost\n WARN slow\n\n";
+        assert_eq!(
+            exit_reason("exit status: 1", log),
+            "fleet-sim exited (exit status: 1); last error: 2026 ERROR engine: lease lost"
+        );
+        assert_eq!(
+            exit_reason("signal: 9 (SIGKILL)", " WARN slow\n"),
+            "fleet-sim exited (signal: 9 (SIGKILL)); last error: WARN slow"
+        );
+        assert_eq!(exit_reason("exit status: 0", ""), "fleet-sim exited (exit status: 0); its log is empty");
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! Scheduled units need nothing here: the engine places no new unit on a cordoned machine and keeps the ones there.
 //! A drain of the machine stops the units that cannot leave it (its global units, units pinned there): those
 //! ([`ThisMachine::drained`], from [`crate::rollout::drained_units`]) are not considered while the cordon stands.
+//! A machine that cannot write unit files (issue 37, [`ThisMachine::load_fault`]) takes on no global unit it does
+//! not hold either, until its agent can write there again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -48,7 +50,10 @@ pub struct ThisMachine {
     pub metadata: BTreeMap<String, String>,
     /// The machine is cordoned: it takes on no global unit outside [`ThisMachine::holds`].
     pub cordoned: bool,
-    /// The units whose file the machine has now (the agent's actual units); read only while cordoned.
+    /// The machine's agent cannot write unit files (issue 37): it takes on no global unit outside
+    /// [`ThisMachine::holds`].
+    pub load_fault: bool,
+    /// The units whose file the machine has now (the agent's actual units); read only while cordoned or faulted.
     pub holds: BTreeSet<String>,
     /// Units a drain of this machine stopped, under the cordon that stands ([`crate::rollout::drained_units`]).
     pub drained: BTreeSet<String>,
@@ -90,11 +95,11 @@ pub fn desired_units(units: &[ClusterUnit], me: &ThisMachine) -> Result<BTreeMap
         .collect())
 }
 
-/// Whether this machine considers `unit` at all: a cordoned machine leaves out the global units it does not hold,
-/// and the units a drain stopped.
+/// Whether this machine considers `unit` at all: a cordoned machine, or one that cannot write unit files, leaves
+/// out the global units it does not hold; a cordoned one also the units a drain stopped.
 fn considers(me: &ThisMachine, unit: &ClusterUnit) -> bool {
-    let held_global = !unit.requirements.global || me.holds.contains(&unit.name);
-    !(me.cordoned && (!held_global || me.drained.contains(&unit.name)))
+    let new_global = unit.requirements.global && !me.holds.contains(&unit.name);
+    !((me.cordoned || me.load_fault) && new_global) && !(me.cordoned && me.drained.contains(&unit.name))
 }
 
 #[cfg(test)]
@@ -145,6 +150,16 @@ mod tests {
         ThisMachine { cordoned: true, holds: holds.iter().map(|h| h.to_string()).collect(), ..me(&[]) }
     }
 
+    impl ThisMachine {
+        fn holding(self, holds: &[&str]) -> ThisMachine {
+            ThisMachine { holds: holds.iter().map(|h| h.to_string()).collect(), ..self }
+        }
+
+        fn uncordoned(self) -> ThisMachine {
+            ThisMachine { cordoned: false, ..self }
+        }
+    }
+
     /// Issue 38: a cordoned machine keeps the global units it holds (they follow their desired state) and takes on
     /// no other; its scheduled units are the engine's, unchanged.
     #[test]
@@ -161,7 +176,7 @@ mod tests {
             drained: drained.iter().map(|h| h.to_string()).collect(),
             ..cordoned(&["held.service", "here.service"])
         };
-        let cases: [Case; 6] = [
+        let cases: [Case; 8] = [
             (
                 "cordoned and drained: what the drain stopped is left out, global or scheduled",
                 drained(&["held.service", "here.service"]),
@@ -202,6 +217,20 @@ mod tests {
                 "cordoned and holding nothing (after a reboot): scheduled units only",
                 cordoned(&[]),
                 &[("here.service", JobState::Launched)],
+            ),
+            (
+                "unable to write unit files (issue 37): the held global units and the scheduled ones, no new global",
+                ThisMachine { load_fault: true, ..me(&[]) }.holding(&["held.service", "stopping.service"]),
+                &[
+                    ("held.service", JobState::Launched),
+                    ("here.service", JobState::Launched),
+                    ("stopping.service", JobState::Inactive),
+                ],
+            ),
+            (
+                "a load fault keeps no drained unit stopped (only a cordon does)",
+                ThisMachine { load_fault: true, ..drained(&["held.service", "here.service"]) }.uncordoned(),
+                &[("held.service", JobState::Launched), ("here.service", JobState::Launched)],
             ),
             (
                 "what is held is read only while cordoned",

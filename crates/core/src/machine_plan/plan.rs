@@ -241,6 +241,24 @@ pub fn plan(desired: &BTreeMap<String, Desired>, actual: &BTreeMap<String, Actua
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The logged type name and the unit of each task (the agent's logs, reports and markers read them).
+    #[test]
+    fn every_task_names_its_kind_and_unit() {
+        let n = || "a.service".to_string();
+        let table = [
+            (Task::Stop(n()), "StopUnit", Some("a.service")),
+            (Task::Unload(n()), "UnloadUnit", Some("a.service")),
+            (Task::Load(n(), "h".into()), "LoadUnit", Some("a.service")),
+            (Task::Update(n(), "h".into()), "UpdateUnit", Some("a.service")),
+            (Task::Reload, "ReloadUnitFiles", None),
+            (Task::Start(n()), "StartUnit", Some("a.service")),
+            (Task::ReloadUnit(n()), "ReloadUnit", Some("a.service")),
+        ];
+        for (task, kind, unit) in table {
+            assert_eq!((task.kind(), task.unit()), (kind, unit), "{task:?}");
+        }
+    }
     use JobState::{Inactive, Launched, Loaded};
 
     const HASH_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";

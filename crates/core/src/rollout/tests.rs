@@ -963,3 +963,26 @@ fn a_leader_with_another_clock_rebases_the_times_of_steps_in_flight() {
     rebase(same.progress.as_mut().unwrap(), 0, 2_000);
     assert_eq!(same.progress, before);
 }
+
+/// A version has a health check only as the rollout says, for the version it names: `to` by `checked`, `from` by
+/// `fromChecked`, any other version never.
+#[test]
+fn checked_version_names_each_side_by_its_own_flag() {
+    let unit = |checked, from_checked| RolloutUnit {
+        name: "db.service".into(),
+        from: "old".into(),
+        to: "new".into(),
+        checked,
+        from_checked,
+    };
+    let table = [
+        (unit(true, false), [true, false, false]),
+        (unit(false, true), [false, true, false]),
+        (unit(true, true), [true, true, false]),
+        (unit(false, false), [false, false, false]),
+    ];
+    for (u, want) in table {
+        let got = ["new", "old", "other"].map(|h| u.checked_version(h));
+        assert_eq!(got, want, "checked {} fromChecked {}", u.checked, u.from_checked);
+    }
+}

@@ -49,6 +49,9 @@ pub enum Rejection {
     MetadataInsufficient(MetadataMismatch),
     /// The machine is cordoned (issue 38): it takes no new unit; units already scheduled there stay.
     Cordoned { machine: String },
+    /// The machine's agent cannot write unit files (issue 37: its units directory is full or read-only): it takes
+    /// no new unit, and a unit whose file it failed to write leaves it.
+    CannotLoad { machine: String, reason: String },
     /// A `MachineOf=` peer is not present on the machine.
     PeerNotPresent { peer: String },
     /// A present unit conflicts with this one (either direction).
@@ -81,6 +84,9 @@ impl fmt::Display for Rejection {
                 write!(f, ", wanted one of {wanted:?}")
             }
             Rejection::Cordoned { machine } => write!(f, "machine is cordoned: Machine({machine}) takes no new unit"),
+            Rejection::CannotLoad { machine, reason } => {
+                write!(f, "Machine({machine}) cannot write unit files: {reason}")
+            }
             Rejection::PeerNotPresent { peer } => write!(f, "required peer Unit({peer}) is not scheduled locally"),
             Rejection::Conflict { unit } => write!(f, "found conflict with locally-scheduled Unit({unit})"),
             Rejection::ReplacedBy { unit } => write!(f, "found replace with locally-scheduled Unit({unit})"),
@@ -143,6 +149,10 @@ mod tests {
             ),
             (Rejection::Conflict { unit: "c.service".into() }, "found conflict with locally-scheduled Unit(c.service)"),
             (Rejection::Cordoned { machine: "m1".into() }, "machine is cordoned: Machine(m1) takes no new unit"),
+            (
+                Rejection::CannotLoad { machine: "m1".into(), reason: "No space left on device".into() },
+                "Machine(m1) cannot write unit files: No space left on device",
+            ),
             (
                 Rejection::ReplacedBy { unit: "r.service".into() },
                 "found replace with locally-scheduled Unit(r.service)",

@@ -231,7 +231,8 @@ impl<'s> ClusterView<'s> {
     }
 
     /// Whether unit `u` can run on machine `m` given everything else present (spec §6.3; `u` itself is ignored).
-    /// A cordoned machine refuses every non-global unit not already counted present there.
+    /// A cordoned machine refuses every non-global unit not already counted present there; so does a machine that
+    /// cannot write unit files, and it also refuses the units whose file it failed to write.
     pub fn fit(&self, u: UnitIdx, m: MachineIdx) -> Fit {
         let unit = &self.snap.units[u];
         let constraints = &unit.spec.constraints;
@@ -247,6 +248,14 @@ impl<'s> ClusterView<'s> {
         // agents' to decide (`machine_plan::desired`): a cordoned machine keeps the globals it holds.
         if machine.cordoned && !constraints.global && self.placement[u] != Some(m) {
             return Fit::Rejected(Rejection::Cordoned { machine: machine.id.clone() });
+        }
+        // Issue 37: a machine whose agent cannot write unit files (a full disk) takes no new unit, and the units
+        // it failed to write go elsewhere; those it runs stay. Global units are the agents' to decide.
+        if let Some(fault) = &machine.load_fault
+            && !constraints.global
+            && (self.placement[u] != Some(m) || fault.units.contains(&unit.spec.name))
+        {
+            return Fit::Rejected(Rejection::CannotLoad { machine: machine.id.clone(), reason: fault.reason.clone() });
         }
         if constraints.global {
             return match self.first_conflict(u, m) {

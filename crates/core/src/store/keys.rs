@@ -16,6 +16,7 @@
 //! | `P/machines/<id>/object` | JSON `{"id","publicIP","metadata","version","disableEngine"}` | that machine's lease | fleetd of `<id>` (create-if-absent) | all |
 //! | `P/machines/<id>/metadata/<key>` | plain string; `""` is a tombstone hiding a config key (§3.3) | — | API `PATCH /machines` | all |
 //! | `P/machines/<id>/cordon` | JSON `{"sinceMs"}` (`records::Cordon`): the machine takes no new unit | — | API `PUT`/`DELETE /machines/<id>/cordon` | engine, agents, API |
+//! | `P/machines/<id>/load-fault` | JSON `model::LoadFault` `{"reason","sinceMs","units"}`: unit files cannot be written there; it takes no new unit | that machine's lease | agent of `<id>` (put when a write fails, deleted once a probe write succeeds) | engine, agents, API |
 //! | `P/engine/leader` | machine ID of the engine leader | engine lease (`5×EIV`) | engine (create-if-absent; resign = delete-if-ours) | engines, API |
 //! | `P/engine/version` | cluster engine version, decimal | — | engine (check-and-set) | engines |
 //! | `P/units/<name>/restarted/<machine>` | ID of the rollout the machine last restarted the unit for | that machine's lease | agent of `<machine>` | engine |
@@ -69,6 +70,7 @@ pub enum Key {
     MachineObject { machine: String },
     MachineMetadata { machine: String, key: String },
     MachineCordon { machine: String },
+    MachineLoadFault { machine: String },
     EngineLeader,
     EngineVersion,
     UnitRestarted { unit: String, machine: String },
@@ -274,6 +276,11 @@ impl Keys {
         self.key(&["machines", machine, "cordon"])
     }
 
+    /// The machine's load fault: present while its agent cannot write unit files (issue 37).
+    pub fn machine_load_fault(&self, machine: &str) -> String {
+        self.key(&["machines", machine, "load-fault"])
+    }
+
     pub fn engine_leader(&self) -> String {
         self.key(&["engine", "leader"])
     }
@@ -343,6 +350,7 @@ impl Keys {
             ["machines", machine, "object"] => Key::MachineObject { machine: s(machine) },
             ["machines", machine, "metadata", key] => Key::MachineMetadata { machine: s(machine), key: s(key) },
             ["machines", machine, "cordon"] => Key::MachineCordon { machine: s(machine) },
+            ["machines", machine, "load-fault"] => Key::MachineLoadFault { machine: s(machine) },
             ["engine", "leader"] => Key::EngineLeader,
             ["engine", "version"] => Key::EngineVersion,
             ["units", unit, "restarted", machine] => Key::UnitRestarted { unit: s(unit), machine: s(machine) },
@@ -367,6 +375,7 @@ impl Keys {
             Key::MachineObject { machine } => self.machine_object(machine),
             Key::MachineMetadata { machine, key } => self.machine_metadata(machine, key),
             Key::MachineCordon { machine } => self.machine_cordon(machine),
+            Key::MachineLoadFault { machine } => self.machine_load_fault(machine),
             Key::EngineLeader => self.engine_leader(),
             Key::EngineVersion => self.engine_version(),
             Key::UnitRestarted { unit, machine } => self.unit_restarted(unit, machine),
@@ -407,6 +416,7 @@ mod tests {
         assert_eq!(k.machine_object("m1"), "/p/machines/m1/object");
         assert_eq!(k.machine_metadata("m1", "role"), "/p/machines/m1/metadata/role");
         assert_eq!(k.machine_cordon("m1"), "/p/machines/m1/cordon");
+        assert_eq!(k.machine_load_fault("m1"), "/p/machines/m1/load-fault");
         assert_eq!(k.engine_leader(), "/p/engine/leader");
         assert_eq!(k.engine_version(), "/p/engine/version");
         assert_eq!(k.unit_restarted("a.service", "m1"), "/p/units/a.service/restarted/m1");
@@ -450,6 +460,7 @@ mod tests {
             Key::MachineObject { machine: "m".into() },
             Key::MachineMetadata { machine: "m".into(), key: "role".into() },
             Key::MachineCordon { machine: "m".into() },
+            Key::MachineLoadFault { machine: "m".into() },
             Key::EngineLeader,
             Key::EngineVersion,
             Key::UnitRestarted { unit: "a.service".into(), machine: "m".into() },

@@ -174,6 +174,7 @@ impl MachineObject {
             version: self.version.clone(),
             disable_engine: self.disable_engine,
             cordoned: false,
+            load_fault: None,
         }
     }
 }

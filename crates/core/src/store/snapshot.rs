@@ -153,11 +153,15 @@ pub struct MachineRecord {
     /// Why the cordon key does not decode, when it does not: logged once per write and read as no cordon (the
     /// machine takes units as before), until the key is written again or deleted (`uncordon`).
     pub cordon_error: Option<String>,
+    /// What the machine's agent published about unit files it cannot write (`P/machines/<id>/load-fault`, bound to
+    /// its lease). One that does not decode is nobody's word (its agent writes only what decodes): logged and read
+    /// as no fault, so a stray write cannot keep units off a machine.
+    pub load_fault: Option<crate::model::LoadFault>,
 }
 
 impl MachineRecord {
     fn is_empty(&self) -> bool {
-        self.object.is_none() && self.metadata.is_empty() && !self.has_cordon_key()
+        self.object.is_none() && self.metadata.is_empty() && !self.has_cordon_key() && self.load_fault.is_none()
     }
 
     /// Whether the machine's cordon key exists, decodable or not.
@@ -465,6 +469,19 @@ impl Snapshot {
                     }
                 })
             }
+            Key::MachineLoadFault { machine } => {
+                let read = value.map(|v| decode_json::<crate::model::LoadFault>(&full(), "machine load fault", v));
+                self.update_machine(machine, |m| {
+                    m.load_fault = match read {
+                        Some(Ok(fault)) => Some(fault),
+                        Some(Err(e)) => {
+                            warn(e);
+                            None
+                        }
+                        None => None,
+                    }
+                })
+            }
             Key::MachineMetadata { machine, key } => self.update_machine(machine, |m| {
                 match value.map(|v| decode_text(&full(), "metadata value", v)) {
                     Some(Ok(v)) => m.metadata.insert(key, v),
@@ -513,7 +530,9 @@ fn invalid_name(key: &Key) -> Option<String> {
         | Key::UnitRestarted { unit: u, machine: m }
         | Key::State { unit: u, machine: m } => unit(u).or_else(|| machine(m)),
         Key::Body { hash } => component(Component::Hash, hash),
-        Key::MachineObject { machine: m } | Key::MachineCordon { machine: m } => machine(m),
+        Key::MachineObject { machine: m }
+        | Key::MachineCordon { machine: m }
+        | Key::MachineLoadFault { machine: m } => machine(m),
         Key::MachineMetadata { machine: m, key } => machine(m).or_else(|| component(Component::MetadataKey, key)),
         Key::RolloutSpec { id } | Key::RolloutControl { id } | Key::RolloutProgress { id } => {
             component(Component::RolloutId, id)
@@ -935,6 +954,26 @@ pub(crate) mod tests {
         // A cordon of a machine never seen is a record of its own, and a delete removes it.
         let s = Build::new().put(Key::MachineCordon { machine: "gone".into() }, "{}").done();
         assert!(s.machine("gone").is_none() && s.machine_records()["gone"].cordon.is_some());
+    }
+
+    /// Issue 37: a machine's load fault reaches its state (and so the scheduler); one that does not decode reads as
+    /// none, so a stray write cannot keep units off a machine; a delete withdraws it.
+    #[test]
+    fn a_load_fault_reaches_the_machine_and_a_bad_one_reads_as_none() {
+        let fault = || Key::MachineLoadFault { machine: "m1".into() };
+        let b = Build::new().put_lease(Key::MachineObject { machine: "m1".into() }, r#"{"id":"m1"}"#, 7).put_lease(
+            fault(),
+            r#"{"reason":"disk full","sinceMs":3,"units":["a.service"]}"#,
+            7,
+        );
+        let m1 = b.snap.machine("m1").unwrap().load_fault.unwrap();
+        assert_eq!((m1.reason.as_str(), m1.since_ms, m1.units.len()), ("disk full", 3, 1));
+        let b = b.put_lease(fault(), "full", 7);
+        assert_eq!(b.snap.machine("m1").unwrap().load_fault, None, "a fault that does not decode is none");
+        let b = b.put_lease(fault(), r#"{"reason":"x"}"#, 7);
+        assert!(b.snap.machine("m1").unwrap().load_fault.is_some_and(|f| f.units.is_empty()));
+        let s = b.delete(fault()).done();
+        assert_eq!(s.machine("m1").unwrap().load_fault, None, "withdrawn");
     }
 
     #[test]

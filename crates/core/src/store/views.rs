@@ -27,10 +27,11 @@ pub struct UnitView<'a> {
 }
 
 /// A present machine's state: its presence object with dynamic metadata merged, cordoned while its cordon key
-/// decodes.
+/// decodes, with the load fault its agent published.
 fn machine_state(m: &MachineRecord) -> Option<MachineState> {
     let mut state = m.object.as_ref()?.merged(&m.metadata);
     state.cordoned = m.cordon.is_some();
+    state.load_fault = m.load_fault.clone();
     Some(state)
 }
 

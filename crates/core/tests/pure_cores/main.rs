@@ -51,6 +51,7 @@ mod api_rules {
             version: "1.0.0".into(),
             disable_engine: true,
             cordoned: false,
+            load_fault: None,
         };
         let json = serde_json::to_value(api_rules::machine(machine)).unwrap();
         assert_eq!(

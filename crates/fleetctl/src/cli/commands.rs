@@ -204,8 +204,8 @@ pub const LIST_UNIT_FILES_FIELDS: &str = "desc,dstate,global,hash,state,target,t
 /// Valid `--fields` of list-machines, in help order.
 pub const LIST_MACHINES_FIELDS: &str = "machine,ip,metadata";
 /// `--fields` of list-machines that this fleetctl adds (accepted, not listed in the original's help text): `state`,
-/// `ready` or `cordoned` (issue 38).
-pub const LIST_MACHINES_EXTENSION_FIELDS: &str = "state";
+/// `ready` or `cordoned` (issue 38); `load-fault`, why the machine cannot write unit files, or `-` (issue 37).
+pub const LIST_MACHINES_EXTENSION_FIELDS: &str = "state,load-fault";
 
 /// Every command, sorted by name (the order help lists them in).
 pub static COMMANDS: &[CommandSpec] = &[

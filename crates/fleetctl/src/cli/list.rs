@@ -53,6 +53,7 @@ pub fn machine_cell(m: &Machine, field: &str, full: bool) -> String {
         "metadata" if m.metadata.is_empty() => "-".into(),
         "metadata" => m.metadata.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","),
         "state" => m.state().to_string(),
+        "load-fault" => m.load_fault.clone().unwrap_or_else(|| "-".into()),
         _ => String::new(),
     }
 }

@@ -70,6 +70,7 @@ fn pretend_fleetd_runs_hello(c: &Cluster, version: &str) -> LeaseKeeper {
         version: version.into(),
         disable_engine: false,
         cordoned: false,
+        load_fault: None,
     };
     let state = PublishedState {
         name: "hello.service".into(),

@@ -7,6 +7,7 @@
 //! | `publish_loop.rs` | the state-publishing loop beside it (systemd signals → this machine's unit states) |
 //! | `fence.rs` | the at-most-once fence: while this machine's presence is in doubt (its stop deadline passed), its `AtMostOnce=true` units are stopped and none is started |
 //! | `handover.rs` | pure: the cross-machine replace rule — when another machine's old copy keeps a start waiting |
+//! | `load_fault.rs` | the machine's load fault (issue 37): unit files it could not write (published under its lease, so the engine moves those units and places none here), the probe that withdraws it |
 //! | `units_dir.rs` | the unit files in `units_directory`: write (0644), remove, list at start, recorded hashes |
 //! | `executor.rs` | runs a plan against systemd, waiting for jobs; keeps what the agent believes it started |
 //! | `adoption.rs` | pure: the record (`agent-state.json`) a restarted fleetd adopts the running units from |
@@ -41,6 +42,7 @@ pub(crate) mod fake;
 pub mod fence;
 pub mod handover;
 pub mod health;
+pub mod load_fault;
 mod publish_loop;
 pub mod publisher;
 mod runner;

@@ -33,6 +33,7 @@ use super::error::AgentError;
 use super::executor::{Executor, ExecutorConfig, Marker, Outcome, TaskReport, marker_diff, markers};
 use super::fence::{Fence, FenceLoop, hold_while_in_doubt};
 use super::handover::{Blocker, hold_starts, other_copies, start_blocker};
+use super::load_fault::{self, LoadFaults, Publish};
 use super::publish_loop::PublishLoop;
 use super::publisher::Publisher;
 use super::timing::{RECONCILE_INTERVAL, refresh_period};
@@ -74,6 +75,8 @@ pub struct Agent<S = Systemd> {
     fence: Fence,
     /// Health checks of the units here, kept across runs (their checks go on meanwhile).
     health: HealthChecks<S>,
+    /// Unit files this machine could not write (issue 37), kept across runs; re-published under each new lease.
+    load_faults: LoadFaults,
 }
 
 impl<S: SystemdOps + Clone + 'static> Agent<S> {
@@ -101,6 +104,7 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
             debug,
             fence: Fence::default(),
             health,
+            load_faults: LoadFaults::default(),
         })
     }
 
@@ -122,6 +126,8 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
         let rebind: Vec<Marker> =
             self.executor.launched_hashes().into_iter().map(|(unit, hash)| Marker::Launched { unit, hash }).collect();
         write_markers(&registry, rebind).await;
+        // A load fault published under an earlier lease went with it.
+        self.load_faults.published(&Publish::Clear);
 
         // Both loops end when `stop` is cancelled; the publisher also ends when the reconcile loop fails.
         let inner = stop.child_token();
@@ -155,6 +161,8 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
                 registry: &registry,
                 executor: &mut self.executor,
                 cache: &mut self.cache,
+                load_faults: &mut self.load_faults,
+                units_dir: &self.config.units_dir,
                 machine: &machine,
                 snapshots,
                 debug: &self.debug,
@@ -336,8 +344,10 @@ fn prepare<S: SystemdOps>(
     let machine = snapshot.machine(me).ok_or(Skip::OwnMachineMissing)?;
     let units = cache.cluster_units(snapshot, me);
     let actual = executor.actual();
-    // A cordoned machine keeps only the global units whose file it has (issue 38, `machine_plan::desired`).
-    let holds = if machine.cordoned {
+    // A cordoned machine, or one that cannot write unit files, keeps only the global units whose file it has
+    // (issues 38 and 37, `machine_plan::desired`).
+    let load_fault = machine.load_fault.is_some();
+    let holds = if machine.cordoned || load_fault {
         actual.iter().filter(|(_, a)| a.hash.is_some()).map(|(name, _)| name.clone()).collect()
     } else {
         BTreeSet::new()
@@ -347,8 +357,14 @@ fn prepare<S: SystemdOps>(
     let rollouts = if machine.cordoned { snapshot.rollouts() } else { Vec::new() };
     let drained =
         fleet_core::rollout::drained_units(&rollouts, me, cordon_since).into_iter().map(String::from).collect();
-    let this =
-        ThisMachine { id: me.to_string(), metadata: machine.metadata, cordoned: machine.cordoned, holds, drained };
+    let this = ThisMachine {
+        id: me.to_string(),
+        metadata: machine.metadata,
+        cordoned: machine.cordoned,
+        load_fault,
+        holds,
+        drained,
+    };
     let mut desired = desired_units(&units, &this).map_err(|_| Skip::OwnMachineMissing)?;
     if in_doubt {
         hold_while_in_doubt(&mut desired, &units);
@@ -487,6 +503,8 @@ struct ReconcileLoop<'a, S> {
     registry: &'a AgentSession,
     executor: &'a mut Executor<S>,
     cache: &'a mut UnitCache,
+    load_faults: &'a mut LoadFaults,
+    units_dir: &'a std::path::Path,
     machine: &'a str,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     debug: &'a DebugHandle,
@@ -561,9 +579,47 @@ impl<S: SystemdOps> ReconcileLoop<'_, S> {
                 let snapshot = latest();
                 let missing = restarted_markers_missing(self.executor.restarts(), &snapshot, self.machine);
                 write_restarted_markers(self.registry, missing).await;
+                self.load_fault(&done.reports, &snapshot).await;
             }
         }
         self.debug.set_target_states(self.executor.believed());
+    }
+
+    /// Issue 37: folds this reconcile's failed unit-file writes into the machine's load fault, probes whether
+    /// files fit again while a fault stands, and publishes the change (a failed registry write is retried at the
+    /// next reconcile).
+    async fn load_fault(&mut self, reports: &[TaskReport], snapshot: &Snapshot) {
+        let failed = load_fault::failed_writes(reports);
+        let sizes: BTreeMap<String, usize> = reports
+            .iter()
+            .filter_map(|r| match &r.planned.task {
+                Task::Load(name, hash) | Task::Update(name, hash) if failed.contains_key(name) => {
+                    snapshot.body(hash).map(|text| (name.clone(), text.len()))
+                }
+                _ => None,
+            })
+            .collect();
+        if self.load_faults.note(failed, &sizes, fleet_core::model::now_ms()) {
+            match load_fault::probe(self.units_dir, self.load_faults.probe_bytes()) {
+                Ok(()) => {
+                    info!(dir = %self.units_dir.display(), "unit files can be written again: withdrawing the load fault");
+                    self.load_faults.recovered();
+                }
+                Err(e) => debug!(error = %e, "unit files still cannot be written"),
+            }
+        }
+        let Some(publish) = self.load_faults.to_publish() else { return };
+        let written = match &publish {
+            Publish::Put(fault) => {
+                warn!(%fault, "publishing the load fault: no new unit is placed here until files can be written");
+                self.registry.put_load_fault(fault).await
+            }
+            Publish::Clear => self.registry.clear_load_fault().await,
+        };
+        match written {
+            Ok(()) => self.load_faults.published(&publish),
+            Err(e) => warn!(error = %e, "cannot publish the load fault; retrying at the next reconcile"),
+        }
     }
 
     fn log_held(&mut self, held: &[(Planned, Blocker)]) {

@@ -109,17 +109,29 @@ impl UnitsDir {
         }
         let tmp = self.dir.join(format!(".{name}.tmp"));
         let io = |op, source| AgentError::Io { op, path: tmp.clone(), source };
-        let mut file = fs::OpenOptions::new()
+        let written = fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(0o644)
             .open(&tmp)
-            .map_err(|e| io("creating", e))?;
-        file.write_all(text.as_bytes()).map_err(|e| io("writing", e))?;
-        file.set_permissions(fs::Permissions::from_mode(0o644)).map_err(|e| io("setting mode of", e))?;
-        drop(file);
-        fs::rename(&tmp, &path).map_err(|source| AgentError::Io { op: "renaming into", path: path.clone(), source })?;
+            .map_err(|e| io("creating", e))
+            .and_then(|mut file| {
+                file.write_all(text.as_bytes()).map_err(|e| io("writing", e))?;
+                file.set_permissions(fs::Permissions::from_mode(0o644)).map_err(|e| io("setting mode of", e))
+            })
+            .and_then(|()| {
+                fs::rename(&tmp, &path).map_err(|source| AgentError::Io {
+                    op: "renaming into",
+                    path: path.clone(),
+                    source,
+                })
+            });
+        if let Err(e) = written {
+            // A partial temporary file would only hold on to the space that ran out (issue 37).
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
         info!(unit = %name, bytes = text.len(), "Writing systemd unit");
         self.hashes.insert(name.to_string(), hash);
         Ok(true)

@@ -74,6 +74,7 @@ pub fn local_state(
         version: fleet_core::version::VERSION.to_string(),
         disable_engine,
         cordoned: false,
+        load_fault: None,
     }
 }
 

@@ -86,6 +86,7 @@ fn machine(id: &str) -> MachineState {
         version: "v0.1.0".into(),
         disable_engine: false,
         cordoned: false,
+        load_fault: None,
     }
 }
 

@@ -2,6 +2,7 @@
 //! property test and a scale check. `Sim` is a tiny in-memory cluster that applies plans like the engine shell.
 
 mod cordon;
+mod load_fault;
 mod property;
 mod rules;
 mod scale;
