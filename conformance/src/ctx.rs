@@ -1,54 +1,127 @@
 //! What a spec works with: its cluster, fleetctl runs that remember their output (so a failure can show the last
 //! one), waits that explain their timeouts, and views of systemd inside the machines.
+//!
+//! The cluster is either the spec's own harness cluster (containers the spec may kill, partition or replace) or a
+//! live cluster shared with other users and other specs (`fleet-conformance --against`). On a live cluster every
+//! name a spec gives goes out with the spec's prefix and comes back without it ([`crate::names`]); the spec does
+//! not change. What only a harness cluster offers ([`Self::cluster`], [`Self::machine`]) is refused there: a spec
+//! that uses it must declare [`crate::Need::Harness`].
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fleet_harness::fleetctl::EndpointVia;
 use fleet_harness::wait::{self, Check, Row, UnitFileState, UnitState, WaitOptions};
 use fleet_harness::{Cluster, ClusterBuilder, Machine, Output};
 
 use crate::check::Context;
 use crate::http::{self, Response};
+use crate::live::LiveCluster;
+use crate::names::{self, Names};
+
+/// Where a spec's cluster lives.
+enum Target {
+    /// A harness cluster of the spec's own (absent for specs of fleetctl alone).
+    Harness(Option<Box<Cluster>>),
+    /// A live cluster (shared), with a directory for the spec's unit files as they go to it (prefixed).
+    Live { cluster: Arc<LiveCluster>, files: tempfile::TempDir },
+}
 
 /// A spec's cluster (absent for specs of fleetctl alone) and its observations.
 pub struct Ctx {
-    cluster: Option<Cluster>,
+    target: Target,
+    names: Names,
     last: Mutex<Option<String>>,
 }
+
+/// Why a spec that reaches for the harness cannot run on a live cluster.
+const NOT_HARNESS: &str =
+    "this spec uses the harness's containers but does not declare Need::Harness, so it ran against a live cluster";
 
 impl Ctx {
     /// Starts `builder`'s cluster.
     pub async fn start(builder: ClusterBuilder) -> Result<Ctx, String> {
         let cluster = builder.start().await.ctx("starting the cluster")?;
-        Ok(Ctx { cluster: Some(cluster), last: Mutex::new(None) })
+        Ok(Ctx { target: Target::Harness(Some(Box::new(cluster))), names: Names::identity(), last: Mutex::new(None) })
     }
 
     /// A context without a cluster.
     pub fn without_cluster() -> Ctx {
-        Ctx { cluster: None, last: Mutex::new(None) }
+        Ctx { target: Target::Harness(None), names: Names::identity(), last: Mutex::new(None) }
+    }
+
+    /// A context on a live cluster, every unit of the spec named `<prefix><name>`.
+    pub fn live(cluster: Arc<LiveCluster>, prefix: &str) -> Result<Ctx, String> {
+        let files = tempfile::Builder::new()
+            .prefix("fleet-conformance-units-")
+            .tempdir()
+            .map_err(|e| format!("a temporary directory for unit files: {e}"))?;
+        Ok(Ctx { target: Target::Live { cluster, files }, names: Names::prefixed(prefix), last: Mutex::new(None) })
+    }
+
+    /// How the spec's unit names map to the cluster's (identity on a harness cluster).
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
+
+    /// The name unit `name` of the spec has on the cluster (itself on a harness cluster).
+    pub fn unit(&self, name: &str) -> String {
+        self.names.outward(name)
+    }
+
+    fn live_cluster(&self) -> Option<&LiveCluster> {
+        match &self.target {
+            Target::Live { cluster, .. } => Some(cluster),
+            Target::Harness(_) => None,
+        }
     }
 
     pub fn cluster(&self) -> &Cluster {
-        self.cluster.as_ref().expect("this spec declared no machines")
+        match &self.target {
+            Target::Harness(c) => c.as_ref().expect("this spec declared no machines"),
+            Target::Live { .. } => panic!("{NOT_HARNESS}"),
+        }
     }
 
     pub fn cluster_mut(&mut self) -> &mut Cluster {
-        self.cluster.as_mut().expect("this spec declared no machines")
+        match &mut self.target {
+            Target::Harness(c) => c.as_mut().expect("this spec declared no machines"),
+            Target::Live { .. } => panic!("{NOT_HARNESS}"),
+        }
     }
 
+    /// The harness's machine in `slot` (only on a harness cluster).
     pub fn machine(&self, slot: usize) -> Result<&Machine, String> {
-        self.cluster().machine(slot).map_err(|e| e.to_string())
+        match &self.target {
+            Target::Harness(_) => self.cluster().machine(slot).map_err(|e| e.to_string()),
+            Target::Live { .. } => Err(format!("machine {slot}: {NOT_HARNESS}")),
+        }
     }
 
     /// The machine ID of `slot`.
     pub fn id(&self, slot: usize) -> Result<String, String> {
-        Ok(self.machine(slot)?.id().to_string())
+        match self.live_cluster() {
+            Some(live) => Ok(live.machine(slot)?.id.clone()),
+            None => Ok(self.machine(slot)?.id().to_string()),
+        }
     }
 
     /// The slot of the machine with ID `id`.
     pub fn slot_of(&self, id: &str) -> Option<usize> {
-        self.cluster().machines().iter().find(|m| m.id() == id).map(Machine::slot)
+        match self.live_cluster() {
+            Some(live) => live.machines().iter().position(|m| m.id == id).map(|i| i + 1),
+            None => self.cluster().machines().iter().find(|m| m.id() == id).map(Machine::slot),
+        }
+    }
+
+    /// How long waits take: the harness cluster's options, or the default (30 s, scaled) elsewhere.
+    fn wait_options(&self) -> WaitOptions {
+        match &self.target {
+            Target::Harness(Some(c)) => c.wait_options(),
+            _ => WaitOptions::default(),
+        }
     }
 
     /// `Err(msg)` with the last fleetctl invocation appended.
@@ -70,9 +143,108 @@ impl Ctx {
 
     /// Runs fleetctl against machine `slot`'s endpoint (`--endpoint`).
     pub async fn fleetctl(&self, slot: usize, args: &[&str]) -> Result<Output, String> {
-        let out = self.cluster().fleetctl(slot, args).await.ctx(&format!("fleetctl {}", args.join(" ")))?;
+        let out = self.run_fleetctl(slot, EndpointVia::Flag, args, None).await?;
         self.record(args, &out);
         Ok(out)
+    }
+
+    /// Runs fleetctl (endpoint as `via` says, `stdin` fed when given) without recording it. On a live cluster the
+    /// arguments go out with the spec's names mapped and unit files rewritten, and the output comes back mapped.
+    async fn run_fleetctl(
+        &self,
+        slot: usize,
+        via: EndpointVia,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Result<Output, String> {
+        let what = || match stdin {
+            Some(input) => format!("fleetctl {} (stdin {input:?})", args.join(" ")),
+            None if via == EndpointVia::Env => "fleetctl (endpoint from env)".to_string(),
+            None => format!("fleetctl {}", args.join(" ")),
+        };
+        match &self.target {
+            Target::Harness(_) => {
+                let c = self.cluster();
+                match (via, stdin) {
+                    (_, Some(input)) => c.fleetctl_with_input(slot, input, args).await,
+                    (EndpointVia::Env, None) => c.fleetctl_with_env(slot, args).await,
+                    (EndpointVia::Flag, None) => c.fleetctl(slot, args).await,
+                }
+                .ctx(&what())
+            }
+            Target::Live { cluster, files } => {
+                let mapped = self.fleetctl_args(args, files.path())?;
+                let mapped: Vec<&str> = mapped.iter().map(String::as_str).collect();
+                let out = cluster.fleetctl(via, &mapped, stdin).await.ctx(&what())?;
+                Ok(self.fleetctl_output(args, out))
+            }
+        }
+    }
+
+    /// The arguments of a fleetctl run as they go to a live cluster: unit names prefixed, unit files (and the
+    /// template an instance is made from) rewritten into `dir` under their prefixed names. Flags, and everything
+    /// after `--` (a command for `fleetctl ssh`), go unchanged.
+    fn fleetctl_args(&self, args: &[&str], dir: &Path) -> Result<Vec<String>, String> {
+        let mut out = Vec::with_capacity(args.len());
+        let mut rest_verbatim = false;
+        for a in args {
+            if rest_verbatim || a.starts_with('-') {
+                rest_verbatim |= *a == "--";
+                out.push(a.to_string());
+                continue;
+            }
+            let path = Path::new(a);
+            let base = path.file_name().and_then(|b| b.to_str()).unwrap_or_default();
+            if a.contains('/') && names::is_unit_name(base) {
+                out.push(self.unit_file_for_cluster(path, base, dir)?);
+            } else if names::is_unit_name(a) {
+                self.names.register(a);
+                out.push(self.names.outward(a));
+            } else {
+                out.push(a.to_string());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes unit file `path` (named `base`) rewritten for the cluster into `dir` and returns the new path; an
+    /// instance without a file of its own takes its template from `path`'s directory, as fleetctl does. The unit
+    /// files beside it count as the spec's own (a spec keeps its units in one directory).
+    fn unit_file_for_cluster(&self, path: &Path, base: &str, dir: &Path) -> Result<String, String> {
+        let source_dir = path.parent().unwrap_or(Path::new("/"));
+        self.names.register(base);
+        if let Ok(entries) = std::fs::read_dir(source_dir) {
+            for e in entries.flatten() {
+                if let Some(n) = e.file_name().to_str() {
+                    self.names.register(n);
+                }
+            }
+        }
+        let copy = |from: &Path, name: &str| -> Result<(), String> {
+            let text = std::fs::read_to_string(from).map_err(|e| format!("unit file {}: {e}", from.display()))?;
+            let to = dir.join(self.names.outward(name));
+            std::fs::write(&to, self.names.rewrite_unit_file(&text)).map_err(|e| format!("{}: {e}", to.display()))
+        };
+        if path.is_file() {
+            copy(path, base)?;
+        } else if let Some(template) = names::template_of(base) {
+            let t = source_dir.join(&template);
+            if t.is_file() {
+                copy(&t, &template)?;
+            }
+        }
+        Ok(dir.join(self.names.outward(base)).to_string_lossy().into_owned())
+    }
+
+    /// fleetctl's output as the spec reads it: listings keep only the spec's rows, and names lose the prefix.
+    fn fleetctl_output(&self, args: &[&str], out: Output) -> Output {
+        let command = args.iter().find(|a| !a.starts_with('-')).copied().unwrap_or_default();
+        let stdout = if matches!(command, "list-units" | "list-unit-files") {
+            self.names.filter_listing(&out.stdout, !args.contains(&"--no-legend"))
+        } else {
+            out.stdout
+        };
+        Output { stdout: self.names.inward(&stdout), stderr: self.names.inward(&out.stderr), status: out.status }
     }
 
     /// Like [`Self::fleetctl`], but a non-zero exit or `Error` on stderr fails the spec.
@@ -86,26 +258,25 @@ impl Ctx {
 
     /// Runs fleetctl with the endpoint in `FLEETCTL_ENDPOINT`.
     pub async fn fleetctl_with_env(&self, slot: usize, args: &[&str]) -> Result<Output, String> {
-        let out = self.cluster().fleetctl_with_env(slot, args).await.ctx("fleetctl (endpoint from env)")?;
+        let out = self.run_fleetctl(slot, EndpointVia::Env, args, None).await?;
         self.record(args, &out);
         Ok(out)
     }
 
     /// Runs fleetctl with `input` on its stdin (answers to host-key prompts); otherwise like [`Self::fleetctl`].
     pub async fn fleetctl_with_input(&self, slot: usize, input: &str, args: &[&str]) -> Result<Output, String> {
-        let out = self
-            .cluster()
-            .fleetctl_with_input(slot, input, args)
-            .await
-            .ctx(&format!("fleetctl {} (stdin {input:?})", args.join(" ")))?;
+        let out = self.run_fleetctl(slot, EndpointVia::Flag, args, Some(input)).await?;
         self.record(args, &out);
         Ok(out)
     }
 
     /// Runs this implementation's fleetctl without any endpoint (for `version`, `help`).
     pub async fn fleetctl_bare(&self, args: &[&str]) -> Result<Output, String> {
-        let bin = fleet_harness::config::locate("fleetctl", fleet_harness::config::FLEETCTL_ENV)
-            .map_err(|e| e.to_string())?;
+        let bin = match self.live_cluster() {
+            Some(live) => live.fleetctl_path().to_path_buf(),
+            None => fleet_harness::config::locate("fleetctl", fleet_harness::config::FLEETCTL_ENV)
+                .map_err(|e| e.to_string())?,
+        };
         let out = tokio::process::Command::new(&bin)
             .args(args)
             .stdin(std::process::Stdio::null())
@@ -127,7 +298,7 @@ impl Ctx {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Check<T>>,
     {
-        wait::wait_for(self.cluster().wait_options(), what, observe).await.map_err(|e| self.fail(e))
+        wait::wait_for(self.wait_options(), what, observe).await.map_err(|e| self.fail(e))
     }
 
     /// Polls `observe` for up to `secs`.
@@ -139,17 +310,45 @@ impl Ctx {
         wait::wait_for(WaitOptions::secs(secs), what, observe).await.map_err(|e| self.fail(e))
     }
 
+    /// Waits until `list-machines` (via machine `slot`) lists exactly `n` machines (on a live cluster: at least `n`,
+    /// for a spec asks for the machines it needs, not for the cluster's size); returns their IDs.
     pub async fn wait_for_n_machines(&self, slot: usize, n: usize) -> Result<Vec<String>, String> {
-        self.cluster().wait_for_n_machines(slot, n).await.map_err(|e| e.to_string())
+        let live = self.live_cluster().is_some();
+        let args = ["list-machines", "--no-legend", "--full", "--fields", "machine"];
+        let what = if live { format!("at least {n} machines") } else { format!("{n} machines") };
+        self.poll_fleetctl(slot, &args, &what, |out| {
+            let ids = wait::parse_machines(out);
+            if ids.len() == n || (live && ids.len() > n) { Ok(ids) } else { Err(format!("{} of {n}", ids.len())) }
+        })
+        .await
+        .map_err(|e| e.to_string())
     }
 
+    /// Waits until `list-units` shows exactly `n` unit rows (the spec's own, on a live cluster); unit → rows.
     pub async fn wait_for_n_units(&self, slot: usize, n: usize) -> Result<BTreeMap<String, Vec<UnitState>>, String> {
-        self.cluster().wait_for_n_units(slot, n).await.map_err(|e| e.to_string())
+        let args = ["list-units", "--no-legend", "--full", "--fields", "unit,active,machine"];
+        self.poll_fleetctl(slot, &args, &format!("{n} units"), |out| {
+            let states = wait::parse_unit_states(out);
+            let rows: usize = states.values().map(Vec::len).sum();
+            if rows == n { Ok(states) } else { Err(format!("{rows} of {n}")) }
+        })
+        .await
+        .map_err(|e| e.to_string())
     }
 
     /// Waits for exactly `n` active units, each on one machine; unit → machine ID.
     pub async fn wait_for_n_active_units(&self, slot: usize, n: usize) -> Result<BTreeMap<String, String>, String> {
-        self.cluster().wait_for_n_active_units(slot, n).await.map_err(|e| e.to_string())
+        let args = ["list-units", "--no-legend", "--full", "--fields", "unit,active,machine"];
+        let states = self
+            .poll_fleetctl(slot, &args, &format!("{n} active units"), |out| {
+                let states = wait::parse_unit_states(out);
+                let active = wait::filter_active(&states).len();
+                if active == n { Ok(states) } else { Err(format!("{active} of {n} active")) }
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        wait::active_to_single(&wait::filter_active(&states))
+            .map_err(|e| format!("a fleet unit is active on more than one machine: {e}"))
     }
 
     /// `fleetctl start hello@1.service … hello@<n>.service` (the fixture template's instances) via machine 1, then
@@ -162,12 +361,42 @@ impl Ctx {
         self.wait_for_n_active_units(1, n).await
     }
 
+    /// Waits until `list-unit-files` shows exactly `n` units; unit → rows.
     pub async fn wait_for_n_unit_files(
         &self,
         slot: usize,
         n: usize,
     ) -> Result<BTreeMap<String, Vec<UnitFileState>>, String> {
-        self.cluster().wait_for_n_unit_files(slot, n).await.map_err(|e| e.to_string())
+        let args = ["list-unit-files", "--no-legend", "--full", "--fields", "unit,dstate,state"];
+        self.poll_fleetctl(slot, &args, &format!("{n} unit files"), |out| {
+            let files = wait::parse_unit_file_states(out);
+            if files.len() == n { Ok(files) } else { Err(format!("{} of {n}", files.len())) }
+        })
+        .await
+        .map_err(|e| e.to_string())
+    }
+
+    /// Polls `fleetctl <args>` (via machine `slot`, not recorded) until it succeeds and `accept` takes its stdout;
+    /// the timeout names the last output (the harness's `Cluster::wait_fleetctl`, through this context's names).
+    async fn poll_fleetctl<T>(
+        &self,
+        slot: usize,
+        args: &[&str],
+        what: &str,
+        accept: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<T, wait::WaitError> {
+        let accept = &accept;
+        wait::wait_for(self.wait_options(), what, || async move {
+            match self.run_fleetctl(slot, EndpointVia::Flag, args, None).await {
+                Ok(out) if out.success() => match accept(&out.stdout) {
+                    Ok(v) => Check::Ready(v),
+                    Err(why) => Check::NotYet(format!("{why}; output: {}", wait::summarize(&out.stdout))),
+                },
+                Ok(out) => Check::NotYet(format!("fleetctl {}: {}", args.join(" "), out.describe())),
+                Err(e) => Check::NotYet(e),
+            }
+        })
+        .await
     }
 
     /// One observation of `list-units` (unit → rows).
@@ -195,7 +424,7 @@ impl Ctx {
         what: &str,
         accept: impl Fn(&str) -> Result<T, String>,
     ) -> Result<T, String> {
-        self.cluster().wait_fleetctl(slot, args, what, accept).await.map_err(|e| self.fail(e))
+        self.poll_fleetctl(slot, args, what, accept).await.map_err(|e| self.fail(e))
     }
 
     /// One observation of `fleetctl <command> --no-legend --full --fields <fields>` via machine `slot`, by field.
@@ -262,7 +491,15 @@ impl Ctx {
 
     /// `systemctl show <unit> -p ...` in machine `slot`.
     pub async fn show(&self, slot: usize, unit: &str, props: &[&str]) -> Result<BTreeMap<String, String>, String> {
-        self.machine(slot)?.systemctl_show(unit, props).await.map_err(|e| e.to_string())
+        if self.live_cluster().is_none() {
+            return self.machine(slot)?.systemctl_show(unit, props).await.map_err(|e| e.to_string());
+        }
+        let mut cmd = vec!["systemctl", "show", unit];
+        for p in props {
+            cmd.extend(["-p", p]);
+        }
+        let out = self.exec_ok(slot, &cmd).await?;
+        Ok(out.stdout.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect())
     }
 
     /// Waits until `systemctl show <unit>` in machine `slot` has `prop=value`; the timeout shows the last value.
@@ -278,14 +515,77 @@ impl Ctx {
         .await
     }
 
-    /// Runs a command in machine `slot` (exit status not checked).
+    /// Runs a command in machine `slot` (exit status not checked): `docker exec` on a harness cluster, SSH on a
+    /// live one (the spec's unit names in it mapped both ways).
     pub async fn exec(&self, slot: usize, cmd: &[&str]) -> Result<Output, String> {
-        self.machine(slot)?.exec(cmd).await.map_err(|e| e.to_string())
+        let Some(live) = self.live_cluster() else {
+            return self.machine(slot)?.exec(cmd).await.map_err(|e| e.to_string());
+        };
+        if !live.has_ssh() {
+            return Err(format!(
+                "this spec looks inside machine {slot} but does not declare Need::Inside (or run with \
+                 --ssh-user/--ssh-key): {}",
+                cmd.join(" ")
+            ));
+        }
+        let mapped = self.command_for_cluster(cmd)?;
+        let out = live.exec(slot, &mapped).await?;
+        Ok(Output {
+            stdout: self.names.inward(&out.stdout),
+            stderr: self.names.inward(&out.stderr),
+            status: out.status,
+        })
+    }
+
+    /// A command inside a machine as it goes to a live cluster: the spec's unit names prefixed. A unit of the spec
+    /// named inside a longer word (a `sh -c` script) cannot be mapped safely — the script would act on a unit of that
+    /// name that is not the spec's —, so such a command is refused.
+    fn command_for_cluster(&self, cmd: &[&str]) -> Result<Vec<String>, String> {
+        let separator =
+            |c: char| c.is_whitespace() || matches!(c, '\'' | '"' | ';' | '&' | '|' | '>' | '<' | '/' | '=');
+        let mut mapped = Vec::with_capacity(cmd.len());
+        for w in cmd {
+            let out = self.names.command_word(w);
+            if out == *w
+                && let Some(unit) = w.split(separator).find(|t| names::is_unit_name(t) && self.names.is_own(t))
+            {
+                return Err(format!(
+                    "a command inside the machines names the spec's unit {unit} within {w:?}, which cannot be mapped \
+                     to the unit's name on a live cluster: declare Need::MachineFiles or Need::Harness for this spec"
+                ));
+            }
+            mapped.push(out);
+        }
+        Ok(mapped)
     }
 
     /// Runs a command in machine `slot`; a non-zero exit fails.
     pub async fn exec_ok(&self, slot: usize, cmd: &[&str]) -> Result<Output, String> {
-        self.machine(slot)?.exec_ok(cmd).await.map_err(|e| e.to_string())
+        if self.live_cluster().is_none() {
+            return self.machine(slot)?.exec_ok(cmd).await.map_err(|e| e.to_string());
+        }
+        let out = self.exec(slot, cmd).await?;
+        if out.success() {
+            Ok(out)
+        } else {
+            Err(format!("machine {slot}: `{}` failed: {}", cmd.join(" "), out.describe()))
+        }
+    }
+
+    /// The lines a command in machine `slot` prints that name the spec's own units (all of them on a harness
+    /// cluster), for listings of what a machine holds (`ls /run/fleet/units`), which on a live cluster also hold
+    /// other users' units.
+    pub async fn exec_own_lines(&self, slot: usize, cmd: &[&str]) -> Result<Vec<String>, String> {
+        let Some(live) = self.live_cluster() else {
+            return Ok(self.exec_ok(slot, cmd).await?.stdout.lines().map(str::to_string).collect());
+        };
+        let mapped = self.command_for_cluster(cmd)?;
+        let out = live.exec(slot, &mapped).await?;
+        if !out.success() {
+            return Err(format!("machine {slot}: `{}` failed: {}", cmd.join(" "), out.describe()));
+        }
+        let own = self.names.filter_listing(&out.stdout, false);
+        Ok(self.names.inward(&own).lines().map(str::to_string).collect())
     }
 
     /// PID 1's journal of this boot in machine `slot` (`journalctl _PID=1`).
@@ -311,7 +611,8 @@ impl Ctx {
         .await
     }
 
-    /// A raw HTTP request to machine `slot`'s API endpoint (in a TLS cluster: HTTPS with the admin certificate).
+    /// A raw HTTP request to machine `slot`'s API endpoint (in a TLS cluster: HTTPS with the admin certificate; on
+    /// a live cluster: its endpoint, the spec's unit names mapped both ways).
     pub async fn http(&self, slot: usize, method: &str, path: &str, body: Option<&str>) -> Result<Response, String> {
         let ct = body.map(|_| "application/json");
         self.http_with_type(slot, method, path, body, ct).await
@@ -348,6 +649,14 @@ impl Ctx {
         body: Option<&str>,
         content_type: Option<&str>,
     ) -> Result<Response, String> {
+        if let Some(live) = self.live_cluster() {
+            let path = self.names.request_path(path);
+            let body = body.map(|b| self.names.request_body(b));
+            let mut r =
+                live.http(method, &path, body.as_deref(), content_type).await.map_err(|e| self.names.inward(&e))?;
+            r.body = self.names.response_body(&r.body);
+            return Ok(r);
+        }
         let tls = match self.cluster().tls() {
             Some(pki) => Some(self.tls_client(Some(&pki.admin))?),
             None => None,

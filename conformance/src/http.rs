@@ -1,5 +1,5 @@
-//! A tiny HTTP/1.1 client over a TCP stream (or TLS over it, for `https://` endpoints), for raw requests to a
-//! machine's API endpoint: the specs check status codes, headers and bodies exactly as a client on the wire sees
+//! A tiny HTTP/1.1 client over a TCP stream (or TLS over it, for `https://` endpoints, or a unix socket, for
+//! `unix:///path` endpoints and bare socket paths), for raw requests to a machine's API endpoint: the specs check status codes, headers and bodies exactly as a client on the wire sees
 //! them.
 
 use std::sync::Arc;
@@ -101,10 +101,19 @@ async fn request_inner(
             .map_err(|e| format!("TLS handshake: {e}"))?;
         return exchange(stream, host, method, path, body, content_type).await;
     }
-    let host = endpoint.strip_prefix("http://").ok_or("endpoint must start with http:// or https://")?;
+    if let Some(socket) = unix_socket(endpoint) {
+        let stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| format!("connect {socket}: {e}"))?;
+        return exchange(stream, "localhost", method, path, body, content_type).await;
+    }
+    let host = endpoint.strip_prefix("http://").ok_or("endpoint must start with http://, https:// or unix://")?;
     let host = host.trim_end_matches('/');
     let stream = TcpStream::connect(host).await.map_err(|e| format!("connect: {e}"))?;
     exchange(stream, host, method, path, body, content_type).await
+}
+
+/// The socket path of a `unix:///path` endpoint or of a bare absolute path (fleetctl takes both).
+pub fn unix_socket(endpoint: &str) -> Option<&str> {
+    endpoint.strip_prefix("unix://").or_else(|| endpoint.starts_with('/').then_some(endpoint))
 }
 
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(

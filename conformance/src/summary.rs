@@ -16,6 +16,9 @@ pub enum Outcome {
     Failed(String),
     /// With the capabilities the declaration lacks.
     Skipped(Vec<Capability>),
+    /// Not run for another reason: what the cluster does not offer (a live cluster: no container control, another
+    /// size, no SSH, ...).
+    NotRun(String),
 }
 
 /// One spec's result.
@@ -49,7 +52,7 @@ impl Counts {
         match o {
             Outcome::Passed => self.passed += 1,
             Outcome::Failed(_) => self.failed += 1,
-            Outcome::Skipped(_) => self.skipped += 1,
+            Outcome::Skipped(_) | Outcome::NotRun(_) => self.skipped += 1,
         }
     }
 }
@@ -60,6 +63,8 @@ pub enum JunitResult {
     Passed,
     Failed(String),
     Skipped,
+    /// Skipped for the reason given (not a capability: the cluster could not run it).
+    NotRun(String),
 }
 
 impl Report {
@@ -78,6 +83,7 @@ impl Report {
                     Some(JunitResult::Failed(m)) => Outcome::Failed(m.clone()),
                     // Ignored although declared: only with `--ignored` filters; counted as skipped without reason.
                     Some(JunitResult::Skipped) => Outcome::Skipped(Vec::new()),
+                    Some(JunitResult::NotRun(why)) => Outcome::NotRun(why.clone()),
                     None => continue,
                 }
             };
@@ -118,6 +124,9 @@ impl Report {
             let mut reasons: BTreeSet<String> = BTreeSet::new();
             for e in self.entries.iter().filter(|e| filter(e)) {
                 counts.add(&e.outcome);
+                if let Outcome::NotRun(why) = &e.outcome {
+                    reasons.insert(short_reason(why).to_string());
+                }
                 if let Outcome::Skipped(missing) = &e.outcome {
                     match own {
                         Some(c) if missing.contains(&c) => {
@@ -213,6 +222,8 @@ impl Report {
                     "{head}>\n      <failure message=\"{}\"/>\n    </testcase>\n",
                     xml_escape(m.lines().next().unwrap_or_default())
                 )),
+                Outcome::NotRun(why) => out
+                    .push_str(&format!("{head}>\n      <skipped message=\"{}\"/>\n    </testcase>\n", xml_escape(why))),
                 Outcome::Skipped(missing) => {
                     let names: Vec<&str> = missing.iter().map(|c| c.as_str()).collect();
                     out.push_str(&format!(
@@ -225,6 +236,11 @@ impl Report {
         out.push_str("  </testsuite>\n</testsuites>\n");
         out
     }
+}
+
+/// The gist of a reason a spec did not run, for the summary's rows: up to its first `(`, `;`, `:` or `,`.
+pub fn short_reason(why: &str) -> &str {
+    why.split([';', ':', ',', '(']).next().unwrap_or(why).trim()
 }
 
 fn xml_escape(s: &str) -> String {
@@ -306,7 +322,7 @@ mod tests {
     }
 
     fn spec(area: Area, name: &'static str, requires: &'static [Capability]) -> Spec {
-        Spec { name, area, machines: 0, metadata: &[], requires, origin: "", run: never }
+        Spec { name, area, machines: 0, metadata: &[], requires, needs: &[], origin: "", run: never }
     }
 
     #[test]
@@ -372,6 +388,25 @@ round 3 (m1 -&gt; m2): v4&apos;s ExecStartPre ran early; events:
         let back = parse_junit(&junit);
         assert_eq!(back["replace::keep_and_move"], JunitResult::Skipped);
         assert_eq!(back["scheduling::broken"], JunitResult::Failed("expected 2, observed 3".into()));
+    }
+
+    #[test]
+    fn a_spec_the_cluster_cannot_run_is_skipped_with_its_reason() {
+        let specs = [spec(Area::Scheduling, "exact", &[]), spec(Area::Node, "kills", &[])];
+        let ran = BTreeMap::from([
+            (
+                "scheduling::exact".to_string(),
+                JunitResult::NotRun("needs exactly 2 machines; the cluster has 3".into()),
+            ),
+            ("node::kills".to_string(), JunitResult::NotRun("drives the harness (kills, ...): harness only".into())),
+        ]);
+        let report = Report::new(&specs, &Capabilities::of(&[]), &ran);
+        assert_eq!(report.total(), Counts { passed: 0, failed: 0, skipped: 2 }, "counted as skipped");
+        let text = report.render();
+        assert!(text.contains("(drives the harness, needs exactly 2 machines)"), "short reasons per profile: {text}");
+        let junit = report.to_junit();
+        assert!(junit.contains("<skipped message=\"needs exactly 2 machines; the cluster has 3\"/>"), "{junit}");
+        assert_eq!(parse_junit(&junit)["node::kills"], JunitResult::Skipped, "conformance-summary reads it back");
     }
 
     #[test]

@@ -58,5 +58,6 @@ fn main() {
         let declared = if include_ignored { Capabilities::of(fleet_conformance::Capability::ALL) } else { caps };
         println!("{}", Report::new(&all(), &declared, &results.lock().unwrap()).render());
     }
+    fleet_conformance::fixtures::remove_materialized();
     conclusion.exit();
 }

@@ -37,6 +37,32 @@ fn build_package(out: &std::path::Path) -> PathBuf {
     PathBuf::from(deb)
 }
 
+/// Builds the conformance suite's package (`ci/package --conformance`) from the tests' own build of
+/// `fleet-conformance` (beside this test binary's `deps/`): what it proves is that the installed suite needs nothing
+/// but what the package carries, whichever profile built it (the `ship` build takes minutes more of CI).
+fn build_conformance_package(out: &std::path::Path) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let bin_dir =
+        exe.parent().and_then(std::path::Path::parent).expect("the test binary is in <target>/<profile>/deps");
+    for b in ["fleet-conformance", "conformance-summary"] {
+        assert!(
+            bin_dir.join(b).is_file(),
+            "{} is missing (cargo build -p fleet-conformance --bins, as ci/test's build does)",
+            bin_dir.join(b).display()
+        );
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ci/package");
+    let run = Command::new(&script)
+        .args(["--conformance", &out.display().to_string()])
+        .env("FLEET_PACKAGE_BIN_DIR", bin_dir)
+        .output()
+        .expect("ci/package --conformance runs");
+    assert!(run.status.success(), "ci/package --conformance failed: {}", String::from_utf8_lossy(&run.stderr));
+    let deb = String::from_utf8_lossy(&run.stdout).lines().last().unwrap_or_default().to_string();
+    assert!(deb.ends_with(".deb") && deb.contains("fleet-conformance_"), "the conformance package's path: {deb:?}");
+    PathBuf::from(deb)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_package_installs_on_a_machine_and_runs_a_unit_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
@@ -126,6 +152,38 @@ async fn the_package_installs_on_a_machine_and_runs_a_unit_end_to_end() {
     m.exec_ok(&["useradd", "--create-home", "stranger"]).await.unwrap();
     let denied = m.exec(&["runuser", "-u", "stranger", "--", "/usr/bin/fleetctl", "list-units"]).await.unwrap();
     assert!(!denied.success(), "a user outside group fleet reached the API: {}", denied.describe());
+
+    // The conformance suite's package certifies this machine's fleet through the package's socket with nothing but
+    // what it carries: no source tree, no cargo in the machine; the fleetctl it drives is the one on PATH.
+    let cdeb = build_conformance_package(dir.path());
+    let copy = Command::new("docker")
+        .args(["cp", &cdeb.display().to_string(), &format!("{}:/root/fleet-conformance.deb", m.container_name())])
+        .output()
+        .unwrap();
+    assert!(copy.status.success(), "docker cp: {}", String::from_utf8_lossy(&copy.stderr));
+    let install = m.exec(&["dpkg", "-i", "/root/fleet-conformance.deb"]).await.unwrap();
+    assert!(install.success(), "dpkg -i fleet-conformance: {}", install.describe());
+    let certify = m
+        .exec(&[
+            "sh",
+            "-c",
+            "cd /root && fleet-conformance --against unix:///var/run/fleet.sock --capabilities all --prefix fc-pkg- \
+             fleetctl:: client_api:: unit_actions::start_runs_the_unit unit_actions::cat_prints_the_submitted_unit",
+        ])
+        .await
+        .unwrap();
+    let passed = certify.stdout.lines().filter(|l| l.starts_with("PASS ")).count();
+    assert!(
+        certify.success() && passed >= 9,
+        "the installed fleet-conformance against the package's socket: {passed} passed (at least 9 expected): {}\n{}",
+        certify.stdout,
+        certify.stderr
+    );
+    m.exec_ok(&["test", "-s", "/root/conformance-junit.xml"]).await.unwrap();
+    let files = m.exec_ok(&["/usr/bin/fleetctl", "list-unit-files", "--no-legend", "--fields", "unit"]).await.unwrap();
+    assert_eq!(files.stdout.trim(), "hello.service", "the suite removed its units and left the operator's alone");
+    let active = m.exec(&["systemctl", "is-active", "hello.service"]).await.unwrap();
+    assert_eq!(active.stdout.trim(), "active", "the operator's unit kept running: {}", active.describe());
 
     // Removing it stops fleet and takes its files (the conffile stays until purge).
     let remove = m.exec(&["dpkg", "--purge", "fleet"]).await.unwrap();

@@ -13,7 +13,16 @@ use crate::{Area, Ctx, Outcome, Spec, SpecFuture};
 
 pub fn specs() -> Vec<Spec> {
     fn spec(name: &'static str, machines: usize, run: fn(Ctx) -> SpecFuture) -> Spec {
-        Spec { name, area: Area::Fleetctl, machines, metadata: &[], requires: &[], origin: "issue 38", run }
+        Spec {
+            name,
+            area: Area::Fleetctl,
+            machines,
+            metadata: &[],
+            requires: &[],
+            needs: &[crate::Need::EmptyCluster],
+            origin: "issue 38",
+            run,
+        }
     }
     vec![
         spec("audit_records_each_write_with_who_what_and_result_and_no_read", 1, |c| Box::pin(records_writes(c)))

@@ -44,27 +44,32 @@ pub async fn units_crud(ctx: Ctx) -> Outcome {
     ensure_eq("GET unit: name", Some("api.service"), u["name"].as_str())?;
     ensure_eq("GET unit: desiredState", Some("launched"), u["desiredState"].as_str())?;
     ensure_eq("GET unit: options", &options(), &u["options"])?;
-    let id = ctx.id(1)?;
-    let id = &id;
-    ctx.wait_for("api.service to be launched on m1 (GET currentState, machineID)", || async move {
-        match ctx.http(1, "GET", UNIT, None).await {
-            Ok(r) => {
-                let u = r.json();
-                if u["currentState"] == "launched" && u["machineID"] == id.as_str() {
-                    fleet_harness::Check::Ready(())
-                } else {
-                    fleet_harness::Check::NotYet(r.describe())
+    // On a cluster of one machine that is m1; on a bigger (live) cluster whichever machine the unit landed on.
+    let id = ctx
+        .wait_for(
+            "api.service to be launched on a machine of the cluster (GET currentState, machineID)",
+            || async move {
+                match ctx.http(1, "GET", UNIT, None).await {
+                    Ok(r) => {
+                        let u = r.json();
+                        match u["machineID"].as_str() {
+                            Some(id) if u["currentState"] == "launched" && ctx.slot_of(id).is_some() => {
+                                fleet_harness::Check::Ready(id.to_string())
+                            }
+                            _ => fleet_harness::Check::NotYet(r.describe()),
+                        }
+                    }
+                    Err(e) => fleet_harness::Check::NotYet(e),
                 }
-            }
-            Err(e) => fleet_harness::Check::NotYet(e),
-        }
-    })
-    .await?;
-    ctx.wait_systemd(1, "api.service", "ActiveState", "active").await?;
+            },
+        )
+        .await?;
+    let slot = ctx.slot_of(&id).unwrap_or(1);
+    ctx.wait_systemd(slot, "api.service", "ActiveState", "active").await?;
 
     let r = put(json!({"desiredState": "inactive"})).await?;
     expect(ctx, "PUT desiredState inactive", &r, 204, None)?;
-    ctx.wait_systemd(1, "api.service", "LoadState", "not-found").await?;
+    ctx.wait_systemd(slot, "api.service", "LoadState", "not-found").await?;
     let r = put(json!({})).await?;
     expect(ctx, "PUT without desiredState", &r, 409, Some("must provide DesiredState to update existing unit"))?;
     let r = ctx
@@ -160,8 +165,9 @@ pub async fn bad_desired_state(ctx: Ctx) -> Outcome {
 pub async fn states(ctx: Ctx) -> Outcome {
     ctx.wait_for_n_machines(1, 1).await?;
     ctx.fleetctl_ok(1, &["start", &fixtures::path("hello.service")]).await?;
-    ctx.wait_for_n_active_units(1, 1).await?;
-    let id = ctx.id(1)?;
+    // m1 on a cluster of one machine; on a bigger (live) cluster the machine list-units names.
+    let placed = ctx.wait_for_n_active_units(1, 1).await?;
+    let id = placed.get("hello.service").cloned().unwrap_or_default();
     let r = ctx.http(1, "GET", "/fleet/v1/state?unitName=hello.service", None).await?;
     ctx.ensure(r.status == 200 && r.is_json(), || format!("GET state: {}", r.describe()))?;
     let states = r.json()["states"].as_array().cloned().unwrap_or_default();

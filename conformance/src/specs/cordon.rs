@@ -20,7 +20,16 @@ use crate::{Area, Ctx, Outcome, Spec, SpecFuture};
 
 pub fn specs() -> Vec<Spec> {
     fn spec(name: &'static str, machines: usize, run: fn(Ctx) -> SpecFuture) -> Spec {
-        Spec { name, area: Area::Machines, machines, metadata: &[], requires: &[], origin: "issue 38", run }
+        Spec {
+            name,
+            area: Area::Machines,
+            machines,
+            metadata: &[],
+            requires: &[],
+            needs: super::CHANGES_MACHINES,
+            origin: "issue 38",
+            run,
+        }
     }
     vec![
         spec("cordon_keeps_new_units_off_and_units_there_running", 2, |c| Box::pin(keeps_new_units_off(c)))

@@ -21,7 +21,16 @@ use crate::{Area, Ctx, Outcome, Spec, SpecFuture};
 
 pub fn specs() -> Vec<Spec> {
     fn spec(name: &'static str, machines: usize, run: fn(Ctx) -> SpecFuture) -> Spec {
-        Spec { name, area: Area::Machines, machines, metadata: &[], requires: &[], origin: "issue 38", run }
+        Spec {
+            name,
+            area: Area::Machines,
+            machines,
+            metadata: &[],
+            requires: &[],
+            needs: super::CHANGES_MACHINES,
+            origin: "issue 38",
+            run,
+        }
     }
     vec![
         spec("drain_moves_units_off_then_stops_what_cannot_leave", 3, |c| Box::pin(moves_then_stops(c)))

@@ -40,7 +40,16 @@ const LOG: &str = "/root/sync.log";
 /// The specs of this module, for the catalogue. Each builds its own cluster (machines = 0 for the framework).
 pub fn specs() -> Vec<Spec> {
     fn spec(name: &'static str, origin: &'static str, run: fn(Ctx) -> SpecFuture) -> Spec {
-        Spec { name, area: Area::Replace, machines: 0, metadata: &[], requires: &[], origin, run }
+        Spec {
+            name,
+            area: Area::Replace,
+            machines: 0,
+            metadata: &[],
+            requires: &[],
+            needs: super::OWN_CLUSTERS,
+            origin,
+            run,
+        }
     }
     use Capability::*;
     vec![

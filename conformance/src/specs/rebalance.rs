@@ -26,7 +26,16 @@ const LOG: &str = "/root/rebalance.log";
 
 pub fn specs() -> Vec<Spec> {
     fn spec(name: &'static str, run: fn(Ctx) -> SpecFuture) -> Spec {
-        Spec { name, area: Area::Cluster, machines: 0, metadata: &[], requires: &[], origin: "issue 14 item 4", run }
+        Spec {
+            name,
+            area: Area::Cluster,
+            machines: 0,
+            metadata: &[],
+            requires: &[],
+            needs: super::OWN_CLUSTERS,
+            origin: "issue 14 item 4",
+            run,
+        }
     }
     vec![
         spec("rebalance_evens_units_after_a_machine_returns", |_| Box::pin(after_return(false)))

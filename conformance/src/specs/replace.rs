@@ -18,7 +18,16 @@ use crate::{Area, Ctx, Outcome, Spec, SpecFuture};
 /// The specs of this module, for the catalogue. Each builds its own cluster (machines = 0 for the framework).
 pub fn specs() -> Vec<Spec> {
     fn spec(name: &'static str, origin: &'static str, run: fn(Ctx) -> SpecFuture) -> Spec {
-        Spec { name, area: Area::Replace, machines: 0, metadata: &[], requires: &[], origin, run }
+        Spec {
+            name,
+            area: Area::Replace,
+            machines: 0,
+            metadata: &[],
+            requires: &[],
+            needs: super::OWN_CLUSTERS,
+            origin,
+            run,
+        }
     }
     use Capability::*;
     // `--keep-machine` specs that also require fleetctl to return only once the new version runs.

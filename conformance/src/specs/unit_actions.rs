@@ -194,8 +194,7 @@ async fn wait_listed(ctx: &Ctx, active: Option<&str>) -> Outcome {
 
 /// The unit files in the agent's units directory (`/run/fleet/units/`, spec §7.4) of machine `slot`, sorted.
 async fn units_dir(ctx: &Ctx, slot: usize) -> Result<Vec<String>, String> {
-    let out = ctx.exec_ok(slot, &["sh", "-c", "ls -A /run/fleet/units 2>/dev/null || true"]).await?;
-    let mut files: Vec<String> = out.stdout.lines().map(str::to_string).collect();
+    let mut files = ctx.exec_own_lines(slot, &["sh", "-c", "ls -A /run/fleet/units 2>/dev/null || true"]).await?;
     files.sort();
     Ok(files)
 }
