@@ -10,8 +10,10 @@
 //!   undone, and followed by a convergence wait (every unit active on exactly one machine, every machine listed by
 //!   fleetctl) whose length is the fault's convergence time — and the report.
 
+pub mod changes;
 pub mod check;
 mod inject;
+pub mod rollcheck;
 pub mod sample;
 pub mod schedule;
 
