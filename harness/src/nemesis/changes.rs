@@ -28,6 +28,36 @@ pub const FLAP_DOWN_SECS: u64 = 4;
 /// How often fleet's agent runs a version's check.
 pub const CHECK_INTERVAL: &str = "500ms";
 
+/// Whether the nemesis runs the change driver (`--changes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Plain units and faults only (the nemesis before the change driver).
+    None,
+    /// Rolling replaces, restarts, rollbacks and aborts of the global unit and the instance set.
+    #[default]
+    Rolling,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "none" => Ok(Mode::None),
+            "rolling" => Ok(Mode::Rolling),
+            _ => Err(format!("expected none or rolling, got {s:?}")),
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::None => "none",
+            Mode::Rolling => "rolling",
+        })
+    }
+}
+
 /// `nemr-set@<i>.service`.
 pub fn set_instance(i: usize) -> String {
     format!("nemr-set@{i}.service")

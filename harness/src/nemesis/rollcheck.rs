@@ -261,6 +261,15 @@ pub struct Checked {
     pub notes: Vec<String>,
 }
 
+/// Whether `round` shows the change driver's units launched on a cluster of `machines`: the global unit serving on
+/// every machine, and each instance serving somewhere.
+pub fn launched(round: &RollRound, machines: usize) -> bool {
+    let global = round.machines.values().filter(|seen| {
+        seen.as_ref().and_then(|u| u.get(GLOBAL)).is_some_and(Copy::serving)
+    });
+    global.count() == machines && Target::Set.units().iter().all(|u| !serving_on(round, u).is_empty())
+}
+
 /// Checks every rollout invariant. `faults` in time order; `faults_end_ms` is when the last fault's convergence
 /// wait ended (the driver made no change after it).
 pub fn check(

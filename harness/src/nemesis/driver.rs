@@ -1,0 +1,422 @@
+//! The change driver (I/O): while the faults go on, makes each target's planned changes ([`changes::plan`]) with
+//! fleetctl against a machine no fault is touching, follows every rollout it made (`rollout-status ID
+//! --output=json`, about once a second) and keeps what fleet said, and after the faults stop waits for each rollout
+//! to end (at most its deadline, 5 minutes without one). What it records — the versions it asked for, the rollouts
+//! with their observed states, a log of every command and its outcome — is what [`rollcheck`](super::rollcheck)
+//! judges.
+//!
+//! A unit is in at most one rollout that has not ended, so before a change the driver gets the target's previous
+//! rollout out of the way: it waits up to [`HELD_PATIENCE`] for it to end, then acts as the change says
+//! ([`OnHeld`]: abort, resume, resume skipping the failed steps; a running one is aborted), and waits again; a
+//! change whose target is still held after that is skipped and logged.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use super::changes::{Change, Op, OnHeld, Target, Version};
+use super::check::secs;
+use super::rollcheck::{Asked, Observation, RolloutRecord};
+use crate::cluster::Cluster;
+use crate::output::Output;
+
+/// How often the driver reads the rollouts it follows.
+const POLL: Duration = Duration::from_secs(1);
+/// How long the driver lets a target's previous rollout run on before it acts on it.
+pub const HELD_PATIENCE: Duration = Duration::from_secs(20);
+/// How long it then waits for the rollout to end.
+const HELD_END_WAIT: Duration = Duration::from_secs(60);
+/// How long an aborted-mid-way change waits for a step to leave `pending` before it aborts anyway.
+const ABORT_WAIT: Duration = Duration::from_secs(30);
+
+/// One line of the driver's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Logged {
+    pub t_ms: u64,
+    pub target: Target,
+    pub text: String,
+}
+
+/// What the driver did and saw.
+#[derive(Debug, Clone, Default)]
+pub struct Driven {
+    pub asked: Vec<Asked>,
+    pub rollouts: Vec<RolloutRecord>,
+    pub log: Vec<Logged>,
+}
+
+/// The driver's view of the cluster: where to write unit files, the machines' IDs and names, which machines a fault
+/// is touching now (not used as an endpoint), and the run's clock.
+pub struct Driver<'a> {
+    pub cluster: &'a Cluster,
+    pub dir: PathBuf,
+    pub faulted: Arc<Mutex<BTreeSet<usize>>>,
+    pub t0: Instant,
+    /// Unix ms at `t0` (fleet stamps rollouts with the host's wall clock, which the machines share).
+    pub wall0_ms: u64,
+    pub driven: Mutex<Driven>,
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl<'a> Driver<'a> {
+    pub fn new(cluster: &'a Cluster, dir: PathBuf, faulted: Arc<Mutex<BTreeSet<usize>>>, t0: Instant) -> Self {
+        let wall0_ms = wall_ms().saturating_sub(t0.elapsed().as_millis() as u64);
+        Driver { cluster, dir, faulted, t0, wall0_ms, driven: Mutex::new(Driven::default()) }
+    }
+
+    fn ms(&self) -> u64 {
+        self.t0.elapsed().as_millis() as u64
+    }
+
+    fn log(&self, target: Target, text: String) {
+        tracing::info!(target = target.label(), "{text}");
+        let t_ms = self.ms();
+        self.driven.lock().expect("driver lock").log.push(Logged { t_ms, target, text });
+    }
+
+    fn machine_ids(&self) -> Vec<String> {
+        self.cluster.machines().iter().map(|m| m.id().to_string()).collect()
+    }
+
+    /// Writes `version`'s unit file where fleetctl finds it, and notes that it was asked for.
+    fn write_version(&self, version: &Version) -> Result<Vec<String>, String> {
+        let path = self.dir.join(version.target.file_name());
+        std::fs::write(&path, version.unit_text(&self.machine_ids()))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let t_ms = self.ms();
+        self.driven.lock().expect("driver lock").asked.push(Asked {
+            t_ms,
+            target: version.target,
+            version: version.label(),
+        });
+        Ok(version.target.units().iter().map(|u| self.dir.join(u).display().to_string()).collect())
+    }
+
+    /// Writes and launches every target's original version (`fleetctl start --no-block`).
+    pub async fn launch(&self) -> Result<(), String> {
+        let mut paths = Vec::new();
+        for target in Target::ALL {
+            paths.extend(self.write_version(&Version::original(target))?);
+        }
+        let mut args = vec!["start", "--no-block"];
+        args.extend(paths.iter().map(String::as_str));
+        let out = self.fleetctl(&args).await?;
+        if out.success() { Ok(()) } else { Err(format!("fleetctl start of the rollout units: {}", out.describe())) }
+    }
+
+    /// fleetctl against the first machine no fault touches now (any machine when all are).
+    async fn fleetctl(&self, args: &[&str]) -> Result<Output, String> {
+        let faulted = self.faulted.lock().expect("faulted lock").clone();
+        let slot = self.cluster.machines().iter().map(|m| m.slot()).find(|s| !faulted.contains(s)).unwrap_or(1);
+        self.cluster.fleetctl(slot, args).await.map_err(|e| e.to_string())
+    }
+
+    /// The rollout as the API shows it, through any machine that answers.
+    async fn read(&self, id_or_unit: &str) -> Option<Value> {
+        let faulted = self.faulted.lock().expect("faulted lock").clone();
+        let mut slots: Vec<usize> = self.cluster.machines().iter().map(|m| m.slot()).collect();
+        slots.sort_by_key(|s| faulted.contains(s));
+        for slot in slots {
+            let Ok(out) = self.cluster.fleetctl(slot, &["rollout-status", "--output=json", id_or_unit]).await else {
+                continue;
+            };
+            if let Ok(v) = serde_json::from_str::<Value>(&out.stdout)
+                && v.get("id").is_some()
+            {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    /// Reads rollout `index` of the record and keeps what changed; returns its last observation.
+    async fn poll(&self, index: usize) -> Option<Observation> {
+        let id = self.driven.lock().expect("driver lock").rollouts[index].id.clone();
+        let v = self.read(&id).await?;
+        let t_ms = self.ms();
+        let names: BTreeMap<String, String> =
+            self.cluster.machines().iter().map(|m| (m.id().to_string(), m.name().to_string())).collect();
+        let o = observation(&v, t_ms);
+        let mut d = self.driven.lock().expect("driver lock");
+        let r = &mut d.rollouts[index];
+        r.resumes = v["resumesTaken"].as_u64().unwrap_or(0) as u32;
+        for step in v["undo"].as_array().into_iter().flatten() {
+            let (Some(unit), Some(machine)) = (step["unit"].as_str(), step["machine"].as_str()) else { continue };
+            let name = names.get(machine).cloned().unwrap_or_else(|| machine.to_string());
+            r.undo.insert((unit.to_string(), name));
+        }
+        let changed = r.observed.last().is_none_or(|last| {
+            (&last.state, &last.reason, last.settled) != (&o.state, &o.reason, o.settled)
+        });
+        if changed {
+            r.observed.push(o.clone());
+        }
+        Some(o)
+    }
+
+    /// Polls rollout `index` until it has ended or `until`; returns its last observation.
+    async fn follow(&self, index: Option<usize>, until: Instant) -> Option<Observation> {
+        let mut last = None;
+        loop {
+            if let Some(i) = index {
+                last = self.poll(i).await.or(last);
+                if last.as_ref().is_some_and(Observation::ended) {
+                    return last;
+                }
+            }
+            if Instant::now() >= until {
+                return last;
+            }
+            tokio::time::sleep(POLL.min(until.saturating_duration_since(Instant::now()))).await;
+        }
+    }
+
+    /// Runs `plan` on its target until `stop` (time since `t0`): one change after another.
+    pub async fn run(&self, plan: &[Change], stop: Duration) {
+        let mut current: Option<usize> = None;
+        for change in plan {
+            let start = Instant::now() + change.gap;
+            self.follow(current, start).await;
+            tokio::time::sleep_until(start.into()).await;
+            if self.t0.elapsed() >= stop {
+                break;
+            }
+            if let Some(i) = current
+                && !self.clear(i, change).await
+            {
+                continue;
+            }
+            if let Some(i) = self.make(change).await {
+                current = Some(i);
+            }
+        }
+    }
+
+    /// Gets rollout `index` out of the way of `change`; false when it still holds the target.
+    async fn clear(&self, index: usize, change: &Change) -> bool {
+        let target = change.target;
+        let id = self.driven.lock().expect("driver lock").rollouts[index].id.clone();
+        let ended = |o: &Option<Observation>| o.as_ref().is_some_and(|o| matches!(o.state.as_str(), "done" | "rolled_back" | "aborted"));
+        let mut seen = self.follow(Some(index), Instant::now()).await;
+        if ended(&seen) {
+            return true;
+        }
+        if seen.as_ref().is_some_and(|o| o.state == "running") {
+            seen = self.follow(Some(index), Instant::now() + HELD_PATIENCE).await;
+            if ended(&seen) {
+                return true;
+            }
+        }
+        let paused = seen.as_ref().is_some_and(|o| o.state == "paused");
+        let action: Vec<&str> = match (paused, change.on_held) {
+            (true, OnHeld::Resume) => vec!["rollout-resume", &id],
+            (true, OnHeld::ResumeSkipFailed) => vec!["rollout-resume", "--skip-failed", &id],
+            _ => vec!["rollout-abort", &id],
+        };
+        let out = self.fleetctl(&action).await;
+        self.log(target, format!("{} (it was {}): {}", action.join(" "), describe(&seen), outcome(&out)));
+        let mut seen = self.wait_final(index, HELD_END_WAIT).await;
+        if !ended(&seen) && action[0] == "rollout-resume" {
+            let out = self.fleetctl(&["rollout-abort", &id]).await;
+            self.log(target, format!("rollout-abort {id} (after the resume it was {}): {}", describe(&seen), outcome(&out)));
+            seen = self.wait_final(index, HELD_END_WAIT).await;
+        }
+        if ended(&seen) {
+            return true;
+        }
+        self.log(target, format!("skipping the next change: rollout {id} still holds the target ({})", describe(&seen)));
+        false
+    }
+
+    /// Polls until rollout `index` is done, rolled back or aborted (a pause is not enough here), or `wait` passed.
+    async fn wait_final(&self, index: usize, wait: Duration) -> Option<Observation> {
+        let until = Instant::now() + wait;
+        loop {
+            let seen = self.follow(Some(index), until).await;
+            let done = seen.as_ref().is_some_and(|o| matches!(o.state.as_str(), "done" | "rolled_back" | "aborted"));
+            if done || Instant::now() >= until {
+                return seen;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Makes `change`; returns the index of the rollout it made, if it made one.
+    async fn make(&self, change: &Change) -> Option<usize> {
+        let target = change.target;
+        let pace = change.pace()?;
+        let mut args: Vec<String> = Vec::new();
+        let units = target.units();
+        let first = units[0].clone();
+        match &change.op {
+            Op::Replace(v) | Op::Abort(v) => {
+                let paths = match self.write_version(v) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.log(target, format!("{}: could not write the unit file: {e}", change.op));
+                        return None;
+                    }
+                };
+                args.extend(["start", "--replace", "--no-block"].map(String::from));
+                if let Some(flags) = change.flags {
+                    args.push("--rolling".into());
+                    args.extend(flags.flags());
+                }
+                args.extend(paths);
+            }
+            Op::Restart => {
+                args.extend(["restart", "--rolling", "--no-block"].map(String::from));
+                args.extend(pace.flags());
+                args.extend(units.iter().cloned());
+            }
+            Op::Rollback => {
+                args.extend(["rollback", "--rolling", "--no-block"].map(String::from));
+                args.extend(pace.flags());
+                args.push(first.clone());
+            }
+        }
+        let sent_ms = self.ms();
+        let sent_wall = self.wall0_ms + sent_ms;
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = self.fleetctl(&argv).await;
+        // The rollout it made: the newest of the unit, if created since the command was sent.
+        let created = self.read(&first).await.filter(|v| v["createdMs"].as_u64().is_some_and(|c| c + 1_000 >= sent_wall));
+        let shown = argv.iter().map(|a| a.rsplit('/').next().unwrap_or(a)).collect::<Vec<_>>().join(" ");
+        let Some(v) = created else {
+            self.log(target, format!("{}: `fleetctl {shown}` made no rollout: {}", change.op, outcome(&out)));
+            return None;
+        };
+        let id = v["id"].as_str().unwrap_or_default().to_string();
+        let record = RolloutRecord {
+            id: id.clone(),
+            target,
+            what: format!("{} [{}]", change.op, pace),
+            units: v["units"]
+                .as_array()
+                .map(|u| u.iter().filter_map(|u| u["name"].as_str().map(String::from)).collect())
+                .unwrap_or(units),
+            budget: pace.max_unavailable,
+            created_ms: sent_ms,
+            deadline_ms: pace.deadline.map(|d| d.as_millis() as u64),
+            observed: Vec::new(),
+            undo: BTreeSet::new(),
+            resumes: 0,
+        };
+        let index = {
+            let mut d = self.driven.lock().expect("driver lock");
+            d.rollouts.push(record);
+            d.rollouts.len() - 1
+        };
+        self.log(target, format!("{} [{pace}]: rollout {id} (`fleetctl {shown}`: {})", change.op, outcome(&out)));
+        self.poll(index).await;
+        if matches!(change.op, Op::Abort(_)) {
+            let until = Instant::now() + ABORT_WAIT;
+            loop {
+                let released = self.read(&id).await.is_some_and(|v| {
+                    v["state"] != "running"
+                        || v["steps"].as_array().into_iter().flatten().any(|s| s["phase"] != "pending")
+                });
+                if released || Instant::now() >= until {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            let out = self.fleetctl(&["rollout-abort", &id]).await;
+            self.log(target, format!("rollout-abort {id} mid-way: {}", outcome(&out)));
+            self.poll(index).await;
+        }
+        Some(index)
+    }
+
+    /// After the faults stopped at `faults_end_ms`: follows every rollout that has not ended until it has, or until
+    /// its deadline (the longest among them) has passed.
+    pub async fn finish(&self, faults_end_ms: u64, default_deadline: Duration) {
+        let open = |d: &Driven| -> Vec<(usize, u64)> {
+            d.rollouts
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| !r.last().is_some_and(Observation::ended))
+                .map(|(i, r)| (i, r.deadline_ms.unwrap_or(default_deadline.as_millis() as u64)))
+                .collect()
+        };
+        loop {
+            let pending = open(&self.driven.lock().expect("driver lock"));
+            let Some(longest) = pending.iter().map(|(_, d)| *d).max() else { return };
+            if self.ms() > faults_end_ms + longest {
+                return;
+            }
+            for (i, _) in pending {
+                self.poll(i).await;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// What was driven (the driver is done).
+    pub fn take(&self) -> Driven {
+        std::mem::take(&mut self.driven.lock().expect("driver lock"))
+    }
+}
+
+/// An observation from the API's rollout object: settled unless an abort or a resume is on its way (fleetctl's
+/// rule for the end of its wait) or a key did not decode.
+pub fn observation(v: &Value, t_ms: u64) -> Observation {
+    let state = v["state"].as_str().unwrap_or("unknown").to_string();
+    let mut reason = v["reason"].as_str().unwrap_or_default().to_string();
+    let error = v["error"].as_str().unwrap_or_default();
+    let action = v["action"].as_str().unwrap_or_default();
+    let resumes = v["resumes"].as_u64().unwrap_or(0);
+    let taken = v["resumesTaken"].as_u64().unwrap_or(0);
+    let by_request = reason.starts_with("paused by request");
+    let on_its_way = resumes > taken
+        || (state == "paused" && action == "abort")
+        || (state == "paused" && action == "run" && by_request);
+    if !error.is_empty() {
+        reason = format!("{reason} (error: {error})");
+    }
+    Observation { t_ms, state, reason, settled: error.is_empty() && !on_its_way }
+}
+
+fn describe(o: &Option<Observation>) -> String {
+    match o {
+        None => "unreadable".into(),
+        Some(o) if o.reason.is_empty() => format!("{} at {}", o.state, secs(o.t_ms)),
+        Some(o) => format!("{} at {}: {}", o.state, secs(o.t_ms), o.reason),
+    }
+}
+
+fn outcome(out: &Result<Output, String>) -> String {
+    match out {
+        Ok(o) if o.success() => "exit 0".into(),
+        Ok(o) => format!("exit {}: {}", o.status, crate::wait::summarize(o.stderr.trim())),
+        Err(e) => e.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_observation_is_settled_only_with_no_action_on_its_way() {
+        let o = observation(&serde_json::json!({"state": "paused", "reason": "paused: x", "action": "run"}), 5);
+        assert!(o.settled && o.ended(), "{o:?}");
+        let aborting = serde_json::json!({"state": "paused", "reason": "paused: x", "action": "abort"});
+        assert!(!observation(&aborting, 5).ended());
+        let resuming = serde_json::json!({"state": "paused", "reason": "paused: x", "resumes": 2, "resumesTaken": 1});
+        assert!(!observation(&resuming, 5).ended());
+        let unpausing = serde_json::json!({"state": "paused", "reason": "paused by request", "action": "run"});
+        assert!(!observation(&unpausing, 5).ended());
+        let broken = serde_json::json!({"state": "done", "error": "progress: bad json"});
+        let b = observation(&broken, 5);
+        assert!(!b.ended() && b.reason.contains("bad json"), "{b:?}");
+        let done = observation(&serde_json::json!({"state": "done", "action": "run"}), 7);
+        assert!(done.ended() && done.reason.is_empty());
+    }
+}
