@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use super::changes::{Change, Op, OnHeld, Target, Version};
+use super::changes::{Change, OnHeld, Op, Pace, Target, Version};
 use super::check::secs;
 use super::rollcheck::{Asked, Observation, RolloutRecord};
 use crate::cluster::Cluster;
@@ -110,11 +110,31 @@ impl<'a> Driver<'a> {
         if out.success() { Ok(()) } else { Err(format!("fleetctl start of the rollout units: {}", out.describe())) }
     }
 
-    /// fleetctl against the first machine no fault touches now (any machine when all are).
-    async fn fleetctl(&self, args: &[&str]) -> Result<Output, String> {
+    /// fleetctl against the first machine no fault touches now (any machine when all are), after `skip` such
+    /// machines (a retry goes to another one).
+    async fn fleetctl_via(&self, args: &[&str], skip: usize) -> (usize, Result<Output, String>) {
         let faulted = self.faulted.lock().expect("faulted lock").clone();
-        let slot = self.cluster.machines().iter().map(|m| m.slot()).find(|s| !faulted.contains(s)).unwrap_or(1);
-        self.cluster.fleetctl(slot, args).await.map_err(|e| e.to_string())
+        let free: Vec<usize> =
+            self.cluster.machines().iter().map(|m| m.slot()).filter(|s| !faulted.contains(s)).collect();
+        let slot = if free.is_empty() { 1 } else { free[skip % free.len()] };
+        (slot, self.cluster.fleetctl(slot, args).await.map_err(|e| e.to_string()))
+    }
+
+    async fn fleetctl(&self, args: &[&str]) -> Result<Output, String> {
+        self.fleetctl_via(args, 0).await.1
+    }
+
+    /// The last `API request failed` line of fleetd's journal in machine `slot` (why an API answered 500).
+    async fn api_failure(&self, slot: usize) -> Option<String> {
+        let m = self.cluster.machine(slot).ok()?;
+        let cmd = [
+            "sh",
+            "-c",
+            "journalctl -u fleet.service -n 200 --no-pager -o cat | grep 'API request failed' | tail -n 1",
+        ];
+        let out = m.exec(&cmd).await.ok()?;
+        let line = out.stdout.trim();
+        (!line.is_empty()).then(|| format!("{} fleetd: {}", m.name(), crate::wait::summarize(line)))
     }
 
     /// The rollout as the API shows it, through any machine that answers.
@@ -151,9 +171,10 @@ impl<'a> Driver<'a> {
             let name = names.get(machine).cloned().unwrap_or_else(|| machine.to_string());
             r.undo.insert((unit.to_string(), name));
         }
-        let changed = r.observed.last().is_none_or(|last| {
-            (&last.state, &last.reason, last.settled) != (&o.state, &o.reason, o.settled)
-        });
+        let changed = r
+            .observed
+            .last()
+            .is_none_or(|last| (&last.state, &last.reason, last.settled) != (&o.state, &o.reason, o.settled));
         if changed {
             r.observed.push(o.clone());
         }
@@ -179,22 +200,23 @@ impl<'a> Driver<'a> {
 
     /// Runs `plan` on its target until `stop` (time since `t0`): one change after another.
     pub async fn run(&self, plan: &[Change], stop: Duration) {
-        let mut current: Option<usize> = None;
-        for change in plan {
+        // The rollouts of the last change (a replace of instances with a policy makes one per instance).
+        let mut current: Vec<usize> = Vec::new();
+        'changes: for change in plan {
             let start = Instant::now() + change.gap;
-            self.follow(current, start).await;
+            for &i in &current {
+                self.follow(Some(i), start).await;
+            }
             tokio::time::sleep_until(start.into()).await;
             if self.t0.elapsed() >= stop {
                 break;
             }
-            if let Some(i) = current
-                && !self.clear(i, change).await
-            {
-                continue;
+            for &i in &current {
+                if !self.clear(i, change).await {
+                    continue 'changes;
+                }
             }
-            if let Some(i) = self.make(change).await {
-                current = Some(i);
-            }
+            current = self.make(change).await;
         }
     }
 
@@ -202,7 +224,9 @@ impl<'a> Driver<'a> {
     async fn clear(&self, index: usize, change: &Change) -> bool {
         let target = change.target;
         let id = self.driven.lock().expect("driver lock").rollouts[index].id.clone();
-        let ended = |o: &Option<Observation>| o.as_ref().is_some_and(|o| matches!(o.state.as_str(), "done" | "rolled_back" | "aborted"));
+        let ended = |o: &Option<Observation>| {
+            o.as_ref().is_some_and(|o| matches!(o.state.as_str(), "done" | "rolled_back" | "aborted"))
+        };
         let mut seen = self.follow(Some(index), Instant::now()).await;
         if ended(&seen) {
             return true;
@@ -224,13 +248,19 @@ impl<'a> Driver<'a> {
         let mut seen = self.wait_final(index, HELD_END_WAIT).await;
         if !ended(&seen) && action[0] == "rollout-resume" {
             let out = self.fleetctl(&["rollout-abort", &id]).await;
-            self.log(target, format!("rollout-abort {id} (after the resume it was {}): {}", describe(&seen), outcome(&out)));
+            self.log(
+                target,
+                format!("rollout-abort {id} (after the resume it was {}): {}", describe(&seen), outcome(&out)),
+            );
             seen = self.wait_final(index, HELD_END_WAIT).await;
         }
         if ended(&seen) {
             return true;
         }
-        self.log(target, format!("skipping the next change: rollout {id} still holds the target ({})", describe(&seen)));
+        self.log(
+            target,
+            format!("skipping the next change: rollout {id} still holds the target ({})", describe(&seen)),
+        );
         false
     }
 
@@ -247,10 +277,11 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// Makes `change`; returns the index of the rollout it made, if it made one.
-    async fn make(&self, change: &Change) -> Option<usize> {
+    /// Makes `change` (a command that made no rollout is sent again, to another machine, up to 3 times); returns
+    /// the indices of the rollouts it made.
+    async fn make(&self, change: &Change) -> Vec<usize> {
         let target = change.target;
-        let pace = change.pace()?;
+        let Some(pace) = change.pace() else { return Vec::new() };
         let mut args: Vec<String> = Vec::new();
         let units = target.units();
         let first = units[0].clone();
@@ -260,7 +291,7 @@ impl<'a> Driver<'a> {
                     Ok(p) => p,
                     Err(e) => {
                         self.log(target, format!("{}: could not write the unit file: {e}", change.op));
-                        return None;
+                        return Vec::new();
                     }
                 };
                 args.extend(["start", "--replace", "--no-block"].map(String::from));
@@ -281,17 +312,52 @@ impl<'a> Driver<'a> {
                 args.push(first.clone());
             }
         }
-        let sent_ms = self.ms();
-        let sent_wall = self.wall0_ms + sent_ms;
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = self.fleetctl(&argv).await;
-        // The rollout it made: the newest of the unit, if created since the command was sent.
-        let created = self.read(&first).await.filter(|v| v["createdMs"].as_u64().is_some_and(|c| c + 1_000 >= sent_wall));
         let shown = argv.iter().map(|a| a.rsplit('/').next().unwrap_or(a)).collect::<Vec<_>>().join(" ");
-        let Some(v) = created else {
-            self.log(target, format!("{}: `fleetctl {shown}` made no rollout: {}", change.op, outcome(&out)));
-            return None;
-        };
+        let mut made = Vec::new();
+        for attempt in 0..3 {
+            let sent_ms = self.ms();
+            let sent_wall = self.wall0_ms + sent_ms;
+            let (slot, out) = self.fleetctl_via(&argv, attempt).await;
+            // The rollouts it made: the newest of each unit, if created since the command was sent.
+            let mut found: Vec<Value> = Vec::new();
+            for unit in units.iter().take(if matches!(change.op, Op::Rollback) { 1 } else { units.len() }) {
+                let Some(v) = self.read(unit).await else { continue };
+                let fresh = v["createdMs"].as_u64().is_some_and(|c| c + 1_000 >= sent_wall);
+                if fresh && !found.iter().any(|f| f["id"] == v["id"]) {
+                    found.push(v);
+                }
+            }
+            let mut said = outcome(&out);
+            if out.as_ref().is_ok_and(|o| o.stderr.contains("Error 500")) {
+                if let Some(why) = self.api_failure(slot).await {
+                    said.push_str(&format!(" [{why}]"));
+                }
+            }
+            if found.is_empty() {
+                self.log(target, format!("{}: `fleetctl {shown}` (via m{slot}) made no rollout: {said}", change.op));
+                if out.as_ref().is_ok_and(Output::success) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                continue;
+            }
+            for v in found {
+                made.push(self.record(change, pace, &v, sent_ms, &shown, &said).await);
+            }
+            break;
+        }
+        if matches!(change.op, Op::Abort(_)) {
+            for &index in &made {
+                self.abort_mid_way(target, index).await;
+            }
+        }
+        made
+    }
+
+    /// Keeps rollout `v` (as the API showed it) made by `change`; returns its index.
+    async fn record(&self, change: &Change, pace: Pace, v: &Value, sent_ms: u64, shown: &str, said: &str) -> usize {
+        let target = change.target;
         let id = v["id"].as_str().unwrap_or_default().to_string();
         let record = RolloutRecord {
             id: id.clone(),
@@ -300,7 +366,7 @@ impl<'a> Driver<'a> {
             units: v["units"]
                 .as_array()
                 .map(|u| u.iter().filter_map(|u| u["name"].as_str().map(String::from)).collect())
-                .unwrap_or(units),
+                .unwrap_or_else(|| target.units()),
             budget: pace.max_unavailable,
             created_ms: sent_ms,
             deadline_ms: pace.deadline.map(|d| d.as_millis() as u64),
@@ -313,25 +379,27 @@ impl<'a> Driver<'a> {
             d.rollouts.push(record);
             d.rollouts.len() - 1
         };
-        self.log(target, format!("{} [{pace}]: rollout {id} (`fleetctl {shown}`: {})", change.op, outcome(&out)));
+        self.log(target, format!("{} [{pace}]: rollout {id} (`fleetctl {shown}`: {said})", change.op));
         self.poll(index).await;
-        if matches!(change.op, Op::Abort(_)) {
-            let until = Instant::now() + ABORT_WAIT;
-            loop {
-                let released = self.read(&id).await.is_some_and(|v| {
-                    v["state"] != "running"
-                        || v["steps"].as_array().into_iter().flatten().any(|s| s["phase"] != "pending")
-                });
-                if released || Instant::now() >= until {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(300)).await;
+        index
+    }
+
+    /// Aborts rollout `index` once one of its steps has left `pending` (or after [`ABORT_WAIT`]).
+    async fn abort_mid_way(&self, target: Target, index: usize) {
+        let id = self.driven.lock().expect("driver lock").rollouts[index].id.clone();
+        let until = Instant::now() + ABORT_WAIT;
+        loop {
+            let released = self.read(&id).await.is_some_and(|v| {
+                v["state"] != "running" || v["steps"].as_array().into_iter().flatten().any(|s| s["phase"] != "pending")
+            });
+            if released || Instant::now() >= until {
+                break;
             }
-            let out = self.fleetctl(&["rollout-abort", &id]).await;
-            self.log(target, format!("rollout-abort {id} mid-way: {}", outcome(&out)));
-            self.poll(index).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
         }
-        Some(index)
+        let out = self.fleetctl(&["rollout-abort", &id]).await;
+        self.log(target, format!("rollout-abort {id} mid-way: {}", outcome(&out)));
+        self.poll(index).await;
     }
 
     /// After the faults stopped at `faults_end_ms`: follows every rollout that has not ended until it has, or until

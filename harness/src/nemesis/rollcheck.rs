@@ -264,9 +264,8 @@ pub struct Checked {
 /// Whether `round` shows the change driver's units launched on a cluster of `machines`: the global unit serving on
 /// every machine, and each instance serving somewhere.
 pub fn launched(round: &RollRound, machines: usize) -> bool {
-    let global = round.machines.values().filter(|seen| {
-        seen.as_ref().and_then(|u| u.get(GLOBAL)).is_some_and(Copy::serving)
-    });
+    let global =
+        round.machines.values().filter(|seen| seen.as_ref().and_then(|u| u.get(GLOBAL)).is_some_and(Copy::serving));
     global.count() == machines && Target::Set.units().iter().all(|u| !serving_on(round, u).is_empty())
 }
 
@@ -504,9 +503,12 @@ fn budget(
                 Slot::Machine(_) => r.covers(GLOBAL),
                 Slot::Instance(u) => r.covers(u),
             };
+            // Already unavailable: what was so in both rounds (a slot that came back by this round may have come
+            // back before this down, as the rounds do not order what happened between them).
             let mut known = Vec::new();
             let mut strict = Vec::new();
-            for s in slots.iter().filter(|s| *s != *slot && covered(s) && !available(prev, s)) {
+            let throughout = |s: &Slot| !available(prev, s) && !available(cur, s);
+            for s in slots.iter().filter(|s| *s != *slot && covered(s) && throughout(s)) {
                 let Some(streak) = streaks.get(s) else { continue };
                 let notice =
                     if streak.cause == Cause::Fault { limits.notice_fault_ms } else { limits.notice_health_ms };
@@ -517,11 +519,19 @@ fn budget(
                 }
                 strict.push(what);
             }
-            let same_round = taken.get(id).map_or(0, Vec::len);
+            // Other slots this rollout took down between the same two rounds and that are still down: they are down
+            // together now. A copy that went down and came back in between (a quick restart) overlapped with
+            // nothing we can show.
+            let transient = available(cur, slot);
+            let same_round = if transient { 0 } else { taken.get(id).map_or(0, Vec::len) };
             let already = known.len() + same_round;
             if already >= r.budget as usize {
                 let mut all = known.clone();
-                all.extend(taken.get(id).into_iter().flatten().map(|s| format!("{s} taken down in the same round")));
+                if !transient {
+                    all.extend(
+                        taken.get(id).into_iter().flatten().map(|s| format!("{s} taken down in the same round")),
+                    );
+                }
                 out.violations.push(RollViolation {
                     invariant: RollInvariant::Budget,
                     rollout: Some(id.clone()),
@@ -547,7 +557,9 @@ fn budget(
                     strict.join("; ")
                 ));
             }
-            taken.entry(id.clone()).or_default().push(slot);
+            if !transient {
+                taken.entry(id.clone()).or_default().push(slot);
+            }
         }
         for slot in &slots {
             if available(cur, slot) {

@@ -213,7 +213,10 @@ mod tests {
         assert_eq!(plain, BTreeMap::from([("nem-1.service".to_string(), 120)]));
         assert_eq!(copies.len(), 3, "{copies:?}");
         let g = &copies["nemr-global.service"];
-        assert_eq!((g.pid, g.invocation.as_str(), g.version.as_deref(), g.health), (300, "ab12", Some("g3"), Health::Pass));
+        assert_eq!(
+            (g.pid, g.invocation.as_str(), g.version.as_deref(), g.health),
+            (300, "ab12", Some("g3"), Health::Pass)
+        );
         assert!(g.serving());
         let failed = &copies["nemr-set@2.service"];
         assert_eq!((failed.active_state.as_str(), failed.pid, failed.health), ("failed", 0, Health::Unknown));

@@ -351,3 +351,34 @@ fn a_restart_with_no_rollout_live_is_reported_and_a_reboot_or_a_move_back_is_no_
     let checked = check(&rounds, &[ended], &[], &[], 0, LIMITS);
     assert_eq!(of(&checked, RollInvariant::RestartedTwice).len(), 1);
 }
+
+#[test]
+fn what_happened_between_two_rounds_is_not_ordered_so_it_is_not_counted_against_each_other() {
+    let (a, b, c) = (up("g1", "a1"), up("g1", "b1"), up("g1", "c1"));
+    // m1 is back and m2 down in the next round (sampled 1 s later): m1 may have come back first.
+    let rounds = vec![
+        global(0, Some(a.clone()), Some(b.clone()), Some(c.clone())),
+        global(500, Some(sick("g2", "a2")), Some(b.clone()), Some(c.clone())),
+        global(1_500, Some(up("g2", "a2")), Some(not_running("inactive", "b1")), Some(c.clone())),
+    ];
+    let checked = check(&rounds, &[replace_g2(1)], &asked(Target::Global, &["g1", "g2"]), &[], 20_000, LIMITS);
+    assert_eq!(of(&checked, RollInvariant::Budget), Vec::<String>::new());
+    // Two quick restarts between two rounds (a restart rollout of a unit without a check): one may have ended
+    // before the other began.
+    let quick = vec![
+        global(0, Some(a.clone()), Some(b.clone()), Some(c.clone())),
+        global(1_000, Some(up("g1", "a2")), Some(up("g1", "b2")), Some(c.clone())),
+    ];
+    let checked = check(&quick, &[replace_g2(1)], &asked(Target::Global, &["g1"]), &[], 20_000, LIMITS);
+    assert_eq!(of(&checked, RollInvariant::Budget), Vec::<String>::new());
+    // But a quick restart while another machine stays down (the rollout's own, in both rounds) is one too many.
+    let over = vec![
+        global(0, Some(a.clone()), Some(b.clone()), Some(c.clone())),
+        global(500, Some(not_running("inactive", "a1")), Some(b.clone()), Some(c.clone())),
+        global(1_000, Some(not_running("inactive", "a1")), Some(up("g1", "b2")), Some(c)),
+    ];
+    let checked = check(&over, &[replace_g2(1)], &asked(Target::Global, &["g1"]), &[], 20_000, LIMITS);
+    let budget = of(&checked, RollInvariant::Budget);
+    assert_eq!(budget.len(), 1, "{checked:?}");
+    assert!(budget[0].contains("on m2 at 1.0s") && budget[0].contains("m1 since 0.5s"), "{budget:?}");
+}
