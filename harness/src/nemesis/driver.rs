@@ -155,8 +155,14 @@ impl<'a> Driver<'a> {
         None
     }
 
-    /// Reads rollout `index` of the record and keeps what changed; returns its last observation.
+    /// Reads rollout `index` of the record and keeps what changed; returns its last observation. A step shown
+    /// waived that the record does not have yet counts as waived from `waived_since` (when the resume that waived
+    /// it was sent), else from now.
     async fn poll(&self, index: usize) -> Option<Observation> {
+        self.poll_waived_since(index, None).await
+    }
+
+    async fn poll_waived_since(&self, index: usize, waived_since: Option<u64>) -> Option<Observation> {
         let id = self.driven.lock().expect("driver lock").rollouts[index].id.clone();
         let v = self.read(&id).await?;
         let t_ms = self.ms();
@@ -166,11 +172,38 @@ impl<'a> Driver<'a> {
         let mut d = self.driven.lock().expect("driver lock");
         let r = &mut d.rollouts[index];
         r.resumes = v["resumesTaken"].as_u64().unwrap_or(0) as u32;
+        let name = |id: &str| names.get(id).cloned().unwrap_or_else(|| id.chars().take(8).collect());
         for step in v["undo"].as_array().into_iter().flatten() {
             let (Some(unit), Some(machine)) = (step["unit"].as_str(), step["machine"].as_str()) else { continue };
-            let name = names.get(machine).cloned().unwrap_or_else(|| machine.to_string());
-            r.undo.insert((unit.to_string(), name));
+            r.undo.insert((unit.to_string(), name(machine)));
         }
+        for step in v["steps"].as_array().into_iter().flatten() {
+            let (Some(unit), Some(machine)) = (step["unit"].as_str(), step["machine"].as_str()) else { continue };
+            let key = (unit.to_string(), name(machine));
+            if step["waived"] == true && !r.waived.iter().any(|(_, u, m)| (u, m) == (&key.0, &key.1)) {
+                r.waived.push((waived_since.unwrap_or(t_ms), key.0, key.1));
+            }
+        }
+        let describe_steps = |list: &Value, label: &str| -> Vec<String> {
+            list.as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| {
+                    let mut text = format!(
+                        "{label}{} on {}: {}",
+                        s["unit"].as_str().unwrap_or("?"),
+                        name(s["machine"].as_str().unwrap_or("?")),
+                        s["phase"].as_str().unwrap_or("?")
+                    );
+                    if let Some(d) = s["detail"].as_str().filter(|d| !d.is_empty()) {
+                        text.push_str(&format!(" ({d})"));
+                    }
+                    text
+                })
+                .collect()
+        };
+        r.steps = describe_steps(&v["steps"], "");
+        r.steps.extend(describe_steps(&v["undo"], "undo "));
         let changed = r
             .observed
             .last()
@@ -243,8 +276,12 @@ impl<'a> Driver<'a> {
             (true, OnHeld::ResumeSkipFailed) => vec!["rollout-resume", "--skip-failed", &id],
             _ => vec!["rollout-abort", &id],
         };
+        let sent_ms = self.ms();
         let out = self.fleetctl(&action).await;
         self.log(target, format!("{} (it was {}): {}", action.join(" "), describe(&seen), outcome(&out)));
+        if action.contains(&"--skip-failed") {
+            self.poll_waived_since(index, Some(sent_ms)).await;
+        }
         let mut seen = self.wait_final(index, HELD_END_WAIT).await;
         if !ended(&seen) && action[0] == "rollout-resume" {
             let out = self.fleetctl(&["rollout-abort", &id]).await;
@@ -373,6 +410,8 @@ impl<'a> Driver<'a> {
             observed: Vec::new(),
             undo: BTreeSet::new(),
             resumes: 0,
+            waived: Vec::new(),
+            steps: Vec::new(),
         };
         let index = {
             let mut d = self.driven.lock().expect("driver lock");

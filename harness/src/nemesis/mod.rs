@@ -239,8 +239,11 @@ impl Report {
             for v in &self.rollouts.violations {
                 let _ = writeln!(s, "  {v}");
                 let (from, to) = (v.at_ms.saturating_sub(3_000), v.at_ms + 2_000);
-                for line in sample::roll_timeline(&self.roll_rounds, &v.unit, from, to) {
-                    let _ = writeln!(s, "      {line}");
+                for unit in std::iter::once(&v.unit).chain(&v.related) {
+                    let _ = writeln!(s, "    {unit}:");
+                    for line in sample::roll_timeline(&self.roll_rounds, unit, from, to) {
+                        let _ = writeln!(s, "      {line}");
+                    }
                 }
             }
         }
@@ -273,6 +276,12 @@ impl Report {
                 .collect();
             let _ = writeln!(s, "  {} at {}: {}", r.id, check::secs(r.created_ms), r.what);
             let _ = writeln!(s, "      {}", states.join(" -> "));
+            if !r.steps.is_empty() {
+                let _ = writeln!(s, "      steps: {}", r.steps.join("; "));
+            }
+            for (t, unit, machine) in &r.waived {
+                let _ = writeln!(s, "      waived at {}: {unit} on {machine}", check::secs(*t));
+            }
         }
         let mut asked: BTreeMap<Target, Vec<&str>> = BTreeMap::new();
         for a in &d.asked {
@@ -356,7 +365,9 @@ pub async fn run(opts: &Options) -> Result<Report, NemesisError> {
             loop {
                 tick.tick().await;
                 let t_ms = ms();
-                let (round, roll) = sample::round(&machines, t_ms, rolling).await;
+                let (round, mut roll) = sample::round(&machines, t_ms, rolling).await;
+                // What the driver's units showed happened by the time the last machine answered.
+                roll.t_ms = ms();
                 let mut timeline = timeline.lock().expect("timeline lock");
                 timeline.rounds.push(round);
                 timeline.roll_rounds.push(roll);

@@ -95,6 +95,8 @@ impl std::fmt::Display for Copy {
 /// One look at the change driver's units in every machine.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RollRound {
+    /// When every machine had answered (a round can take a second or two on a loaded host; what it shows happened
+    /// by then, which is what "asked for by then" and "live then" need).
     pub t_ms: u64,
     /// machine → its loaded `nemr-*` units, or `None` when it could not be read.
     pub machines: BTreeMap<String, Option<BTreeMap<String, Copy>>>,
@@ -140,6 +142,11 @@ pub struct RolloutRecord {
     pub undo: BTreeSet<(String, String)>,
     /// Resumes the engine took up.
     pub resumes: u32,
+    /// (when, unit, machine) of steps a `rollout-resume --skip-failed` waived: from then on they no longer count
+    /// against its budget, as fleet documents (the user gave them up).
+    pub waived: Vec<(u64, String, String)>,
+    /// Its steps and undo steps as last shown (for the report).
+    pub steps: Vec<String>,
 }
 
 impl RolloutRecord {
@@ -162,6 +169,17 @@ impl RolloutRecord {
 
     fn covers(&self, unit: &str) -> bool {
         self.units.iter().any(|u| u == unit)
+    }
+
+    /// Whether `slot`'s step was waived by `t`.
+    fn waived(&self, slot: &Slot, t: u64) -> bool {
+        self.waived.iter().any(|(at, unit, machine)| {
+            *at <= t
+                && match slot {
+                    Slot::Machine(m) => unit == GLOBAL && machine == m,
+                    Slot::Instance(u) => unit == u,
+                }
+        })
     }
 }
 
@@ -235,6 +253,8 @@ pub struct RollViolation {
     pub invariant: RollInvariant,
     pub rollout: Option<String>,
     pub unit: String,
+    /// Other units the evidence names (the slots already unavailable), for the report's timelines.
+    pub related: Vec<String>,
     pub machine: Option<String>,
     pub at_ms: u64,
     pub detail: String,
@@ -508,7 +528,8 @@ fn budget(
             let mut known = Vec::new();
             let mut strict = Vec::new();
             let throughout = |s: &Slot| !available(prev, s) && !available(cur, s);
-            for s in slots.iter().filter(|s| *s != *slot && covered(s) && throughout(s)) {
+            let mut related = Vec::new();
+            for s in slots.iter().filter(|s| *s != *slot && covered(s) && throughout(s) && !r.waived(s, t)) {
                 let Some(streak) = streaks.get(s) else { continue };
                 let notice =
                     if streak.cause == Cause::Fault { limits.notice_fault_ms } else { limits.notice_health_ms };
@@ -516,6 +537,9 @@ fn budget(
                 let what = format!("{s} since {}", secs(streak.since));
                 if own || t.saturating_sub(streak.since) >= notice {
                     known.push(what.clone());
+                    if let Slot::Instance(u) = s {
+                        related.push(u.clone());
+                    }
                 }
                 strict.push(what);
             }
@@ -539,6 +563,7 @@ fn budget(
                         Slot::Machine(_) => GLOBAL.to_string(),
                         Slot::Instance(u) => u.clone(),
                     },
+                    related,
                     machine: Some(machine.clone()),
                     at_ms: t,
                     detail: format!(
@@ -617,6 +642,7 @@ fn versions(rounds: &[RollRound], asked: &[Asked], out: &mut Checked) {
             invariant: RollInvariant::UnaskedVersion,
             rollout: None,
             unit,
+            related: Vec::new(),
             machine: Some(machine),
             at_ms: from,
             detail: format!(
@@ -633,12 +659,22 @@ fn endings(rollouts: &[RolloutRecord], faults_end_ms: u64, limits: RollLimits, o
     for r in rollouts {
         let deadline = r.deadline_ms.unwrap_or(limits.default_deadline_ms);
         let until = faults_end_ms + deadline;
-        let which = if r.deadline_ms.is_some() { "its progress deadline" } else { "the 5 minutes allowed without one" };
+        let which = match r.deadline_ms {
+            Some(d) => {
+                format!("its progress deadline of {} s, after the faults stopped at {}", d / 1000, secs(faults_end_ms))
+            }
+            None => format!(
+                "the {} minutes allowed without a progress deadline, after the faults stopped at {}",
+                limits.default_deadline_ms / 60_000,
+                secs(faults_end_ms)
+            ),
+        };
         let unit = r.units.first().cloned().unwrap_or_default();
         let violation = |at_ms: u64, detail: String| RollViolation {
             invariant: RollInvariant::NotEnded,
             rollout: Some(r.id.clone()),
             unit: unit.clone(),
+            related: Vec::new(),
             machine: None,
             at_ms,
             detail: format!("{} ({}): {detail}", r.what, r.id),
@@ -651,25 +687,16 @@ fn endings(rollouts: &[RolloutRecord], faults_end_ms: u64, limits: RollLimits, o
             None => out.violations.push(violation(
                 last.t_ms,
                 format!(
-                    "last seen {}{} at {}, past {} ({} s) after the faults stopped at {}",
+                    "not ended by {} ({which}): last seen {}{} at {}",
+                    secs(until),
                     last.state,
                     if last.reason.is_empty() { String::new() } else { format!(" ({})", last.reason) },
-                    secs(last.t_ms),
-                    which,
-                    deadline / 1000,
-                    secs(faults_end_ms)
+                    secs(last.t_ms)
                 ),
             )),
             Some(ended) if ended > until => out.violations.push(violation(
                 ended,
-                format!(
-                    "ended {} only at {}, past {} ({} s) after the faults stopped at {}",
-                    last.state,
-                    secs(ended),
-                    which,
-                    deadline / 1000,
-                    secs(faults_end_ms)
-                ),
+                format!("ended {} only at {}, after {} ({which})", last.state, secs(ended), secs(until)),
             )),
             Some(ended) if last.state != "done" && last.reason.trim().is_empty() => {
                 out.violations.push(violation(ended, format!("ended {} without a reason", last.state)));
@@ -729,6 +756,7 @@ fn restarts(
                         invariant: RollInvariant::RestartedTwice,
                         rollout: None,
                         unit: unit.clone(),
+                        related: Vec::new(),
                         machine: Some(machine.clone()),
                         at_ms: t,
                         detail: "restarted while no rollout of it was live and no machine kill or long partition \
@@ -749,6 +777,7 @@ fn restarts(
                 invariant: RollInvariant::RestartedTwice,
                 rollout: Some(id.clone()),
                 unit,
+                related: Vec::new(),
                 machine: Some(machine),
                 at_ms: times[allowed],
                 detail: format!(

@@ -74,6 +74,8 @@ fn rollout(id: &str, units: &[&str], budget: u32, created_ms: u64, observed: Vec
         observed,
         undo: BTreeSet::new(),
         resumes: 0,
+        waived: Vec::new(),
+        steps: Vec::new(),
     }
 }
 
@@ -286,13 +288,25 @@ fn every_rollout_must_end_with_a_reason_within_its_deadline_after_the_faults() {
     let checked = check(&[], &all, &[], &[], faults_end, LIMITS);
     let ended: Vec<String> = of(&checked, RollInvariant::NotEnded);
     assert_eq!(ended.len(), 4, "{ended:#?}");
-    assert!(ended.iter().any(
-        |v| v.contains("g-2") && v.contains("ended rolled_back only at 200.0s, past its progress deadline (60 s)")
-    ));
-    assert!(ended.iter().any(|v| v.contains("g-3") && v.contains("last seen running at 400.0s, past the 5 minutes")));
+    assert!(
+        ended.iter().any(|v| v.contains("g-2")
+            && v.contains(
+                "ended rolled_back only at 200.0s, after 160.0s (its progress deadline of 60 s, after the faults \
+                 stopped at 100.0s)"
+            )),
+        "{ended:#?}"
+    );
+    assert!(
+        ended.iter().any(|v| v.contains("g-3")
+            && v.contains(
+                "not ended by 400.0s (the 5 minutes allowed without a progress deadline, after the faults stopped \
+                 at 100.0s): last seen running at 400.0s"
+            )),
+        "{ended:#?}"
+    );
     assert!(ended.iter().any(|v| v.contains("g-4") && v.contains("ended paused without a reason")));
     assert!(
-        ended.iter().any(|v| v.contains("g-5") && v.contains("last seen paused (paused: x)")),
+        ended.iter().any(|v| v.contains("g-5") && v.contains("last seen paused (paused: x) at 95.0s")),
         "an abort on its way is no end"
     );
 }
@@ -381,4 +395,39 @@ fn what_happened_between_two_rounds_is_not_ordered_so_it_is_not_counted_against_
     let budget = of(&checked, RollInvariant::Budget);
     assert_eq!(budget.len(), 1, "{checked:?}");
     assert!(budget[0].contains("on m2 at 1.0s") && budget[0].contains("m1 since 0.5s"), "{budget:?}");
+}
+
+#[test]
+fn a_step_waived_by_a_resume_skipping_the_failed_no_longer_counts() {
+    let i = |n: usize| format!("nemr-set@{n}.service");
+    let on = |m: &str, copies: Vec<(String, Copy)>| (m.to_string(), Some(copies.into_iter().collect()));
+    let mk = |t_ms: u64, one: Copy, two: Copy| RollRound {
+        t_ms,
+        machines: [on("m1", vec![(i(1), one)]), on("m2", vec![(i(2), two)])].into_iter().collect(),
+    };
+    let rounds = vec![
+        mk(0, up("s1", "x1"), up("s1", "y1")),
+        // The rollout's step on set@1 fails; it pauses.
+        mk(1_000, not_running("failed", "x2"), up("s1", "y1")),
+        mk(5_000, not_running("failed", "x2"), up("s1", "y1")),
+        // Resumed skipping the failed step at 6 s: set@2 is taken next.
+        mk(7_000, not_running("failed", "x2"), not_running("failed", "y2")),
+    ];
+    let mut r = rollout("s-1", &[&i(1), &i(2)], 1, 500, vec![obs(600, "running", "")]);
+    r.target = Target::Set;
+    let without = check(&rounds, std::slice::from_ref(&r), &asked(Target::Set, &["s1"]), &[], 0, LIMITS);
+    let budget = of(&without, RollInvariant::Budget);
+    assert_eq!(budget.len(), 1, "{without:?}");
+    assert!(
+        budget[0].contains("nemr-set@2.service on m2 at 7.0s") && budget[0].contains("nemr-set@1.service since 1.0s")
+    );
+    let v = without.violations.iter().find(|v| v.invariant == RollInvariant::Budget).unwrap();
+    assert_eq!(v.related, [i(1)], "the counted instance is named for the report: {without:?}");
+    r.waived.push((6_000, i(1), "m1".into()));
+    let with = check(&rounds, std::slice::from_ref(&r), &asked(Target::Set, &["s1"]), &[], 0, LIMITS);
+    assert_eq!(of(&with, RollInvariant::Budget), Vec::<String>::new());
+    // Waived after the down: it still counted then.
+    r.waived[0].0 = 7_500;
+    let late = check(&rounds, &[r], &asked(Target::Set, &["s1"]), &[], 0, LIMITS);
+    assert_eq!(of(&late, RollInvariant::Budget).len(), 1);
 }
