@@ -171,6 +171,7 @@ impl<'a> Driver<'a> {
         let o = observation(&v, t_ms);
         let mut d = self.driven.lock().expect("driver lock");
         let r = &mut d.rollouts[index];
+        r.last_seen_ms = t_ms;
         r.resumes = v["resumesTaken"].as_u64().unwrap_or(0) as u32;
         let name = |id: &str| names.get(id).cloned().unwrap_or_else(|| id.chars().take(8).collect());
         for step in v["undo"].as_array().into_iter().flatten() {
@@ -271,9 +272,13 @@ impl<'a> Driver<'a> {
             }
         }
         let paused = seen.as_ref().is_some_and(|o| o.state == "paused");
+        // An undo that paused is past aborting (it is the abort, or the rollback): it is resumed, leaving the failed
+        // undo steps unless the change says to try them again.
+        let undoing = seen.as_ref().is_some_and(|o| o.reason.starts_with("paused while rolling back"));
         let action: Vec<&str> = match (paused, change.on_held) {
             (true, OnHeld::Resume) => vec!["rollout-resume", &id],
             (true, OnHeld::ResumeSkipFailed) => vec!["rollout-resume", "--skip-failed", &id],
+            (true, OnHeld::Abort) if undoing => vec!["rollout-resume", "--skip-failed", &id],
             _ => vec!["rollout-abort", &id],
         };
         let sent_ms = self.ms();
@@ -283,7 +288,7 @@ impl<'a> Driver<'a> {
             self.poll_waived_since(index, Some(sent_ms)).await;
         }
         let mut seen = self.wait_final(index, HELD_END_WAIT).await;
-        if !ended(&seen) && action[0] == "rollout-resume" {
+        if !ended(&seen) && action[0] == "rollout-resume" && !undoing {
             let out = self.fleetctl(&["rollout-abort", &id]).await;
             self.log(
                 target,
@@ -373,7 +378,7 @@ impl<'a> Driver<'a> {
             }
             if found.is_empty() {
                 self.log(target, format!("{}: `fleetctl {shown}` (via m{slot}) made no rollout: {said}", change.op));
-                if out.as_ref().is_ok_and(Output::success) {
+                if !transient(&out) {
                     break;
                 }
                 tokio::time::sleep(Duration::from_secs(2)).await;
@@ -412,6 +417,7 @@ impl<'a> Driver<'a> {
             resumes: 0,
             waived: Vec::new(),
             steps: Vec::new(),
+            last_seen_ms: 0,
         };
         let index = {
             let mut d = self.driven.lock().expect("driver lock");
@@ -471,23 +477,36 @@ impl<'a> Driver<'a> {
     }
 }
 
-/// An observation from the API's rollout object: settled unless an abort or a resume is on its way (fleetctl's
-/// rule for the end of its wait) or a key did not decode.
+/// An observation from the API's rollout object: settled unless an action is on its way or a key did not decode —
+/// fleetctl's rule for the end of its wait (`cli::rollout::wait_outcome`): a pause with an abort the engine has not
+/// taken up (no `undoEnd` yet), or with a resume or a promotion not taken up.
 pub fn observation(v: &Value, t_ms: u64) -> Observation {
     let state = v["state"].as_str().unwrap_or("unknown").to_string();
     let mut reason = v["reason"].as_str().unwrap_or_default().to_string();
     let error = v["error"].as_str().unwrap_or_default();
     let action = v["action"].as_str().unwrap_or_default();
-    let resumes = v["resumes"].as_u64().unwrap_or(0);
-    let taken = v["resumesTaken"].as_u64().unwrap_or(0);
-    let by_request = reason.starts_with("paused by request");
-    let on_its_way = resumes > taken
-        || (state == "paused" && action == "abort")
-        || (state == "paused" && action == "run" && by_request);
+    let resume_pending = v["resumes"].as_u64().unwrap_or(0) > v["resumesTaken"].as_u64().unwrap_or(0);
+    let promotion_pending = v["awaitingPromotion"] == true && v["promoted"] == true;
+    let paused = state == "paused";
+    let on_its_way = (paused && action == "abort" && v["undoEnd"].is_null())
+        || (paused && action == "run" && (resume_pending || promotion_pending));
     if !error.is_empty() {
         reason = format!("{reason} (error: {error})");
     }
     Observation { t_ms, state, reason, settled: error.is_empty() && !on_its_way }
+}
+
+/// Whether a command that made no rollout may succeed when sent again: the API answered 500/503 (etcd lost a
+/// member or its leader: docs/faults.md, "The gap that remains") or could not be reached. A refusal (409, "no
+/// earlier version", a bad flag) is not sent again.
+fn transient(out: &Result<Output, String>) -> bool {
+    match out {
+        Err(_) => true,
+        Ok(o) if o.success() => false,
+        Ok(o) => ["Error 500", "Error 503", "timed out", "timeout", "connect", "error sending request", "reset"]
+            .iter()
+            .any(|needle| o.stderr.contains(needle)),
+    }
 }
 
 fn describe(o: &Option<Observation>) -> String {
@@ -515,11 +534,16 @@ mod tests {
         let o = observation(&serde_json::json!({"state": "paused", "reason": "paused: x", "action": "run"}), 5);
         assert!(o.settled && o.ended(), "{o:?}");
         let aborting = serde_json::json!({"state": "paused", "reason": "paused: x", "action": "abort"});
-        assert!(!observation(&aborting, 5).ended());
-        let resuming = serde_json::json!({"state": "paused", "reason": "paused: x", "resumes": 2, "resumesTaken": 1});
+        assert!(!observation(&aborting, 5).ended(), "an abort not taken up yet");
+        let undo_paused = serde_json::json!({"state": "paused", "reason": "paused while rolling back: x",
+                                             "action": "abort", "undoEnd": "aborted"});
+        assert!(observation(&undo_paused, 5).ended(), "an abort taken up whose undo paused has ended (paused)");
+        let resuming = serde_json::json!({"state": "paused", "reason": "paused: x", "action": "run", "resumes": 2,
+                                          "resumesTaken": 1});
         assert!(!observation(&resuming, 5).ended());
-        let unpausing = serde_json::json!({"state": "paused", "reason": "paused by request", "action": "run"});
-        assert!(!observation(&unpausing, 5).ended());
+        let promoting = serde_json::json!({"state": "paused", "reason": "awaiting promotion", "action": "run",
+                                           "awaitingPromotion": true, "promoted": true});
+        assert!(!observation(&promoting, 5).ended());
         let broken = serde_json::json!({"state": "done", "error": "progress: bad json"});
         let b = observation(&broken, 5);
         assert!(!b.ended() && b.reason.contains("bad json"), "{b:?}");

@@ -147,6 +147,8 @@ pub struct RolloutRecord {
     pub waived: Vec<(u64, String, String)>,
     /// Its steps and undo steps as last shown (for the report).
     pub steps: Vec<String>,
+    /// When the driver last read it (`observed` keeps changes only).
+    pub last_seen_ms: u64,
 }
 
 impl RolloutRecord {
@@ -687,10 +689,12 @@ fn endings(rollouts: &[RolloutRecord], faults_end_ms: u64, limits: RollLimits, o
             None => out.violations.push(violation(
                 last.t_ms,
                 format!(
-                    "not ended by {} ({which}): last seen {}{} at {}",
+                    "not ended by {} ({which}): last seen {}{}{} at {} (so since {})",
                     secs(until),
                     last.state,
                     if last.reason.is_empty() { String::new() } else { format!(" ({})", last.reason) },
+                    if last.settled { "" } else { " with an action not yet taken up" },
+                    secs(r.last_seen_ms.max(last.t_ms)),
                     secs(last.t_ms)
                 ),
             )),

@@ -76,6 +76,7 @@ fn rollout(id: &str, units: &[&str], budget: u32, created_ms: u64, observed: Vec
         resumes: 0,
         waived: Vec::new(),
         steps: Vec::new(),
+        last_seen_ms: 0,
     }
 }
 
@@ -272,7 +273,8 @@ fn every_rollout_must_end_with_a_reason_within_its_deadline_after_the_faults() {
         vec![obs(30_500, "running", ""), obs(200_000, "rolled_back", "rolled back: x")],
     );
     late.deadline_ms = Some(60_000);
-    let running = rollout("g-3", &[GLOBAL], 1, 90_000, vec![obs(400_000, "running", "")]);
+    let mut running = rollout("g-3", &[GLOBAL], 1, 90_000, vec![obs(400_000, "running", "")]);
+    running.last_seen_ms = 401_000;
     let silent = rollout("g-4", &[GLOBAL], 1, 91_000, vec![obs(95_000, "paused", "")]);
     let mut pending_abort = rollout("g-5", &[GLOBAL], 1, 92_000, vec![obs(95_000, "paused", "paused: x")]);
     pending_abort.observed[0].settled = false;
@@ -300,13 +302,14 @@ fn every_rollout_must_end_with_a_reason_within_its_deadline_after_the_faults() {
         ended.iter().any(|v| v.contains("g-3")
             && v.contains(
                 "not ended by 400.0s (the 5 minutes allowed without a progress deadline, after the faults stopped \
-                 at 100.0s): last seen running at 400.0s"
+                 at 100.0s): last seen running at 401.0s (so since 400.0s)"
             )),
         "{ended:#?}"
     );
     assert!(ended.iter().any(|v| v.contains("g-4") && v.contains("ended paused without a reason")));
     assert!(
-        ended.iter().any(|v| v.contains("g-5") && v.contains("last seen paused (paused: x) at 95.0s")),
+        ended.iter().any(|v| v.contains("g-5")
+            && v.contains("last seen paused (paused: x) with an action not yet taken up at 95.0s")),
         "an abort on its way is no end"
     );
 }
