@@ -238,7 +238,7 @@ impl Report {
             let _ = writeln!(s, "rollout invariant violations ({}):", self.rollouts.violations.len());
             for v in &self.rollouts.violations {
                 let _ = writeln!(s, "  {v}");
-                let (from, to) = (v.at_ms.saturating_sub(3_000), v.at_ms + 2_000);
+                let (from, to) = (v.since_ms.saturating_sub(3_000), v.at_ms + 2_000);
                 for unit in std::iter::once(&v.unit).chain(&v.related) {
                     let _ = writeln!(s, "    {unit}:");
                     for line in sample::roll_timeline(&self.roll_rounds, unit, from, to) {

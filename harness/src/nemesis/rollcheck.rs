@@ -259,6 +259,8 @@ pub struct RollViolation {
     pub related: Vec<String>,
     pub machine: Option<String>,
     pub at_ms: u64,
+    /// Where the evidence begins, for the report's timelines (at or before `at_ms`).
+    pub since_ms: u64,
     pub detail: String,
 }
 
@@ -568,6 +570,7 @@ fn budget(
                     related,
                     machine: Some(machine.clone()),
                     at_ms: t,
+                    since_ms: t,
                     detail: format!(
                         "{} ({}, max-unavailable {}) took it down while {already} already had no active healthy copy: {}",
                         r.what,
@@ -647,6 +650,7 @@ fn versions(rounds: &[RollRound], asked: &[Asked], out: &mut Checked) {
             related: Vec::new(),
             machine: Some(machine),
             at_ms: from,
+            since_ms: from,
             detail: format!(
                 "ran version {version} from {} to {}; asked for by then: {}",
                 secs(from),
@@ -679,6 +683,7 @@ fn endings(rollouts: &[RolloutRecord], faults_end_ms: u64, limits: RollLimits, o
             related: Vec::new(),
             machine: None,
             at_ms,
+            since_ms: at_ms,
             detail: format!("{} ({}): {detail}", r.what, r.id),
         };
         let Some(last) = r.last() else {
@@ -763,6 +768,7 @@ fn restarts(
                         related: Vec::new(),
                         machine: Some(machine.clone()),
                         at_ms: t,
+                        since_ms: t,
                         detail: "restarted while no rollout of it was live and no machine kill or long partition \
                                  excused the machine (0 steps allow 0 restarts)"
                             .into(),
@@ -784,6 +790,7 @@ fn restarts(
                 related: Vec::new(),
                 machine: Some(machine),
                 at_ms: times[allowed],
+                since_ms: times[0],
                 detail: format!(
                     "{} ({id}) restarted it {} times (at {}); its steps allow {allowed} (1 for the step{}{})",
                     r.what,
