@@ -232,8 +232,10 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// Runs `plan` on its target until `stop` (time since `t0`): one change after another.
+    /// Runs `plan` on its target until `stop` (time since `t0`): one change after another. Nothing is started, and
+    /// no held rollout waited for, past `stop`.
     pub async fn run(&self, plan: &[Change], stop: Duration) {
+        let stop_at = self.t0 + stop;
         // The rollouts of the last change (a replace of instances with a policy makes one per instance).
         let mut current: Vec<usize> = Vec::new();
         'changes: for change in plan {
@@ -246,16 +248,21 @@ impl<'a> Driver<'a> {
                 break;
             }
             for &i in &current {
-                if !self.clear(i, change).await {
+                if !self.clear(i, change, stop_at).await {
                     continue 'changes;
                 }
+            }
+            if Instant::now() >= stop_at {
+                break;
             }
             current = self.make(change).await;
         }
     }
 
-    /// Gets rollout `index` out of the way of `change`; false when it still holds the target.
-    async fn clear(&self, index: usize, change: &Change) -> bool {
+    /// Gets rollout `index` out of the way of `change`, waiting no later than `stop_at`; false when it still holds
+    /// the target.
+    async fn clear(&self, index: usize, change: &Change, stop_at: Instant) -> bool {
+        let within = |wait: Duration| (Instant::now() + wait).min(stop_at);
         let target = change.target;
         let id = self.driven.lock().expect("driver lock").rollouts[index].id.clone();
         let ended = |o: &Option<Observation>| {
@@ -266,10 +273,13 @@ impl<'a> Driver<'a> {
             return true;
         }
         if seen.as_ref().is_some_and(|o| o.state == "running") {
-            seen = self.follow(Some(index), Instant::now() + HELD_PATIENCE).await;
+            seen = self.follow(Some(index), within(HELD_PATIENCE)).await;
             if ended(&seen) {
                 return true;
             }
+        }
+        if Instant::now() >= stop_at {
+            return false;
         }
         let paused = seen.as_ref().is_some_and(|o| o.state == "paused");
         // An undo that paused is past aborting (it is the abort, or the rollback): it is resumed, leaving the failed
@@ -287,14 +297,14 @@ impl<'a> Driver<'a> {
         if action.contains(&"--skip-failed") {
             self.poll_waived_since(index, Some(sent_ms)).await;
         }
-        let mut seen = self.wait_final(index, HELD_END_WAIT).await;
+        let mut seen = self.wait_final(index, within(HELD_END_WAIT)).await;
         if !ended(&seen) && action[0] == "rollout-resume" && !undoing {
             let out = self.fleetctl(&["rollout-abort", &id]).await;
             self.log(
                 target,
                 format!("rollout-abort {id} (after the resume it was {}): {}", describe(&seen), outcome(&out)),
             );
-            seen = self.wait_final(index, HELD_END_WAIT).await;
+            seen = self.wait_final(index, within(HELD_END_WAIT)).await;
         }
         if ended(&seen) {
             return true;
@@ -306,9 +316,8 @@ impl<'a> Driver<'a> {
         false
     }
 
-    /// Polls until rollout `index` is done, rolled back or aborted (a pause is not enough here), or `wait` passed.
-    async fn wait_final(&self, index: usize, wait: Duration) -> Option<Observation> {
-        let until = Instant::now() + wait;
+    /// Polls until rollout `index` is done, rolled back or aborted (a pause is not enough here), or `until`.
+    async fn wait_final(&self, index: usize, until: Instant) -> Option<Observation> {
         loop {
             let seen = self.follow(Some(index), until).await;
             let done = seen.as_ref().is_some_and(|o| matches!(o.state.as_str(), "done" | "rolled_back" | "aborted"));

@@ -452,12 +452,15 @@ async fn drive(
         }
     };
     let stop = Duration::from_millis(ms()) + opts.duration;
-    let change_runs = futures::future::join_all(plans.iter().map(|plan| changer.run(plan, stop)));
-    let (faults, ()) = tokio::join!(inject_faults(opts, cluster, names, timeline, faulted, &ms), async {
-        change_runs.await;
-    });
+    let change_runs = async {
+        futures::future::join_all(plans.iter().map(|plan| changer.run(plan, stop))).await;
+    };
+    // The faults stop when the last one's convergence wait ended (the driver starts nothing after `duration`).
+    let ((faults, faults_end_ms), ()) = tokio::join!(
+        async { (inject_faults(opts, cluster, names, timeline, faulted, &ms).await, ms()) },
+        change_runs
+    );
     let faults = faults?;
-    let faults_end_ms = ms();
     if rolling {
         changer.finish(faults_end_ms, Duration::from_millis(opts.roll_limits().default_deadline_ms)).await;
     }
