@@ -203,6 +203,13 @@ impl<'a> Driver<'a> {
                 })
                 .collect()
         };
+        r.machines = v["steps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["unit"].as_str().is_some_and(|u| u == super::changes::GLOBAL))
+            .filter_map(|s| s["machine"].as_str().map(name))
+            .collect();
         r.steps = describe_steps(&v["steps"], "");
         r.steps.extend(describe_steps(&v["undo"], "undo "));
         let changed = r
@@ -427,6 +434,7 @@ impl<'a> Driver<'a> {
             waived: Vec::new(),
             steps: Vec::new(),
             last_seen_ms: 0,
+            machines: BTreeSet::new(),
         };
         let index = {
             let mut d = self.driven.lock().expect("driver lock");

@@ -456,10 +456,8 @@ async fn drive(
         futures::future::join_all(plans.iter().map(|plan| changer.run(plan, stop))).await;
     };
     // The faults stop when the last one's convergence wait ended (the driver starts nothing after `duration`).
-    let ((faults, faults_end_ms), ()) = tokio::join!(
-        async { (inject_faults(opts, cluster, names, timeline, faulted, &ms).await, ms()) },
-        change_runs
-    );
+    let ((faults, faults_end_ms), ()) =
+        tokio::join!(async { (inject_faults(opts, cluster, names, timeline, faulted, &ms).await, ms()) }, change_runs);
     let faults = faults?;
     if rolling {
         changer.finish(faults_end_ms, Duration::from_millis(opts.roll_limits().default_deadline_ms)).await;

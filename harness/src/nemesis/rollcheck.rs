@@ -149,6 +149,9 @@ pub struct RolloutRecord {
     pub steps: Vec<String>,
     /// When the driver last read it (`observed` keeps changes only).
     pub last_seen_ms: u64,
+    /// The machines its (forward) steps name, as last shown: the machines fleet took it up on. Empty when never
+    /// shown with steps.
+    pub machines: BTreeSet<String>,
 }
 
 impl RolloutRecord {
@@ -506,6 +509,8 @@ fn budget(
         .collect();
     let mut unknowable = Vec::new();
     let mut unexplained = Vec::new();
+    // Violations that count, besides the rollout's own downs, only machines it has no step for.
+    let mut outside_only = 0usize;
     for pair in rounds.windows(2) {
         let (prev, cur) = (&pair[0], &pair[1]);
         let t = cur.t_ms;
@@ -531,6 +536,7 @@ fn budget(
             // back before this down, as the rounds do not order what happened between them).
             let mut known = Vec::new();
             let mut strict = Vec::new();
+            let mut inside = 0usize;
             let throughout = |s: &Slot| !available(prev, s) && !available(cur, s);
             let mut related = Vec::new();
             for s in slots.iter().filter(|s| *s != *slot && covered(s) && throughout(s) && !r.waived(s, t)) {
@@ -538,8 +544,19 @@ fn budget(
                 let notice =
                     if streak.cause == Cause::Fault { limits.notice_fault_ms } else { limits.notice_health_ms };
                 let own = streak.cause == Cause::Rollout(id.clone());
-                let what = format!("{s} since {}", secs(streak.since));
+                // A machine the rollout has no step for (fleet took it up without it: the machine was gone from
+                // the cluster then) still counts here, as the invariant says; the report says which ones.
+                let outside = match s {
+                    Slot::Machine(m) => !r.machines.is_empty() && !r.machines.contains(m),
+                    Slot::Instance(_) => false,
+                };
+                let what = format!(
+                    "{s} since {}{}",
+                    secs(streak.since),
+                    if outside { " (not one of the rollout's machines)" } else { "" }
+                );
                 if own || t.saturating_sub(streak.since) >= notice {
+                    inside += usize::from(!outside);
                     known.push(what.clone());
                     if let Slot::Instance(u) = s {
                         related.push(u.clone());
@@ -554,6 +571,9 @@ fn budget(
             let same_round = if transient { 0 } else { taken.get(id).map_or(0, Vec::len) };
             let already = known.len() + same_round;
             if already >= r.budget as usize {
+                if inside + same_round < r.budget as usize {
+                    outside_only += 1;
+                }
                 let mut all = known.clone();
                 if !transient {
                     all.extend(
@@ -608,6 +628,13 @@ fn budget(
             limits.notice_health_ms,
             limits.notice_fault_ms,
             unknowable.join(" | ")
+        ));
+    }
+    if outside_only > 0 {
+        out.notes.push(format!(
+            "budget: {outside_only} of the budget violations are over the budget only by counting machines the \
+             rollout has no step for (fleet took it up without them: they were gone from the cluster, their presence \
+             lease expired, when it began); see docs/faults.md, \"What the change driver found\""
         ));
     }
     if !unexplained.is_empty() {

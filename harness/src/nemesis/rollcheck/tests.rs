@@ -77,6 +77,7 @@ fn rollout(id: &str, units: &[&str], budget: u32, created_ms: u64, observed: Vec
         waived: Vec::new(),
         steps: Vec::new(),
         last_seen_ms: 0,
+        machines: BTreeSet::new(),
     }
 }
 
@@ -178,6 +179,20 @@ fn a_machine_the_faults_took_away_counts_once_fleet_could_know_of_it() {
     assert!(
         budget[0].contains("on m1 at 14.0s") && budget[0].contains("nemr-global.service on m3 since 0.5s"),
         "{budget:?}"
+    );
+    assert!(!budget[0].contains("not one of"), "{budget:?}");
+    // Begun after m3 was gone from the cluster, the rollout has no step there: it still counts, and is marked.
+    let mut without_m3 = r.clone();
+    without_m3.machines = ["m1", "m2"].map(String::from).into();
+    let marked = check(&late, &[without_m3], &asked(Target::Global, &["g1"]), &kill, 0, LIMITS);
+    let budget = of(&marked, RollInvariant::Budget);
+    assert!(budget[0].contains("on m3 since 0.5s (not one of the rollout's machines)"), "{budget:?}");
+    assert!(
+        marked.notes.iter().any(|n| n.contains(
+            "1 of the budget violations are over the budget only by counting machines the rollout has no step for"
+        )),
+        "{:?}",
+        marked.notes
     );
     // The same 2 s after the kill: fleet cannot know yet (its lease has not expired) — a note, not a violation.
     let early =
