@@ -7,8 +7,9 @@
 //!
 //! A unit is in at most one rollout that has not ended, so before a change the driver gets the target's previous
 //! rollout out of the way: it waits up to [`HELD_PATIENCE`] for it to end, then acts as the change says
-//! ([`OnHeld`]: abort, resume, resume skipping the failed steps; a running one is aborted), and waits again; a
-//! change whose target is still held after that is skipped and logged.
+//! ([`OnHeld`]: abort, resume, resume skipping the failed steps; a running one is aborted, an undo that paused is
+//! resumed skipping its failed steps), and waits again; a change whose target is still held after that is skipped
+//! and logged. Nothing is started, and nothing waited for, past the run's `--duration`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
