@@ -62,6 +62,12 @@ impl Registry {
     }
 }
 
+/// The bodies a rollout stores, each hash once (in the order first named).
+fn distinct_bodies<'a>(bodies: &'a [RolloutBody<'_>]) -> Vec<(&'a str, &'a str)> {
+    let mut seen = std::collections::BTreeSet::new();
+    bodies.iter().filter(|b| seen.insert(b.unit.to.as_str())).map(|b| (b.unit.to.as_str(), b.text)).collect()
+}
+
 impl ApiWriter {
     /// Stores a new rollout: its spec and control, and for a replace every unit's new version (object and body,
     /// the old hash kept as `previousHash`), all in one transaction that fails if the rollout exists or a unit
@@ -102,8 +108,12 @@ impl ApiWriter {
             check_component(Component::Hash, &unit.to)?;
             compares.push(Compare::mod_revision(k.unit_object(&unit.name), CompareOp::Equal, body.object_revision));
             let object = UnitObject::next(body.object, &unit.name, &unit.to, false, spec.created_ms);
-            ops.push(TxnOp::put(k.body(&unit.to), body.text, None));
             ops.push(TxnOp::put(k.unit_object(&unit.name), encode_json(&object), None));
+        }
+        // Each body once: units with the same new content (instances of one template) share it, and etcd refuses a
+        // transaction that puts one key twice (`duplicate key given in txn request`).
+        for (hash, text) in distinct_bodies(bodies) {
+            ops.push(TxnOp::put(k.body(hash), text, None));
         }
         let resp = self.txn("create rollout", &spec_key, Txn::new().when(compares).and_then(ops)).await?;
         if resp.succeeded() {
@@ -179,6 +189,8 @@ impl LeaderSession {
         };
         let mut compares = vec![guard];
         let mut ops = vec![TxnOp::put(key.as_str(), encode_json(progress), None)];
+        // Each body once (instances of one template share it): etcd refuses a transaction that puts a key twice.
+        let mut bodies_put = std::collections::BTreeSet::new();
         for unit in roll_back {
             check_component(Component::UnitName, &unit.name)?;
             // A unit destroyed meanwhile stays destroyed: only units the view shows are written back, and only if
@@ -188,7 +200,9 @@ impl LeaderSession {
             let old = record.object.as_ref();
             let object = UnitObject::next(old, &unit.name, &unit.from, false, fleet_core::model::now_ms());
             // Bodies are re-put with their object, as on every write, so a concurrent GC cannot take them.
-            if let Some(text) = view.body(&unit.from) {
+            if let Some(text) = view.body(&unit.from)
+                && bodies_put.insert(unit.from.as_str())
+            {
                 ops.push(TxnOp::put(k.body(&unit.from), text.as_ref(), None));
             }
             ops.push(TxnOp::put(k.unit_object(&unit.name), encode_json(&object), None));
@@ -252,5 +266,24 @@ impl AgentSession {
             .when([Compare::version(self.keys.unit_object(unit), CompareOp::Greater, 0)])
             .and_then([TxnOp::put(key.as_str(), id, Some(PutOptions::new().with_lease(lease)))]);
         Ok(self.txn("mark restarted", &key, txn).await?.succeeded())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_with_the_same_new_content_store_its_body_once() {
+        let unit = |name: &str, to: &str| RolloutUnit {
+            name: name.into(),
+            from: "0".repeat(40),
+            to: to.into(),
+            ..RolloutUnit::default()
+        };
+        let (a, b, c) = (unit("web@1.service", "aa"), unit("web@2.service", "aa"), unit("db.service", "bb"));
+        let body = |unit, text| RolloutBody { unit, text, object_revision: 1, object: None };
+        let bodies = [body(&a, "A"), body(&b, "A"), body(&c, "B")];
+        assert_eq!(distinct_bodies(&bodies), [("aa", "A"), ("bb", "B")]);
     }
 }

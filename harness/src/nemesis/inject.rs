@@ -84,14 +84,45 @@ pub async fn apply(cluster: &Cluster, fault: &Fault) -> Result<Option<String>, S
             tracing::info!("no netem qdisc in this kernel; slowing etcd with freeze cycles instead");
             let names: Vec<&str> = cluster.etcd_members().iter().map(|m| m.name()).collect();
             let until = tokio::time::Instant::now() + *down;
+            let (mut cycles, mut failed) = (0u32, Vec::new());
             while tokio::time::Instant::now() < until {
-                docker_all("pause", &names).await?;
+                cycles += 1;
+                // The cgroup freezer can fail under load (`OCI runtime pause failed: unable to freeze`), leaving
+                // some members paused: thaw every member one by one, and give up only if it keeps failing.
+                if let Err(e) = docker_all("pause", &names).await {
+                    failed.push(e);
+                    thaw(&names).await;
+                    if failed.len() > 3 {
+                        return Err(format!(
+                            "{} of {cycles} freeze cycles failed: {}",
+                            failed.len(),
+                            failed.join("; ")
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
                 tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
-                docker_all("unpause", &names).await?;
+                if let Err(e) = docker_all("unpause", &names).await {
+                    thaw(&names).await;
+                    return Err(e);
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Ok(Some("freeze cycles: no netem in this kernel".to_string()))
+            let failures = if failed.is_empty() {
+                String::new()
+            } else {
+                format!(", {} of {cycles} failed to freeze ({})", failed.len(), failed.join("; "))
+            };
+            Ok(Some(format!("freeze cycles: no netem in this kernel{failures}")))
         }
+    }
+}
+
+/// `docker unpause` of each of `names` on its own, ignoring refusals (a member the failed pause left running).
+async fn thaw(names: &[&str]) {
+    for name in names {
+        let _ = crate::docker::run(&["unpause", name]).await;
     }
 }
 

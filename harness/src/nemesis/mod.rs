@@ -6,12 +6,20 @@
 //! * `sample`: one round — `systemctl show` of the nemesis's units in every machine (a machine that cannot be read
 //!   is down).
 //! * `inject`: doing and undoing each fault against the [`Cluster`].
+//! * `changes` (pure): the change driver's plan from the seed — rolling replaces, restarts, rollbacks and aborts of
+//!   a global unit and an instance set, and the unit file of every version.
+//! * `driver`: making those changes with fleetctl while the faults go on, and following every rollout it made.
+//! * `rollcheck` (pure): the rollout invariants on the driver's units as systemd showed them.
 //! * this module: the run — cluster up, units launched, a sampler every [`SAMPLE_EVERY`], each fault injected,
 //!   undone, and followed by a convergence wait (every unit active on exactly one machine, every machine listed by
-//!   fleetctl) whose length is the fault's convergence time — and the report.
+//!   fleetctl) whose length is the fault's convergence time, the change driver alongside, the wait for every
+//!   rollout to end after the faults stop — and the report.
 
+pub mod changes;
 pub mod check;
+pub mod driver;
 mod inject;
+pub mod rollcheck;
 pub mod sample;
 pub mod schedule;
 
@@ -19,7 +27,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use changes::Target;
 use check::{FaultWindow, Limits, Round, UnitSpec, Violation};
+use rollcheck::{Checked, RollInvariant, RollLimits, RollRound};
 use schedule::{Fault, Shape};
 
 use crate::cluster::{Cluster, ClusterError};
@@ -42,6 +52,8 @@ pub struct Options {
     pub agent_ttl_secs: u64,
     /// How long a fault's convergence may take before the run moves on (and reports it as not converged).
     pub converge_timeout: Duration,
+    /// Whether the change driver makes rollouts of its global unit and instance set alongside the faults.
+    pub changes: changes::Mode,
 }
 
 impl Default for Options {
@@ -55,6 +67,7 @@ impl Default for Options {
             etcd_members: 3,
             agent_ttl_secs: 5,
             converge_timeout: Duration::from_secs(90),
+            changes: changes::Mode::Rolling,
         }
     }
 }
@@ -63,14 +76,16 @@ impl Options {
     /// The command line that replays this run.
     pub fn replay_command(&self) -> String {
         format!(
-            "fleet-harness nemesis --seed {} --duration {} --machines {} --units {} --at-most-once {} --etcd-members {} --agent-ttl {}",
+            "fleet-harness nemesis --seed {} --duration {} --machines {} --units {} --at-most-once {} --etcd-members {} --agent-ttl {} --converge-timeout {} --changes {}",
             self.seed,
             self.duration.as_secs(),
             self.machines,
             self.units,
             self.at_most_once,
             self.etcd_members,
-            self.agent_ttl_secs
+            self.agent_ttl_secs,
+            self.converge_timeout.as_secs(),
+            self.changes
         )
     }
 
@@ -78,6 +93,11 @@ impl Options {
     /// machine re-registers and its agent stops the copy the engine no longer places there (docs/faults.md).
     pub fn limits(&self) -> Limits {
         Limits { duplicate_window_ms: 2 * self.agent_ttl_secs * 1000 + 5_000, settle_grace_ms: 2_000 }
+    }
+
+    /// The rollout invariants' bounds (fleet hears of a dead machine about a TTL after it died).
+    pub fn roll_limits(&self) -> RollLimits {
+        RollLimits::for_ttl(self.agent_ttl_secs * 1000)
     }
 }
 
@@ -102,9 +122,22 @@ pub struct Report {
     pub rounds: Vec<Round>,
     /// How long the units took to be active once each at the start.
     pub launched_ms: u64,
+    /// The change driver's units as sampled (empty without changes).
+    pub roll_rounds: Vec<RollRound>,
+    /// What the change driver asked for, made and saw.
+    pub driven: driver::Driven,
+    /// When the last fault's convergence wait ended.
+    pub faults_end_ms: u64,
+    /// The rollout invariants' findings.
+    pub rollouts: Checked,
 }
 
 impl Report {
+    /// Every broken invariant, plain units' and rollouts' alike.
+    pub fn violation_count(&self) -> usize {
+        self.violations.len() + self.rollouts.violations.len()
+    }
+
     /// The printed report: the faults injected (a timeline), violations with each unit's timeline around it, and
     /// the convergence time of every fault and per fault kind.
     pub fn render(&self) -> String {
@@ -185,8 +218,13 @@ impl Report {
                 missed.get(&kind).map(|n| format!("  ({n} not converged)")).unwrap_or_default()
             );
         }
-        if self.violations.is_empty() {
+        if o.changes != changes::Mode::None {
+            self.render_changes(&mut s);
+        }
+        if self.violation_count() == 0 {
             let _ = writeln!(s, "invariants: all held");
+        } else if self.violations.is_empty() {
+            let _ = writeln!(s, "plain units' invariants: all held");
         } else {
             let _ = writeln!(s, "invariant violations ({}):", self.violations.len());
             for v in &self.violations {
@@ -196,7 +234,71 @@ impl Report {
                 }
             }
         }
+        if !self.rollouts.violations.is_empty() {
+            let _ = writeln!(s, "rollout invariant violations ({}):", self.rollouts.violations.len());
+            for v in &self.rollouts.violations {
+                let _ = writeln!(s, "  {v}");
+                let (from, to) = (v.since_ms.saturating_sub(3_000), v.at_ms + 2_000);
+                for unit in std::iter::once(&v.unit).chain(&v.related) {
+                    let _ = writeln!(s, "    {unit}:");
+                    for line in sample::roll_timeline(&self.roll_rounds, unit, from, to) {
+                        let _ = writeln!(s, "      {line}");
+                    }
+                }
+            }
+        }
         s
+    }
+
+    /// The changes made and their outcomes, every rollout's observed states, and each rollout invariant's result.
+    fn render_changes(&self, s: &mut String) {
+        use std::fmt::Write;
+        let d = &self.driven;
+        let _ = writeln!(s, "changes ({} commands and actions):", d.log.len());
+        for l in &d.log {
+            let _ = writeln!(s, "  {:>7}  {:<12}  {}", check::secs(l.t_ms), l.target.label(), l.text);
+        }
+        let _ = writeln!(s, "rollouts ({}), as fleet showed them:", d.rollouts.len());
+        for r in &d.rollouts {
+            let states: Vec<String> = r
+                .observed
+                .iter()
+                .map(|o| {
+                    let mut t = format!("{} {}", check::secs(o.t_ms), o.state);
+                    if !o.reason.is_empty() {
+                        t.push_str(&format!(" ({})", o.reason));
+                    }
+                    if !o.settled {
+                        t.push_str(" [action on its way]");
+                    }
+                    t
+                })
+                .collect();
+            let _ = writeln!(s, "  {} at {}: {}", r.id, check::secs(r.created_ms), r.what);
+            let _ = writeln!(s, "      {}", states.join(" -> "));
+            if !r.steps.is_empty() {
+                let _ = writeln!(s, "      steps: {}", r.steps.join("; "));
+            }
+            for (t, unit, machine) in &r.waived {
+                let _ = writeln!(s, "      waived at {}: {unit} on {machine}", check::secs(*t));
+            }
+        }
+        let mut asked: BTreeMap<Target, Vec<&str>> = BTreeMap::new();
+        for a in &d.asked {
+            asked.entry(a.target).or_default().push(&a.version);
+        }
+        for (target, versions) in asked {
+            let _ = writeln!(s, "versions asked for, {}: {}", target.label(), versions.join(", "));
+        }
+        let _ = writeln!(s, "faults stopped at {}", check::secs(self.faults_end_ms));
+        for note in &self.rollouts.notes {
+            let _ = writeln!(s, "note: {note}");
+        }
+        for inv in RollInvariant::ALL {
+            let n = self.rollouts.violations.iter().filter(|v| v.invariant == inv).count();
+            let verdict = if n == 0 { "held".to_string() } else { format!("{n} violation(s)") };
+            let _ = writeln!(s, "rollout invariant \"{inv}\": {verdict}");
+        }
     }
 }
 
@@ -221,6 +323,7 @@ pub fn unit_files(units: usize, at_most_once: usize) -> Vec<(UnitSpec, String)> 
 #[derive(Default)]
 struct Timeline {
     rounds: Vec<Round>,
+    roll_rounds: Vec<RollRound>,
 }
 
 /// Runs the nemesis: starts a cluster, launches the units, injects faults until `duration`, and returns what it saw.
@@ -253,6 +356,7 @@ pub async fn run(opts: &Options) -> Result<Report, NemesisError> {
     let timeline = Arc::new(Mutex::new(Timeline::default()));
     let machines: Vec<(String, String)> =
         cluster.machines().iter().map(|m| (m.name().to_string(), m.container_name().to_string())).collect();
+    let rolling = opts.changes != changes::Mode::None;
     let sampler = {
         let timeline = timeline.clone();
         tokio::spawn(async move {
@@ -261,21 +365,50 @@ pub async fn run(opts: &Options) -> Result<Report, NemesisError> {
             loop {
                 tick.tick().await;
                 let t_ms = ms();
-                let round = sample::round(&machines, t_ms).await;
-                timeline.lock().expect("timeline lock").rounds.push(round);
+                let (round, mut roll) = sample::round(&machines, t_ms, rolling).await;
+                // What the driver's units showed happened by the time the last machine answered.
+                roll.t_ms = ms();
+                let mut timeline = timeline.lock().expect("timeline lock");
+                timeline.rounds.push(round);
+                timeline.roll_rounds.push(roll);
             }
         })
     };
-    let outcome = drive(opts, &cluster, &units, &names, &paths, &timeline, ms).await;
+    let faulted = Arc::new(Mutex::new(BTreeSet::new()));
+    let changer = driver::Driver::new(&cluster, dir.path().to_path_buf(), faulted.clone(), t0);
+    let outcome = drive(opts, &cluster, &units, &names, &paths, &timeline, &changer, &faulted, ms).await;
     sampler.abort();
-    let (faults, launched_ms) = outcome?;
-    let rounds = std::mem::take(&mut timeline.lock().expect("timeline lock").rounds);
+    let (faults, launched_ms, faults_end_ms) = outcome?;
+    let driven = changer.take();
+    let (rounds, roll_rounds) = {
+        let mut t = timeline.lock().expect("timeline lock");
+        (std::mem::take(&mut t.rounds), std::mem::take(&mut t.roll_rounds))
+    };
     let violations = check::check(&units, &rounds, &faults, opts.limits());
+    let rollouts = if rolling {
+        rollcheck::check(&roll_rounds, &driven.rollouts, &driven.asked, &faults, faults_end_ms, opts.roll_limits())
+    } else {
+        Checked::default()
+    };
     cluster.destroy().await;
-    Ok(Report { options: opts.clone(), units, faults, violations, rounds, launched_ms })
+    Ok(Report {
+        options: opts.clone(),
+        units,
+        faults,
+        violations,
+        rounds,
+        launched_ms,
+        roll_rounds,
+        driven,
+        faults_end_ms,
+        rollouts,
+    })
 }
 
-/// Launches the units, then injects and undoes each fault and waits for convergence, until `duration`.
+/// Launches the units, then injects and undoes each fault and waits for convergence, until `duration`, while the
+/// change driver makes its changes; then waits for every rollout to end. Returns the faults, how long the launch
+/// took, and when the faults stopped.
+#[allow(clippy::too_many_arguments)]
 async fn drive(
     opts: &Options,
     cluster: &Cluster,
@@ -283,16 +416,26 @@ async fn drive(
     names: &[String],
     paths: &[String],
     timeline: &Arc<Mutex<Timeline>>,
+    changer: &driver::Driver<'_>,
+    faulted: &Arc<Mutex<BTreeSet<usize>>>,
     ms: impl Fn() -> u64,
-) -> Result<(Vec<FaultWindow>, u64), NemesisError> {
+) -> Result<(Vec<FaultWindow>, u64, u64), NemesisError> {
     let mut args = vec!["start", "--no-block"];
     args.extend(paths.iter().map(String::as_str));
     let out = cluster.fleetctl(1, &args).await?;
     if !out.success() {
         return Err(NemesisError::Setup(format!("fleetctl start: {}", out.describe())));
     }
+    let rolling = opts.changes != changes::Mode::None;
+    if rolling {
+        changer.launch().await.map_err(NemesisError::Setup)?;
+    }
     let launch_started = ms();
     let launched = converge(cluster, opts, names, timeline, launch_started).await;
+    let launched = match launched {
+        Some(t) if rolling => wait_launched(opts, timeline, t).await,
+        other => other,
+    };
     let launched_ms = launched.ok_or_else(|| {
         NemesisError::Setup(format!(
             "the {} units were not active once each within {:?}",
@@ -302,6 +445,54 @@ async fn drive(
     })? - launch_started;
     tracing::info!(after_ms = launched_ms, "units launched");
 
+    let plans: Vec<Vec<changes::Change>> = match opts.changes {
+        changes::Mode::None => Vec::new(),
+        changes::Mode::Rolling => {
+            Target::ALL.iter().map(|t| changes::plan(opts.seed, *t, 1_000, opts.machines)).collect()
+        }
+    };
+    let stop = Duration::from_millis(ms()) + opts.duration;
+    let change_runs = async {
+        futures::future::join_all(plans.iter().map(|plan| changer.run(plan, stop))).await;
+    };
+    // The faults stop when the last one's convergence wait ended (the driver starts nothing after `duration`).
+    let ((faults, faults_end_ms), ()) =
+        tokio::join!(async { (inject_faults(opts, cluster, names, timeline, faulted, &ms).await, ms()) }, change_runs);
+    let faults = faults?;
+    if rolling {
+        changer.finish(faults_end_ms, Duration::from_millis(opts.roll_limits().default_deadline_ms)).await;
+    }
+    Ok((faults, launched_ms, faults_end_ms))
+}
+
+/// Waits (after the plain units converged at `since_ms`) until the change driver's units run: the global unit
+/// serving on every machine, each instance somewhere.
+async fn wait_launched(opts: &Options, timeline: &Arc<Mutex<Timeline>>, since_ms: u64) -> Option<u64> {
+    let deadline = Instant::now() + opts.converge_timeout;
+    loop {
+        let last = timeline.lock().expect("timeline lock").roll_rounds.last().cloned();
+        if let Some(round) = last.filter(|r| r.t_ms >= since_ms)
+            && rollcheck::launched(&round, opts.machines)
+        {
+            return Some(round.t_ms);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(SAMPLE_EVERY / 2).await;
+    }
+}
+
+/// Injects and undoes each fault of the schedule and waits for convergence, until `duration`; the machine a fault
+/// touches is in `faulted` meanwhile (the change driver sends nothing through it).
+async fn inject_faults(
+    opts: &Options,
+    cluster: &Cluster,
+    names: &[String],
+    timeline: &Arc<Mutex<Timeline>>,
+    faulted: &Arc<Mutex<BTreeSet<usize>>>,
+    ms: &impl Fn() -> u64,
+) -> Result<Vec<FaultWindow>, NemesisError> {
     let shape = Shape {
         machines: opts.machines,
         etcd_members: opts.etcd_members,
@@ -318,9 +509,16 @@ async fn drive(
         let label = fault.to_string();
         tracing::info!(fault = %label, "injecting");
         let start_ms = ms();
-        let touched = inject::apply(cluster, &fault)
-            .await
-            .map_err(|cause| NemesisError::Inject { fault: label.clone(), cause })?;
+        let slot = match &fault {
+            Fault::MachineKill { slot, .. } | Fault::FleetdKill { slot } | Fault::Partition { slot, .. } => Some(*slot),
+            _ => None,
+        };
+        faulted.lock().expect("faulted lock").extend(slot);
+        let touched = inject::apply(cluster, &fault).await;
+        if let Some(slot) = slot {
+            faulted.lock().expect("faulted lock").remove(&slot);
+        }
+        let touched = touched.map_err(|cause| NemesisError::Inject { fault: label.clone(), cause })?;
         let undone_ms = ms();
         let converged_ms = converge(cluster, opts, names, timeline, undone_ms).await;
         match converged_ms {
@@ -339,7 +537,7 @@ async fn drive(
         };
         faults.push(FaultWindow { label, kind: fault.kind(), start_ms, undone_ms, converged_ms, touches });
     }
-    Ok((faults, launched_ms))
+    Ok(faults)
 }
 
 /// Waits until a round sampled after `since_ms` shows every unit active on exactly one machine and fleetctl (via

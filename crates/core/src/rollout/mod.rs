@@ -516,7 +516,7 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
     if rollout.control.action == Action::Abort && !progress.undoing() {
         if replace && progress.steps.iter().any(|s| changed_machine(s.phase)) {
             // Machines that were not reached keep the old version; the others return to it step by step.
-            roll_back = start_undo(spec, &mut progress, RolloutState::Aborted, now_ms);
+            roll_back = start_undo(spec, &mut progress, RolloutState::Aborted);
             progress.undo_reason = "aborted by request".into();
         } else {
             progress.state = RolloutState::Aborted;
@@ -591,7 +591,7 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
             progress.state = RolloutState::Paused;
             progress.reason = format!("paused while rolling back: {reason}");
         } else if spec.on_failure == OnFailure::Rollback && replace {
-            roll_back = start_undo(spec, &mut progress, RolloutState::RolledBack, now_ms);
+            roll_back = start_undo(spec, &mut progress, RolloutState::RolledBack);
             progress.undo_reason = reason;
             progress.reason = format!("rolling back: {}", progress.undo_reason);
         } else {
@@ -669,27 +669,29 @@ fn changed_machine(phase: Phase) -> bool {
     matches!(phase, Phase::Updating | Phase::Healthy | Phase::Done | Phase::Failed)
 }
 
-/// Turns a replace into its undo, ending in `end`: one undo step per machine the rollout changed, released at once
-/// where the machine is in the middle of its change or failed (it is down already), pending where it serves the new
-/// version (healthy or done: it keeps the new version until its undo step is released). Returns the units whose object goes back to `from` in
-/// the same write (machines that join meanwhile get the old version).
-fn start_undo(spec: &RolloutSpec, progress: &mut RolloutProgress, end: RolloutState, now_ms: u64) -> Vec<RolloutUnit> {
+/// Turns a replace into its undo, ending in `end`: one undo step per machine the rollout changed, each pending (it
+/// keeps the new version until its undo step is released), the failed ones first, then those in the middle of their
+/// change, then the others; `release` lets them go within the budget. Returns the units whose object goes back to
+/// `from` in the same write (machines that join meanwhile get the old version).
+fn start_undo(spec: &RolloutSpec, progress: &mut RolloutProgress, end: RolloutState) -> Vec<RolloutUnit> {
     let mut undo: Vec<(u8, Step)> = progress
         .steps
         .iter()
         .filter(|s| changed_machine(s.phase))
         .map(|s| {
-            // A failed one is not serving: its undo costs nothing more and starts at once. One in the middle of its
-            // change goes next, but only once that change settled (`changing_forward`): what it publishes meanwhile
-            // may still be the old version, which would pass for an undo already done. A healthy or done one serves
-            // the new version until its undo step's turn.
-            let (order, phase) = match s.phase {
-                Phase::Failed => (0, Phase::Updating),
-                Phase::Updating => (1, Phase::Pending),
-                _ => (2, Phase::Pending),
+            // A failed one goes first: while it does not serve, its undo costs nothing more (`release` takes the
+            // machines that are down first). It is released by `release` like any other undo step, within the cap on
+            // machines changing at once: a step that failed because its check failed may serve again by now (a check
+            // that flapped), and several failed at once must not all restart at the same moment. One in the middle
+            // of its change goes next, but only once that change settled (`changing_forward`): what it publishes
+            // meanwhile may still be the old version, which would pass for an undo already done. A healthy or done
+            // one serves the new version until its undo step's turn.
+            let order = match s.phase {
+                Phase::Failed => 0,
+                Phase::Updating => 1,
+                _ => 2,
             };
-            let released_ms = if phase == Phase::Updating { now_ms } else { 0 };
-            (order, Step { unit: s.unit.clone(), machine: s.machine.clone(), phase, released_ms, ..Step::default() })
+            (order, Step::pending(&s.unit, &s.machine))
         })
         .collect();
     undo.sort_by_key(|(order, _)| *order);

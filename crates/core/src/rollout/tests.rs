@@ -985,4 +985,44 @@ fn checked_version_names_each_side_by_its_own_flag() {
         let got = ["new", "old", "other"].map(|h| u.checked_version(h));
         assert_eq!(got, want, "checked {} fromChecked {}", u.checked, u.from_checked);
     }
+
+/// Found by the nemesis (issue 37): steps that failed because their check failed after they were done (a check that
+/// flaps, failing on every machine at once) may serve again when the rollout is aborted; the undo must still take
+/// them back one at a time within the budget, not all at once.
+#[test]
+fn an_undo_takes_failed_steps_back_within_the_budget_even_when_they_serve_again() {
+    use crate::model::HealthStatus::*;
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    for m in ["m1", "m2", "m3"] {
+        c.health(m, Healthy, "");
+    }
+    let mut r = rollout(checked_spec(1, 0, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    for (t, m) in [(1, "m1"), (2, "m2")] {
+        c.set(m, NEW, "active");
+        c.health(m, Healthy, "");
+        step(&mut r, &c, t);
+    }
+    assert_eq!(phases(&r)[..2], [("m1", "done"), ("m2", "done")]);
+    c.health("m1", Unhealthy, "flap");
+    c.health("m2", Unhealthy, "flap");
+    step(&mut r, &c, 3);
+    assert_eq!(phases(&r)[..2], [("m1", "failed"), ("m2", "failed")]);
+    assert_eq!(r.state(), RolloutState::Paused);
+    c.health("m1", Healthy, "");
+    c.health("m2", Healthy, "");
+    r.control.action = Action::Abort;
+    step(&mut r, &c, 4);
+    assert_eq!(in_flight(&r), 1, "one machine changing at once with max-unavailable 1: {:?}", undo_phases(&r));
+    assert_eq!(undo_phases(&r)[0], ("m1", "updating"), "the failed ones first: {:?}", undo_phases(&r));
+    // And failed machines that do not serve: still first, still one at a time.
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Rollback));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 1);
+    c.set("m2", NEW, "failed");
+    step(&mut r, &c, 10);
+    step(&mut r, &c, 10 + DOWN_SETTLE_MS);
+    assert_eq!(undo_phases(&r), [("m2", "updating"), ("m1", "pending")], "the failed one at once, the other waits");
 }

@@ -731,6 +731,74 @@ async fn batched_state_and_marker_writes() {
     assert!(snap.unit_record("b.service").unwrap().launched.is_empty());
 }
 
+/// A rollout of several units with the same new content (instances of one template) is stored, and written back
+/// when undone: etcd refuses a transaction that puts one key twice, so a shared body goes in once (the nemesis found
+/// every rolling replace of two or more instances failing with `duplicate key given in txn request`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_of_instances_sharing_their_new_content_is_stored() {
+    use fleet_core::rollout::{RolloutKind, RolloutProgress, RolloutSpec, RolloutState, RolloutUnit};
+    use fleet_registry::RolloutBody;
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/rollout-instances").await;
+    let refl = connected(&reg).await;
+    let (v1, v2) = (version("[Service]\nExecStart=/bin/true\n"), version("[Service]\nExecStart=/bin/false\n"));
+    let names = ["web@1.service", "web@2.service", "web@3.service"];
+    let mut rev = 0;
+    for name in names {
+        rev = api(&reg).create_unit(&put(name, &v1, JobState::Launched)).await.unwrap();
+    }
+    let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
+    let units: Vec<RolloutUnit> = names
+        .iter()
+        .map(|n| RolloutUnit {
+            name: n.to_string(),
+            from: v1.hash.clone(),
+            to: v2.hash.clone(),
+            ..RolloutUnit::default()
+        })
+        .collect();
+    let bodies: Vec<RolloutBody> = units
+        .iter()
+        .map(|u| {
+            let record = snap.unit_record(&u.name).unwrap();
+            RolloutBody {
+                unit: u,
+                text: &v2.text,
+                object_revision: record.object_revision,
+                object: record.object.as_ref(),
+            }
+        })
+        .collect();
+    let spec = RolloutSpec {
+        id: "web-1".into(),
+        kind: RolloutKind::Replace,
+        units: units.clone(),
+        max_unavailable: 1,
+        health_timeout_ms: 1000,
+        created_ms: 1,
+        ..RolloutSpec::default()
+    };
+    let rev = api(&reg).create_rollout(&spec, &bodies, None).await.expect("a rollout of three instances is stored");
+    let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
+    for name in names {
+        assert_eq!(snap.unit(name).unwrap().hash, v2.hash, "{name} has its new version");
+    }
+    assert_eq!(snap.bodies().get(v2.hash.as_str()).map(|b| &*b.text), Some(v2.text.as_str()));
+
+    // Aborted: the leader writes every instance back to the old version they share, in one fenced write.
+    let (leader, _lease) = lead(&reg, "m1").await;
+    let aborted = RolloutProgress { state: RolloutState::Aborted, ..Default::default() };
+    let rev = leader
+        .write_rollout_progress(&snap, "web-1", &aborted, &units, &[])
+        .await
+        .expect("the rollback of three instances is written")
+        .expect("this engine leads");
+    let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
+    for name in names {
+        assert_eq!(snap.unit(name).unwrap().hash, v1.hash, "{name} is back on its old version");
+    }
+}
+
 /// A rollout's progress write is fenced to the engine leader and never brings a destroyed unit back: its rollback
 /// objects are conditional on the unit being as the engine's view showed it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
