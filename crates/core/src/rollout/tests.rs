@@ -985,6 +985,7 @@ fn checked_version_names_each_side_by_its_own_flag() {
         let got = ["new", "old", "other"].map(|h| u.checked_version(h));
         assert_eq!(got, want, "checked {} fromChecked {}", u.checked, u.from_checked);
     }
+}
 
 /// Found by the nemesis (issue 37): steps that failed because their check failed after they were done (a check that
 /// flaps, failing on every machine at once) may serve again when the rollout is aborted; the undo must still take
