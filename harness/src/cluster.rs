@@ -602,6 +602,25 @@ impl Cluster {
         .await
     }
 
+    /// (machine name, unit) → MainPID of every copy of `units` that systemd shows active, in every machine: what a
+    /// test compares before and after a fault to see that nothing was restarted or moved.
+    pub async fn main_pids<U: AsRef<str>>(
+        &self,
+        units: &[U],
+    ) -> Result<BTreeMap<(String, String), String>, ClusterError> {
+        let mut pids = BTreeMap::new();
+        for m in &self.machines {
+            for unit in units.iter().map(AsRef::as_ref) {
+                let props = m.systemctl_show(unit, &["MainPID", "ActiveState"]).await?;
+                if props.get("ActiveState").map(String::as_str) == Some("active") {
+                    let pid = props.get("MainPID").cloned().unwrap_or_default();
+                    pids.insert((m.name().to_string(), unit.to_string()), pid);
+                }
+            }
+        }
+        Ok(pids)
+    }
+
     /// Waits until `fleetctl list-machines` (via machine `slot`) lists exactly `n` machines; returns their IDs.
     pub async fn wait_for_n_machines(&self, slot: usize, n: usize) -> Result<Vec<String>, ClusterError> {
         let args = ["list-machines", "--no-legend", "--full", "--fields", "machine"];

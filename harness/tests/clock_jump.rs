@@ -19,7 +19,6 @@
 //! its health check (unknown) …`. Handed from m2 to m3, they lay two hours ahead, no step ever became healthy long
 //! enough, and fleetctl had not returned when its 120 s ran out.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -54,20 +53,6 @@ async fn skew(m: &Machine, offset: &str) {
     let env = m.exec_ok(&["sh", "-c", "tr '\\0' '\\n' < /proc/$(systemctl show -p MainPID --value fleet)/environ"]);
     let env = env.await.unwrap().stdout;
     assert!(env.contains(&format!("FAKETIME={offset}")), "{}'s fleetd runs without the offset: {env}", m.name());
-}
-
-/// (machine name, unit) → MainPID of every active copy of `units`.
-async fn processes(cluster: &Cluster, units: &[String]) -> BTreeMap<(String, String), String> {
-    let mut pids = BTreeMap::new();
-    for m in cluster.machines() {
-        for unit in units {
-            let props = m.systemctl_show(unit, &["MainPID", "ActiveState"]).await.unwrap();
-            if props.get("ActiveState").map(String::as_str) == Some("active") {
-                pids.insert((m.name().to_string(), unit.clone()), props["MainPID"].clone());
-            }
-        }
-    }
-    pids
 }
 
 /// `list-units` rows (unit, active) through machine 1.
@@ -198,7 +183,7 @@ async fn changes_nothing(cluster: &Cluster, dir: &std::path::Path) {
         })
         .await
         .unwrap();
-    let before = processes(cluster, &kept).await;
+    let before = cluster.main_pids(&kept).await.unwrap();
     assert_eq!(before.len(), kept.len(), "{before:?}");
 
     // A skewed machine leads: restart m1's fleetd (it adopts its units) until another engine wins.
@@ -208,7 +193,7 @@ async fn changes_nothing(cluster: &Cluster, dir: &std::path::Path) {
     // The rolling restart is driven by one skewed leader, then handed to the other, two hours apart: the stamps the
     // first wrote (step released, healthy since, the rollout's start) are an hour in the second's future or past.
     let globals = vec!["global.service".to_string()];
-    let old = processes(cluster, &globals).await;
+    let old = cluster.main_pids(&globals).await.unwrap();
     let rolling = async {
         let args = ["restart", "--rolling", "--min-healthy=8s", "--progress-deadline=150s", "global.service"];
         tokio::time::timeout(Duration::from_secs(180), cluster.fleetctl(1, &args)).await
@@ -216,7 +201,7 @@ async fn changes_nothing(cluster: &Cluster, dir: &std::path::Path) {
     let handover = async {
         cluster
             .wait_for("the rolling restart's first machine restarted", || async {
-                let now = processes(cluster, &globals).await;
+                let now = cluster.main_pids(&globals).await.unwrap();
                 if old.iter().any(|(k, pid)| now.get(k).is_some_and(|p| p != pid)) {
                     Check::Ready(())
                 } else {
@@ -237,12 +222,12 @@ async fn changes_nothing(cluster: &Cluster, dir: &std::path::Path) {
         Err(_) => panic!("the rolling restart handed from m{first} to m{second} had not ended after 180 s"),
     };
     ok(&out, "fleetctl restart --rolling global.service, its leader changed from one skewed machine to the other");
-    let new = processes(cluster, &globals).await;
+    let new = cluster.main_pids(&globals).await.unwrap();
     assert_eq!(new.len(), 3, "global.service active on every machine after the rolling restart: {new:?}");
     for (key, pid) in &new {
         assert_ne!(old.get(key), Some(pid), "{key:?} was not restarted by the rolling restart");
     }
 
-    let after = processes(cluster, &kept).await;
+    let after = cluster.main_pids(&kept).await.unwrap();
     assert_eq!(after, before, "no unit restarted or moved");
 }

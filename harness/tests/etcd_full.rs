@@ -32,7 +32,6 @@
 //! Error 500:
 //! ```
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use fleet_harness::wait::{parse_table, table_args};
@@ -99,23 +98,9 @@ async fn fleetd_process(m: &Machine) -> (String, String) {
     (props.get("NRestarts").cloned().unwrap_or_default(), props.get("MainPID").cloned().unwrap_or_default())
 }
 
-/// (machine, unit) → main PID of each of `units` where it is active.
-async fn processes(cluster: &Cluster, units: &[&str]) -> BTreeMap<(String, String), String> {
-    let mut pids = BTreeMap::new();
-    for m in cluster.machines() {
-        for unit in units {
-            let props = m.systemctl_show(unit, &["MainPID", "ActiveState"]).await.unwrap();
-            if props.get("ActiveState").map(String::as_str) == Some("active") {
-                pids.insert((m.name().to_string(), unit.to_string()), props["MainPID"].clone());
-            }
-        }
-    }
-    pids
-}
-
 /// The machine where `unit` is active.
 async fn runs_on<'a>(cluster: &'a Cluster, unit: &str) -> &'a Machine {
-    let running = processes(cluster, &[unit]).await;
+    let running = cluster.main_pids(&[unit]).await.unwrap();
     let (machine, _) = running.keys().next().unwrap_or_else(|| panic!("{unit} runs nowhere"));
     cluster.machines().iter().find(|m| m.name() == machine).unwrap()
 }
@@ -200,7 +185,7 @@ async fn a_full_etcd_refuses_writes_by_name_loses_nothing_and_fleet_resumes_afte
     }
 
     let fleetds: Vec<(String, String)> = futures::future::join_all(cluster.machines().iter().map(fleetd_process)).await;
-    let kept = processes(&cluster, &KEPT).await;
+    let kept = cluster.main_pids(&KEPT).await.unwrap();
     assert_eq!(kept.len(), 3 + 1, "global.service on each machine, plain.service once: {kept:?}");
     let files_before = stored_files(&cluster, "doomed.service").await;
     let m1 = cluster.machine(1).unwrap();
@@ -279,7 +264,7 @@ async fn a_full_etcd_refuses_writes_by_name_loses_nothing_and_fleet_resumes_afte
     // Nothing stored changed, nothing restarted, the units kept running.
     assert_eq!(stored_files(&cluster, "doomed.service").await, files_before, "list-unit-files changed with etcd full");
     assert_eq!(stored_units(m1, "doomed.service").await, units_before, "the API's units changed with etcd full");
-    assert_eq!(processes(&cluster, &KEPT).await, kept, "a running unit was stopped or restarted with etcd full");
+    assert_eq!(cluster.main_pids(&KEPT).await.unwrap(), kept, "a running unit was stopped or restarted with etcd full");
     let now: Vec<(String, String)> = futures::future::join_all(cluster.machines().iter().map(fleetd_process)).await;
     assert_eq!(now, fleetds, "a fleetd restarted with etcd full: (NRestarts, MainPID) per machine");
 
@@ -339,7 +324,7 @@ async fn a_full_etcd_refuses_writes_by_name_loses_nothing_and_fleet_resumes_afte
     let now: Vec<(String, String)> = futures::future::join_all(cluster.machines().iter().map(fleetd_process)).await;
     assert_eq!(now, fleetds, "a fleetd restarted over the full etcd and its recovery");
     let global_before: Vec<_> = kept.iter().filter(|((_, u), _)| u == "global.service").collect();
-    let global_now = processes(&cluster, &["global.service"]).await;
+    let global_now = cluster.main_pids(&["global.service"]).await.unwrap();
     let global_now: Vec<_> = global_now.iter().collect();
     assert_eq!(global_now, global_before, "global.service was restarted over the full etcd and its recovery");
     eprintln!("test took {:.1?}", started.elapsed());

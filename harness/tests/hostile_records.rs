@@ -32,7 +32,6 @@
 //! Against the code before issue 36 it failed with `fresh.service did not become launched with the hostile records
 //! in place: waited 29.9s …` (the lease-less leader key and the unreadable engine version stopped every engine).
 
-use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -283,20 +282,6 @@ async fn fleetd_process(m: &Machine) -> (String, String) {
     (props.get("NRestarts").cloned().unwrap_or_default(), props.get("MainPID").cloned().unwrap_or_default())
 }
 
-/// (machine, unit) → main PID of every kept unit where it runs.
-async fn kept_processes(cluster: &Cluster) -> BTreeMap<(String, String), String> {
-    let mut pids = BTreeMap::new();
-    for m in cluster.machines() {
-        for unit in KEPT {
-            let props = m.systemctl_show(unit, &["MainPID", "ActiveState"]).await.unwrap();
-            if props.get("ActiveState").map(String::as_str) == Some("active") {
-                pids.insert((m.name().to_string(), unit.to_string()), props["MainPID"].clone());
-            }
-        }
-    }
-    pids
-}
-
 /// fleet.service's journal on `m` since `since` (Unix seconds, the machine's clock).
 async fn journal_since(m: &Machine, since: &str) -> String {
     let since = format!("@{since}");
@@ -362,7 +347,7 @@ async fn hostile_records_are_errors_for_themselves_and_everything_else_keeps_wor
         .unwrap_or_else(|| panic!("victim.service not in {}", files.stdout));
 
     let before: Vec<(String, String)> = futures::future::join_all(cluster.machines().iter().map(fleetd_process)).await;
-    let kept = kept_processes(&cluster).await;
+    let kept = cluster.main_pids(&KEPT).await.unwrap();
     assert_eq!(kept.len(), 3 + 2, "global.service on each machine, the plain units once: {kept:?}");
     let m1 = cluster.machine(1).unwrap();
     let since = m1.exec_ok(&["date", "+%s"]).await.unwrap().stdout.trim().to_string();
@@ -467,7 +452,7 @@ async fn hostile_records_are_errors_for_themselves_and_everything_else_keeps_wor
             panic!("fleetd on {} panicked after the hostile writes: {panic}", m.name());
         }
     }
-    let now = kept_processes(&cluster).await;
+    let now = cluster.main_pids(&KEPT).await.unwrap();
     for ((machine, unit), pid) in &kept {
         match now.get(&(machine.clone(), unit.clone())) {
             Some(p) if p == pid => {}

@@ -139,49 +139,40 @@ pub fn parse_copies(shown: &str, probes: &str) -> BTreeMap<String, Copy> {
 /// `unit`'s copies (of the change driver) between `from_ms` and `to_ms`, one line per change: `12.5s  m1:g2 pid 210
 /// inv 3f2a ok  m2:inactive/dead  m3:down`.
 pub fn roll_timeline(rounds: &[RollRound], unit: &str, from_ms: u64, to_ms: u64) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut previous = String::new();
-    for r in rounds.iter().filter(|r| r.t_ms >= from_ms && r.t_ms <= to_ms) {
-        let state = r
-            .machines
-            .iter()
-            .map(|(m, seen)| match seen {
-                None => format!("{m}:down"),
-                Some(units) => match units.get(unit) {
-                    Some(c) => format!("{m}:{c}"),
-                    None => format!("{m}:-"),
-                },
-            })
-            .collect::<Vec<_>>()
-            .join("  ");
-        if state != previous {
-            lines.push(format!("{:>7}  {state}", secs(r.t_ms)));
-            previous = state;
-        }
-    }
-    lines
+    changes(rounds.iter().map(|r| (r.t_ms, &r.machines)), unit, from_ms, to_ms, |c| c.to_string())
 }
 
 /// `unit`'s rounds between `from_ms` and `to_ms`, one line each: `12.5s  m1:pid 210  m2:-  m3:down`, only where
 /// something changed from the line before.
 pub fn timeline(rounds: &[Round], unit: &str, from_ms: u64, to_ms: u64) -> Vec<String> {
+    changes(rounds.iter().map(|r| (r.t_ms, &r.machines)), unit, from_ms, to_ms, |pid| format!("pid {pid}"))
+}
+
+/// The lines of [`timeline`] and [`roll_timeline`]: per round in the window, each machine's cell for `unit`
+/// (`cell` of what it shows, `-` without it, `down` when it could not be read), a line where any cell changed.
+fn changes<'a, T: 'a>(
+    rounds: impl Iterator<Item = (u64, &'a BTreeMap<String, Option<BTreeMap<String, T>>>)>,
+    unit: &str,
+    from_ms: u64,
+    to_ms: u64,
+    cell: impl Fn(&T) -> String,
+) -> Vec<String> {
     let mut lines = Vec::new();
     let mut previous = String::new();
-    for r in rounds.iter().filter(|r| r.t_ms >= from_ms && r.t_ms <= to_ms) {
-        let state = r
-            .machines
+    for (t_ms, machines) in rounds.filter(|(t, _)| *t >= from_ms && *t <= to_ms) {
+        let state = machines
             .iter()
             .map(|(m, seen)| match seen {
                 None => format!("{m}:down"),
                 Some(units) => match units.get(unit) {
-                    Some(pid) => format!("{m}:pid {pid}"),
+                    Some(c) => format!("{m}:{}", cell(c)),
                     None => format!("{m}:-"),
                 },
             })
             .collect::<Vec<_>>()
             .join("  ");
         if state != previous {
-            lines.push(format!("{:>7}  {state}", secs(r.t_ms)));
+            lines.push(format!("{:>7}  {state}", secs(t_ms)));
             previous = state;
         }
     }
