@@ -678,6 +678,10 @@ impl rollout::Cluster for ViewCluster<'_> {
         self.0.units.iter().any(|u| u.name == unit)
     }
 
+    fn moved(&self, unit: &str, machine: &str) -> bool {
+        self.0.units.iter().any(|u| u.name == unit && !u.machine_id.is_empty() && u.machine_id != machine)
+    }
+
     fn metadata(&self, machine: &str) -> BTreeMap<String, String> {
         self.0.machines.iter().find(|m| m.id == machine).map(|m| m.metadata.clone()).unwrap_or_default()
     }

@@ -481,6 +481,12 @@ pub trait Cluster {
     fn drained(&self, _unit: &str, _machine: &str) -> bool {
         false
     }
+    /// Whether `unit` is scheduled to a machine other than `machine` (a unit that is not global moved away, e.g.
+    /// rescheduled off a machine that left): its step there is over, and its new machine takes a step of its own.
+    /// Never by default.
+    fn moved(&self, _unit: &str, _machine: &str) -> bool {
+        false
+    }
     /// A machine's metadata (for `order` rules); none by default.
     fn metadata(&self, _machine: &str) -> BTreeMap<String, String> {
         BTreeMap::new()
@@ -514,7 +520,7 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
     }
     let replace = spec.kind == RolloutKind::Replace;
     if rollout.control.action == Action::Abort && !progress.undoing() {
-        if replace && progress.steps.iter().any(|s| changed_machine(s.phase)) {
+        if replace && progress.steps.iter().any(needs_undo) {
             // Machines that were not reached keep the old version; the others return to it step by step.
             roll_back = start_undo(spec, &mut progress, RolloutState::Aborted);
             progress.undo_reason = "aborted by request".into();
@@ -533,6 +539,7 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
         progress.resumes = rollout.control.resumes;
         progress.started_ms = now_ms;
         let skip = rollout.control.skip_failed;
+        let undoing_now = progress.undoing();
         let steps = if progress.undoing() { &mut progress.undo } else { &mut progress.steps };
         for step in steps.iter_mut().filter(|s| matches!(s.phase, Phase::Failed | Phase::Skipped)) {
             if skip {
@@ -545,6 +552,15 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
                 step.waived = true;
             } else if step.phase == Phase::Skipped {
                 continue;
+            } else if replace && serves_its_version(spec, step, cluster, undoing_now) {
+                // It still runs the version its step brought, active: its check failed, or its restart counter
+                // moved. It is judged again where it stands; back to pending, its machine would first return to
+                // the other version, a restart more for one retry.
+                step.phase = Phase::Updating;
+                step.released_ms = now_ms;
+                step.healthy_since_ms = 0;
+                step.restarts_at_healthy = None;
+                step.detail.clear();
             } else {
                 step.phase = Phase::Pending;
                 step.detail.clear();
@@ -556,6 +572,9 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
         progress.state = RolloutState::Aborted;
         progress.reason = "its units were destroyed".into();
         return Advanced { progress, roll_back, wake_at_ms: None };
+    }
+    if replace {
+        take_up(spec, &mut progress, cluster, now_ms);
     }
     let mut wake = Wake::default();
     let undoing = progress.undoing();
@@ -669,6 +688,71 @@ fn changed_machine(phase: Phase) -> bool {
     matches!(phase, Phase::Updating | Phase::Healthy | Phase::Done | Phase::Failed)
 }
 
+/// Whether an undo must return forward `step`'s machine: it changed it, or was released before its machine left
+/// (the machine may come back on the new version; its undo step waits for it, see [`take_up`]).
+fn needs_undo(step: &Step) -> bool {
+    changed_machine(step.phase) || (step.phase == Phase::Skipped && step.released_ms > 0 && !step.waived)
+}
+
+/// A step skipped because its machine left (or its unit moved away) before it was released, and not given up by
+/// the user: while it is away, and when it comes back until its step is taken up again, the machine keeps the
+/// version it had.
+fn left_unreleased(step: &Step) -> bool {
+    step.phase == Phase::Skipped && step.released_ms == 0 && !step.waived
+}
+
+/// Whether failed `step`'s machine still runs, active, the version the step brought.
+fn serves_its_version(spec: &RolloutSpec, step: &Step, cluster: &impl Cluster, undoing: bool) -> bool {
+    let seen = cluster.observe(&step.unit, &step.machine);
+    seen.present && seen.active_state == "active" && arrived(spec, step, &seen, undoing)
+}
+
+/// Whether `machine` holds `unit` again (present, publishing it or scheduled it, not drained, the unit not moved
+/// elsewhere).
+fn holds_again(cluster: &impl Cluster, unit: &str, machine: &str) -> bool {
+    cluster.observe(unit, machine).present
+        && !cluster.moved(unit, machine)
+        && !cluster.drained(unit, machine)
+        && cluster.holders(unit).iter().any(|m| m == machine)
+}
+
+/// Keeps a replace rollout's machines complete while it runs: every machine that holds one of its units is in it.
+/// A machine that came back after its step was skipped takes that step up again: pending if it was never released
+/// (it kept the old version, [`pinned_hash`]), released again if it was (it follows the new version; its check is
+/// waited for anew). A machine that holds a unit and has no step (it joined, or an instance was rescheduled onto
+/// it) gets a pending step at the end; until then it keeps the old version too. While undoing, the undo steps are
+/// taken up the same way; a machine without a forward step follows the unit object, the old version, already.
+/// Without this, such machines followed the unit object at once, outside the budget and the health gate.
+fn take_up(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cluster, now_ms: u64) {
+    let undoing = progress.undoing();
+    for unit in spec.units.iter().filter(|u| cluster.exists(&u.name)) {
+        let list = if undoing { &mut progress.undo } else { &mut progress.steps };
+        for step in list.iter_mut().filter(|s| s.unit == unit.name && s.phase == Phase::Skipped && !s.waived) {
+            if !holds_again(cluster, &step.unit, &step.machine) {
+                continue;
+            }
+            step.detail.clear();
+            step.down_since_ms = 0;
+            if step.released_ms == 0 {
+                step.phase = Phase::Pending;
+            } else {
+                step.phase = Phase::Updating;
+                step.released_ms = now_ms;
+                step.healthy_since_ms = 0;
+                step.restarts_at_healthy = None;
+            }
+        }
+        if undoing {
+            continue;
+        }
+        for machine in cluster.holders(&unit.name) {
+            if progress.step(&unit.name, &machine).is_none() && holds_again(cluster, &unit.name, &machine) {
+                progress.steps.push(Step::pending(&unit.name, &machine));
+            }
+        }
+    }
+}
+
 /// Turns a replace into its undo, ending in `end`: one undo step per machine the rollout changed, each pending (it
 /// keeps the new version until its undo step is released), the failed ones first, then those in the middle of their
 /// change, then the others; `release` lets them go within the budget. Returns the units whose object goes back to
@@ -677,7 +761,7 @@ fn start_undo(spec: &RolloutSpec, progress: &mut RolloutProgress, end: RolloutSt
     let mut undo: Vec<(u8, Step)> = progress
         .steps
         .iter()
-        .filter(|s| changed_machine(s.phase))
+        .filter(|s| needs_undo(s))
         .map(|s| {
             // A failed one goes first: while it does not serve, its undo costs nothing more (`release` takes the
             // machines that are down first). It is released by `release` like any other undo step, within the cap on
@@ -762,6 +846,11 @@ fn check_released(
     if !seen.present {
         step.phase = Phase::Skipped;
         step.detail = "the machine left the cluster".into();
+        return;
+    }
+    if cluster.moved(&step.unit, &step.machine) {
+        step.phase = Phase::Skipped;
+        step.detail = MOVED.into();
         return;
     }
     if !spec.kind.plans_steps() && cluster.drained(&step.unit, &step.machine) {
@@ -1043,6 +1132,8 @@ fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
             "the unit was destroyed"
         } else if !cluster.observe(&step.unit, &step.machine).present {
             "the machine left the cluster"
+        } else if cluster.moved(&step.unit, &step.machine) {
+            MOVED
         } else if !spec.kind.plans_steps() && cluster.drained(&step.unit, &step.machine) {
             DRAINED
         } else {
@@ -1107,7 +1198,7 @@ fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
 /// the check of the version it runs, or gone. A unit that is not global and now runs on a machine the rollout does
 /// not name counts as served there.
 fn not_serving(spec: &RolloutSpec, progress: &RolloutProgress, step: &Step, cluster: &impl Cluster) -> Option<String> {
-    if !cluster.exists(&step.unit) {
+    if !cluster.exists(&step.unit) || cluster.moved(&step.unit, &step.machine) {
         return None;
     }
     let unit = spec.unit(&step.unit)?;
@@ -1130,6 +1221,9 @@ fn not_serving(spec: &RolloutSpec, progress: &RolloutProgress, step: &Step, clus
     }
     Some(seen.why_not_serving(unit))
 }
+
+/// The detail of a step skipped because its unit (not a global one) is scheduled to another machine now.
+pub const MOVED: &str = "the unit moved to another machine";
 
 /// The detail of a step skipped because a drain stopped its unit on its machine.
 pub const DRAINED: &str = "a drain stopped the unit on this machine (it stays stopped until uncordon)";
@@ -1204,9 +1298,10 @@ pub fn hash_on<'a>(
 }
 
 /// The version `machine` must keep running of `unit` because a replace rollout has not reached it yet: the old
-/// hash while its step is pending (or before the engine has written any progress); while the rollout is undone,
-/// the new hash while its undo step is pending (the unit object is back on the old version by then). `None`
-/// otherwise: the machine follows the unit object.
+/// hash while its step is pending, or it has no step yet (before the engine has written any progress, or it joined
+/// since: [`take_up`] gives it one), or its step was skipped before its release because it left; while the rollout
+/// is undone, the new hash while its undo step is pending or was skipped so (the unit object is back on the old
+/// version by then). `None` otherwise: the machine follows the unit object.
 pub(crate) fn pinned_hash<'a>(
     rollouts: impl IntoIterator<Item = &'a Rollout>,
     unit: &str,
@@ -1219,10 +1314,14 @@ pub(crate) fn pinned_hash<'a>(
         let u = r.spec.unit(unit)?;
         match &r.progress {
             None => Some(u.from.as_str()),
-            Some(p) if p.undoing() => {
-                p.undo_step(unit, machine).is_some_and(|s| s.phase == Phase::Pending).then_some(u.to.as_str())
-            }
-            Some(p) => p.step(unit, machine).is_some_and(|s| s.phase == Phase::Pending).then_some(u.from.as_str()),
+            Some(p) if p.undoing() => p
+                .undo_step(unit, machine)
+                .is_some_and(|s| s.phase == Phase::Pending || left_unreleased(s))
+                .then_some(u.to.as_str()),
+            Some(p) => p
+                .step(unit, machine)
+                .is_none_or(|s| s.phase == Phase::Pending || left_unreleased(s))
+                .then_some(u.from.as_str()),
         }
     })
 }

@@ -5,9 +5,10 @@ use super::*;
 const OLD: &str = "1111111111111111111111111111111111111111";
 const NEW: &str = "2222222222222222222222222222222222222222";
 
-/// A cluster as a table: (unit, machine) → observation; holders are the machines listed for a unit.
+/// A cluster as a table: (unit, machine) → observation; holders are the machines listed for a unit. The second
+/// field: (unit, machine) pairs whose unit is scheduled elsewhere now ([`Cluster::moved`]).
 #[derive(Default)]
-struct Table(BTreeMap<(String, String), Observed>);
+struct Table(BTreeMap<(String, String), Observed>, std::collections::BTreeSet<(String, String)>);
 
 impl Table {
     fn with(machines: &[&str], hash: &str) -> Table {
@@ -45,6 +46,14 @@ impl Table {
     fn leave(&mut self, machine: &str) {
         self.0.get_mut(&("db.service".into(), machine.into())).unwrap().present = false;
     }
+    fn back(&mut self, machine: &str) {
+        self.0.get_mut(&("db.service".into(), machine.into())).unwrap().present = true;
+    }
+    /// The unit is no longer on `machine`: rescheduled elsewhere (it stops publishing there).
+    fn moved_off(&mut self, machine: &str) {
+        self.0.insert(("db.service".into(), machine.into()), Observed { present: true, ..Observed::default() });
+        self.1.insert(("db.service".into(), machine.into()));
+    }
 }
 
 impl Cluster for Table {
@@ -57,6 +66,9 @@ impl Cluster for Table {
     fn holders(&self, unit: &str) -> Vec<String> {
         // Reversed on purpose: steps must come out in machine-ID order whatever the cluster's order.
         self.0.keys().filter(|(u, _)| u == unit).map(|(_, m)| m.clone()).rev().collect()
+    }
+    fn moved(&self, unit: &str, machine: &str) -> bool {
+        self.1.contains(&(unit.to_string(), machine.to_string()))
     }
 }
 
@@ -1026,4 +1038,144 @@ fn an_undo_takes_failed_steps_back_within_the_budget_even_when_they_serve_again(
     step(&mut r, &c, 10);
     step(&mut r, &c, 10 + DOWN_SETTLE_MS);
     assert_eq!(undo_phases(&r), [("m2", "updating"), ("m1", "pending")], "the failed one at once, the other waits");
+}
+
+/// Found by the nemesis (issue 37): a machine with no step followed the unit object at once, outside the budget and
+/// the health gate. One that joins while a replace runs keeps the old version and takes a step at the end.
+#[test]
+fn a_machine_that_joins_during_a_replace_keeps_the_old_version_and_takes_a_step_within_the_budget() {
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    assert_eq!(phases(&r), [("m1", "updating"), ("m2", "pending")]);
+    // m3 joins and starts the unit: before the engine saw it, its agent keeps it on the old version.
+    assert_eq!(pinned_hash([&r], "db.service", "m3"), Some(OLD), "no step yet: the old version");
+    c.set("m3", OLD, "active");
+    step(&mut r, &c, 1);
+    assert_eq!(phases(&r), [("m1", "updating"), ("m2", "pending"), ("m3", "pending")], "taken up at the end");
+    assert_eq!(pinned_hash([&r], "db.service", "m3"), Some(OLD));
+    for (t, m) in [(2, "m1"), (3, "m2")] {
+        c.set(m, NEW, "active");
+        step(&mut r, &c, t);
+    }
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "done"), ("m3", "updating")], "one at a time, m3 last");
+    assert_eq!(r.state(), RolloutState::Running, "not done before the machine that joined");
+    c.set("m3", NEW, "active");
+    step(&mut r, &c, 4);
+    assert_eq!(r.state(), RolloutState::Done);
+}
+
+/// A machine whose step was skipped because it left comes back into the rollout: on the old version when it had
+/// not been released (pending again), judged anew when it had (released again); and an abort returns the second.
+#[test]
+fn a_machine_that_comes_back_takes_its_skipped_step_up_again() {
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 2, 0, OnFailure::Pause));
+    // Real times are Unix ms: a released step's release time is never 0.
+    step(&mut r, &c, 1_000);
+    assert_eq!(phases(&r), [("m1", "updating"), ("m2", "updating"), ("m3", "pending")]);
+    c.leave("m2");
+    c.leave("m3");
+    step(&mut r, &c, 1_001);
+    assert_eq!(phases(&r), [("m1", "updating"), ("m2", "skipped"), ("m3", "skipped")]);
+    assert_eq!(pinned_hash([&r], "db.service", "m3"), Some(OLD), "skipped before its release: the old version");
+    assert_eq!(pinned_hash([&r], "db.service", "m2"), None, "released before it left: the new version");
+    c.back("m2");
+    c.back("m3");
+    c.set("m2", NEW, "activating");
+    step(&mut r, &c, 5_000);
+    assert_eq!(phases(&r), [("m1", "updating"), ("m2", "updating"), ("m3", "pending")]);
+    assert_eq!(r.progress.as_ref().unwrap().steps[1].released_ms, 5_000, "its health timeout runs from its return");
+    c.set("m1", NEW, "active");
+    r.control.action = Action::Abort;
+    let a = step(&mut r, &c, 5_001);
+    assert_eq!(a.roll_back, r.spec.units);
+    assert_eq!(undo_phases(&r).len(), 2, "m1 and m2 go back, m3 never changed: {:?}", undo_phases(&r));
+    assert_eq!(pinned_hash([&r], "db.service", "m3"), None, "never changed: follows the unit (the old version)");
+
+    // Left after its release, away when the undo begins, back later: its undo step waits for it, in the budget.
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    step(&mut r, &c, 1_000);
+    c.set("m1", NEW, "activating");
+    c.leave("m1");
+    step(&mut r, &c, 1_001);
+    assert_eq!(phases(&r), [("m1", "skipped"), ("m2", "pending")]);
+    r.control.action = Action::Abort;
+    step(&mut r, &c, 1_002);
+    assert_eq!(undo_phases(&r), [("m1", "skipped")], "an undo step for the machine that may come back on it");
+    assert_eq!(r.state(), RolloutState::Aborted, "nothing left to undo while it is away");
+}
+
+/// Found by the nemesis (issue 37): an instance rescheduled in the middle of a rollout (its machine died) ran the
+/// new version at once on its new machine, and an undo step on the machine it left waited out its health timeout.
+#[test]
+fn an_instance_rescheduled_during_a_rollout_moves_its_step_with_it() {
+    let mut c = Table::with(&["m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    r.control.action = Action::Pause;
+    step(&mut r, &c, 0);
+    assert_eq!(phases(&r), [("m2", "pending")]);
+    c.moved_off("m2");
+    assert_eq!(pinned_hash([&r], "db.service", "m1"), Some(OLD), "its new machine starts the old version");
+    c.set("m1", OLD, "active");
+    step(&mut r, &c, 1);
+    assert_eq!(phases(&r), [("m2", "pending"), ("m1", "pending")]);
+    r.control.action = Action::Run;
+    step(&mut r, &c, 2);
+    assert_eq!(phases(&r), [("m2", "skipped"), ("m1", "updating")], "{:?}", r.progress);
+    assert_eq!(r.progress.as_ref().unwrap().steps[0].detail, MOVED);
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 3);
+    assert_eq!(r.state(), RolloutState::Done);
+
+    // Undoing: the instance leaves m1 (done, on the new version) for m3; its undo step there is over at once.
+    let mut c = Table::with(&["m1"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 10_000, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 1);
+    r.control.action = Action::Abort;
+    step(&mut r, &c, 2);
+    assert_eq!(undo_phases(&r), [("m1", "updating")]);
+    c.moved_off("m1");
+    c.set("m3", OLD, "active");
+    let a = step(&mut r, &c, 3);
+    assert_eq!(r.state(), RolloutState::Aborted, "not waiting 60 s for a unit m1 no longer has: {:?}", a.progress);
+    assert_eq!(undo_phases(&r), [("m1", "skipped")]);
+}
+
+/// Found by the nemesis (issue 37): a plain resume sent failed steps back to pending, so a machine that still served
+/// the new version (its check had flapped) returned to the old one first, then to the new one: two restarts for one
+/// retry.
+#[test]
+fn a_resume_judges_failed_machines_still_serving_the_new_version_where_they_stand() {
+    use crate::model::HealthStatus::*;
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    for m in ["m1", "m2", "m3"] {
+        c.health(m, Healthy, "");
+    }
+    let mut r = rollout(checked_spec(1, 0, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    for (t, m) in [(1, "m1"), (2, "m2")] {
+        c.set(m, NEW, "active");
+        c.health(m, Healthy, "");
+        step(&mut r, &c, t);
+    }
+    c.health("m1", Unhealthy, "flap");
+    c.health("m2", Unhealthy, "flap");
+    step(&mut r, &c, 3);
+    assert_eq!(phases(&r), [("m1", "failed"), ("m2", "failed"), ("m3", "updating")]);
+    c.health("m1", Healthy, "");
+    c.health("m2", Healthy, "");
+    r.control.resumes = 1;
+    step(&mut r, &c, 4);
+    assert_eq!(phases(&r)[..2], [("m1", "done"), ("m2", "done")], "judged again where they stand, not sent back");
+    for m in ["m1", "m2"] {
+        assert_eq!(pinned_hash([&r], "db.service", m), None, "{m} keeps the new version");
+    }
+    c.set("m3", NEW, "active");
+    c.health("m3", Healthy, "");
+    step(&mut r, &c, 5);
+    assert_eq!(r.state(), RolloutState::Done, "{:?}", phases(&r));
 }

@@ -50,6 +50,11 @@ impl rollout::Cluster for SnapshotCluster<'_> {
         self.0.unit_record(unit).is_some_and(|r| r.object.is_some())
     }
 
+    /// Scheduled (a global unit never is) to another machine.
+    fn moved(&self, unit: &str, machine: &str) -> bool {
+        self.0.unit_record(unit).and_then(|r| r.target.as_deref()).is_some_and(|t| t != machine)
+    }
+
     /// Present machines that publish a state of the unit (every machine running a global unit; a scheduled unit's
     /// machine), else the unit's scheduled machine.
     fn holders(&self, unit: &str) -> Vec<String> {
