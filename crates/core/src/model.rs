@@ -75,6 +75,14 @@ pub struct MachineState {
     pub load_fault: Option<LoadFault>,
 }
 
+/// The global units a machine runs, as its agent publishes them under a lease of its own that outlives the machine
+/// by `rollout::REMEMBER_DEPARTED` (`P/machines/<id>/global-units`): a rollout begun shortly after the machine left
+/// still counts it as a machine where those units should run and do not.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct GlobalUnits {
+    pub units: std::collections::BTreeSet<String>,
+}
+
 /// Why a machine cannot write unit files, as its agent publishes it (issue 37, a full disk).
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct LoadFault {

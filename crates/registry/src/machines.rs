@@ -17,7 +17,7 @@ use super::error::{RegistryError, Result};
 use super::keys::{Component, check_component};
 use super::records::{Cordon, MachineObject, encode_json};
 use super::roles::{AgentSession, ApiWriter};
-use fleet_core::model::{LoadFault, MachineState};
+use fleet_core::model::{GlobalUnits, LoadFault, MachineState};
 
 /// What [`Registry::register_machine`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,6 +130,18 @@ impl AgentSession {
         let value = encode_json(fault);
         self.kv()
             .put(key.as_str(), value, Some(PutOptions::new().with_lease(self.lease())))
+            .await
+            .map_err(RegistryError::etcd("put", key))?;
+        Ok(())
+    }
+
+    /// Publishes the global units this machine runs under its memory lease, so that they outlive it by
+    /// `rollout::REMEMBER_DEPARTED` (issue 37). Without a memory lease, nothing is written.
+    pub async fn put_global_units(&self, units: &GlobalUnits) -> Result<()> {
+        let Some(memory) = self.memory() else { return Ok(()) };
+        let key = self.keys.machine_global_units(self.machine());
+        self.kv()
+            .put(key.as_str(), encode_json(units), Some(PutOptions::new().with_lease(memory)))
             .await
             .map_err(RegistryError::etcd("put", key))?;
         Ok(())

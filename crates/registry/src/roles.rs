@@ -44,13 +44,25 @@ pub struct AgentSession {
     registry: Registry,
     machine: String,
     lease: i64,
+    /// The machine's memory lease (`rollout::REMEMBER_DEPARTED`), if it has one: its global units are published
+    /// under it.
+    memory: Option<i64>,
 }
 
 impl AgentSession {
     /// The session of `machine`, whose presence lease is `lease`.
     pub fn new(registry: Registry, machine: &str, lease: i64) -> Result<AgentSession> {
         check_component(Component::MachineId, machine)?;
-        Ok(AgentSession { registry, machine: machine.to_string(), lease })
+        Ok(AgentSession { registry, machine: machine.to_string(), lease, memory: None })
+    }
+
+    /// This session with the machine's memory lease (see [`AgentSession::put_global_units`]).
+    pub fn with_memory(self, lease: i64) -> AgentSession {
+        AgentSession { memory: Some(lease), ..self }
+    }
+
+    pub fn memory(&self) -> Option<i64> {
+        self.memory
     }
 
     pub fn machine(&self) -> &str {

@@ -1222,6 +1222,12 @@ fn not_serving(spec: &RolloutSpec, progress: &RolloutProgress, step: &Step, clus
     Some(seen.why_not_serving(unit))
 }
 
+/// How long etcd remembers the global units of a machine after it left (the TTL of the lease its
+/// `P/machines/<id>/global-units` record is bound to, kept alive by its fleetd): a rollout begun within that time
+/// counts the machine against its budget, as it counts a machine that leaves while it runs. Timed by etcd, so no
+/// machine's clock decides it. A machine gone for good stops counting for new rollouts after this.
+pub const REMEMBER_DEPARTED: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// The detail of a step skipped because its unit (not a global one) is scheduled to another machine now.
 pub const MOVED: &str = "the unit moved to another machine";
 

@@ -17,6 +17,7 @@
 //! | `P/machines/<id>/metadata/<key>` | plain string; `""` is a tombstone hiding a config key (§3.3) | — | API `PATCH /machines` | all |
 //! | `P/machines/<id>/cordon` | JSON `{"sinceMs"}` (`records::Cordon`): the machine takes no new unit | — | API `PUT`/`DELETE /machines/<id>/cordon` | engine, agents, API |
 //! | `P/machines/<id>/load-fault` | JSON `model::LoadFault` `{"reason","sinceMs","units"}`: unit files cannot be written there; it takes no new unit | that machine's lease | agent of `<id>` (put when a write fails, deleted once a probe write succeeds) | engine, agents, API |
+//! | `P/machines/<id>/global-units` | JSON `model::GlobalUnits` `{"units"}`: the global units the machine runs, remembered for `rollout::REMEMBER_DEPARTED` after it leaves | that machine's memory lease (TTL `REMEMBER_DEPARTED`, kept alive by its fleetd) | agent of `<id>` (put when the set changes) | engine (rollout budgets) |
 //! | `P/engine/leader` | machine ID of the engine leader | engine lease (`5×EIV`) | engine (create-if-absent; resign = delete-if-ours) | engines, API |
 //! | `P/engine/version` | cluster engine version, decimal | — | engine (check-and-set) | engines |
 //! | `P/units/<name>/restarted/<machine>` | ID of the rollout the machine last restarted the unit for | that machine's lease | agent of `<machine>` | engine |
@@ -71,6 +72,7 @@ pub enum Key {
     MachineMetadata { machine: String, key: String },
     MachineCordon { machine: String },
     MachineLoadFault { machine: String },
+    MachineGlobalUnits { machine: String },
     EngineLeader,
     EngineVersion,
     UnitRestarted { unit: String, machine: String },
@@ -281,6 +283,11 @@ impl Keys {
         self.key(&["machines", machine, "load-fault"])
     }
 
+    /// The global units the machine runs, outliving it by `rollout::REMEMBER_DEPARTED` (issue 37).
+    pub fn machine_global_units(&self, machine: &str) -> String {
+        self.key(&["machines", machine, "global-units"])
+    }
+
     pub fn engine_leader(&self) -> String {
         self.key(&["engine", "leader"])
     }
@@ -351,6 +358,7 @@ impl Keys {
             ["machines", machine, "metadata", key] => Key::MachineMetadata { machine: s(machine), key: s(key) },
             ["machines", machine, "cordon"] => Key::MachineCordon { machine: s(machine) },
             ["machines", machine, "load-fault"] => Key::MachineLoadFault { machine: s(machine) },
+            ["machines", machine, "global-units"] => Key::MachineGlobalUnits { machine: s(machine) },
             ["engine", "leader"] => Key::EngineLeader,
             ["engine", "version"] => Key::EngineVersion,
             ["units", unit, "restarted", machine] => Key::UnitRestarted { unit: s(unit), machine: s(machine) },
@@ -376,6 +384,7 @@ impl Keys {
             Key::MachineMetadata { machine, key } => self.machine_metadata(machine, key),
             Key::MachineCordon { machine } => self.machine_cordon(machine),
             Key::MachineLoadFault { machine } => self.machine_load_fault(machine),
+            Key::MachineGlobalUnits { machine } => self.machine_global_units(machine),
             Key::EngineLeader => self.engine_leader(),
             Key::EngineVersion => self.engine_version(),
             Key::UnitRestarted { unit, machine } => self.unit_restarted(unit, machine),
@@ -461,6 +470,7 @@ mod tests {
             Key::MachineMetadata { machine: "m".into(), key: "role".into() },
             Key::MachineCordon { machine: "m".into() },
             Key::MachineLoadFault { machine: "m".into() },
+            Key::MachineGlobalUnits { machine: "m".into() },
             Key::EngineLeader,
             Key::EngineVersion,
             Key::UnitRestarted { unit: "a.service".into(), machine: "m".into() },

@@ -56,10 +56,17 @@ impl rollout::Cluster for SnapshotCluster<'_> {
     }
 
     /// Present machines that publish a state of the unit (every machine running a global unit; a scheduled unit's
-    /// machine), else the unit's scheduled machine.
+    /// machine), and machines that left less than `rollout::REMEMBER_DEPARTED` ago running it as a global unit
+    /// (their `global-units` record outlives them): a rollout counts those as machines where it should run and
+    /// does not. Else the unit's scheduled machine.
     fn holders(&self, unit: &str) -> Vec<String> {
         let s = self.0;
         let present = |m: &str| s.machine_records().get(m).is_some_and(|r| r.object.is_some());
+        let departed = s
+            .machine_records()
+            .iter()
+            .filter(|(_, r)| r.object.is_none() && r.global_units.as_ref().is_some_and(|g| g.units.contains(unit)))
+            .map(|(m, _)| m.to_string());
         let publishing: Vec<String> = s
             .state_records()
             .get(unit)
@@ -67,6 +74,7 @@ impl rollout::Cluster for SnapshotCluster<'_> {
             .flat_map(|per_machine| per_machine.keys())
             .filter(|m| present(m))
             .map(|m| m.to_string())
+            .chain(departed)
             .collect();
         if !publishing.is_empty() {
             return publishing;
@@ -145,5 +153,62 @@ mod tests {
         let again = advance(&Rollout { progress: Some(first), ..restart }, &c, 20).progress;
         assert_eq!(again.steps[0].phase, Phase::Skipped, "{again:?}");
         assert_eq!(again.steps[0].detail, crate::rollout::DRAINED);
+    }
+
+    /// Issue 37 (nemesis): a machine that left shortly before a rollout of a global unit began counts against its
+    /// budget, as one that leaves during it does: its `global-units` record outlives it for
+    /// `rollout::REMEMBER_DEPARTED`. A record that does not decode counts for nothing.
+    #[test]
+    fn a_machine_that_left_just_before_a_rollout_counts_against_its_budget() {
+        use crate::rollout::{Control, Rollout, RolloutKind, RolloutSpec, RolloutUnit, advance};
+        use crate::store::snapshot::tests::{H1, H2};
+        let machine = |id: &str| Key::MachineObject { machine: id.into() };
+        let remembered = |record: &str| {
+            Build::new()
+                .put_lease(machine("m1"), r#"{"id":"m1"}"#, 7)
+                .put_lease(machine("m3"), r#"{"id":"m3"}"#, 7)
+                .put_lease(Key::MachineGlobalUnits { machine: "m2".into() }, record, 9)
+                .unit("g.service", H2, None, "launched")
+                .state("g.service", "m1", H1)
+                .state("g.service", "m3", H1)
+                .done()
+        };
+        let unit = RolloutUnit { name: "g.service".into(), from: H1.into(), to: H2.into(), ..RolloutUnit::default() };
+        let spec = RolloutSpec {
+            id: "r1".into(),
+            kind: RolloutKind::Replace,
+            units: vec![unit],
+            max_unavailable: 1,
+            health_timeout_ms: 60_000,
+            ..RolloutSpec::default()
+        };
+        let rollout = Rollout { spec, control: Control::default(), progress: None };
+        let s = remembered(r#"{"units":["g.service","other.service"]}"#);
+        let c = SnapshotCluster(&s);
+        assert!(!c.observe("g.service", "m2").present);
+        let p = advance(&rollout, &c, 10).progress;
+        let phases: Vec<(&str, &str)> = p.steps.iter().map(|s| (s.machine.as_str(), s.phase.as_str())).collect();
+        assert_eq!(phases, [("m1", "pending"), ("m2", "skipped"), ("m3", "pending")]);
+        assert_eq!(p.reason, "waiting: 1 of at most 1 unavailable already: g.service on m2 (left the cluster)");
+
+        let s = remembered("not json");
+        let p = advance(&rollout, &SnapshotCluster(&s), 10).progress;
+        let phases: Vec<(&str, &str)> = p.steps.iter().map(|s| (s.machine.as_str(), s.phase.as_str())).collect();
+        assert_eq!(phases, [("m1", "updating"), ("m3", "pending")], "an unreadable record remembers nothing");
+    }
+
+    /// A unit that is not global moved when it is scheduled to another machine; a global one never moves.
+    #[test]
+    fn a_unit_moved_when_scheduled_elsewhere() {
+        use crate::store::snapshot::tests::H1;
+        let s = Build::new()
+            .unit("a.service", H1, None, "launched")
+            .put(Key::UnitTarget { unit: "a.service".into() }, "m2")
+            .unit("g.service", H1, None, "launched")
+            .done();
+        let c = SnapshotCluster(&s);
+        assert!(c.moved("a.service", "m1"));
+        assert!(!c.moved("a.service", "m2"));
+        assert!(!c.moved("g.service", "m1"));
     }
 }

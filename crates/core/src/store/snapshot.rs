@@ -157,11 +157,18 @@ pub struct MachineRecord {
     /// its lease). One that does not decode is nobody's word (its agent writes only what decodes): logged and read
     /// as no fault, so a stray write cannot keep units off a machine.
     pub load_fault: Option<crate::model::LoadFault>,
+    /// The global units the machine runs, as its agent last published them (`P/machines/<id>/global-units`); kept
+    /// by etcd for `rollout::REMEMBER_DEPARTED` after the machine left. One that does not decode reads as none.
+    pub global_units: Option<crate::model::GlobalUnits>,
 }
 
 impl MachineRecord {
     fn is_empty(&self) -> bool {
-        self.object.is_none() && self.metadata.is_empty() && !self.has_cordon_key() && self.load_fault.is_none()
+        self.object.is_none()
+            && self.metadata.is_empty()
+            && !self.has_cordon_key()
+            && self.load_fault.is_none()
+            && self.global_units.is_none()
     }
 
     /// Whether the machine's cordon key exists, decodable or not.
@@ -482,6 +489,19 @@ impl Snapshot {
                     }
                 })
             }
+            Key::MachineGlobalUnits { machine } => {
+                let read = value.map(|v| decode_json::<crate::model::GlobalUnits>(&full(), "machine global units", v));
+                self.update_machine(machine, |m| {
+                    m.global_units = match read {
+                        Some(Ok(units)) => Some(units),
+                        Some(Err(e)) => {
+                            warn(e);
+                            None
+                        }
+                        None => None,
+                    }
+                })
+            }
             Key::MachineMetadata { machine, key } => self.update_machine(machine, |m| {
                 match value.map(|v| decode_text(&full(), "metadata value", v)) {
                     Some(Ok(v)) => m.metadata.insert(key, v),
@@ -532,7 +552,8 @@ fn invalid_name(key: &Key) -> Option<String> {
         Key::Body { hash } => component(Component::Hash, hash),
         Key::MachineObject { machine: m }
         | Key::MachineCordon { machine: m }
-        | Key::MachineLoadFault { machine: m } => machine(m),
+        | Key::MachineLoadFault { machine: m }
+        | Key::MachineGlobalUnits { machine: m } => machine(m),
         Key::MachineMetadata { machine: m, key } => machine(m).or_else(|| component(Component::MetadataKey, key)),
         Key::RolloutSpec { id } | Key::RolloutControl { id } | Key::RolloutProgress { id } => {
             component(Component::RolloutId, id)

@@ -77,6 +77,8 @@ pub struct Agent<S = Systemd> {
     health: HealthChecks<S>,
     /// Unit files this machine could not write (issue 37), kept across runs; re-published under each new lease.
     load_faults: LoadFaults,
+    /// The global units last published under the memory lease (`None`: not yet under this run's lease).
+    global_units: Option<BTreeSet<String>>,
 }
 
 impl<S: SystemdOps + Clone + 'static> Agent<S> {
@@ -105,6 +107,7 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
             fence: Fence::default(),
             health,
             load_faults: LoadFaults::default(),
+            global_units: None,
         })
     }
 
@@ -128,6 +131,7 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
         write_markers(&registry, rebind).await;
         // A load fault published under an earlier lease went with it.
         self.load_faults.published(&Publish::Clear);
+        self.global_units = None;
 
         // Both loops end when `stop` is cancelled; the publisher also ends when the reconcile loop fails.
         let inner = stop.child_token();
@@ -162,6 +166,7 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
                 executor: &mut self.executor,
                 cache: &mut self.cache,
                 load_faults: &mut self.load_faults,
+                global_units: &mut self.global_units,
                 units_dir: &self.config.units_dir,
                 machine: &machine,
                 snapshots,
@@ -257,6 +262,8 @@ pub(crate) struct Reconciled {
     pub held: Vec<(Planned, Blocker)>,
     /// Launched-marker writes that make the registry match (event-based from the reports, plus repairs).
     pub markers: Vec<Marker>,
+    /// The global units this machine should run (published under its memory lease, so they outlive it).
+    pub global: BTreeSet<String>,
 }
 
 /// One reconcile of this machine (the shell around the pure functions; systemd behind [`SystemdOps`] so tests
@@ -317,7 +324,7 @@ pub(crate) async fn reconcile_fenced<S: SystemdOps>(
         .filter_map(|(name, r)| r.launched.get(me).map(|h| (name.to_string(), h.to_string())))
         .collect();
     let markers = marker_plan(&reports, executor.loaded(), &executor.launched_hashes(), &have);
-    Ok(Reconciled { reports, held: round.held, markers })
+    Ok(Reconciled { reports, held: round.held, markers, global: round.global })
 }
 
 fn is_down(task: &Task) -> bool {
@@ -327,6 +334,8 @@ fn is_down(task: &Task) -> bool {
 /// One round's inputs: the desired units and the plan, with held starts taken out.
 struct Round {
     desired: BTreeMap<String, Desired>,
+    /// The desired units that are global.
+    global: BTreeSet<String>,
     planned: Vec<Planned>,
     held: Vec<(Planned, Blocker)>,
 }
@@ -378,7 +387,8 @@ fn prepare<S: SystemdOps>(
     }
     let (planned, held) =
         hold_starts(planned, |name| start_blocker(me, global.contains(name), &other_copies(snapshot, name, me)));
-    Ok(Round { desired, planned, held })
+    let global_here = desired.keys().filter(|name| global.contains(name.as_str())).cloned().collect();
+    Ok(Round { desired, global: global_here, planned, held })
 }
 
 /// The marker writes after a run: the reports' markers (the last one per unit wins), then repairs
@@ -504,6 +514,7 @@ struct ReconcileLoop<'a, S> {
     executor: &'a mut Executor<S>,
     cache: &'a mut UnitCache,
     load_faults: &'a mut LoadFaults,
+    global_units: &'a mut Option<BTreeSet<String>>,
     units_dir: &'a std::path::Path,
     machine: &'a str,
     snapshots: watch::Receiver<Arc<Snapshot>>,
@@ -580,6 +591,7 @@ impl<S: SystemdOps> ReconcileLoop<'_, S> {
                 let missing = restarted_markers_missing(self.executor.restarts(), &snapshot, self.machine);
                 write_restarted_markers(self.registry, missing).await;
                 self.load_fault(&done.reports, &snapshot).await;
+                self.publish_global_units(done.global).await;
             }
         }
         self.debug.set_target_states(self.executor.believed());
@@ -619,6 +631,20 @@ impl<S: SystemdOps> ReconcileLoop<'_, S> {
         match written {
             Ok(()) => self.load_faults.published(&publish),
             Err(e) => warn!(error = %e, "cannot publish the load fault; retrying at the next reconcile"),
+        }
+    }
+
+    /// Publishes the global units this machine should run when they changed (issue 37): under the memory lease
+    /// they outlive the machine, so a rollout begun soon after it left still counts it. A failed write is retried
+    /// at the next reconcile.
+    async fn publish_global_units(&mut self, global: BTreeSet<String>) {
+        if self.registry.memory().is_none() || self.global_units.as_ref() == Some(&global) {
+            return;
+        }
+        let record = fleet_core::model::GlobalUnits { units: global };
+        match self.registry.put_global_units(&record).await {
+            Ok(()) => *self.global_units = Some(record.units),
+            Err(e) => debug!(error = %e, "cannot publish this machine's global units; retrying at the next reconcile"),
         }
     }
 

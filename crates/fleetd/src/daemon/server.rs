@@ -75,6 +75,9 @@ enum Ended {
 struct Registered {
     session: AgentSession,
     presence: LeaseKeeper,
+    /// The memory lease (`rollout::REMEMBER_DEPARTED`) the machine's global units are published under, so that they
+    /// outlive it; `None` when etcd did not grant one (rollouts then forget this machine when it leaves).
+    memory: Option<LeaseKeeper>,
 }
 
 /// Everything that survives restarts of the components.
@@ -252,7 +255,7 @@ impl Daemon {
             Some(registered) => self.refresh(registered).await,
             None => None,
         };
-        let Registered { session, presence } = match carried {
+        let Registered { session, presence, memory } = match carried {
             Some(registered) => registered,
             None => {
                 let mut backoff = FIRST_BACKOFF;
@@ -324,8 +327,8 @@ impl Daemon {
             tracing::warn!("engine did not stop in time");
         }
         match ended {
-            Ended::Shutdown(exit) => RunEnd::Shutdown(Some(Box::new(Registered { session, presence })), exit),
-            Ended::Reload => RunEnd::Reload(Box::new(Registered { session, presence })),
+            Ended::Shutdown(exit) => RunEnd::Shutdown(Some(Box::new(Registered { session, presence, memory })), exit),
+            Ended::Reload => RunEnd::Reload(Box::new(Registered { session, presence, memory })),
             Ended::Monitor => RunEnd::MonitorTriggered,
         }
     }
@@ -415,11 +418,22 @@ impl Daemon {
             }
             result = registry.register_machine(&self.local_state(), presence.id()).await;
         }
-        match result.and_then(|_| AgentSession::new(registry, &self.machine_id, presence.id())) {
+        match result.and_then(|_| AgentSession::new(registry.clone(), &self.machine_id, presence.id())) {
             Ok(session) => {
                 self.previous_presence = Some(presence.id());
                 self.record_presence(presence.id());
-                Ok(Registered { session, presence })
+                let memory = match LeaseKeeper::grant(&registry, fleet_core::rollout::REMEMBER_DEPARTED).await {
+                    Ok(memory) => Some(memory),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "no memory lease: rollouts will not count this machine once it left");
+                        None
+                    }
+                };
+                let session = match &memory {
+                    Some(m) => session.with_memory(m.id()),
+                    None => session,
+                };
+                Ok(Registered { session, presence, memory })
             }
             Err(err) => {
                 let _ = presence.revoke().await;
@@ -490,7 +504,13 @@ impl Daemon {
         if let Err(err) = self.agent.purge(session, PURGE_DEADLINE).await {
             tracing::error!(error = %err, "purging units failed");
         }
-        if let Some(Registered { presence, .. }) = registered {
+        if let Some(Registered { presence, memory, .. }) = registered {
+            // Stopped on purpose, its units purged: rollouts need not wait for this machine.
+            if let Some(memory) = memory
+                && tokio::time::timeout(SHUTDOWN_REGISTRY_DEADLINE, memory.revoke()).await.is_err()
+            {
+                tracing::warn!("etcd did not answer; the memory lease will expire on its own");
+            }
             match tokio::time::timeout(SHUTDOWN_REGISTRY_DEADLINE, presence.revoke()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(err)) => tracing::warn!(error = %err, "could not revoke the presence lease"),

@@ -278,6 +278,36 @@ async fn machine_presence_states_and_markers_vanish_with_the_lease() {
     );
 }
 
+/// Issue 37: a machine's global units, published under its memory lease, outlive its presence (so a rollout begun
+/// soon after it left counts it) and go with the memory lease; without one, nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_units_outlive_the_machine_until_its_memory_lease_ends() {
+    use fleet_core::model::GlobalUnits;
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/memory").await;
+    let refl = connected(&reg).await;
+    let presence = LeaseKeeper::grant(&reg, Duration::from_secs(2)).await.unwrap();
+    let memory = LeaseKeeper::grant(&reg, Duration::from_secs(4)).await.unwrap();
+    reg.register_machine(&machine("m1"), presence.id()).await.unwrap();
+    let units = GlobalUnits { units: ["g.service".to_string()].into() };
+    agent(&reg, "m2", presence.id()).put_global_units(&units).await.unwrap();
+    let session = agent(&reg, "m1", presence.id()).with_memory(memory.id());
+    session.put_global_units(&units).await.unwrap();
+    refl.wait_for(WAIT, "m1's global units", |s| s.machine_records().get("m1")?.global_units.clone()).await.unwrap();
+    assert!(!refl.snapshot().machine_records().contains_key("m2"), "no memory lease, nothing written");
+    drop(presence);
+    let s = refl.wait_for(WAIT, "m1's presence to expire", |s| s.machine("m1").is_none().then_some(())).await;
+    s.unwrap();
+    let remembered = refl.snapshot().machine_records()["m1"].global_units.clone();
+    assert_eq!(remembered, Some(units), "remembered after the machine left");
+    drop(memory);
+    refl.wait_for(WAIT, "m1 forgotten with its memory lease", |s| {
+        (!s.machine_records().contains_key("m1")).then_some(())
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_keeper_reports_revocation_and_revoke_deletes_keys() {
     let etcd = TestEtcd::start().await;
