@@ -6,16 +6,24 @@
 //! `daemon-reload`, until systemd lists none of them. Each step is timed inside the machine (bash
 //! `$EPOCHREALTIME`); the floor itself is the host's wall time of the slowest machine (it includes `docker exec`,
 //! as fleet's figures include starting fleetctl).
+//!
+//! It is measured twice per N (issue 35): first with fleetd running in the machines ([`measure`]; fleetd is
+//! subscribed to systemd's D-Bus signals, which slows systemd itself), then with fleetd stopped in every machine
+//! ([`measure_without_fleetd`]: `systemctl stop fleet.service`, the floor, `systemctl start fleet.service`, and a
+//! wait until fleet lists every machine again, an engine leader has taken office and every API answers). The one
+//! with fleetd stopped is the floor fleet's ratios are read against.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use super::cpu::{self, CpuSplit};
 use super::ctx::Ctx;
+use super::procs;
 use super::stats::secs;
 use super::units;
+use crate::wait::{self, Check, WaitOptions};
 
 /// Instance prefix of the floor's units (fleet's are `t@`).
 pub const PREFIX: &str = "f";
@@ -35,9 +43,22 @@ pub struct MachineFloor {
     pub wall_s: f64,
 }
 
+/// Whether fleetd ran in the machines while a floor was measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fleetd {
+    /// `systemctl stop fleet.service` in every machine before, started again after: systemd alone.
+    #[default]
+    Stopped,
+    /// fleetd running, idle, subscribed to systemd's signals.
+    Running,
+}
+
 /// The floor of one N.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Floor {
+    /// Whether fleetd ran in the machines meanwhile.
+    pub fleetd: Fleetd,
     /// Host wall time until every machine ran its share (slowest machine).
     pub start_s: Option<f64>,
     /// Host wall time until every machine stopped and unloaded its share.
@@ -158,8 +179,13 @@ async fn on_each(
     (slowest, done, errors)
 }
 
-/// Measures the floor for `n` instances: start, then stop and unload.
+/// Measures the floor for `n` instances with fleetd running: start, then stop and unload.
 pub async fn measure(ctx: &Ctx, n: usize) -> Floor {
+    measure_as(ctx, n, Fleetd::Running).await
+}
+
+/// Start, then stop and unload, recorded as measured with `fleetd` (which this does not change).
+async fn measure_as(ctx: &Ctx, n: usize, fleetd: Fleetd) -> Floor {
     let text = units::template("floor");
     let machines = ctx.cluster.machines().len();
     let cpu0 = cpu::sample(ctx).await;
@@ -169,6 +195,7 @@ pub async fn measure(ctx: &Ctx, n: usize) -> Floor {
     let cpu2 = cpu::sample(ctx).await;
     errors.extend(stop_errors);
     Floor {
+        fleetd,
         start_s,
         stop_s,
         start_machines,
@@ -177,6 +204,155 @@ pub async fn measure(ctx: &Ctx, n: usize) -> Floor {
         stop_cpu: Some(cpu::split(&cpu1, &cpu2, machines)),
         errors,
     }
+}
+
+/// fleetd's unit in the machines ([`crate::config::fleet_units`]).
+const FLEETD_UNIT: &str = "fleet.service";
+
+/// Longest wait for fleet to be back after the floor without it (every machine listed, a leader, every API).
+const BACK_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long the pause of fleetd around the floor without it took.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Pause {
+    /// Host wall time of `systemctl stop fleet.service` in every machine (the slowest).
+    pub stop_s: Option<f64>,
+    /// From `systemctl start fleet.service` in every machine until fleet listed every machine, an engine leader had
+    /// taken office and every machine's API answered.
+    pub back_s: Option<f64>,
+    /// Why fleet is not back (then the fleet part of the scenario cannot run).
+    pub error: Option<String>,
+}
+
+/// Stops fleetd (a stop, not a restart: it purges its machine, which holds no fleet unit yet), then prints its
+/// state.
+pub fn stop_fleetd_script() -> String {
+    format!("systemctl stop {FLEETD_UNIT}; systemctl is-active {FLEETD_UNIT} || true")
+}
+
+/// Prints fleetd's state.
+pub fn fleetd_state_script() -> String {
+    format!("systemctl is-active {FLEETD_UNIT} || true")
+}
+
+/// Starts fleetd again.
+pub fn start_fleetd_script() -> String {
+    format!("systemctl start {FLEETD_UNIT}")
+}
+
+/// The machines whose fleetd is not stopped, one error each, from each machine's `systemctl is-active` output
+/// (`inactive`, or `failed` when it exited with an error on the stop: either way it does not run).
+pub fn not_stopped(states: &[(String, String)]) -> Vec<String> {
+    states
+        .iter()
+        .filter(|(_, state)| !matches!(state.trim(), "inactive" | "failed"))
+        .map(|(machine, state)| format!("{machine}: fleetd is {:?}, not stopped", state.trim()))
+        .collect()
+}
+
+/// Whether fleet is back after the floor without it: `listed` of `machines` in `list-machines`, and the engine
+/// leader (its slot, and whether that machine's fleetd says it took office since its restart: the key of a
+/// leader that could not resign outlives it until its lease expires).
+pub fn back(listed: usize, machines: usize, leader: Option<(usize, bool)>) -> Result<(), String> {
+    let leader = match leader {
+        None => Some("no engine leader".to_string()),
+        Some((slot, false)) => Some(format!("the leader key names m{slot}, whose fleetd has not taken office")),
+        Some((_, true)) => None,
+    };
+    match (listed == machines, leader) {
+        (true, None) => Ok(()),
+        (true, Some(l)) => Err(format!("{listed} of {machines} machines listed, {l}")),
+        (false, l) => {
+            Err(format!("{listed} of {machines} machines listed{}", l.map(|l| format!(", {l}")).unwrap_or_default()))
+        }
+    }
+}
+
+/// Runs `script` in every machine (in parallel): each machine's name and stdout, or an error naming it.
+async fn on_every_machine(ctx: &Ctx, script: &str) -> Vec<(String, Result<String, String>)> {
+    let runs = ctx.cluster.machines().iter().map(|m| async move {
+        let name = m.container_name().to_string();
+        let out = match m.exec(&["sh", "-c", script]).await {
+            Ok(out) if out.success() => Ok(out.stdout),
+            Ok(out) => Err(format!("{name}: `{script}`: {}", out.describe())),
+            Err(e) => Err(format!("{name}: {e}")),
+        };
+        (name, out)
+    });
+    futures::future::join_all(runs).await
+}
+
+/// fleetd's state in every machine; errors for the machines where it is not stopped or cannot be read.
+async fn check_stopped(ctx: &Ctx, script: &str) -> Vec<String> {
+    let mut states = Vec::new();
+    let mut errors = Vec::new();
+    for (name, out) in on_every_machine(ctx, script).await {
+        match out {
+            Ok(state) => states.push((name, state)),
+            Err(e) => errors.push(e),
+        }
+    }
+    errors.extend(not_stopped(&states));
+    errors
+}
+
+/// Measures the floor for `n` instances with fleetd stopped in every machine, and starts fleetd again. The floor's
+/// errors say whether fleetd did not stop, or was started meanwhile (a connection to its socket would start it);
+/// the pause's error, why fleet is not back.
+pub async fn measure_without_fleetd(ctx: &Ctx, n: usize) -> (Floor, Pause) {
+    let mut pause = Pause::default();
+    let t0 = Instant::now();
+    let mut errors = check_stopped(ctx, &stop_fleetd_script()).await;
+    pause.stop_s = Some(secs(t0.elapsed()));
+    let mut floor = measure_as(ctx, n, Fleetd::Stopped).await;
+    errors
+        .extend(check_stopped(ctx, &fleetd_state_script()).await.into_iter().map(|e| format!("after the floor: {e}")));
+    errors.append(&mut floor.errors);
+    floor.errors = errors;
+    let t1 = Instant::now();
+    let started: Vec<String> =
+        on_every_machine(ctx, &start_fleetd_script()).await.into_iter().filter_map(|(_, r)| r.err()).collect();
+    let back = if started.is_empty() {
+        wait_back(ctx).await
+    } else {
+        Err(format!("starting fleetd again after the floor: {}", started.join("; ")))
+    };
+    match back {
+        Ok(()) => pause.back_s = Some(secs(t1.elapsed())),
+        Err(e) => pause.error = Some(e),
+    }
+    (floor, pause)
+}
+
+/// Waits until fleet lists every machine, an engine leader took office, and every machine's API answers.
+async fn wait_back(ctx: &Ctx) -> Result<(), String> {
+    let machines = ctx.cluster.machines().len();
+    let opts = WaitOptions { timeout: wait::scaled(BACK_TIMEOUT), poll: Duration::from_millis(100) };
+    let args = ["list-machines", "--no-legend", "--full", "--fields", "machine"];
+    let what = "fleet back after the floor: every machine listed, an engine leader in office";
+    wait::wait_for(opts, what, || async {
+        let listed = match ctx.fleetctl_ok(&args).await {
+            Ok((out, _)) => wait::parse_machines(&out.stdout).len(),
+            Err(e) => return Check::NotYet(e),
+        };
+        let leader = match ctx.cluster.engine_leader().await {
+            Ok(Some(slot)) => match ctx.cluster.machine(slot) {
+                Ok(m) => Some((slot, procs::is_leader(m.container_name()).await)),
+                Err(e) => return Check::NotYet(e.to_string()),
+            },
+            Ok(None) => None,
+            Err(e) => return Check::NotYet(format!("engine leader: {e}")),
+        };
+        match back(listed, machines, leader) {
+            Ok(()) => Check::Ready(()),
+            Err(seen) => Check::NotYet(seen),
+        }
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let apis = ctx.cluster.machines().iter().map(|m| m.wait_api(opts));
+    let answered: Result<Vec<()>, _> = futures::future::join_all(apis).await.into_iter().collect();
+    answered.map(|_| ()).map_err(|e| e.to_string())
 }
 
 /// `fleet / floor` as `1.23×`, or `—` when either is missing.
@@ -205,6 +381,33 @@ mod tests {
         assert_eq!((s["written"], s["running"]), (0.012, 1.5));
         let e = parse_steps("running soon\n").unwrap_err();
         assert!(e.contains("running") && e.contains("soon"), "{e}");
+    }
+
+    #[test]
+    fn fleetd_counts_as_stopped_only_when_inactive_or_failed() {
+        let states: Vec<(String, String)> = [("m1", "inactive\n"), ("m2", "active\n"), ("m3", "failed"), ("m4", "")]
+            .into_iter()
+            .map(|(m, s)| (m.to_string(), s.to_string()))
+            .collect();
+        assert_eq!(
+            not_stopped(&states),
+            vec!["m2: fleetd is \"active\", not stopped".to_string(), "m4: fleetd is \"\", not stopped".to_string()]
+        );
+        assert!(stop_fleetd_script().starts_with("systemctl stop fleet.service;"), "{}", stop_fleetd_script());
+        assert!(fleetd_state_script().contains("systemctl is-active fleet.service"));
+        assert_eq!(start_fleetd_script(), "systemctl start fleet.service");
+    }
+
+    #[test]
+    fn fleet_is_back_with_every_machine_listed_and_a_leader_in_office() {
+        assert_eq!(back(3, 3, Some((2, true))), Ok(()));
+        assert_eq!(back(2, 3, Some((1, true))), Err("2 of 3 machines listed".into()));
+        assert_eq!(back(3, 3, None), Err("3 of 3 machines listed, no engine leader".into()));
+        assert_eq!(
+            back(3, 3, Some((2, false))),
+            Err("3 of 3 machines listed, the leader key names m2, whose fleetd has not taken office".into())
+        );
+        assert_eq!(back(0, 3, None), Err("0 of 3 machines listed, no engine leader".into()));
     }
 
     #[test]

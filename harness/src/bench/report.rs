@@ -5,6 +5,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use super::cpu::CpuSplit;
+use super::floor::Floor;
 use super::idle::Idle;
 use super::options::Options;
 use super::procs::ProcReport;
@@ -187,12 +188,26 @@ fn start_table(reports: &[StartReport]) -> String {
     rows.push(("N", col(&|r| r.units.to_string()), "target (original)"));
     let floor_start = |r: &StartReport| r.floor.as_ref().and_then(|f| f.start_s);
     let floor_stop = |r: &StartReport| r.floor.as_ref().and_then(|f| f.stop_s);
-    rows.push(("floor (systemd alone): start → all running", col(&|r| opt_s(floor_start(r))), ""));
+    rows.push(("floor, fleetd stopped: start → all running", col(&|r| opt_s(floor_start(r))), "systemd alone"));
     rows.push(("  stop + unload → none loaded", col(&|r| opt_s(floor_stop(r))), ""));
     rows.push((
         "  slowest machine: written / reloaded / started",
         col(&|r| floor_steps(r, &["written", "reloaded", "start_returned"], |f| &f.start_machines)),
         "",
+    ));
+    let running = |r: &StartReport, f: &dyn Fn(&Floor) -> Option<f64>| r.floor_fleetd_running.as_ref().and_then(f);
+    rows.push((
+        "floor, fleetd running: start (× stopped)",
+        col(&|r| with_ratio(running(r, &|f| f.start_s), floor_start(r))),
+        "fleetd idle, subscribed",
+    ));
+    rows.push(("  stop + unload (× stopped)", col(&|r| with_ratio(running(r, &|f| f.stop_s), floor_stop(r))), ""));
+    rows.push((
+        "fleetd stopped in / back in",
+        col(&|r| {
+            r.fleetd_pause.as_ref().map_or("—".into(), |p| format!("{} / {}", opt_s(p.stop_s), opt_s(p.back_s)))
+        }),
+        "back: all listed, leader, APIs",
     ));
     rows.push((
         "start --no-block: command",
@@ -352,7 +367,10 @@ fn start_table(reports: &[StartReport]) -> String {
     // Too wide for a column: one line per N and window, under the table.
     for r in reports {
         let floor = r.floor.as_ref().and_then(|f| f.start_cpu.as_ref());
-        for (what, split) in [("floor start", floor), ("fleet start", r.start_cpu.as_ref())] {
+        let running = r.floor_fleetd_running.as_ref().and_then(|f| f.start_cpu.as_ref());
+        let splits =
+            [("floor start, fleetd running", running), ("floor start", floor), ("fleet start", r.start_cpu.as_ref())];
+        for (what, split) in splits {
             if let Some(c) = split {
                 let _ = writeln!(out, "  CPU s by host process, {what} (N={}): {}", r.units, top(&c.by_process, 8));
             }
@@ -363,7 +381,7 @@ fn start_table(reports: &[StartReport]) -> String {
             let _ = writeln!(out, "  error (N={}): {e}", r.units);
         }
         let idle_errors = [&r.baseline, &r.idle].into_iter().flatten().flat_map(|i| i.usage.errors.iter());
-        let floor_cpu = r.floor.iter().flat_map(|f| [&f.start_cpu, &f.stop_cpu]);
+        let floor_cpu = r.floor.iter().chain(&r.floor_fleetd_running).flat_map(|f| [&f.start_cpu, &f.stop_cpu]);
         let cpu_errors = floor_cpu.chain([&r.start_cpu, &r.destroy_cpu]).flatten().flat_map(|c| c.errors.iter());
         for e in idle_errors.chain(cpu_errors) {
             let _ = writeln!(out, "  measurement error (N={}): {e}", r.units);
@@ -413,10 +431,10 @@ fn cpu_rows(rows: &mut Vec<(&str, Vec<String>, &str)>, reports: &[StartReport]) 
     let col = |f: &dyn Fn(&StartReport) -> String| reports.iter().map(f).collect::<Vec<_>>();
     type Windows = fn(&StartReport) -> (Option<&CpuSplit>, Option<&CpuSplit>);
     let windows: [(&str, Windows); 2] = [
-        ("CPU s, start: floor / fleet", |r| {
+        ("CPU s, start: floor (fleetd stopped) / fleet", |r| {
             (r.floor.as_ref().and_then(|f| f.start_cpu.as_ref()), r.start_cpu.as_ref())
         }),
-        ("CPU s, stop: floor / fleet destroy", |r| {
+        ("CPU s, stop: floor (fleetd stopped) / fleet destroy", |r| {
             (r.floor.as_ref().and_then(|f| f.stop_cpu.as_ref()), r.destroy_cpu.as_ref())
         }),
     ];
@@ -548,6 +566,35 @@ mod tests {
         assert!(t.contains("run 1 — rolling scenario"), "{t}");
         assert!(!r.has_errors());
         serde_json::to_string(&r).unwrap();
+    }
+
+    #[test]
+    fn ratios_are_read_against_the_floor_with_fleetd_stopped() {
+        let floor = |fleetd, start_s, stop_s| Floor {
+            fleetd,
+            start_s: Some(start_s),
+            stop_s: Some(stop_s),
+            ..Floor::default()
+        };
+        let mut start = StartTiming::default();
+        start.stages.all_active_s = Some(2.5);
+        let r = StartReport {
+            units: 1000,
+            floor: Some(floor(super::super::floor::Fleetd::Stopped, 2.0, 1.0)),
+            floor_fleetd_running: Some(floor(super::super::floor::Fleetd::Running, 3.0, 1.5)),
+            fleetd_pause: Some(super::super::floor::Pause { stop_s: Some(0.25), back_s: Some(1.75), error: None }),
+            start: Some(start),
+            destroy: Some(super::super::start::DestroyTiming { done_s: Some(1.2), ..Default::default() }),
+            ..Default::default()
+        };
+        let t = start_table(&[r]);
+        let row = |label: &str| t.lines().find(|l| l.trim_start().starts_with(label)).unwrap_or_default().to_string();
+        assert!(row("floor, fleetd stopped: start").contains("2.000 s"), "{t}");
+        assert!(row("all active/running (× floor)").contains("2.500 s (1.25×)"), "{t}");
+        assert!(row("both (× floor stop + unload)").contains("(1.20×)"), "{t}");
+        assert!(row("floor, fleetd running: start (× stopped)").contains("3.000 s (1.50×)"), "{t}");
+        assert!(row("stop + unload (× stopped)").contains("1.500 s (1.50×)"), "{t}");
+        assert!(row("fleetd stopped in / back in").contains("0.250 s / 1.750 s"), "{t}");
     }
 
     #[test]

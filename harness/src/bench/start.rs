@@ -1,4 +1,5 @@
-//! The start scenario for one N, on a fresh cluster: idle baseline, the systemd floor ([`floor`]), `start --no-block`
+//! The start scenario for one N, on a fresh cluster: idle baseline, the systemd floor with fleetd running and then
+//! with fleetd stopped ([`floor`]; fleet is back in every machine before it goes on), `start --no-block`
 //! of N instances until the registry shows all active/running ([`RegistryWatch`], event-driven; list-units
 //! confirms once at the end), the CPU split during the start ([`cpu`]), an idle window, list latencies, destroy
 //! until nothing runs, and (for small N) the blocking `start`.
@@ -59,8 +60,13 @@ pub struct DestroyTiming {
 pub struct StartReport {
     pub units: usize,
     pub baseline: Option<Idle>,
-    /// systemd alone doing the same on the same cluster ([`floor`]).
+    /// systemd alone doing the same on the same cluster, with fleetd stopped in every machine
+    /// ([`floor::measure_without_fleetd`]): what fleet's ratios are read against.
     pub floor: Option<Floor>,
+    /// The same with fleetd running in the machines (subscribed to systemd's signals), measured just before.
+    pub floor_fleetd_running: Option<Floor>,
+    /// Stopping fleetd for the floor, and having fleet back after it.
+    pub fleetd_pause: Option<floor::Pause>,
     pub start: Option<StartTiming>,
     /// `daemon-reload`s systemd did on each machine from the start command until all were active.
     pub start_reloads: Option<Vec<usize>>,
@@ -101,9 +107,17 @@ async fn scenario(ctx: &Ctx, opts: &Options, n: usize, r: &mut StartReport) -> R
     if opts.baseline {
         r.baseline = Some(idle::measure(ctx, opts.idle).await);
     }
-    let measured = floor::measure(ctx, n).await;
-    r.errors.extend(measured.errors.iter().map(|e| format!("floor: {e}")));
-    r.floor = Some(measured);
+    let running = floor::measure(ctx, n).await;
+    r.errors.extend(running.errors.iter().map(|e| format!("floor (fleetd running): {e}")));
+    r.floor_fleetd_running = Some(running);
+    let (stopped, pause) = floor::measure_without_fleetd(ctx, n).await;
+    r.errors.extend(stopped.errors.iter().map(|e| format!("floor (fleetd stopped): {e}")));
+    r.floor = Some(stopped);
+    let back = pause.error.clone();
+    r.fleetd_pause = Some(pause);
+    if let Some(e) = back {
+        return Err(format!("fleet not back after the floor: {e}"));
+    }
     let names = instances("t", n);
     let addr = ctx.etcd_addr().await?;
     let (m0, before, reloads0, cpu0) =
