@@ -91,6 +91,10 @@ enum Command {
         /// instance set, with the rollout invariants checked (docs/faults.md); `none`: plain units only.
         #[arg(long, default_value = "rolling")]
         changes: fleet_harness::nemesis::changes::Mode,
+        /// Fail the machines' resources too: a full units directory (each machine's its own tmpfs, filled), and a
+        /// fleetd whose wall clock is an hour ahead or behind (libfaketime).
+        #[arg(long)]
+        resource_faults: bool,
     },
     /// Remove a cluster started by `up`: containers, network, files.
     Down {
@@ -236,6 +240,7 @@ async fn main() -> ExitCode {
             agent_ttl,
             converge_timeout,
             changes,
+            resource_faults,
         } => {
             let opts = fleet_harness::nemesis::Options {
                 seed: seed.unwrap_or_else(rand::random),
@@ -247,6 +252,7 @@ async fn main() -> ExitCode {
                 agent_ttl_secs: agent_ttl,
                 converge_timeout: Duration::from_secs(converge_timeout),
                 changes,
+                resource_faults,
             };
             nemesis_cmd(&opts).await
         }

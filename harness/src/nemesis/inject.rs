@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::resources;
 use super::schedule::Fault;
 use crate::cluster::Cluster;
 
@@ -58,6 +59,20 @@ pub async fn apply(cluster: &Cluster, fault: &Fault) -> Result<Option<String>, S
             tokio::time::sleep(*down).await;
             cluster.start_etcd_member(index).await.map_err(|e| err(&e))?;
             Ok(Some(name))
+        }
+        Fault::DiskFull { slot, down } => {
+            let m = cluster.machine(*slot).map_err(|e| err(&e))?;
+            resources::fill(m).await?;
+            tokio::time::sleep(*down).await;
+            resources::free(m).await?;
+            Ok(Some(m.name().to_string()))
+        }
+        Fault::ClockJump { slot, ahead, down } => {
+            let m = cluster.machine(*slot).map_err(|e| err(&e))?;
+            resources::skew(cluster, m, Some(*ahead)).await?;
+            tokio::time::sleep(*down).await;
+            resources::skew(cluster, m, None).await?;
+            Ok(Some(m.name().to_string()))
         }
         Fault::SlowEtcd { delay_ms, down } => {
             let delay = format!("{delay_ms}ms");

@@ -6,6 +6,8 @@
 //! * `sample`: one round — `systemctl show` of the nemesis's units in every machine (a machine that cannot be read
 //!   is down).
 //! * `inject`: doing and undoing each fault against the [`Cluster`].
+//! * `resources`: the machines' resources as the faults fail them (`--resource-faults`): a full units directory, a
+//!   fleetd wall clock an hour off.
 //! * `changes` (pure): the change driver's plan from the seed — rolling replaces, restarts, rollbacks and aborts of
 //!   a global unit and an instance set, and the unit file of every version.
 //! * `driver`: making those changes with fleetctl while the faults go on, and following every rollout it made.
@@ -19,6 +21,7 @@ pub mod changes;
 pub mod check;
 pub mod driver;
 mod inject;
+pub mod resources;
 pub mod rollcheck;
 pub mod sample;
 pub mod schedule;
@@ -54,6 +57,8 @@ pub struct Options {
     pub converge_timeout: Duration,
     /// Whether the change driver makes rollouts of its global unit and instance set alongside the faults.
     pub changes: changes::Mode,
+    /// Whether the machines' resources fail too (a full units directory, a fleetd clock an hour off; `resources`).
+    pub resource_faults: bool,
 }
 
 impl Default for Options {
@@ -68,6 +73,7 @@ impl Default for Options {
             agent_ttl_secs: 5,
             converge_timeout: Duration::from_secs(90),
             changes: changes::Mode::Rolling,
+            resource_faults: false,
         }
     }
 }
@@ -86,7 +92,7 @@ impl Options {
             self.agent_ttl_secs,
             self.converge_timeout.as_secs(),
             self.changes
-        )
+        ) + if self.resource_faults { " --resource-faults" } else { "" }
     }
 
     /// Duplicates of an at-least-once unit may outlive the fault that made them by up to two TTLs: the healed
@@ -341,6 +347,10 @@ pub async fn run(opts: &Options) -> Result<Report, NemesisError> {
     let t0 = Instant::now();
     let ms = move || t0.elapsed().as_millis() as u64;
     cluster.wait_for_n_machines(1, opts.machines).await?;
+    if opts.resource_faults {
+        resources::prepare(&cluster).await.map_err(NemesisError::Setup)?;
+        cluster.wait_for_n_machines(1, opts.machines).await?;
+    }
 
     let files = unit_files(opts.units, opts.at_most_once);
     let dir = tempfile::tempdir().map_err(|e| NemesisError::Setup(format!("temporary directory: {e}")))?;
@@ -497,6 +507,7 @@ async fn inject_faults(
         machines: opts.machines,
         etcd_members: opts.etcd_members,
         ttl: Duration::from_secs(opts.agent_ttl_secs),
+        resource_faults: opts.resource_faults,
     };
     // More than can fit: the run stops drawing once `duration` has passed.
     let planned = schedule::schedule(opts.seed, 10_000, shape);
@@ -510,7 +521,11 @@ async fn inject_faults(
         tracing::info!(fault = %label, "injecting");
         let start_ms = ms();
         let slot = match &fault {
-            Fault::MachineKill { slot, .. } | Fault::FleetdKill { slot } | Fault::Partition { slot, .. } => Some(*slot),
+            Fault::MachineKill { slot, .. }
+            | Fault::FleetdKill { slot }
+            | Fault::Partition { slot, .. }
+            | Fault::DiskFull { slot, .. }
+            | Fault::ClockJump { slot, .. } => Some(*slot),
             _ => None,
         };
         faulted.lock().expect("faulted lock").extend(slot);

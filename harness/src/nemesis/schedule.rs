@@ -45,6 +45,12 @@ pub enum Fault {
     EtcdLeaderKill { down: Duration },
     /// netem delay of `delay_ms` on every etcd member's network interface for `down`.
     SlowEtcd { delay_ms: u64, down: Duration },
+    /// Machine `slot`'s units directory (a tmpfs of its own, [`super::resources`]) filled to the last byte for
+    /// `down`: every unit-file write there fails with ENOSPC; the files already there stay.
+    DiskFull { slot: usize, down: Duration },
+    /// Machine `slot`'s fleetd restarted with its wall clock an hour ahead (or behind) for `down` (libfaketime,
+    /// monotonic time untouched), then restarted on the host's clock.
+    ClockJump { slot: usize, ahead: bool, down: Duration },
 }
 
 impl Fault {
@@ -64,6 +70,8 @@ impl Fault {
             Fault::EtcdMemberKill { .. } => "etcd member kill",
             Fault::EtcdLeaderKill { .. } => "etcd leader kill",
             Fault::SlowEtcd { .. } => "slow etcd",
+            Fault::DiskFull { .. } => "disk full",
+            Fault::ClockJump { .. } => "clock jump",
         }
     }
 
@@ -74,7 +82,9 @@ impl Fault {
             | Fault::Partition { down, .. }
             | Fault::EtcdMemberKill { down, .. }
             | Fault::EtcdLeaderKill { down }
-            | Fault::SlowEtcd { down, .. } => *down,
+            | Fault::SlowEtcd { down, .. }
+            | Fault::DiskFull { down, .. }
+            | Fault::ClockJump { down, .. } => *down,
             Fault::FleetdKill { .. } | Fault::EngineLeaderChurn => Duration::ZERO,
         }
     }
@@ -97,6 +107,13 @@ impl std::fmt::Display for Fault {
             }
             Fault::EtcdLeaderKill { down } => write!(f, "etcd leader killed for {}s", down.as_secs()),
             Fault::SlowEtcd { delay_ms, down } => write!(f, "slow etcd: +{delay_ms} ms for {}s", down.as_secs()),
+            Fault::DiskFull { slot, down } => write!(f, "m{slot} units directory full for {}s", down.as_secs()),
+            Fault::ClockJump { slot, ahead, down } => write!(
+                f,
+                "m{slot} fleetd's wall clock an hour {} for {}s",
+                if *ahead { "ahead" } else { "behind" },
+                down.as_secs()
+            ),
         }
     }
 }
@@ -108,6 +125,8 @@ pub struct Shape {
     pub etcd_members: usize,
     /// fleet.conf `agent_ttl`.
     pub ttl: Duration,
+    /// Whether the machines' resources fail too: a full units directory, a fleetd wall clock an hour off.
+    pub resource_faults: bool,
 }
 
 /// Kinds with their weights (how often each is drawn).
@@ -122,6 +141,10 @@ const KINDS: &[(Kind, u64)] = &[
     (Kind::SlowEtcd, 1),
 ];
 
+/// Drawn as well with [`Shape::resource_faults`] (appended, so the kinds above keep their odds relative to each
+/// other).
+const RESOURCE_KINDS: &[(Kind, u64)] = &[(Kind::DiskFull, 1), (Kind::ClockJump, 1)];
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     MachineKill,
@@ -132,13 +155,17 @@ enum Kind {
     EtcdMemberKill,
     EtcdLeaderKill,
     SlowEtcd,
+    DiskFull,
+    ClockJump,
 }
 
 /// `count` faults drawn from `seed` for `shape`. The etcd leader kill needs more than one member (a single member's
 /// kill is drawn as an etcd member kill instead).
 pub fn schedule(seed: u64, count: usize, shape: Shape) -> Vec<Fault> {
     let mut rng = SeededRng::new(seed);
-    let total: u64 = KINDS.iter().map(|(_, w)| w).sum();
+    let kinds: Vec<(Kind, u64)> =
+        KINDS.iter().chain(if shape.resource_faults { RESOURCE_KINDS } else { &[] }).copied().collect();
+    let total: u64 = kinds.iter().map(|(_, w)| w).sum();
     let ttl = shape.ttl.as_secs().max(1);
     let machines = shape.machines.max(1) as u64;
     let members = shape.etcd_members.max(1) as u64;
@@ -146,7 +173,7 @@ pub fn schedule(seed: u64, count: usize, shape: Shape) -> Vec<Fault> {
     (0..count)
         .map(|_| {
             let mut pick = rng.range(0, total - 1);
-            let kind = KINDS
+            let kind = kinds
                 .iter()
                 .find(|(_, w)| {
                     if pick < *w {
@@ -177,6 +204,10 @@ pub fn schedule(seed: u64, count: usize, shape: Shape) -> Vec<Fault> {
                 Kind::SlowEtcd => {
                     Fault::SlowEtcd { delay_ms: rng.range(1, 4) * 100, down: secs(rng.range(5, 3 * ttl)) }
                 }
+                Kind::DiskFull => Fault::DiskFull { slot, down: secs(rng.range(5, 6 * ttl)) },
+                Kind::ClockJump => {
+                    Fault::ClockJump { slot, ahead: rng.range(0, 1) == 1, down: secs(rng.range(5, 6 * ttl)) }
+                }
             }
         })
         .collect()
@@ -187,7 +218,24 @@ mod tests {
     use super::*;
 
     fn shape() -> Shape {
-        Shape { machines: 3, etcd_members: 3, ttl: Duration::from_secs(5) }
+        Shape { machines: 3, etcd_members: 3, ttl: Duration::from_secs(5), resource_faults: false }
+    }
+
+    /// Resource faults are drawn only when asked for: without them a seed's schedule is the one it always was (CI's
+    /// seed keeps its faults).
+    #[test]
+    fn resource_faults_are_drawn_only_when_asked_for() {
+        let plain = schedule(11, 400, shape());
+        assert!(!plain.iter().any(|f| matches!(f, Fault::DiskFull { .. } | Fault::ClockJump { .. })));
+        let with = schedule(11, 400, Shape { resource_faults: true, ..shape() });
+        for kind in ["disk full", "clock jump"] {
+            assert!(with.iter().any(|f| f.kind() == kind), "{kind} drawn in 400 faults");
+        }
+        for f in &with {
+            if let Fault::DiskFull { slot, .. } | Fault::ClockJump { slot, .. } = f {
+                assert!((1..=3).contains(slot), "{f}");
+            }
+        }
     }
 
     #[test]
@@ -218,6 +266,7 @@ mod tests {
                 Fault::EtcdMemberKill { index, .. } => assert!(*index < 3, "{f}"),
                 Fault::SlowEtcd { delay_ms, .. } => assert!((100..=400).contains(delay_ms), "{f}"),
                 Fault::EngineLeaderChurn | Fault::EtcdLeaderKill { .. } => {}
+                Fault::DiskFull { .. } | Fault::ClockJump { .. } => panic!("a resource fault without asking: {f}"),
             }
         }
         assert_eq!(seen.len(), 7, "every fault kind is drawn in 400 faults");
