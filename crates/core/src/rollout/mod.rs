@@ -720,9 +720,11 @@ fn holds_again(cluster: &impl Cluster, unit: &str, machine: &str) -> bool {
 /// A machine that came back after its step was skipped takes that step up again: pending if it was never released
 /// (it kept the old version, [`pinned_hash`]), released again if it was (it follows the new version; its check is
 /// waited for anew). A machine that holds a unit and has no step (it joined, or an instance was rescheduled onto
-/// it) gets a pending step at the end; until then it keeps the old version too. While undoing, the undo steps are
-/// taken up the same way; a machine without a forward step follows the unit object, the old version, already.
-/// Without this, such machines followed the unit object at once, outside the budget and the health gate.
+/// it: it had no copy) runs the new version at once, which takes nothing down, and gets a step at the end, released
+/// now: its health is waited for, the rollout is not done before it, and an undo returns it within the budget.
+/// While undoing, the undo steps are taken up the same way; a machine without a forward step follows the unit
+/// object, the old version, already. Without this, such machines were outside the rollout: no health gate, and an
+/// undo restarted them at once, whatever the budget.
 fn take_up(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cluster, now_ms: u64) {
     let undoing = progress.undoing();
     for unit in spec.units.iter().filter(|u| cluster.exists(&u.name)) {
@@ -747,7 +749,11 @@ fn take_up(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
         }
         for machine in cluster.holders(&unit.name) {
             if progress.step(&unit.name, &machine).is_none() && holds_again(cluster, &unit.name, &machine) {
-                progress.steps.push(Step::pending(&unit.name, &machine));
+                progress.steps.push(Step {
+                    phase: Phase::Updating,
+                    released_ms: now_ms,
+                    ..Step::pending(&unit.name, &machine)
+                });
             }
         }
     }
@@ -1304,10 +1310,12 @@ pub fn hash_on<'a>(
 }
 
 /// The version `machine` must keep running of `unit` because a replace rollout has not reached it yet: the old
-/// hash while its step is pending, or it has no step yet (before the engine has written any progress, or it joined
-/// since: [`take_up`] gives it one), or its step was skipped before its release because it left; while the rollout
-/// is undone, the new hash while its undo step is pending or was skipped so (the unit object is back on the old
-/// version by then). `None` otherwise: the machine follows the unit object.
+/// hash while its step is pending (or before the engine has written any progress), or when its step was skipped
+/// before its release because it left (it comes back with the old version); while the rollout is undone, the new
+/// hash while its undo step is pending or was skipped so (the unit object is back on the old version by then).
+/// `None` otherwise: the machine follows the unit object — so a machine that had no copy when the rollout began
+/// (it joined, or an instance was rescheduled onto it) starts the new version at once, taking nothing down, and
+/// [`take_up`] makes that a released step.
 pub(crate) fn pinned_hash<'a>(
     rollouts: impl IntoIterator<Item = &'a Rollout>,
     unit: &str,
@@ -1326,7 +1334,7 @@ pub(crate) fn pinned_hash<'a>(
                 .then_some(u.to.as_str()),
             Some(p) => p
                 .step(unit, machine)
-                .is_none_or(|s| s.phase == Phase::Pending || left_unreleased(s))
+                .is_some_and(|s| s.phase == Phase::Pending || left_unreleased(s))
                 .then_some(u.from.as_str()),
         }
     })

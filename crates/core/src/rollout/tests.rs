@@ -1040,28 +1040,42 @@ fn an_undo_takes_failed_steps_back_within_the_budget_even_when_they_serve_again(
     assert_eq!(undo_phases(&r), [("m2", "updating"), ("m1", "pending")], "the failed one at once, the other waits");
 }
 
-/// Found by the nemesis (issue 37): a machine with no step followed the unit object at once, outside the budget and
-/// the health gate. One that joins while a replace runs keeps the old version and takes a step at the end.
+/// Found by the nemesis (issue 37): a machine with no step followed the unit object, outside the rollout: no health
+/// gate, and an undo restarted it at once. One that joins while a replace runs (it has no copy) runs the new version
+/// at once, which takes nothing down, as a released step at the end: the rollout waits for its health, and an undo
+/// takes it back within the budget.
 #[test]
-fn a_machine_that_joins_during_a_replace_keeps_the_old_version_and_takes_a_step_within_the_budget() {
+fn a_machine_that_joins_during_a_replace_runs_the_new_version_as_a_released_step() {
     let mut c = Table::with(&["m1", "m2"], OLD);
     let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
-    step(&mut r, &c, 0);
+    step(&mut r, &c, 1_000);
     assert_eq!(phases(&r), [("m1", "updating"), ("m2", "pending")]);
-    // m3 joins and starts the unit: before the engine saw it, its agent keeps it on the old version.
-    assert_eq!(pinned_hash([&r], "db.service", "m3"), Some(OLD), "no step yet: the old version");
-    c.set("m3", OLD, "active");
-    step(&mut r, &c, 1);
-    assert_eq!(phases(&r), [("m1", "updating"), ("m2", "pending"), ("m3", "pending")], "taken up at the end");
-    assert_eq!(pinned_hash([&r], "db.service", "m3"), Some(OLD));
-    for (t, m) in [(2, "m1"), (3, "m2")] {
-        c.set(m, NEW, "active");
-        step(&mut r, &c, t);
-    }
-    assert_eq!(phases(&r), [("m1", "done"), ("m2", "done"), ("m3", "updating")], "one at a time, m3 last");
-    assert_eq!(r.state(), RolloutState::Running, "not done before the machine that joined");
+    assert_eq!(pinned_hash([&r], "db.service", "m3"), None, "no copy, no step: the new version at once");
+    c.set("m3", NEW, "activating");
+    step(&mut r, &c, 1_001);
+    assert_eq!(phases(&r), [("m1", "updating"), ("m2", "pending"), ("m3", "updating")], "taken up, released");
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 1_002);
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "pending"), ("m3", "updating")], "m3 holds the one slot");
+    // The undo takes m1 and m3 back one at a time.
+    r.control.action = Action::Abort;
     c.set("m3", NEW, "active");
-    step(&mut r, &c, 4);
+    step(&mut r, &c, 1_003);
+    assert_eq!(undo_phases(&r).iter().filter(|(_, p)| *p == "updating").count(), 1, "{:?}", undo_phases(&r));
+    assert_eq!(undo_phases(&r).len(), 2, "m1 and m3: {:?}", undo_phases(&r));
+    assert_eq!(pinned_hash([&r], "db.service", "m2"), None, "never changed: the old version");
+
+    // Without an abort: not done before the machine that joined is.
+    let mut c = Table::with(&["m1"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    step(&mut r, &c, 1_000);
+    c.set("m1", NEW, "active");
+    c.set("m2", NEW, "activating");
+    step(&mut r, &c, 1_001);
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "updating")]);
+    assert_eq!(r.state(), RolloutState::Running, "not done before the machine that joined");
+    c.set("m2", NEW, "active");
+    step(&mut r, &c, 1_002);
     assert_eq!(r.state(), RolloutState::Done);
 }
 
@@ -1114,19 +1128,18 @@ fn an_instance_rescheduled_during_a_rollout_moves_its_step_with_it() {
     let mut c = Table::with(&["m2"], OLD);
     let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
     r.control.action = Action::Pause;
-    step(&mut r, &c, 0);
+    step(&mut r, &c, 1_000);
     assert_eq!(phases(&r), [("m2", "pending")]);
     c.moved_off("m2");
-    assert_eq!(pinned_hash([&r], "db.service", "m1"), Some(OLD), "its new machine starts the old version");
-    c.set("m1", OLD, "active");
-    step(&mut r, &c, 1);
-    assert_eq!(phases(&r), [("m2", "pending"), ("m1", "pending")]);
+    assert_eq!(pinned_hash([&r], "db.service", "m1"), None, "its new machine has no copy: the new version");
+    c.set("m1", NEW, "activating");
+    step(&mut r, &c, 1_001);
+    assert_eq!(phases(&r), [("m2", "pending"), ("m1", "updating")], "{:?}", r.progress);
     r.control.action = Action::Run;
-    step(&mut r, &c, 2);
-    assert_eq!(phases(&r), [("m2", "skipped"), ("m1", "updating")], "{:?}", r.progress);
-    assert_eq!(r.progress.as_ref().unwrap().steps[0].detail, MOVED);
     c.set("m1", NEW, "active");
-    step(&mut r, &c, 3);
+    step(&mut r, &c, 1_002);
+    assert_eq!(phases(&r), [("m2", "skipped"), ("m1", "done")], "{:?}", r.progress);
+    assert_eq!(r.progress.as_ref().unwrap().steps[0].detail, MOVED, "over, not waited for on m2");
     assert_eq!(r.state(), RolloutState::Done);
 
     // Undoing: the instance leaves m1 (done, on the new version) for m3; its undo step there is over at once.
