@@ -207,7 +207,11 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 async fn nemesis_cmd(opts: &fleet_harness::nemesis::Options) -> Result<(), Error> {
     println!("nemesis: seed {} (replay: {})", opts.seed, opts.replay_command());
-    let report = fleet_harness::nemesis::run(opts).await?;
+    // Ctrl-C drops the run, and with it the cluster (removed by its drop): nothing is left behind.
+    let report = tokio::select! {
+        r = fleet_harness::nemesis::run(opts) => r?,
+        _ = tokio::signal::ctrl_c() => return Err("interrupted; the nemesis's cluster was removed".into()),
+    };
     print!("{}", report.render());
     if report.violation_count() == 0 {
         Ok(())
