@@ -999,11 +999,9 @@ fn checked_version_names_each_side_by_its_own_flag() {
     }
 }
 
-/// Found by the nemesis (issue 37): steps that failed because their check failed after they were done (a check that
-/// flaps, failing on every machine at once) may serve again when the rollout is aborted; the undo must still take
-/// them back one at a time within the budget, not all at once.
-#[test]
-fn an_undo_takes_failed_steps_back_within_the_budget_even_when_they_serve_again() {
+/// A checked replace on m1–m3 (max-unavailable 1) with m1 and m2 done, then both failing one flap of their check:
+/// paused, m1 and m2 failed, m3 released.
+fn two_done_then_a_flap() -> (Table, Rollout) {
     use crate::model::HealthStatus::*;
     let mut c = Table::with(&["m1", "m2", "m3"], OLD);
     for m in ["m1", "m2", "m3"] {
@@ -1020,8 +1018,18 @@ fn an_undo_takes_failed_steps_back_within_the_budget_even_when_they_serve_again(
     c.health("m1", Unhealthy, "flap");
     c.health("m2", Unhealthy, "flap");
     step(&mut r, &c, 3);
-    assert_eq!(phases(&r)[..2], [("m1", "failed"), ("m2", "failed")]);
+    assert_eq!(phases(&r), [("m1", "failed"), ("m2", "failed"), ("m3", "updating")]);
     assert_eq!(r.state(), RolloutState::Paused);
+    (c, r)
+}
+
+/// Found by the nemesis (issue 37): steps that failed because their check failed after they were done (a check that
+/// flaps, failing on every machine at once) may serve again when the rollout is aborted; the undo must still take
+/// them back one at a time within the budget, not all at once.
+#[test]
+fn an_undo_takes_failed_steps_back_within_the_budget_even_when_they_serve_again() {
+    use crate::model::HealthStatus::*;
+    let (mut c, mut r) = two_done_then_a_flap();
     c.health("m1", Healthy, "");
     c.health("m2", Healthy, "");
     r.control.action = Action::Abort;
@@ -1164,21 +1172,7 @@ fn an_instance_rescheduled_during_a_rollout_moves_its_step_with_it() {
 #[test]
 fn a_resume_judges_failed_machines_still_serving_the_new_version_where_they_stand() {
     use crate::model::HealthStatus::*;
-    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
-    for m in ["m1", "m2", "m3"] {
-        c.health(m, Healthy, "");
-    }
-    let mut r = rollout(checked_spec(1, 0, OnFailure::Pause));
-    step(&mut r, &c, 0);
-    for (t, m) in [(1, "m1"), (2, "m2")] {
-        c.set(m, NEW, "active");
-        c.health(m, Healthy, "");
-        step(&mut r, &c, t);
-    }
-    c.health("m1", Unhealthy, "flap");
-    c.health("m2", Unhealthy, "flap");
-    step(&mut r, &c, 3);
-    assert_eq!(phases(&r), [("m1", "failed"), ("m2", "failed"), ("m3", "updating")]);
+    let (mut c, mut r) = two_done_then_a_flap();
     c.health("m1", Healthy, "");
     c.health("m2", Healthy, "");
     r.control.resumes = 1;

@@ -476,31 +476,16 @@ impl Snapshot {
                     }
                 })
             }
+            // Records a machine's agent publishes: one that does not decode is nobody's word, read as none.
             Key::MachineLoadFault { machine } => {
-                let read = value.map(|v| decode_json::<crate::model::LoadFault>(&full(), "machine load fault", v));
-                self.update_machine(machine, |m| {
-                    m.load_fault = match read {
-                        Some(Ok(fault)) => Some(fault),
-                        Some(Err(e)) => {
-                            warn(e);
-                            None
-                        }
-                        None => None,
-                    }
-                })
+                let read = value.map(|v| decode_json(&full(), "machine load fault", v));
+                let fault = read.and_then(|r| r.map_err(warn).ok());
+                self.update_machine(machine, |m| m.load_fault = fault)
             }
             Key::MachineGlobalUnits { machine } => {
-                let read = value.map(|v| decode_json::<crate::model::GlobalUnits>(&full(), "machine global units", v));
-                self.update_machine(machine, |m| {
-                    m.global_units = match read {
-                        Some(Ok(units)) => Some(units),
-                        Some(Err(e)) => {
-                            warn(e);
-                            None
-                        }
-                        None => None,
-                    }
-                })
+                let read = value.map(|v| decode_json(&full(), "machine global units", v));
+                let units = read.and_then(|r| r.map_err(warn).ok());
+                self.update_machine(machine, |m| m.global_units = units)
             }
             Key::MachineMetadata { machine, key } => self.update_machine(machine, |m| {
                 match value.map(|v| decode_text(&full(), "metadata value", v)) {
