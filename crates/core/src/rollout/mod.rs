@@ -1446,3 +1446,5 @@ pub fn phase_counts(progress: &RolloutProgress) -> BTreeMap<&'static str, usize>
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_mutants;
