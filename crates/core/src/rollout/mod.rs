@@ -925,7 +925,7 @@ fn check_released(
         step.detail = format!(
             "its health check failed {} s after it first passed: {}",
             now_ms.saturating_sub(step.healthy_since_ms) / 1000,
-            seen.why_not_serving(&unit)
+            health_text(&seen, &unit)
         );
         return;
     } else if step.restarts_at_healthy.is_some() && settling(&seen.active_state) {
@@ -966,7 +966,7 @@ fn check_released(
             "not healthy within {} s of its release: {}",
             spec.health_timeout_ms / 1000,
             if arrived && active && checked {
-                seen.why_not_serving(&unit)
+                health_text(&seen, &unit)
             } else {
                 format!("activeState={} subState={}", dash(&seen.active_state), dash(&seen.sub_state))
             }

@@ -512,3 +512,31 @@ fn a_resumed_canary_is_released_again_while_the_rest_await_promotion() {
     step(&mut r, &c, 3);
     assert_eq!(phases(&r), [("m1", "updating"), ("m2", "pending"), ("m3", "pending")], "{}", reason(&r));
 }
+
+/// A drain's move is gated by the unit's own check wherever it goes, and a failure names that check: one that
+/// failed after it passed, or one that never passed within the health timeout.
+#[test]
+fn a_drain_move_that_fails_its_check_names_the_check() {
+    let h = |status| crate::model::Health { status, since_ms: 0, output: "wsrep not synced".into() };
+    let mut c = drained_cluster();
+    let mut r = drain_of_m1(3);
+    r.spec.min_healthy_ms = 10_000;
+    step(&mut r, &c, 1_000);
+    c.unit("a.service", "m2", Some(OLD), "active");
+    c.0.get_mut(&("a.service".into(), "m2".into())).unwrap().health = Some(h(Healthy));
+    step(&mut r, &c, 2_000);
+    assert_eq!(phases(&r)[0], ("m2", "healthy"));
+    c.0.get_mut(&("a.service".into(), "m2".into())).unwrap().health = Some(h(Unhealthy));
+    step(&mut r, &c, 3_000);
+    assert_eq!(
+        reason(&r),
+        "paused: a.service on m2: its health check failed 1 s after it first passed: unhealthy: wsrep not synced"
+    );
+    let mut r = drain_of_m1(3);
+    step(&mut r, &c, 1_000);
+    step(&mut r, &c, 61_000);
+    assert_eq!(
+        reason(&r),
+        "paused: a.service on m2: not healthy within 60 s of its release: unhealthy: wsrep not synced"
+    );
+}
