@@ -513,6 +513,26 @@ fn a_resumed_canary_is_released_again_while_the_rest_await_promotion() {
     assert_eq!(phases(&r), [("m1", "updating"), ("m2", "pending"), ("m3", "pending")], "{}", reason(&r));
 }
 
+/// `--canary=N`: the first N machines change, then the rollout awaits promotion — whatever the budget, and even when
+/// another machine is down already (it changes after the promotion, first).
+#[test]
+fn canaries_change_alone_whatever_the_budget() {
+    let mut c = Table::with(&["m1", "m2", "m3", "m4"], OLD);
+    c.set("m4", OLD, "failed");
+    let mut s = spec(RolloutKind::Replace, 2, 0, OnFailure::Pause);
+    s.canary = 1;
+    let mut r = rollout(s);
+    step(&mut r, &c, 0);
+    assert_eq!(phases(&r), [("m1", "updating"), ("m2", "pending"), ("m3", "pending"), ("m4", "pending")]);
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 1);
+    assert_eq!(r.state(), RolloutState::Paused, "{}", reason(&r));
+    assert!(reason(&r).starts_with("awaiting promotion: 1 canary machine(s)"), "{}", reason(&r));
+    r.control.promoted = true;
+    step(&mut r, &c, 2);
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "updating"), ("m3", "pending"), ("m4", "updating")]);
+}
+
 /// A drain's move is gated by the unit's own check wherever it goes, and a failure names that check: one that
 /// failed after it passed, or one that never passed within the health timeout.
 #[test]
