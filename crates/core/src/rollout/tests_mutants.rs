@@ -446,6 +446,19 @@ fn an_undo_waits_for_a_change_in_flight_to_settle_within_its_health_timeout() {
     assert_eq!(undo_phases(&r), [("m2", "pending"), ("m1", "pending")]);
     step(&mut r, &c, 62_000);
     assert_eq!(undo_phases(&r), [("m2", "updating"), ("m1", "pending")], "m2's health timeout is over");
+
+    // With a budget of 2: the settling machine and one undo step, not two.
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 2, 0, OnFailure::Pause));
+    step(&mut r, &c, 1_000);
+    c.set("m1", NEW, "active");
+    c.set("m2", NEW, "active");
+    step(&mut r, &c, 2_000);
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "done"), ("m3", "updating")]);
+    c.publish("m3", Some(NEW), Some(OLD), "active");
+    r.control.action = Action::Abort;
+    step(&mut r, &c, 3_000);
+    assert_eq!(undo_phases(&r), [("m3", "pending"), ("m1", "updating"), ("m2", "pending")]);
 }
 
 /// A unit that no longer runs on a machine of the rollout counts as served when a machine the rollout does not name
