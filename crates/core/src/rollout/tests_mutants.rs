@@ -544,6 +544,20 @@ fn canaries_change_alone_whatever_the_budget() {
     r.control.promoted = true;
     step(&mut r, &c, 2);
     assert_eq!(phases(&r), [("m1", "done"), ("m2", "updating"), ("m3", "pending"), ("m4", "updating")]);
+
+    // The down machine still counts against the budget: with max-unavailable 1 the canary waits for it to serve
+    // again, and the reason says so; a promotion lets the down machine change first.
+    let mut c = Table::with(&["m1", "m2", "m3", "m4"], OLD);
+    c.set("m4", OLD, "failed");
+    let mut s = spec(RolloutKind::Replace, 1, 0, OnFailure::Pause);
+    s.canary = 1;
+    let mut r = rollout(s);
+    step(&mut r, &c, 0);
+    assert_eq!(phases(&r), [("m1", "pending"), ("m2", "pending"), ("m3", "pending"), ("m4", "pending")]);
+    assert_eq!(reason(&r), "waiting: 1 of at most 1 unavailable already: db.service on m4 (failed/dead)");
+    r.control.promoted = true;
+    step(&mut r, &c, 1);
+    assert_eq!(phases(&r), [("m1", "pending"), ("m2", "pending"), ("m3", "pending"), ("m4", "updating")]);
 }
 
 /// A drain's move is gated by the unit's own check wherever it goes, and a failure names that check: one that
