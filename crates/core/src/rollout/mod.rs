@@ -628,11 +628,12 @@ pub fn advance(rollout: &Rollout, cluster: &impl Cluster, now_ms: u64) -> Advanc
             _ => format!("rolling back: {}", progress.undo_reason),
         };
     }
+    let mut canaries_only = None;
     if progress.state == RolloutState::Running && !progress.undoing() && spec.canary > 0 {
-        canary_gate(spec, &rollout.control, &mut progress, now_ms, &mut wake);
+        canaries_only = canary_gate(spec, &rollout.control, &mut progress, now_ms, &mut wake);
     }
     if progress.state == RolloutState::Running {
-        release(spec, &mut progress, cluster, now_ms, &mut wake);
+        release(spec, &mut progress, cluster, now_ms, canaries_only, &mut wake);
         let undoing = progress.undoing();
         let list = if undoing { &progress.undo } else { &progress.steps };
         if list.iter().all(|s| matches!(s.phase, Phase::Done | Phase::Skipped)) {
@@ -931,7 +932,7 @@ fn check_released(
         step.detail = format!(
             "its health check failed {} s after it first passed: {}",
             now_ms.saturating_sub(step.healthy_since_ms) / 1000,
-            seen.why_not_serving(&unit)
+            health_text(&seen, &unit)
         );
         return;
     } else if step.restarts_at_healthy.is_some() && settling(&seen.active_state) {
@@ -972,7 +973,7 @@ fn check_released(
             "not healthy within {} s of its release: {}",
             spec.health_timeout_ms / 1000,
             if arrived && active && checked {
-                seen.why_not_serving(&unit)
+                health_text(&seen, &unit)
             } else {
                 format!("activeState={} subState={}", dash(&seen.active_state), dash(&seen.sub_state))
             }
@@ -1040,21 +1041,28 @@ fn check_done(spec: &RolloutSpec, step: &mut Step, cluster: &impl Cluster, now_m
 }
 
 /// Canaries: once the first `canary` forward steps are done the rollout waits for a promotion (paused), or, with
-/// a hold, for the hold to pass with the canaries still healthy.
-fn canary_gate(spec: &RolloutSpec, control: &Control, progress: &mut RolloutProgress, now_ms: u64, wake: &mut Wake) {
+/// a hold, for the hold to pass with the canaries still healthy. Until then only they change: `Some(canaries)`,
+/// the number of first steps [`release`] may release (whatever the budget).
+fn canary_gate(
+    spec: &RolloutSpec,
+    control: &Control,
+    progress: &mut RolloutProgress,
+    now_ms: u64,
+    wake: &mut Wake,
+) -> Option<usize> {
     let canaries = (spec.canary as usize).min(progress.steps.len());
     if control.promoted || canaries == progress.steps.len() {
         progress.awaiting_promotion = false;
-        return;
+        return None;
     }
     let (first, rest) = progress.steps.split_at(canaries);
     if rest.iter().any(|s| s.phase != Phase::Pending) {
         // Promoted by the hold before.
         progress.awaiting_promotion = false;
-        return;
+        return None;
     }
     if !first.iter().all(|s| matches!(s.phase, Phase::Done | Phase::Skipped)) {
-        return;
+        return Some(canaries);
     }
     if progress.canaries_done_ms == 0 {
         progress.canaries_done_ms = now_ms;
@@ -1063,7 +1071,7 @@ fn canary_gate(spec: &RolloutSpec, control: &Control, progress: &mut RolloutProg
         let at = progress.canaries_done_ms.saturating_add(spec.canary_hold_ms);
         if now_ms >= at {
             progress.awaiting_promotion = false;
-            return;
+            return None;
         }
         wake.at(at);
         progress.reason = format!(
@@ -1072,7 +1080,7 @@ fn canary_gate(spec: &RolloutSpec, control: &Control, progress: &mut RolloutProg
         );
         progress.state = RolloutState::Running;
         progress.awaiting_promotion = true;
-        return;
+        return None;
     }
     progress.state = RolloutState::Paused;
     progress.awaiting_promotion = true;
@@ -1081,13 +1089,21 @@ fn canary_gate(spec: &RolloutSpec, control: &Control, progress: &mut RolloutProg
          rollout-promote {}",
         spec.id
     );
+    None
 }
 
 /// Releases pending steps (undo steps while undoing) within the budget: machines of the rollout that do not serve
 /// the unit count against `maxUnavailable` with the released steps, and a pending step whose machine is already
 /// down is released first, at no cost. When the budget holds a step back because of machines the rollout did not
-/// take down, the reason says which.
-fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cluster, now_ms: u64, wake: &mut Wake) {
+/// take down, the reason says which. With `canaries_only`, only that many first steps may be released.
+fn release(
+    spec: &RolloutSpec,
+    progress: &mut RolloutProgress,
+    cluster: &impl Cluster,
+    now_ms: u64,
+    canaries_only: Option<usize>,
+    wake: &mut Wake,
+) {
     if progress.awaiting_promotion && spec.canary_hold_ms > 0 {
         return;
     }
@@ -1097,7 +1113,13 @@ fn release(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
     // A drain stops the units that cannot leave only once every move is over (done, or skipped).
     let moves_open = spec.kind == RolloutKind::Drain
         && progress.steps.iter().any(|s| !s.is_stop(spec.kind) && !matches!(s.phase, Phase::Done | Phase::Skipped));
-    let held = |step: &Step| moves_open && step.is_stop(spec.kind);
+    // Before the canaries are done (or promoted), the other steps wait, even a machine already down.
+    let after_canaries: BTreeSet<(String, String)> = canaries_only
+        .map(|n| progress.steps.iter().skip(n).map(|s| (s.unit.clone(), s.machine.clone())).collect())
+        .unwrap_or_default();
+    let held = |step: &Step| {
+        (moves_open && step.is_stop(spec.kind)) || after_canaries.contains(&(step.unit.clone(), step.machine.clone()))
+    };
     // Machines of the rollout that do not serve the unit, outside the released steps.
     let in_flight: BTreeSet<(String, String)> = {
         let list = if undoing { &progress.undo } else { &progress.steps };
@@ -1454,3 +1476,5 @@ pub fn phase_counts(progress: &RolloutProgress) -> BTreeMap<&'static str, usize>
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_mutants;

@@ -2,23 +2,26 @@ use std::collections::BTreeMap;
 
 use super::*;
 
-const OLD: &str = "1111111111111111111111111111111111111111";
-const NEW: &str = "2222222222222222222222222222222222222222";
+pub(super) const OLD: &str = "1111111111111111111111111111111111111111";
+pub(super) const NEW: &str = "2222222222222222222222222222222222222222";
 
 /// A cluster as a table: (unit, machine) → observation; holders are the machines listed for a unit. The second
 /// field: (unit, machine) pairs whose unit is scheduled elsewhere now ([`Cluster::moved`]).
 #[derive(Default)]
-struct Table(BTreeMap<(String, String), Observed>, std::collections::BTreeSet<(String, String)>);
+pub(super) struct Table(
+    pub(super) BTreeMap<(String, String), Observed>,
+    pub(super) std::collections::BTreeSet<(String, String)>,
+);
 
 impl Table {
-    fn with(machines: &[&str], hash: &str) -> Table {
+    pub(super) fn with(machines: &[&str], hash: &str) -> Table {
         let mut t = Table::default();
         for m in machines {
             t.set(m, hash, "active");
         }
         t
     }
-    fn set(&mut self, machine: &str, hash: &str, active: &str) {
+    pub(super) fn set(&mut self, machine: &str, hash: &str, active: &str) {
         self.0.insert(
             ("db.service".into(), machine.into()),
             Observed {
@@ -33,24 +36,24 @@ impl Table {
             },
         );
     }
-    fn restarted(&mut self, machine: &str, id: &str) {
+    pub(super) fn restarted(&mut self, machine: &str, id: &str) {
         self.0.get_mut(&("db.service".into(), machine.into())).unwrap().restarted_for = Some(id.into());
     }
     /// systemd's view of `machine` as published: sub state and restart counter.
-    fn systemd(&mut self, machine: &str, active: &str, sub: &str, restarts: Option<u32>) {
+    pub(super) fn systemd(&mut self, machine: &str, active: &str, sub: &str, restarts: Option<u32>) {
         let seen = self.0.get_mut(&("db.service".into(), machine.into())).unwrap();
         seen.active_state = active.into();
         seen.sub_state = sub.into();
         seen.restarts = restarts;
     }
-    fn leave(&mut self, machine: &str) {
+    pub(super) fn leave(&mut self, machine: &str) {
         self.0.get_mut(&("db.service".into(), machine.into())).unwrap().present = false;
     }
-    fn back(&mut self, machine: &str) {
+    pub(super) fn back(&mut self, machine: &str) {
         self.0.get_mut(&("db.service".into(), machine.into())).unwrap().present = true;
     }
     /// The unit is no longer on `machine`: rescheduled elsewhere (it stops publishing there).
-    fn moved_off(&mut self, machine: &str) {
+    pub(super) fn moved_off(&mut self, machine: &str) {
         self.0.insert(("db.service".into(), machine.into()), Observed { present: true, ..Observed::default() });
         self.1.insert(("db.service".into(), machine.into()));
     }
@@ -72,7 +75,7 @@ impl Cluster for Table {
     }
 }
 
-fn spec(kind: RolloutKind, max_unavailable: u32, min_healthy_ms: u64, on_failure: OnFailure) -> RolloutSpec {
+pub(super) fn spec(kind: RolloutKind, max_unavailable: u32, min_healthy_ms: u64, on_failure: OnFailure) -> RolloutSpec {
     let to = if kind == RolloutKind::Replace { NEW } else { OLD };
     RolloutSpec {
         id: "r1".into(),
@@ -92,16 +95,16 @@ fn spec(kind: RolloutKind, max_unavailable: u32, min_healthy_ms: u64, on_failure
     }
 }
 
-fn rollout(spec: RolloutSpec) -> Rollout {
+pub(super) fn rollout(spec: RolloutSpec) -> Rollout {
     Rollout { spec, control: Control::default(), progress: None }
 }
 
-fn phases(r: &Rollout) -> Vec<(&str, &str)> {
+pub(super) fn phases(r: &Rollout) -> Vec<(&str, &str)> {
     r.progress.as_ref().unwrap().steps.iter().map(|s| (s.machine.as_str(), s.phase.as_str())).collect()
 }
 
 /// Applies `advance` at `now` and stores its progress, as the engine does.
-fn step(r: &mut Rollout, cluster: &Table, now: u64) -> Advanced {
+pub(super) fn step(r: &mut Rollout, cluster: &Table, now: u64) -> Advanced {
     let a = advance(r, cluster, now);
     r.progress = Some(a.progress.clone());
     a
@@ -416,7 +419,7 @@ fn without_a_published_counter_a_step_fails_on_what_the_states_show() {
 }
 
 /// A finished (or running) rollout of `units` created at `created_ms`.
-fn stored(id: &str, units: &[&str], created_ms: u64, state: RolloutState) -> Rollout {
+pub(super) fn stored(id: &str, units: &[&str], created_ms: u64, state: RolloutState) -> Rollout {
     let mut spec = spec(RolloutKind::Restart, 1, 0, OnFailure::Pause);
     spec.id = id.into();
     spec.created_ms = created_ms;
@@ -456,25 +459,25 @@ fn equal_creation_times_are_ordered_by_id() {
 
 impl Table {
     /// `machine` publishes its check's status (the unit has a check).
-    fn health(&mut self, machine: &str, status: crate::model::HealthStatus, output: &str) {
+    pub(super) fn health(&mut self, machine: &str, status: crate::model::HealthStatus, output: &str) {
         let seen = self.0.get_mut(&("db.service".into(), machine.into())).unwrap();
         seen.health = Some(crate::model::Health { status, since_ms: 0, output: output.into() });
     }
 }
 
 /// A replace of a unit whose versions both have a health check.
-fn checked_spec(max_unavailable: u32, min_healthy_ms: u64, on_failure: OnFailure) -> RolloutSpec {
+pub(super) fn checked_spec(max_unavailable: u32, min_healthy_ms: u64, on_failure: OnFailure) -> RolloutSpec {
     let mut s = spec(RolloutKind::Replace, max_unavailable, min_healthy_ms, on_failure);
     s.units[0].checked = true;
     s.units[0].from_checked = true;
     s
 }
 
-fn undo_phases(r: &Rollout) -> Vec<(&str, &str)> {
+pub(super) fn undo_phases(r: &Rollout) -> Vec<(&str, &str)> {
     r.progress.as_ref().unwrap().undo.iter().map(|s| (s.machine.as_str(), s.phase.as_str())).collect()
 }
 
-fn in_flight(r: &Rollout) -> usize {
+pub(super) fn in_flight(r: &Rollout) -> usize {
     let p = r.progress.as_ref().unwrap();
     let list = if p.undoing() { &p.undo } else { &p.steps };
     list.iter().filter(|s| matches!(s.phase, Phase::Updating | Phase::Healthy)).count()
@@ -819,7 +822,7 @@ fn times_at_u64_max_never_overflow_and_mean_never() {
 
 impl Table {
     /// `unit` as `machine` publishes it: `hash` (none: not there) and its active state; the machine is present.
-    fn unit(&mut self, unit: &str, machine: &str, hash: Option<&str>, active: &str) {
+    pub(super) fn unit(&mut self, unit: &str, machine: &str, hash: Option<&str>, active: &str) {
         let seen = Observed {
             present: true,
             hash: hash.map(str::to_string),
@@ -832,7 +835,7 @@ impl Table {
 }
 
 /// A drain of m1 as the engine plans it: a.service to m2, b.service to m3, then the stop of global g.service.
-fn drain_of_m1(max_unavailable: u32) -> Rollout {
+pub(super) fn drain_of_m1(max_unavailable: u32) -> Rollout {
     let spec = RolloutSpec {
         id: "drain-m1".into(),
         kind: RolloutKind::Drain,
@@ -849,7 +852,7 @@ fn drain_of_m1(max_unavailable: u32) -> Rollout {
 }
 
 /// m1 runs a, b and global g; m2 and m3 are present and run nothing of them yet.
-fn drained_cluster() -> Table {
+pub(super) fn drained_cluster() -> Table {
     let mut c = Table::default();
     for unit in ["a.service", "b.service", "g.service"] {
         c.unit(unit, "m1", Some(OLD), "active");
