@@ -1055,12 +1055,16 @@ fn canary_gate(
         progress.awaiting_promotion = false;
         return None;
     }
-    let (first, rest) = progress.steps.split_at(canaries);
-    if rest.iter().any(|s| s.phase != Phase::Pending) {
-        // Promoted by the hold before.
+    // Promoted by the hold in an earlier pass: read from the stored times, not from the other steps' phases (a
+    // machine that leaves is skipped, one that joins is released at once: neither is a promotion).
+    let hold_over = spec.canary_hold_ms > 0
+        && progress.canaries_done_ms > 0
+        && now_ms >= progress.canaries_done_ms.saturating_add(spec.canary_hold_ms);
+    if hold_over {
         progress.awaiting_promotion = false;
         return None;
     }
+    let first = &progress.steps[..canaries];
     if !first.iter().all(|s| matches!(s.phase, Phase::Done | Phase::Skipped)) {
         return Some(canaries);
     }

@@ -1189,3 +1189,24 @@ fn a_resume_judges_failed_machines_still_serving_the_new_version_where_they_stan
     step(&mut r, &c, 5);
     assert_eq!(r.state(), RolloutState::Done, "{:?}", phases(&r));
 }
+
+/// A machine that leaves during the canary phase is skipped, and one that joins is released at once (it has no
+/// copy): neither promotes the rollout, which still waits for the user's promotion.
+#[test]
+fn a_machine_leaving_or_joining_during_the_canary_phase_promotes_nothing() {
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    let mut s = spec(RolloutKind::Replace, 1, 0, OnFailure::Pause);
+    s.canary = 1;
+    let mut r = rollout(s);
+    step(&mut r, &c, 1_000);
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 1_001);
+    assert!(r.progress.as_ref().unwrap().awaiting_promotion);
+    c.leave("m3");
+    c.set("m4", NEW, "activating");
+    step(&mut r, &c, 1_002);
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "pending"), ("m3", "pending"), ("m4", "updating")]);
+    let p = r.progress.as_ref().unwrap();
+    assert!(p.awaiting_promotion && r.state() == RolloutState::Paused, "{p:?}");
+    assert!(p.reason.starts_with("awaiting promotion"), "{}", p.reason);
+}
