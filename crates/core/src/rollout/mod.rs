@@ -487,6 +487,11 @@ pub trait Cluster {
     fn moved(&self, _unit: &str, _machine: &str) -> bool {
         false
     }
+    /// Whether `machine` cannot take `unit` on: it cannot write unit files (a load fault) and does not hold it. Its
+    /// step is skipped, and it counts against the budget as a machine that left does. Never by default.
+    fn cannot_load(&self, _unit: &str, _machine: &str) -> bool {
+        false
+    }
     /// A machine's metadata (for `order` rules); none by default.
     fn metadata(&self, _machine: &str) -> BTreeMap<String, String> {
         BTreeMap::new()
@@ -708,11 +713,12 @@ fn serves_its_version(spec: &RolloutSpec, step: &Step, cluster: &impl Cluster, u
     seen.present && seen.active_state == "active" && arrived(spec, step, &seen, undoing)
 }
 
-/// Whether `machine` holds `unit` again (present, publishing it or scheduled it, not drained, the unit not moved
-/// elsewhere).
+/// Whether `machine` holds `unit` again (present, publishing it or scheduled it, not drained, able to write its
+/// file, the unit not moved elsewhere).
 fn holds_again(cluster: &impl Cluster, unit: &str, machine: &str) -> bool {
     cluster.observe(unit, machine).present
         && !cluster.moved(unit, machine)
+        && !cluster.cannot_load(unit, machine)
         && !cluster.drained(unit, machine)
         && cluster.holders(unit).iter().any(|m| m == machine)
 }
@@ -858,6 +864,11 @@ fn check_released(
     if cluster.moved(&step.unit, &step.machine) {
         step.phase = Phase::Skipped;
         step.detail = MOVED.into();
+        return;
+    }
+    if cluster.cannot_load(&step.unit, &step.machine) {
+        step.phase = Phase::Skipped;
+        step.detail = CANNOT_LOAD.into();
         return;
     }
     if !spec.kind.plans_steps() && cluster.drained(&step.unit, &step.machine) {
@@ -1166,6 +1177,8 @@ fn release(
             "the machine left the cluster"
         } else if cluster.moved(&step.unit, &step.machine) {
             MOVED
+        } else if cluster.cannot_load(&step.unit, &step.machine) {
+            CANNOT_LOAD
         } else if !spec.kind.plans_steps() && cluster.drained(&step.unit, &step.machine) {
             DRAINED
         } else {
@@ -1259,6 +1272,10 @@ fn not_serving(spec: &RolloutSpec, progress: &RolloutProgress, step: &Step, clus
 /// counts the machine against its budget, as it counts a machine that leaves while it runs. Timed by etcd, so no
 /// machine's clock decides it. A machine gone for good stops counting for new rollouts after this.
 pub const REMEMBER_DEPARTED: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The detail of a step skipped because its machine cannot write unit files (its load fault) and does not hold the
+/// unit: it still counts against the budget, and takes its step up again once it holds the unit.
+pub const CANNOT_LOAD: &str = "the machine cannot write unit files (its load fault)";
 
 /// The detail of a step skipped because its unit (not a global one) is scheduled to another machine now.
 pub const MOVED: &str = "the unit moved to another machine";

@@ -17,7 +17,7 @@
 //! | `P/machines/<id>/metadata/<key>` | plain string; `""` is a tombstone hiding a config key (§3.3) | — | API `PATCH /machines` | all |
 //! | `P/machines/<id>/cordon` | JSON `{"sinceMs"}` (`records::Cordon`): the machine takes no new unit | — | API `PUT`/`DELETE /machines/<id>/cordon` | engine, agents, API |
 //! | `P/machines/<id>/load-fault` | JSON `model::LoadFault` `{"reason","sinceMs","units"}`: unit files cannot be written there; it takes no new unit | that machine's lease | agent of `<id>` (put when a write fails, deleted once a probe write succeeds) | engine, agents, API |
-//! | `P/machines/<id>/global-units` | JSON `model::GlobalUnits` `{"units"}`: the global units the machine runs, remembered for `rollout::REMEMBER_DEPARTED` after it leaves | that machine's memory lease (TTL `REMEMBER_DEPARTED`, kept alive by its fleetd) | agent of `<id>` (put when the set changes) | engine (rollout budgets) |
+//! | `P/machines/<id>/global-units` | JSON `model::GlobalUnits` `{"units"}`: the global units the machine should run (a load fault does not take them off), remembered for `rollout::REMEMBER_DEPARTED` after it leaves | that machine's memory lease (TTL `REMEMBER_DEPARTED`, kept alive by its fleetd) | agent of `<id>` (put when the set changes) | engine (rollout budgets) |
 //! | `P/engine/leader` | machine ID of the engine leader | engine lease (`5×EIV`) | engine (create-if-absent; resign = delete-if-ours) | engines, API |
 //! | `P/engine/version` | cluster engine version, decimal | — | engine (check-and-set) | engines |
 //! | `P/units/<name>/restarted/<machine>` | ID of the rollout the machine last restarted the unit for | that machine's lease | agent of `<machine>` | engine |

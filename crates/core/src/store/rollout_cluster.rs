@@ -50,34 +50,42 @@ impl rollout::Cluster for SnapshotCluster<'_> {
         self.0.unit_record(unit).is_some_and(|r| r.object.is_some())
     }
 
+    /// Present, with a load fault, and not holding the unit (no state published for it).
+    fn cannot_load(&self, unit: &str, machine: &str) -> bool {
+        let s = self.0;
+        s.machine_records().get(machine).is_some_and(|r| r.object.is_some() && r.load_fault.is_some())
+            && s.state_record(unit, machine).is_none()
+    }
+
     /// Scheduled (a global unit never is) to another machine.
     fn moved(&self, unit: &str, machine: &str) -> bool {
         self.0.unit_record(unit).and_then(|r| r.target.as_deref()).is_some_and(|t| t != machine)
     }
 
     /// Present machines that publish a state of the unit (every machine running a global unit; a scheduled unit's
-    /// machine), and machines that left less than `rollout::REMEMBER_DEPARTED` ago running it as a global unit
-    /// (their `global-units` record outlives them): a rollout counts those as machines where it should run and
-    /// does not. Else the unit's scheduled machine.
+    /// machine), and machines whose agent says they should run it as a global unit (`global-units`) but do not:
+    /// present ones that cannot write its file (a load fault), and ones that left less than
+    /// `rollout::REMEMBER_DEPARTED` ago (the record outlives them). A rollout counts those as machines where the
+    /// unit should run and does not. Else the unit's scheduled machine.
     fn holders(&self, unit: &str) -> Vec<String> {
         let s = self.0;
         let present = |m: &str| s.machine_records().get(m).is_some_and(|r| r.object.is_some());
-        let departed = s
+        let should_run = s
             .machine_records()
             .iter()
-            .filter(|(_, r)| r.object.is_none() && r.global_units.as_ref().is_some_and(|g| g.units.contains(unit)))
+            .filter(|(_, r)| r.global_units.as_ref().is_some_and(|g| g.units.contains(unit)))
             .map(|(m, _)| m.to_string());
-        let publishing: Vec<String> = s
+        let publishing: std::collections::BTreeSet<String> = s
             .state_records()
             .get(unit)
             .into_iter()
             .flat_map(|per_machine| per_machine.keys())
             .filter(|m| present(m))
             .map(|m| m.to_string())
-            .chain(departed)
+            .chain(should_run)
             .collect();
         if !publishing.is_empty() {
-            return publishing;
+            return publishing.into_iter().collect();
         }
         s.unit_record(unit)
             .and_then(|r| r.target.as_deref())
@@ -210,5 +218,41 @@ mod tests {
         assert!(c.moved("a.service", "m1"));
         assert!(!c.moved("a.service", "m2"));
         assert!(!c.moved("g.service", "m1"));
+    }
+
+    /// Issue 37 (nemesis): a present machine that should run a global unit but cannot write its file (a full disk)
+    /// is one of a rollout's machines, skipped, and counts against the budget: the fault took its copy away.
+    #[test]
+    fn a_machine_that_cannot_write_a_global_units_file_counts_against_the_budget() {
+        use crate::rollout::{CANNOT_LOAD, Control, Rollout, RolloutKind, RolloutSpec, RolloutUnit, advance};
+        use crate::store::snapshot::tests::{H1, H2};
+        let machine = |id: &str| Key::MachineObject { machine: id.into() };
+        let s = Build::new()
+            .put_lease(machine("m1"), r#"{"id":"m1"}"#, 7)
+            .put_lease(machine("m2"), r#"{"id":"m2"}"#, 8)
+            .put_lease(machine("m3"), r#"{"id":"m3"}"#, 9)
+            .put_lease(Key::MachineLoadFault { machine: "m2".into() }, r#"{"reason":"No space left on device"}"#, 8)
+            .put_lease(Key::MachineGlobalUnits { machine: "m2".into() }, r#"{"units":["g.service"]}"#, 10)
+            .unit("g.service", H2, None, "launched")
+            .state("g.service", "m1", H1)
+            .state("g.service", "m3", H1)
+            .done();
+        let c = SnapshotCluster(&s);
+        assert!(c.cannot_load("g.service", "m2") && !c.cannot_load("g.service", "m1"));
+        let unit = RolloutUnit { name: "g.service".into(), from: H1.into(), to: H2.into(), ..RolloutUnit::default() };
+        let spec = RolloutSpec {
+            id: "r1".into(),
+            kind: RolloutKind::Replace,
+            units: vec![unit],
+            max_unavailable: 1,
+            health_timeout_ms: 60_000,
+            ..RolloutSpec::default()
+        };
+        let rollout = Rollout { spec, control: Control::default(), progress: None };
+        let p = advance(&rollout, &c, 10).progress;
+        let phases: Vec<(&str, &str)> = p.steps.iter().map(|s| (s.machine.as_str(), s.phase.as_str())).collect();
+        assert_eq!(phases, [("m1", "pending"), ("m2", "skipped"), ("m3", "pending")]);
+        assert_eq!(p.steps[1].detail, CANNOT_LOAD);
+        assert!(p.reason.starts_with("waiting: 1 of at most 1 unavailable already: g.service on m2"), "{}", p.reason);
     }
 }

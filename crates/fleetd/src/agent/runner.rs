@@ -262,7 +262,8 @@ pub(crate) struct Reconciled {
     pub held: Vec<(Planned, Blocker)>,
     /// Launched-marker writes that make the registry match (event-based from the reports, plus repairs).
     pub markers: Vec<Marker>,
-    /// The global units this machine should run (published under its memory lease, so they outlive it).
+    /// The global units this machine should run, whether or not it could take them on (published under its memory
+    /// lease, so they outlive it).
     pub global: BTreeSet<String>,
 }
 
@@ -334,7 +335,7 @@ fn is_down(task: &Task) -> bool {
 /// One round's inputs: the desired units and the plan, with held starts taken out.
 struct Round {
     desired: BTreeMap<String, Desired>,
-    /// The desired units that are global.
+    /// The global units this machine should run (a load fault does not take them off; a cordon does).
     global: BTreeSet<String>,
     planned: Vec<Planned>,
     held: Vec<(Planned, Blocker)>,
@@ -375,6 +376,15 @@ fn prepare<S: SystemdOps>(
         drained,
     };
     let mut desired = desired_units(&units, &this).map_err(|_| Skip::OwnMachineMissing)?;
+    // The global units this machine should run: with a load fault, those it could not take on count too (the fault
+    // took them away: rollouts count the machine against their budget, `SnapshotCluster::holders`). A cordon is the
+    // operator's choice and counts as ever.
+    let should_run = if load_fault {
+        let unfaulted = ThisMachine { load_fault: false, ..this.clone() };
+        desired_units(&units, &unfaulted).map_err(|_| Skip::OwnMachineMissing)?.into_keys().collect()
+    } else {
+        desired.keys().cloned().collect::<BTreeSet<String>>()
+    };
     if in_doubt {
         hold_while_in_doubt(&mut desired, &units);
     }
@@ -387,7 +397,7 @@ fn prepare<S: SystemdOps>(
     }
     let (planned, held) =
         hold_starts(planned, |name| start_blocker(me, global.contains(name), &other_copies(snapshot, name, me)));
-    let global_here = desired.keys().filter(|name| global.contains(name.as_str())).cloned().collect();
+    let global_here = should_run.into_iter().filter(|name| global.contains(name.as_str())).collect();
     Ok(Round { desired, global: global_here, planned, held })
 }
 
