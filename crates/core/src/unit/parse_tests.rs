@@ -341,6 +341,16 @@ fn placed_options_name_their_lines() {
     assert_eq!(parse_bytes_placed(b"[Unit"), Err(ParseError::UnterminatedSection { line: 1 }));
 }
 
+/// A header whose name spans lines (the original takes everything up to `]`) is placed at its `[`.
+#[test]
+fn a_header_split_across_lines_is_placed_at_its_bracket() {
+    use super::parse::parse_bytes_placed;
+    let placed = parse_bytes_placed(b"[\nS]\nA=1\n").unwrap();
+    let places: Vec<_> =
+        placed.iter().map(|p| (p.line, p.text.as_str(), p.section_line, p.section_text.as_str())).collect();
+    assert_eq!(places, [(3, "A=1", 1, "[")]);
+}
+
 /// A submitted file is refused at the line that gives an option a blank section or name.
 #[test]
 fn submitted_files_refuse_blank_lines() {
