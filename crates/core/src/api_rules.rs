@@ -1006,4 +1006,155 @@ mod tests {
         assert_eq!(refused(&drain("m1"), &running), (409, r#"drain "d0" is in progress (running)"#.into()));
         assert!(decide_rollout("d2", &drain("m2"), &running, 100).is_ok(), "another machine may be drained meanwhile");
     }
+
+    fn open_rollout(canary: u32) -> crate::rollout::Rollout {
+        use crate::rollout::{Action, Control, RolloutKind, RolloutSpec};
+        crate::rollout::Rollout {
+            spec: RolloutSpec { id: "r1".into(), kind: RolloutKind::Restart, canary, ..RolloutSpec::default() },
+            control: Control { action: Action::Pause, resumes: 1, ..Control::default() },
+            progress: None,
+        }
+    }
+
+    #[test]
+    fn skip_failed_goes_only_with_run_and_only_a_canary_rollout_is_promoted() {
+        use crate::rollout::{Action, Control};
+        let act = |action, skip_failed| schema::RolloutControl { action, skip_failed };
+        let refused = |r: Result<Control, ApiError>| {
+            let e = r.expect_err("expected a refusal");
+            (e.status.as_u16(), e.message)
+        };
+        let plain = open_rollout(0);
+        assert_eq!(
+            decide_control(&plain, act(Action::Pause, false)).unwrap(),
+            Control { action: Action::Pause, ..plain.control }
+        );
+        assert_eq!(
+            decide_control(&plain, act(Action::Run, true)).unwrap(),
+            Control { action: Action::Run, resumes: 2, skip_failed: true, promoted: false }
+        );
+        assert_eq!(
+            refused(decide_control(&plain, act(Action::Pause, true))),
+            (400, "skipFailed goes only with the action run".into())
+        );
+        assert_eq!(
+            refused(decide_control(&plain, act(Action::Promote, false))),
+            (409, r#"rollout "r1" has no canaries: nothing to promote"#.into())
+        );
+        let canary = open_rollout(1);
+        assert_eq!(
+            decide_control(&canary, act(Action::Promote, false)).unwrap(),
+            Control { promoted: true, ..canary.control }
+        );
+    }
+
+    fn rollout_of(kind: crate::rollout::RolloutKind, units: &[(&str, &str)]) -> schema::RolloutRequest {
+        let units = units
+            .iter()
+            .map(|(name, text)| schema::RolloutRequestUnit {
+                name: name.to_string(),
+                options: if text.is_empty() { Vec::new() } else { UnitFile::parse(text).unwrap().into_options() },
+            })
+            .collect();
+        schema::RolloutRequest { kind, units, ..Default::default() }
+    }
+
+    /// What a rollout request stores, and the refusals that depend on the units it names.
+    #[test]
+    fn a_rollout_stores_its_id_kind_units_and_time_and_refuses_what_changes_nothing() {
+        use crate::rollout::{RolloutKind, RolloutUnit};
+        let snapshot = launched_db();
+        let h = hash(HELLO);
+        let plan =
+            decide_rollout("r1", &rollout_of(RolloutKind::Restart, &[("db.service", "")]), &snapshot, 42).unwrap();
+        let unit = RolloutUnit {
+            name: "db.service".into(),
+            from: h.clone(),
+            to: h.clone(),
+            checked: false,
+            from_checked: false,
+        };
+        assert_eq!(
+            (plan.spec.id.as_str(), plan.spec.kind, plan.spec.units.as_slice(), plan.spec.created_ms),
+            ("r1", RolloutKind::Restart, [unit].as_slice(), 42)
+        );
+        let refused = |request: &schema::RolloutRequest| {
+            let e = decide_rollout("r1", request, &snapshot, 42).map(drop).unwrap_err();
+            (e.status.as_u16(), e.message)
+        };
+        let same = rollout_of(RolloutKind::Replace, &[("db.service", HELLO)]);
+        assert_eq!(refused(&same), (409, r#"unit "db.service" already has this content"#.into()));
+        let new_text = "[Service]\nExecStart=/bin/sleep 200\n";
+        let plan = decide_rollout("r1", &rollout_of(RolloutKind::Replace, &[("db.service", new_text)]), &snapshot, 42)
+            .unwrap();
+        assert_eq!(plan.spec.units[0].to, hash(new_text));
+        assert_eq!(plan.bodies.len(), 1);
+        let twice = rollout_of(RolloutKind::Restart, &[("db.service", ""), ("db.service", "")]);
+        assert_eq!(refused(&twice), (400, r#"unit "db.service" is named twice"#.into()));
+        let other = rollout_of(RolloutKind::Restart, &[("db.service", ""), ("web.service", "")]);
+        assert_eq!(refused(&other), (404, r#"unit "web.service" does not exist"#.into()));
+        // At most MAX_ROLLOUT_UNITS units: that many are judged one by one (here: the first does not exist).
+        let names: Vec<String> = (0..=crate::store::MAX_ROLLOUT_UNITS).map(|i| format!("u{i}.service")).collect();
+        let many = |n: usize| {
+            let units: Vec<(&str, &str)> = names[..n].iter().map(|name| (name.as_str(), "")).collect();
+            rollout_of(RolloutKind::Restart, &units)
+        };
+        assert_eq!(
+            refused(&many(crate::store::MAX_ROLLOUT_UNITS)),
+            (404, r#"unit "u0.service" does not exist"#.into())
+        );
+        let too_many = refused(&many(crate::store::MAX_ROLLOUT_UNITS + 1));
+        assert_eq!(too_many.0, 400);
+        assert!(too_many.1.starts_with("a rollout takes at most"), "{}", too_many.1);
+    }
+
+    #[test]
+    fn a_planned_rollout_stores_its_id_kind_and_time() {
+        use crate::rollout::RolloutKind;
+        let rebalance = schema::RolloutRequest { kind: RolloutKind::Rebalance, ..Default::default() };
+        let plan = decide_rollout("b1", &rebalance, &launched_db(), 42).unwrap();
+        assert_eq!((plan.spec.id.as_str(), plan.spec.kind, plan.spec.created_ms), ("b1", RolloutKind::Rebalance, 42));
+    }
+
+    #[test]
+    fn rollout_ids_are_the_first_unit_and_the_time_in_the_registry_alphabet() {
+        use crate::store::{Component, check_component};
+        assert_eq!(rollout_id("db.service", 1_700_000_000_000), "db-1700000000000");
+        assert_eq!(rollout_id("hello@1.service", 5), "hello_1-5");
+        assert_eq!(rollout_id(".service", 5), "rollout-5");
+        let long = rollout_id(&format!("{}.service", "a".repeat(80)), 1_700_000_000_000);
+        assert_eq!(long.len(), 64);
+        assert!(long.ends_with("a-1700000000000"), "{long}");
+        let taken = ["db-7".to_string(), "db-8".to_string()];
+        assert_eq!(unused_rollout_id("db.service", 7, &taken), "db-9");
+        assert_eq!(unused_rollout_id("db.service", 6, &taken), "db-6");
+        for id in [long, rollout_id("x y/z.service", 1)] {
+            check_component(Component::RolloutId, &id).unwrap();
+        }
+    }
+
+    /// A PUT rolls out only a replace of a launched unit that stays launched, restarts, and has a rolling policy.
+    #[test]
+    fn only_a_restarting_replace_of_a_launched_rolling_unit_rolls_out() {
+        let rolling = "[Service]\nExecStart=/bin/sleep 100\n\n[X-Fleet]\nUpdatePolicy=rolling\n";
+        let put = |text: &str, desired: &str, no_restart: bool| schema::Unit {
+            no_restart,
+            ..request("a.service", text, desired)
+        };
+        let replace = PutAction::Replace(JobState::Launched);
+        let launched = Some(JobState::Launched);
+        let cases = [
+            (put(rolling, "launched", false), replace.clone(), launched, true),
+            (put(rolling, "", false), replace.clone(), launched, true),
+            (put(rolling, "launched", false), PutAction::SetDesired(JobState::Launched), launched, false),
+            (put(rolling, "launched", false), replace.clone(), Some(JobState::Loaded), false),
+            (put(rolling, "launched", false), replace.clone(), None, false),
+            (put(rolling, "loaded", false), replace.clone(), launched, false),
+            (put(rolling, "launched", true), replace.clone(), launched, false),
+            (put(HELLO, "launched", false), replace.clone(), launched, false),
+        ];
+        for (i, (unit, action, stored, want)) in cases.into_iter().enumerate() {
+            assert_eq!(put_rolls_out(&unit, &action, stored), want, "case {i}: {action:?} {stored:?} {unit:?}");
+        }
+    }
 }

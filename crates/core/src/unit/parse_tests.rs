@@ -341,6 +341,26 @@ fn placed_options_name_their_lines() {
     assert_eq!(parse_bytes_placed(b"[Unit"), Err(ParseError::UnterminatedSection { line: 1 }));
 }
 
+/// A header whose name spans lines (the original takes everything up to `]`) is placed at its `[`.
+#[test]
+fn a_header_split_across_lines_is_placed_at_its_bracket() {
+    use super::parse::parse_bytes_placed;
+    let placed = parse_bytes_placed(b"[\nS]\nA=1\n").unwrap();
+    let places: Vec<_> =
+        placed.iter().map(|p| (p.line, p.text.as_str(), p.section_line, p.section_text.as_str())).collect();
+    assert_eq!(places, [(3, "A=1", 1, "[")]);
+}
+
+/// Go's decoding of invalid UTF-8: one U+FFFD per byte of a bad or cut-off sequence, also after valid text.
+#[test]
+fn invalid_utf8_becomes_one_replacement_per_byte_as_in_go() {
+    use super::parse::go_lossy;
+    assert_eq!(go_lossy(b"ok"), "ok");
+    assert_eq!(go_lossy(b"a\xff b"), "a\u{FFFD} b");
+    assert_eq!(go_lossy(b"\xe2\x82"), "\u{FFFD}\u{FFFD}");
+    assert_eq!(go_lossy(b"ab\xe2\x82"), "ab\u{FFFD}\u{FFFD}", "a sequence cut off by the end, after valid text");
+}
+
 /// A submitted file is refused at the line that gives an option a blank section or name.
 #[test]
 fn submitted_files_refuse_blank_lines() {

@@ -132,6 +132,11 @@ mod tests {
     }
 
     #[test]
+    fn roles_are_named_as_the_docs_name_them() {
+        assert_eq!((Role::Read.name(), Role::Admin.name()), ("read", "admin"));
+    }
+
+    #[test]
     fn connections_without_required_certificates_are_unrestricted() {
         assert_eq!(authorize(&Access::Unrestricted, &Method::DELETE), Ok(()));
     }

@@ -105,3 +105,19 @@ fn an_unknown_machine_is_an_error() {
     let input = ScheduleInput::new(vec![on("a.service", "m1")], vec![machine("m1")]).unwrap();
     assert_eq!(plan(&input, "m9").unwrap_err(), "machine m9 is not in the cluster");
 }
+
+#[test]
+fn a_peer_on_another_machine_holds_no_unit_back() {
+    // a follows z, which runs on m2 (a stale placement): z is not among the drained units, so a is planned in
+    // name order, before b, and goes to z's machine.
+    let units =
+        vec![on("a.service", "m1").with(machine_of(&["z.service"])), on("b.service", "m1"), on("z.service", "m2")];
+    let p = drain(vec![cordoned("m1"), machine("m2"), machine("m3")], units);
+    assert_eq!(p.moves, [mv("a.service", "m2"), mv("b.service", "m3")], "{p:?}");
+}
+
+#[test]
+fn why_a_unit_stays_reads_as_words() {
+    assert_eq!(Stay::Pinned.to_string(), "pinned to the machine by MachineID=");
+    assert_eq!(Stay::Follows("db.service".into()).to_string(), "follows db.service (MachineOf=), which stays");
+}

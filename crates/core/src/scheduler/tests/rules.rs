@@ -409,6 +409,15 @@ fn replaces_rules() {
             ],
             want: &["+r1.service@a"],
         },
+        Case {
+            name: "a global unit's Replaces= neither displaces nor keeps away a unit (globals are the agents')",
+            machines: ms(&["a"]),
+            units: vec![
+                launched("g.service").with(Constraints { global: true, ..replaces(&["old.service"]) }),
+                launched("old.service"),
+            ],
+            want: &["+old.service@a"],
+        },
     ]);
 }
 

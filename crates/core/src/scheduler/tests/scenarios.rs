@@ -293,6 +293,51 @@ fn a_replaces_cycle_settles_instead_of_displacing_around_it() {
     assert!(why.machines[0].fit.to_string().contains("cycle of Replaces"), "{}", why.machines[0].fit);
 }
 
+/// The verdict of each machine for `unit` on a snapshot of `units` on the machine `m1`.
+fn verdict_on_m1(units: Vec<UnitSpec>, unit: &str) -> Fit {
+    let why = explain(&ScheduleInput::new(units, [machine("m1")]).unwrap(), unit).unwrap();
+    why.machines[0].fit.clone()
+}
+
+/// The cycle b → h → d → b again, now also reached from a unit outside it (a replaces h, and sorts first, so the
+/// search for cycles starts outside the cycle): it is still a cycle, and h still does not displace d.
+#[test]
+fn a_replaces_cycle_reached_from_outside_is_still_a_cycle() {
+    let units = vec![
+        launched("a.service").with(replaces(&["h.service"])),
+        launched("b.service").with(replaces(&["h.service"])),
+        launched("d.service").with(replaces(&["b.service"])).on("m1"),
+        launched("h.service").with(replaces(&["d.service"])),
+    ];
+    assert_eq!(verdict_on_m1(units, "h.service"), Fit::Rejected(Rejection::ReplaceCycle { unit: "d.service".into() }));
+}
+
+/// Two separate cycles, b → h → d → b and p → q → s → p, and h also replaces q: q's leaving reaches back into
+/// its own cycle, not into h's, so h displaces q as any replacing unit does.
+#[test]
+fn a_unit_on_one_replaces_cycle_displaces_a_unit_of_another() {
+    let units = vec![
+        launched("b.service").with(replaces(&["h.service"])),
+        launched("d.service").with(replaces(&["b.service"])),
+        launched("h.service").with(replaces(&["d.service", "q.service"])),
+        launched("p.service").with(replaces(&["q.service"])),
+        launched("q.service").with(replaces(&["s.service"])).on("m1"),
+        launched("s.service").with(replaces(&["p.service"])),
+    ];
+    assert_eq!(verdict_on_m1(units, "h.service"), Fit::Displaces(vec!["q.service".into()]));
+}
+
+/// A unit that replaces its own `MachineOf=` peer is on no cycle (nothing replaces it back): `explain` says it
+/// would take its peer away, not that it closes a cycle.
+#[test]
+fn replacing_its_own_peer_is_refused_as_such_not_as_a_cycle() {
+    let units = vec![
+        launched("b.service").with(Constraints { replaces: strings(&["h.service"]), ..machine_of(&["h.service"]) }),
+        launched("h.service").on("m1"),
+    ];
+    assert_eq!(verdict_on_m1(units, "b.service"), Fit::Rejected(Rejection::DisplacesPeer { peer: "h.service".into() }));
+}
+
 /// A cycle closed by `MachineOf=`: a replaces d replaces b, and g (replacing a) follows b, so d displacing b takes
 /// g away, which brings a back, which displaces d. It settles too.
 #[test]
