@@ -81,8 +81,9 @@ enum Command {
         at_most_once: usize,
         #[arg(long, default_value_t = 3)]
         etcd_members: usize,
-        /// fleet.conf agent_ttl, seconds.
-        #[arg(long, default_value_t = 5)]
+        /// fleet.conf agent_ttl, seconds. With at-most-once units, at least 10 (below it they are stopped by every
+        /// etcd election: docs/at-most-once.md, "Limits"); the nemesis refuses less.
+        #[arg(long, default_value_t = fleet_harness::nemesis::AT_MOST_ONCE_MIN_TTL_SECS)]
         agent_ttl: u64,
         /// Longest convergence wait after a fault, seconds.
         #[arg(long, default_value_t = 90)]

@@ -70,7 +70,7 @@ impl Default for Options {
             units: 12,
             at_most_once: 3,
             etcd_members: 3,
-            agent_ttl_secs: 5,
+            agent_ttl_secs: AT_MOST_ONCE_MIN_TTL_SECS,
             converge_timeout: Duration::from_secs(90),
             changes: changes::Mode::Rolling,
             resource_faults: false,
@@ -78,7 +78,26 @@ impl Default for Options {
     }
 }
 
+/// The smallest `agent_ttl` with which at-most-once units ride through the loss of an etcd member or of its leader
+/// (docs/at-most-once.md, "Limits"; docs/faults.md, "Why 10 s and not 3 s"): below it the fence stops them during an
+/// etcd election, which the nemesis would report as restarts no fault on their machine explains.
+pub const AT_MOST_ONCE_MIN_TTL_SECS: u64 = 10;
+
 impl Options {
+    /// Why these options are refused, if they are: at-most-once units with an etcd that faults (more than one
+    /// member, so members and leaders are killed) below [`AT_MOST_ONCE_MIN_TTL_SECS`], a TTL fleet does not promise
+    /// them to survive.
+    pub fn refused(&self) -> Option<String> {
+        (self.at_most_once > 0 && self.agent_ttl_secs < AT_MOST_ONCE_MIN_TTL_SECS).then(|| {
+            format!(
+                "--agent-ttl {} with {} at-most-once unit(s): at-most-once units ride through etcd faults only with \
+                 agent_ttl of {AT_MOST_ONCE_MIN_TTL_SECS} s or more (docs/at-most-once.md, \"Limits\"); use \
+                 --agent-ttl {AT_MOST_ONCE_MIN_TTL_SECS} or --at-most-once 0",
+                self.agent_ttl_secs, self.at_most_once
+            )
+        })
+    }
+
     /// The command line that replays this run.
     pub fn replay_command(&self) -> String {
         format!(
@@ -335,6 +354,9 @@ struct Timeline {
 /// Runs the nemesis: starts a cluster, launches the units, injects faults until `duration`, and returns what it saw.
 /// The cluster is removed when this returns (also on error).
 pub async fn run(opts: &Options) -> Result<Report, NemesisError> {
+    if let Some(why) = opts.refused() {
+        return Err(NemesisError::Setup(why));
+    }
     if opts.at_most_once > opts.units || opts.units == 0 || opts.machines < 2 {
         return Err(NemesisError::Setup(format!(
             "need at least 2 machines and 1 unit, and at most --units at-most-once units (got {} machines, {} units, {} at-most-once)",
@@ -591,4 +613,23 @@ async fn machines_listed(cluster: &Cluster, n: usize) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod options_tests {
+    use super::*;
+
+    /// At-most-once units need agent_ttl >= 10 s through etcd faults: the nemesis refuses less, naming why, and
+    /// runs any TTL without them.
+    #[test]
+    fn a_ttl_at_most_once_units_cannot_ride_through_is_refused() {
+        let short = Options { agent_ttl_secs: 5, ..Options::default() };
+        let why = short.refused().expect("refused");
+        assert!(
+            why.contains("--agent-ttl 5 with 3 at-most-once unit(s)") && why.contains("docs/at-most-once.md"),
+            "{why}"
+        );
+        assert_eq!(Options { at_most_once: 0, ..short }.refused(), None);
+        assert_eq!(Options::default().refused(), None, "the default TTL is enough");
+    }
 }
