@@ -1243,10 +1243,21 @@ fn release(
 /// the check of the version it runs, or gone. A unit that is not global and now runs on a machine the rollout does
 /// not name counts as served there.
 fn not_serving(spec: &RolloutSpec, progress: &RolloutProgress, step: &Step, cluster: &impl Cluster) -> Option<String> {
-    if !cluster.exists(&step.unit) || cluster.moved(&step.unit, &step.machine) {
+    if !cluster.exists(&step.unit) {
         return None;
     }
     let unit = spec.unit(&step.unit)?;
+    if cluster.moved(&step.unit, &step.machine) {
+        // Its unit runs elsewhere now, and counts there: by that machine's own step when the rollout has one (one
+        // taken up while it ran forward), else here, by whether it serves there yet (rescheduled during an undo).
+        let elsewhere: Vec<String> = cluster.holders(&step.unit).into_iter().filter(|m| *m != step.machine).collect();
+        if elsewhere.iter().any(|m| progress.step(&step.unit, m).is_some())
+            || elsewhere.iter().any(|m| cluster.observe(&step.unit, m).serving(unit))
+        {
+            return None;
+        }
+        return Some("moved to another machine, not serving there yet".into());
+    }
     let seen = cluster.observe(&step.unit, &step.machine);
     if seen.serving(unit) {
         return None;

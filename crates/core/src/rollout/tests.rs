@@ -1210,3 +1210,49 @@ fn a_machine_leaving_or_joining_during_the_canary_phase_promotes_nothing() {
     assert!(p.awaiting_promotion && r.state() == RolloutState::Paused, "{p:?}");
     assert!(p.reason.starts_with("awaiting promotion"), "{}", p.reason);
 }
+
+/// Found by the nemesis (issue 37): an instance rescheduled while its rollout is undone (its machine died after the
+/// abort) is not served anywhere until its new machine starts it, and the undo must count it: it may not take
+/// another instance down meanwhile (max-unavailable 1).
+#[test]
+fn an_instance_rescheduled_during_an_undo_counts_until_it_serves_on_its_new_machine() {
+    let mut c = Table::default();
+    let unit =
+        |name: &str| RolloutUnit { name: name.into(), from: OLD.into(), to: NEW.into(), ..RolloutUnit::default() };
+    let mut s = spec(RolloutKind::Replace, 1, 0, OnFailure::Pause);
+    s.units = vec![unit("a.service"), unit("b.service")];
+    let mut r = rollout(s);
+    let put = |c: &mut Table, u: &str, m: &str, hash: &str, active: &str| {
+        c.set(m, hash, active);
+        let seen = c.0.remove(&("db.service".to_string(), m.to_string())).unwrap();
+        c.0.insert((u.to_string(), m.to_string()), seen);
+    };
+    put(&mut c, "a.service", "m1", OLD, "active");
+    put(&mut c, "b.service", "m2", OLD, "active");
+    step(&mut r, &c, 1_000);
+    put(&mut c, "a.service", "m1", NEW, "active");
+    step(&mut r, &c, 1_001);
+    put(&mut c, "b.service", "m2", NEW, "failed");
+    step(&mut r, &c, 1_002);
+    step(&mut r, &c, 1_002 + DOWN_SETTLE_MS);
+    assert_eq!(r.state(), RolloutState::Paused, "{:?}", r.progress);
+    r.control.action = Action::Abort;
+    // b's machine dies; b is rescheduled to m3, which is still starting it.
+    c.0.remove(&("b.service".to_string(), "m2".to_string()));
+    c.1.insert(("b.service".to_string(), "m2".to_string()));
+    put(&mut c, "b.service", "m3", OLD, "activating");
+    let a = step(&mut r, &c, 3_000);
+    let undo: Vec<(&str, &str, &str)> =
+        a.progress.undo.iter().map(|s| (s.unit.as_str(), s.machine.as_str(), s.phase.as_str())).collect();
+    assert!(
+        !undo.contains(&("a.service", "m1", "updating")),
+        "a on m1 taken down while b serves nowhere: {undo:?} ({})",
+        a.progress.reason
+    );
+    // Once b serves on m3, a's undo goes.
+    put(&mut c, "b.service", "m3", OLD, "active");
+    let a = step(&mut r, &c, 3_001);
+    let undo: Vec<(&str, &str, &str)> =
+        a.progress.undo.iter().map(|s| (s.unit.as_str(), s.machine.as_str(), s.phase.as_str())).collect();
+    assert!(undo.contains(&("a.service", "m1", "updating")), "{undo:?}");
+}
