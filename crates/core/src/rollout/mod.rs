@@ -861,12 +861,13 @@ fn check_released(
         step.detail = "the machine left the cluster".into();
         return;
     }
-    if cluster.moved(&step.unit, &step.machine) {
+    // A rebalance or drain step's machine is where its unit goes: the unit is scheduled elsewhere until it moves.
+    if !spec.kind.plans_steps() && cluster.moved(&step.unit, &step.machine) {
         step.phase = Phase::Skipped;
         step.detail = MOVED.into();
         return;
     }
-    if cluster.cannot_load(&step.unit, &step.machine) {
+    if !spec.kind.plans_steps() && cluster.cannot_load(&step.unit, &step.machine) {
         step.phase = Phase::Skipped;
         step.detail = CANNOT_LOAD.into();
         return;
@@ -1175,9 +1176,9 @@ fn release(
             "the unit was destroyed"
         } else if !cluster.observe(&step.unit, &step.machine).present {
             "the machine left the cluster"
-        } else if cluster.moved(&step.unit, &step.machine) {
+        } else if !spec.kind.plans_steps() && cluster.moved(&step.unit, &step.machine) {
             MOVED
-        } else if cluster.cannot_load(&step.unit, &step.machine) {
+        } else if !spec.kind.plans_steps() && cluster.cannot_load(&step.unit, &step.machine) {
             CANNOT_LOAD
         } else if !spec.kind.plans_steps() && cluster.drained(&step.unit, &step.machine) {
             DRAINED

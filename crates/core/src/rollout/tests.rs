@@ -1256,3 +1256,20 @@ fn an_instance_rescheduled_during_an_undo_counts_until_it_serves_on_its_new_mach
         a.progress.undo.iter().map(|s| (s.unit.as_str(), s.machine.as_str(), s.phase.as_str())).collect();
     assert!(undo.contains(&("a.service", "m1", "updating")), "{undo:?}");
 }
+
+/// A rebalance's step names where its unit goes: until the move is released the unit is scheduled to the machine it
+/// leaves, which is no sign that it "moved" away from the step's machine (seen broken once: every rebalance step was
+/// skipped as `the unit moved to another machine`, and nothing was rebalanced).
+#[test]
+fn a_rebalance_step_is_released_though_its_unit_is_still_scheduled_where_it_comes_from() {
+    let mut c = Table::with(&["m1"], OLD);
+    c.1.insert(("db.service".into(), "m2".into()));
+    c.set("m2", OLD, "inactive");
+    let mut s = spec(RolloutKind::Rebalance, 1, 0, OnFailure::Pause);
+    s.units.clear();
+    let mut r = rollout(s);
+    let first = Move { unit: "db.service".into(), from: "m1".into(), to: "m2".into() }.step();
+    r.progress = Some(RolloutProgress { steps: vec![first], started_ms: 1_000, ..RolloutProgress::default() });
+    step(&mut r, &c, 1_001);
+    assert_eq!(phases(&r), [("m2", "updating")], "{:?}", r.progress);
+}
