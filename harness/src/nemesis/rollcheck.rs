@@ -64,6 +64,8 @@ pub struct Copy {
     /// `NEM_VERSION` of its main process.
     pub version: Option<String>,
     pub health: Health,
+    /// Its version's check flaps (`NEM_CHECK=flap`): it fails in the known windows of the host's clock.
+    pub flaps: bool,
 }
 
 impl Copy {
@@ -98,6 +100,8 @@ pub struct RollRound {
     /// When every machine had answered (a round can take a second or two on a loaded host; what it shows happened
     /// by then, which is what "asked for by then" and "live then" need).
     pub t_ms: u64,
+    /// The host's wall clock then (Unix ms; 0 when unknown): where the flap windows of a flapping check lie.
+    pub epoch_ms: u64,
     /// machine → its loaded `nemr-*` units, or `None` when it could not be read.
     pub machines: BTreeMap<String, Option<BTreeMap<String, Copy>>>,
 }
@@ -452,6 +456,11 @@ fn down(
         Slot::Machine(m) => (GLOBAL, vec![m.clone()]),
         Slot::Instance(u) => (u.as_str(), serving_on(prev, u).into_iter().cloned().collect()),
     };
+    // A copy whose check flaps was failing it, by the host's clock, somewhere between the two looks: the sampler
+    // saw it serve, but fleet may have seen it fail (and taken it first, as a machine already down) in between.
+    if machines.iter().any(|m| copy(prev, m, unit).is_some_and(|c| c.flaps)) && flap_window_between(prev, cur) {
+        return None;
+    }
     if available(cur, slot) {
         // Still served: a down only when no serving copy went on as the same process (a quick restart).
         let same = |m: &String| match (copy(prev, m, unit), copy(cur, m, unit)) {
@@ -475,6 +484,16 @@ fn down(
         .iter()
         .map(|m| (cause_on(prev, cur, m, unit, rollouts, faults, limits), m.clone()))
         .max_by_key(|(c, _)| c.rank())
+}
+
+/// Whether a flap window (a second `s` with `s % FLAP_PERIOD_SECS < FLAP_DOWN_SECS`, the host's clock) lies between
+/// two rounds, both ends included. Unknown clocks (0) say no.
+fn flap_window_between(prev: &RollRound, cur: &RollRound) -> bool {
+    use super::changes::{FLAP_DOWN_SECS, FLAP_PERIOD_SECS};
+    if prev.epoch_ms == 0 || cur.epoch_ms < prev.epoch_ms {
+        return false;
+    }
+    (prev.epoch_ms / 1000..=cur.epoch_ms / 1000).any(|s| s % FLAP_PERIOD_SECS < FLAP_DOWN_SECS)
 }
 
 /// How long an unavailable slot has been so, and why.

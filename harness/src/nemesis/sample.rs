@@ -38,7 +38,8 @@ pub fn parse_show(text: &str) -> BTreeMap<String, u32> {
 /// The shell script of a round with the change driver's units: the plain units' `systemctl show`, a line
 /// `@@roll`, the driver's units' `systemctl show`, a line `@@probe`, then `@ <unit> <version|-> <n|1|0|->` per unit
 /// with a MainPID (`n`: its version has no check; `1`/`0`: its check passed/failed; `-`: unknown). `$1` and `$2` are
-/// the sync and flap checks. A failing `systemctl` fails the script (the machine reads as down).
+/// the sync and flap checks, followed by the check's kind (`none`, `sync`, `flap`, `-`). A failing `systemctl` fails
+/// the script (the machine reads as down).
 const ROLL_SCRIPT: &str = r#"p=$(systemctl show -p Id -p ActiveState -p MainPID 'nem-*') || exit 1
 r=$(systemctl show -p Id -p ActiveState -p SubState -p MainPID -p InvocationID 'nemr-*') || exit 1
 printf '%s\n@@roll\n%s\n@@probe\n' "$p" "$r"
@@ -57,7 +58,7 @@ printf '%s\n\n' "$r" | { u=; m=; while IFS= read -r line; do
           flap) if FLEET_UNIT=$u sh -c "$2" >/dev/null 2>&1; then h=1; else h=0; fi ;;
           *) h=- ;;
         esac
-        echo "@ $u ${v:--} $h"
+        echo "@ $u ${v:--} $h ${k:--}"
       fi
       u=; m= ;;
   esac
@@ -83,8 +84,12 @@ pub async fn round(machines: &[(String, String)], t_ms: u64, rollouts: bool) -> 
         }
     });
     let mut round = Round { t_ms, machines: BTreeMap::new() };
-    let mut roll = RollRound { t_ms, machines: BTreeMap::new() };
-    for (name, seen) in futures::future::join_all(looks).await {
+    let mut roll = RollRound { t_ms, epoch_ms: 0, machines: BTreeMap::new() };
+    let seen_all = futures::future::join_all(looks).await;
+    // Once every machine answered, as `t_ms`.
+    roll.epoch_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    for (name, seen) in seen_all {
         let (plain, copies) = match seen {
             Some((plain, copies)) => (Some(plain), Some(copies)),
             None => (None, None),
@@ -119,12 +124,18 @@ pub fn parse_copies(shown: &str, probes: &str) -> BTreeMap<String, Copy> {
                 invocation: get("InvocationID"),
                 version: None,
                 health: Health::Unknown,
+                flaps: false,
             },
         );
     }
     for line in probes.lines() {
-        let [_, unit, version, health] = line.split_whitespace().collect::<Vec<_>>()[..] else { continue };
+        let (unit, version, health, kind) = match line.split_whitespace().collect::<Vec<_>>()[..] {
+            [_, unit, version, health] => (unit, version, health, "-"),
+            [_, unit, version, health, kind] => (unit, version, health, kind),
+            _ => continue,
+        };
         let Some(c) = out.get_mut(unit) else { continue };
+        c.flaps = kind == "flap";
         c.version = (version != "-").then(|| version.to_string());
         c.health = match health {
             "n" => Health::NoCheck,
@@ -199,7 +210,7 @@ mod tests {
                     Id=nemr-global.service\nActiveState=active\nSubState=running\nMainPID=300\nInvocationID=ab12\n\n\
                     MainPID=0\nId=nemr-set@2.service\nActiveState=failed\nSubState=failed\nInvocationID=cd34\n\n\
                     Id=nemr-set@3.service\nActiveState=active\nSubState=running\nMainPID=310\nInvocationID=ef56\n\
-                    @@probe\n@ nemr-global.service g3 1\n@ nemr-set@3.service - -\n";
+                    @@probe\n@ nemr-global.service g3 1 flap\n@ nemr-set@3.service - - -\n";
         let (plain, copies) = parse_round(text);
         assert_eq!(plain, BTreeMap::from([("nem-1.service".to_string(), 120)]));
         assert_eq!(copies.len(), 3, "{copies:?}");
@@ -209,6 +220,8 @@ mod tests {
             (300, "ab12", Some("g3"), Health::Pass)
         );
         assert!(g.serving());
+        assert!(g.flaps, "its version's check flaps");
+        assert!(!copies["nemr-set@3.service"].flaps);
         let failed = &copies["nemr-set@2.service"];
         assert_eq!((failed.active_state.as_str(), failed.pid, failed.health), ("failed", 0, Health::Unknown));
         let unknown = &copies["nemr-set@3.service"];

@@ -20,6 +20,7 @@ fn up(version: &str, inv: &str) -> Copy {
         invocation: inv.into(),
         version: Some(version.into()),
         health: Health::Pass,
+        flaps: false,
     }
 }
 
@@ -37,6 +38,7 @@ fn not_running(state: &str, inv: &str) -> Copy {
         invocation: inv.into(),
         version: None,
         health: Health::Unknown,
+        flaps: false,
     }
 }
 
@@ -45,6 +47,7 @@ type Seen<'a> = (&'a str, Option<Vec<(&'a str, Copy)>>);
 fn round(t_ms: u64, machines: Vec<Seen>) -> RollRound {
     RollRound {
         t_ms,
+        epoch_ms: 0,
         machines: machines
             .into_iter()
             .map(|(m, seen)| (m.to_string(), seen.map(|u| u.into_iter().map(|(n, c)| (n.to_string(), c)).collect())))
@@ -421,6 +424,7 @@ fn a_step_waived_by_a_resume_skipping_the_failed_no_longer_counts() {
     let on = |m: &str, copies: Vec<(String, Copy)>| (m.to_string(), Some(copies.into_iter().collect()));
     let mk = |t_ms: u64, one: Copy, two: Copy| RollRound {
         t_ms,
+        epoch_ms: 0,
         machines: [on("m1", vec![(i(1), one)]), on("m2", vec![(i(2), two)])].into_iter().collect(),
     };
     let rounds = vec![
@@ -448,4 +452,33 @@ fn a_step_waived_by_a_resume_skipping_the_failed_no_longer_counts() {
     r.waived[0].0 = 7_500;
     let late = check(&rounds, &[r], &asked(Target::Set, &["s1"]), &[], 0, LIMITS);
     assert_eq!(of(&late, RollInvariant::Budget).len(), 1);
+}
+
+/// A copy whose check flaps fails it in the known windows of the host's clock: taken down by a round that spans
+/// such a window, it may have been failing (fleet may have seen it fail and taken it first, at no cost), so the
+/// take-down is not counted; outside the windows, or for a check that does not flap, it is (seen in the 60-minute
+/// run and with a random seed: the sampler's last look, "ok", was 2.4 s old under load).
+#[test]
+fn a_flapping_copy_taken_down_across_a_flap_window_is_not_counted_against_the_budget() {
+    let flapping = |c: Copy| Copy { flaps: true, ..c };
+    let (a, c) = (flapping(up("g1", "a1")), flapping(up("g1", "c1")));
+    // m2 fails a check that does not flap all along; m1's copy flaps. Host clock: second 1_000_017 is 17 s into a
+    // 20 s period (passing), 1_000_019 still is, 1_000_021 lies in the next window.
+    let at = |epoch_s: u64, mut r: RollRound| {
+        r.epoch_ms = epoch_s * 1000;
+        r
+    };
+    let rounds = |later_s: u64| {
+        vec![
+            at(1_000_015, global(0, Some(a.clone()), Some(sick("g1", "b1")), Some(c.clone()))),
+            at(1_000_017, global(4_000, Some(a.clone()), Some(sick("g1", "b1")), Some(c.clone()))),
+            at(later_s, global(6_000, Some(not_running("activating", "a2")), Some(sick("g1", "b1")), Some(c.clone()))),
+        ]
+    };
+    let check_with =
+        |rs: &[RollRound]| check(rs, &[replace_g2(1)], &asked(Target::Global, &["g1", "g2"]), &[], 20_000, LIMITS);
+    let across = check_with(&rounds(1_000_021));
+    assert_eq!(of(&across, RollInvariant::Budget), Vec::<String>::new(), "m1 may have been failing its flapping check");
+    let outside = check_with(&rounds(1_000_019));
+    assert_eq!(of(&outside, RollInvariant::Budget).len(), 1, "no window between the looks: {outside:?}");
 }
