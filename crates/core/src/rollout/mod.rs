@@ -713,14 +713,33 @@ fn serves_its_version(spec: &RolloutSpec, step: &Step, cluster: &impl Cluster, u
     seen.present && seen.active_state == "active" && arrived(spec, step, &seen, undoing)
 }
 
-/// Whether `machine` holds `unit` again (present, publishing it or scheduled it, not drained, able to write its
-/// file, the unit not moved elsewhere).
-fn holds_again(cluster: &impl Cluster, unit: &str, machine: &str) -> bool {
-    cluster.observe(unit, machine).present
-        && !cluster.moved(unit, machine)
-        && !cluster.cannot_load(unit, machine)
-        && !cluster.drained(unit, machine)
-        && cluster.holders(unit).iter().any(|m| m == machine)
+/// Why a step of `unit` on `machine` is over without being carried out, if it is: the unit was destroyed or the
+/// machine left; for a replace or a restart also the unit moved away, cannot be loaded there, or is held stopped by
+/// a drain (a rebalance or drain step's machine is where its unit goes, so it is scheduled elsewhere until it moves).
+/// The one answer for a step in flight ([`check_released`]), a step about to be released ([`release`]) and a machine
+/// that holds the unit again ([`take_up`]).
+fn skip_reason(
+    spec: &RolloutSpec,
+    unit: &str,
+    machine: &str,
+    cluster: &impl Cluster,
+    seen: &Observed,
+) -> Option<&'static str> {
+    if !cluster.exists(unit) {
+        Some("the unit was destroyed")
+    } else if !seen.present {
+        Some("the machine left the cluster")
+    } else if spec.kind.plans_steps() {
+        None
+    } else if cluster.moved(unit, machine) {
+        Some(MOVED)
+    } else if cluster.cannot_load(unit, machine) {
+        Some(CANNOT_LOAD)
+    } else if cluster.drained(unit, machine) {
+        Some(DRAINED)
+    } else {
+        None
+    }
 }
 
 /// Keeps a replace rollout's machines complete while it runs: every machine that holds one of its units is in it.
@@ -735,9 +754,15 @@ fn holds_again(cluster: &impl Cluster, unit: &str, machine: &str) -> bool {
 fn take_up(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cluster, now_ms: u64) {
     let undoing = progress.undoing();
     for unit in spec.units.iter().filter(|u| cluster.exists(&u.name)) {
+        // Asked once per unit: a global unit's holders are every machine, and each is looked up below.
+        let holders: BTreeSet<String> = cluster.holders(&unit.name).into_iter().collect();
+        let holds_again = |machine: &str| {
+            holders.contains(machine)
+                && skip_reason(spec, &unit.name, machine, cluster, &cluster.observe(&unit.name, machine)).is_none()
+        };
         let list = if undoing { &mut progress.undo } else { &mut progress.steps };
         for step in list.iter_mut().filter(|s| s.unit == unit.name && s.phase == Phase::Skipped && !s.waived) {
-            if !holds_again(cluster, &step.unit, &step.machine) {
+            if !holds_again(&step.machine) {
                 continue;
             }
             step.detail.clear();
@@ -754,12 +779,14 @@ fn take_up(spec: &RolloutSpec, progress: &mut RolloutProgress, cluster: &impl Cl
         if undoing {
             continue;
         }
-        for machine in cluster.holders(&unit.name) {
-            if progress.step(&unit.name, &machine).is_none() && holds_again(cluster, &unit.name, &machine) {
+        let stepped: BTreeSet<String> =
+            progress.steps.iter().filter(|s| s.unit == unit.name).map(|s| s.machine.clone()).collect();
+        for machine in holders.iter().filter(|m| !stepped.contains(*m)) {
+            if holds_again(machine) {
                 progress.steps.push(Step {
                     phase: Phase::Updating,
                     released_ms: now_ms,
-                    ..Step::pending(&unit.name, &machine)
+                    ..Step::pending(&unit.name, machine)
                 });
             }
         }
@@ -851,30 +878,9 @@ fn check_released(
     wake: &mut Wake,
 ) {
     let seen = cluster.observe(&step.unit, &step.machine);
-    if !cluster.exists(&step.unit) {
+    if let Some(why) = skip_reason(spec, &step.unit, &step.machine, cluster, &seen) {
         step.phase = Phase::Skipped;
-        step.detail = "the unit was destroyed".into();
-        return;
-    }
-    if !seen.present {
-        step.phase = Phase::Skipped;
-        step.detail = "the machine left the cluster".into();
-        return;
-    }
-    // A rebalance or drain step's machine is where its unit goes: the unit is scheduled elsewhere until it moves.
-    if !spec.kind.plans_steps() && cluster.moved(&step.unit, &step.machine) {
-        step.phase = Phase::Skipped;
-        step.detail = MOVED.into();
-        return;
-    }
-    if !spec.kind.plans_steps() && cluster.cannot_load(&step.unit, &step.machine) {
-        step.phase = Phase::Skipped;
-        step.detail = CANNOT_LOAD.into();
-        return;
-    }
-    if !spec.kind.plans_steps() && cluster.drained(&step.unit, &step.machine) {
-        step.phase = Phase::Skipped;
-        step.detail = DRAINED.into();
+        step.detail = why.into();
         return;
     }
     let unit = spec.unit(&step.unit).cloned().unwrap_or_default();
@@ -1172,19 +1178,8 @@ fn release(
     };
     let list = if undoing { &mut progress.undo } else { &mut progress.steps };
     let gone = |step: &mut Step| -> bool {
-        let why = if !cluster.exists(&step.unit) {
-            "the unit was destroyed"
-        } else if !cluster.observe(&step.unit, &step.machine).present {
-            "the machine left the cluster"
-        } else if !spec.kind.plans_steps() && cluster.moved(&step.unit, &step.machine) {
-            MOVED
-        } else if !spec.kind.plans_steps() && cluster.cannot_load(&step.unit, &step.machine) {
-            CANNOT_LOAD
-        } else if !spec.kind.plans_steps() && cluster.drained(&step.unit, &step.machine) {
-            DRAINED
-        } else {
-            return false;
-        };
+        let seen = cluster.observe(&step.unit, &step.machine);
+        let Some(why) = skip_reason(spec, &step.unit, &step.machine, cluster, &seen) else { return false };
         step.phase = Phase::Skipped;
         step.detail = why.into();
         true

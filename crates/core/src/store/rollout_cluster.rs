@@ -103,6 +103,31 @@ mod tests {
     use crate::store::keys::Key;
     use crate::store::snapshot::tests::Build;
 
+    /// A rollout of `g.service` from `from` to `to`, not taken up yet.
+    fn g_rollout(
+        kind: crate::rollout::RolloutKind,
+        from: &str,
+        to: &str,
+        max_unavailable: u32,
+    ) -> crate::rollout::Rollout {
+        use crate::rollout::{Control, Rollout, RolloutSpec, RolloutUnit};
+        let unit = RolloutUnit { name: "g.service".into(), from: from.into(), to: to.into(), ..RolloutUnit::default() };
+        let spec = RolloutSpec {
+            id: "r1".into(),
+            kind,
+            units: vec![unit],
+            max_unavailable,
+            health_timeout_ms: 60_000,
+            ..RolloutSpec::default()
+        };
+        Rollout { spec, control: Control::default(), progress: None }
+    }
+
+    /// (machine, phase) of each step.
+    fn phases(p: &crate::rollout::RolloutProgress) -> Vec<(&str, &str)> {
+        p.steps.iter().map(|s| (s.machine.as_str(), s.phase.as_str())).collect()
+    }
+
     /// Issue 38: a cordoned machine is present to a rollout, so its budget counts it as available.
     #[test]
     fn a_cordoned_machine_is_present_to_a_rollout() {
@@ -118,7 +143,7 @@ mod tests {
     /// and a restart rollout of it skips that machine rather than wait for a unit that will not start.
     #[test]
     fn a_unit_a_drain_stopped_is_skipped_by_other_rollouts_while_the_cordon_stands() {
-        use crate::rollout::{Control, Phase, Rollout, RolloutKind, RolloutSpec, RolloutUnit, Step, advance};
+        use crate::rollout::{Phase, Rollout, RolloutKind, Step, advance};
         use crate::store::snapshot::tests::H1;
         let machine = |id: &str| Key::MachineObject { machine: id.into() };
         let drain = r#"{"id":"d1","kind":"drain","units":[],"machine":"m1","cordonSinceMs":5,"maxUnavailable":1,"minHealthyMs":0,"healthTimeoutMs":60000,"createdMs":5}"#;
@@ -143,16 +168,7 @@ mod tests {
         let later_cordon = build(r#"{"sinceMs":9}"#);
         assert!(!SnapshotCluster(&later_cordon).drained("g.service", "m1"), "another cordon than the drain's");
 
-        let unit = RolloutUnit { name: "g.service".into(), from: H1.into(), to: H1.into(), ..RolloutUnit::default() };
-        let spec = RolloutSpec {
-            id: "r1".into(),
-            kind: RolloutKind::Restart,
-            units: vec![unit],
-            max_unavailable: 2,
-            health_timeout_ms: 60_000,
-            ..RolloutSpec::default()
-        };
-        let restart = Rollout { spec, control: Control::default(), progress: None };
+        let restart = g_rollout(RolloutKind::Restart, H1, H1, 2);
         let mut first = advance(&restart, &c, 10).progress;
         assert_eq!(first.steps.iter().map(|s| s.phase).collect::<Vec<_>>(), [Phase::Skipped, Phase::Updating]);
         assert_eq!(first.steps[0].detail, crate::rollout::DRAINED, "not released on the drained machine");
@@ -168,7 +184,7 @@ mod tests {
     /// `rollout::REMEMBER_DEPARTED`. A record that does not decode counts for nothing.
     #[test]
     fn a_machine_that_left_just_before_a_rollout_counts_against_its_budget() {
-        use crate::rollout::{Control, Rollout, RolloutKind, RolloutSpec, RolloutUnit, advance};
+        use crate::rollout::{RolloutKind, advance};
         use crate::store::snapshot::tests::{H1, H2};
         let machine = |id: &str| Key::MachineObject { machine: id.into() };
         let remembered = |record: &str| {
@@ -181,28 +197,17 @@ mod tests {
                 .state("g.service", "m3", H1)
                 .done()
         };
-        let unit = RolloutUnit { name: "g.service".into(), from: H1.into(), to: H2.into(), ..RolloutUnit::default() };
-        let spec = RolloutSpec {
-            id: "r1".into(),
-            kind: RolloutKind::Replace,
-            units: vec![unit],
-            max_unavailable: 1,
-            health_timeout_ms: 60_000,
-            ..RolloutSpec::default()
-        };
-        let rollout = Rollout { spec, control: Control::default(), progress: None };
+        let rollout = g_rollout(RolloutKind::Replace, H1, H2, 1);
         let s = remembered(r#"{"units":["g.service","other.service"]}"#);
         let c = SnapshotCluster(&s);
         assert!(!c.observe("g.service", "m2").present);
         let p = advance(&rollout, &c, 10).progress;
-        let phases: Vec<(&str, &str)> = p.steps.iter().map(|s| (s.machine.as_str(), s.phase.as_str())).collect();
-        assert_eq!(phases, [("m1", "pending"), ("m2", "skipped"), ("m3", "pending")]);
+        assert_eq!(phases(&p), [("m1", "pending"), ("m2", "skipped"), ("m3", "pending")]);
         assert_eq!(p.reason, "waiting: 1 of at most 1 unavailable already: g.service on m2 (left the cluster)");
 
         let s = remembered("not json");
         let p = advance(&rollout, &SnapshotCluster(&s), 10).progress;
-        let phases: Vec<(&str, &str)> = p.steps.iter().map(|s| (s.machine.as_str(), s.phase.as_str())).collect();
-        assert_eq!(phases, [("m1", "updating"), ("m3", "pending")], "an unreadable record remembers nothing");
+        assert_eq!(phases(&p), [("m1", "updating"), ("m3", "pending")], "an unreadable record remembers nothing");
     }
 
     /// A unit that is not global moved when it is scheduled to another machine; a global one never moves.
@@ -224,7 +229,7 @@ mod tests {
     /// is one of a rollout's machines, skipped, and counts against the budget: the fault took its copy away.
     #[test]
     fn a_machine_that_cannot_write_a_global_units_file_counts_against_the_budget() {
-        use crate::rollout::{CANNOT_LOAD, Control, Rollout, RolloutKind, RolloutSpec, RolloutUnit, advance};
+        use crate::rollout::{CANNOT_LOAD, RolloutKind, advance};
         use crate::store::snapshot::tests::{H1, H2};
         let machine = |id: &str| Key::MachineObject { machine: id.into() };
         let s = Build::new()
@@ -239,19 +244,9 @@ mod tests {
             .done();
         let c = SnapshotCluster(&s);
         assert!(c.cannot_load("g.service", "m2") && !c.cannot_load("g.service", "m1"));
-        let unit = RolloutUnit { name: "g.service".into(), from: H1.into(), to: H2.into(), ..RolloutUnit::default() };
-        let spec = RolloutSpec {
-            id: "r1".into(),
-            kind: RolloutKind::Replace,
-            units: vec![unit],
-            max_unavailable: 1,
-            health_timeout_ms: 60_000,
-            ..RolloutSpec::default()
-        };
-        let rollout = Rollout { spec, control: Control::default(), progress: None };
+        let rollout = g_rollout(RolloutKind::Replace, H1, H2, 1);
         let p = advance(&rollout, &c, 10).progress;
-        let phases: Vec<(&str, &str)> = p.steps.iter().map(|s| (s.machine.as_str(), s.phase.as_str())).collect();
-        assert_eq!(phases, [("m1", "pending"), ("m2", "skipped"), ("m3", "pending")]);
+        assert_eq!(phases(&p), [("m1", "pending"), ("m2", "skipped"), ("m3", "pending")]);
         assert_eq!(p.steps[1].detail, CANNOT_LOAD);
         assert!(p.reason.starts_with("waiting: 1 of at most 1 unavailable already: g.service on m2"), "{}", p.reason);
     }
