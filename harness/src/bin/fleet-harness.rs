@@ -96,6 +96,9 @@ enum Command {
         /// fleetd whose wall clock is an hour ahead or behind (libfaketime).
         #[arg(long)]
         resource_faults: bool,
+        /// Write every unit's whole sampled timeline here at the end (for explaining a long run afterwards).
+        #[arg(long)]
+        timelines: Option<std::path::PathBuf>,
     },
     /// Remove a cluster started by `up`: containers, network, files.
     Down {
@@ -206,7 +209,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
-async fn nemesis_cmd(opts: &fleet_harness::nemesis::Options) -> Result<(), Error> {
+async fn nemesis_cmd(opts: &fleet_harness::nemesis::Options, timelines: Option<&std::path::Path>) -> Result<(), Error> {
     println!("nemesis: seed {} (replay: {})", opts.seed, opts.replay_command());
     // Ctrl-C drops the run, and with it the cluster (removed by its drop): nothing is left behind.
     let report = tokio::select! {
@@ -214,6 +217,9 @@ async fn nemesis_cmd(opts: &fleet_harness::nemesis::Options) -> Result<(), Error
         _ = tokio::signal::ctrl_c() => return Err("interrupted; the nemesis's cluster was removed".into()),
     };
     print!("{}", report.render());
+    if let Some(path) = timelines {
+        std::fs::write(path, report.timelines()).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     if report.violation_count() == 0 {
         Ok(())
     } else {
@@ -246,6 +252,7 @@ async fn main() -> ExitCode {
             converge_timeout,
             changes,
             resource_faults,
+            timelines,
         } => {
             let opts = fleet_harness::nemesis::Options {
                 seed: seed.unwrap_or_else(rand::random),
@@ -259,7 +266,7 @@ async fn main() -> ExitCode {
                 changes,
                 resource_faults,
             };
-            nemesis_cmd(&opts).await
+            nemesis_cmd(&opts, timelines.as_deref()).await
         }
         Command::Down { name } => down(&name),
         Command::Reap { all } => reap_cmd(all),

@@ -163,6 +163,30 @@ impl Report {
         self.violations.len() + self.rollouts.violations.len()
     }
 
+    /// Every unit's whole timeline, one line per change (plain units by process, the change driver's units by
+    /// version, process, invocation and check): what a violation's excerpt in [`Self::render`] is cut from, kept
+    /// to explain a long run afterwards (`nemesis --timelines FILE`).
+    pub fn timelines(&self) -> String {
+        let mut s = String::new();
+        let plain: BTreeSet<&String> =
+            self.rounds.iter().flat_map(|r| r.machines.values().flatten().flat_map(|u| u.keys())).collect();
+        for unit in plain {
+            s += &format!("{unit}:\n");
+            for line in sample::timeline(&self.rounds, unit, 0, u64::MAX) {
+                s += &format!("  {line}\n");
+            }
+        }
+        let rolled: BTreeSet<&String> =
+            self.roll_rounds.iter().flat_map(|r| r.machines.values().flatten().flat_map(|u| u.keys())).collect();
+        for unit in rolled {
+            s += &format!("{unit}:\n");
+            for line in sample::roll_timeline(&self.roll_rounds, unit, 0, u64::MAX) {
+                s += &format!("  {line}\n");
+            }
+        }
+        s
+    }
+
     /// The printed report: the faults injected (a timeline), violations with each unit's timeline around it, and
     /// the convergence time of every fault and per fault kind.
     pub fn render(&self) -> String {

@@ -630,8 +630,12 @@ fn budget(
                 taken.entry(id.clone()).or_default().push(slot);
             }
         }
+        // A round that read no machine at all is the host stalled (seen: 5 minutes of a host out of memory), not a
+        // fault of the cluster's: fleet stalled with it, and learns where each copy stands only after it. So a copy
+        // still unavailable after the stall counts from the first round that reads it again, with its notice.
+        let stalled = !cur.machines.is_empty() && cur.machines.values().all(Option::is_none);
         for slot in &slots {
-            if available(cur, slot) {
+            if available(cur, slot) || stalled {
                 streaks.remove(slot);
             } else if !streaks.contains_key(slot) {
                 let cause = downs.iter().find(|(s, _, _)| *s == slot).map_or(Cause::Other, |(_, c, _)| c.clone());

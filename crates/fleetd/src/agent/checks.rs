@@ -14,6 +14,9 @@
 //!   first check of it is judged: publishing `unknown` meanwhile would fail a rollout step holding for
 //!   `minHealthy` on every fleetd restart, and publishing `healthy` unchecked could vouch for a run that restarted
 //!   during the restart. Any other change of the unit (it leaves `active`, another version) ends the hold.
+//! * A unit whose version's text this machine cannot read yet (neither in the registry snapshot nor in the units
+//!   directory) is published `unknown`, not without health: no health is what a fleetd without checks publishes,
+//!   and rollouts count such a machine as serving by systemd alone. It is decided again on the next snapshot.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -292,6 +295,17 @@ pub struct HealthChecks<S> {
     /// Units whose state is held back until their first check in this process is judged, with the health the
     /// registry shows (kept, `sinceMs` included, when that check agrees).
     held: BTreeMap<String, Health>,
+    /// Units published `unknown` because whether their version has a check is not known yet (its text is neither
+    /// in the snapshot nor in the units directory): decided again when the snapshot changes.
+    /// With the time each was first published so (kept, so that a unit that stays undecided is not written again).
+    undecided: BTreeMap<String, u64>,
+}
+
+/// Whether a unit version has a health check, as far as this machine can tell.
+enum Definition {
+    Known(Option<Arc<HealthCheck>>),
+    /// Its text is not readable here yet.
+    NotYet,
 }
 
 impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
@@ -310,6 +324,7 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
             starts_taken: 0,
             first_round: true,
             held: BTreeMap::new(),
+            undecided: BTreeMap::new(),
         }
     }
 
@@ -320,9 +335,9 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
 
     /// The check of version `hash` of `unit`: from the registry's body, else from the file on disk when it is that
     /// version. Parsed once per hash; bodies that do not mention `HealthCheck` are not parsed at all.
-    fn check_of(&mut self, unit: &str, hash: &str, snapshot: &Snapshot) -> Option<Arc<HealthCheck>> {
+    fn check_of(&mut self, unit: &str, hash: &str, snapshot: &Snapshot) -> Definition {
         if let Some(known) = self.definitions.get(hash) {
-            return known.clone();
+            return Definition::Known(known.clone());
         }
         let text = match snapshot.bodies().get(hash) {
             Some(body) => Some(body.text.to_string()),
@@ -333,7 +348,7 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
         };
         let Some(text) = text else {
             // Not known yet (the body may arrive with a later snapshot): ask again next time.
-            return None;
+            return Definition::NotYet;
         };
         let check = text
             .contains("HealthCheck")
@@ -342,7 +357,17 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
             .and_then(|file| HealthCheck::of(&file))
             .map(Arc::new);
         self.definitions.insert(hash.to_string(), check.clone());
-        check
+        Definition::Known(check)
+    }
+
+    /// Units published `unknown` only because their version's text was not readable here: the publish loop
+    /// touches them again when the snapshot changes.
+    pub fn undecided(&self) -> Vec<String> {
+        self.undecided.keys().cloned().collect()
+    }
+
+    pub fn has_undecided(&self) -> bool {
+        !self.undecided.is_empty()
     }
 
     /// Forgets the definitions of versions no longer loaded, and units no longer loaded (their checks stop).
@@ -361,6 +386,7 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
         }
         self.tasks.remove(unit);
         self.held.remove(unit);
+        self.undecided.remove(unit);
     }
 
     /// The health the registry shows for this machine's state of `unit` at version `hash` (left by the fleetd
@@ -380,11 +406,23 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
             StatesNow::Touched { names, states } => (Some(&*names), states),
         };
         for (name, state) in states.iter_mut() {
-            let Some(check) = self.check_of(name, &state.hash, snapshot) else {
-                self.forget(name);
-                state.health = None;
-                continue;
+            let check = match self.check_of(name, &state.hash, snapshot) {
+                Definition::Known(Some(check)) => check,
+                Definition::Known(None) => {
+                    self.forget(name);
+                    state.health = None;
+                    continue;
+                }
+                Definition::NotYet => {
+                    let since = self.undecided.get(name).copied().unwrap_or(at);
+                    self.forget(name);
+                    self.undecided.insert(name.clone(), since);
+                    state.health =
+                        Some(Health { status: HealthStatus::Unknown, since_ms: since, output: String::new() });
+                    continue;
+                }
             };
+            self.undecided.remove(name);
             let seen = Seen {
                 active: state.active_state == "active",
                 hash: &state.hash,
@@ -486,11 +524,11 @@ impl<S: SystemdOps + Clone + 'static> HealthChecks<S> {
             // A held state must not outlive the restart: the next round publishes `unknown`.
             self.held.remove(&unit);
             let action = self.tracker.restarted(&unit, at);
-            let check = loaded.get(&unit).and_then(|hash| self.check_of(&unit, hash, snapshot));
+            let check = loaded.get(&unit).map(|hash| self.check_of(&unit, hash, snapshot));
             match check {
-                Some(check) => self.apply(&unit, action, &check),
+                Some(Definition::Known(Some(check))) => self.apply(&unit, action, &check),
                 // Its check cannot be read now: start over from the next round's view of it.
-                None => self.forget(&unit),
+                _ => self.forget(&unit),
             }
             touched.push(unit);
         }

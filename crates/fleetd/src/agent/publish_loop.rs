@@ -4,7 +4,8 @@
 //!
 //! Triggers: a unit file written or removed, a systemd change of a loaded unit (with the values its signals
 //! carried, [`Readings`]), a health check whose status changed or a (re)start by the agent of a checked unit
-//! ([`HealthChecks`]: the `health` of each checked unit goes into its state), a failed write (retried after
+//! ([`HealthChecks`]: the `health` of each checked unit goes into its state), a new snapshot while a unit's check
+//! is undecided (its version's text was not readable yet), a failed write (retried after
 //! [`RETRY`]), and every `refresh_period(ttl)` a resync that re-reads every state and repairs this machine's keys
 //! against the registry snapshot. Rounds start at most every
 //! [`ROUND_GAP`]. A write that keeps failing (etcd at its space quota, or unreachable) is retried and logged as
@@ -130,6 +131,18 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
                         readings.touch(&unit);
                         dirty = true;
                     }
+                }
+                // A unit published `unknown` because its version's text was not readable yet: decided again with
+                // each new snapshot (which may carry the body).
+                changed = self.snapshots.changed(), if self.health.has_undecided() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    self.snapshots.borrow_and_update();
+                    for unit in self.health.undecided() {
+                        readings.touch(&unit);
+                    }
+                    dirty = true;
                 }
                 () = starts.reported() => {
                     let snapshot = Arc::clone(&self.snapshots.borrow());

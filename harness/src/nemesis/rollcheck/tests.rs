@@ -482,3 +482,32 @@ fn a_flapping_copy_taken_down_across_a_flap_window_is_not_counted_against_the_bu
     let outside = check_with(&rounds(1_000_019));
     assert_eq!(of(&outside, RollInvariant::Budget).len(), 1, "no window between the looks: {outside:?}");
 }
+
+/// A round that read no machine is the host stalled (fleet with it): a copy unavailable before the stall and after
+/// it counts from the first round after, with its notice, not from before the stall (seen in the 60-minute run: a
+/// flapping copy counted "since 631.7s" across a 5-minute stall of the whole host). A copy unavailable for longer
+/// than the notice after the stall still counts.
+#[test]
+fn a_copy_unavailable_across_a_host_stall_counts_from_the_first_round_after_it() {
+    let (a, c) = (up("g1", "a1"), up("g1", "c1"));
+    let stall = |t| round(t, vec![("m1", None), ("m2", None), ("m3", None)]);
+    let rounds = |down_at: u64| {
+        vec![
+            global(0, Some(a.clone()), Some(sick("g1", "b1")), Some(c.clone())),
+            stall(1_000),
+            stall(300_000),
+            global(301_000, Some(a.clone()), Some(sick("g1", "b1")), Some(c.clone())),
+            global(down_at - 500, Some(a.clone()), Some(sick("g1", "b1")), Some(c.clone())),
+            global(down_at, Some(not_running("activating", "a2")), Some(sick("g1", "b1")), Some(c.clone())),
+        ]
+    };
+    let rollout = || rollout("g-1", &[GLOBAL], 1, 500, vec![obs(600, "running", ""), obs(400_000, "done", "")]);
+    let check_with =
+        |rs: &[RollRound]| check(rs, &[rollout()], &asked(Target::Global, &["g1", "g2"]), &[], 500_000, LIMITS);
+    let soon = check_with(&rounds(302_500));
+    assert_eq!(of(&soon, RollInvariant::Budget), Vec::<String>::new(), "m2 counts from 301.0s, 1.5 s before: {soon:?}");
+    let later = check_with(&rounds(306_000));
+    let found = of(&later, RollInvariant::Budget);
+    assert_eq!(found.len(), 1, "5 s after the stall m2 counts: {later:?}");
+    assert!(found[0].contains("m2 since 301.0s"), "{found:?}");
+}

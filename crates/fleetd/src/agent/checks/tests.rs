@@ -242,4 +242,37 @@ mod rounds {
         later.round(&mut now, &Readings::new(), &snapshot);
         assert_eq!(health_of(&now, "checked.service"), Some(HealthStatus::Unknown));
     }
+
+    /// A unit whose version's text is not readable here yet (not in the snapshot, no such file) is published
+    /// `unknown`: no health at all would tell rollouts that this fleetd runs no checks, and they would count the
+    /// machine as serving on systemd's word alone (seen in a nemesis replay: a machine back on a checked version).
+    /// Once the text arrives it is checked, or published without health if the version has no check.
+    #[tokio::test]
+    async fn a_unit_whose_version_is_not_readable_yet_is_unknown_until_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut checks = HealthChecks::new(Arc::new(Fake::default()), "m1", dir.path().to_path_buf());
+        checks.round(&mut all(&[]), &Readings::new(), &bodies(&[]));
+        let states = [state("checked.service", CHECKED, "active"), state("plain.service", PLAIN, "active")];
+        let mut now = all(&states);
+        checks.round(&mut now, &Readings::new(), &bodies(&[]));
+        assert_eq!(health_of(&now, "checked.service"), Some(HealthStatus::Unknown), "not readable: unknown");
+        assert_eq!(health_of(&now, "plain.service"), Some(HealthStatus::Unknown), "not readable: unknown");
+        assert_eq!(checks.undecided(), ["checked.service", "plain.service"], "both to be decided again");
+        assert!(checks.tasks.is_empty(), "nothing to run yet");
+        let StatesNow::All(first) = &now else { unreachable!() };
+        let since = first["checked.service"].health.as_ref().unwrap().since_ms;
+        // Still not readable: the same state, so nothing new to write.
+        std::thread::sleep(Duration::from_millis(5));
+        let mut now = all(&states);
+        checks.round(&mut now, &Readings::new(), &bodies(&[]));
+        let StatesNow::All(again) = &now else { unreachable!() };
+        assert_eq!(again["checked.service"].health.as_ref().unwrap().since_ms, since, "unchanged while undecided");
+        // The bodies arrive.
+        let mut now = all(&states);
+        checks.round(&mut now, &Readings::new(), &bodies(&[CHECKED, PLAIN]));
+        assert_eq!(health_of(&now, "checked.service"), Some(HealthStatus::Unknown), "checked from now on");
+        assert_eq!(health_of(&now, "plain.service"), None, "no check: no health key");
+        assert!(checks.undecided().is_empty());
+        assert_eq!(checks.tasks.keys().collect::<Vec<_>>(), ["checked.service"]);
+    }
 }
