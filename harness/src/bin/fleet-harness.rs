@@ -99,6 +99,9 @@ enum Command {
         /// Write every unit's whole sampled timeline here at the end (for explaining a long run afterwards).
         #[arg(long)]
         timelines: Option<std::path::PathBuf>,
+        /// Write each machine's fleetd journal into this directory at the end (`<machine>.journal`).
+        #[arg(long)]
+        journals: Option<std::path::PathBuf>,
     },
     /// Remove a cluster started by `up`: containers, network, files.
     Down {
@@ -209,7 +212,11 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
-async fn nemesis_cmd(opts: &fleet_harness::nemesis::Options, timelines: Option<&std::path::Path>) -> Result<(), Error> {
+async fn nemesis_cmd(
+    opts: &fleet_harness::nemesis::Options,
+    timelines: Option<&std::path::Path>,
+    journals: Option<&std::path::Path>,
+) -> Result<(), Error> {
     println!("nemesis: seed {} (replay: {})", opts.seed, opts.replay_command());
     // Ctrl-C drops the run, and with it the cluster (removed by its drop): nothing is left behind.
     let report = tokio::select! {
@@ -219,6 +226,13 @@ async fn nemesis_cmd(opts: &fleet_harness::nemesis::Options, timelines: Option<&
     print!("{}", report.render());
     if let Some(path) = timelines {
         std::fs::write(path, report.timelines()).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(dir) = journals {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for (machine, text) in &report.journals {
+            let path = dir.join(format!("{machine}.journal"));
+            std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
     }
     if report.violation_count() == 0 {
         Ok(())
@@ -253,6 +267,7 @@ async fn main() -> ExitCode {
             changes,
             resource_faults,
             timelines,
+            journals,
         } => {
             let opts = fleet_harness::nemesis::Options {
                 seed: seed.unwrap_or_else(rand::random),
@@ -266,7 +281,7 @@ async fn main() -> ExitCode {
                 changes,
                 resource_faults,
             };
-            nemesis_cmd(&opts, timelines.as_deref()).await
+            nemesis_cmd(&opts, timelines.as_deref(), journals.as_deref()).await
         }
         Command::Down { name } => down(&name),
         Command::Reap { all } => reap_cmd(all),

@@ -155,6 +155,8 @@ pub struct Report {
     pub faults_end_ms: u64,
     /// The rollout invariants' findings.
     pub rollouts: Checked,
+    /// Each machine's fleetd journal at the end of the run: (machine name, text).
+    pub journals: Vec<(String, String)>,
 }
 
 impl Report {
@@ -446,8 +448,19 @@ pub async fn run(opts: &Options) -> Result<Report, NemesisError> {
     } else {
         Checked::default()
     };
+    // fleetd's own account of the run, for explaining a violation afterwards (`nemesis --journals DIR`): what each
+    // machine's journal still holds (a volatile journal starts over when its machine is killed).
+    let mut journals = Vec::new();
+    for m in cluster.machines() {
+        let text = match m.exec(&["journalctl", "-u", "fleet.service", "-o", "short-precise", "--no-pager"]).await {
+            Ok(out) => out.stdout,
+            Err(e) => format!("(journal not read: {e})\n"),
+        };
+        journals.push((m.name().to_string(), text));
+    }
     cluster.destroy().await;
     Ok(Report {
+        journals,
         options: opts.clone(),
         units,
         faults,
