@@ -402,6 +402,16 @@ fn serving_on<'a>(round: &'a RollRound, unit: &str) -> Vec<&'a String> {
         .collect()
 }
 
+/// Whether `slot` has an active copy in `round` whose version and check the sampler could not read (its process
+/// went away between the reads): it may have been serving, so it does not count as known to be unavailable.
+fn unreadable_copy(round: &RollRound, slot: &Slot) -> bool {
+    let unread = |c: &Copy| c.active() && c.health == Health::Unknown;
+    match slot {
+        Slot::Machine(m) => copy(round, m, GLOBAL).is_some_and(unread),
+        Slot::Instance(u) => round.machines.values().flatten().filter_map(|units| units.get(u)).any(unread),
+    }
+}
+
 fn available(round: &RollRound, slot: &Slot) -> bool {
     match slot {
         Slot::Machine(m) => copy(round, m, GLOBAL).is_some_and(Copy::serving),
@@ -633,9 +643,10 @@ fn budget(
         // A round that read no machine at all is the host stalled (seen: 5 minutes of a host out of memory), not a
         // fault of the cluster's: fleet stalled with it, and learns where each copy stands only after it. So a copy
         // still unavailable after the stall counts from the first round that reads it again, with its notice.
+        // Likewise a copy whose version could not be read may have served then, as fleet may have seen it.
         let stalled = !cur.machines.is_empty() && cur.machines.values().all(Option::is_none);
         for slot in &slots {
-            if available(cur, slot) || stalled {
+            if available(cur, slot) || stalled || unreadable_copy(cur, slot) {
                 streaks.remove(slot);
             } else if !streaks.contains_key(slot) {
                 let cause = downs.iter().find(|(s, _, _)| *s == slot).map_or(Cause::Other, |(_, c, _)| c.clone());

@@ -511,3 +511,27 @@ fn a_copy_unavailable_across_a_host_stall_counts_from_the_first_round_after_it()
     assert_eq!(found.len(), 1, "5 s after the stall m2 counts: {later:?}");
     assert!(found[0].contains("m2 since 301.0s"), "{found:?}");
 }
+
+/// A copy that is active with a process whose version and check the sampler could not read (`?`: the process went
+/// away between the reads) may have been serving, as fleet may have seen it: a copy unavailable before and after such
+/// a round counts from the round after it, with its notice (the 60-minute run of 2026-12-05: `nemr-set@2` counted
+/// "since 3382.9s" through a round where it ran the new version, unread).
+#[test]
+fn a_copy_read_as_unknown_breaks_its_unavailability() {
+    let (a, c) = (up("g1", "a1"), up("g1", "c1"));
+    let unread = Copy { version: None, health: Health::Unknown, ..up("g1", "b2") };
+    let rounds = |middle: Copy| {
+        vec![
+            global(0, Some(a.clone()), Some(sick("g1", "b1")), Some(c.clone())),
+            global(10_000, Some(a.clone()), Some(sick("g1", "b1")), Some(c.clone())),
+            global(10_500, Some(a.clone()), Some(middle), Some(c.clone())),
+            global(11_000, Some(not_running("activating", "a2")), Some(sick("g1", "b3")), Some(c.clone())),
+        ]
+    };
+    let check_with =
+        |rs: &[RollRound]| check(rs, &[replace_g2(1)], &asked(Target::Global, &["g1", "g2"]), &[], 20_000, LIMITS);
+    let unknown = check_with(&rounds(unread.clone()));
+    assert_eq!(of(&unknown, RollInvariant::Budget), Vec::<String>::new(), "m2 may have served at 10.5s: {unknown:?}");
+    let known = check_with(&rounds(sick("g1", "b1")));
+    assert_eq!(of(&known, RollInvariant::Budget).len(), 1, "m2 failing all along counts: {known:?}");
+}
