@@ -587,3 +587,106 @@ fn a_drain_move_that_fails_its_check_names_the_check() {
         "paused: a.service on m2: not healthy within 60 s of its release: unhealthy: wsrep not synced"
     );
 }
+
+/// Promotion by the hold is kept: once the canaries held for `--canary-hold`, the rest are no longer held back, even
+/// when a canary's step is taken up again later (its machine left before its step was done, and came back).
+#[test]
+fn a_promotion_by_the_hold_survives_a_canary_taken_up_again() {
+    let mut c = Table::with(&["m1", "m2", "m3", "m4"], OLD);
+    let mut s = spec(RolloutKind::Replace, 2, 0, OnFailure::Pause);
+    s.canary = 1;
+    s.canary_hold_ms = 10_000;
+    let mut r = rollout(s);
+    step(&mut r, &c, 100_000);
+    assert_eq!(phases(&r)[..2], [("m1", "updating"), ("m2", "pending")], "the canary alone until its hold is over");
+    // The canary's machine leaves before its step is done: skipped, which ends the canary phase; then the hold.
+    c.leave("m1");
+    step(&mut r, &c, 100_001);
+    assert_eq!(phases(&r)[0], ("m1", "skipped"));
+    step(&mut r, &c, 110_001);
+    assert_eq!(phases(&r)[1], ("m2", "updating"), "promoted by the hold: {}", reason(&r));
+    // The canary's machine comes back: its step is taken up again (released anew) while the others go on.
+    c.back("m1");
+    c.set("m1", NEW, "activating");
+    c.set("m2", NEW, "active");
+    step(&mut r, &c, 110_002);
+    step(&mut r, &c, 110_003);
+    assert_eq!(phases(&r)[0], ("m1", "updating"), "taken up again");
+    c.set("m3", NEW, "active");
+    step(&mut r, &c, 110_004);
+    step(&mut r, &c, 110_005);
+    assert!(
+        phases(&r)[3] != ("m4", "pending"),
+        "still promoted: m4 is not held back behind the canary taken up again: {:?} ({})",
+        phases(&r),
+        reason(&r)
+    );
+}
+
+/// A resume sends a failed step whose machine does not serve the step's version back to pending (its machine keeps
+/// the old version until the step's turn); only one still serving it is judged where it stands. And a resumed
+/// restart's failed steps are released again within the budget, not all at once.
+#[test]
+fn a_resume_sends_failed_steps_that_do_not_serve_back_to_pending_within_the_budget() {
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 2, 0, OnFailure::Pause));
+    step(&mut r, &c, 1_000);
+    c.set("m1", NEW, "failed");
+    c.set("m2", NEW, "activating");
+    step(&mut r, &c, 1_001);
+    step(&mut r, &c, 1_001 + DOWN_SETTLE_MS);
+    assert_eq!(phases(&r), [("m1", "failed"), ("m2", "updating")]);
+    // Resumed with room for one change only, taken by m2: m1, which does not serve its version, waits its turn.
+    r.spec.max_unavailable = 1;
+    r.control.resumes = 1;
+    let resumed = advance(&r, &c, 5_000).progress;
+    assert_eq!(
+        resumed.steps[0].phase,
+        Phase::Pending,
+        "a machine that does not serve its version is not judged where it stands: {resumed:?}"
+    );
+    // A restart: two failed steps, max-unavailable 1.
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Restart, 2, 0, OnFailure::Pause));
+    step(&mut r, &c, 1_000);
+    for m in ["m1", "m2"] {
+        c.restarted(m, "r1");
+        c.set(m, OLD, "failed");
+        c.restarted(m, "r1");
+    }
+    step(&mut r, &c, 1_001);
+    step(&mut r, &c, 1_001 + DOWN_SETTLE_MS);
+    assert_eq!(phases(&r), [("m1", "failed"), ("m2", "failed")]);
+    r.spec.max_unavailable = 1;
+    r.control.resumes = 1;
+    let resumed = advance(&r, &c, 5_000).progress;
+    let phases: Vec<Phase> = resumed.steps.iter().map(|s| s.phase).collect();
+    assert_eq!(phases, [Phase::Updating, Phase::Pending], "one restart at a time on resume: {resumed:?}");
+}
+
+/// A skipped step whose machine is still listed for the unit but whose unit moved away is not taken up again.
+#[test]
+fn a_machine_whose_unit_moved_away_does_not_take_its_step_up_again() {
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 2, 0, OnFailure::Pause));
+    step(&mut r, &c, 1_000);
+    c.moved_off("m2");
+    step(&mut r, &c, 1_001);
+    assert_eq!(phases(&r)[1], ("m2", "skipped"));
+    step(&mut r, &c, 1_002);
+    assert_eq!(phases(&r)[1], ("m2", "skipped"), "its unit is scheduled elsewhere: {:?}", r.progress);
+}
+
+/// A joining machine's step is released when it joins: its health timeout runs from then, not from the epoch.
+#[test]
+fn a_joining_machines_step_is_released_at_its_arrival() {
+    let mut c = Table::with(&["m1"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    step(&mut r, &c, 1_000_000);
+    c.set("m2", NEW, "activating");
+    step(&mut r, &c, 1_000_001);
+    let p = r.progress.as_ref().unwrap();
+    assert_eq!(p.step("db.service", "m2").map(|s| s.released_ms), Some(1_000_001));
+    step(&mut r, &c, 1_000_002);
+    assert_eq!(phases(&r)[1], ("m2", "updating"), "still within its health timeout: {}", reason(&r));
+}
