@@ -418,6 +418,24 @@ mod tests {
         assert_eq!(c.interval, DEFAULT_CHECK_INTERVAL);
     }
 
+    /// The bounds are inclusive where the docs say "at least", and each named value is read as itself (found
+    /// untested by cargo-mutants: an interval of exactly 100ms, `UpdateOnFailure=pause`, a canary hold with
+    /// canaries).
+    #[test]
+    fn bounds_and_named_values_read_as_the_docs_say() {
+        let c = health_check(&unit("HealthCheck=true\nHealthCheckInterval=100ms\n")).unwrap().unwrap();
+        assert_eq!(c.interval, MIN_CHECK_INTERVAL, "100ms is the least interval, and allowed");
+        let p = UpdatePolicy::of(&unit("UpdatePolicy=rolling\nUpdateOnFailure=rollback\nUpdateOnFailure=pause\n"));
+        assert_eq!(p.map(|p| p.on_failure), Some(OnFailure::Pause), "the last one counts, and pause is a value");
+        assert_eq!(check(&unit("UpdatePolicy=rolling\nUpdateOnFailure=pause\n")), Ok(()), "pause is accepted");
+        let pace = |canary, hold| {
+            check_pace(MaxUnavailable::Count(1), Duration::from_secs(60), None, canary, hold, "").map_err(|e| e.0)
+        };
+        assert_eq!(pace(1, Duration::from_secs(30)), Ok(()), "a hold with canaries");
+        assert_eq!(pace(0, Duration::from_secs(30)), Err(PaceSetting::CanaryHold), "a hold without canaries");
+        assert_eq!(pace(0, Duration::ZERO), Ok(()));
+    }
+
     #[test]
     fn an_update_policy_reads_every_setting() {
         assert_eq!(UpdatePolicy::of(&unit("Global=true\n")), None);
