@@ -224,15 +224,15 @@ async fn nemesis_cmd(
         _ = tokio::signal::ctrl_c() => return Err("interrupted; the nemesis's cluster was removed".into()),
     };
     print!("{}", report.render());
-    if let Some(path) = timelines {
-        std::fs::write(path, report.timelines()).map_err(|e| format!("{}: {e}", path.display()))?;
-    }
     if let Some(dir) = journals {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         for (machine, text) in &report.journals {
             let path = dir.join(format!("{machine}.journal"));
             std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
         }
+    }
+    if let Some(path) = timelines {
+        std::fs::write(path, report.timelines()).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     if report.violation_count() == 0 {
         Ok(())
