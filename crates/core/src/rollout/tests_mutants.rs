@@ -690,3 +690,30 @@ fn a_joining_machines_step_is_released_at_its_arrival() {
     step(&mut r, &c, 1_000_002);
     assert_eq!(phases(&r)[1], ("m2", "updating"), "still within its health timeout: {}", reason(&r));
 }
+
+/// A cluster that tells only what every cluster must (observations, existence, holders) gets the defaults of the
+/// rest: no unit moved, none that cannot load, none drained, no metadata. Its replace goes machine by machine.
+#[test]
+fn a_cluster_telling_only_the_essentials_moves_and_skips_nothing() {
+    struct Plain(Table);
+    impl Cluster for Plain {
+        fn observe(&self, unit: &str, machine: &str) -> Observed {
+            self.0.observe(unit, machine)
+        }
+        fn exists(&self, unit: &str) -> bool {
+            self.0.exists(unit)
+        }
+        fn holders(&self, unit: &str) -> Vec<String> {
+            self.0.holders(unit)
+        }
+    }
+    let mut c = Plain(Table::with(&["m1", "m2"], OLD));
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    let a = advance(&r, &c, 1_000);
+    r.progress = Some(a.progress);
+    assert_eq!(phases(&r), [("m1", "updating"), ("m2", "pending")], "{:?}", r.progress);
+    c.0.set("m1", NEW, "active");
+    let a = advance(&r, &c, 1_001);
+    r.progress = Some(a.progress);
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "updating")], "{:?}", r.progress);
+}
