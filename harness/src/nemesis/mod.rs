@@ -169,22 +169,23 @@ impl Report {
     /// version, process, invocation and check): what a violation's excerpt in [`Self::render`] is cut from, kept
     /// to explain a long run afterwards (`nemesis --timelines FILE`).
     pub fn timelines(&self) -> String {
-        let mut s = String::new();
-        let plain: BTreeSet<&String> =
-            self.rounds.iter().flat_map(|r| r.machines.values().flatten().flat_map(|u| u.keys())).collect();
-        for unit in plain {
-            s += &format!("{unit}:\n");
-            for line in sample::timeline(&self.rounds, unit, 0, u64::MAX) {
-                s += &format!("  {line}\n");
-            }
+        fn units<'a, T: 'a>(
+            machines: impl Iterator<Item = &'a BTreeMap<String, Option<BTreeMap<String, T>>>>,
+        ) -> BTreeSet<&'a String> {
+            machines.flat_map(|m| m.values().flatten().flat_map(|u| u.keys())).collect()
         }
-        let rolled: BTreeSet<&String> =
-            self.roll_rounds.iter().flat_map(|r| r.machines.values().flatten().flat_map(|u| u.keys())).collect();
-        for unit in rolled {
+        let mut s = String::new();
+        let mut section = |unit: &str, lines: Vec<String>| {
             s += &format!("{unit}:\n");
-            for line in sample::roll_timeline(&self.roll_rounds, unit, 0, u64::MAX) {
+            for line in lines {
                 s += &format!("  {line}\n");
             }
+        };
+        for unit in units(self.rounds.iter().map(|r| &r.machines)) {
+            section(unit, sample::timeline(&self.rounds, unit, 0, u64::MAX));
+        }
+        for unit in units(self.roll_rounds.iter().map(|r| &r.machines)) {
+            section(unit, sample::roll_timeline(&self.roll_rounds, unit, 0, u64::MAX));
         }
         s
     }

@@ -296,8 +296,8 @@ pub struct HealthChecks<S> {
     /// registry shows (kept, `sinceMs` included, when that check agrees).
     held: BTreeMap<String, Health>,
     /// Units published `unknown` because whether their version has a check is not known yet (its text is neither
-    /// in the snapshot nor in the units directory): decided again when the snapshot changes.
-    /// With the time each was first published so (kept, so that a unit that stays undecided is not written again).
+    /// in the snapshot nor in the units directory), decided again when the snapshot changes; with the time each was
+    /// first published so (kept, so that a unit that stays undecided is not written again).
     undecided: BTreeMap<String, u64>,
 }
 
