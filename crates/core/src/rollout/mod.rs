@@ -1258,6 +1258,11 @@ fn not_serving(spec: &RolloutSpec, progress: &RolloutProgress, step: &Step, clus
     if seen.serving(unit) {
         return None;
     }
+    if seen.present && seen.hash.is_none() && !cluster.holders(&step.unit).contains(&step.machine) {
+        // Present, and the unit is not for it now (a global unit whose metadata it no longer matches): there is
+        // nothing to serve there. Counting it would hold the rollout at its budget for good.
+        return None;
+    }
     if !seen.present || seen.hash.is_none() {
         // Gone from this machine: served if it runs on a machine of its own outside the rollout (rescheduled).
         let named: BTreeSet<&str> =

@@ -717,3 +717,49 @@ fn a_cluster_telling_only_the_essentials_moves_and_skips_nothing() {
     r.progress = Some(a.progress);
     assert_eq!(phases(&r), [("m1", "done"), ("m2", "updating")], "{:?}", r.progress);
 }
+
+/// A machine that left during a replace and came back no longer holding the unit (a global unit whose metadata it
+/// no longer matches: present, but the unit is not for it) does not take its skipped step up again, and does not
+/// count against the budget: there is nothing there to change or to serve. Either would keep the rollout from
+/// ending (it held a max-unavailable 1 rollout "waiting" for good before).
+#[test]
+fn a_machine_back_without_the_unit_keeps_its_step_skipped() {
+    /// The table, except that `away` is present but holds nothing (not a holder, no state of the unit).
+    struct Unheld {
+        table: Table,
+        away: Option<&'static str>,
+    }
+    impl Cluster for Unheld {
+        fn observe(&self, unit: &str, machine: &str) -> Observed {
+            match self.away {
+                Some(m) if m == machine => Observed { present: true, ..Observed::default() },
+                _ => self.table.observe(unit, machine),
+            }
+        }
+        fn exists(&self, unit: &str) -> bool {
+            self.table.exists(unit)
+        }
+        fn holders(&self, unit: &str) -> Vec<String> {
+            self.table.holders(unit).into_iter().filter(|m| Some(m.as_str()) != self.away).collect()
+        }
+    }
+    let mut c = Unheld { table: Table::with(&["m1", "m2", "m3"], OLD), away: None };
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    let go = |r: &mut Rollout, c: &Unheld, now: u64| {
+        let a = advance(r, c, now);
+        r.progress = Some(a.progress);
+    };
+    c.table.leave("m1");
+    go(&mut r, &c, 1_000);
+    assert_eq!(phases(&r), [("m1", "skipped"), ("m2", "pending"), ("m3", "pending")], "{}", reason(&r));
+    c.table.back("m1");
+    c.away = Some("m1");
+    go(&mut r, &c, 1_001);
+    assert_eq!(phases(&r), [("m1", "skipped"), ("m2", "updating"), ("m3", "pending")], "{}", reason(&r));
+    c.table.set("m2", NEW, "active");
+    go(&mut r, &c, 1_002);
+    c.table.set("m3", NEW, "active");
+    go(&mut r, &c, 1_003);
+    assert_eq!(phases(&r), [("m1", "skipped"), ("m2", "done"), ("m3", "done")], "{}", reason(&r));
+    assert_eq!(r.state(), RolloutState::Done, "{}", reason(&r));
+}
