@@ -255,8 +255,10 @@ struct WaitState {
     /// Results of jobs removed while some call was queuing and nobody waited for them (yet); forgotten once no
     /// call is queuing, as then every caller has claimed its own.
     early: HashMap<String, JobResult>,
-    /// Job path → its waiter.
-    jobs: HashMap<String, oneshot::Sender<JobResult>>,
+    /// Job path → its waiters. systemd merges a stop (or start) asked for twice into one job and answers both
+    /// calls with its path (seen: the at-most-once fence and the executor stopping one unit at once), so one job
+    /// can have several waiters; each gets the result.
+    jobs: HashMap<String, Vec<oneshot::Sender<JobResult>>>,
     /// Unit → the watchers told of its next change.
     units: HashMap<String, Vec<Arc<Notify>>>,
     /// The signal stream ended: nothing more comes.
@@ -276,9 +278,11 @@ impl Waits {
 
     fn job_removed(&self, job: &str, result: JobResult) {
         let mut state = self.state();
-        if let Some(waiter) = state.jobs.remove(job) {
-            // A waiter that went away meanwhile no longer wants it.
-            let _ = waiter.send(result);
+        if let Some(waiters) = state.jobs.remove(job) {
+            for waiter in waiters {
+                // A waiter that went away meanwhile no longer wants it.
+                let _ = waiter.send(result.clone());
+            }
         } else if state.queuing > 0 {
             state.early.insert(job.to_string(), result);
         }
@@ -322,12 +326,13 @@ impl Queuing {
         let waits = self.waits.take().expect("a Queuing is consumed once");
         let result = {
             let mut state = waits.state();
-            let result = match state.early.remove(job) {
-                Some(result) => JobWaitState::Finished(Some(result)),
+            // Read, not taken: another call under way may have been answered with the same (merged) job.
+            let result = match state.early.get(job) {
+                Some(result) => JobWaitState::Finished(Some(result.clone())),
                 None if state.closed => JobWaitState::Finished(None),
                 None => {
                     let (sender, receiver) = oneshot::channel();
-                    state.jobs.insert(job.to_string(), sender);
+                    state.jobs.entry(job.to_string()).or_default().push(sender);
                     JobWaitState::Waiting(receiver)
                 }
             };
@@ -393,8 +398,16 @@ impl JobWait {
 
 impl Drop for JobWait {
     fn drop(&mut self) {
-        if matches!(self.result, JobWaitState::Waiting(_)) {
-            self.waits.state().jobs.remove(&self.job);
+        if let JobWaitState::Waiting(receiver) = std::mem::replace(&mut self.result, JobWaitState::Finished(None)) {
+            // Closing its receiver first marks its own sender; the other waiters of a merged job stay.
+            drop(receiver);
+            let mut state = self.waits.state();
+            if let Some(waiters) = state.jobs.get_mut(&self.job) {
+                waiters.retain(|w| !w.is_closed());
+                if waiters.is_empty() {
+                    state.jobs.remove(&self.job);
+                }
+            }
         }
     }
 }
@@ -757,6 +770,28 @@ mod tests {
         assert_eq!(slow.result().await, Some(JobResult::Failed));
         waits.job_removed("/job/3", JobResult::Done);
         assert!(waits.state().early.is_empty(), "with no call queuing nothing is kept");
+    }
+
+    /// systemd answers two stops of one unit asked at once with one (merged) job: both callers get its result. A
+    /// single waiter per job dropped the first one's, which read as "the signal stream ended": the at-most-once
+    /// fence and the executor both took the stop for failed, and the unit stayed stopped for good.
+    #[tokio::test]
+    async fn every_waiter_of_a_merged_job_gets_its_result() {
+        let waits = Arc::new(Waits::default());
+        let (first, second, third) = (waits.queuing(), waits.queuing(), waits.queuing());
+        let mut first = first.job("/job/1");
+        let mut second = second.job("/job/1");
+        let gone = third.job("/job/1");
+        drop(gone);
+        waits.job_removed("/job/1", JobResult::Done);
+        let got = (first.result().now_or_never(), second.result().now_or_never());
+        assert_eq!(got, (Some(Some(JobResult::Done)), Some(Some(JobResult::Done))), "(first, second) waiter's result");
+        assert!(waits.state().jobs.is_empty());
+        // A merged job that finished before either caller read its path: both find its result.
+        let (a, b) = (waits.queuing(), waits.queuing());
+        waits.job_removed("/job/2", JobResult::Failed);
+        let got = (a.job("/job/2").result().now_or_never(), b.job("/job/2").result().now_or_never());
+        assert_eq!(got, (Some(Some(JobResult::Failed)), Some(Some(JobResult::Failed))), "early result, both callers");
     }
 
     #[test]
