@@ -8,7 +8,9 @@
 //! * **lost**: once a fault's convergence wait ends, every launched unit is active somewhere.
 //! * **restarted by an unrelated fault**: a unit's process that ran before a fault started, on a machine that fault
 //!   did not touch, keeps running (same MainPID) through it — so an etcd fault (touching no machine) restarts
-//!   nothing. A process ending while no fault is in progress is a violation too.
+//!   nothing. A process ending while no fault is in progress is a violation too. A **host stall** longer than the
+//!   TTL (no round sampled for that long: the sampler, etcd and every fleetd froze together) counts as a fault
+//!   touching every machine: etcd's leases ran out on its own clock while nothing could renew them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -49,6 +51,8 @@ pub struct Limits {
     pub duplicate_window_ms: u64,
     /// How long after convergence a process may still end and be blamed on the fault before.
     pub settle_grace_ms: u64,
+    /// A gap between two rounds longer than this is a host stall ([`host_stalls`]): the agent TTL.
+    pub host_stall_ms: u64,
 }
 
 /// Which invariant a violation breaks.
@@ -201,10 +205,22 @@ fn lost(units: &[UnitSpec], rounds: &[Round], faults: &[FaultWindow]) -> Vec<Vio
     out
 }
 
+/// The host stalls of a run: gaps between consecutive rounds longer than `limits.host_stall_ms`, as (last round
+/// before, first round after). The sampler runs every second or so; a gap longer than the TTL means it, and the
+/// containers beside it, did not run (seen: 17 s with no round, no fleetd log line, and then every presence lease
+/// expired at the same instant).
+pub fn host_stalls(rounds: &[Round], limits: Limits) -> Vec<(u64, u64)> {
+    rounds.windows(2).map(|w| (w[0].t_ms, w[1].t_ms)).filter(|(a, b)| b - a > limits.host_stall_ms).collect()
+}
+
 /// Processes that ended on a machine the fault in progress did not touch although they predate that fault (or
-/// while no fault was in progress).
+/// while no fault was in progress), unless seen ended right after a host stall they predate.
 fn restarts(rounds: &[Round], faults: &[FaultWindow], limits: Limits) -> Vec<Violation> {
     let mut out = Vec::new();
+    let stalls = host_stalls(rounds, limits);
+    let after_stall = |since: u64, t: u64| {
+        stalls.iter().any(|(from, to)| since <= *from && *from < t && t <= to + limits.duplicate_window_ms)
+    };
     // (machine, unit) → (pid, first seen).
     let mut alive: BTreeMap<(String, String), (u32, u64)> = BTreeMap::new();
     for round in rounds {
@@ -218,7 +234,8 @@ fn restarts(rounds: &[Round], faults: &[FaultWindow], limits: Limits) -> Vec<Vio
             for (key, (_, since)) in ended {
                 alive.remove(&key);
                 let during = fault_at(faults, round.t_ms, limits.settle_grace_ms);
-                let blameless = during.is_some_and(|f| f.touches.contains(machine) || since >= f.start_ms);
+                let blameless = during.is_some_and(|f| f.touches.contains(machine) || since >= f.start_ms)
+                    || after_stall(since, round.t_ms);
                 if !blameless {
                     out.push(Violation {
                         invariant: Invariant::RestartedByUnrelatedFault,
@@ -261,7 +278,7 @@ pub fn disruption(
 mod tests {
     use super::*;
 
-    const LIMITS: Limits = Limits { duplicate_window_ms: 10_000, settle_grace_ms: 2_000 };
+    const LIMITS: Limits = Limits { duplicate_window_ms: 10_000, settle_grace_ms: 2_000, host_stall_ms: 5_000 };
 
     fn units() -> Vec<UnitSpec> {
         vec![
@@ -365,15 +382,42 @@ mod tests {
 
     #[test]
     fn a_unit_stopped_with_no_fault_in_progress_is_reported() {
-        let rounds = [round(0, &[("m1", Some(BOTH_ON_M1))]), round(30_000, &[("m1", Some(&[("once.service", 11)]))])];
+        let rounds = [
+            round(0, &[("m1", Some(BOTH_ON_M1))]),
+            round(4_000, &[("m1", Some(BOTH_ON_M1))]),
+            round(8_000, &[("m1", Some(&[("once.service", 11)]))]),
+        ];
         let faults = [fault("fleetd kill -9 on m2", 1_000, 1_000, 3_000, &["m2"])];
         let v = check(&units()[1..], &rounds, &faults, LIMITS);
         assert_eq!(v.len(), 1, "{v:?}");
         assert_eq!(
             v[0].to_string(),
-            "unit restarted by a fault that did not touch its machine: a.service on m1 from 0.0s to 30.0s \
+            "unit restarted by a fault that did not touch its machine: a.service on m1 from 0.0s to 8.0s \
              (no fault in progress)"
         );
+    }
+
+    /// seed 4052's hour: the host froze for 17 s (no round sampled, no fleetd log line); etcd then expired every
+    /// presence lease at once, and the at-most-once units stopped as documented. A stall longer than the TTL is a
+    /// fault of every machine; a shorter gap, or a restart long after the stall, still counts.
+    #[test]
+    fn a_restart_right_after_a_host_stall_longer_than_the_ttl_is_excused() {
+        let once = |pid| -> Option<&'static [(&'static str, u32)]> {
+            Some(if pid == 11 { &[("once.service", 11)] } else { &[("once.service", 12)] })
+        };
+        let etcd = [fault("etcd leader killed for 3s", 1_000, 4_000, 5_000, &[])];
+        let stalled =
+            [round(0, &[("m1", once(11))]), round(1_500, &[("m1", once(11))]), round(18_500, &[("m1", once(12))])];
+        assert_eq!(check(&units()[1..], &stalled, &etcd, LIMITS), []);
+        assert_eq!(host_stalls(&stalled, LIMITS), [(1_500, 18_500)]);
+        let short =
+            [round(0, &[("m1", once(11))]), round(1_500, &[("m1", once(11))]), round(6_000, &[("m1", once(12))])];
+        assert_eq!(check(&units()[1..], &short, &etcd, LIMITS).len(), 1, "a 4.5 s gap is no stall at a 5 s TTL");
+        let mut late = stalled.to_vec();
+        late[2] = round(18_500, &[("m1", once(11))]);
+        late.extend((0..10).map(|i| round(20_000 + 2_000 * i, &[("m1", once(11))])));
+        late.push(round(40_000, &[("m1", once(12))]));
+        assert_eq!(check(&units()[1..], &late, &etcd, LIMITS).len(), 1, "a restart 21.5 s after the stall");
     }
 
     #[test]

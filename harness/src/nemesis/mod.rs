@@ -117,7 +117,11 @@ impl Options {
     /// Duplicates of an at-least-once unit may outlive the fault that made them by up to two TTLs: the healed
     /// machine re-registers and its agent stops the copy the engine no longer places there (docs/faults.md).
     pub fn limits(&self) -> Limits {
-        Limits { duplicate_window_ms: 2 * self.agent_ttl_secs * 1000 + 5_000, settle_grace_ms: 2_000 }
+        Limits {
+            duplicate_window_ms: 2 * self.agent_ttl_secs * 1000 + 5_000,
+            settle_grace_ms: 2_000,
+            host_stall_ms: self.agent_ttl_secs * 1000,
+        }
     }
 
     /// The rollout invariants' bounds (fleet hears of a dead machine about a TTL after it died).
@@ -272,6 +276,15 @@ impl Report {
         }
         if o.changes != changes::Mode::None {
             self.render_changes(&mut s);
+        }
+        for (from, to) in check::host_stalls(&self.rounds, o.limits()) {
+            let _ = writeln!(
+                s,
+                "note: host stall: no round sampled from {} to {} (longer than the TTL); restarts seen within the \
+                 duplicate window after it are excused",
+                check::secs(from),
+                check::secs(to)
+            );
         }
         if self.violation_count() == 0 {
             let _ = writeln!(s, "invariants: all held");

@@ -344,6 +344,24 @@ fn live_rollout<'a>(rollouts: &'a [RolloutRecord], unit: &str, t: u64, grace: u6
     (t <= until).then_some(r)
 }
 
+/// The rollouts of `unit` live at some moment of `(from, to]`, oldest first: any of them may have made a change
+/// the sampler saw at `to` and had not seen at `from`.
+fn live_between<'a>(
+    rollouts: &'a [RolloutRecord],
+    unit: &str,
+    from: u64,
+    to: u64,
+    grace: u64,
+) -> Vec<&'a RolloutRecord> {
+    let mut live: Vec<&RolloutRecord> = rollouts
+        .iter()
+        .filter(|r| r.covers(unit) && r.created_ms <= to)
+        .filter(|r| r.final_ms().is_none_or(|f| f + grace > from))
+        .collect();
+    live.sort_by_key(|r| r.created_ms);
+    live
+}
+
 /// What a budget counts: a machine (for the global unit) or an instance.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Slot {
@@ -787,10 +805,19 @@ fn restarts(
     let mut last: BTreeMap<(String, String), (String, Option<u64>)> = BTreeMap::new();
     // (rollout, machine, unit) → restart times.
     let mut per_step: BTreeMap<(String, String, String), Vec<u64>> = BTreeMap::new();
+    // Restarts seen in a round whose window (since the machine was last read) spans more than one rollout of the
+    // unit (one ending, the next beginning): (candidates, machine, unit, when), given out after the others.
+    let mut ambiguous: Vec<(Vec<&RolloutRecord>, String, String, u64)> = Vec::new();
+    // Machine → when it was last read.
+    let mut read_at: BTreeMap<String, u64> = BTreeMap::new();
     let mut excused = 0usize;
     for round in rounds {
         let t = round.t_ms;
         for (machine, seen) in &round.machines {
+            let since = read_at.get(machine).copied().unwrap_or(t);
+            if seen.is_some() {
+                read_at.insert(machine.clone(), t);
+            }
             let Some(units) = seen else {
                 // It rebooted (or could not be read): the next start there is a start, not a restart.
                 last.retain(|(m, _), _| m != machine);
@@ -820,6 +847,11 @@ fn restarts(
                     excused += 1;
                     continue;
                 }
+                let candidates = live_between(rollouts, unit, since, t, limits.end_grace_ms);
+                if candidates.len() > 1 {
+                    ambiguous.push((candidates, machine.clone(), unit.clone(), t));
+                    continue;
+                }
                 match live_rollout(rollouts, unit, t, limits.end_grace_ms) {
                     Some(r) => per_step.entry((r.id.clone(), machine.clone(), unit.clone())).or_default().push(t),
                     None => out.violations.push(RollViolation {
@@ -838,10 +870,26 @@ fn restarts(
             }
         }
     }
+    let allowed_for = |r: &RolloutRecord, unit: &str, machine: &str| {
+        1 + usize::from(r.undo.contains(&(unit.to_string(), machine.to_string()))) + r.resumes as usize
+    };
+    // An ambiguous restart goes to the oldest candidate whose step has room for it (one ending may have undone the
+    // machine just before the next began), else to the newest, where it counts as one too many.
+    for (candidates, machine, unit, t) in ambiguous {
+        let key = |r: &RolloutRecord| (r.id.clone(), machine.clone(), unit.clone());
+        let room = candidates
+            .iter()
+            .find(|r| per_step.get(&key(r)).map_or(0, Vec::len) < allowed_for(r, &unit, &machine))
+            .or(candidates.last())
+            .expect("at least two candidates");
+        let times = per_step.entry(key(room)).or_default();
+        times.push(t);
+        times.sort_unstable();
+    }
     for ((id, machine, unit), times) in per_step {
         let Some(r) = rollouts.iter().find(|r| r.id == id) else { continue };
         let undone = r.undo.contains(&(unit.clone(), machine.clone()));
-        let allowed = 1 + usize::from(undone) + r.resumes as usize;
+        let allowed = allowed_for(r, &unit, &machine);
         if times.len() > allowed {
             let at: Vec<String> = times.iter().map(|t| secs(*t)).collect();
             out.violations.push(RollViolation {

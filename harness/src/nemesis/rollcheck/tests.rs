@@ -535,3 +535,34 @@ fn a_copy_read_as_unknown_breaks_its_unavailability() {
     let known = check_with(&rounds(sick("g1", "b1")));
     assert_eq!(of(&known, RollInvariant::Budget).len(), 1, "m2 failing all along counts: {known:?}");
 }
+
+/// seed 4052's hour: an aborted replace took m1 back to the old version (its undo) in the same seconds as the next
+/// replace began. The sampler saw the undo's restart only in the first round after the next rollout was created;
+/// it was that earlier rollout's (which allows it one), not a second restart for the new step.
+#[test]
+fn a_restart_seen_as_one_rollout_ends_and_the_next_begins_may_be_the_ending_ones() {
+    let rounds = vec![
+        global(0, Some(up("g1", "a1")), None, None),
+        global(1_000, Some(up("g2", "a2")), None, None),
+        global(5_000, Some(not_running("failed", "a2")), None, None),
+        // Between 5.0 s and 8.0 s: the abort's undo started g1 (a3) and ended at 7.9 s; the next replace began at
+        // 7.95 s.
+        global(8_000, Some(up("g1", "a3")), None, None),
+        global(9_000, Some(up("g3", "a4")), None, None),
+    ];
+    let mut aborted = rollout("g-1", &[GLOBAL], 1, 500, vec![obs(600, "running", ""), obs(7_900, "aborted", "x")]);
+    aborted.undo.insert((GLOBAL.to_string(), "m1".to_string()));
+    let next = rollout("g-2", &[GLOBAL], 1, 7_950, vec![obs(8_500, "running", ""), obs(9_500, "done", "")]);
+    let asked = asked(Target::Global, &["g1", "g2", "g3"]);
+    let checked = check(&rounds, &[aborted.clone(), next.clone()], &asked, &[], 20_000, LIMITS);
+    assert_eq!(of(&checked, RollInvariant::RestartedTwice), Vec::<String>::new());
+    // Without the undo the aborted rollout had no room for it: a restart too many, on the newest candidate.
+    let mut no_undo = aborted;
+    no_undo.undo.clear();
+    let checked = check(&rounds, &[no_undo, next], &asked, &[], 20_000, LIMITS);
+    assert_eq!(
+        of(&checked, RollInvariant::RestartedTwice),
+        ["a machine restarted a unit more than once for one rollout step: rollout g-2, nemr-global.service on m1 at \
+          9.0s: rolling replace to g2 (g-2) restarted it 2 times (at 8.0s, 9.0s); its steps allow 1 (1 for the step)"]
+    );
+}
