@@ -430,6 +430,22 @@ impl Etcd {
         crate::docker::kill(&self.name).await.map_err(|source| EtcdError::Docker { name: self.name.clone(), source })
     }
 
+    /// What etcd logged (both streams of `docker logs`, with docker's timestamps), for explaining a run afterwards.
+    pub async fn logs(&self) -> Result<String, EtcdError> {
+        let out = tokio::process::Command::new("docker")
+            .args(["logs", "--timestamps", &self.name])
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await
+            .map_err(|e| EtcdError::Docker {
+                name: self.name.clone(),
+                source: crate::docker::DockerError::Spawn { args: format!("docker logs {}", self.name), source: e },
+            })?;
+        // etcd logs to stderr; docker keeps the streams apart.
+        Ok(format!("{}{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout)))
+    }
+
     /// The container's PID on the host (for entering its network namespace), `None` when it is not running.
     pub async fn host_pid(&self) -> Result<Option<u32>, EtcdError> {
         let out = crate::docker::run(&["inspect", "--format", "{{.State.Pid}}", &self.name])

@@ -472,6 +472,11 @@ pub async fn run(opts: &Options) -> Result<Report, NemesisError> {
         };
         journals.push((m.name().to_string(), text));
     }
+    // etcd's own account too: when its members elected a leader, and when it expired leases.
+    for member in cluster.etcd_members() {
+        let text = member.logs().await.unwrap_or_else(|e| format!("(etcd log not read: {e})\n"));
+        journals.push((member.name().to_string(), text));
+    }
     cluster.destroy().await;
     Ok(Report {
         journals,
