@@ -731,7 +731,18 @@ impl<S: SystemdOps> Executor<S> {
             let result = match self.systemd.stop(name).await {
                 Ok(result) => result,
                 Err(e) if e.is_not_loaded() => return Ok(JobResult::Done),
-                Err(e) => return Err(AgentError::from(e)),
+                Err(e) => {
+                    // The stop may have run with its answer lost: what systemd shows decides. Kept "launched", a
+                    // stopped unit would never be started again.
+                    let stopped = self.systemd.states(&[name.to_string()]).await.is_ok_and(|states| {
+                        states.iter().all(|s| matches!(s.active_state.as_str(), "inactive" | "failed"))
+                    });
+                    if !stopped {
+                        return Err(AgentError::from(e));
+                    }
+                    warn!(unit = %name, error = %e, "the stop's answer was lost, but systemd shows the unit stopped");
+                    JobResult::Unknown
+                }
             };
             // A stop job is done only once its unit is inactive or failed (its stop hooks have run); another
             // result (canceled, say) says nothing about the unit, so then its state is waited for.

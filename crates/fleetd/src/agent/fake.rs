@@ -23,6 +23,9 @@ pub(crate) struct Fake {
     pub(crate) forgotten: Mutex<BTreeSet<String>>,
     /// Result of a unit's stop job (default done).
     pub(crate) stop_results: Mutex<BTreeMap<String, JobResult>>,
+    /// Units whose stop job runs (they become inactive) but whose answer is lost (`stop` answers that the signal
+    /// stream ended), as systemd's merged jobs once did to fleet-systemd.
+    pub(crate) stop_answer_lost: Mutex<BTreeSet<String>>,
     /// Units without a runtime link of theirs (`unlink_runtime` answers false).
     pub(crate) not_linked: Mutex<BTreeSet<String>>,
     /// Called at each `reload` (ReloadUnit) call, e.g. to look at what is published while the job runs.
@@ -63,7 +66,11 @@ impl SystemdOps for Fake {
         }
     }
     fn stop(&self, name: &str) -> impl Future<Output = fleet_systemd::Result<JobResult>> + Send {
-        let r = self.record("stop", name);
+        let mut r = self.record("stop", name);
+        if r.is_ok() && self.stop_answer_lost.lock().unwrap().contains(name) {
+            self.active.lock().unwrap().insert(name.to_string(), "inactive".into());
+            r = Err(SystemdError::StreamEnded { what: format!("the stop job of {name}") });
+        }
         let result = self.stop_results.lock().unwrap().get(name).cloned().unwrap_or(JobResult::Done);
         async move { r.map(|_| result) }
     }

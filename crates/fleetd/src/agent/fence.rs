@@ -173,40 +173,60 @@ impl<S: SystemdOps> FenceLoop<'_, S> {
 
     /// Stops every at-most-once unit with a file here that systemd reports running; returns the at-most-once units.
     async fn stop_running(&self) -> BTreeSet<String> {
-        let names = at_most_once_files(self.units_dir);
-        if names.is_empty() {
-            return names;
-        }
-        let list: Vec<String> = names.iter().cloned().collect();
-        let running: Vec<String> = match self.systemd.states(&list).await {
-            Ok(states) => states.into_iter().filter(|s| is_running(&s.active_state)).map(|s| s.name).collect(),
-            Err(e) => {
-                warn!(error = %e, "fence: cannot read unit states; stopping every at-most-once unit");
-                list
-            }
-        };
-        if running.is_empty() {
-            return names;
-        }
-        let results = join_all(running.iter().map(|name| self.systemd.stop(name))).await;
-        let mut stopped = Vec::new();
-        for (name, result) in running.into_iter().zip(results) {
-            match result {
-                Ok(job) => {
-                    warn!(unit = %name, result = %job, "stopped at-most-once unit: this machine's presence is in doubt");
-                    stopped.push(name);
-                }
-                Err(e) if e.is_not_loaded() => stopped.push(name),
-                Err(e) => warn!(unit = %name, error = %e, "fence: cannot stop at-most-once unit"),
-            }
-        }
-        self.fence.note_stopped(stopped);
-        names
+        stop_at_most_once(&self.systemd, self.units_dir, self.fence).await
     }
 
     fn file_declares(&self, unit: &str) -> bool {
         std::fs::read_to_string(self.units_dir.join(unit)).is_ok_and(|text| declares_at_most_once(&text, unit))
     }
+}
+
+/// Stops every at-most-once unit with a file in `units_dir` that systemd reports running, and tells `fence` which
+/// are stopped; returns the at-most-once units.
+async fn stop_at_most_once<S: SystemdOps>(systemd: &S, units_dir: &Path, fence: &Fence) -> BTreeSet<String> {
+    let names = at_most_once_files(units_dir);
+    if names.is_empty() {
+        return names;
+    }
+    let list: Vec<String> = names.iter().cloned().collect();
+    let running: Vec<String> = match systemd.states(&list).await {
+        Ok(states) => states.into_iter().filter(|s| is_running(&s.active_state)).map(|s| s.name).collect(),
+        Err(e) => {
+            warn!(error = %e, "fence: cannot read unit states; stopping every at-most-once unit");
+            list
+        }
+    };
+    if running.is_empty() {
+        return names;
+    }
+    let results = join_all(running.iter().map(|name| systemd.stop(name))).await;
+    let mut stopped = Vec::new();
+    let mut unsure = Vec::new();
+    for (name, result) in running.into_iter().zip(results) {
+        match result {
+            Ok(job) => {
+                warn!(unit = %name, result = %job, "stopped at-most-once unit: this machine's presence is in doubt");
+                stopped.push(name);
+            }
+            Err(e) if e.is_not_loaded() => stopped.push(name),
+            Err(e) => {
+                warn!(unit = %name, error = %e, "fence: cannot stop at-most-once unit");
+                unsure.push(name);
+            }
+        }
+    }
+    // A stop that answered an error may still have run (its answer lost): what systemd shows decides. One the
+    // reconcile loop is not told of stays "launched" to it, and is never started again when the doubt ends.
+    if !unsure.is_empty()
+        && let Ok(states) = systemd.states(&unsure).await
+    {
+        for state in states.into_iter().filter(|s| !is_running(&s.active_state)) {
+            warn!(unit = %state.name, active = %state.active_state, "stopped at-most-once unit (its stop's answer was lost)");
+            stopped.push(state.name);
+        }
+    }
+    fence.note_stopped(stopped);
+    names
 }
 
 /// The units with a file in `dir` that declare `AtMostOnce=true`.
@@ -270,6 +290,25 @@ mod tests {
         std::fs::write(dir.path().join(".hidden"), "[X-Fleet]\nAtMostOnce=true\n").unwrap();
         assert_eq!(at_most_once_files(dir.path()), BTreeSet::from(["a.service".to_string()]));
         assert!(!declares_at_most_once("[X-Fleet]\nAtMostOnce=false\n", "x.service"));
+    }
+
+    /// seed 4052's hour: the stop went through but its answer was lost. The unit is stopped all the same, so the
+    /// reconcile loop must learn it, or it keeps the unit "launched" and never starts it again.
+    #[tokio::test]
+    async fn a_unit_whose_stop_answer_was_lost_but_that_stopped_is_handed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.service"), "[X-Fleet]\nAtMostOnce=true\n").unwrap();
+        std::fs::write(dir.path().join("b.service"), "[X-Fleet]\nAtMostOnce=true\n").unwrap();
+        let fake = crate::agent::fake::Fake::default();
+        fake.stop_answer_lost.lock().unwrap().insert("a.service".into());
+        fake.fail("stop b.service", "org.freedesktop.DBus.Error.Failed", "refused");
+        let fence = Fence::default();
+        stop_at_most_once(&fake, dir.path(), &fence).await;
+        assert_eq!(
+            fence.take_stopped(),
+            BTreeSet::from(["a.service".to_string()]),
+            "a stopped (its answer lost); b refused and still running"
+        );
     }
 
     #[test]

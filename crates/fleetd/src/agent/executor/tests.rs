@@ -367,6 +367,19 @@ async fn stop_of_a_launched_unit_keeps_its_file() {
     assert_eq!(s.exec.actual()["a.service"].believed, JobState::Loaded);
 }
 
+/// seed 4052's hour: a stop whose answer was lost (it ran) is a stop; a refused one leaves the unit launched.
+#[tokio::test]
+async fn a_stop_whose_answer_was_lost_counts_when_systemd_shows_the_unit_stopped() {
+    let mut s = setup();
+    let both = |state| desired(&[("a.service", state, V1, false), ("b.service", state, V2, false)]);
+    s.exec.reconcile(&both(JobState::Launched)).await;
+    s.fake.stop_answer_lost.lock().unwrap().insert("a.service".into());
+    s.fake.fail("stop b.service", "org.freedesktop.DBus.Error.Failed", "refused");
+    s.exec.reconcile(&both(JobState::Loaded)).await;
+    assert_eq!(s.exec.launched(), ["b.service"], "a stopped (its answer lost); b's stop was refused");
+    assert_eq!(s.exec.actual()["a.service"].believed, JobState::Loaded);
+}
+
 #[tokio::test]
 async fn purge_unloads_every_unit_file() {
     let mut s = setup();
