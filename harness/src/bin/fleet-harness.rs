@@ -99,7 +99,8 @@ enum Command {
         /// Write every unit's whole sampled timeline here at the end (for explaining a long run afterwards).
         #[arg(long)]
         timelines: Option<std::path::PathBuf>,
-        /// Write each machine's fleetd journal into this directory at the end (`<machine>.journal`).
+        /// Write each machine's fleetd journal and each etcd member's log into this directory at the end
+        /// (`<machine>.journal`, `<etcd member>.journal`).
         #[arg(long)]
         journals: Option<std::path::PathBuf>,
     },
