@@ -179,7 +179,9 @@ impl<'a> Driver<'a> {
             let (Some(unit), Some(machine)) = (step["unit"].as_str(), step["machine"].as_str()) else { continue };
             r.undo.insert((unit.to_string(), name(machine)));
         }
-        for step in v["steps"].as_array().into_iter().flatten() {
+        // A step given up while undoing holds the rest back no longer either, as a forward one does.
+        let all_steps = v["steps"].as_array().into_iter().flatten().chain(v["undo"].as_array().into_iter().flatten());
+        for step in all_steps {
             let (Some(unit), Some(machine)) = (step["unit"].as_str(), step["machine"].as_str()) else { continue };
             let key = (unit.to_string(), name(machine));
             if step["waived"] == true && !r.waived.iter().any(|(_, u, m)| (u, m) == (&key.0, &key.1)) {

@@ -1151,7 +1151,11 @@ fn release(
     if counts_down {
         for step in &progress.steps {
             let key = (step.unit.clone(), step.machine.clone());
-            if in_flight.contains(&key) || step.waived {
+            // A machine the user gave up (`rollout-resume --skip-failed`), forward or while undoing, holds
+            // nothing back any more.
+            let waived =
+                step.waived || (undoing && progress.undo_step(&step.unit, &step.machine).is_some_and(|u| u.waived));
+            if in_flight.contains(&key) || waived {
                 continue;
             }
             if let Some(why) = not_serving(spec, progress, step, cluster) {
@@ -1190,6 +1194,14 @@ fn release(
         step.detail.clear();
         wake.at(now_ms.saturating_add(spec.health_timeout_ms));
     };
+    // A pending step whose machine left, or whose unit moved away or was destroyed, is over whatever the budget:
+    // skipping it takes nothing down. Judged before the budget, or a full budget would keep it pending, and its
+    // rollout running, for good (seen in the nemesis: an undo step of an instance rescheduled elsewhere).
+    let held_back_by =
+        |step: &Step| held(step) || settling_forward.contains(&(step.unit.clone(), step.machine.clone()));
+    for step in list.iter_mut().filter(|s| s.phase == Phase::Pending && !held_back_by(s)) {
+        gone(step);
+    }
     // First the pending steps whose machine is down already: changing it takes nothing more away.
     let mut held_back = false;
     let settling = |step: &Step| settling_forward.contains(&(step.unit.clone(), step.machine.clone()));
@@ -1202,11 +1214,9 @@ fn release(
             held_back = true;
             break;
         }
-        if !gone(step) {
-            released(step, wake);
-            changing += 1;
-            down.retain(|(u, m, _)| !(*u == step.unit && *m == step.machine));
-        }
+        released(step, wake);
+        changing += 1;
+        down.retain(|(u, m, _)| !(*u == step.unit && *m == step.machine));
     }
     for step in list.iter_mut().filter(|s| s.phase == Phase::Pending && !held(s)) {
         if settling(step) {
@@ -1217,9 +1227,6 @@ fn release(
         if unavailable >= limit || changing >= limit {
             held_back = true;
             break;
-        }
-        if gone(step) {
-            continue;
         }
         released(step, wake);
         unavailable += 1;

@@ -1273,3 +1273,71 @@ fn a_rebalance_step_is_released_though_its_unit_is_still_scheduled_where_it_come
     step(&mut r, &c, 1_001);
     assert_eq!(phases(&r), [("m2", "updating")], "{:?}", r.progress);
 }
+
+/// Found by the nemesis (issue 37): an undo whose budget another machine held (down, not changing) kept a pending
+/// step whose unit had moved away, so the rollout never ended. A step that is over (its unit moved away, its machine
+/// left) is skipped whatever the budget: skipping it takes nothing down.
+#[test]
+fn a_step_whose_unit_moved_away_is_skipped_while_the_budget_is_full() {
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 1);
+    // Paused before m3's step; m3 then fails on the old version: it stays down, outside the undo.
+    r.control.action = Action::Pause;
+    c.set("m2", NEW, "active");
+    step(&mut r, &c, 2);
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "done"), ("m3", "pending")]);
+    c.set("m3", OLD, "failed");
+    r.control.action = Action::Abort;
+    step(&mut r, &c, 3);
+    assert_eq!(undo_phases(&r), [("m1", "pending"), ("m2", "pending")], "m3 holds the budget: {:?}", r.progress);
+    c.moved_off("m2");
+    step(&mut r, &c, 4);
+    assert_eq!(
+        undo_phases(&r),
+        [("m1", "pending"), ("m2", "skipped")],
+        "over, not held by the budget: {:?}",
+        r.progress
+    );
+    assert_eq!(r.progress.as_ref().unwrap().undo[1].detail, MOVED);
+    c.set("m3", OLD, "active");
+    step(&mut r, &c, 5);
+    c.set("m1", OLD, "active");
+    step(&mut r, &c, 6);
+    assert_eq!(undo_phases(&r), [("m1", "done"), ("m2", "skipped")]);
+    assert_eq!(r.state(), RolloutState::Aborted, "{:?}", r.progress);
+}
+
+/// Found with the one above: `rollout-resume --skip-failed` while undoing waives the failed undo steps, but their
+/// machines went on counting against the budget, so an undo with max-unavailable 1 never released another step.
+#[test]
+fn an_undo_step_given_up_by_skip_failed_holds_the_rest_back_no_longer() {
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    step(&mut r, &c, 0);
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 1);
+    r.control.action = Action::Pause;
+    c.set("m2", NEW, "active");
+    step(&mut r, &c, 2);
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "done"), ("m3", "pending")]);
+    r.control.action = Action::Abort;
+    step(&mut r, &c, 3);
+    assert_eq!(undo_phases(&r), [("m1", "updating"), ("m2", "pending")]);
+    c.set("m1", OLD, "failed");
+    let mut t = 10;
+    for _ in 0..3 {
+        t += DOWN_SETTLE_MS;
+        step(&mut r, &c, t);
+    }
+    assert_eq!(r.state(), RolloutState::Paused, "{:?}", r.progress);
+    r.control.resumes += 1;
+    r.control.skip_failed = true;
+    step(&mut r, &c, t + 1);
+    assert_eq!(undo_phases(&r), [("m1", "skipped"), ("m2", "updating")], "m1 was given up: {:?}", r.progress);
+    c.set("m2", OLD, "active");
+    step(&mut r, &c, t + 2);
+    assert_eq!(r.state(), RolloutState::Aborted, "{:?}", r.progress);
+}
