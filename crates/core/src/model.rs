@@ -35,6 +35,20 @@ impl fmt::Display for JobState {
     }
 }
 
+/// Stored as its word (`"launched"`), as the layout-1 `desired` key holds it.
+impl serde::Serialize for JobState {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for JobState {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let word = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        word.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// A string that is not one of the three job states.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid value {0:?} for JobState")]
@@ -198,6 +212,13 @@ pub struct Health {
 pub const IN_DOUBT: &str = "in-doubt";
 /// The load and active state shown for such a unit.
 pub const UNKNOWN_STATE: &str = "unknown";
+
+/// Whether systemd's `ActiveState` means the unit is stopped: `inactive` or `failed`. Every other value, unknown ones
+/// included, may mean its processes still run (or are about to, or are still stopping). The one rule for the agent,
+/// the fence, the handover, rollouts and fleetctl's waits.
+pub fn is_stopped(active_state: &str) -> bool {
+    matches!(active_state, "inactive" | "failed")
+}
 
 /// The wall clock in Unix milliseconds, as rollouts and unit versions store times.
 pub fn now_ms() -> u64 {

@@ -171,7 +171,7 @@ impl Systemd {
                     return if e.is_gone() { Ok("inactive".to_string()) } else { Err(e) };
                 }
             };
-            if state == "inactive" || state == "failed" {
+            if fleet_core::model::is_stopped(&state) {
                 return Ok(state);
             }
             // The unit's next change, or a fresh read after a while in case a signal was lost.

@@ -835,7 +835,7 @@ fn changing_forward(spec: &RolloutSpec, step: &Step, seen: &Observed) -> bool {
     }
     let holds_new = seen.hash.as_deref() == Some(unit.to.as_str());
     let runs_new = holds_new && seen.running.as_deref() == Some(unit.to.as_str());
-    let settled = matches!(seen.active_state.as_str(), "active" | "failed" | "inactive");
+    let settled = seen.active_state == "active" || crate::model::is_stopped(&seen.active_state);
     !(settled && (runs_new || (holds_new && seen.active_state != "active")))
 }
 
@@ -897,7 +897,7 @@ fn check_released(
         RolloutKind::Replace | RolloutKind::Restart => seen.checked(&unit),
     };
     let passing = active && (!checked || seen.healthy());
-    let down = matches!(seen.active_state.as_str(), "failed" | "inactive");
+    let down = crate::model::is_stopped(&seen.active_state);
     if !down {
         step.down_since_ms = 0;
     }
@@ -1006,7 +1006,7 @@ fn check_released(
 
 /// Whether the machine no longer runs the unit: no state published (unloaded) or settled down.
 fn stopped(seen: &Observed) -> bool {
-    seen.hash.is_none() || matches!(seen.active_state.as_str(), "inactive" | "failed")
+    seen.hash.is_none() || crate::model::is_stopped(&seen.active_state)
 }
 
 /// The health check as `seen` publishes it, for details: `status: output`.

@@ -318,7 +318,7 @@ pub fn global_progress(
             && match target {
                 JobState::Launched => s.systemd_active_state == "active",
                 // Stopped means its stop hooks have run: `deactivating` (ExecStop still running) is not yet.
-                _ => matches!(s.systemd_active_state.as_str(), "inactive" | "failed"),
+                _ => fleet_core::model::is_stopped(&s.systemd_active_state),
             }
     };
     let mut machines: std::collections::BTreeSet<&str> = expected.iter().map(String::as_str).collect();

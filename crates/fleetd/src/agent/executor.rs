@@ -734,9 +734,11 @@ impl<S: SystemdOps> Executor<S> {
                 Err(e) => {
                     // The stop may have run with its answer lost: what systemd shows decides. Kept "launched", a
                     // stopped unit would never be started again.
-                    let stopped = self.systemd.states(&[name.to_string()]).await.is_ok_and(|states| {
-                        states.iter().all(|s| matches!(s.active_state.as_str(), "inactive" | "failed"))
-                    });
+                    let stopped = self
+                        .systemd
+                        .states(&[name.to_string()])
+                        .await
+                        .is_ok_and(|states| states.iter().all(|s| fleet_core::model::is_stopped(&s.active_state)));
                     if !stopped {
                         return Err(AgentError::from(e));
                     }

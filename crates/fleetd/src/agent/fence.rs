@@ -28,7 +28,7 @@ use tracing::{info, warn};
 use fleet_core::at_most_once::{presence_in_doubt, stop_deadline};
 use fleet_core::machine_plan::desired::ClusterUnit;
 use fleet_core::machine_plan::plan::Desired;
-use fleet_core::model::JobState;
+use fleet_core::model::{JobState, is_stopped};
 use fleet_core::unit::{Requirements, UnitFile};
 use fleet_systemd::{SystemdOps, UnitChange, UnitChanges};
 
@@ -83,11 +83,6 @@ pub fn declares_at_most_once(text: &str, name: &str) -> bool {
     UnitFile::parse(text).is_ok_and(|file| Requirements::of(&file, name).at_most_once)
 }
 
-/// systemd's active states in which a unit counts as running (or about to) for the fence.
-fn is_running(active_state: &str) -> bool {
-    !matches!(active_state, "inactive" | "failed")
-}
-
 /// The fence's loop for one run of the agent (one presence lease).
 pub(crate) struct FenceLoop<'a, S: SystemdOps> {
     pub systemd: S,
@@ -134,13 +129,17 @@ impl<S: SystemdOps> FenceLoop<'_, S> {
 
     /// In doubt: stops the at-most-once units running here, then stops any of them that starts again, until the
     /// lease's expiry estimate changes (`true`: look again) or `stop` (`false`). A keeper that is gone changes
-    /// nothing any more: the guard then lasts until `stop`.
+    /// nothing any more: the guard then lasts until `stop`. A stop that fails, with the unit still running, is
+    /// tried again after [`STOP_RETRY_FIRST`], doubling up to [`STOP_RETRY_MAX`]: nothing else may come to wake the
+    /// guard (a unit that keeps running sends no signal), and while it runs the machine may run it twice.
     async fn guard(&mut self, stop: &CancellationToken) -> bool {
-        let mut names = self.stop_running().await;
+        let mut pass = self.stop_running().await;
+        let mut backoff = STOP_RETRY_FIRST;
+        let mut retry_at = pass.left_running.then(|| Instant::now() + backoff);
         let mut lease_followed = true;
         let mut signals = true;
         loop {
-            tokio::select! {
+            let again = tokio::select! {
                 biased;
                 _ = stop.cancelled() => return false,
                 changed = self.alive_until.changed(), if lease_followed => {
@@ -148,31 +147,39 @@ impl<S: SystemdOps> FenceLoop<'_, S> {
                         return true;
                     }
                     lease_followed = false;
+                    false
+                }
+                () = sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
+                    backoff = (backoff * 2).min(STOP_RETRY_MAX);
+                    true
                 }
                 change = self.changes.recv(), if signals => match change {
-                    Some(UnitChange::Unit { name: unit, .. }) if names.contains(&unit) || self.file_declares(&unit) => {
-                        names = self.stop_running().await;
-                    }
+                    Some(UnitChange::Unit { name: unit, .. }) => pass.names.contains(&unit) || self.file_declares(&unit),
                     // A change may have been missed: look again.
-                    Some(UnitChange::Missed) => {
-                        names = self.stop_running().await;
-                    }
-                    Some(UnitChange::Unit { .. }) => {}
+                    Some(UnitChange::Missed) => true,
                     None => {
-                        warn!("systemd signals ended; the fence can stop nothing more");
+                        warn!("systemd signals ended; the fence can stop nothing more but by its retries");
                         signals = false;
+                        false
                     }
                 },
                 else => {
                     stop.cancelled().await;
                     return false;
                 }
+            };
+            if again {
+                pass = self.stop_running().await;
+                if !pass.left_running {
+                    backoff = STOP_RETRY_FIRST;
+                }
+                retry_at = pass.left_running.then(|| Instant::now() + backoff);
             }
         }
     }
 
-    /// Stops every at-most-once unit with a file here that systemd reports running; returns the at-most-once units.
-    async fn stop_running(&self) -> BTreeSet<String> {
+    /// Stops every at-most-once unit with a file here that systemd reports running.
+    async fn stop_running(&self) -> FencePass {
         stop_at_most_once(&self.systemd, self.units_dir, self.fence).await
     }
 
@@ -181,23 +188,36 @@ impl<S: SystemdOps> FenceLoop<'_, S> {
     }
 }
 
+/// The first wait before the fence tries again a stop that failed with the unit still running, and the longest.
+pub(crate) const STOP_RETRY_FIRST: Duration = Duration::from_millis(500);
+pub(crate) const STOP_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// What one pass of the fence found.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct FencePass {
+    /// The at-most-once units with a file here.
+    names: BTreeSet<String>,
+    /// A stop failed and systemd still shows that unit running (or its state could not be read).
+    left_running: bool,
+}
+
 /// Stops every at-most-once unit with a file in `units_dir` that systemd reports running, and tells `fence` which
-/// are stopped; returns the at-most-once units.
-async fn stop_at_most_once<S: SystemdOps>(systemd: &S, units_dir: &Path, fence: &Fence) -> BTreeSet<String> {
+/// are stopped.
+async fn stop_at_most_once<S: SystemdOps>(systemd: &S, units_dir: &Path, fence: &Fence) -> FencePass {
     let names = at_most_once_files(units_dir);
     if names.is_empty() {
-        return names;
+        return FencePass { names, left_running: false };
     }
     let list: Vec<String> = names.iter().cloned().collect();
     let running: Vec<String> = match systemd.states(&list).await {
-        Ok(states) => states.into_iter().filter(|s| is_running(&s.active_state)).map(|s| s.name).collect(),
+        Ok(states) => states.into_iter().filter(|s| !is_stopped(&s.active_state)).map(|s| s.name).collect(),
         Err(e) => {
             warn!(error = %e, "fence: cannot read unit states; stopping every at-most-once unit");
             list
         }
     };
     if running.is_empty() {
-        return names;
+        return FencePass { names, left_running: false };
     }
     let results = join_all(running.iter().map(|name| systemd.stop(name))).await;
     let mut stopped = Vec::new();
@@ -217,16 +237,23 @@ async fn stop_at_most_once<S: SystemdOps>(systemd: &S, units_dir: &Path, fence: 
     }
     // A stop that answered an error may still have run (its answer lost): what systemd shows decides. One the
     // reconcile loop is not told of stays "launched" to it, and is never started again when the doubt ends.
+    let mut left_running = !unsure.is_empty();
     if !unsure.is_empty()
         && let Ok(states) = systemd.states(&unsure).await
     {
-        for state in states.into_iter().filter(|s| !is_running(&s.active_state)) {
-            warn!(unit = %state.name, active = %state.active_state, "stopped at-most-once unit (its stop's answer was lost)");
-            stopped.push(state.name);
+        let mut still = 0;
+        for state in states {
+            if is_stopped(&state.active_state) {
+                warn!(unit = %state.name, active = %state.active_state, "stopped at-most-once unit (its stop's answer was lost)");
+                stopped.push(state.name);
+            } else {
+                still += 1;
+            }
         }
+        left_running = still > 0;
     }
     fence.note_stopped(stopped);
-    names
+    FencePass { names, left_running }
 }
 
 /// The units with a file in `dir` that declare `AtMostOnce=true`.
@@ -303,12 +330,53 @@ mod tests {
         fake.stop_answer_lost.lock().unwrap().insert("a.service".into());
         fake.fail("stop b.service", "org.freedesktop.DBus.Error.Failed", "refused");
         let fence = Fence::default();
-        stop_at_most_once(&fake, dir.path(), &fence).await;
+        let pass = stop_at_most_once(&fake, dir.path(), &fence).await;
         assert_eq!(
             fence.take_stopped(),
             BTreeSet::from(["a.service".to_string()]),
             "a stopped (its answer lost); b refused and still running"
         );
+        assert!(pass.left_running, "b is to be tried again");
+    }
+
+    /// A stop systemd refuses while the presence is in doubt is tried again until it goes through, though nothing
+    /// else happens: the unit would otherwise run on here while the engine places it elsewhere.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_stop_is_tried_again_while_in_doubt() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("b.service"), "[X-Fleet]\nAtMostOnce=true\n").unwrap();
+        let fake = Arc::new(crate::agent::fake::Fake::default());
+        fake.fail("stop b.service", "org.freedesktop.DBus.Error.Failed", "refused");
+        let fence = Fence::default();
+        let (_alive, alive_until) = watch::channel(None);
+        let stop = CancellationToken::new();
+        let fencing = FenceLoop {
+            systemd: Arc::clone(&fake),
+            units_dir: dir.path(),
+            margin: Duration::from_secs(1),
+            alive_until,
+            fence: &fence,
+            changes: UnitChanges::closed(),
+        };
+        let run = fencing.run(stop.clone());
+        let check = async {
+            let stops = |fake: &crate::agent::fake::Fake| {
+                fake.log.lock().unwrap().iter().filter(|c| *c == "stop b.service").count()
+            };
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let refused = stops(&fake);
+            assert!(refused >= 3, "tried again while refused: {refused} stops in 10 s");
+            assert!(fence.take_stopped().is_empty());
+            fake.fail.lock().unwrap().clear();
+            tokio::time::sleep(STOP_RETRY_MAX + Duration::from_millis(1)).await;
+            assert_eq!(fence.take_stopped(), BTreeSet::from(["b.service".to_string()]), "stopped once it went through");
+            fake.active.lock().unwrap().insert("b.service".into(), "inactive".into());
+            let tried = stops(&fake);
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            assert_eq!(stops(&fake), tried, "no retries once nothing is left running");
+            stop.cancel();
+        };
+        tokio::join!(run, check);
     }
 
     #[test]

@@ -63,7 +63,7 @@ impl fmt::Display for Blocker {
 /// Whether a published `activeState` may mean the unit's processes still run (anything but `inactive`/`failed`,
 /// unknown values included).
 pub fn may_be_running(active_state: &str) -> bool {
-    !matches!(active_state, "inactive" | "failed")
+    !fleet_core::model::is_stopped(active_state)
 }
 
 /// The rule of this module: the copy that keeps `me` from starting a unit, if any. `global` units never wait.
@@ -96,7 +96,7 @@ pub fn other_copies(snapshot: &Snapshot, unit: &str, me: &str) -> Vec<OtherCopy>
         }
     }
     if let Some(record) = snapshot.unit_record(unit) {
-        for machine in record.launched.keys().filter(|m| &***m != me) {
+        for (machine, _) in record.launched_on().filter(|(m, _)| &***m != me) {
             copies.entry(machine).or_insert_with(|| entry(machine)).launched = true;
         }
     }
