@@ -445,7 +445,7 @@ pub fn decide_rollout(
                 if to == from {
                     return Err(reject(StatusCode::CONFLICT, format!("unit {quoted} already has this content")));
                 }
-                bodies.push((u.name.clone(), content.canonical(), record.object_revision));
+                bodies.push((u.name.clone(), content.canonical(), record.object_revision()));
                 to_file = Some(content);
                 to
             }

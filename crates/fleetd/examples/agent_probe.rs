@@ -176,7 +176,7 @@ fn state_of<'a>(s: &'a Snapshot, unit: &str, machine: &str) -> Option<&'a fleet_
 }
 
 fn marker_of(s: &Snapshot, unit: &str, machine: &str) -> Option<String> {
-    s.unit_record(unit).and_then(|r| r.launched.get(machine)).map(|h| h.to_string())
+    s.unit_record(unit).and_then(|r| r.launched(machine)).map(|h| h.to_string())
 }
 
 async fn wait<T>(r: &Reflector, what: &str, f: impl FnMut(&Snapshot) -> Option<T>) -> T {
@@ -374,7 +374,7 @@ async fn purged(url: &str, machine: &str) {
     let reflector = Reflector::start(&registry);
     let left = wait(&reflector, "no state or marker of the machine left", |s| {
         let states = s.state_records().values().filter(|per| per.contains_key(machine)).count();
-        let markers = s.unit_records().values().filter(|r| r.launched.contains_key(machine)).count();
+        let markers = s.unit_records().values().filter(|r| r.launched(machine).is_some()).count();
         (states + markers == 0).then_some(s.machine(machine).is_some())
     })
     .await;

@@ -17,7 +17,7 @@ impl Registry {
         let mut snapshot = Snapshot::default();
         let revision = self.read_range_into(&mut snapshot, &self.keys.unit_dir(name), 0).await?;
         self.read_range_into(&mut snapshot, &self.keys.unit_states_dir(name), revision).await?;
-        let hash = snapshot.unit_record(name).and_then(|r| r.object.as_ref()).map(|o| o.hash.clone());
+        let hash = snapshot.unit_record(name).and_then(|r| r.object()).map(|o| o.hash.clone());
         if let Some(hash) = hash.filter(|h| check_component(Component::Hash, h).is_ok()) {
             self.read_range_into(&mut snapshot, &self.keys.body(&hash), revision).await?;
         }

@@ -36,7 +36,7 @@ impl UnitCatalog {
         let mut missing_now: HashSet<String> = HashSet::new();
         let mut units = Vec::with_capacity(view.unit_records().len());
         for (name, record) in view.unit_records() {
-            let Some(object) = &record.object else { continue };
+            let Some(object) = record.object() else { continue };
             let hash = &*object.hash;
             let Some(body) = view.body(hash) else {
                 if !self.missing.contains(hash) {
@@ -49,10 +49,10 @@ impl UnitCatalog {
             // A body that does not parse leaves its units out (neither scheduled nor unscheduled).
             let Some(requirements) = self.bodies.requirements(name, hash, body) else { continue };
             let constraints: Constraints = (*requirements).clone();
-            let target = if constraints.global { None } else { record.target.as_deref().map(String::from) };
+            let target = if constraints.global { None } else { record.target().map(|t| t.to_string()) };
             units.push(UnitSpec {
                 name: name.to_string(),
-                desired: record.desired.unwrap_or(crate::model::JobState::Inactive),
+                desired: record.desired().unwrap_or(crate::model::JobState::Inactive),
                 target,
                 constraints,
             });

@@ -10,6 +10,7 @@
 //! | `fit` | the fit verdict and rejection reasons |
 //! | `schedule` | the two-pass reconcile: snapshot → ordered decisions |
 //! | `explain` | each machine's verdict for one unit: the tests' oracle for every placement and refusal, and `fleetctl plan`'s reason why a unit is blocked |
+//! | `entries` | layout 2's schedule entries: what each machine must run of each unit, kept current by the engine |
 //! | `drain` | emptying a machine: where each of its units goes, which stay, the check of a move when released |
 //! | `rebalance` | moves towards an even spread: the plan, the check of a move when released, who stays |
 //! | `simulate` | synthetic clusters for the scale test and the `schedule` bench (test builds and feature `simulate` only) |
@@ -17,6 +18,7 @@
 pub mod catalog;
 pub mod constraints;
 pub mod drain;
+pub mod entries;
 mod explain;
 pub mod fit;
 mod placement;

@@ -27,7 +27,7 @@ pub use batch::{MAX_TXN_OPS, TxnCost, cost_batches, txn_batches};
 pub use keys::{
     AUDIT_MS_DIGITS, Component, DEFAULT_PREFIX, InvalidComponent, Key, Keys, LAYOUT_VERSION, audit_id, check_component,
 };
-pub use records::{Cordon, DecodeError, HISTORY_LEN, MachineObject, StateRecord, UnitObject, Version};
+pub use records::{Cordon, DecodeError, HISTORY_LEN, MachineObject, ScheduleEntry, StateRecord, UnitObject, Version};
 pub use rollout_cluster::SnapshotCluster;
 pub use snapshot::{BodyRecord, Change, LeaderRecord, MachineRecord, RolloutRecord, Section, Snapshot, UnitRecord};
 pub use views::{UnitView, current_state};

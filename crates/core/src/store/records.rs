@@ -27,6 +27,10 @@ pub struct UnitObject {
     /// The unit's versions, newest (the current one) first, at most [`HISTORY_LEN`]; their bodies are kept.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<Version>,
+    /// Layout 2: the desired state, folded in (layout 1 keeps it in `P/units/<name>/desired`, which wins when both
+    /// are there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired: Option<JobState>,
 }
 
 /// How many versions of a unit [`UnitObject::history`] keeps.
@@ -71,6 +75,36 @@ impl UnitObject {
             previous_hash: old.map(|o| o.hash.clone()),
             no_restart,
             history,
+            desired: None,
+        }
+    }
+}
+
+/// `P/schedule/<machine>/<name>` (layout 2): what `<machine>` must run of unit `<name>`, written by the engine
+/// leader. For a scheduled unit the entry is its placement (layout 1's `target`), present for as long as the unit is
+/// scheduled there; for a global unit (`global`) it exists only while a rollout keeps the machine on another
+/// version than the object's, or asks it to restart the unit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleEntry {
+    /// The version the machine must run: the object's, or the one a replace rollout keeps there.
+    pub hash: Arc<str>,
+    pub desired: JobState,
+    /// The restart rollout that asks the machine to restart the unit once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<Arc<str>>,
+    /// The version was stored without restart (as [`UnitObject::no_restart`]).
+    #[serde(rename = "noRestart", default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_restart: bool,
+    /// An entry for a global unit (a pin or a restart), not a placement.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub global: bool,
+}
+
+impl ScheduleEntry {
+    pub(super) fn share_texts(&mut self, texts: &mut super::interner::Interner) {
+        texts.share_in_place(&mut self.hash);
+        if let Some(restart) = &mut self.restart {
+            texts.share_in_place(restart);
         }
     }
 }
@@ -94,6 +128,13 @@ pub struct StateRecord {
     /// Extension: the unit's health check result (units with `HealthCheck=` only; additive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<crate::model::Health>,
+    /// Layout 2: the hash of the version the machine last started (its launched marker, folded in; `""` when it
+    /// started one it did not know the hash of). Absent: not started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launched: Option<Arc<str>>,
+    /// Layout 2: the rollout the machine last restarted the unit for (its restarted marker, folded in).
+    #[serde(rename = "restartedFor", default, skip_serializing_if = "Option::is_none")]
+    pub restarted_for: Option<Arc<str>>,
 }
 
 impl StateRecord {
@@ -103,6 +144,9 @@ impl StateRecord {
         texts.share_in_place(&mut self.load_state);
         texts.share_in_place(&mut self.active_state);
         texts.share_in_place(&mut self.sub_state);
+        for marker in [&mut self.launched, &mut self.restarted_for].into_iter().flatten() {
+            texts.share_in_place(marker);
+        }
     }
 
     pub fn from_state(s: &PublishedState) -> StateRecord {
@@ -113,6 +157,8 @@ impl StateRecord {
             sub_state: s.sub_state.as_str().into(),
             restarts: s.restarts,
             health: s.health.clone(),
+            launched: None,
+            restarted_for: None,
         }
     }
 
@@ -318,6 +364,32 @@ pub fn shown(raw: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    /// Layout 2's records as keys.rs documents them: absent fields are left out, so a layout-1 reader of the same
+    /// object or state sees nothing new.
+    #[test]
+    fn layout_2_records_are_spelled_as_documented() {
+        let e = ScheduleEntry {
+            hash: "ab".into(),
+            desired: JobState::Launched,
+            restart: None,
+            no_restart: false,
+            global: false,
+        };
+        assert_eq!(encode_json(&e), r#"{"hash":"ab","desired":"launched"}"#);
+        let e = ScheduleEntry { restart: Some("r1".into()), no_restart: true, global: true, ..e };
+        assert_eq!(
+            encode_json(&e),
+            r#"{"hash":"ab","desired":"launched","restart":"r1","noRestart":true,"global":true}"#
+        );
+        assert_eq!(decode_json::<ScheduleEntry>("k", "schedule entry", encode_json(&e).as_bytes()).unwrap(), e);
+        let err = decode_json::<ScheduleEntry>("k", "schedule entry", br#"{"hash":"ab","desired":"running"}"#);
+        assert!(err.unwrap_err().to_string().contains("invalid value \"running\" for JobState"));
+        let o = UnitObject::next(None, "a.service", "ab", false, 0);
+        assert!(!encode_json(&o).contains("desired"), "layout 1 objects unchanged");
+        let o = UnitObject { desired: Some(JobState::Loaded), ..o };
+        assert!(encode_json(&o).ends_with(r#","desired":"loaded"}"#), "{}", encode_json(&o));
+    }
+
     #[test]
     fn unit_object_round_trips_and_omits_missing_previous_hash() {
         let o = UnitObject {
@@ -326,6 +398,7 @@ mod tests {
             previous_hash: None,
             no_restart: false,
             history: Vec::new(),
+            desired: None,
         };
         assert_eq!(encode_json(&o), r#"{"name":"a.service","hash":"ab"}"#);
         assert_eq!(decode_json::<UnitObject>("k", "unit object", encode_json(&o).as_bytes()).unwrap(), o);

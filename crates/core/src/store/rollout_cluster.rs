@@ -16,11 +16,11 @@ impl rollout::Cluster for SnapshotCluster<'_> {
         Observed {
             present,
             hash: state.map(|st| st.hash.to_string()),
-            running: record.and_then(|r| r.launched.get(machine)).map(|h| h.to_string()),
+            running: record.and_then(|r| r.launched(machine)).map(|h| h.to_string()),
             active_state: state.map(|st| st.active_state.to_string()).unwrap_or_default(),
             sub_state: state.map(|st| st.sub_state.to_string()).unwrap_or_default(),
             restarts: state.and_then(|st| st.restarts),
-            restarted_for: record.and_then(|r| r.restarted.get(machine)).map(|id| id.to_string()),
+            restarted_for: record.and_then(|r| r.restarted_for(machine)).map(|id| id.to_string()),
             health: state.and_then(|st| st.health.clone()),
         }
     }
@@ -47,7 +47,7 @@ impl rollout::Cluster for SnapshotCluster<'_> {
     }
 
     fn exists(&self, unit: &str) -> bool {
-        self.0.unit_record(unit).is_some_and(|r| r.object.is_some())
+        self.0.unit_record(unit).is_some_and(|r| r.object().is_some())
     }
 
     /// Present, with a load fault, and not holding the unit (no state published for it).
@@ -59,7 +59,7 @@ impl rollout::Cluster for SnapshotCluster<'_> {
 
     /// Scheduled (a global unit never is) to another machine.
     fn moved(&self, unit: &str, machine: &str) -> bool {
-        self.0.unit_record(unit).and_then(|r| r.target.as_deref()).is_some_and(|t| t != machine)
+        self.0.unit_record(unit).and_then(|r| r.target().map(|t| &**t)).is_some_and(|t| t != machine)
     }
 
     /// Present machines that publish a state of the unit (every machine running a global unit; a scheduled unit's
@@ -88,7 +88,7 @@ impl rollout::Cluster for SnapshotCluster<'_> {
             return publishing.into_iter().collect();
         }
         s.unit_record(unit)
-            .and_then(|r| r.target.as_deref())
+            .and_then(|r| r.target().map(|t| &**t))
             .filter(|m| present(m))
             .map(String::from)
             .into_iter()

@@ -14,9 +14,9 @@ use super::interner::Interner;
 use super::keys::{Component, check_component};
 use super::keys::{Key, Keys};
 use super::records::{
-    Cordon, DecodeError, MachineObject, StateRecord, UnitObject, decode_cordon, decode_job_state, decode_json,
-    decode_machine_id, decode_machine_object, decode_rollout_progress, decode_rollout_spec, decode_text, decode_u32,
-    shown,
+    Cordon, DecodeError, MachineObject, ScheduleEntry, StateRecord, UnitObject, decode_cordon, decode_job_state,
+    decode_json, decode_machine_id, decode_machine_object, decode_rollout_progress, decode_rollout_spec, decode_text,
+    decode_u32, shown,
 };
 use crate::model::JobState;
 use crate::rollout::{Control, Rollout, RolloutProgress, RolloutSpec};
@@ -106,29 +106,111 @@ impl RolloutRecord {
     }
 }
 
-/// The keys of one unit under `P/units/<name>/`. A record without `object` is an orphan (readers skip it).
+/// The keys of one unit, in either layout (keys.rs): under `P/units/<name>/`, and in layout 2 also
+/// `P/globals/<name>`, its schedule entries, and the markers folded into its states. Read it through the accessors
+/// ([`UnitRecord::object`], [`UnitRecord::target`], [`UnitRecord::launched`], ...), which decide between the two
+/// layouts in one place. A record without an object is an orphan (readers skip it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UnitRecord {
-    pub object: Option<UnitObject>,
-    /// Mod revision of the object key (0 when absent): a guard for writes that must not race a replace.
-    pub object_revision: i64,
-    /// `None` when the key is missing or unreadable; views read that as `inactive` (§3.2).
-    pub desired: Option<JobState>,
-    /// Machine the engine scheduled the unit to.
-    pub target: Option<Arc<str>>,
-    /// Machines whose agent started the unit → hash they started.
-    pub launched: PerMachine<Arc<str>>,
-    /// Machines whose agent restarted the unit for a rollout → that rollout's ID.
-    pub restarted: PerMachine<Arc<str>>,
+    /// `P/units/<name>/object` and its mod revision (0 when absent).
+    units_object: Option<UnitObject>,
+    units_object_revision: i64,
+    /// Layout 2: `P/globals/<name>` and its mod revision, boxed (absent for most units, and in layout 1).
+    globals_object: Option<Box<(UnitObject, i64)>>,
+    /// `P/units/<name>/desired`; `None` when the key is missing or unreadable.
+    desired_key: Option<JobState>,
+    /// `P/units/<name>/target`.
+    target_key: Option<Arc<str>>,
+    /// Layout 2: `P/schedule/<machine>/<name>`, by machine.
+    entries: PerMachine<ScheduleEntry>,
+    /// `P/units/<name>/launched/<machine>`: machine → hash it started.
+    launched_markers: PerMachine<Arc<str>>,
+    /// Layout 2: the `launched` field of the machines' states.
+    launched_in_states: PerMachine<Arc<str>>,
+    /// `P/units/<name>/restarted/<machine>`: machine → the rollout it restarted the unit for.
+    restarted_markers: PerMachine<Arc<str>>,
+    /// Layout 2: the `restartedFor` field of the machines' states.
+    restarted_in_states: PerMachine<Arc<str>>,
 }
 
 impl UnitRecord {
     fn is_empty(&self) -> bool {
-        self.object.is_none()
-            && self.desired.is_none()
-            && self.target.is_none()
-            && self.launched.is_empty()
-            && self.restarted.is_empty()
+        self.units_object.is_none()
+            && self.globals_object.is_none()
+            && self.desired_key.is_none()
+            && self.target_key.is_none()
+            && self.entries.is_empty()
+            && self.launched_markers.is_empty()
+            && self.launched_in_states.is_empty()
+            && self.restarted_markers.is_empty()
+            && self.restarted_in_states.is_empty()
+    }
+
+    /// The unit's object: `P/units/<name>/object`, else (layout 2, a global unit) `P/globals/<name>`.
+    pub fn object(&self) -> Option<&UnitObject> {
+        self.units_object.as_ref().or(self.globals_object.as_deref().map(|(o, _)| o))
+    }
+
+    /// Mod revision of the key [`UnitRecord::object`] comes from (0 when absent): a guard for writes that must not
+    /// race a replace.
+    pub fn object_revision(&self) -> i64 {
+        match (&self.units_object, &self.globals_object) {
+            (Some(_), _) => self.units_object_revision,
+            (None, Some(global)) => global.1,
+            (None, None) => 0,
+        }
+    }
+
+    /// Whether the object is stored as a global unit's (layout 2, `P/globals/<name>`).
+    pub fn stored_as_global(&self) -> bool {
+        self.units_object.is_none() && self.globals_object.is_some()
+    }
+
+    /// The desired state: the `desired` key, else the object's field (layout 2); `None` when neither is there
+    /// (views read that as `inactive`, §3.2).
+    pub fn desired(&self) -> Option<JobState> {
+        self.desired_key.or_else(|| self.object().and_then(|o| o.desired))
+    }
+
+    /// The machine the engine scheduled the unit to: the `target` key, else the machine of its schedule entry that
+    /// is a placement (layout 2; a global unit's entries are not).
+    pub fn target(&self) -> Option<&Arc<str>> {
+        self.target_key.as_ref().or_else(|| self.entries.iter().find(|(_, e)| !e.global).map(|(m, _)| m))
+    }
+
+    /// The schedule entries (layout 2), by machine.
+    pub fn entries(&self) -> &PerMachine<ScheduleEntry> {
+        &self.entries
+    }
+
+    /// The hash `machine` last started of the unit (`""`: one it did not know the hash of): its launched marker,
+    /// else the `launched` field of its state.
+    pub fn launched(&self, machine: &str) -> Option<&Arc<str>> {
+        self.launched_markers.get(machine).or_else(|| self.launched_in_states.get(machine))
+    }
+
+    /// Every machine that started the unit, with the hash it started ([`UnitRecord::launched`]), by machine ID.
+    pub fn launched_on(&self) -> impl Iterator<Item = (&Arc<str>, &Arc<str>)> {
+        let only_in_states =
+            self.launched_in_states.iter().filter(|(m, _)| !self.launched_markers.contains_key(m.as_ref()));
+        let mut all: Vec<(&Arc<str>, &Arc<str>)> = self.launched_markers.iter().chain(only_in_states).collect();
+        all.sort_by(|a, b| a.0.cmp(b.0));
+        all.into_iter()
+    }
+
+    /// The layout-1 launched marker keys alone, by machine: what a layout-1 agent writes and deletes.
+    pub fn launched_markers(&self) -> &PerMachine<Arc<str>> {
+        &self.launched_markers
+    }
+
+    /// The layout-1 restarted marker keys alone, by machine: what a layout-1 agent writes.
+    pub fn restarted_markers(&self) -> &PerMachine<Arc<str>> {
+        &self.restarted_markers
+    }
+
+    /// The rollout `machine` last restarted the unit for: its restarted marker, else the field of its state.
+    pub fn restarted_for(&self, machine: &str) -> Option<&Arc<str>> {
+        self.restarted_markers.get(machine).or_else(|| self.restarted_in_states.get(machine))
     }
 }
 
@@ -160,6 +242,9 @@ pub struct MachineRecord {
     /// The global units the machine runs, as its agent last published them (`P/machines/<id>/global-units`); kept
     /// by etcd for `rollout::REMEMBER_DEPARTED` after the machine left. One that does not decode reads as none.
     pub global_units: Option<crate::model::GlobalUnits>,
+    /// Layout 2: the units a drain keeps stopped on the machine (`P/machines/<id>/drained`, written by the engine
+    /// leader). One that does not decode reads as none.
+    pub drained: Option<crate::model::GlobalUnits>,
 }
 
 impl MachineRecord {
@@ -169,6 +254,7 @@ impl MachineRecord {
             && !self.has_cordon_key()
             && self.load_fault.is_none()
             && self.global_units.is_none()
+            && self.drained.is_none()
     }
 
     /// Whether the machine's cordon key exists, decodable or not.
@@ -362,30 +448,59 @@ impl Snapshot {
                     o
                 });
                 update_unit(&mut self.units, texts, &unit, |u| {
-                    u.object = object;
-                    u.object_revision = match change {
-                        Change::Put { mod_revision, .. } => mod_revision,
-                        Change::Delete => 0,
+                    u.units_object = object;
+                    u.units_object_revision = match (&u.units_object, change) {
+                        (Some(_), Change::Put { mod_revision, .. }) => mod_revision,
+                        _ => 0,
                     };
                 })
             }
+            Key::GlobalObject { unit } => {
+                let object =
+                    value.and_then(|v| decode_json::<UnitObject>(&full(), "global unit object", v).map_err(warn).ok());
+                let object = object.map(|mut o| {
+                    o.share_texts(texts);
+                    Box::new((o, put_revision))
+                });
+                update_unit(&mut self.units, texts, &unit, |u| u.globals_object = object)
+            }
             Key::UnitDesired { unit } => update_unit(&mut self.units, texts, &unit, |u| {
-                u.desired = value.and_then(|v| decode_job_state(&full(), v).map_err(warn).ok())
+                u.desired_key = value.and_then(|v| decode_job_state(&full(), v).map_err(warn).ok())
             }),
             Key::UnitTarget { unit } => {
                 let target = value.and_then(|v| decode_machine_id(&full(), "target", v).map_err(warn).ok());
                 let target = target.map(|t| texts.share(&t));
-                update_unit(&mut self.units, texts, &unit, |u| u.target = target)
+                update_unit(&mut self.units, texts, &unit, |u| u.target_key = target)
+            }
+            Key::ScheduleEntry { machine, unit } => {
+                let entry =
+                    value.and_then(|v| decode_json::<ScheduleEntry>(&full(), "schedule entry", v).map_err(warn).ok());
+                let entry = entry.map(|mut e| {
+                    e.share_texts(texts);
+                    (texts.share(&machine), e)
+                });
+                update_unit(&mut self.units, texts, &unit, |u| match entry {
+                    Some((machine, e)) => {
+                        insert_per_machine(&mut u.entries, machine, e);
+                    }
+                    None => {
+                        u.entries.remove(machine.as_str());
+                    }
+                })
             }
             Key::UnitLaunched { unit, machine } => {
                 let hash = value.map(|v| decode_text(&full(), "launched marker", v));
                 let marker = per_machine_text(texts, &machine, hash, warn);
-                update_unit(&mut self.units, texts, &unit, |u| set_per_machine(&mut u.launched, &machine, marker))
+                update_unit(&mut self.units, texts, &unit, |u| {
+                    set_per_machine(&mut u.launched_markers, &machine, marker)
+                })
             }
             Key::UnitRestarted { unit, machine } => {
                 let id = value.map(|v| decode_text(&full(), "restarted marker", v));
                 let marker = per_machine_text(texts, &machine, id, warn);
-                update_unit(&mut self.units, texts, &unit, |u| set_per_machine(&mut u.restarted, &machine, marker))
+                update_unit(&mut self.units, texts, &unit, |u| {
+                    set_per_machine(&mut u.restarted_markers, &machine, marker)
+                })
             }
             Key::Body { hash } => {
                 let bodies = &mut self.bodies;
@@ -411,6 +526,10 @@ impl Snapshot {
                     r.share_texts(texts);
                     (texts.share(&machine), r)
                 });
+                // Layout 2's markers, folded into the state: the unit's record changes only when they do, so a
+                // layout-1 state (without them) leaves the units section shared (`same_except_states`).
+                let launched = record.as_ref().and_then(|(_, r)| r.launched.clone());
+                let restarted = record.as_ref().and_then(|(_, r)| r.restarted_for.clone());
                 update_record(&mut self.states, texts, &unit, |per_machine| {
                     match record {
                         Some((machine, r)) => insert_per_machine(Arc::make_mut(per_machine), machine, r),
@@ -421,6 +540,22 @@ impl Snapshot {
                     };
                     per_machine.is_empty()
                 });
+                let held = self.units.get(unit.as_str());
+                let same = |held: Option<&Arc<str>>, new: &Option<Arc<str>>| held == new.as_ref();
+                let unchanged = same(held.and_then(|u| u.launched_in_states.get(machine.as_str())), &launched)
+                    && same(held.and_then(|u| u.restarted_in_states.get(machine.as_str())), &restarted);
+                if !unchanged {
+                    let machine = texts.share(&machine);
+                    update_unit(&mut self.units, texts, &unit, |u| {
+                        set_per_machine(&mut u.launched_in_states, &machine, launched.map(|h| (machine.clone(), h)));
+                        set_per_machine(&mut u.restarted_in_states, &machine, restarted.map(|r| (machine.clone(), r)));
+                    })
+                }
+            }
+            Key::MachineDrained { machine } => {
+                let read = value.map(|v| decode_json(&full(), "machine drained units", v));
+                let units = read.and_then(|r| r.map_err(warn).ok());
+                self.update_machine(machine, |m| m.drained = units)
             }
             Key::MachineObject { machine } => {
                 let object = match change {
@@ -538,7 +673,10 @@ fn invalid_name(key: &Key) -> Option<String> {
         Key::MachineObject { machine: m }
         | Key::MachineCordon { machine: m }
         | Key::MachineLoadFault { machine: m }
-        | Key::MachineGlobalUnits { machine: m } => machine(m),
+        | Key::MachineGlobalUnits { machine: m }
+        | Key::MachineDrained { machine: m } => machine(m),
+        Key::GlobalObject { unit: u } => unit(u),
+        Key::ScheduleEntry { machine: m, unit: u } => unit(u).or_else(|| machine(m)),
         Key::MachineMetadata { machine: m, key } => machine(m).or_else(|| component(Component::MetadataKey, key)),
         Key::RolloutSpec { id } | Key::RolloutControl { id } | Key::RolloutProgress { id } => {
             component(Component::RolloutId, id)
@@ -726,10 +864,10 @@ pub(crate) mod tests {
             .put(Key::UnitTarget { unit: "a.service".into() }, "m1")
             .put(Key::UnitLaunched { unit: "a.service".into(), machine: "m1".into() }, H1);
         let r = b.snap.unit_record("a.service").unwrap();
-        assert_eq!(&*r.object.as_ref().unwrap().hash, H1);
-        assert_eq!(r.desired, Some(JobState::Launched));
-        assert_eq!(r.target.as_deref(), Some("m1"));
-        assert_eq!(r.launched.get("m1").map(|h| &**h), Some(H1));
+        assert_eq!(&*r.object().unwrap().hash, H1);
+        assert_eq!(r.desired(), Some(JobState::Launched));
+        assert_eq!(r.target().map(|t| &**t), Some("m1"));
+        assert_eq!(r.launched("m1").map(|h| &**h), Some(H1));
         assert_eq!(b.snap.body(H1).map(|t| &**t), Some(format!("body of {H1}").as_str()));
 
         let s = b
@@ -749,8 +887,8 @@ pub(crate) mod tests {
             .put(Key::UnitObject { unit: "b.service".into() }, "not json")
             .put(Key::LayoutVersion, "x")
             .done();
-        assert_eq!(s.unit_record("a.service").unwrap().desired, None);
-        assert!(s.unit_record("a.service").unwrap().object.is_some());
+        assert_eq!(s.unit_record("a.service").unwrap().desired(), None);
+        assert!(s.unit_record("a.service").unwrap().object().is_some());
         assert_eq!(s.unit_record("b.service"), None);
         assert_eq!(s.layout_version(), None);
     }
@@ -895,12 +1033,12 @@ pub(crate) mod tests {
             }
         };
         let (a, b) = (s.unit_record("a.service").unwrap(), s.unit_record("b.service").unwrap());
-        let (la, lb) = (a.launched.iter().next().unwrap(), b.launched.iter().next().unwrap());
-        let (oa, ob) = (a.object.as_ref().unwrap(), b.object.as_ref().unwrap());
+        let (la, lb) = (a.launched_on().next().unwrap(), b.launched_on().next().unwrap());
+        let (oa, ob) = (a.object().unwrap(), b.object().unwrap());
         let state = |unit: &str| s.state_records().get(unit).unwrap().iter().next().unwrap();
         let ((ma, sa), (mb, sb)) = (state("a.service"), state("b.service"));
         same("hash", vec![&oa.hash, &ob.hash, &oa.history[0].hash, la.1, lb.1, &sa.hash, &sb.hash]);
-        same("machine ID", vec![a.target.as_ref().unwrap(), b.target.as_ref().unwrap(), la.0, lb.0, ma, mb]);
+        same("machine ID", vec![a.target().unwrap(), b.target().unwrap(), la.0, lb.0, ma, mb]);
         same("load state", vec![&sa.load_state, &sb.load_state]);
         same("active state", vec![&sa.active_state, &sb.active_state]);
         let (units_key, _) = s.unit_records().get_key_value("a.service").unwrap();
@@ -1023,8 +1161,8 @@ pub(crate) mod tests {
             Change::Put { value: b"loaded", mod_revision: 99, lease: 0 },
         );
         next.apply(&keys, keys.state("u8.service", "m1").as_bytes(), Change::Delete);
-        assert_eq!(base.unit_record("u7.service").unwrap().desired, Some(JobState::Launched));
-        assert_eq!(next.unit_record("u7.service").unwrap().desired, Some(JobState::Loaded));
+        assert_eq!(base.unit_record("u7.service").unwrap().desired(), Some(JobState::Launched));
+        assert_eq!(next.unit_record("u7.service").unwrap().desired(), Some(JobState::Loaded));
         assert!(base.state_records().contains_key("u8.service"));
         assert!(!next.state_records().contains_key("u8.service"), "a unit without states leaves the section");
         let changed: Vec<_> = base.units.diff(&next.units).collect();
@@ -1032,5 +1170,127 @@ pub(crate) mod tests {
         for (name, record) in next.unit_records().iter().filter(|(n, _)| &***n != "u7.service") {
             assert!(Arc::ptr_eq(record, &base.unit_records()[name]), "{name} is shared");
         }
+    }
+
+    /// Layout 2 (issue 35, keys.rs): the desired state in the object, the placement in a schedule entry, the
+    /// launched and restarted markers in the state. A reader sees the same unit as from layout 1's keys.
+    #[test]
+    fn a_layout_2_unit_reads_as_its_layout_1_twin() {
+        let entry = |m: &str| Key::ScheduleEntry { machine: m.into(), unit: "a.service".into() };
+        let state = |launched: &str| {
+            format!(r#"{{"hash":"{H1}","loadState":"loaded","activeState":"active","subState":"running"{launched}}}"#)
+        };
+        let two = Build::new()
+            .put(Key::Body { hash: H1.into() }, "body")
+            .put(
+                Key::UnitObject { unit: "a.service".into() },
+                &format!(r#"{{"name":"a.service","hash":"{H1}","desired":"launched"}}"#),
+            )
+            .put(entry("m1"), &format!(r#"{{"hash":"{H1}","desired":"launched"}}"#))
+            .put(Key::State { unit: "a.service".into(), machine: "m1".into() }, &state(""));
+        let loaded = two.snap.unit("a.service").unwrap();
+        assert_eq!((loaded.desired, loaded.target, loaded.current), (JobState::Launched, Some("m1"), JobState::Loaded));
+        let before = two.snap.clone();
+        let two = two.put(
+            Key::State { unit: "a.service".into(), machine: "m1".into() },
+            &state(&format!(r#","launched":"{H1}","restartedFor":"r1""#)),
+        );
+        assert!(!two.snap.same_except_states(&before), "a launched marker in a state is a unit change");
+        let one = Build::new()
+            .unit("a.service", H1, None, "launched")
+            .put(Key::UnitTarget { unit: "a.service".into() }, "m1")
+            .put(Key::UnitLaunched { unit: "a.service".into(), machine: "m1".into() }, H1)
+            .put(Key::UnitRestarted { unit: "a.service".into(), machine: "m1".into() }, "r1")
+            .state("a.service", "m1", H1);
+        let (a2, a1) = (two.snap.unit("a.service").unwrap(), one.snap.unit("a.service").unwrap());
+        assert_eq!((a2.desired, a2.target, a2.current), (a1.desired, a1.target, a1.current));
+        assert_eq!(a2.current, JobState::Launched);
+        let (r2, r1) = (two.snap.unit_record("a.service").unwrap(), one.snap.unit_record("a.service").unwrap());
+        assert_eq!(r2.launched("m1"), r1.launched("m1"));
+        assert_eq!(r2.restarted_for("m1").map(|r| &**r), Some("r1"));
+        assert_eq!(two.snap.running_hash("a.service", "m1"), Some(H1));
+        // The state goes (its machine's lease ended): so does what it carried.
+        let gone = two.delete(Key::State { unit: "a.service".into(), machine: "m1".into() }).done();
+        let r = gone.unit_record("a.service").unwrap();
+        assert_eq!((r.launched("m1"), r.restarted_for("m1")), (None, None));
+        assert_eq!(gone.unit("a.service").unwrap().current, JobState::Inactive);
+    }
+
+    /// While a cluster moves from layout 1 to 2 both can be there for a moment: layout 1's keys win, so a reader
+    /// never sees a unit go back to what an older write said.
+    #[test]
+    fn layout_1_keys_win_over_layout_2_fields() {
+        let entry = Key::ScheduleEntry { machine: "m2".into(), unit: "a.service".into() };
+        let b = Build::new()
+            .put(Key::Body { hash: H1.into() }, "body")
+            .put(Key::UnitObject { unit: "a.service".into() }, &format!(r#"{{"name":"a.service","hash":"{H1}","desired":"loaded"}}"#))
+            .put(Key::UnitDesired { unit: "a.service".into() }, "launched")
+            .put(Key::UnitTarget { unit: "a.service".into() }, "m1")
+            .put(entry.clone(), &format!(r#"{{"hash":"{H1}","desired":"loaded"}}"#))
+            .put(Key::UnitLaunched { unit: "a.service".into(), machine: "m1".into() }, H1)
+            .put(
+                Key::State { unit: "a.service".into(), machine: "m1".into() },
+                &format!(r#"{{"hash":"{H1}","loadState":"loaded","activeState":"active","subState":"running","launched":"{H2}"}}"#),
+            );
+        let u = b.snap.unit("a.service").unwrap();
+        assert_eq!((u.desired, u.target), (JobState::Launched, Some("m1")));
+        assert_eq!(b.snap.unit_record("a.service").unwrap().launched("m1").map(|h| &**h), Some(H1));
+        let b = b
+            .delete(Key::UnitDesired { unit: "a.service".into() })
+            .delete(Key::UnitTarget { unit: "a.service".into() });
+        let u = b.snap.unit("a.service").unwrap();
+        assert_eq!((u.desired, u.target), (JobState::Loaded, Some("m2")), "then layout 2's");
+        let b = b.delete(Key::UnitLaunched { unit: "a.service".into(), machine: "m1".into() });
+        assert_eq!(b.snap.unit_record("a.service").unwrap().launched("m1").map(|h| &**h), Some(H2));
+    }
+
+    /// A global unit's object in `P/globals/`: a unit like any other for readers; its schedule entries are pins of
+    /// a rollout, not placements, and their versions are kept from garbage collection.
+    #[test]
+    fn a_global_units_object_and_pins_in_layout_2() {
+        let pin = Key::ScheduleEntry { machine: "m1".into(), unit: "g.service".into() };
+        let b = Build::new()
+            .put(Key::Body { hash: H1.into() }, "old")
+            .put(Key::Body { hash: H2.into() }, "new")
+            .put(
+                Key::GlobalObject { unit: "g.service".into() },
+                &format!(r#"{{"name":"g.service","hash":"{H2}","desired":"launched"}}"#),
+            )
+            .put(pin.clone(), &format!(r#"{{"hash":"{H1}","desired":"launched","global":true}}"#));
+        let r = b.snap.unit_record("g.service").unwrap();
+        assert!(r.stored_as_global());
+        assert_eq!(r.target(), None, "a pin is no placement");
+        assert!(r.object_revision() > 0);
+        assert_eq!(r.entries().get("m1").map(|e| &*e.hash), Some(H1));
+        let u = b.snap.unit("g.service").unwrap();
+        assert_eq!((u.hash, u.desired, u.target), (H2, JobState::Launched, None));
+        assert!(b.snap.unreferenced_bodies().is_empty(), "the pinned version is needed");
+        let s = b.delete(pin).done();
+        assert_eq!(s.unreferenced_bodies().iter().map(|(h, _)| h.as_str()).collect::<Vec<_>>(), [H1]);
+        let s = Build { snap: s, ..Build::new() }.delete(Key::GlobalObject { unit: "g.service".into() }).done();
+        assert!(s.unit_records().is_empty());
+    }
+
+    /// Layout 2's keys with names no fleet writer can write, or values that do not decode, are ignored, as every
+    /// other key is.
+    #[test]
+    fn bad_layout_2_keys_and_values_are_ignored() {
+        let s = Build::new()
+            .put(
+                Key::ScheduleEntry { machine: "m1".into(), unit: "..".into() },
+                &format!(r#"{{"hash":"{H1}","desired":"launched"}}"#),
+            )
+            .put(
+                Key::ScheduleEntry { machine: "m1".into(), unit: "b.service".into() },
+                r#"{"hash":"x","desired":"running"}"#,
+            )
+            .put(Key::GlobalObject { unit: "c.service".into() }, "not json")
+            .put(Key::MachineDrained { machine: "m1".into() }, r#"{"units":["a.service"]}"#)
+            .put(Key::MachineDrained { machine: "m2".into() }, "[")
+            .done();
+        assert!(s.unit_records().is_empty(), "{:?}", s.unit_records());
+        let drained = s.machine_records()["m1"].drained.as_ref().unwrap();
+        assert_eq!(drained.units.iter().collect::<Vec<_>>(), ["a.service"]);
+        assert!(!s.machine_records().contains_key("m2"));
     }
 }

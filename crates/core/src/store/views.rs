@@ -53,14 +53,14 @@ impl Snapshot {
     }
 
     fn current_state_of(&self, name: &str, r: &UnitRecord) -> JobState {
-        let target = r.target.as_deref();
+        let target = r.target().map(|t| &**t);
         let published = target.is_some_and(|t| self.state_record(name, t).is_some());
-        let launched = target.is_some_and(|t| r.launched.contains_key(t));
+        let launched = target.is_some_and(|t| r.launched(t).is_some());
         current_state(target, published, launched)
     }
 
     fn view<'a>(&'a self, name: &'a str, r: &'a UnitRecord) -> Option<UnitView<'a>> {
-        let object = r.object.as_ref()?;
+        let object = r.object()?;
         // A unit whose body is missing is invisible (spec §3.2, §6.1) rather than an error for every reader.
         let body = self.body(&object.hash)?;
         Some(UnitView {
@@ -68,8 +68,8 @@ impl Snapshot {
             hash: &object.hash,
             previous_hash: object.previous_hash.as_deref(),
             body,
-            desired: r.desired.unwrap_or(JobState::Inactive),
-            target: r.target.as_deref(),
+            desired: r.desired().unwrap_or(JobState::Inactive),
+            target: r.target().map(|t| &**t),
             current: self.current_state_of(name, r),
             no_restart: object.no_restart,
         })
@@ -100,7 +100,7 @@ impl Snapshot {
 
     /// Hash of the version `machine` last started of `unit` (its launched marker), if it runs it.
     pub fn running_hash(&self, unit: &str, machine: &str) -> Option<&str> {
-        self.unit_record(unit)?.launched.get(machine).map(|h| &**h).filter(|h| !h.is_empty())
+        self.unit_record(unit)?.launched(machine).map(|h| &**h).filter(|h| !h.is_empty())
     }
 
     /// Every readable unit, in name order.
@@ -176,13 +176,16 @@ impl Snapshot {
             .unit_records()
             .values()
             .flat_map(|r| {
-                let stored = r.object.iter().flat_map(|o| {
+                let stored = r.object().into_iter().flat_map(|o| {
                     std::iter::once(&*o.hash)
                         .chain(o.previous_hash.as_deref())
                         .chain(o.history.iter().map(|v| &*v.hash))
                 });
                 // What machines run (launched markers), even when history has moved past it.
-                stored.chain(r.launched.values().map(|h| &**h))
+                stored
+                    .chain(r.launched_on().map(|(_, h)| &**h))
+                    // The versions schedule entries keep machines on (layout 2: a rollout's pins).
+                    .chain(r.entries().values().map(|e| &*e.hash))
             })
             // What machines hold on disk (published states).
             .chain(self.state_records().values().flat_map(|per_machine| per_machine.values().map(|s| &*s.hash)))

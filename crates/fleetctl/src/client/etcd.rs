@@ -269,7 +269,7 @@ impl Client for EtcdClient {
 
     fn unit_history(&self, name: &str) -> Result<Option<UnitHistory>, ClientError> {
         let snapshot = self.read_unit(name)?;
-        let Some(object) = snapshot.unit_record(name).and_then(|r| r.object.as_ref()) else { return Ok(None) };
+        let Some(object) = snapshot.unit_record(name).and_then(|r| r.object()) else { return Ok(None) };
         // Only the current body is in a single-unit read: fetch the others' bodies from a full read.
         let full = self.run(self.registry.read_snapshot())?;
         let mut history = api_rules::history(object, |hash| full.body(hash).cloned());
@@ -327,7 +327,7 @@ impl EtcdClient {
             let unit = plan.spec.unit(name).ok_or_else(|| {
                 ClientError::Other(format!("rollout decision has a body for {name}, which it does not name"))
             })?;
-            let object = snapshot.unit_record(name).and_then(|r| r.object.as_ref());
+            let object = snapshot.unit_record(name).and_then(|r| r.object());
             bodies.push(RolloutBody { unit, text, object_revision: *object_revision, object });
         }
         let revision = self.run(self.registry.create_rollout(&plan.spec, &bodies, plan.cordon.as_ref()))?;

@@ -437,6 +437,7 @@ impl Client for FakeClient {
             previous_hash: None,
             no_restart: false,
             history: u.history.clone(),
+            desired: None,
         };
         let body = |hash: &str| {
             let options = if hash == &*object.hash { Some(&u.options) } else { st.bodies.get(hash) };

@@ -176,6 +176,8 @@ fn registry_image(units: &BTreeMap<String, Stored>, rollouts: &Rollouts) -> Snap
                 sub_state: state.systemd_sub_state.into(),
                 restarts: None,
                 health: None,
+                launched: None,
+                restarted_for: None,
             };
             kvs.push((keys.state(name, MACHINE), record(&published)));
             if !state.running_hash.is_empty() {

@@ -322,7 +322,7 @@ pub(crate) async fn reconcile_fenced<S: SystemdOps>(
     let have: BTreeMap<String, String> = snapshot
         .unit_records()
         .iter()
-        .filter_map(|(name, r)| r.launched.get(me).map(|h| (name.to_string(), h.to_string())))
+        .filter_map(|(name, r)| r.launched_markers().get(me).map(|h| (name.to_string(), h.to_string())))
         .collect();
     let markers = marker_plan(&reports, executor.loaded(), &executor.launched_hashes(), &have);
     Ok(Reconciled { reports, held: round.held, markers, global: round.global })
@@ -501,7 +501,7 @@ pub(crate) fn restarted_markers_missing(
     restarts
         .iter()
         .filter(|(unit, id)| {
-            snapshot.unit_record(unit).is_some_and(|r| r.restarted.get(me).map(|r| &**r) != Some(id.as_str()))
+            snapshot.unit_record(unit).is_some_and(|r| r.restarted_markers().get(me).map(|r| &**r) != Some(id.as_str()))
         })
         .map(|(unit, id)| (unit.clone(), id.clone()))
         .collect()

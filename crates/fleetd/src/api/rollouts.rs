@@ -79,7 +79,7 @@ impl Api {
                 unit: plan.spec.unit(name).expect("bodies are made for the spec's units"),
                 text,
                 object_revision: *revision,
-                object: snapshot.unit_record(name).and_then(|r| r.object.as_ref()),
+                object: snapshot.unit_record(name).and_then(|r| r.object()),
             })
             .collect();
         match self.registry.create_rollout(&plan.spec, &bodies, plan.cordon.as_ref()).await {

@@ -62,7 +62,7 @@ impl Api {
     /// them (from the audit trail).
     pub(super) async fn unit_history(&self, name: &str) -> Response<Bytes> {
         let snapshot = self.snapshot();
-        let Some(object) = snapshot.unit_record(name).and_then(|r| r.object.as_ref()) else {
+        let Some(object) = snapshot.unit_record(name).and_then(|r| r.object()) else {
             return reply::error(StatusCode::NOT_FOUND, NO_UNIT);
         };
         let mut history = api_rules::history(object, |hash| snapshot.body(hash).cloned());

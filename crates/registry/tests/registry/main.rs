@@ -135,7 +135,7 @@ async fn create_replace_destroy_and_collect_bodies() {
     );
 
     let history: Vec<&str> =
-        snap.unit_record("a.service").unwrap().object.as_ref().unwrap().history.iter().map(|v| &*v.hash).collect();
+        snap.unit_record("a.service").unwrap().object().unwrap().history.iter().map(|v| &*v.hash).collect();
     assert_eq!(history, [&v3.hash, &v2.hash, &v1.hash], "every version kept, newest first");
 
     // b shares v3's body: destroying a must not collect it.
@@ -264,7 +264,7 @@ async fn machine_presence_states_and_markers_vanish_with_the_lease() {
     refl.wait_for(WAIT, "m1 presence, states and marker to expire", |s| {
         let gone = s.machine("m1").is_none()
             && s.unit_states().count() == 0
-            && s.unit_record("a.service").is_some_and(|u| u.launched.is_empty());
+            && s.unit_record("a.service").is_some_and(|u| u.launched_on().next().is_none());
         gone.then_some(())
     })
     .await
@@ -749,16 +749,16 @@ async fn batched_state_and_marker_writes() {
         "gone.service does not exist"
     );
     let snap = refl.sync(WAIT).await.unwrap();
-    assert!(snap.unit_record("a.service").unwrap().launched.is_empty(), "all or nothing");
+    assert!(snap.unit_record("a.service").unwrap().launched_on().next().is_none(), "all or nothing");
     assert!(
         agent(&reg, "m1", lease.id()).mark_launched_many(&[("a.service", hash), ("b.service", hash)]).await.unwrap()
     );
     let snap = refl.sync(WAIT).await.unwrap();
-    assert_eq!(snap.unit_record("b.service").unwrap().launched.get("m1").map(|h| &**h), Some(hash));
+    assert_eq!(snap.unit_record("b.service").unwrap().launched("m1").map(|h| &**h), Some(hash));
     agent(&reg, "m1", 0).unmark_launched_many(&["a.service", "b.service"]).await.unwrap();
     let snap = refl.sync(WAIT).await.unwrap();
-    assert!(snap.unit_record("a.service").unwrap().launched.is_empty());
-    assert!(snap.unit_record("b.service").unwrap().launched.is_empty());
+    assert!(snap.unit_record("a.service").unwrap().launched_on().next().is_none());
+    assert!(snap.unit_record("b.service").unwrap().launched_on().next().is_none());
 }
 
 /// A rollout of several units with the same new content (instances of one template) is stored, and written back
@@ -791,12 +791,7 @@ async fn a_rollout_of_instances_sharing_their_new_content_is_stored() {
         .iter()
         .map(|u| {
             let record = snap.unit_record(&u.name).unwrap();
-            RolloutBody {
-                unit: u,
-                text: &v2.text,
-                object_revision: record.object_revision,
-                object: record.object.as_ref(),
-            }
+            RolloutBody { unit: u, text: &v2.text, object_revision: record.object_revision(), object: record.object() }
         })
         .collect();
     let spec = RolloutSpec {
@@ -855,12 +850,8 @@ async fn rollout_progress_is_fenced_and_a_rollback_never_resurrects_a_destroyed_
         ..RolloutSpec::default()
     };
     let record = snap.unit_record("db.service").unwrap();
-    let body = RolloutBody {
-        unit: &unit,
-        text: &v2.text,
-        object_revision: record.object_revision,
-        object: record.object.as_ref(),
-    };
+    let body =
+        RolloutBody { unit: &unit, text: &v2.text, object_revision: record.object_revision(), object: record.object() };
     let rev = api(&reg).create_rollout(&spec, std::slice::from_ref(&body), None).await.unwrap();
     assert!(matches!(api(&reg).create_rollout(&spec, &[body], None).await, Err(RegistryError::RolloutExists { .. })));
     let snap = refl.wait_for_revision(rev, WAIT).await.unwrap();
@@ -915,7 +906,7 @@ async fn gc_keeps_what_machines_and_rollouts_need_and_deletes_only_expired_finis
         api(&reg).put_unit(&put("a.service", v, JobState::Launched)).await.unwrap();
     }
     let snap = refl.sync(WAIT).await.unwrap();
-    let history = &snap.unit_record("a.service").unwrap().object.as_ref().unwrap().history;
+    let history = &snap.unit_record("a.service").unwrap().object().unwrap().history;
     assert!(
         !history.iter().any(|h| *h.hash == *versions[0].hash || *h.hash == *versions[1].hash),
         "the history moved past v0 and v1"

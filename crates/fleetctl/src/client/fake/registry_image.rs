@@ -76,6 +76,7 @@ pub(super) fn registry_view(st: &State) -> Snapshot {
             previous_hash: u.history.get(1).map(|v| v.hash.clone()),
             no_restart: false,
             history: u.history.clone(),
+            desired: None,
         };
         kvs.push((keys.unit_object(name), json(&object)));
         kvs.push((keys.unit_desired(name), u.desired.clone().into_bytes()));
@@ -100,6 +101,8 @@ pub(super) fn registry_view(st: &State) -> Snapshot {
                 sub_state: sub.into(),
                 restarts: None,
                 health: None,
+                launched: None,
+                restarted_for: None,
             };
             kvs.push((keys.state(name, machine), json(&record)));
             if launched {

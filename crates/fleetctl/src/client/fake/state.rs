@@ -87,6 +87,7 @@ impl State {
                 previous_hash: None,
                 no_restart: false,
                 history: o.history.clone(),
+                desired: None,
             }
         });
         let clock = self.clock_ms;

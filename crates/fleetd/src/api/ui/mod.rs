@@ -105,7 +105,7 @@ fn preview(snapshot: &fleet_registry::Snapshot, action: &str, subject: &str) -> 
         histories: Default::default(),
     };
     if let Some(unit) = intent.history_of()
-        && let Some(object) = snapshot.unit_record(unit).and_then(|r| r.object.as_ref())
+        && let Some(object) = snapshot.unit_record(unit).and_then(|r| r.object())
     {
         view.histories.insert(unit.to_string(), api_rules::history(object, |hash| snapshot.body(hash).cloned()));
     }
