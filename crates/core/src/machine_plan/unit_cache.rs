@@ -6,7 +6,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::desired::ClusterUnit;
-use crate::rollout;
 use crate::store::{Snapshot, UnitView};
 use crate::unit::{BodyCache, UnitFile};
 
@@ -41,7 +40,7 @@ impl UnitCache {
                 continue;
             }
             let mut unit = self.unit(&view);
-            unit.restart = rollout::restart_token(&rollouts, &unit.name, me).map(str::to_string);
+            unit.restart = snapshot.restart_token(&unit.name, me, &rollouts).map(str::to_string);
             units.push(unit);
         }
         // `snapshot.units()` is in name order.
@@ -168,5 +167,95 @@ mod tests {
         assert_eq!(units.len(), 1);
         assert_eq!(*units[0].requirements, Requirements::default());
         assert!(!units[0].install);
+    }
+
+    /// Layout 2 (issue 35): an agent's scoped view — its entries, the global objects, the bodies, no rollouts, no
+    /// other machine's units — yields the very units a full layout-1 view yields for it, a rollout's pin and restart
+    /// token included. The agent runs the same code on either.
+    #[test]
+    fn a_scoped_layout_2_view_yields_what_the_full_layout_1_view_does() {
+        use crate::rollout::{Phase, RolloutKind, RolloutProgress, RolloutSpec, RolloutState, RolloutUnit, Step};
+        use crate::store::records::encode_json;
+        const GLOBAL_NEW: &str = "[Service]\nExecStart=/bin/sleep 2\n\n[X-Fleet]\nGlobal=true\n";
+        const RESTARTED: &str = "[Service]\nExecStart=/bin/sleep 3\n";
+        let hash = |text: &str| UnitHash::of(text).to_hex();
+        let (g_old, g_new) = (hash(GLOBAL), hash(GLOBAL_NEW));
+        let keys = Keys::new("/p");
+        let spec = |id: &str, kind, unit: &str, from: &str, to: &str| RolloutSpec {
+            id: id.into(),
+            kind,
+            units: vec![RolloutUnit { name: unit.into(), from: from.into(), to: to.into(), ..RolloutUnit::default() }],
+            max_unavailable: 1,
+            ..RolloutSpec::default()
+        };
+        let progress = |unit: &str, phase: Phase| RolloutProgress {
+            state: RolloutState::Running,
+            steps: vec![Step { phase, ..Step::pending(unit, "m1") }],
+            ..RolloutProgress::default()
+        };
+        let full: Vec<(String, String)> = vec![
+            (keys.body(&hash(PLAIN)), PLAIN.into()),
+            (keys.body(&g_old), GLOBAL.into()),
+            (keys.body(&g_new), GLOBAL_NEW.into()),
+            (keys.body(&hash(RESTARTED)), RESTARTED.into()),
+            (keys.unit_object("p.service"), format!(r#"{{"name":"p.service","hash":"{}"}}"#, hash(PLAIN))),
+            (keys.unit_desired("p.service"), "launched".into()),
+            (keys.unit_target("p.service"), "m1".into()),
+            (keys.unit_object("q.service"), format!(r#"{{"name":"q.service","hash":"{}"}}"#, hash(PLAIN))),
+            (keys.unit_desired("q.service"), "launched".into()),
+            (keys.unit_target("q.service"), "m2".into()),
+            (
+                keys.unit_object("g@1.service"),
+                format!(r#"{{"name":"g@1.service","hash":"{g_new}","previousHash":"{g_old}"}}"#),
+            ),
+            (keys.unit_desired("g@1.service"), "launched".into()),
+            (keys.unit_object("r.service"), format!(r#"{{"name":"r.service","hash":"{}"}}"#, hash(RESTARTED))),
+            (keys.unit_desired("r.service"), "loaded".into()),
+            (keys.unit_target("r.service"), "m1".into()),
+            (keys.rollout_spec("pin"), encode_json(&spec("pin", RolloutKind::Replace, "g@1.service", &g_old, &g_new))),
+            (keys.rollout_progress("pin"), encode_json(&progress("g@1.service", Phase::Pending))),
+            (
+                keys.rollout_spec("rr"),
+                encode_json(&spec("rr", RolloutKind::Restart, "r.service", &hash(RESTARTED), &hash(RESTARTED))),
+            ),
+            (keys.rollout_progress("rr"), encode_json(&progress("r.service", Phase::Updating))),
+        ];
+        let scoped_kvs: Vec<(String, String)> = vec![
+            (keys.body(&hash(PLAIN)), PLAIN.into()),
+            (keys.body(&g_old), GLOBAL.into()),
+            (keys.body(&g_new), GLOBAL_NEW.into()),
+            (keys.body(&hash(RESTARTED)), RESTARTED.into()),
+            (keys.schedule_entry("m1", "p.service"), format!(r#"{{"hash":"{}","desired":"launched"}}"#, hash(PLAIN))),
+            (
+                keys.global_object("g@1.service"),
+                format!(r#"{{"name":"g@1.service","hash":"{g_new}","previousHash":"{g_old}","desired":"launched"}}"#),
+            ),
+            (
+                keys.schedule_entry("m1", "g@1.service"),
+                format!(r#"{{"hash":"{g_old}","desired":"launched","global":true}}"#),
+            ),
+            (
+                keys.schedule_entry("m1", "r.service"),
+                format!(r#"{{"hash":"{}","desired":"loaded","restart":"rr"}}"#, hash(RESTARTED)),
+            ),
+        ];
+        let fill = |mut s: Snapshot, kvs: &[(String, String)]| {
+            for (k, v) in kvs {
+                s.apply(&keys, k.as_bytes(), Change::Put { value: v.as_bytes(), mod_revision: 2, lease: 0 });
+            }
+            s
+        };
+        let full = fill(Snapshot::default(), &full);
+        let scoped = fill(Snapshot::scoped("m1"), &scoped_kvs);
+        let (from_full, from_scoped) =
+            (UnitCache::new().cluster_units(&full, "m1"), UnitCache::new().cluster_units(&scoped, "m1"));
+        let names: Vec<&str> = from_full.iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(names, ["g@1.service", "p.service", "r.service"]);
+        assert_eq!(from_full[0].hash, g_old, "the rollout keeps m1 on the old version");
+        assert_eq!(from_full[2].restart.as_deref(), Some("rr"));
+        assert_eq!(from_scoped, from_full);
+        // A full view lists no unit from an entry alone: a destroyed unit's leftover entry is no unit.
+        let leftover = fill(Snapshot::default(), &scoped_kvs[4..5]);
+        assert_eq!(leftover.units().count(), 0);
     }
 }

@@ -28,7 +28,7 @@ impl EntryChanges {
 }
 
 /// The entry `machine` must hold for `unit`: the version it must run (the object's, or one a replace rollout keeps
-/// there while its body is stored, as [`Snapshot::unit_on`] reads it), the desired state, a restart rollout's token.
+/// there while its body is stored, [`Snapshot::unit_by_rollouts`]), the desired state, a restart rollout's token.
 pub fn entry_for(
     snapshot: &Snapshot,
     rollouts: &[Rollout],
@@ -36,7 +36,7 @@ pub fn entry_for(
     machine: &str,
     global: bool,
 ) -> ScheduleEntry {
-    let on = snapshot.unit_on(unit.clone(), machine, rollouts);
+    let on = snapshot.unit_by_rollouts(unit.clone(), machine, rollouts);
     ScheduleEntry {
         hash: on.hash.into(),
         desired: unit.desired,

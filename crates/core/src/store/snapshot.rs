@@ -46,6 +46,9 @@ pub struct Snapshot {
     rollouts: Arc<BTreeMap<String, RolloutRecord>>,
     /// The texts this snapshot and its successors share (see `interner.rs`); only [`Snapshot::apply`] uses it.
     texts: SharedTexts,
+    /// Layout 2: the machine whose agent this view is scoped to (its own prefixes only, docs/lab/scoped-views.md);
+    /// `None` for a full view.
+    scope: Option<Arc<str>>,
 }
 
 /// One [`Interner`] for a snapshot and every copy made of it: copies are what readers hold, and the next version
@@ -286,6 +289,17 @@ impl Snapshot {
             s.apply(keys, key, change);
         }
         s
+    }
+
+    /// An empty view scoped to `machine` (layout 2): filled from that machine's prefixes only, it lists the units
+    /// scheduled there from their entries ([`Snapshot::units`]).
+    pub fn scoped(machine: &str) -> Self {
+        Snapshot { scope: Some(machine.into()), ..Default::default() }
+    }
+
+    /// The machine a scoped view is for (`None`: a full view).
+    pub fn scope(&self) -> Option<&str> {
+        self.scope.as_deref()
     }
 
     /// Etcd revision this snapshot reflects.

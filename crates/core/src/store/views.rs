@@ -60,7 +60,7 @@ impl Snapshot {
     }
 
     fn view<'a>(&'a self, name: &'a str, r: &'a UnitRecord) -> Option<UnitView<'a>> {
-        let object = r.object()?;
+        let Some(object) = r.object() else { return self.scoped_view(name, r) };
         // A unit whose body is missing is invisible (spec §3.2, §6.1) rather than an error for every reader.
         let body = self.body(&object.hash)?;
         Some(UnitView {
@@ -75,6 +75,25 @@ impl Snapshot {
         })
     }
 
+    /// In a view scoped to machine M (layout 2), a unit scheduled to M has its entry there and no object: it is
+    /// what the entry says (version, desired state, M as target). A full view never lists a unit without its object
+    /// (a destroyed unit's leftover entry).
+    fn scoped_view<'a>(&'a self, name: &'a str, r: &'a UnitRecord) -> Option<UnitView<'a>> {
+        let me = self.scope()?;
+        let (machine, entry) = r.entries().iter().find(|(m, e)| &***m == me && !e.global)?;
+        let (hash, body) = self.bodies().get_key_value(&*entry.hash)?;
+        Some(UnitView {
+            name,
+            hash,
+            previous_hash: None,
+            body: &body.text,
+            desired: entry.desired,
+            target: Some(machine),
+            current: self.current_state_of(name, r),
+            no_restart: entry.no_restart,
+        })
+    }
+
     /// Every rollout with a readable spec, newest first (by creation time, then ID).
     pub fn rollouts(&self) -> Vec<crate::rollout::Rollout> {
         let mut all: Vec<crate::rollout::Rollout> =
@@ -83,9 +102,24 @@ impl Snapshot {
         all
     }
 
-    /// `unit` as `machine` should run it now: the stored version, or the one a replace rollout keeps there
-    /// ([`crate::rollout::hash_on`]; its body, when stored). `rollouts` is [`Snapshot::rollouts`].
+    /// `unit` as `machine` should run it now: what the machine's schedule entry says (layout 2: the engine decided
+    /// it), else [`Snapshot::unit_by_rollouts`]. `rollouts` is [`Snapshot::rollouts`].
     pub fn unit_on<'a>(
+        &'a self,
+        unit: UnitView<'a>,
+        machine: &str,
+        rollouts: &'a [crate::rollout::Rollout],
+    ) -> UnitView<'a> {
+        let entry = self.unit_record(unit.name).and_then(|r| r.entries().get(machine));
+        match entry.and_then(|e| Some((e, self.bodies().get_key_value(&*e.hash)?))) {
+            Some((entry, (hash, body))) => UnitView { hash, body: &body.text, no_restart: entry.no_restart, ..unit },
+            None => self.unit_by_rollouts(unit, machine, rollouts),
+        }
+    }
+
+    /// `unit` as `machine` should run it by the rollouts alone: the stored version, or the one a replace rollout
+    /// keeps there ([`crate::rollout::hash_on`]; its body, when stored). What the engine writes into entries.
+    pub fn unit_by_rollouts<'a>(
         &'a self,
         unit: UnitView<'a>,
         machine: &str,
@@ -95,6 +129,36 @@ impl Snapshot {
         match self.bodies().get_key_value(hash).filter(|_| hash != unit.hash) {
             Some((hash, body)) => UnitView { hash, body: &body.text, no_restart: false, ..unit },
             None => unit,
+        }
+    }
+
+    /// The restart a restart rollout asks of `unit` on `machine`: the machine's schedule entry's token (layout 2),
+    /// else [`crate::rollout::restart_token`].
+    pub fn restart_token<'a>(
+        &'a self,
+        unit: &str,
+        machine: &str,
+        rollouts: &'a [crate::rollout::Rollout],
+    ) -> Option<&'a str> {
+        match self.unit_record(unit).and_then(|r| r.entries().get(machine)) {
+            Some(entry) => entry.restart.as_deref(),
+            None => crate::rollout::restart_token(rollouts, unit, machine),
+        }
+    }
+
+    /// The units drains keep stopped on `machine` ([`crate::rollout::drained_units`] while it is cordoned since
+    /// `cordon_since_ms`): the machine's `drained` key when there is one (layout 2: the engine decided it), else
+    /// from the drains among `rollouts`.
+    pub fn drained_units<'a>(
+        &'a self,
+        machine: &str,
+        cordon_since_ms: Option<u64>,
+        rollouts: &'a [crate::rollout::Rollout],
+    ) -> std::collections::BTreeSet<&'a str> {
+        match self.machine_records().get(machine).and_then(|m| m.drained.as_ref()) {
+            Some(drained) if cordon_since_ms.is_some() => drained.units.iter().map(String::as_str).collect(),
+            Some(_) => std::collections::BTreeSet::new(),
+            None => crate::rollout::drained_units(rollouts, machine, cordon_since_ms),
         }
     }
 
@@ -300,6 +364,16 @@ mod tests {
         assert_eq!(ids, ["m1", "m2"]);
         assert!(s.machine("m2").unwrap().metadata.is_empty(), "tombstone hides the object's key");
         assert_eq!(s.machine("m3"), None);
+    }
+
+    /// Layout 2: the engine writes the units a drain keeps stopped into the machine's own `drained` key, so a
+    /// scoped agent (which holds no rollouts) knows them; they hold while the machine is cordoned.
+    #[test]
+    fn drained_units_come_from_the_machines_key_when_it_has_one() {
+        let s = Build::new().put(Key::MachineDrained { machine: "m1".into() }, r#"{"units":["a.service"]}"#).done();
+        assert_eq!(s.drained_units("m1", Some(5), &[]).into_iter().collect::<Vec<_>>(), ["a.service"]);
+        assert!(s.drained_units("m1", None, &[]).is_empty(), "not cordoned: nothing held");
+        assert!(s.drained_units("m2", Some(5), &[]).is_empty(), "no key, no drain");
     }
 
     #[test]

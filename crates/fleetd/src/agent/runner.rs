@@ -365,8 +365,7 @@ fn prepare<S: SystemdOps>(
     // Units a drain stopped here stay stopped while the cordon it was made under stands (issue 38).
     let cordon_since = snapshot.machine_records().get(me).and_then(|r| r.cordon.as_ref()).map(|c| c.since_ms);
     let rollouts = if machine.cordoned { snapshot.rollouts() } else { Vec::new() };
-    let drained =
-        fleet_core::rollout::drained_units(&rollouts, me, cordon_since).into_iter().map(String::from).collect();
+    let drained = snapshot.drained_units(me, cordon_since, &rollouts).into_iter().map(String::from).collect();
     let this = ThisMachine {
         id: me.to_string(),
         metadata: machine.metadata,
