@@ -195,12 +195,7 @@ impl LeaderSession {
             check_component(Component::UnitName, &unit.name)?;
             // A unit destroyed meanwhile stays destroyed: only units the view shows are written back, and only if
             // they are still as the view shows them.
-            // Layout 1 writes only: a unit stored as layout 2's global object is written back by the layout-2
-            // writer (not built yet, docs/lab/scoped-views.md); none exists until a cluster switches.
-            let Some(record) = view.unit_record(&unit.name).filter(|r| r.object().is_some() && !r.stored_as_global())
-            else {
-                continue;
-            };
+            let Some(record) = view.unit_record(&unit.name).filter(|r| r.object().is_some()) else { continue };
             compares.push(Compare::mod_revision(k.unit_object(&unit.name), CompareOp::Equal, record.object_revision()));
             let old = record.object();
             let object = UnitObject::next(old, &unit.name, &unit.from, false, fleet_core::model::now_ms());

@@ -227,10 +227,6 @@ mod tests {
             (keys.body(&hash(RESTARTED)), RESTARTED.into()),
             (keys.schedule_entry("m1", "p.service"), format!(r#"{{"hash":"{}","desired":"launched"}}"#, hash(PLAIN))),
             (
-                keys.global_object("g@1.service"),
-                format!(r#"{{"name":"g@1.service","hash":"{g_new}","previousHash":"{g_old}","desired":"launched"}}"#),
-            ),
-            (
                 keys.schedule_entry("m1", "g@1.service"),
                 format!(r#"{{"hash":"{g_old}","desired":"launched","global":true}}"#),
             ),

@@ -2,9 +2,10 @@
 //! machine must run of each unit, decided here once, by the engine leader's full view, so that an agent needs only
 //! its own entries. A scheduled unit's entry is its placement and carries the version its machine must run (a
 //! replace rollout's pin, [`crate::rollout::hash_on`]), the desired state and a restart rollout's token
-//! ([`crate::rollout::restart_token`]); a global unit has an entry only on the machines a rollout pins to another
-//! version than its object's, or asks to restart it. Where units are placed is the scheduler's decision
-//! ([`super::plan`]); this module keeps the entries of those placements current, and clears the rest.
+//! ([`crate::rollout::restart_token`]); a global unit has one on every present machine (`global`: no placement,
+//! the machine's agent decides whether it takes the unit, as in layout 1). Where units are placed is the
+//! scheduler's decision ([`super::plan`]); this module keeps the entries of those placements current, and clears
+//! the rest.
 
 use std::collections::BTreeMap;
 
@@ -16,8 +17,8 @@ use crate::store::{ScheduleEntry, Snapshot, UnitView};
 pub struct EntryChanges {
     /// (machine, unit, entry) to put: missing or different.
     pub put: Vec<(String, String, ScheduleEntry)>,
-    /// (machine, unit) to delete: an entry nothing wants (a pin whose rollout moved on, a leftover on a machine
-    /// the unit is not placed on, a destroyed unit's).
+    /// (machine, unit) to delete: an entry nothing wants (a leftover on a machine the unit is not placed on, or
+    /// that left, a destroyed unit's).
     pub delete: Vec<(String, String)>,
 }
 
@@ -68,10 +69,7 @@ pub fn entry_changes(
         let mut wanted: BTreeMap<&str, ScheduleEntry> = BTreeMap::new();
         if global {
             for machine in &machines {
-                let entry = entry_for(snapshot, rollouts, &view, machine, true);
-                if *entry.hash != *view.hash || entry.restart.is_some() {
-                    wanted.insert(machine, entry);
-                }
+                wanted.insert(machine, entry_for(snapshot, rollouts, &view, machine, true));
             }
         } else if let Some(target) = view.target {
             wanted.insert(target, entry_for(snapshot, rollouts, &view, target, false));
@@ -152,21 +150,25 @@ mod tests {
     }
 
     #[test]
-    fn a_global_unit_has_entries_only_where_a_rollout_pins_it() {
+    fn a_global_unit_has_an_entry_on_every_machine_with_its_pin() {
         let b = machine(machine(Build::new(), "m1"), "m2").unit("g.service", H1, None, "launched").unit(
             "g.service",
             H2,
             Some(H1),
             "launched",
         );
-        assert!(changes(&b.snap, &[]).is_empty(), "no rollout, no entries");
-        let c = changes(&b.snap, &[replace("g.service")]);
-        let pins: Vec<(&str, &str, bool)> = c.put.iter().map(|(m, _, e)| (m.as_str(), &*e.hash, e.global)).collect();
-        assert_eq!(pins, [("m1", H1, true), ("m2", H1, true)]);
+        let hashes = |c: &EntryChanges| -> Vec<(String, String, bool)> {
+            c.put.iter().map(|(m, _, e)| (m.clone(), e.hash.to_string(), e.global)).collect()
+        };
+        let want = |h: &str| vec![("m1".to_string(), h.to_string(), true), ("m2".to_string(), h.to_string(), true)];
+        assert_eq!(hashes(&changes(&b.snap, &[])), want(H2), "the object's version everywhere");
+        assert_eq!(hashes(&changes(&b.snap, &[replace("g.service")])), want(H1), "pinned by the rollout");
         let mut pin = entry(H1, JobState::Launched);
         pin.global = true;
-        let b = stored(b, "m1", "g.service", &pin);
-        assert_eq!(changes(&b.snap, &[]).delete, [("m1".to_string(), "g.service".to_string())], "the rollout moved on");
+        let b = stored(stored(b, "m1", "g.service", &pin), "m3", "g.service", &pin);
+        let c = changes(&b.snap, &[]);
+        assert_eq!(hashes(&c), want(H2), "the rollout moved on: m1 follows the object");
+        assert_eq!(c.delete, [("m3".to_string(), "g.service".to_string())], "m3 is not present");
     }
 
     #[test]

@@ -24,8 +24,7 @@
 //! | `P/rollouts/<id>/spec` | JSON `rollout::RolloutSpec` | — | API (create-if-absent, with the new unit versions in the same txn) | all |
 //! | `P/rollouts/<id>/control` | JSON `rollout::Control` | — | API (pause / resume / abort) | engine, API |
 //! | `P/rollouts/<id>/progress` | JSON `rollout::RolloutProgress` | — | engine leader (CAS on its mod revision, fenced to the leader key) | all |
-//! | `P/schedule/<machine>/<name>` | JSON `records::ScheduleEntry` `{"hash","desired","restart"?,"noRestart"?,"global"?}`: what `<machine>` must run of the unit (layout 2, see below) | — | engine leader (fenced) | the agent of `<machine>`, engine, API |
-//! | `P/globals/<name>` | JSON `records::UnitObject` of a global unit, its desired state folded in (layout 2) | — | API | agents, engine, API |
+//! | `P/machines/<id>/schedule/<name>` | JSON `records::ScheduleEntry` `{"hash","desired","restart"?,"noRestart"?,"global"?}`: what machine `<id>` must run of the unit (layout 2, see below) | — | engine leader (fenced) | the agent of `<id>`, engine, API |
 //! | `P/machines/<id>/drained` | JSON `model::GlobalUnits` `{"units"}`: the units a drain keeps stopped there (layout 2) | — | engine leader | the agent of `<id>` |
 //! | `P/audit/<ms>-<suffix>` | JSON `audit::AuditRecord`: one write request; `<ms>` 20 zero-padded digits, so keys sort by time | — | API (after answering a write) / fleetctl etcd driver (create-if-absent); engine leader trims (fenced range deletes) | API `GET /audit`, fleetctl (read on demand; not in the snapshot) |
 //!
@@ -47,14 +46,15 @@
 //!   unambiguously and `P/units/<name>/` is exactly one unit's range.
 //! * All writers use transactions where two writers could race (see the operation modules).
 //!
-//! **Layout 2** (issue 35; designed in docs/lab/scoped-views.md, read here, not yet written by any fleetd): what a
-//! machine's agent needs is reachable by key prefix, so it watches its own part instead of everything. A scheduled
-//! unit's `target` becomes `P/schedule/<machine>/<name>`, which carries the version and desired state that machine
-//! must run (a rollout's pin and restart token already applied by the engine); a global unit's object lives in
-//! `P/globals/<name>`, with a schedule entry (`"global":true`) only on machines a rollout pins or restarts; the
-//! desired state moves into the unit object (`"desired"`); launched and restarted markers move into the state
-//! record (`"launched"`, `"restartedFor"`). Readers take either layout: a `desired` key wins over the object's
-//! field, a `target` key over a schedule entry, a launched or restarted marker over the state's field.
+//! **Layout 2** (issue 35; designed in docs/lab/scoped-views.md, read here, not yet written by any fleetd):
+//! everything a machine's agent needs lies under `P/machines/<id>/`, so it watches that one prefix instead of
+//! everything. A scheduled unit's `target` becomes the entry `P/machines/<id>/schedule/<name>`, which carries the
+//! version and desired state that machine must run (a rollout's pin and restart token already applied by the
+//! engine); every global unit has an entry (`"global":true`) on every present machine, whose agent decides, as
+//! today, whether the machine takes it; the desired state moves into the unit object (`"desired"`); launched and
+//! restarted markers move into the state record (`"launched"`, `"restartedFor"`). Readers take either layout: a
+//! `desired` key wins over the object's field, a `target` key over a schedule entry, a launched or restarted marker
+//! over the state's field.
 
 use std::fmt;
 
@@ -93,7 +93,6 @@ pub enum Key {
     RolloutProgress { id: String },
     AuditRecord { id: String },
     ScheduleEntry { machine: String, unit: String },
-    GlobalObject { unit: String },
     MachineDrained { machine: String },
 }
 
@@ -336,31 +335,17 @@ impl Keys {
         self.key(&["rollouts", id, "progress"])
     }
 
-    /// Every machine's schedule entries (layout 2): what the engine leader watches.
-    pub fn schedule_dir(&self) -> String {
-        self.key(&["schedule", ""])
-    }
-
-    /// One machine's schedule entries (layout 2): what its agent watches.
+    /// One machine's schedule entries (layout 2).
     pub fn machine_schedule_dir(&self, machine: &str) -> String {
-        self.key(&["schedule", machine, ""])
+        self.key(&["machines", machine, "schedule", ""])
     }
 
     pub fn schedule_entry(&self, machine: &str, unit: &str) -> String {
-        self.key(&["schedule", machine, unit])
+        self.key(&["machines", machine, "schedule", unit])
     }
 
-    /// Every global unit's object (layout 2): what every agent watches.
-    pub fn globals_dir(&self) -> String {
-        self.key(&["globals", ""])
-    }
-
-    pub fn global_object(&self, unit: &str) -> String {
-        self.key(&["globals", unit])
-    }
-
-    /// One machine's own keys (record, metadata, cordon, load fault, drained units): what its agent watches in
-    /// layout 2.
+    /// One machine's own keys (record, metadata, cordon, load fault, drained units, schedule entries): all its agent
+    /// watches in layout 2.
     pub fn machine_dir(&self, machine: &str) -> String {
         self.key(&["machines", machine, ""])
     }
@@ -415,8 +400,7 @@ impl Keys {
             ["rollouts", id, "control"] => Key::RolloutControl { id: s(id) },
             ["rollouts", id, "progress"] => Key::RolloutProgress { id: s(id) },
             ["audit", id] => Key::AuditRecord { id: s(id) },
-            ["schedule", machine, unit] => Key::ScheduleEntry { machine: s(machine), unit: s(unit) },
-            ["globals", unit] => Key::GlobalObject { unit: s(unit) },
+            ["machines", machine, "schedule", unit] => Key::ScheduleEntry { machine: s(machine), unit: s(unit) },
             ["machines", machine, "drained"] => Key::MachineDrained { machine: s(machine) },
             _ => return None,
         })
@@ -445,7 +429,6 @@ impl Keys {
             Key::RolloutProgress { id } => self.rollout_progress(id),
             Key::AuditRecord { id } => self.audit_record(id),
             Key::ScheduleEntry { machine, unit } => self.schedule_entry(machine, unit),
-            Key::GlobalObject { unit } => self.global_object(unit),
             Key::MachineDrained { machine } => self.machine_drained(machine),
         }
     }
@@ -493,11 +476,9 @@ mod tests {
         assert_eq!(k.audit_from(5), "/p/audit/00000000000000000005");
         assert!(k.audit_from(5) < k.audit_record(&audit_id(5, "a")), "a record at 5 ms sorts from audit_from(5)");
         assert!(k.audit_record(&audit_id(4, "zzz")) < k.audit_from(5));
-        assert_eq!(k.schedule_entry("m1", "a.service"), "/p/schedule/m1/a.service");
-        assert_eq!(k.machine_schedule_dir("m1"), "/p/schedule/m1/");
-        assert_eq!(k.schedule_dir(), "/p/schedule/");
-        assert_eq!(k.global_object("g.service"), "/p/globals/g.service");
-        assert_eq!(k.globals_dir(), "/p/globals/");
+        assert_eq!(k.schedule_entry("m1", "a.service"), "/p/machines/m1/schedule/a.service");
+        assert_eq!(k.machine_schedule_dir("m1"), "/p/machines/m1/schedule/");
+        assert!(k.schedule_entry("m1", "a.service").starts_with(&k.machine_dir("m1")), "one prefix per machine");
         assert_eq!(k.machine_dir("m1"), "/p/machines/m1/");
         assert_eq!(k.machine_drained("m1"), "/p/machines/m1/drained");
     }
@@ -541,7 +522,6 @@ mod tests {
             Key::RolloutProgress { id: "r-1".into() },
             Key::AuditRecord { id: audit_id(7, "m1-1") },
             Key::ScheduleEntry { machine: "m".into(), unit: "a.service".into() },
-            Key::GlobalObject { unit: "g.service".into() },
             Key::MachineDrained { machine: "m".into() },
         ];
         for key in all {

@@ -109,8 +109,8 @@ impl RolloutRecord {
     }
 }
 
-/// The keys of one unit, in either layout (keys.rs): under `P/units/<name>/`, and in layout 2 also
-/// `P/globals/<name>`, its schedule entries, and the markers folded into its states. Read it through the accessors
+/// The keys of one unit, in either layout (keys.rs): under `P/units/<name>/`, and in layout 2 also its schedule
+/// entries and the markers folded into its states. Read it through the accessors
 /// ([`UnitRecord::object`], [`UnitRecord::target`], [`UnitRecord::launched`], ...), which decide between the two
 /// layouts in one place. A record without an object is an orphan (readers skip it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -118,8 +118,6 @@ pub struct UnitRecord {
     /// `P/units/<name>/object` and its mod revision (0 when absent).
     units_object: Option<UnitObject>,
     units_object_revision: i64,
-    /// Layout 2: `P/globals/<name>` and its mod revision, boxed (absent for most units, and in layout 1).
-    globals_object: Option<Box<(UnitObject, i64)>>,
     /// `P/units/<name>/desired`; `None` when the key is missing or unreadable.
     desired_key: Option<JobState>,
     /// `P/units/<name>/target`.
@@ -139,7 +137,6 @@ pub struct UnitRecord {
 impl UnitRecord {
     fn is_empty(&self) -> bool {
         self.units_object.is_none()
-            && self.globals_object.is_none()
             && self.desired_key.is_none()
             && self.target_key.is_none()
             && self.entries.is_empty()
@@ -149,24 +146,14 @@ impl UnitRecord {
             && self.restarted_in_states.is_empty()
     }
 
-    /// The unit's object: `P/units/<name>/object`, else (layout 2, a global unit) `P/globals/<name>`.
+    /// The unit's object (`P/units/<name>/object`).
     pub fn object(&self) -> Option<&UnitObject> {
-        self.units_object.as_ref().or(self.globals_object.as_deref().map(|(o, _)| o))
+        self.units_object.as_ref()
     }
 
-    /// Mod revision of the key [`UnitRecord::object`] comes from (0 when absent): a guard for writes that must not
-    /// race a replace.
+    /// Mod revision of the object key (0 when absent): a guard for writes that must not race a replace.
     pub fn object_revision(&self) -> i64 {
-        match (&self.units_object, &self.globals_object) {
-            (Some(_), _) => self.units_object_revision,
-            (None, Some(global)) => global.1,
-            (None, None) => 0,
-        }
-    }
-
-    /// Whether the object is stored as a global unit's (layout 2, `P/globals/<name>`).
-    pub fn stored_as_global(&self) -> bool {
-        self.units_object.is_none() && self.globals_object.is_some()
+        self.units_object_revision
     }
 
     /// The desired state: the `desired` key, else the object's field (layout 2); `None` when neither is there
@@ -469,15 +456,6 @@ impl Snapshot {
                     };
                 })
             }
-            Key::GlobalObject { unit } => {
-                let object =
-                    value.and_then(|v| decode_json::<UnitObject>(&full(), "global unit object", v).map_err(warn).ok());
-                let object = object.map(|mut o| {
-                    o.share_texts(texts);
-                    Box::new((o, put_revision))
-                });
-                update_unit(&mut self.units, texts, &unit, |u| u.globals_object = object)
-            }
             Key::UnitDesired { unit } => update_unit(&mut self.units, texts, &unit, |u| {
                 u.desired_key = value.and_then(|v| decode_job_state(&full(), v).map_err(warn).ok())
             }),
@@ -689,7 +667,6 @@ fn invalid_name(key: &Key) -> Option<String> {
         | Key::MachineLoadFault { machine: m }
         | Key::MachineGlobalUnits { machine: m }
         | Key::MachineDrained { machine: m } => machine(m),
-        Key::GlobalObject { unit: u } => unit(u),
         Key::ScheduleEntry { machine: m, unit: u } => unit(u).or_else(|| machine(m)),
         Key::MachineMetadata { machine: m, key } => machine(m).or_else(|| component(Component::MetadataKey, key)),
         Key::RolloutSpec { id } | Key::RolloutControl { id } | Key::RolloutProgress { id } => {
@@ -1258,31 +1235,27 @@ pub(crate) mod tests {
         assert_eq!(b.snap.unit_record("a.service").unwrap().launched("m1").map(|h| &**h), Some(H2));
     }
 
-    /// A global unit's object in `P/globals/`: a unit like any other for readers; its schedule entries are pins of
-    /// a rollout, not placements, and their versions are kept from garbage collection.
+    /// A global unit in layout 2: its object as any unit's, and an entry on every machine (`global`), which is
+    /// no placement; a pinned version in an entry is kept from garbage collection.
     #[test]
-    fn a_global_units_object_and_pins_in_layout_2() {
+    fn a_global_units_entries_are_not_placements() {
         let pin = Key::ScheduleEntry { machine: "m1".into(), unit: "g.service".into() };
         let b = Build::new()
             .put(Key::Body { hash: H1.into() }, "old")
             .put(Key::Body { hash: H2.into() }, "new")
             .put(
-                Key::GlobalObject { unit: "g.service".into() },
+                Key::UnitObject { unit: "g.service".into() },
                 &format!(r#"{{"name":"g.service","hash":"{H2}","desired":"launched"}}"#),
             )
             .put(pin.clone(), &format!(r#"{{"hash":"{H1}","desired":"launched","global":true}}"#));
         let r = b.snap.unit_record("g.service").unwrap();
-        assert!(r.stored_as_global());
-        assert_eq!(r.target(), None, "a pin is no placement");
-        assert!(r.object_revision() > 0);
+        assert_eq!(r.target(), None, "a global unit's entry is no placement");
         assert_eq!(r.entries().get("m1").map(|e| &*e.hash), Some(H1));
         let u = b.snap.unit("g.service").unwrap();
         assert_eq!((u.hash, u.desired, u.target), (H2, JobState::Launched, None));
         assert!(b.snap.unreferenced_bodies().is_empty(), "the pinned version is needed");
         let s = b.delete(pin).done();
         assert_eq!(s.unreferenced_bodies().iter().map(|(h, _)| h.as_str()).collect::<Vec<_>>(), [H1]);
-        let s = Build { snap: s, ..Build::new() }.delete(Key::GlobalObject { unit: "g.service".into() }).done();
-        assert!(s.unit_records().is_empty());
     }
 
     /// Layout 2's keys with names no fleet writer can write, or values that do not decode, are ignored, as every
@@ -1298,7 +1271,6 @@ pub(crate) mod tests {
                 Key::ScheduleEntry { machine: "m1".into(), unit: "b.service".into() },
                 r#"{"hash":"x","desired":"running"}"#,
             )
-            .put(Key::GlobalObject { unit: "c.service".into() }, "not json")
             .put(Key::MachineDrained { machine: "m1".into() }, r#"{"units":["a.service"]}"#)
             .put(Key::MachineDrained { machine: "m2".into() }, "[")
             .done();

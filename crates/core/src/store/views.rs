@@ -75,12 +75,12 @@ impl Snapshot {
         })
     }
 
-    /// In a view scoped to machine M (layout 2), a unit scheduled to M has its entry there and no object: it is
-    /// what the entry says (version, desired state, M as target). A full view never lists a unit without its object
-    /// (a destroyed unit's leftover entry).
+    /// In a view scoped to machine M (layout 2), a unit scheduled to M, and every global unit, has its entry there
+    /// and no object: it is what the entry says (version, desired state, M as target unless global). A full view
+    /// never lists a unit without its object (a destroyed unit's leftover entry).
     fn scoped_view<'a>(&'a self, name: &'a str, r: &'a UnitRecord) -> Option<UnitView<'a>> {
         let me = self.scope()?;
-        let (machine, entry) = r.entries().iter().find(|(m, e)| &***m == me && !e.global)?;
+        let (machine, entry) = r.entries().iter().find(|(m, _)| &***m == me)?;
         let (hash, body) = self.bodies().get_key_value(&*entry.hash)?;
         Some(UnitView {
             name,
@@ -88,7 +88,7 @@ impl Snapshot {
             previous_hash: None,
             body: &body.text,
             desired: entry.desired,
-            target: Some(machine),
+            target: (!entry.global).then_some(&**machine),
             current: self.current_state_of(name, r),
             no_restart: entry.no_restart,
         })
