@@ -239,6 +239,34 @@ impl Registry {
         Ok(snapshot)
     }
 
+    /// A view scoped to `machine` (layout 2): every key under `P/machines/<machine>/` and the bodies its entries
+    /// name, at one revision, connected.
+    pub async fn read_machine_snapshot(&self, machine: &str) -> Result<Snapshot> {
+        fleet_core::store::check_component(fleet_core::store::Component::MachineId, machine)?;
+        let mut snapshot = Snapshot::scoped(machine);
+        let revision = self.read_range_into(&mut snapshot, &self.keys.machine_dir(machine), 0).await?;
+        snapshot.set_revision(revision);
+        self.fetch_missing_bodies(&mut snapshot).await?;
+        snapshot.set_connected(true);
+        Ok(snapshot)
+    }
+
+    /// Reads into `snapshot` the bodies its schedule entries name that it does not hold. Bodies never change under
+    /// a hash, so the current revision serves any snapshot; they are outside the watched prefix and not counted
+    /// among its keys. A body etcd no longer has stays missing (its unit is then not listed, as in a full view).
+    pub(crate) async fn fetch_missing_bodies(&self, snapshot: &mut Snapshot) -> Result<()> {
+        let mut kv = self.client.kv_client().max_decoding_message_size(MAX_MESSAGE);
+        for hash in snapshot.missing_entry_bodies() {
+            let key = self.keys.body(&hash);
+            let resp = kv.get(key.as_str(), None).await.map_err(RegistryError::etcd("get", key.clone()))?;
+            for kv in resp.kvs() {
+                let change = Change::Put { value: kv.value(), mod_revision: kv.mod_revision(), lease: kv.lease() };
+                snapshot.apply(&self.keys, kv.key(), change);
+            }
+        }
+        Ok(())
+    }
+
     /// Applies every key starting with `prefix` to `snapshot`, read in pages of [`LIST_PAGE`] keys at `revision`
     /// (0: the current revision). Returns the revision read at.
     pub(crate) async fn read_range_into(&self, snapshot: &mut Snapshot, prefix: &str, revision: i64) -> Result<i64> {

@@ -1,4 +1,6 @@
-//! [`Reflector`]: keeps an in-memory [`Snapshot`] of the whole prefix current by listing once and then watching.
+//! [`Reflector`]: keeps an in-memory [`Snapshot`] of the whole prefix current by listing once and then watching;
+//! or, scoped to one machine ([`Reflector::start_scoped`], layout 2), of that machine's prefix only, with the bodies
+//! its entries name fetched before each snapshot is published.
 //!
 //! The shape of kube-rs' watcher → reflector: one range GET of the prefix at revision R, then a prefix watch from
 //! R+1, applying events to the snapshot and publishing it through a `tokio::sync::watch` channel, so the engine,
@@ -49,20 +51,28 @@ impl Reflector {
     /// Starts listing and watching in a background task. The first snapshot is empty and disconnected; wait with
     /// [`Reflector::wait_connected`] or [`Reflector::wait_for`] before relying on it.
     pub fn start(registry: &Registry) -> Reflector {
-        Reflector::spawn(registry, None)
+        Reflector::spawn(registry, None, None)
     }
 
     /// Starts from an earlier snapshot (e.g. one a component kept across a restart of its reflector): watches from
     /// its revision instead of listing everything again, and falls back to a full list if etcd has compacted that
-    /// revision away.
+    /// revision away. A scoped snapshot resumes scoped.
     pub fn resume(registry: &Registry, snapshot: Snapshot) -> Reflector {
-        Reflector::spawn(registry, Some(snapshot))
+        let scope = snapshot.scope().map(str::to_string);
+        Reflector::spawn(registry, scope, Some(snapshot))
     }
 
-    fn spawn(registry: &Registry, resume_from: Option<Snapshot>) -> Reflector {
-        let (tx, rx) = watch::channel(Arc::new(Snapshot::default()));
+    /// A view scoped to `machine` (layout 2, docs/lab/scoped-views.md): it lists and watches `P/machines/<machine>/`
+    /// alone, and every snapshot it publishes holds the bodies that prefix's entries name.
+    pub fn start_scoped(registry: &Registry, machine: &str) -> Reflector {
+        Reflector::spawn(registry, Some(machine.to_string()), None)
+    }
+
+    fn spawn(registry: &Registry, scope: Option<String>, resume_from: Option<Snapshot>) -> Reflector {
+        let first = scope.as_deref().map_or_else(Snapshot::default, Snapshot::scoped);
+        let (tx, rx) = watch::channel(Arc::new(first));
         let (wanted, wanted_rx) = watch::channel(0);
-        let task = tokio::spawn(run(registry.clone(), tx, wanted_rx, resume_from));
+        let task = tokio::spawn(run(registry.clone(), scope, tx, wanted_rx, resume_from));
         Reflector { registry: registry.clone(), rx, wanted, task }
     }
 
@@ -167,6 +177,7 @@ enum End {
 
 async fn run(
     registry: Registry,
+    scope: Option<String>,
     tx: watch::Sender<Arc<Snapshot>>,
     mut wanted: watch::Receiver<i64>,
     mut resume_from: Option<Snapshot>,
@@ -174,7 +185,7 @@ async fn run(
     let mut backoff = MIN_BACKOFF;
     loop {
         let started = Instant::now();
-        match list_and_watch(&registry, &tx, &mut wanted, resume_from.take()).await {
+        match list_and_watch(&registry, scope.as_deref(), &tx, &mut wanted, resume_from.take()).await {
             End::Compacted(revision) => {
                 tracing::info!(compacted = revision, "registry watch fell behind compaction; re-listing");
                 backoff = MIN_BACKOFF;
@@ -202,17 +213,19 @@ async fn run(
 
 async fn list_and_watch(
     registry: &Registry,
+    scope: Option<&str>,
     tx: &watch::Sender<Arc<Snapshot>>,
     wanted: &mut watch::Receiver<i64>,
     resume_from: Option<Snapshot>,
 ) -> End {
-    let listed = match resume_from {
+    let listed = match (resume_from, scope) {
         // Marked connected only once etcd confirms the watch (its `created` response).
-        Some(mut s) => {
+        (Some(mut s), _) => {
             s.set_connected(false);
             Ok(s)
         }
-        None => registry.read_snapshot().await,
+        (None, None) => registry.read_snapshot().await,
+        (None, Some(machine)) => registry.read_machine_snapshot(machine).await,
     };
     let snapshot = match listed {
         Ok(s) => s,
@@ -223,7 +236,8 @@ async fn list_and_watch(
     tracing::debug!(revision, "registry listed");
 
     let keys = registry.keys();
-    let prefix = keys.prefix();
+    let machine_dir = scope.map(|machine| keys.machine_dir(machine));
+    let prefix = machine_dir.as_deref().unwrap_or(keys.prefix());
     // No prev_kv: a delete event carries its key, and the snapshot already holds the previous value.
     let options = WatchOptions::new().with_prefix().with_start_revision(revision + 1);
     let mut watcher = registry.watch_connection().watch_client().max_decoding_message_size(super::MAX_MESSAGE);
@@ -264,9 +278,11 @@ async fn list_and_watch(
             }
         }
         let mut progress_at = None;
-        tx.send_if_modified(|shared| {
+        // A scoped view's new entries may name bodies it does not hold: fetched into a copy before it is
+        // published, so no reader ever sees an entry without its body (the unit would look gone).
+        let mut scoped_copy = scope.is_some().then(|| (**tx.borrow()).clone());
+        let apply = |snapshot: &mut Snapshot, progress_at: &mut Option<i64>| -> bool {
             let mut changed = false;
-            let snapshot = Arc::make_mut(shared);
             for resp in &batch {
                 if resp.created() {
                     if !snapshot.is_connected() {
@@ -277,7 +293,7 @@ async fn list_and_watch(
                 }
                 if resp.events().is_empty() {
                     // A progress notification: confirmed below before its revision is taken.
-                    progress_at = progress_at.max(resp.header().map(|h| h.revision()));
+                    *progress_at = (*progress_at).max(resp.header().map(|h| h.revision()));
                     continue;
                 }
                 for event in resp.events() {
@@ -298,7 +314,20 @@ async fn list_and_watch(
                 }
             }
             changed
-        });
+        };
+        match scoped_copy.as_mut() {
+            None => {
+                tx.send_if_modified(|shared| apply(Arc::make_mut(shared), &mut progress_at));
+            }
+            Some(copy) => {
+                if apply(copy, &mut progress_at) {
+                    if let Err(e) = registry.fetch_missing_bodies(copy).await {
+                        return End::Failed(format!("reading the bodies of {prefix}: {e}"));
+                    }
+                    tx.send_replace(Arc::new(scoped_copy.take().expect("a scoped copy")));
+                }
+            }
+        }
         let (revision, raw_keys) = {
             let snapshot = tx.borrow();
             (snapshot.revision(), snapshot.raw_keys())
@@ -308,7 +337,7 @@ async fn list_and_watch(
             continue;
         }
         if let Some(at) = progress_at.filter(|at| *at > revision) {
-            match progress_confirmed(registry, revision, raw_keys, at).await {
+            match progress_confirmed(registry, prefix, revision, raw_keys, at).await {
                 Ok(true) => {
                     tx.send_if_modified(|shared| {
                         let behind = shared.revision() < at;
@@ -332,10 +361,10 @@ async fn list_and_watch(
     }
 }
 
-/// True when the prefix at revision `at` is what a snapshot at `revision` holding `raw_keys` keys holds: no key
-/// alive at `at` was written after `revision`, and as many keys exist, so none was deleted either.
-async fn progress_confirmed(registry: &Registry, revision: i64, raw_keys: u64, at: i64) -> Result<bool> {
-    let prefix = registry.keys().prefix();
+/// True when `prefix` (the one watched) at revision `at` is what a snapshot at `revision` holding `raw_keys` keys
+/// of it holds: no key alive at `at` was written after `revision`, and as many keys exist, so none was deleted
+/// either.
+async fn progress_confirmed(registry: &Registry, prefix: &str, revision: i64, raw_keys: u64, at: i64) -> Result<bool> {
     let mut kv = registry.kv();
     let at_progress = || etcd_client::GetOptions::new().with_prefix().with_revision(at);
     let newer = at_progress().with_min_mod_revision(revision + 1).with_keys_only().with_limit(1);

@@ -94,6 +94,16 @@ impl Snapshot {
         })
     }
 
+    /// The hashes the schedule entries name whose bodies this snapshot does not hold (a scoped view fetches them).
+    pub fn missing_entry_bodies(&self) -> std::collections::BTreeSet<String> {
+        self.unit_records()
+            .values()
+            .flat_map(|r| r.entries().values().map(|e| &*e.hash))
+            .filter(|hash| self.body(hash).is_none())
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Every rollout with a readable spec, newest first (by creation time, then ID).
     pub fn rollouts(&self) -> Vec<crate::rollout::Rollout> {
         let mut all: Vec<crate::rollout::Rollout> =

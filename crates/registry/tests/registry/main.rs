@@ -1326,3 +1326,48 @@ async fn audit_records_are_kept_in_time_order_read_since_and_trimmed_by_the_lead
     assert!(matches!(refused, Err(RegistryError::NotLeader { .. })), "{refused:?}");
     assert_eq!(reg.read_audit(0).await.unwrap().len(), 2);
 }
+
+/// Layout 2 (issue 35): a reflector scoped to m1 lists and watches m1's prefix alone, and publishes no entry
+/// without its body: a new entry naming a new body arrives with it. Another machine's writes, units and states
+/// never reach it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scoped_reflector_holds_its_machine_and_the_bodies_its_entries_name() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/scoped-view").await;
+    let keys = reg.keys().clone();
+    let (v1, v2) = (version("[Service]\nExecStart=/bin/true\n"), version("[Service]\nExecStart=/bin/false\n"));
+    api(&reg).create_unit(&put("a.service", &v1, JobState::Launched)).await.unwrap();
+    api(&reg).create_unit(&put("b.service", &v2, JobState::Launched)).await.unwrap();
+    let mut kv = reg.client().kv_client();
+    let entry = |hash: &str| format!(r#"{{"hash":"{hash}","desired":"launched"}}"#);
+    kv.put(keys.schedule_entry("m1", "a.service"), entry(&v1.hash), None).await.unwrap();
+    kv.put(keys.schedule_entry("m2", "b.service"), entry(&v2.hash), None).await.unwrap();
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(10)).await.unwrap();
+    reg.register_machine(&machine("m1"), lease.id()).await.unwrap();
+    reg.register_machine(&machine("m2"), lease.id()).await.unwrap();
+
+    let refl = Reflector::start_scoped(&reg, "m1");
+    let s = refl.wait_connected(WAIT).await.unwrap();
+    assert_eq!(s.scope(), Some("m1"));
+    let names =
+        |s: &fleet_registry::Snapshot| s.units().map(|u| (u.name.to_string(), u.hash.to_string())).collect::<Vec<_>>();
+    assert_eq!(names(&s), [("a.service".to_string(), v1.hash.clone())]);
+    assert_eq!(s.machine_records().keys().collect::<Vec<_>>(), ["m1"], "only its own machine");
+    assert!(s.body(&v2.hash).is_none(), "no body its entries do not name");
+
+    // m1 is given b's version of a new unit: the entry arrives with its body, in one snapshot.
+    kv.put(keys.schedule_entry("m1", "c.service"), entry(&v2.hash), None).await.unwrap();
+    let s = refl.wait_for(WAIT, "c.service on m1", |s| s.unit_record("c.service").map(|_| s.clone())).await.unwrap();
+    assert!(s.body(&v2.hash).is_some(), "published with its body");
+    assert_eq!(names(&s).len(), 2);
+    // Writes elsewhere do not reach it.
+    api(&reg).create_unit(&put("d.service", &v1, JobState::Launched)).await.unwrap();
+    agent(&reg, "m2", lease.id()).publish_state(&state("b.service", "m2", &v2.hash)).await.unwrap();
+    kv.put(keys.schedule_entry("m2", "d.service"), entry(&v1.hash), None).await.unwrap();
+    let s = refl.sync(WAIT).await.unwrap();
+    assert_eq!(names(&s).len(), 2);
+    assert!(s.unit_record("d.service").is_none() && s.state_records().is_empty());
+    kv.delete(keys.schedule_entry("m1", "a.service"), None).await.unwrap();
+    let s = refl.wait_for(WAIT, "a.service gone", |s| s.unit("a.service").is_none().then(|| s.clone())).await.unwrap();
+    assert_eq!(names(&s), [("c.service".to_string(), v2.hash.clone())]);
+}
