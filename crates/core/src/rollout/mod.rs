@@ -1197,9 +1197,8 @@ fn release(
     // A pending step whose machine left, or whose unit moved away or was destroyed, is over whatever the budget:
     // skipping it takes nothing down. Judged before the budget, or a full budget would keep it pending, and its
     // rollout running, for good (seen in the nemesis: an undo step of an instance rescheduled elsewhere).
-    let held_back_by =
-        |step: &Step| held(step) || settling_forward.contains(&(step.unit.clone(), step.machine.clone()));
-    for step in list.iter_mut().filter(|s| s.phase == Phase::Pending && !held_back_by(s)) {
+    // Held or settling makes no difference: a step that is over holds no canary back and no slot of the budget.
+    for step in list.iter_mut().filter(|s| s.phase == Phase::Pending) {
         gone(step);
     }
     // First the pending steps whose machine is down already: changing it takes nothing more away.

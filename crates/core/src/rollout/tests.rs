@@ -1341,3 +1341,31 @@ fn an_undo_step_given_up_by_skip_failed_holds_the_rest_back_no_longer() {
     step(&mut r, &c, t + 2);
     assert_eq!(r.state(), RolloutState::Aborted, "{:?}", r.progress);
 }
+
+/// Found with the two above (cargo-mutants over `release`): an undo step whose machine is still settling its forward
+/// change holds a slot of the budget; once its unit moved away there is nothing left to settle or undo there, so it
+/// is skipped at once and the slot goes to the next step, not held until the health timeout.
+#[test]
+fn a_settling_machine_whose_unit_moved_away_frees_its_slot_at_once() {
+    let mut c = Table::with(&["m1", "m2"], OLD);
+    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
+    step(&mut r, &c, 1_000);
+    c.set("m1", NEW, "active");
+    step(&mut r, &c, 2_000);
+    assert_eq!(phases(&r), [("m1", "done"), ("m2", "updating")]);
+    // m2 is changing (the new file, the old process): it settles first, holding the one slot.
+    c.set("m2", NEW, "activating");
+    r.control.action = Action::Abort;
+    step(&mut r, &c, 3_000);
+    assert_eq!(undo_phases(&r), [("m2", "pending"), ("m1", "pending")]);
+    c.moved_off("m2");
+    step(&mut r, &c, 4_000);
+    assert_eq!(undo_phases(&r), [("m2", "skipped"), ("m1", "updating")], "{:?}", r.progress);
+    // A step already over stays as it ended: a machine that leaves after its step is done keeps "done".
+    c.set("m1", OLD, "active");
+    step(&mut r, &c, 5_000);
+    c.leave("m1");
+    step(&mut r, &c, 6_000);
+    assert_eq!(undo_phases(&r), [("m2", "skipped"), ("m1", "done")]);
+    assert_eq!(r.state(), RolloutState::Aborted);
+}
