@@ -1277,18 +1277,24 @@ fn a_rebalance_step_is_released_though_its_unit_is_still_scheduled_where_it_come
 /// Found by the nemesis (issue 37): an undo whose budget another machine held (down, not changing) kept a pending
 /// step whose unit had moved away, so the rollout never ended. A step that is over (its unit moved away, its machine
 /// left) is skipped whatever the budget: skipping it takes nothing down.
-#[test]
-fn a_step_whose_unit_moved_away_is_skipped_while_the_budget_is_full() {
+/// A replace with max-unavailable 1 over m1, m2, m3, paused with m1 and m2 done and m3 not reached (at time 2).
+fn paused_before_m3() -> (Table, Rollout) {
     let mut c = Table::with(&["m1", "m2", "m3"], OLD);
     let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
     step(&mut r, &c, 0);
     c.set("m1", NEW, "active");
     step(&mut r, &c, 1);
-    // Paused before m3's step; m3 then fails on the old version: it stays down, outside the undo.
     r.control.action = Action::Pause;
     c.set("m2", NEW, "active");
     step(&mut r, &c, 2);
     assert_eq!(phases(&r), [("m1", "done"), ("m2", "done"), ("m3", "pending")]);
+    (c, r)
+}
+
+#[test]
+fn a_step_whose_unit_moved_away_is_skipped_while_the_budget_is_full() {
+    let (mut c, mut r) = paused_before_m3();
+    // m3, not reached, fails on the old version: it stays down, outside the undo.
     c.set("m3", OLD, "failed");
     r.control.action = Action::Abort;
     step(&mut r, &c, 3);
@@ -1314,15 +1320,7 @@ fn a_step_whose_unit_moved_away_is_skipped_while_the_budget_is_full() {
 /// machines went on counting against the budget, so an undo with max-unavailable 1 never released another step.
 #[test]
 fn an_undo_step_given_up_by_skip_failed_holds_the_rest_back_no_longer() {
-    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
-    let mut r = rollout(spec(RolloutKind::Replace, 1, 0, OnFailure::Pause));
-    step(&mut r, &c, 0);
-    c.set("m1", NEW, "active");
-    step(&mut r, &c, 1);
-    r.control.action = Action::Pause;
-    c.set("m2", NEW, "active");
-    step(&mut r, &c, 2);
-    assert_eq!(phases(&r), [("m1", "done"), ("m2", "done"), ("m3", "pending")]);
+    let (mut c, mut r) = paused_before_m3();
     r.control.action = Action::Abort;
     step(&mut r, &c, 3);
     assert_eq!(undo_phases(&r), [("m1", "updating"), ("m2", "pending")]);
