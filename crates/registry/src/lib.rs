@@ -61,7 +61,9 @@ pub use reflector::Reflector;
 pub use roles::{AgentSession, ApiWriter, LeaderSession};
 pub use rollouts::RolloutBody;
 pub use states::{MAX_STATE_WRITES_PER_TXN, StateWrite};
-pub use units::{Destroyed, MAX_MARKERS_PER_TXN, MAX_PLACEMENTS_PER_TXN, PlacementWrite, PutUnit, UnitWrite};
+pub use units::{
+    Destroyed, MAX_ENTRIES_PER_TXN, MAX_MARKERS_PER_TXN, MAX_PLACEMENTS_PER_TXN, PlacementWrite, PutUnit, UnitWrite,
+};
 
 /// Keys per page when listing the prefix.
 pub const LIST_PAGE: i64 = 1000;

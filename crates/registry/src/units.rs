@@ -295,6 +295,41 @@ impl LeaderSession {
     }
 }
 
+/// Most schedule entries [`LeaderSession::write_entries`] changes in one transaction: a put brings one compare (its
+/// unit still exists), the leader fence two more, and etcd refuses more than 128 compares or operations by default.
+pub const MAX_ENTRIES_PER_TXN: usize = 63;
+
+impl LeaderSession {
+    /// Writes layout 2's schedule entries (`scheduler::entries::entry_changes`), fenced to this leadership, in
+    /// transactions of at most [`MAX_ENTRIES_PER_TXN`] changes: a put only while its unit's object exists (a unit
+    /// destroyed meanwhile gets no entry back), a delete as it is. Returns how many changes were written; a batch
+    /// whose compares failed writes nothing and is skipped (the next pass decides again from a newer view).
+    pub async fn write_entries(&self, changes: &fleet_core::scheduler::entries::EntryChanges) -> Result<usize> {
+        let mut ops: Vec<(Option<Compare>, TxnOp)> = Vec::with_capacity(changes.put.len() + changes.delete.len());
+        for (machine, unit, entry) in &changes.put {
+            check_component(Component::MachineId, machine)?;
+            check_component(Component::UnitName, unit)?;
+            let exists = Compare::version(self.keys.unit_object(unit), CompareOp::Greater, 0);
+            ops.push((Some(exists), TxnOp::put(self.keys.schedule_entry(machine, unit), encode_json(entry), None)));
+        }
+        for (machine, unit) in &changes.delete {
+            check_component(Component::MachineId, machine)?;
+            check_component(Component::UnitName, unit)?;
+            ops.push((None, TxnOp::delete(self.keys.schedule_entry(machine, unit), None)));
+        }
+        let mut written = 0;
+        for batch in ops.chunks(MAX_ENTRIES_PER_TXN) {
+            let compares: Vec<Compare> = batch.iter().filter_map(|(c, _)| c.clone()).collect();
+            let txn_ops: Vec<TxnOp> = batch.iter().map(|(_, op)| op.clone()).collect();
+            let key = self.keys.machines_dir();
+            if self.fenced_txn("schedule entries", &key, compares, txn_ops).await?.is_some() {
+                written += batch.len();
+            }
+        }
+        Ok(written)
+    }
+}
+
 impl Registry {
     fn placement_txn(&self, change: &PlacementWrite<'_>) -> Result<(Vec<Compare>, TxnOp)> {
         match *change {

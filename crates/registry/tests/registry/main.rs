@@ -1371,3 +1371,47 @@ async fn a_scoped_reflector_holds_its_machine_and_the_bodies_its_entries_name() 
     let s = refl.wait_for(WAIT, "a.service gone", |s| s.unit("a.service").is_none().then(|| s.clone())).await.unwrap();
     assert_eq!(names(&s), [("c.service".to_string(), v2.hash.clone())]);
 }
+
+/// Layout 2 (issue 35): the engine leader writes the entries `entry_changes` decides, fenced, in batches; a unit
+/// destroyed meanwhile gets no entry; a deposed leader writes nothing. What it wrote reads back as the placement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_writes_schedule_entries_and_a_deposed_one_writes_none() {
+    use fleet_core::scheduler::entries::{EntryChanges, entry_changes};
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/entries").await;
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    let names: Vec<String> = (0..70).map(|i| format!("u{i:02}.service")).collect();
+    for name in &names {
+        api(&reg).create_unit(&put(name, &v, JobState::Launched)).await.unwrap();
+    }
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(10)).await.unwrap();
+    reg.register_machine(&machine("m1"), lease.id()).await.unwrap();
+    let (engine, engine_lease) = lead(&reg, "m9").await;
+    for name in &names {
+        assert!(engine.placement(&schedule(name, "m1")).await.unwrap().is_some());
+    }
+    let refl = connected(&reg).await;
+    let view = refl.sync(WAIT).await.unwrap();
+    let wanted = entry_changes(&view, &[], |_| false);
+    assert_eq!((wanted.put.len(), wanted.delete.len()), (70, 0));
+    assert_eq!(engine.write_entries(&wanted).await.unwrap(), 70, "two transactions of at most 63");
+    let view = refl.sync(WAIT).await.unwrap();
+    assert!(entry_changes(&view, &[], |_| false).is_empty(), "what was written is what is wanted");
+    assert_eq!(view.unit_record("u00.service").unwrap().entries().get("m1").map(|e| &*e.hash), Some(v.hash.as_str()));
+
+    // A unit destroyed after the decision gets no entry back; its own batch is skipped whole.
+    let stale = EntryChanges {
+        put: wanted.put.iter().take(1).cloned().collect(),
+        delete: vec![("m1".to_string(), "u01.service".to_string())],
+    };
+    api(&reg).destroy_unit("u00.service").await.unwrap();
+    assert_eq!(engine.write_entries(&stale).await.unwrap(), 0, "the put's compare failed: nothing written");
+    assert!(refl.sync(WAIT).await.unwrap().unit_record("u01.service").unwrap().entries().contains_key("m1"));
+
+    // Deposed: nothing.
+    drop(engine_lease);
+    reg.client().kv_client().delete(reg.keys().engine_leader(), None).await.unwrap();
+    let (_new, _new_lease) = lead(&reg, "m8").await;
+    let err = engine.write_entries(&EntryChanges { put: Vec::new(), delete: stale.delete.clone() }).await;
+    assert!(matches!(err, Err(fleet_registry::RegistryError::NotLeader { .. })), "{err:?}");
+}
