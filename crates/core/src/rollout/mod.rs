@@ -694,10 +694,12 @@ fn changed_machine(phase: Phase) -> bool {
     matches!(phase, Phase::Updating | Phase::Healthy | Phase::Done | Phase::Failed)
 }
 
-/// Whether an undo must return forward `step`'s machine: it changed it, or was released before its machine left
-/// (the machine may come back on the new version; its undo step waits for it, see [`take_up`]).
+/// Whether an undo must return forward `step`'s machine: it changed it, or was released before it was skipped —
+/// its machine left (it may come back on the new version; its undo step waits for it, see [`take_up`]), or the user
+/// gave it up with `--skip-failed` (it may still run the new version, serving: without an undo step it would follow
+/// the unit object back at once, outside the budget).
 fn needs_undo(step: &Step) -> bool {
-    changed_machine(step.phase) || (step.phase == Phase::Skipped && step.released_ms > 0 && !step.waived)
+    changed_machine(step.phase) || (step.phase == Phase::Skipped && step.released_ms > 0)
 }
 
 /// A step skipped because its machine left (or its unit moved away) before it was released, and not given up by

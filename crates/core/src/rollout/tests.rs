@@ -1367,3 +1367,57 @@ fn a_settling_machine_whose_unit_moved_away_frees_its_slot_at_once() {
     assert_eq!(undo_phases(&r), [("m2", "skipped"), ("m1", "done")]);
     assert_eq!(r.state(), RolloutState::Aborted);
 }
+
+/// Found by the 60-minute nemesis (stop 47, seed 4052, `nemr-global-1796488856426` at 249.4 s): a machine given up
+/// by `rollout-resume --skip-failed` after its check flapped still ran the new version, serving. The abort's undo
+/// had no step for it, so it followed the unit object back to the old version at once, while another machine's undo
+/// was changing: two down with max-unavailable 1. Every machine the rollout changed is returned within the budget.
+#[test]
+fn an_abort_returns_machines_given_up_by_skip_failed_within_the_budget() {
+    use crate::model::HealthStatus::*;
+    // As `two_done_then_a_flap`, at times a clock gives (a step released at 0 reads as never released).
+    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
+    for m in ["m1", "m2", "m3"] {
+        c.health(m, Healthy, "");
+    }
+    let mut r = rollout(checked_spec(1, 0, OnFailure::Pause));
+    step(&mut r, &c, 1_000);
+    for (t, m) in [(1_001, "m1"), (1_002, "m2")] {
+        c.set(m, NEW, "active");
+        c.health(m, Healthy, "");
+        step(&mut r, &c, t);
+    }
+    c.health("m1", Unhealthy, "flap");
+    c.health("m2", Unhealthy, "flap");
+    step(&mut r, &c, 1_003);
+    assert_eq!(phases(&r), [("m1", "failed"), ("m2", "failed"), ("m3", "updating")]);
+    c.health("m1", Healthy, "");
+    c.health("m2", Healthy, "");
+    r.control.resumes += 1;
+    r.control.skip_failed = true;
+    step(&mut r, &c, 1_004);
+    assert_eq!(phases(&r)[..2], [("m1", "skipped"), ("m2", "skipped")], "{:?}", r.progress);
+    c.set("m3", NEW, "failed");
+    let mut t = 1_010;
+    for _ in 0..3 {
+        t += DOWN_SETTLE_MS;
+        step(&mut r, &c, t);
+    }
+    assert_eq!(r.state(), RolloutState::Paused, "{:?}", r.progress);
+    r.control.action = Action::Abort;
+    step(&mut r, &c, t + 1);
+    let undo: Vec<(&str, &str)> = undo_phases(&r);
+    assert_eq!(undo.len(), 3, "m1 and m2 were changed too: {undo:?}");
+    assert_eq!(undo[0], ("m3", "updating"), "the machine already down goes first");
+    assert_eq!(pinned_hash([&r], "db.service", "m1"), Some(NEW), "m1 keeps the new version until its turn");
+    assert_eq!(pinned_hash([&r], "db.service", "m2"), Some(NEW));
+    let mut t = t + 2;
+    for m in ["m3", "m1", "m2"] {
+        assert!(in_flight(&r) <= 1, "never two machines changing at once: {:?}", undo_phases(&r));
+        c.set(m, OLD, "active");
+        c.health(m, Healthy, "");
+        step(&mut r, &c, t);
+        t += 1;
+    }
+    assert_eq!(r.state(), RolloutState::Aborted, "{:?}", r.progress);
+}
