@@ -7,6 +7,7 @@ pub mod api_rules;
 pub mod at_most_once;
 pub mod audit;
 pub mod go;
+pub mod layout;
 pub mod machine_plan;
 pub mod model;
 pub mod preview;

@@ -1411,13 +1411,11 @@ fn an_abort_returns_machines_given_up_by_skip_failed_within_the_budget() {
     assert_eq!(undo[0], ("m3", "updating"), "the machine already down goes first");
     assert_eq!(pinned_hash([&r], "db.service", "m1"), Some(NEW), "m1 keeps the new version until its turn");
     assert_eq!(pinned_hash([&r], "db.service", "m2"), Some(NEW));
-    let mut t = t + 2;
-    for m in ["m3", "m1", "m2"] {
+    for (t, m) in (t + 2..).zip(["m3", "m1", "m2"]) {
         assert!(in_flight(&r) <= 1, "never two machines changing at once: {:?}", undo_phases(&r));
         c.set(m, OLD, "active");
         c.health(m, Healthy, "");
         step(&mut r, &c, t);
-        t += 1;
     }
     assert_eq!(r.state(), RolloutState::Aborted, "{:?}", r.progress);
 }

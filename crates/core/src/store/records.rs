@@ -189,6 +189,10 @@ pub struct MachineObject {
     pub version: String,
     #[serde(rename = "disableEngine", default)]
     pub disable_engine: bool,
+    /// The registry layouts the machine's fleetd can run (issue 35); absent: layout 1 only. The engine switches
+    /// a cluster to layout 2 only once every present machine lists it (`layout::ready_for_layout_2`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layouts: Vec<u32>,
 }
 
 impl MachineObject {
@@ -199,6 +203,7 @@ impl MachineObject {
             metadata: m.metadata.clone(),
             version: m.version.clone(),
             disable_engine: m.disable_engine,
+            layouts: Vec::new(),
         }
     }
 

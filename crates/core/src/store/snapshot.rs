@@ -156,6 +156,16 @@ impl UnitRecord {
         self.units_object_revision
     }
 
+    /// The layout-1 `desired` key alone (what the switch to layout 2 folds into the object and deletes).
+    pub fn desired_key(&self) -> Option<JobState> {
+        self.desired_key
+    }
+
+    /// The layout-1 `target` key alone (what the switch to layout 2 turns into an entry and deletes).
+    pub fn target_key(&self) -> Option<&Arc<str>> {
+        self.target_key.as_ref()
+    }
+
     /// The desired state: the `desired` key, else the object's field (layout 2); `None` when neither is there
     /// (views read that as `inactive`, §3.2).
     pub fn desired(&self) -> Option<JobState> {
