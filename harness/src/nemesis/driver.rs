@@ -47,6 +47,16 @@ pub struct Driven {
     pub asked: Vec<Asked>,
     pub rollouts: Vec<RolloutRecord>,
     pub log: Vec<Logged>,
+    /// When the driver last sent `rollout-resume --skip-failed`, by rollout (index into `rollouts`).
+    pub skip_failed_sent: BTreeMap<usize, u64>,
+}
+
+/// From when a step first seen waived at `seen_ms` counts as waived: when the resume that waived it was sent
+/// (`sent_ms`: the one the caller knows, else the last `--skip-failed` sent for the rollout), not when a poll first
+/// saw it. The engine may act on the resume before any poll shows the waiver (seen in the nemesis hour of stop 47:
+/// a take-down 0.3 s after the resume, counted against a machine the user had given up).
+pub fn waived_from(sent_ms: Option<u64>, last_skip_failed_ms: Option<u64>, seen_ms: u64) -> u64 {
+    sent_ms.or(last_skip_failed_ms).map_or(seen_ms, |sent| sent.min(seen_ms))
 }
 
 /// The driver's view of the cluster: where to write unit files, the machines' IDs and names, which machines a fault
@@ -171,6 +181,7 @@ impl<'a> Driver<'a> {
             self.cluster.machines().iter().map(|m| (m.id().to_string(), m.name().to_string())).collect();
         let o = observation(&v, t_ms);
         let mut d = self.driven.lock().expect("driver lock");
+        let last_skip_failed = d.skip_failed_sent.get(&index).copied();
         let r = &mut d.rollouts[index];
         r.last_seen_ms = t_ms;
         r.resumes = v["resumesTaken"].as_u64().unwrap_or(0) as u32;
@@ -185,7 +196,7 @@ impl<'a> Driver<'a> {
             let (Some(unit), Some(machine)) = (step["unit"].as_str(), step["machine"].as_str()) else { continue };
             let key = (unit.to_string(), name(machine));
             if step["waived"] == true && !r.waived.iter().any(|(_, u, m)| (u, m) == (&key.0, &key.1)) {
-                r.waived.push((waived_since.unwrap_or(t_ms), key.0, key.1));
+                r.waived.push((waived_from(waived_since, last_skip_failed, t_ms), key.0, key.1));
             }
         }
         let describe_steps = |list: &Value, label: &str| -> Vec<String> {
@@ -302,6 +313,9 @@ impl<'a> Driver<'a> {
             _ => vec!["rollout-abort", &id],
         };
         let sent_ms = self.ms();
+        if action.contains(&"--skip-failed") {
+            self.driven.lock().expect("driver lock").skip_failed_sent.insert(index, sent_ms);
+        }
         let out = self.fleetctl(&action).await;
         self.log(target, format!("{} (it was {}): {}", action.join(" "), describe(&seen), outcome(&out)));
         if action.contains(&"--skip-failed") {
@@ -548,6 +562,16 @@ fn outcome(out: &Result<Output, String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hour of stop 47: the resume was sent at 3134.7 s, the engine released the next undo step at 3135.0 s,
+    /// and the first poll to show the waiver ran at 3135.7 s. The waiver counts from the send.
+    #[test]
+    fn a_waiver_counts_from_the_resume_that_made_it() {
+        assert_eq!(waived_from(None, Some(3_134_700), 3_135_700), 3_134_700, "the last --skip-failed sent");
+        assert_eq!(waived_from(Some(3_134_700), Some(1_000), 3_135_700), 3_134_700, "the caller's own send first");
+        assert_eq!(waived_from(None, None, 3_135_700), 3_135_700, "no resume known: when it was seen");
+        assert_eq!(waived_from(Some(9_000), None, 5_000), 5_000, "never later than seen");
+    }
 
     #[test]
     fn an_observation_is_settled_only_with_no_action_on_its_way() {
