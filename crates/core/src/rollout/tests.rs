@@ -1005,14 +1005,19 @@ fn checked_version_names_each_side_by_its_own_flag() {
 /// A checked replace on m1–m3 (max-unavailable 1) with m1 and m2 done, then both failing one flap of their check:
 /// paused, m1 and m2 failed, m3 released.
 fn two_done_then_a_flap() -> (Table, Rollout) {
+    two_done_then_a_flap_from(0)
+}
+
+/// [`two_done_then_a_flap`] with its first step at `t0` (the last at `t0 + 3`).
+fn two_done_then_a_flap_from(t0: u64) -> (Table, Rollout) {
     use crate::model::HealthStatus::*;
     let mut c = Table::with(&["m1", "m2", "m3"], OLD);
     for m in ["m1", "m2", "m3"] {
         c.health(m, Healthy, "");
     }
     let mut r = rollout(checked_spec(1, 0, OnFailure::Pause));
-    step(&mut r, &c, 0);
-    for (t, m) in [(1, "m1"), (2, "m2")] {
+    step(&mut r, &c, t0);
+    for (t, m) in [(t0 + 1, "m1"), (t0 + 2, "m2")] {
         c.set(m, NEW, "active");
         c.health(m, Healthy, "");
         step(&mut r, &c, t);
@@ -1020,7 +1025,7 @@ fn two_done_then_a_flap() -> (Table, Rollout) {
     assert_eq!(phases(&r)[..2], [("m1", "done"), ("m2", "done")]);
     c.health("m1", Unhealthy, "flap");
     c.health("m2", Unhealthy, "flap");
-    step(&mut r, &c, 3);
+    step(&mut r, &c, t0 + 3);
     assert_eq!(phases(&r), [("m1", "failed"), ("m2", "failed"), ("m3", "updating")]);
     assert_eq!(r.state(), RolloutState::Paused);
     (c, r)
@@ -1375,22 +1380,8 @@ fn a_settling_machine_whose_unit_moved_away_frees_its_slot_at_once() {
 #[test]
 fn an_abort_returns_machines_given_up_by_skip_failed_within_the_budget() {
     use crate::model::HealthStatus::*;
-    // As `two_done_then_a_flap`, at times a clock gives (a step released at 0 reads as never released).
-    let mut c = Table::with(&["m1", "m2", "m3"], OLD);
-    for m in ["m1", "m2", "m3"] {
-        c.health(m, Healthy, "");
-    }
-    let mut r = rollout(checked_spec(1, 0, OnFailure::Pause));
-    step(&mut r, &c, 1_000);
-    for (t, m) in [(1_001, "m1"), (1_002, "m2")] {
-        c.set(m, NEW, "active");
-        c.health(m, Healthy, "");
-        step(&mut r, &c, t);
-    }
-    c.health("m1", Unhealthy, "flap");
-    c.health("m2", Unhealthy, "flap");
-    step(&mut r, &c, 1_003);
-    assert_eq!(phases(&r), [("m1", "failed"), ("m2", "failed"), ("m3", "updating")]);
+    // At times a clock gives: a step released at 0 reads as never released.
+    let (mut c, mut r) = two_done_then_a_flap_from(1_000);
     c.health("m1", Healthy, "");
     c.health("m2", Healthy, "");
     r.control.resumes += 1;
