@@ -38,39 +38,60 @@ pub struct UnitMove {
     pub object_revision: i64,
     /// Its entries: (machine, entry).
     pub entries: Vec<(String, ScheduleEntry)>,
-    /// Delete its layout-1 `desired` key, and its `target` key.
-    pub delete_desired: bool,
-    pub delete_target: bool,
+    /// Delete its layout-1 `desired` key, which read this, and its `target` key, which read this machine (the
+    /// transaction's guards: a stop or a move meanwhile is moved again from a newer view).
+    pub delete_desired: Option<crate::model::JobState>,
+    pub delete_target: Option<String>,
 }
 
 /// The units of `snapshot` (a full view) still in layout 1 — a `desired` or `target` key, or an object without its
-/// desired state — with what moves each. A unit whose body is missing moves with no entries (nothing can be
-/// decided for it; the engine's entry pass gives them once its body is back). `is_global` as for
+/// desired state — with what moves each. A unit whose body is missing or does not parse moves with the entry of its target alone, if
+/// it has one, for the object's version (nothing else can be decided for it; the engine's entry pass completes its
+/// entries once its body is back). `is_global` as for
 /// [`entry_changes`].
 pub fn moves_to_layout_2(
     snapshot: &Snapshot,
     rollouts: &[Rollout],
-    is_global: impl Fn(&UnitView<'_>) -> bool,
+    is_global: impl Fn(&UnitView<'_>) -> Option<bool>,
 ) -> Vec<UnitMove> {
     let mut entries = entry_changes(snapshot, rollouts, is_global).put;
     let mut moves = Vec::new();
     for (name, record) in snapshot.unit_records() {
         let Some(object) = record.object() else { continue };
-        let (has_desired_key, has_target_key) = (record.desired_key().is_some(), record.target_key().is_some());
-        if object.desired.is_some() && !has_desired_key && !has_target_key {
+        let (desired_key, target_key) = (record.desired_key(), record.target_key());
+        if object.desired.is_some() && desired_key.is_none() && target_key.is_none() {
             continue;
         }
         let mut moved = object.clone();
         moved.desired = Some(record.desired().unwrap_or(crate::model::JobState::Inactive));
         let (mine, rest): (Vec<_>, Vec<_>) = entries.into_iter().partition(|(_, u, _)| u == &**name);
         entries = rest;
+        let mut mine: Vec<(String, ScheduleEntry)> = mine.into_iter().map(|(m, _, e)| (m, e)).collect();
+        if let Some(target) = record.target_key()
+            && mine.is_empty()
+            && !record.entries().contains_key(&**target)
+        {
+            // Its body is missing or does not parse, so nothing is decided for it; its placement must not be lost
+            // with the target key (its machine may be running it): the entry of the object's version. Only a
+            // scheduled unit has a target, so it is not global.
+            mine.push((
+                target.to_string(),
+                ScheduleEntry {
+                    hash: object.hash.clone(),
+                    desired: moved.desired.unwrap_or(crate::model::JobState::Inactive),
+                    restart: None,
+                    no_restart: object.no_restart,
+                    global: false,
+                },
+            ));
+        }
         moves.push(UnitMove {
             unit: name.to_string(),
             object: moved,
             object_revision: record.object_revision(),
-            entries: mine.into_iter().map(|(m, _, e)| (m, e)).collect(),
-            delete_desired: has_desired_key,
-            delete_target: has_target_key,
+            entries: mine,
+            delete_desired: desired_key,
+            delete_target: target_key.map(|t| t.to_string()),
         });
     }
     moves
@@ -109,13 +130,16 @@ mod tests {
             .unit("idle.service", H1, None, "inactive");
         let before: Vec<(String, JobState, Option<String>)> =
             b.snap.units().map(|u| (u.name.to_string(), u.desired, u.target.map(String::from))).collect();
-        let moves = moves_to_layout_2(&b.snap, &[], |u| u.name.starts_with('g'));
+        let moves = moves_to_layout_2(&b.snap, &[], |u| Some(u.name.starts_with('g')));
         assert_eq!(moves.len(), 3);
         let a = &moves[0];
-        assert_eq!((a.object.desired, a.delete_desired, a.delete_target), (Some(JobState::Launched), true, true));
+        assert_eq!(
+            (a.object.desired, a.delete_desired, a.delete_target.as_deref()),
+            (Some(JobState::Launched), Some(JobState::Launched), Some("m1"))
+        );
         assert_eq!(a.entries.iter().map(|(m, _)| m.as_str()).collect::<Vec<_>>(), ["m1"]);
         assert_eq!(moves[1].entries.iter().map(|(m, e)| (m.as_str(), e.global)).collect::<Vec<_>>(), [("m1", true)]);
-        assert!(moves[2].entries.is_empty() && !moves[2].delete_target, "an unscheduled unit has no entry");
+        assert!(moves[2].entries.is_empty() && moves[2].delete_target.is_none(), "an unscheduled unit has no entry");
 
         let keys = Keys::new("/p");
         let mut after = b.snap.clone();
@@ -128,9 +152,10 @@ mod tests {
             for (machine, entry) in &m.entries {
                 put(&mut after, keys.schedule_entry(machine, &m.unit), &crate::store::records::encode_json(entry));
             }
-            for (delete, key) in
-                [(m.delete_desired, keys.unit_desired(&m.unit)), (m.delete_target, keys.unit_target(&m.unit))]
-            {
+            for (delete, key) in [
+                (m.delete_desired.is_some(), keys.unit_desired(&m.unit)),
+                (m.delete_target.is_some(), keys.unit_target(&m.unit)),
+            ] {
                 if delete {
                     after.apply(&keys, key.as_bytes(), Change::Delete);
                 }
@@ -139,6 +164,6 @@ mod tests {
         let now: Vec<(String, JobState, Option<String>)> =
             after.units().map(|u| (u.name.to_string(), u.desired, u.target.map(String::from))).collect();
         assert_eq!(now, before);
-        assert!(moves_to_layout_2(&after, &[], |u| u.name.starts_with('g')).is_empty(), "nothing left to move");
+        assert!(moves_to_layout_2(&after, &[], |u| Some(u.name.starts_with('g'))).is_empty(), "nothing left to move");
     }
 }

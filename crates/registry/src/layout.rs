@@ -1,13 +1,18 @@
 //! The layout version key `P/version`: written once by the first fleetd, checked by every fleetd at start so that
-//! old code never misreads a newer layout.
+//! old code never misreads a newer layout; and the engine leader's writes that switch a cluster from layout 1 to
+//! layout 2 (`fleet_core::layout`, docs/lab/scoped-views.md).
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 
+use fleet_core::layout::UnitMove;
+
+use super::MAX_TXN_OPS;
 use super::Registry;
 use super::error::{RegistryError, Result};
-use super::keys::LAYOUT_VERSION;
-use super::records::decode_u32;
-use super::units::first_get_value;
+use super::keys::{Component, LAYOUT_VERSION, check_component};
+use super::records::{decode_u32, encode_json};
+use super::roles::LeaderSession;
+use super::units::{first_get_value, revision_of};
 
 impl Registry {
     /// Creates `P/version` if absent; returns the stored layout version. Fails with
@@ -36,5 +41,66 @@ impl Registry {
             return Err(RegistryError::LayoutTooNew { key, found, supported: LAYOUT_VERSION });
         }
         Ok(found)
+    }
+}
+
+impl LeaderSession {
+    /// Writes one unit's move to layout 2 (`fleet_core::layout::UnitMove`), fenced to this leadership, while the
+    /// unit reads as it did when the move was decided: its object at the same revision, its layout-1 `desired` and
+    /// `target` keys holding what was read (absent if they were). Entries beyond one transaction's room (a global
+    /// unit on many machines) go first, in transactions of their own under the same guards; layout 1's keys win
+    /// over them until the last transaction, which puts the object with its desired state and deletes those keys.
+    /// The revision of the last transaction, or `None`: the unit changed meanwhile (nothing of the last
+    /// transaction written; decide it again).
+    pub async fn move_unit(&self, unit: &UnitMove) -> Result<Option<i64>> {
+        check_component(Component::UnitName, &unit.unit)?;
+        let object_key = self.keys.unit_object(&unit.unit);
+        let desired_key = self.keys.unit_desired(&unit.unit);
+        let target_key = self.keys.unit_target(&unit.unit);
+        let guards = || {
+            vec![
+                Compare::mod_revision(object_key.as_str(), CompareOp::Equal, unit.object_revision),
+                match unit.delete_desired {
+                    Some(read) => Compare::value(desired_key.as_str(), CompareOp::Equal, read.as_str()),
+                    None => Compare::version(desired_key.as_str(), CompareOp::Equal, 0),
+                },
+                match &unit.delete_target {
+                    Some(read) => Compare::value(target_key.as_str(), CompareOp::Equal, read.as_str()),
+                    None => Compare::version(target_key.as_str(), CompareOp::Equal, 0),
+                },
+            ]
+        };
+        let mut puts = Vec::with_capacity(unit.entries.len());
+        for (machine, entry) in &unit.entries {
+            check_component(Component::MachineId, machine)?;
+            puts.push(TxnOp::put(self.keys.schedule_entry(machine, &unit.unit), encode_json(entry), None));
+        }
+        // The last transaction: the object, the deletes, and the entries that fit beside them.
+        let room = MAX_TXN_OPS - 3;
+        let split = puts.len().saturating_sub(room);
+        let (first, last) = puts.split_at(split);
+        for chunk in first.chunks(room) {
+            if self.fenced_txn("move unit to layout 2", &object_key, guards(), chunk.to_vec()).await?.is_none() {
+                return Ok(None);
+            }
+        }
+        let mut ops = vec![TxnOp::put(object_key.as_str(), encode_json(&unit.object), None)];
+        ops.extend(last.iter().cloned());
+        if unit.delete_desired.is_some() {
+            ops.push(TxnOp::delete(desired_key.as_str(), None));
+        }
+        if unit.delete_target.is_some() {
+            ops.push(TxnOp::delete(target_key.as_str(), None));
+        }
+        Ok(self.fenced_txn("move unit to layout 2", &object_key, guards(), ops).await?.map(|r| revision_of(&r)))
+    }
+
+    /// Switches the cluster's layout from `from` to `to` (`P/version`), fenced, only while it still reads `from`:
+    /// The write's revision, or `None` if it did not read `from`.
+    pub async fn switch_layout(&self, from: u32, to: u32) -> Result<Option<i64>> {
+        let key = self.keys.layout_version();
+        let compares = vec![Compare::value(key.as_str(), CompareOp::Equal, from.to_string())];
+        let ops = vec![TxnOp::put(key.as_str(), to.to_string(), None)];
+        Ok(self.fenced_txn("switch layout", &key, compares, ops).await?.map(|r| revision_of(&r)))
     }
 }

@@ -62,7 +62,8 @@ pub use roles::{AgentSession, ApiWriter, LeaderSession};
 pub use rollouts::RolloutBody;
 pub use states::{MAX_STATE_WRITES_PER_TXN, StateWrite};
 pub use units::{
-    Destroyed, MAX_ENTRIES_PER_TXN, MAX_MARKERS_PER_TXN, MAX_PLACEMENTS_PER_TXN, PlacementWrite, PutUnit, UnitWrite,
+    Destroyed, EntriesWritten, MAX_ENTRIES_PER_TXN, MAX_MARKERS_PER_TXN, MAX_PLACEMENTS_PER_TXN, PlacementWrite,
+    PutUnit, UnitWrite,
 };
 
 /// Keys per page when listing the prefix.

@@ -35,15 +35,21 @@ impl Registry {
     /// expired yet). Refresh only when the published state changed: presence itself is kept by the lease, and every
     /// rewrite is an etcd write replicated to the whole cluster.
     pub async fn register_machine(&self, state: &MachineState, lease: i64) -> Result<Registration> {
+        self.register_machine_running(state, lease, &[]).await
+    }
+
+    /// [`Registry::register_machine`], advertising the registry layouts this fleetd runs (`MachineObject::layouts`;
+    /// none: layout 1 alone). The engine switches a cluster to layout 2 once every present machine lists it.
+    pub async fn register_machine_running(
+        &self,
+        state: &MachineState,
+        lease: i64,
+        layouts: &[u32],
+    ) -> Result<Registration> {
         check_component(Component::MachineId, &state.id)?;
         let key = self.keys.machine_object(&state.id);
-        let put = || {
-            TxnOp::put(
-                key.as_str(),
-                encode_json(&MachineObject::from_state(state)),
-                Some(PutOptions::new().with_lease(lease)),
-            )
-        };
+        let object = MachineObject { layouts: layouts.to_vec(), ..MachineObject::from_state(state) };
+        let put = || TxnOp::put(key.as_str(), encode_json(&object), Some(PutOptions::new().with_lease(lease)));
         // Outer: ours already → rewrite. Else inner: absent → create; else read the holder to report it.
         let create = Txn::new()
             .when([Compare::version(key.as_str(), CompareOp::Equal, 0)])

@@ -7,6 +7,8 @@
 //! object so that a concurrent GC, which deletes only bodies whose mod revision it saw unreferenced, cannot delete
 //! a body that just gained a reference.
 
+use std::collections::BTreeMap;
+
 use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 use sha1::{Digest, Sha1};
 
@@ -295,38 +297,119 @@ impl LeaderSession {
     }
 }
 
-/// Most schedule entries [`LeaderSession::write_entries`] changes in one transaction: a put brings one compare (its
-/// unit still exists), the leader fence two more, and etcd refuses more than 128 compares or operations by default.
+/// Most schedule entries [`LeaderSession::write_entries`] changes in one transaction: each change may bring two
+/// compares (its unit's guard, its machine's absence), the leader fence two more, and etcd refuses more than 128
+/// compares or operations by default.
 pub const MAX_ENTRIES_PER_TXN: usize = 63;
 
+/// An entry operation with the compare it needs of its own (a delete's machine absence).
+type EntryOp = (Option<Compare>, TxnOp);
+
+/// One unit's entry operations that fit a transaction.
+type EntryPiece<'a> = (&'a str, &'a [EntryOp]);
+
+/// What [`LeaderSession::write_entries`] wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EntriesWritten {
+    /// Entry changes written.
+    pub written: usize,
+    /// Units whose changes were not written: their object changed since the view they were decided from (or a
+    /// machine an entry was to leave came back). The next pass decides them again.
+    pub conflicts: Vec<String>,
+    /// Revision of the last write.
+    pub revision: Option<i64>,
+}
+
 impl LeaderSession {
-    /// Writes layout 2's schedule entries (`scheduler::entries::entry_changes`), fenced to this leadership, in
-    /// transactions of at most [`MAX_ENTRIES_PER_TXN`] changes: a put only while its unit's object exists (a unit
-    /// destroyed meanwhile gets no entry back), a delete as it is. Returns how many changes were written; a batch
-    /// whose compares failed writes nothing and is skipped (the next pass decides again from a newer view).
-    pub async fn write_entries(&self, changes: &fleet_core::scheduler::entries::EntryChanges) -> Result<usize> {
-        let mut ops: Vec<(Option<Compare>, TxnOp)> = Vec::with_capacity(changes.put.len() + changes.delete.len());
+    /// Writes layout 2's schedule entries (`scheduler::entries`), fenced to this leadership. A unit's changes are
+    /// written only while its object is at the revision they were decided from (`EntryChanges::guards`; a unit
+    /// destroyed meanwhile gets no entry back) and a delete marked `while_absent` only while its machine is absent.
+    /// Units share transactions of at most [`MAX_ENTRIES_PER_TXN`] changes; when one's compares fail, the units of
+    /// that transaction are written one by one, and the ones that fail again are reported as conflicts.
+    pub async fn write_entries(
+        &self,
+        changes: &fleet_core::scheduler::entries::EntryChanges,
+    ) -> Result<EntriesWritten> {
+        // Per unit, its operations and the compares each needs.
+        let mut groups: BTreeMap<&str, Vec<EntryOp>> = BTreeMap::new();
         for (machine, unit, entry) in &changes.put {
             check_component(Component::MachineId, machine)?;
             check_component(Component::UnitName, unit)?;
-            let exists = Compare::version(self.keys.unit_object(unit), CompareOp::Greater, 0);
-            ops.push((Some(exists), TxnOp::put(self.keys.schedule_entry(machine, unit), encode_json(entry), None)));
+            let put = TxnOp::put(self.keys.schedule_entry(machine, unit), encode_json(entry), None);
+            groups.entry(unit).or_default().push((None, put));
         }
         for (machine, unit) in &changes.delete {
             check_component(Component::MachineId, machine)?;
             check_component(Component::UnitName, unit)?;
-            ops.push((None, TxnOp::delete(self.keys.schedule_entry(machine, unit), None)));
+            let absent = changes
+                .while_absent
+                .contains(&(machine.clone(), unit.clone()))
+                .then(|| Compare::version(self.keys.machine_object(machine), CompareOp::Equal, 0));
+            groups
+                .entry(unit)
+                .or_default()
+                .push((absent, TxnOp::delete(self.keys.schedule_entry(machine, unit), None)));
         }
-        let mut written = 0;
-        for batch in ops.chunks(MAX_ENTRIES_PER_TXN) {
-            let compares: Vec<Compare> = batch.iter().filter_map(|(c, _)| c.clone()).collect();
-            let txn_ops: Vec<TxnOp> = batch.iter().map(|(_, op)| op.clone()).collect();
-            let key = self.keys.machines_dir();
-            if self.fenced_txn("schedule entries", &key, compares, txn_ops).await?.is_some() {
-                written += batch.len();
+        // A unit's operations in pieces that fit a transaction, then pieces packed into transactions.
+        let mut pieces: Vec<EntryPiece<'_>> = Vec::new();
+        for (unit, ops) in &groups {
+            pieces.extend(ops.chunks(MAX_ENTRIES_PER_TXN).map(|c| (*unit, c)));
+        }
+        let mut batches: Vec<Vec<EntryPiece<'_>>> = Vec::new();
+        let mut size = 0;
+        for piece in pieces {
+            if batches.is_empty() || size + piece.1.len() > MAX_ENTRIES_PER_TXN {
+                batches.push(Vec::new());
+                size = 0;
+            }
+            size += piece.1.len();
+            batches.last_mut().expect("pushed above").push(piece);
+        }
+        let mut out = EntriesWritten::default();
+        for batch in batches {
+            if let Some(revision) = self.entry_txn(changes, &batch).await? {
+                out.written += batch.iter().map(|(_, ops)| ops.len()).sum::<usize>();
+                out.revision = Some(revision);
+                continue;
+            }
+            if batch.len() == 1 {
+                out.conflicts.push(batch[0].0.to_string());
+                continue;
+            }
+            for piece in batch {
+                match self.entry_txn(changes, &[piece]).await? {
+                    Some(revision) => {
+                        out.written += piece.1.len();
+                        out.revision = Some(revision);
+                    }
+                    None => out.conflicts.push(piece.0.to_string()),
+                }
             }
         }
-        Ok(written)
+        out.conflicts.dedup();
+        Ok(out)
+    }
+
+    /// One fenced transaction of entry pieces: each unit's guard once, each delete's absence compare.
+    async fn entry_txn(
+        &self,
+        changes: &fleet_core::scheduler::entries::EntryChanges,
+        pieces: &[EntryPiece<'_>],
+    ) -> Result<Option<i64>> {
+        let mut compares = Vec::new();
+        let mut guarded: Vec<&str> = Vec::new();
+        for (unit, ops) in pieces {
+            if let Some(revision) = changes.guards.get(*unit)
+                && !guarded.contains(unit)
+            {
+                guarded.push(unit);
+                compares.push(Compare::mod_revision(self.keys.unit_object(unit), CompareOp::Equal, *revision));
+            }
+            compares.extend(ops.iter().filter_map(|(c, _)| c.clone()));
+        }
+        let ops: Vec<TxnOp> = pieces.iter().flat_map(|(_, ops)| ops.iter().map(|(_, op)| op.clone())).collect();
+        let key = self.keys.machines_dir();
+        Ok(self.fenced_txn("schedule entries", &key, compares, ops).await?.map(|r| revision_of(&r)))
     }
 }
 

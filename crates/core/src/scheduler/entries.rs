@@ -7,8 +7,10 @@
 //! scheduler's decision ([`super::plan`]); this module keeps the entries of those placements current, and clears
 //! the rest.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
+use super::schedule::Decision;
+use super::schedule_input::ScheduleInput;
 use crate::rollout::{self, Rollout};
 use crate::store::{ScheduleEntry, Snapshot, UnitView};
 
@@ -17,14 +19,55 @@ use crate::store::{ScheduleEntry, Snapshot, UnitView};
 pub struct EntryChanges {
     /// (machine, unit, entry) to put: missing or different.
     pub put: Vec<(String, String, ScheduleEntry)>,
-    /// (machine, unit) to delete: an entry nothing wants (a leftover on a machine the unit is not placed on, or
-    /// that left, a destroyed unit's).
+    /// (machine, unit) to delete: an entry nothing wants (a leftover on a machine the unit is not placed on, a
+    /// destroyed unit's).
     pub delete: Vec<(String, String)>,
+    /// Unit → the mod revision of its object these changes were decided from. A unit's changes are written only
+    /// while its object is still at that revision (a unit replaced, stopped or destroyed meanwhile is decided
+    /// again from a newer view). Absent for a destroyed unit: deleting its entries needs no guard.
+    pub guards: BTreeMap<String, i64>,
+    /// (machine, unit) deletes that hold only while the machine is still absent: an at-most-once unit leaving a
+    /// machine that went away (had it come back meanwhile, its agent may be running the unit again).
+    pub while_absent: BTreeSet<(String, String)>,
 }
 
 impl EntryChanges {
     pub fn is_empty(&self) -> bool {
         self.put.is_empty() && self.delete.is_empty()
+    }
+
+    /// The units these changes touch, in name order.
+    pub fn units(&self) -> BTreeSet<&str> {
+        self.put.iter().map(|(_, u, _)| u.as_str()).chain(self.delete.iter().map(|(_, u)| u.as_str())).collect()
+    }
+}
+
+/// A pass's placement decisions, as the entries will read once they are written: where each unit they touch is
+/// placed now (`None`: nowhere), and which of its deletes hold only while their machine is absent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Placed {
+    pub target: BTreeMap<String, Option<String>>,
+    pub while_absent: BTreeSet<(String, String)>,
+}
+
+impl Placed {
+    /// The decisions of one pass, in order (a move is an unschedule, then a schedule).
+    pub fn from_decisions(decisions: &[Decision], input: &ScheduleInput) -> Placed {
+        let mut placed = Placed::default();
+        for decision in decisions {
+            match decision {
+                Decision::Schedule { unit, machine, .. } => {
+                    placed.target.insert(unit.clone(), Some(machine.clone()));
+                }
+                Decision::Unschedule { unit, machine, .. } => {
+                    placed.target.insert(unit.clone(), None);
+                    if decision.leaves_absent_machine(input) {
+                        placed.while_absent.insert((machine.clone(), unit.clone()));
+                    }
+                }
+            }
+        }
+        placed
     }
 }
 
@@ -48,15 +91,28 @@ pub fn entry_for(
 }
 
 /// The entry changes that make `snapshot`'s stored entries the wanted ones. `is_global` says whether a unit is
-/// global (the engine's parsed-body cache answers it). A unit whose body is missing keeps its entries as they are:
-/// nothing can be decided for it.
+/// global (the engine's parsed-body cache answers it; `None`: its body does not parse). A unit whose body is
+/// missing or does not parse keeps its entries as they are: nothing can be decided for it.
 pub fn entry_changes(
     snapshot: &Snapshot,
     rollouts: &[Rollout],
-    is_global: impl Fn(&UnitView<'_>) -> bool,
+    is_global: impl Fn(&UnitView<'_>) -> Option<bool>,
+) -> EntryChanges {
+    entry_changes_placing(snapshot, rollouts, is_global, &Placed::default())
+}
+
+/// [`entry_changes`] once `placed` (this pass's placement decisions, not stored yet) is applied: the engine writes
+/// its decisions and the rest of the entries in one go. A global unit has an entry on every present machine, and
+/// keeps the one of a machine that is absent for now, kept current (its agent, back, finds what it must run, and
+/// no partition restarts a global unit); those go with the unit.
+pub fn entry_changes_placing(
+    snapshot: &Snapshot,
+    rollouts: &[Rollout],
+    is_global: impl Fn(&UnitView<'_>) -> Option<bool>,
+    placed: &Placed,
 ) -> EntryChanges {
     let machines: Vec<String> = snapshot.machines().map(|m| m.id).collect();
-    let mut changes = EntryChanges::default();
+    let mut changes = EntryChanges { while_absent: placed.while_absent.clone(), ..EntryChanges::default() };
     for (name, record) in snapshot.unit_records() {
         let stored = record.entries();
         let Some(view) = snapshot.unit(name) else {
@@ -65,15 +121,24 @@ pub fn entry_changes(
             }
             continue;
         };
-        let global = is_global(&view);
+        // A body that does not parse says nothing of where the unit runs: its entries are left as they are.
+        let Some(global) = is_global(&view) else { continue };
         let mut wanted: BTreeMap<&str, ScheduleEntry> = BTreeMap::new();
         if global {
-            for machine in &machines {
-                wanted.insert(machine, entry_for(snapshot, rollouts, &view, machine, true));
+            let kept = stored.iter().filter(|(_, e)| e.global).map(|(m, _)| m.as_ref());
+            for machine in machines.iter().map(String::as_str).chain(kept) {
+                wanted.entry(machine).or_insert_with(|| entry_for(snapshot, rollouts, &view, machine, true));
             }
-        } else if let Some(target) = view.target {
-            wanted.insert(target, entry_for(snapshot, rollouts, &view, target, false));
+        } else {
+            let target = match placed.target.get(&**name) {
+                Some(placed) => placed.as_deref(),
+                None => view.target,
+            };
+            if let Some(target) = target {
+                wanted.insert(target, entry_for(snapshot, rollouts, &view, target, false));
+            }
         }
+        let before = changes.put.len() + changes.delete.len();
         for (machine, entry) in &wanted {
             if stored.get(*machine) != Some(entry) {
                 changes.put.push((machine.to_string(), name.to_string(), entry.clone()));
@@ -82,7 +147,11 @@ pub fn entry_changes(
         for machine in stored.keys().filter(|m| !wanted.contains_key(m.as_ref())) {
             changes.delete.push((machine.to_string(), name.to_string()));
         }
+        if changes.put.len() + changes.delete.len() > before {
+            changes.guards.insert(name.to_string(), record.object_revision());
+        }
     }
+    changes.while_absent.retain(|(m, u)| changes.delete.iter().any(|(dm, du)| dm == m && du == u));
     changes
 }
 
@@ -119,7 +188,7 @@ mod tests {
     }
 
     fn changes(s: &Snapshot, rollouts: &[Rollout]) -> EntryChanges {
-        entry_changes(s, rollouts, |u| u.name.starts_with("g"))
+        entry_changes(s, rollouts, |u| Some(u.name.starts_with("g")))
     }
 
     #[test]
@@ -167,8 +236,77 @@ mod tests {
         pin.global = true;
         let b = stored(stored(b, "m1", "g.service", &pin), "m3", "g.service", &pin);
         let c = changes(&b.snap, &[]);
-        assert_eq!(hashes(&c), want(H2), "the rollout moved on: m1 follows the object");
-        assert_eq!(c.delete, [("m3".to_string(), "g.service".to_string())], "m3 is not present");
+        let mut all = want(H2);
+        all.push(("m3".to_string(), H2.to_string(), true));
+        assert_eq!(hashes(&c), all, "the rollout moved on: m1 follows the object, and so does absent m3's entry");
+        assert!(c.delete.is_empty(), "m3 is not present: its global entry is kept for its return: {c:?}");
+    }
+
+    /// A pass's decisions are applied before the entries are compared: a move is the old entry's delete and the new
+    /// one's put, under the unit's guard; an at-most-once unit's delete from a machine that went away holds only
+    /// while that machine is absent.
+    #[test]
+    fn a_pass_writes_its_decisions_as_entries_under_the_units_guard() {
+        use crate::scheduler::placement::Placement;
+        use crate::scheduler::schedule::{Decision, ScheduleReason, UnscheduleReason};
+        use crate::scheduler::schedule_input::{ScheduleInput, UnitSpec};
+        let b = machine(machine(Build::new(), "m1"), "m2").unit("a.service", H1, None, "launched");
+        let b = b.unit("b.service", H1, None, "launched");
+        let b = stored(
+            stored(b, "m1", "a.service", &entry(H1, JobState::Launched)),
+            "m1",
+            "b.service",
+            &entry(H1, JobState::Launched),
+        );
+        let plain = UnitSpec { target: Some("m1".into()), ..UnitSpec::new("a.service", JobState::Launched) };
+        let mut at_most_once = UnitSpec { name: "b.service".into(), ..plain.clone() };
+        at_most_once.constraints.at_most_once = true;
+        let input = ScheduleInput::new([plain, at_most_once], b.snap.machines()).unwrap();
+        let gone = |unit: &str| Decision::Unschedule {
+            unit: unit.into(),
+            machine: "m1".into(),
+            reason: UnscheduleReason::MachineWentAway { machine: "m1".into() },
+        };
+        let to_m2 = |unit: &str| Decision::Schedule {
+            unit: unit.into(),
+            machine: "m2".into(),
+            reason: ScheduleReason {
+                desired: JobState::Launched,
+                placement: Placement::LeastLoaded { load: 0 },
+                replacing: Vec::new(),
+            },
+        };
+        let decisions = [gone("a.service"), to_m2("a.service"), gone("b.service"), to_m2("b.service")];
+        let placed = Placed::from_decisions(&decisions, &input);
+        assert_eq!(
+            placed.while_absent,
+            [("m1".to_string(), "b.service".to_string())].into(),
+            "b alone is at-most-once"
+        );
+        let c = entry_changes_placing(&b.snap, &[], |u| Some(u.name.starts_with('g')), &placed);
+        assert_eq!(
+            c.put.iter().map(|(m, u, _)| (m.as_str(), u.as_str())).collect::<Vec<_>>(),
+            [("m2", "a.service"), ("m2", "b.service")]
+        );
+        assert_eq!(
+            c.delete,
+            [("m1".to_string(), "a.service".to_string()), ("m1".to_string(), "b.service".to_string())]
+        );
+        assert_eq!(c.while_absent, placed.while_absent);
+        let revisions: Vec<i64> =
+            ["a.service", "b.service"].iter().map(|u| b.snap.unit_record(u).unwrap().object_revision()).collect();
+        assert_eq!(c.guards.values().copied().collect::<Vec<_>>(), revisions, "each unit under its object's revision");
+        assert!(revisions.iter().all(|r| *r > 0));
+    }
+
+    #[test]
+    fn a_unit_whose_body_does_not_parse_keeps_its_entries() {
+        let b = machine(Build::new(), "m1").unit("a.service", H1, None, "launched");
+        let mut global = entry(H1, JobState::Launched);
+        global.global = true;
+        let b = stored(b, "m1", "a.service", &global);
+        assert_eq!(changes(&b.snap, &[]).delete.len(), 1, "parsed, not global: its global entry goes");
+        assert!(entry_changes(&b.snap, &[], |_| None).is_empty(), "not parsed: nothing decided");
     }
 
     #[test]

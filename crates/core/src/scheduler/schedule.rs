@@ -45,6 +45,13 @@ impl Decision {
             Decision::Unschedule { machine, .. } | Decision::Schedule { machine, .. } => machine,
         }
     }
+
+    /// An at-most-once unit leaving a machine that went away: written only while that machine is still absent
+    /// (had it come back meanwhile, its agent may be running the unit again). The one rule for both layouts.
+    pub fn leaves_absent_machine(&self, input: &ScheduleInput) -> bool {
+        matches!(self, Decision::Unschedule { unit, reason: UnscheduleReason::MachineWentAway { .. }, .. }
+            if input.unit(unit).is_some_and(|u| u.constraints.at_most_once))
+    }
 }
 
 impl fmt::Display for Decision {

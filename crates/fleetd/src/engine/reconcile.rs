@@ -16,8 +16,10 @@ use std::time::Duration;
 use tokio::time::{Instant, timeout_at};
 
 use fleet_core::at_most_once::Absences;
+use fleet_core::layout::{LAYOUT_2, moves_to_layout_2, ready_for_layout_2};
 use fleet_core::scheduler::catalog::UnitCatalog;
-use fleet_core::scheduler::schedule::{Decision, UnscheduleReason, plan_with_report};
+use fleet_core::scheduler::entries::{Placed, entry_changes_placing};
+use fleet_core::scheduler::schedule::{Decision, plan_with_report};
 use fleet_core::scheduler::schedule_input::ScheduleInput;
 use fleet_registry::{LeaderSession, MAX_PLACEMENTS_PER_TXN, PlacementWrite, RegistryError};
 
@@ -139,8 +141,13 @@ impl Reconciler {
             tracing::debug!(unit = %u.unit, reason = %u.reason, "Unable to schedule Job({}): {}", u.unit, u.reason);
         }
         let limit = deadline.saturating_duration_since(started);
+        if view.layout_version() == Some(LAYOUT_2) {
+            self.write_entries(registry, view, &snapshot, &plan.decisions, deadline, &keep_going, &mut report).await;
+        }
+        let layout_1_decisions: &[Decision] =
+            if view.layout_version() == Some(LAYOUT_2) { &[] } else { &plan.decisions };
         let mut chunks =
-            fleet_registry::txn_batches(&plan.decisions, MAX_PLACEMENTS_PER_TXN, Decision::unit).into_iter();
+            fleet_registry::txn_batches(layout_1_decisions, MAX_PLACEMENTS_PER_TXN, Decision::unit).into_iter();
         while report.outcome == PassOutcome::Complete {
             let Some(chunk) = chunks.next() else { break };
             if !keep_going() {
@@ -213,8 +220,106 @@ impl Reconciler {
                 Err(_) => report.outcome = PassOutcome::TimedOut { limit },
             }
         }
+        if report.outcome == PassOutcome::Complete && keep_going() {
+            match timeout_at(deadline, self.move_to_layout_2(registry, view, &snapshot)).await {
+                Ok(Ok(Some(revision))) => report.last_write = Some(revision),
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot move the registry to layout 2"),
+                Err(_) => report.outcome = PassOutcome::TimedOut { limit },
+            }
+        }
         report.duration = started.elapsed();
         report
+    }
+
+    /// Layout 2: this pass's decisions and every other entry change (`entries::entry_changes_placing`: versions,
+    /// desired states, restart tokens, global units on every machine, leftovers) in one set of fenced writes.
+    /// Units whose object changed since the view are not written and end the pass as a conflict: the view that
+    /// shows their change brings the next pass.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_entries(
+        &self,
+        registry: &LeaderSession,
+        view: &fleet_registry::Snapshot,
+        input: &ScheduleInput,
+        decisions: &[Decision],
+        deadline: Instant,
+        keep_going: &impl Fn() -> bool,
+        report: &mut PassReport,
+    ) {
+        let placed = Placed::from_decisions(decisions, input);
+        let rollouts = view.rollouts();
+        let changes = entry_changes_placing(view, &rollouts, |u| is_global(input, u.name), &placed);
+        if changes.is_empty() {
+            return;
+        }
+        if !keep_going() {
+            report.outcome = PassOutcome::Interrupted;
+            return;
+        }
+        let limit = deadline.saturating_duration_since(Instant::now());
+        match timeout_at(deadline, registry.write_entries(&changes)).await {
+            Err(_) => report.outcome = PassOutcome::TimedOut { limit },
+            Ok(Err(e)) => {
+                tracing::warn!(changes = changes.put.len() + changes.delete.len(), error = %e,
+                    "cannot write schedule entries");
+                report.outcome = PassOutcome::Failed { error: e.to_string() };
+            }
+            Ok(Ok(written)) => {
+                report.last_write = written.revision;
+                // Decisions count as applied once their units' entries are written.
+                report.applied = decisions.iter().filter(|d| !written.conflicts.iter().any(|u| u == d.unit())).count();
+                for decision in decisions.iter().filter(|d| !written.conflicts.iter().any(|u| u == d.unit())) {
+                    log_applied(decision, written.revision.unwrap_or(0));
+                }
+                if let Some(unit) = written.conflicts.first() {
+                    tracing::info!(units = ?written.conflicts,
+                        "registry changed before the schedule entries of {unit} could be written; re-planning on the next change");
+                    report.outcome = PassOutcome::Conflict { decision: format!("schedule entries of {unit}") };
+                }
+            }
+        }
+    }
+
+    /// The switch to layout 2 (docs/lab/scoped-views.md), once every present machine's fleetd runs it
+    /// (`layout::ready_for_layout_2`): every unit still in layout 1 moved, one fenced transaction each, then
+    /// `P/version` raised to 2. In layout 2, units a layout-1 writer left behind during the switch are moved the
+    /// same way. Stops at the first unit that changed under it (the next pass decides it again). The revision of
+    /// the last write, if any.
+    async fn move_to_layout_2(
+        &self,
+        registry: &LeaderSession,
+        view: &fleet_registry::Snapshot,
+        input: &ScheduleInput,
+    ) -> Result<Option<i64>, RegistryError> {
+        let layout = view.layout_version();
+        if layout == Some(LAYOUT_2) {
+            // Only what a layout-1 writer left behind during the switch.
+        } else if layout != Some(1) || ready_for_layout_2(view).is_err() {
+            return Ok(None);
+        }
+        let rollouts = view.rollouts();
+        let moves = moves_to_layout_2(view, &rollouts, |u| is_global(input, u.name));
+        let (mut moved, mut last) = (0, None);
+        for unit in &moves {
+            let Some(revision) = registry.move_unit(unit).await? else {
+                tracing::info!(unit = %unit.unit, moved, "unit changed while moving to layout 2; moving it on the next pass");
+                return Ok(last);
+            };
+            (moved, last) = (moved + 1, Some(revision));
+        }
+        if moved > 0 {
+            tracing::info!(units = moved, "units moved to registry layout 2");
+        }
+        if layout == Some(LAYOUT_2) {
+            return Ok(last);
+        }
+        let Some(revision) = registry.switch_layout(1, LAYOUT_2).await? else {
+            tracing::info!("the layout version changed under the switch; deciding again on the next pass");
+            return Ok(last);
+        };
+        tracing::info!(machines = view.machines().count(), "registry switched to layout 2");
+        Ok(Some(revision))
     }
 
     /// Deletes bodies no unit refers to in `view` (spec L9), skipping those this engine already deleted.
@@ -237,13 +342,16 @@ impl Reconciler {
     }
 }
 
-/// A decision as a registry write. An at-most-once unit leaves a machine that went away only while that machine is
-/// still absent: had it come back meanwhile, its agent may be running the unit again.
+/// Whether a unit is global, as its parsed body says (`None`: it does not parse, so it is not in the input).
+fn is_global(input: &ScheduleInput, unit: &str) -> Option<bool> {
+    input.unit(unit).map(|u| u.constraints.global)
+}
+
+/// A decision as a registry write (layout 1). An at-most-once unit leaves a machine that went away only while that
+/// machine is still absent ([`Decision::leaves_absent_machine`]).
 fn placement<'d>(decision: &'d Decision, input: &ScheduleInput) -> PlacementWrite<'d> {
     match decision {
-        Decision::Unschedule { unit, machine, reason: UnscheduleReason::MachineWentAway { .. } }
-            if input.unit(unit).is_some_and(|u| u.constraints.at_most_once) =>
-        {
+        Decision::Unschedule { unit, machine, .. } if decision.leaves_absent_machine(input) => {
             PlacementWrite::UnscheduleFromAbsent { unit, machine }
         }
         Decision::Unschedule { unit, machine, .. } => PlacementWrite::Unschedule { unit, machine },

@@ -388,3 +388,84 @@ async fn a_leader_whose_engine_lease_is_lost_steps_down_and_leadership_recovers(
     a.stop().await;
     b.stop().await;
 }
+
+/// Layout 2 (issue 35, docs/lab/scoped-views.md): once every present machine's fleetd runs layout 2, the leader
+/// moves every unit and switches `P/version`; from then on its placements are schedule entries (no `target` key),
+/// a stop written the layout-1 way reaches the entry, a global unit has an entry on every machine, and a machine
+/// that goes away loses its scheduled units (they move) but keeps its global entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_running_layout_2_everywhere_is_switched_and_scheduled_by_entries() {
+    init_logs();
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/engine-layout-2").await;
+    assert_eq!(reg.ensure_layout_version().await.unwrap(), 1);
+    let view = observer(&reg).await;
+    let running = |id: &str| {
+        let reg = reg.clone();
+        let id = id.to_string();
+        async move {
+            let lease = LeaseKeeper::grant(&reg, Duration::from_secs(10)).await.unwrap();
+            let state = MachineState { id, ..Default::default() };
+            reg.register_machine_running(&state, lease.id(), &[1, 2]).await.unwrap();
+            Machine { lease }
+        }
+    };
+    let m1 = running("m1").await;
+    // m2 runs layout 1 only: no switch while it is present.
+    let old = register(&reg, "m2", &[]).await;
+    for i in 1..=4 {
+        create(&reg, &format!("u{i}.service"), SLEEPER, JobState::Launched).await;
+    }
+    create(&reg, "g.service", "[Service]\nExecStart=/bin/true\n\n[X-Fleet]\nGlobal=true\n", JobState::Launched).await;
+    let engine = RunningEngine::start(&reg, "m1", EIV).await;
+    view.wait_for(WAIT, "4 units scheduled", |s| (targets(s).len() == 4).then_some(())).await.unwrap();
+    wait_converged(&engine, 4).await;
+    assert_eq!(view.snapshot().layout_version(), Some(1), "m2 does not run layout 2");
+    assert!(view.snapshot().unit_records().values().all(|r| r.entries().is_empty()), "layout 1: no entries");
+
+    // m2 is upgraded (it registers again, running both).
+    old.lease.revoke().await.unwrap();
+    let m2 = running("m2").await;
+    let s = view
+        .wait_for(WAIT, "layout 2, every unit moved", |s| {
+            let moved = s.unit_records().values().all(|r| r.desired_key().is_none() && r.target_key().is_none());
+            (s.layout_version() == Some(2) && moved && targets(s).len() == 4).then(|| s.clone())
+        })
+        .await
+        .unwrap();
+    let g = s.unit_record("g.service").unwrap();
+    assert_eq!(g.entries().keys().map(|m| m.to_string()).collect::<Vec<_>>(), ["m1", "m2"], "a global entry each");
+    assert!(g.entries().values().all(|e| e.global && e.desired == JobState::Launched));
+
+    // A new unit is placed by an entry; a stop through the layout-1 `desired` key reaches its entry.
+    create(&reg, "u5.service", SLEEPER, JobState::Launched).await;
+    let placed = view
+        .wait_for(WAIT, "u5 placed by an entry", |s| {
+            let r = s.unit_record("u5.service")?;
+            (r.target_key().is_none() && r.desired_key().is_none()).then(|| r.target().map(|t| t.to_string()))?
+        })
+        .await
+        .unwrap();
+    ApiWriter::new(reg.clone()).set_desired("u5.service", JobState::Loaded).await.unwrap();
+    view.wait_for(WAIT, "u5's entry loaded, its desired key folded", |s| {
+        let r = s.unit_record("u5.service")?;
+        let e = r.entries().get(placed.as_str())?;
+        (e.desired == JobState::Loaded && r.desired_key().is_none()).then_some(())
+    })
+    .await
+    .unwrap();
+
+    // m2 goes away: its scheduled units move to m1; its global entry stays for its return.
+    m2.lease.revoke().await.unwrap();
+    let s = view
+        .wait_for(WAIT, "every unit on m1", |s| {
+            let t = targets(s);
+            (s.machine("m2").is_none() && t.len() == 5 && t.values().all(|m| m == "m1")).then(|| s.clone())
+        })
+        .await
+        .unwrap();
+    assert!(s.unit_records().values().all(|r| r.entries().iter().all(|(m, e)| &**m == "m1" || e.global)));
+    assert!(s.unit_record("g.service").unwrap().entries().contains_key("m2"), "kept for m2's return");
+    drop(m1);
+    engine.stop().await;
+}

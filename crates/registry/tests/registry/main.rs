@@ -1372,8 +1372,10 @@ async fn a_scoped_reflector_holds_its_machine_and_the_bodies_its_entries_name() 
     assert_eq!(names(&s), [("c.service".to_string(), v2.hash.clone())]);
 }
 
-/// Layout 2 (issue 35): the engine leader writes the entries `entry_changes` decides, fenced, in batches; a unit
-/// destroyed meanwhile gets no entry; a deposed leader writes nothing. What it wrote reads back as the placement.
+/// Layout 2 (issue 35): the engine leader writes the entries `entry_changes` decides, fenced, in batches. A unit
+/// changed or destroyed since the decision gets nothing from it (its guard), and the others of its batch are
+/// written one by one; a delete meant for an absent machine waits while the machine is present; a deposed leader
+/// writes nothing. What it wrote reads back as the placement.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_writes_schedule_entries_and_a_deposed_one_writes_none() {
     use fleet_core::scheduler::entries::{EntryChanges, entry_changes};
@@ -1392,26 +1394,107 @@ async fn the_leader_writes_schedule_entries_and_a_deposed_one_writes_none() {
     }
     let refl = connected(&reg).await;
     let view = refl.sync(WAIT).await.unwrap();
-    let wanted = entry_changes(&view, &[], |_| false);
-    assert_eq!((wanted.put.len(), wanted.delete.len()), (70, 0));
-    assert_eq!(engine.write_entries(&wanted).await.unwrap(), 70, "two transactions of at most 63");
+    let wanted = entry_changes(&view, &[], |_| Some(false));
+    assert_eq!((wanted.put.len(), wanted.delete.len(), wanted.guards.len()), (70, 0, 70));
+    let written = engine.write_entries(&wanted).await.unwrap();
+    assert_eq!((written.written, written.conflicts.len()), (70, 0), "two transactions of at most 63");
     let view = refl.sync(WAIT).await.unwrap();
-    assert!(entry_changes(&view, &[], |_| false).is_empty(), "what was written is what is wanted");
+    assert!(entry_changes(&view, &[], |_| Some(false)).is_empty(), "what was written is what is wanted");
     assert_eq!(view.unit_record("u00.service").unwrap().entries().get("m1").map(|e| &*e.hash), Some(v.hash.as_str()));
 
-    // A unit destroyed after the decision gets no entry back; its own batch is skipped whole.
-    let stale = EntryChanges {
-        put: wanted.put.iter().take(1).cloned().collect(),
-        delete: vec![("m1".to_string(), "u01.service".to_string())],
+    // Decided from that view: a put for u00 (destroyed since), one for u02 (replaced since), a delete of u01's entry
+    // (unchanged) and one of u03's meant for an absent m1 (present). Only u01's is written.
+    let mut stopped = view.unit_record("u02.service").unwrap().entries().get("m1").unwrap().clone();
+    stopped.desired = JobState::Loaded;
+    let mut stale = EntryChanges {
+        put: vec![
+            ("m1".to_string(), "u00.service".to_string(), stopped.clone()),
+            ("m1".to_string(), "u02.service".to_string(), stopped),
+        ],
+        delete: vec![("m1".to_string(), "u01.service".to_string()), ("m1".to_string(), "u03.service".to_string())],
+        ..EntryChanges::default()
     };
+    for unit in ["u00.service", "u01.service", "u02.service", "u03.service"] {
+        stale.guards.insert(unit.to_string(), view.unit_record(unit).unwrap().object_revision());
+    }
+    stale.while_absent.insert(("m1".to_string(), "u03.service".to_string()));
     api(&reg).destroy_unit("u00.service").await.unwrap();
-    assert_eq!(engine.write_entries(&stale).await.unwrap(), 0, "the put's compare failed: nothing written");
-    assert!(refl.sync(WAIT).await.unwrap().unit_record("u01.service").unwrap().entries().contains_key("m1"));
+    let w2 = version("[Service]\nExecStart=/bin/false\n");
+    api(&reg).put_unit(&put("u02.service", &w2, JobState::Launched)).await.unwrap();
+    let written = engine.write_entries(&stale).await.unwrap();
+    assert_eq!(written.written, 1, "{written:?}");
+    assert_eq!(written.conflicts, ["u00.service", "u02.service", "u03.service"]);
+    let view = refl.sync(WAIT).await.unwrap();
+    let entry_on_m1 = |unit: &str| view.unit_record(unit).and_then(|r| r.entries().get("m1").cloned());
+    // (The API of layout 1 left u00's entry behind; the engine's next pass clears it.)
+    assert_eq!(entry_on_m1("u00.service").map(|e| e.desired), Some(JobState::Launched), "not the stale put");
+    assert_eq!(entry_on_m1("u01.service"), None, "the unchanged unit's delete went through");
+    assert_eq!(entry_on_m1("u02.service").map(|e| e.desired), Some(JobState::Launched), "not the stale put");
+    assert!(entry_on_m1("u03.service").is_some(), "m1 is present: its entry stays");
 
     // Deposed: nothing.
     drop(engine_lease);
     reg.client().kv_client().delete(reg.keys().engine_leader(), None).await.unwrap();
     let (_new, _new_lease) = lead(&reg, "m8").await;
-    let err = engine.write_entries(&EntryChanges { put: Vec::new(), delete: stale.delete.clone() }).await;
+    let delete =
+        EntryChanges { delete: vec![("m1".to_string(), "u04.service".to_string())], ..EntryChanges::default() };
+    let err = engine.write_entries(&delete).await;
     assert!(matches!(err, Err(fleet_registry::RegistryError::NotLeader { .. })), "{err:?}");
+}
+
+/// Layout 2's switch (issue 35): a unit moves only as it was read (a stop through a layout-1 writer meanwhile makes
+/// the move write nothing, and the next one carries it); a moved unit reads as before; a global unit on more
+/// machines than one transaction holds moves in several; `P/version` is switched once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_move_to_layout_2_as_they_were_read_and_the_layout_switches_once() {
+    use fleet_core::layout::moves_to_layout_2;
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/move").await;
+    assert_eq!(reg.ensure_layout_version().await.unwrap(), 1);
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    let g = version("[Service]\nExecStart=/bin/true\n[X-Fleet]\nGlobal=true\n");
+    api(&reg).create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
+    api(&reg).create_unit(&put("g.service", &g, JobState::Launched)).await.unwrap();
+    let lease = LeaseKeeper::grant(&reg, Duration::from_secs(10)).await.unwrap();
+    let ids: Vec<String> = (0..140).map(|i| format!("m{i:03}")).collect();
+    for id in &ids {
+        reg.register_machine_running(&machine(id), lease.id(), &[1, 2]).await.unwrap();
+    }
+    let (engine, _engine_lease) = lead(&reg, "m000").await;
+    assert!(engine.placement(&schedule("a.service", "m001")).await.unwrap().is_some());
+    let refl = connected(&reg).await;
+    let global = |u: &fleet_core::store::UnitView<'_>| Some(u.name == "g.service");
+    let view = refl.sync(WAIT).await.unwrap();
+    let before: Vec<(String, JobState, Option<String>)> =
+        view.units().map(|u| (u.name.to_string(), u.desired, u.target.map(String::from))).collect();
+    let moves = moves_to_layout_2(&view, &[], global);
+    assert_eq!(
+        moves.iter().map(|m| (m.unit.as_str(), m.entries.len())).collect::<Vec<_>>(),
+        [("a.service", 1), ("g.service", 140)]
+    );
+
+    // Stopped through layout 1 after the move was decided: the move writes nothing.
+    api(&reg).set_desired("a.service", JobState::Loaded).await.unwrap();
+    assert_eq!(engine.move_unit(&moves[0]).await.unwrap(), None);
+    let view = refl.sync(WAIT).await.unwrap();
+    assert_eq!(view.unit_record("a.service").unwrap().desired_key(), Some(JobState::Loaded), "nothing moved");
+    assert!(view.unit_record("a.service").unwrap().entries().is_empty());
+
+    let moves = moves_to_layout_2(&view, &[], global);
+    for m in &moves {
+        assert!(engine.move_unit(m).await.unwrap().is_some(), "{} moved", m.unit);
+    }
+    let view = refl.sync(WAIT).await.unwrap();
+    let now: Vec<(String, JobState, Option<String>)> =
+        view.units().map(|u| (u.name.to_string(), u.desired, u.target.map(String::from))).collect();
+    assert_eq!(now[0], ("a.service".to_string(), JobState::Loaded, Some("m001".to_string())));
+    assert_eq!(now[1], before[1]);
+    let a = view.unit_record("a.service").unwrap();
+    assert_eq!((a.desired_key(), a.target_key(), a.object().unwrap().desired), (None, None, Some(JobState::Loaded)));
+    assert_eq!(view.unit_record("g.service").unwrap().entries().len(), 140, "in two transactions");
+    assert!(moves_to_layout_2(&view, &[], global).is_empty(), "nothing left to move");
+
+    assert!(engine.switch_layout(1, 2).await.unwrap().is_some());
+    assert_eq!(engine.switch_layout(1, 2).await.unwrap(), None, "once");
+    assert_eq!(refl.sync(WAIT).await.unwrap().layout_version(), Some(2));
 }
