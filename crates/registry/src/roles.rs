@@ -13,6 +13,7 @@
 //! Each handle dereferences to the [`Registry`] for reads and the plumbing its writes share.
 
 use std::ops::Deref;
+use std::sync::Arc;
 
 use crate::engine::LeaderFence;
 use crate::error::{RegistryError, Result};
@@ -23,11 +24,37 @@ use fleet_core::store::{Component, check_component};
 #[derive(Debug, Clone)]
 pub struct ApiWriter {
     registry: Registry,
+    /// The view the writes are decided on ([`ApiWriter::with_view`]): its layout, and the unit placements it shows.
+    view: Option<Arc<Snapshot>>,
 }
 
 impl ApiWriter {
+    /// Writes in layout 1 (without a view: fleetctl's etcd driver, which has none; the engine folds what it writes
+    /// into layout 2 after a switch).
     pub fn new(registry: Registry) -> ApiWriter {
-        ApiWriter { registry }
+        ApiWriter { registry, view: None }
+    }
+
+    /// The same writer, writing in the layout `view` shows: in layout 2 the desired state goes into the unit's
+    /// object, and a destroy or a reschedule also deletes the placements (schedule entries) `view` shows, so a
+    /// scoped agent learns of it from the same write. A view that lags behind the switch writes layout 1, which the
+    /// engine folds; entries it does not show are the engine's to clear.
+    pub fn with_view(&self, view: Arc<Snapshot>) -> ApiWriter {
+        ApiWriter { registry: self.registry.clone(), view: Some(view) }
+    }
+
+    /// The writes go in layout 2.
+    pub(crate) fn layout_2(&self) -> bool {
+        self.view.as_ref().is_some_and(|v| v.layout_version() == Some(fleet_core::layout::LAYOUT_2))
+    }
+
+    /// The machines `unit` is placed on in the view (its schedule entries that are not a global unit's), in
+    /// layout 2.
+    pub(crate) fn placements(&self, unit: &str) -> Vec<String> {
+        let Some(view) = self.view.as_ref().filter(|_| self.layout_2()) else { return Vec::new() };
+        view.unit_record(unit)
+            .map(|r| r.entries().iter().filter(|(_, e)| !e.global).map(|(m, _)| m.to_string()).collect())
+            .unwrap_or_default()
     }
 }
 

@@ -207,9 +207,31 @@ impl LeaderSession {
             }
             ops.push(TxnOp::put(k.unit_object(&unit.name), encode_json(&object), None));
         }
+        let layout_2 = view.layout_version() == Some(fleet_core::layout::LAYOUT_2);
         for m in moves {
             check_component(Component::UnitName, &m.unit)?;
             check_component(Component::MachineId, &m.to)?;
+            if layout_2 {
+                // The placement is the entry on `from`: it moves to `to` as the view shows it (the engine's next
+                // pass brings anything `to` must run differently, such as a rollout's pin).
+                check_component(Component::MachineId, &m.from)?;
+                let (from, to) = (k.schedule_entry(&m.from, &m.unit), k.schedule_entry(&m.to, &m.unit));
+                let entry = view.unit_record(&m.unit).and_then(|r| r.entries().get(m.from.as_str()).cloned());
+                match entry.filter(|e| !e.global) {
+                    Some(entry) => {
+                        let value = encode_json(&entry);
+                        compares.push(Compare::value(from.as_str(), CompareOp::Equal, value.as_str()));
+                        compares.push(Compare::version(to.as_str(), CompareOp::Equal, 0));
+                        ops.push(TxnOp::delete(from.as_str(), None));
+                        ops.push(TxnOp::put(to.as_str(), value, None));
+                    }
+                    // Not placed on `from` in the view: nothing to move it with. A compare that cannot hold (no
+                    // version is negative) refuses the write, as a layout-1 target that moved does; the next drive
+                    // decides from a newer view.
+                    None => compares.push(Compare::version(from.as_str(), CompareOp::Less, 0)),
+                }
+                continue;
+            }
             let target = k.unit_target(&m.unit);
             compares.push(Compare::value(target.as_str(), CompareOp::Equal, m.from.as_str()));
             ops.push(TxnOp::put(target.as_str(), m.to.as_str(), None));

@@ -29,13 +29,6 @@ struct Planned<'a> {
     old: Option<UnitObject>,
 }
 
-impl Planned<'_> {
-    fn cost(&self) -> TxnCost<'_> {
-        let ops = 2 + usize::from(self.unit.reschedule);
-        TxnCost { compares: 1, ops, shared: Some(self.unit.hash) }
-    }
-}
-
 impl ApiWriter {
     /// [`Registry::put_unit`] for many units: the results in `units` order. The objects are read in transactions of
     /// up to [`MAX_TXN_OPS`] gets; the writes go in transactions holding each shared body once.
@@ -84,7 +77,12 @@ impl ApiWriter {
             }
         }
         let dir = self.keys.units_dir();
-        let groups = cost_batches(&planned, MAX_TXN_OPS, |p| p.unit.name, Planned::cost);
+        let groups = cost_batches(
+            &planned,
+            MAX_TXN_OPS,
+            |p| p.unit.name,
+            |p| TxnCost { compares: 1, ops: self.unit_ops_count(p.unit), shared: Some(p.unit.hash) },
+        );
         let written = in_waves(
             groups,
             |p| p.unit.name,
@@ -145,6 +143,10 @@ impl ApiWriter {
                 Err(err) => results[index] = Some(Err(err.into())),
             }
         }
+        if self.layout_2() {
+            self.set_desired_in_objects(changes, &valid, &mut results).await;
+            return results.into_iter().map(|r| r.expect("every change is checked or written")).collect();
+        }
         let dir = self.keys.units_dir();
         let written = in_unit_waves(&valid, |group| {
             let compares = group
@@ -178,7 +180,85 @@ impl ApiWriter {
         results.into_iter().map(|r| r.expect("every change is checked or written")).collect()
     }
 
-    /// [`Registry::destroy_unit`] for many units, in order. Up to [`MAX_TXN_OPS`] units per transaction.
+    /// Layout 2's [`ApiWriter::set_desired_many`]: the objects read in transactions of gets, then re-put with their
+    /// states, each guarded by the revision it was read at; a group whose compares fail is written one by one.
+    async fn set_desired_in_objects(
+        &self,
+        changes: &[(&str, JobState)],
+        valid: &[(usize, &str)],
+        results: &mut [Option<Result<i64>>],
+    ) {
+        let dir = self.keys.units_dir();
+        let reads = in_flight(valid.chunks(MAX_TXN_OPS), |chunk| {
+            let gets: Vec<TxnOp> =
+                chunk.iter().map(|&(_, name)| TxnOp::get(self.keys.unit_object(name), None)).collect();
+            self.txn("read units", &dir, Txn::new().and_then(gets))
+        })
+        .await;
+        // (index, name, object with its new state, revision read)
+        let mut planned: Vec<(usize, &str, UnitObject, i64)> = Vec::with_capacity(valid.len());
+        for (chunk, read) in reads {
+            let Ok(resp) = read else {
+                for &(i, name) in chunk {
+                    results[i] = Some(self.set_desired(name, changes[i].1).await);
+                }
+                continue;
+            };
+            for (&(i, name), op) in chunk.iter().zip(resp.op_responses()) {
+                let kv = match op {
+                    TxnOpResponse::Get(g) => g.kvs().first().map(|kv| (kv.value().to_vec(), kv.mod_revision())),
+                    _ => None,
+                };
+                let key = self.keys.unit_object(name);
+                match kv.map(|(raw, revision)| (decode_json::<UnitObject>(&key, "unit object", &raw), revision)) {
+                    None => results[i] = Some(Err(super::RegistryError::UnitNotFound { unit: name.to_string() })),
+                    Some((Err(e), _)) => results[i] = Some(Err(e.into())),
+                    Some((Ok(mut object), revision)) => {
+                        object.desired = Some(changes[i].1);
+                        planned.push((i, name, object, revision));
+                    }
+                }
+            }
+        }
+        let groups = cost_batches(&planned, MAX_TXN_OPS, |p| p.1, |_| TxnCost { compares: 1, ops: 2, shared: None });
+        let written = in_waves(
+            groups,
+            |p| p.1,
+            |group| {
+                let mut compares = Vec::with_capacity(group.len());
+                let mut ops = Vec::with_capacity(group.len() * 2);
+                for (_, name, object, revision) in group {
+                    let key = self.keys.unit_object(name);
+                    compares.push(Compare::mod_revision(key.as_str(), CompareOp::Equal, *revision));
+                    ops.push(TxnOp::put(key.as_str(), super::records::encode_json(object), None));
+                    ops.push(TxnOp::delete(self.keys.unit_desired(name), None));
+                }
+                self.txn("set desired states", &dir, Txn::new().when(compares).and_then(ops))
+            },
+        )
+        .await;
+        for (group, outcome) in written {
+            match outcome {
+                Ok(resp) if resp.succeeded() => {
+                    let revision = revision_of(&resp);
+                    for (i, ..) in group {
+                        results[*i] = Some(Ok(revision));
+                    }
+                }
+                outcome => {
+                    if let Err(err) = outcome {
+                        tracing::debug!(error = %err, "batched desired states failed; writing them one by one");
+                    }
+                    for (i, name, ..) in group {
+                        results[*i] = Some(self.set_desired(name, changes[*i].1).await);
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`Registry::destroy_unit`] for many units, in order. Up to [`MAX_TXN_OPS`] units per transaction (fewer in
+    /// layout 2, where a destroy also deletes the unit's placements).
     pub async fn destroy_units(&self, names: &[&str]) -> Vec<Result<Destroyed>> {
         let mut results: Vec<Option<Result<Destroyed>>> = names.iter().map(|_| None).collect();
         let mut valid = Vec::with_capacity(names.len());
@@ -189,15 +269,31 @@ impl ApiWriter {
             }
         }
         let dir = self.keys.units_dir();
-        let written = in_unit_waves(&valid, |group| {
-            let compares =
-                group.iter().map(|&(i, _)| Compare::version(self.keys.unit_object(names[i]), CompareOp::Greater, 0));
-            let deletes = group.iter().map(|&(i, _)| {
-                TxnOp::delete(self.keys.unit_dir(names[i]), Some(DeleteOptions::new().with_prefix().with_prev_key()))
-            });
-            let txn = Txn::new().when(compares.collect::<Vec<_>>()).and_then(deletes.collect::<Vec<_>>());
-            self.txn("destroy units", &dir, txn)
-        })
+        let per_txn =
+            if self.layout_2() { MAX_TXN_OPS / (1 + super::units::MAX_PLACEMENTS_DELETED) } else { MAX_TXN_OPS };
+        let written = in_waves(
+            txn_batches(&valid, per_txn, |v| v.1),
+            |v| v.1,
+            |group| {
+                let compares = group
+                    .iter()
+                    .map(|&(i, _)| Compare::version(self.keys.unit_object(names[i]), CompareOp::Greater, 0));
+                // Each unit's prefix delete first, in group order (its response finds the destroyed object), then the
+                // placements.
+                let mut ops: Vec<TxnOp> = group
+                    .iter()
+                    .map(|&(i, _)| {
+                        TxnOp::delete(
+                            self.keys.unit_dir(names[i]),
+                            Some(DeleteOptions::new().with_prefix().with_prev_key()),
+                        )
+                    })
+                    .collect();
+                ops.extend(group.iter().flat_map(|&(i, _)| self.placement_deletes(names[i])));
+                let txn = Txn::new().when(compares.collect::<Vec<_>>()).and_then(ops);
+                self.txn("destroy units", &dir, txn)
+            },
+        )
         .await;
         for (group, outcome) in written {
             match outcome {

@@ -133,28 +133,87 @@ impl PutUnit<'_> {
     }
 }
 
-impl Registry {
+impl ApiWriter {
     fn unit_write_ops(&self, unit: &PutUnit<'_>, old: Option<&UnitObject>) -> Vec<TxnOp> {
         let mut ops = vec![self.body_op(unit)];
         self.unit_ops(unit, old, fleet_core::model::now_ms(), &mut ops);
         ops
     }
 
-    /// The put of the unit's body, which units of one hash share.
-    pub(super) fn body_op(&self, unit: &PutUnit<'_>) -> TxnOp {
-        TxnOp::put(self.keys.body(unit.hash), unit.text, None)
-    }
-
     /// Appends the writes of one unit but its body to `ops`: its object (replacing `old`), its desired state, and
-    /// the removal of its target on `reschedule`.
+    /// the removal of its placement on `reschedule`. Layout 2 ([`ApiWriter::with_view`]): the desired state in the
+    /// object (a layout-1 `desired` key left over is deleted), and a reschedule deletes the placements the view
+    /// shows.
     pub(super) fn unit_ops(&self, unit: &PutUnit<'_>, old: Option<&UnitObject>, now: u64, ops: &mut Vec<TxnOp>) {
         let k = &self.keys;
-        let object = UnitObject::next(old, unit.name, unit.hash, unit.no_restart, now);
-        ops.push(TxnOp::put(k.unit_object(unit.name), encode_json(&object), None));
-        ops.push(TxnOp::put(k.unit_desired(unit.name), unit.desired.as_str(), None));
+        let mut object = UnitObject::next(old, unit.name, unit.hash, unit.no_restart, now);
+        if self.layout_2() {
+            object.desired = Some(unit.desired);
+            ops.push(TxnOp::put(k.unit_object(unit.name), encode_json(&object), None));
+            ops.push(TxnOp::delete(k.unit_desired(unit.name), None));
+            if unit.reschedule {
+                for machine in self.placements(unit.name).iter().take(MAX_PLACEMENTS_DELETED) {
+                    ops.push(TxnOp::delete(k.schedule_entry(machine, unit.name), None));
+                }
+            }
+        } else {
+            ops.push(TxnOp::put(k.unit_object(unit.name), encode_json(&object), None));
+            ops.push(TxnOp::put(k.unit_desired(unit.name), unit.desired.as_str(), None));
+        }
         if unit.reschedule {
             ops.push(TxnOp::delete(k.unit_target(unit.name), None));
         }
+    }
+
+    /// How many operations [`ApiWriter::unit_ops`] appends for `unit`.
+    pub(super) fn unit_ops_count(&self, unit: &PutUnit<'_>) -> usize {
+        let placements = if unit.reschedule { self.placements(unit.name).len().min(MAX_PLACEMENTS_DELETED) } else { 0 };
+        2 + usize::from(unit.reschedule) + placements
+    }
+
+    /// The deletes of the placements of `name` the view shows (layout 2), with a destroy.
+    pub(super) fn placement_deletes(&self, name: &str) -> Vec<TxnOp> {
+        let machines = self.placements(name);
+        machines
+            .iter()
+            .take(MAX_PLACEMENTS_DELETED)
+            .map(|m| TxnOp::delete(self.keys.schedule_entry(m, name), None))
+            .collect()
+    }
+
+    /// Layout 2's [`ApiWriter::set_desired`]: the object re-put with the state, guarded by the revision it was read
+    /// at, and a layout-1 `desired` key left over deleted.
+    async fn set_desired_in_object(&self, name: &str, state: JobState) -> Result<i64> {
+        let key = self.keys.unit_object(name);
+        for _ in 0..MAX_ATTEMPTS {
+            let resp = self.kv().get(key.as_str(), None).await.map_err(RegistryError::etcd("get", key.as_str()))?;
+            let Some(kv) = resp.kvs().first() else {
+                return Err(RegistryError::UnitNotFound { unit: name.to_string() });
+            };
+            let mut object = decode_json::<UnitObject>(&key, "unit object", kv.value())?;
+            object.desired = Some(state);
+            let txn =
+                Txn::new().when([Compare::mod_revision(key.as_str(), CompareOp::Equal, kv.mod_revision())]).and_then([
+                    TxnOp::put(key.as_str(), encode_json(&object), None),
+                    TxnOp::delete(self.keys.unit_desired(name), None),
+                ]);
+            let resp = self.txn("set desired state", &key, txn).await?;
+            if resp.succeeded() {
+                return Ok(revision_of(&resp));
+            }
+        }
+        Err(RegistryError::Conflict { op: "set desired state", key, attempts: MAX_ATTEMPTS })
+    }
+}
+
+/// Most placements of one unit a destroy or reschedule deletes itself (there is one, unless another writer left
+/// more); the engine clears any others.
+pub(super) const MAX_PLACEMENTS_DELETED: usize = 3;
+
+impl Registry {
+    /// The put of the unit's body, which units of one hash share.
+    pub(super) fn body_op(&self, unit: &PutUnit<'_>) -> TxnOp {
+        TxnOp::put(self.keys.body(unit.hash), unit.text, None)
     }
 
     /// The unit object that a destroy's prefix delete `op` removed, decoded (`None` if absent or unreadable).
@@ -230,6 +289,9 @@ impl ApiWriter {
     /// Sets the desired state of an existing unit. Returns the write's revision.
     pub async fn set_desired(&self, name: &str, state: JobState) -> Result<i64> {
         check_component(Component::UnitName, name)?;
+        if self.layout_2() {
+            return self.set_desired_in_object(name, state).await;
+        }
         let object = self.keys.unit_object(name);
         let txn = Txn::new().when([Compare::version(object.as_str(), CompareOp::Greater, 0)]).and_then([TxnOp::put(
             self.keys.unit_desired(name),
@@ -248,11 +310,10 @@ impl ApiWriter {
     pub async fn destroy_unit(&self, name: &str) -> Result<Destroyed> {
         check_component(Component::UnitName, name)?;
         let object = self.keys.unit_object(name);
-        let txn =
-            Txn::new().when([Compare::version(object.as_str(), CompareOp::Greater, 0)]).and_then([TxnOp::delete(
-                self.keys.unit_dir(name),
-                Some(DeleteOptions::new().with_prefix().with_prev_key()),
-            )]);
+        let mut ops =
+            vec![TxnOp::delete(self.keys.unit_dir(name), Some(DeleteOptions::new().with_prefix().with_prev_key()))];
+        ops.extend(self.placement_deletes(name));
+        let txn = Txn::new().when([Compare::version(object.as_str(), CompareOp::Greater, 0)]).and_then(ops);
         let resp = self.txn("destroy unit", &object, txn).await?;
         if !resp.succeeded() {
             return Err(RegistryError::UnitNotFound { unit: name.to_string() });

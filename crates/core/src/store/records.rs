@@ -59,7 +59,7 @@ impl UnitObject {
     }
 
     /// The object that stores version `hash` of unit `name` after `old` (`None`: a new unit): `old`'s hash becomes
-    /// the previous one and the history gains the new version at its front.
+    /// the previous one, the history gains the new version at its front, and `old`'s desired state (layout 2) stays.
     pub fn next(old: Option<&UnitObject>, name: &str, hash: &str, no_restart: bool, now_ms: u64) -> UnitObject {
         let mut history = vec![Version { hash: hash.into(), stored_ms: now_ms }];
         if let Some(old) = old {
@@ -75,15 +75,16 @@ impl UnitObject {
             previous_hash: old.map(|o| o.hash.clone()),
             no_restart,
             history,
-            desired: None,
+            // Layout 2 keeps the desired state in the object: a new version (a replace, a rollout, its rollback)
+            // changes what runs, not whether it runs.
+            desired: old.and_then(|o| o.desired),
         }
     }
 }
 
-/// `P/schedule/<machine>/<name>` (layout 2): what `<machine>` must run of unit `<name>`, written by the engine
-/// leader. For a scheduled unit the entry is its placement (layout 1's `target`), present for as long as the unit is
-/// scheduled there; for a global unit (`global`) it exists only while a rollout keeps the machine on another
-/// version than the object's, or asks it to restart the unit.
+/// `P/machines/<machine>/schedule/<name>` (layout 2): what `<machine>` must run of unit `<name>`, written by the
+/// engine leader. For a scheduled unit the entry is its placement (layout 1's `target`), present for as long as the
+/// unit is scheduled there; a global unit (`global`) has one on every machine (`scheduler::entries`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScheduleEntry {
     /// The version the machine must run: the object's, or the one a replace rollout keeps there.
@@ -367,6 +368,15 @@ pub fn shown(raw: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    /// Layout 2 keeps the desired state in the object: a new version (a replace, a rollout, its rollback) keeps it.
+    #[test]
+    fn a_new_version_keeps_the_desired_state_in_the_object() {
+        let first = UnitObject::next(None, "a.service", "h1", false, 1);
+        assert_eq!(first.desired, None);
+        let launched = UnitObject { desired: Some(JobState::Launched), ..first };
+        assert_eq!(UnitObject::next(Some(&launched), "a.service", "h2", false, 2).desired, Some(JobState::Launched));
+    }
     use super::*;
 
     /// Layout 2's records as keys.rs documents them: absent fields are left out, so a layout-1 reader of the same

@@ -49,6 +49,11 @@ impl Api {
         self.reflector.snapshot()
     }
 
+    /// The unit writer for a request: it writes in the layout the current view shows (`ApiWriter::with_view`).
+    pub(super) fn writer(&self) -> fleet_registry::ApiWriter {
+        self.registry.with_view(self.snapshot())
+    }
+
     /// Waits until the view includes `revision` (read-your-writes for the next request). When it does not within
     /// [`WRITE_VISIBILITY`], the write stands but its answer is an error that says so (`504`): a success would
     /// promise that the next read through this fleetd shows the write.

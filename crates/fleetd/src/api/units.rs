@@ -47,7 +47,7 @@ impl Api {
     }
 
     pub(super) async fn delete_unit(&self, name: &str) -> Response<Bytes> {
-        match self.registry.destroy_unit(name).await {
+        match self.writer().destroy_unit(name).await {
             Ok(destroyed) => {
                 if let Err(response) = self.settle(destroyed.revision).await {
                     return response;
@@ -103,13 +103,13 @@ impl Api {
                     Err(response) => response,
                 };
             }
-            Prepared::Store(store) => self.registry.put_unit(&store.put()).await.map(|write| {
+            Prepared::Store(store) => self.writer().put_unit(&store.put()).await.map(|write| {
                 let (hash, desired, no_restart) = (&store.hash[..7], store.desired, store.options.no_restart);
                 tracing::info!(unit = %name, %hash, %desired, no_restart, "stored unit");
                 (write.revision(), StatusCode::CREATED)
             }),
             Prepared::SetDesired(_, state) => {
-                self.registry.set_desired(name, state).await.map(|revision| (Some(revision), StatusCode::NO_CONTENT))
+                self.writer().set_desired(name, state).await.map(|revision| (Some(revision), StatusCode::NO_CONTENT))
             }
         };
         match result {
@@ -252,12 +252,12 @@ impl Api {
         }
         let mut revision = 0;
         let writes: Vec<PutUnit<'_>> = stores.iter().map(|(_, s)| s.put()).collect();
-        for ((index, store), written) in stores.iter().zip(self.registry.put_units(&writes).await) {
+        for ((index, store), written) in stores.iter().zip(self.writer().put_units(&writes).await) {
             revision = revision.max(written.as_ref().ok().and_then(|w| w.revision()).unwrap_or(0));
             results[*index] = Some(batch_result(&store.name, &written, StatusCode::CREATED));
         }
         let changes: Vec<(&str, JobState)> = desired_changes.iter().map(|(_, n, s)| (n.as_str(), *s)).collect();
-        for ((index, name, _), written) in desired_changes.iter().zip(self.registry.set_desired_many(&changes).await) {
+        for ((index, name, _), written) in desired_changes.iter().zip(self.writer().set_desired_many(&changes).await) {
             revision = revision.max(*written.as_ref().unwrap_or(&0));
             results[*index] = Some(batch_result(name, &written, StatusCode::NO_CONTENT));
         }
@@ -270,7 +270,7 @@ impl Api {
             }
         }
         let to_destroy: Vec<&str> = names.iter().map(|&(_, name)| name).collect();
-        for ((index, name), destroyed) in names.iter().zip(self.registry.destroy_units(&to_destroy).await) {
+        for ((index, name), destroyed) in names.iter().zip(self.writer().destroy_units(&to_destroy).await) {
             revision = revision.max(destroyed.as_ref().map_or(0, |d| d.revision));
             results[*index] = Some(batch_result(name, &destroyed, StatusCode::NO_CONTENT));
         }

@@ -1498,3 +1498,104 @@ async fn units_move_to_layout_2_as_they_were_read_and_the_layout_switches_once()
     assert_eq!(engine.switch_layout(1, 2).await.unwrap(), None, "once");
     assert_eq!(refl.sync(WAIT).await.unwrap().layout_version(), Some(2));
 }
+
+/// Layout 2 (issue 35): an API writer given a view that shows layout 2 keeps the desired state in the unit object
+/// (creation, replacement, single and batched changes; a layout-1 `desired` key left over goes), and a destroy or a
+/// reschedule deletes the placements the view shows in the same transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_writes_layout_2_once_its_view_shows_it() {
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/api-layout-2").await;
+    assert_eq!(reg.ensure_layout_version().await.unwrap(), 1);
+    let mut kv = reg.client().kv_client();
+    let keys = reg.keys().clone();
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    // A unit written the layout-1 way before the switch: its `desired` key is left for a layout-2 write to fold.
+    api(&reg).create_unit(&put("old.service", &v, JobState::Launched)).await.unwrap();
+    kv.put(keys.layout_version(), "2", None).await.unwrap();
+    let refl = connected(&reg).await;
+    let writer = |view: Arc<Snapshot>| api(&reg).with_view(view);
+    let w = writer(refl.sync(WAIT).await.unwrap());
+
+    w.create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
+    let batch = [put("b.service", &v, JobState::Loaded), put("c.service", &v, JobState::Loaded)];
+    assert!(w.put_units(&batch).await.iter().all(Result::is_ok));
+    w.set_desired("old.service", JobState::Loaded).await.unwrap();
+    let view = refl.sync(WAIT).await.unwrap();
+    let stored = |view: &Snapshot, unit: &str| {
+        let r = view.unit_record(unit).unwrap();
+        (r.object().unwrap().desired, r.desired_key())
+    };
+    assert_eq!(stored(&view, "a.service"), (Some(JobState::Launched), None));
+    assert_eq!(stored(&view, "b.service"), (Some(JobState::Loaded), None));
+    assert_eq!(stored(&view, "old.service"), (Some(JobState::Loaded), None), "folded, its key gone");
+    let w = writer(view);
+    let results = w.set_desired_many(&[("b.service", JobState::Launched), ("c.service", JobState::Inactive)]).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let err = w.set_desired("nobody.service", JobState::Loaded).await.unwrap_err();
+    assert!(matches!(err, RegistryError::UnitNotFound { .. }), "{err}");
+    let view = refl.sync(WAIT).await.unwrap();
+    assert_eq!(stored(&view, "b.service"), (Some(JobState::Launched), None));
+    assert_eq!(stored(&view, "c.service"), (Some(JobState::Inactive), None));
+    // A replacement keeps the desired state it is given, in the object.
+    let v2 = version("[Service]\nExecStart=/bin/false\n");
+    w.put_unit(&put("b.service", &v2, JobState::Launched)).await.unwrap();
+    assert_eq!(stored(&refl.sync(WAIT).await.unwrap(), "b.service"), (Some(JobState::Launched), None));
+
+    // Placements (the engine's entries) that the view shows go with a destroy, a batched destroy and a reschedule.
+    let entry = |hash: &str| format!(r#"{{"hash":"{hash}","desired":"launched"}}"#);
+    kv.put(keys.schedule_entry("m1", "a.service"), entry(&v.hash), None).await.unwrap();
+    kv.put(keys.schedule_entry("m2", "old.service"), entry(&v.hash), None).await.unwrap();
+    kv.put(keys.schedule_entry("m1", "b.service"), entry(&v2.hash), None).await.unwrap();
+    let global = format!(r#"{{"hash":"{}","desired":"launched","global":true}}"#, v.hash);
+    kv.put(keys.schedule_entry("m3", "c.service"), global, None).await.unwrap();
+    let w = writer(refl.sync(WAIT).await.unwrap());
+    w.destroy_unit("a.service").await.unwrap();
+    assert!(w.destroy_units(&["old.service", "c.service"]).await.iter().all(Result::is_ok));
+    let v3 = version("[Service]\nExecStart=/bin/sleep 1\n");
+    w.put_unit(&PutUnit { reschedule: true, ..put("b.service", &v3, JobState::Launched) }).await.unwrap();
+    let view = refl.sync(WAIT).await.unwrap();
+    let entries =
+        |unit: &str| view.unit_record(unit).map(|r| r.entries().keys().map(|m| m.to_string()).collect::<Vec<_>>());
+    assert_eq!(entries("a.service"), None, "destroyed with its placement");
+    assert_eq!(entries("old.service"), None, "destroyed in a batch with its placement");
+    assert_eq!(entries("b.service"), Some(Vec::new()), "rescheduled: its placement deleted");
+    assert_eq!(entries("c.service"), Some(vec!["m3".to_string()]), "a global unit's entries are the engine's to clear");
+}
+
+/// Layout 2 (issue 35): a rebalance's or drain's released move carries the unit's placement (its entry) from one
+/// machine to the other with the progress, only while the entry still reads as the view shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_moves_a_placement_entry_in_layout_2() {
+    use fleet_core::rollout::{Move, RolloutProgress};
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/move-entry").await;
+    let mut kv = reg.client().kv_client();
+    let keys = reg.keys().clone();
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    api(&reg).create_unit(&put("a.service", &v, JobState::Launched)).await.unwrap();
+    api(&reg).create_unit(&put("b.service", &v, JobState::Launched)).await.unwrap();
+    kv.put(keys.layout_version(), "2", None).await.unwrap();
+    let entry = format!(r#"{{"hash":"{}","desired":"launched"}}"#, v.hash);
+    kv.put(keys.schedule_entry("m1", "a.service"), entry.as_str(), None).await.unwrap();
+    kv.put(keys.schedule_entry("m1", "b.service"), entry.as_str(), None).await.unwrap();
+    let (leader, _lease) = lead(&reg, "m9").await;
+    let refl = connected(&reg).await;
+    let snap = refl.sync(WAIT).await.unwrap();
+    let progress = RolloutProgress::default();
+    let to_m2 = |unit: &str| Move { unit: unit.into(), from: "m1".into(), to: "m2".into() };
+    assert!(leader.write_rollout_progress(&snap, "r1", &progress, &[], &[to_m2("a.service")]).await.unwrap().is_some());
+    let snap2 = refl.sync(WAIT).await.unwrap();
+    let on = |s: &Snapshot, unit: &str| s.unit_record(unit).unwrap().target().map(|t| t.to_string());
+    assert_eq!(on(&snap2, "a.service").as_deref(), Some("m2"));
+    assert_eq!(snap2.unit_record("a.service").unwrap().entries().len(), 1, "moved, not copied");
+    // b's entry changed since `snap` (the engine wrote it again): the move is refused, nothing written.
+    let changed = format!(r#"{{"hash":"{}","desired":"loaded"}}"#, v.hash);
+    kv.put(keys.schedule_entry("m1", "b.service"), changed, None).await.unwrap();
+    assert_eq!(leader.write_rollout_progress(&snap, "r2", &progress, &[], &[to_m2("b.service")]).await.unwrap(), None);
+    // A move of a unit the view does not show on `from` is refused too.
+    assert_eq!(leader.write_rollout_progress(&snap2, "r3", &progress, &[], &[to_m2("a.service")]).await.unwrap(), None);
+    let snap3 = refl.sync(WAIT).await.unwrap();
+    assert_eq!(on(&snap3, "b.service").as_deref(), Some("m1"));
+    assert!(snap3.rollout_records().get("r2").is_none() && snap3.rollout_records().get("r3").is_none());
+}
