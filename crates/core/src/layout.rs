@@ -15,6 +15,9 @@ use crate::store::{ScheduleEntry, Snapshot, UnitObject, UnitView};
 /// The layout a cluster switches to.
 pub const LAYOUT_2: u32 = 2;
 
+/// The layouts this code runs, as its fleetd advertises them in its machine object (`MachineObject::layouts`).
+pub const RUNS: [u32; 2] = [1, LAYOUT_2];
+
 /// Whether the cluster may switch to layout 2: every present machine's fleetd lists it among the layouts it runs.
 /// `Err` names the machines that do not (a cluster with none present has nobody to switch for).
 pub fn ready_for_layout_2(snapshot: &Snapshot) -> Result<(), Vec<String>> {
@@ -38,8 +41,8 @@ pub struct UnitMove {
     pub object_revision: i64,
     /// Its entries: (machine, entry).
     pub entries: Vec<(String, ScheduleEntry)>,
-    /// Delete its layout-1 `desired` key, which read this, and its `target` key, which read this machine (the
-    /// transaction's guards: a stop or a move meanwhile is moved again from a newer view).
+    /// Delete its layout-1 `desired` key, which read this (the transaction's guard: a stop written meanwhile is
+    /// moved again from a newer view), and its `target` key, which read this machine (its entry is put instead).
     pub delete_desired: Option<crate::model::JobState>,
     pub delete_target: Option<String>,
 }

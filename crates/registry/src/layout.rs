@@ -15,8 +15,9 @@ use super::roles::LeaderSession;
 use super::units::{first_get_value, revision_of};
 
 impl Registry {
-    /// Creates `P/version` if absent; returns the stored layout version. Fails with
-    /// [`RegistryError::LayoutTooNew`] when the cluster uses a newer layout than [`LAYOUT_VERSION`].
+    /// Creates `P/version` if absent (a new cluster starts at [`LAYOUT_VERSION`] and is switched to layout 2 by its
+    /// engine once every machine runs it); returns the stored layout version. Fails with
+    /// [`RegistryError::LayoutTooNew`] when the cluster uses a newer layout than this code runs (layout 2).
     pub async fn ensure_layout_version(&self) -> Result<u32> {
         let key = self.keys.layout_version();
         let txn = Txn::new()
@@ -37,8 +38,8 @@ impl Registry {
                 return Ok(LAYOUT_VERSION);
             }
         };
-        if found > LAYOUT_VERSION {
-            return Err(RegistryError::LayoutTooNew { key, found, supported: LAYOUT_VERSION });
+        if found > fleet_core::layout::LAYOUT_2 {
+            return Err(RegistryError::LayoutTooNew { key, found, supported: fleet_core::layout::LAYOUT_2 });
         }
         Ok(found)
     }
@@ -46,8 +47,8 @@ impl Registry {
 
 impl LeaderSession {
     /// Writes one unit's move to layout 2 (`fleet_core::layout::UnitMove`), fenced to this leadership, while the
-    /// unit reads as it did when the move was decided: its object at the same revision, its layout-1 `desired` and
-    /// `target` keys holding what was read (absent if they were). Entries beyond one transaction's room (a global
+    /// unit reads as it did when the move was decided: its object at the same revision, its layout-1 `desired` key
+    /// holding what was read. Entries beyond one transaction's room (a global
     /// unit on many machines) go first, in transactions of their own under the same guards; layout 1's keys win
     /// over them until the last transaction, which puts the object with its desired state and deletes those keys.
     /// The revision of the last transaction, or `None`: the unit changed meanwhile (nothing of the last
@@ -57,18 +58,16 @@ impl LeaderSession {
         let object_key = self.keys.unit_object(&unit.unit);
         let desired_key = self.keys.unit_desired(&unit.unit);
         let target_key = self.keys.unit_target(&unit.unit);
+        // The `target` key has no writer but this leader (fenced), so it needs no guard; the `desired` key is the
+        // API's, so a stop written there since the view makes the move write nothing. A key the view could not
+        // read (another client's bytes) neither guards nor blocks: a `desired` key is then left in place (were it a
+        // real stop written meanwhile, it still wins over the object), a `target` key deleted.
         let guards = || {
-            vec![
-                Compare::mod_revision(object_key.as_str(), CompareOp::Equal, unit.object_revision),
-                match unit.delete_desired {
-                    Some(read) => Compare::value(desired_key.as_str(), CompareOp::Equal, read.as_str()),
-                    None => Compare::version(desired_key.as_str(), CompareOp::Equal, 0),
-                },
-                match &unit.delete_target {
-                    Some(read) => Compare::value(target_key.as_str(), CompareOp::Equal, read.as_str()),
-                    None => Compare::version(target_key.as_str(), CompareOp::Equal, 0),
-                },
-            ]
+            let mut compares = vec![Compare::mod_revision(object_key.as_str(), CompareOp::Equal, unit.object_revision)];
+            if let Some(read) = unit.delete_desired {
+                compares.push(Compare::value(desired_key.as_str(), CompareOp::Equal, read.as_str()));
+            }
+            compares
         };
         let mut puts = Vec::with_capacity(unit.entries.len());
         for (machine, entry) in &unit.entries {
@@ -89,9 +88,7 @@ impl LeaderSession {
         if unit.delete_desired.is_some() {
             ops.push(TxnOp::delete(desired_key.as_str(), None));
         }
-        if unit.delete_target.is_some() {
-            ops.push(TxnOp::delete(target_key.as_str(), None));
-        }
+        ops.push(TxnOp::delete(target_key.as_str(), None));
         Ok(self.fenced_txn("move unit to layout 2", &object_key, guards(), ops).await?.map(|r| revision_of(&r)))
     }
 

@@ -32,6 +32,8 @@ pub struct Tally {
     objects: BTreeSet<String>,
     /// Units with a scheduling target (a machine).
     targets: BTreeSet<String>,
+    /// Layout 2: unit → the machines whose schedule entry places it there (global units' entries aside).
+    placements: BTreeMap<String, BTreeSet<String>>,
     /// unit → machine → (load, active, sub) as the agent published it.
     states: BTreeMap<String, BTreeMap<String, (String, String, String)>>,
 }
@@ -70,6 +72,15 @@ impl Tally {
                     None => set.remove(*unit),
                 }
             }
+            ["machines", machine, "schedule", unit] if unit.starts_with(&self.instance_prefix) => {
+                let placed = value.is_some_and(|v| serde_json::from_slice::<Entry>(v).is_ok_and(|e| !e.global));
+                let machines = self.placements.entry(unit.to_string()).or_default();
+                let changed = if placed { machines.insert(machine.to_string()) } else { machines.remove(*machine) };
+                if machines.is_empty() {
+                    self.placements.remove(*unit);
+                }
+                changed
+            }
             ["states", unit, machine] if unit.starts_with(&self.instance_prefix) => match value {
                 Some(v) => {
                     let Ok(s) = serde_json::from_slice::<PublishedState>(v) else { return false };
@@ -96,12 +107,19 @@ impl Tally {
         };
         Counts {
             objects: self.objects.len(),
-            scheduled: self.targets.len(),
+            scheduled: self.targets.len() + self.placements.keys().filter(|u| !self.targets.contains(*u)).count(),
             loaded: self.states.values().filter(|m| any(m, &|s| s.0 == "loaded")).count(),
             running: self.states.values().filter(|m| any(m, &|s| s.1 == "active" && s.2 == "running")).count(),
             with_state: self.states.len(),
         }
     }
+}
+
+/// The part of a layout-2 schedule entry the bench reads.
+#[derive(Debug, Deserialize)]
+struct Entry {
+    #[serde(default)]
+    global: bool,
 }
 
 /// The part of a published unit state the bench reads.
@@ -416,6 +434,14 @@ mod tests {
         t.apply("states/t@1.service/m1", Some(RUNNING));
         assert!(t.apply("units/t@1.service/object", None));
         assert!(t.apply("units/t@1.service/target", None));
+        // Layout 2: a placement is a schedule entry; a global unit's entry places nothing.
+        assert!(t.apply("machines/m2/schedule/t@2.service", Some(br#"{"hash":"h","desired":"launched"}"#)));
+        assert!(
+            !t.apply("machines/m2/schedule/t@3.service", Some(br#"{"hash":"h","desired":"launched","global":true}"#))
+        );
+        assert_eq!(t.counts().scheduled, 1);
+        assert!(t.apply("machines/m2/schedule/t@2.service", None));
+        assert_eq!(t.counts().scheduled, 0);
         assert!(t.apply("states/t@1.service/m1", None));
         assert!(!t.apply("states/t@1.service/m1", None), "deleting what is gone changes nothing");
         assert_eq!(t.counts(), Counts::default());

@@ -46,7 +46,7 @@
 //!   unambiguously and `P/units/<name>/` is exactly one unit's range.
 //! * All writers use transactions where two writers could race (see the operation modules).
 //!
-//! **Layout 2** (issue 35; designed in docs/lab/scoped-views.md, read here, not yet written by any fleetd):
+//! **Layout 2** (issue 35; docs/lab/scoped-views.md; the engine switches a cluster to it once every fleetd runs it):
 //! everything a machine's agent needs lies under `P/machines/<id>/`, so it watches that one prefix instead of
 //! everything. A scheduled unit's `target` becomes the entry `P/machines/<id>/schedule/<name>`, which carries the
 //! version and desired state that machine must run (a rollout's pin and restart token already applied by the
@@ -61,7 +61,8 @@ use std::fmt;
 /// Prefix used when `etcd_key_prefix` is not configured.
 pub const DEFAULT_PREFIX: &str = "/_coreos.com/fleet/";
 
-/// Layout version this code reads and writes (value of `P/version`).
+/// Layout version a new cluster starts at (value of `P/version`); its engine switches it to layout 2 once every
+/// machine runs that (`crate::layout`).
 pub const LAYOUT_VERSION: u32 = 1;
 
 /// Builds and parses every registry key for one prefix. Cheap to clone.

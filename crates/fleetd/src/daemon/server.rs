@@ -353,7 +353,11 @@ impl Daemon {
 
     /// Re-publishes this machine's state under a carried registration (metadata may have changed).
     async fn refresh(&self, registered: Registered) -> Option<Registered> {
-        match registered.session.register_machine(&self.local_state(), registered.presence.id()).await {
+        match registered
+            .session
+            .register_machine_running(&self.local_state(), registered.presence.id(), &fleet_core::layout::RUNS)
+            .await
+        {
             Ok(_) => Some(registered),
             Err(err) => {
                 tracing::warn!(error = %err, "keeping the registration across the reload failed; registering again");
@@ -407,7 +411,8 @@ impl Daemon {
             },
             None => LeaseKeeper::grant(&registry, ttl).await?,
         };
-        let mut result = registry.register_machine(&self.local_state(), presence.id()).await;
+        let mut result =
+            registry.register_machine_running(&self.local_state(), presence.id(), &fleet_core::layout::RUNS).await;
         if let Err(RegistryError::DuplicateMachine { lease, .. }) = &result
             && Some(*lease) == self.previous_presence
         {
@@ -416,7 +421,8 @@ impl Daemon {
             if let Err(err) = registry.revoke_lease(*lease).await {
                 tracing::warn!(error = %err, "revoking the previous presence lease failed");
             }
-            result = registry.register_machine(&self.local_state(), presence.id()).await;
+            result =
+                registry.register_machine_running(&self.local_state(), presence.id(), &fleet_core::layout::RUNS).await;
         }
         match result.and_then(|_| AgentSession::new(registry.clone(), &self.machine_id, presence.id())) {
             Ok(session) => {
