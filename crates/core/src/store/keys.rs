@@ -24,7 +24,7 @@
 //! | `P/rollouts/<id>/spec` | JSON `rollout::RolloutSpec` | — | API (create-if-absent, with the new unit versions in the same txn) | all |
 //! | `P/rollouts/<id>/control` | JSON `rollout::Control` | — | API (pause / resume / abort) | engine, API |
 //! | `P/rollouts/<id>/progress` | JSON `rollout::RolloutProgress` | — | engine leader (CAS on its mod revision, fenced to the leader key) | all |
-//! | `P/machines/<id>/schedule/<name>` | JSON `records::ScheduleEntry` `{"hash","desired","restart"?,"noRestart"?,"global"?}`: what machine `<id>` must run of the unit (layout 2, see below) | — | engine leader (fenced) | the agent of `<id>`, engine, API |
+//! | `P/machines/<id>/schedule/<name>` | JSON `records::ScheduleEntry` `{"hash","desired","restart"?,"noRestart"?,"global"?}`: what machine `<id>` must run of the unit (layout 2, see below) | — | engine leader (fenced); API deletes a unit's placements with its destroy or reschedule | the agent of `<id>`, engine, API |
 //! | `P/machines/<id>/drained` | JSON `model::GlobalUnits` `{"units"}`: the units a drain keeps stopped there (layout 2) | — | engine leader | the agent of `<id>` |
 //! | `P/audit/<ms>-<suffix>` | JSON `audit::AuditRecord`: one write request; `<ms>` 20 zero-padded digits, so keys sort by time | — | API (after answering a write) / fleetctl etcd driver (create-if-absent); engine leader trims (fenced range deletes) | API `GET /audit`, fleetctl (read on demand; not in the snapshot) |
 //!
