@@ -61,6 +61,14 @@ pub fn fleet_service() -> String {
     )
 }
 
+/// Where [`crate::Machine::upgrade_fleetd`] copies a new fleetd binary into a machine.
+pub const UPGRADED_FLEETD_PATH: &str = "/usr/local/lib/fleet/fleetd";
+
+/// The drop-in that points `fleet.service` at an upgraded binary ([`UPGRADED_FLEETD_PATH`]).
+pub fn upgraded_fleet_service() -> String {
+    format!("[Service]\nExecStart=\nExecStart={UPGRADED_FLEETD_PATH} -config {CONF_PATH}\n")
+}
+
 /// fleetd's allocator settings, the same in the package's `fleet.service`: no per-thread caches or fast bins, so
 /// freed blocks are merged and trimmed rather than held (git history of docs/bench.md at 58f0c3f, "fleetd under 10 MiB").
 pub const FLEETD_ALLOCATOR_TUNABLES: &str = "GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.mxfast=0";

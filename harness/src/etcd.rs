@@ -318,6 +318,16 @@ impl Etcd {
         Ok((!out.stdout.is_empty()).then(|| value.to_string()))
     }
 
+    /// Every key under `prefix` (`etcdctl get --prefix --keys-only`), in key order.
+    pub async fn keys_with_prefix(&self, prefix: &str) -> Result<Vec<String>, EtcdError> {
+        let out = self.etcdctl(&["get", "--prefix", "--keys-only", prefix]).await?;
+        if !out.success() {
+            let cause = format!("get --prefix {prefix}: {}", out.describe());
+            return Err(EtcdError::Status { name: self.name.clone(), cause });
+        }
+        Ok(out.stdout.lines().filter(|l| !l.is_empty()).map(String::from).collect())
+    }
+
     /// `etcdctl` inside the container against this member only, with `args` after the connection flags.
     pub(crate) async fn etcdctl(&self, args: &[&str]) -> Result<Output, EtcdError> {
         self.etcdctl_within("2s", args).await

@@ -341,6 +341,20 @@ impl Machine {
         self.exec_ok(&["sh", "-c", script, "sh", path, contents]).await.map(drop)
     }
 
+    /// Upgrades the machine's fleetd as an operator would: the binary at `host_binary` is copied into the machine
+    /// ([`config::UPGRADED_FLEETD_PATH`]), `fleet.service` is pointed at it (a drop-in), and `systemctl restart
+    /// fleet.service` hands the units over to the new process (docs/fleetd.md). Returns once its API answers.
+    pub async fn upgrade_fleetd(&self, host_binary: &std::path::Path) -> Result<(), MachineError> {
+        let dir = std::path::Path::new(config::UPGRADED_FLEETD_PATH).parent().map(|d| d.display().to_string());
+        self.exec_ok(&["mkdir", "-p", &dir.unwrap_or_else(|| "/".into())]).await?;
+        let source = host_binary.display().to_string();
+        let dest = format!("{}:{}", self.spec.container_name, config::UPGRADED_FLEETD_PATH);
+        docker::run(&["cp", &source, &dest]).await.map_err(self.docker_err())?;
+        self.write_file("/etc/systemd/system/fleet.service.d/upgrade.conf", &config::upgraded_fleet_service()).await?;
+        self.exec_ok(&["sh", "-c", "systemctl daemon-reload && systemctl restart fleet.service"]).await?;
+        self.wait_api(WaitOptions::secs(60)).await
+    }
+
     /// `systemctl is-system-running` (e.g. `running`, `starting`, `degraded`; `offline` when unreachable).
     pub async fn system_state(&self) -> Result<String, MachineError> {
         let out = self.exec(&["systemctl", "is-system-running"]).await?;
