@@ -4,12 +4,12 @@
 
 use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp};
 
-use super::Registry;
 use super::error::{RegistryError, Result};
 use super::keys::{Component, check_component};
 use super::records::{UnitObject, encode_json};
 use super::roles::{AgentSession, ApiWriter, LeaderSession};
 use super::snapshot::Snapshot;
+use super::{MAX_TXN_OPS, Registry};
 use fleet_core::rollout::{Control, Move, RolloutKind, RolloutProgress, RolloutSpec, RolloutUnit};
 use fleet_core::store::Cordon;
 
@@ -178,6 +178,23 @@ impl LeaderSession {
         roll_back: &[RolloutUnit],
         moves: &[Move],
     ) -> Result<Option<i64>> {
+        let none = fleet_core::scheduler::entries::EntryChanges::default();
+        self.write_rollout_progress_with_entries(view, id, progress, roll_back, moves, &none).await
+    }
+
+    /// [`LeaderSession::write_rollout_progress`] with layout 2's schedule entries that the progress changes
+    /// (`scheduler::entries::entry_changes_of_units`: a released step's version or restart token) in the same
+    /// transaction, each unit's under its guard, so a machine sees its step in the revision that releases it.
+    /// Entries that would not fit the transaction are left out (the engine's next pass writes them).
+    pub async fn write_rollout_progress_with_entries(
+        &self,
+        view: &Snapshot,
+        id: &str,
+        progress: &RolloutProgress,
+        roll_back: &[RolloutUnit],
+        moves: &[Move],
+        entries: &fleet_core::scheduler::entries::EntryChanges,
+    ) -> Result<Option<i64>> {
         check_component(Component::RolloutId, id)?;
         let k = &self.keys;
         let revision = view.rollout_records().get(id).map_or(0, |r| r.progress_revision);
@@ -235,6 +252,29 @@ impl LeaderSession {
             let target = k.unit_target(&m.unit);
             compares.push(Compare::value(target.as_str(), CompareOp::Equal, m.from.as_str()));
             ops.push(TxnOp::put(target.as_str(), m.to.as_str(), None));
+        }
+        // Fence (2), guards and entries must fit etcd's limits beside what is already there.
+        let entry_ops = entries.put.len() + entries.delete.len();
+        if entry_ops > 0
+            && ops.len() + entry_ops <= MAX_TXN_OPS
+            && compares.len() + 2 + entries.guards.len() + entries.while_absent.len() <= MAX_TXN_OPS
+        {
+            for (machine, unit, entry) in &entries.put {
+                check_component(Component::MachineId, machine)?;
+                check_component(Component::UnitName, unit)?;
+                ops.push(TxnOp::put(k.schedule_entry(machine, unit), encode_json(entry), None));
+            }
+            for (machine, unit) in &entries.delete {
+                check_component(Component::MachineId, machine)?;
+                check_component(Component::UnitName, unit)?;
+                ops.push(TxnOp::delete(k.schedule_entry(machine, unit), None));
+            }
+            for (unit, revision) in &entries.guards {
+                compares.push(Compare::mod_revision(k.unit_object(unit), CompareOp::Equal, *revision));
+            }
+            for (machine, _) in &entries.while_absent {
+                compares.push(Compare::version(k.machine_object(machine), CompareOp::Equal, 0));
+            }
         }
         let written = self.fenced_txn("write rollout progress", &key, compares, ops).await?;
         Ok(written.map(|resp| resp.header().map_or(0, |h| h.revision())))

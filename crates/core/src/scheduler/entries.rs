@@ -111,9 +111,32 @@ pub fn entry_changes_placing(
     is_global: impl Fn(&UnitView<'_>) -> Option<bool>,
     placed: &Placed,
 ) -> EntryChanges {
+    changes_where(snapshot, rollouts, is_global, placed, |_| true)
+}
+
+/// [`entry_changes`] of `units` alone, as they will read once `rollouts` are stored (a rollout's new progress): what
+/// the engine writes in the transaction that stores the progress, so a machine sees the step it is released for in
+/// the same revision as the progress. Whether a unit is global is read off its stored entries (a unit in a rollout
+/// has them); a unit without entries is left to the engine's pass.
+pub fn entry_changes_of_units(snapshot: &Snapshot, rollouts: &[Rollout], units: &BTreeSet<&str>) -> EntryChanges {
+    let is_global = |u: &UnitView<'_>| {
+        let entries = snapshot.unit_record(u.name)?.entries();
+        let first = entries.values().next()?;
+        Some(first.global)
+    };
+    changes_where(snapshot, rollouts, is_global, &Placed::default(), |name| units.contains(name))
+}
+
+fn changes_where(
+    snapshot: &Snapshot,
+    rollouts: &[Rollout],
+    is_global: impl Fn(&UnitView<'_>) -> Option<bool>,
+    placed: &Placed,
+    wanted_unit: impl Fn(&str) -> bool,
+) -> EntryChanges {
     let machines: Vec<String> = snapshot.machines().map(|m| m.id).collect();
     let mut changes = EntryChanges { while_absent: placed.while_absent.clone(), ..EntryChanges::default() };
-    for (name, record) in snapshot.unit_records() {
+    for (name, record) in snapshot.unit_records().iter().filter(|(name, _)| wanted_unit(name)) {
         let stored = record.entries();
         let Some(view) = snapshot.unit(name) else {
             if record.object().is_none() {
@@ -297,6 +320,37 @@ mod tests {
             ["a.service", "b.service"].iter().map(|u| b.snap.unit_record(u).unwrap().object_revision()).collect();
         assert_eq!(c.guards.values().copied().collect::<Vec<_>>(), revisions, "each unit under its object's revision");
         assert!(revisions.iter().all(|r| *r > 0));
+    }
+
+    /// The entries a rollout's new progress changes, for its units alone: the machine its step releases gets the
+    /// new version, the one still pending keeps the old; a unit outside the set is left alone.
+    #[test]
+    fn a_released_step_changes_its_machines_entry_with_the_progress() {
+        use crate::rollout::{Phase, RolloutProgress, Step};
+        let b = machine(machine(Build::new(), "m1"), "m2").unit("g.service", H1, None, "launched").unit(
+            "g.service",
+            H2,
+            Some(H1),
+            "launched",
+        );
+        let b = b.unit("other.service", H2, None, "launched");
+        let mut pin = entry(H1, JobState::Launched);
+        pin.global = true;
+        let b = stored(stored(b, "m1", "g.service", &pin), "m2", "g.service", &pin);
+        let b = stored(b, "m1", "other.service", &entry(H1, JobState::Launched));
+        let mut rollout = replace("g.service");
+        let step = |m: &str, phase: Phase| Step { phase, ..Step::pending("g.service", m) };
+        rollout.progress = Some(RolloutProgress {
+            steps: vec![step("m1", Phase::Updating), step("m2", Phase::Pending)],
+            ..Default::default()
+        });
+        let units: BTreeSet<&str> = ["g.service"].into();
+        let c = entry_changes_of_units(&b.snap, &[rollout], &units);
+        let mut released = entry(H2, JobState::Launched);
+        released.global = true;
+        assert_eq!(c.put, [("m1".to_string(), "g.service".to_string(), released)], "m2 still pending keeps H1");
+        assert!(c.delete.is_empty());
+        assert_eq!(c.guards.keys().collect::<Vec<_>>(), ["g.service"], "other.service is not in the rollout");
     }
 
     #[test]

@@ -21,6 +21,7 @@ use std::collections::BTreeSet;
 use fleet_core::model::JobState;
 use fleet_core::rollout::{self, Phase, Rollout, RolloutKind, RolloutProgress, RolloutState};
 use fleet_core::scheduler::catalog::UnitCatalog;
+use fleet_core::scheduler::entries::{EntryChanges, entry_changes_of_units};
 use fleet_core::scheduler::{ScheduleInput, drain, rebalance};
 use fleet_registry::{LeaderSession, RegistryError, Snapshot, SnapshotCluster};
 
@@ -95,7 +96,11 @@ pub async fn drive(registry: &LeaderSession, view: &Snapshot, catalog: &mut Unit
             continue;
         }
         let progress = &advanced.progress;
-        match registry.write_rollout_progress(view, id, progress, &advanced.roll_back, &moves).await {
+        let entries = entries_with(view, &current, &advanced);
+        match registry
+            .write_rollout_progress_with_entries(view, id, progress, &advanced.roll_back, &moves, &entries)
+            .await
+        {
             Ok(Some(revision)) => {
                 written_revision = Some(written_revision.map_or(revision, |r| r.max(revision)));
                 let counts = rollout::phase_counts(progress);
@@ -117,6 +122,25 @@ pub async fn drive(registry: &LeaderSession, view: &Snapshot, catalog: &mut Unit
     }
     collect_finished(registry, view).await;
     Driven { wake_at_ms: wake, written_revision }
+}
+
+/// Layout 2: the schedule entries that `advanced` changes for the units of a replace or restart (a released step's
+/// version, a restart token), to store with its progress. Units it rolls back are left to the engine's pass (their
+/// objects change in the same transaction); a rebalance's or drain's moves carry their entries themselves.
+fn entries_with(view: &Snapshot, current: &Rollout, advanced: &rollout::Advanced) -> EntryChanges {
+    if view.layout_version() != Some(fleet_core::layout::LAYOUT_2)
+        || !matches!(current.spec.kind, RolloutKind::Replace | RolloutKind::Restart)
+    {
+        return EntryChanges::default();
+    }
+    let mut after = view.rollouts();
+    if let Some(r) = after.iter_mut().find(|r| r.spec.id == current.spec.id) {
+        r.progress = Some(advanced.progress.clone());
+    }
+    let rolled: BTreeSet<&str> = advanced.roll_back.iter().map(|u| u.name.as_str()).collect();
+    let units: BTreeSet<&str> =
+        current.spec.units.iter().map(|u| u.name.as_str()).filter(|u| !rolled.contains(u)).collect();
+    entry_changes_of_units(view, &after, &units)
 }
 
 /// Units in a rollout that is not final, other than a rebalance or drain: a rebalance leaves them where they are, a

@@ -1599,3 +1599,46 @@ async fn a_rollout_moves_a_placement_entry_in_layout_2() {
     assert_eq!(on(&snap3, "b.service").as_deref(), Some("m1"));
     assert!(snap3.rollout_records().get("r2").is_none() && snap3.rollout_records().get("r3").is_none());
 }
+
+/// Layout 2 (issue 35): a rollout's progress and the entries it changes are one transaction: the entry of the
+/// machine a step releases is written in the revision of the progress, and a unit replaced since the view makes
+/// neither be written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollouts_progress_carries_the_entries_it_changes() {
+    use fleet_core::rollout::RolloutProgress;
+    use fleet_core::scheduler::entries::EntryChanges;
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/progress-entries").await;
+    let mut kv = reg.client().kv_client();
+    let keys = reg.keys().clone();
+    let (v1, v2) = (version("[Service]\nExecStart=/bin/true\n"), version("[Service]\nExecStart=/bin/false\n"));
+    api(&reg).create_unit(&put("a.service", &v1, JobState::Launched)).await.unwrap();
+    kv.put(keys.layout_version(), "2", None).await.unwrap();
+    let pinned = format!(r#"{{"hash":"{}","desired":"launched"}}"#, v1.hash);
+    kv.put(keys.schedule_entry("m1", "a.service"), pinned, None).await.unwrap();
+    let (leader, _lease) = lead(&reg, "m9").await;
+    let refl = connected(&reg).await;
+    let snap = refl.sync(WAIT).await.unwrap();
+    let mut released = snap.unit_record("a.service").unwrap().entries().get("m1").unwrap().clone();
+    released.hash = v2.hash.as_str().into();
+    let mut entries = EntryChanges {
+        put: vec![("m1".to_string(), "a.service".to_string(), released.clone())],
+        ..EntryChanges::default()
+    };
+    entries.guards.insert("a.service".to_string(), snap.unit_record("a.service").unwrap().object_revision());
+    let progress = RolloutProgress::default();
+    let revision = leader
+        .write_rollout_progress_with_entries(&snap, "r1", &progress, &[], &[], &entries)
+        .await
+        .unwrap()
+        .expect("written");
+    let after = refl.wait_for_revision(revision, WAIT).await.unwrap();
+    assert_eq!(after.unit_record("a.service").unwrap().entries().get("m1"), Some(&released));
+    assert!(after.rollout_records().contains_key("r1"), "the progress in the same revision");
+
+    // Replaced since `snap`: the guard fails, and the progress is not written either.
+    api(&reg).put_unit(&put("a.service", &v2, JobState::Launched)).await.unwrap();
+    let written = leader.write_rollout_progress_with_entries(&snap, "r2", &progress, &[], &[], &entries).await.unwrap();
+    assert_eq!(written, None);
+    assert!(!refl.sync(WAIT).await.unwrap().rollout_records().contains_key("r2"));
+}
