@@ -53,6 +53,7 @@ fn old_binaries() -> PathBuf {
         let shared = PathBuf::from("/var/lib/fleet-harness/old-builds");
         if std::fs::create_dir_all(&shared).is_ok() { shared } else { workspace().join("target/old-builds") }
     });
+    let root = std::path::absolute(&root).expect("the old builds' directory as an absolute path");
     let bin = root.join(OLD_COMMIT);
     if bin.join("fleetd").is_file() && bin.join("fleetctl").is_file() {
         return bin;
