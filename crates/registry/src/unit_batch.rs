@@ -62,10 +62,7 @@ impl ApiWriter {
             };
             for (&index, op) in chunk.iter().zip(resp.op_responses()) {
                 let unit = &units[index];
-                let kv = match op {
-                    TxnOpResponse::Get(g) => g.kvs().first().map(|kv| (kv.value().to_vec(), kv.mod_revision())),
-                    _ => None,
-                };
+                let kv = got(op);
                 let key = self.keys.unit_object(unit.name);
                 // An unreadable object is replaced (with no previous hash), as `put_unit` does.
                 let old = kv.as_ref().and_then(|(raw, _)| decode_json::<UnitObject>(&key, "unit object", raw).ok());
@@ -205,10 +202,7 @@ impl ApiWriter {
                 continue;
             };
             for (&(i, name), op) in chunk.iter().zip(resp.op_responses()) {
-                let kv = match op {
-                    TxnOpResponse::Get(g) => g.kvs().first().map(|kv| (kv.value().to_vec(), kv.mod_revision())),
-                    _ => None,
-                };
+                let kv = got(op);
                 let key = self.keys.unit_object(name);
                 match kv.map(|(raw, revision)| (decode_json::<UnitObject>(&key, "unit object", &raw), revision)) {
                     None => results[i] = Some(Err(super::RegistryError::UnitNotFound { unit: name.to_string() })),
@@ -315,6 +309,14 @@ impl ApiWriter {
             }
         }
         results.into_iter().map(|r| r.expect("every unit is checked or destroyed")).collect()
+    }
+}
+
+/// The value and mod revision a transaction's get found (`None`: the key is absent).
+fn got(op: TxnOpResponse) -> Option<(Vec<u8>, i64)> {
+    match op {
+        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| (kv.value().to_vec(), kv.mod_revision())),
+        _ => None,
     }
 }
 

@@ -152,9 +152,7 @@ impl ApiWriter {
             ops.push(TxnOp::put(k.unit_object(unit.name), encode_json(&object), None));
             ops.push(TxnOp::delete(k.unit_desired(unit.name), None));
             if unit.reschedule {
-                for machine in self.placements(unit.name).iter().take(MAX_PLACEMENTS_DELETED) {
-                    ops.push(TxnOp::delete(k.schedule_entry(machine, unit.name), None));
-                }
+                ops.extend(self.placement_deletes(unit.name));
             }
         } else {
             ops.push(TxnOp::put(k.unit_object(unit.name), encode_json(&object), None));

@@ -65,6 +65,8 @@ pub async fn drive(registry: &LeaderSession, view: &Snapshot, catalog: &mut Unit
     let cluster = SnapshotCluster(view);
     let mut wake: Option<u64> = None;
     let mut written_revision: Option<i64> = None;
+    // Layout 2: every rollout once, for the entries each progress changes.
+    let all = (view.layout_version() == Some(fleet_core::layout::LAYOUT_2)).then(|| view.rollouts());
     for (id, record) in view.rollout_records() {
         let Some(stored) = record.rollout() else { continue };
         if stored.state().is_final() {
@@ -96,7 +98,8 @@ pub async fn drive(registry: &LeaderSession, view: &Snapshot, catalog: &mut Unit
             continue;
         }
         let progress = &advanced.progress;
-        let entries = entries_with(view, &current, &advanced);
+        let entries =
+            all.as_deref().map_or_else(EntryChanges::default, |all| entries_with(view, all, &current, &advanced));
         match registry
             .write_rollout_progress_with_entries(view, id, progress, &advanced.roll_back, &moves, &entries)
             .await
@@ -124,16 +127,14 @@ pub async fn drive(registry: &LeaderSession, view: &Snapshot, catalog: &mut Unit
     Driven { wake_at_ms: wake, written_revision }
 }
 
-/// Layout 2: the schedule entries that `advanced` changes for the units of a replace or restart (a released step's
+/// Layout 2 (`all`: the view's rollouts): the schedule entries that `advanced` changes for the units of a replace or restart (a released step's
 /// version, a restart token), to store with its progress. Units it rolls back are left to the engine's pass (their
 /// objects change in the same transaction); a rebalance's or drain's moves carry their entries themselves.
-fn entries_with(view: &Snapshot, current: &Rollout, advanced: &rollout::Advanced) -> EntryChanges {
-    if view.layout_version() != Some(fleet_core::layout::LAYOUT_2)
-        || !matches!(current.spec.kind, RolloutKind::Replace | RolloutKind::Restart)
-    {
+fn entries_with(view: &Snapshot, all: &[Rollout], current: &Rollout, advanced: &rollout::Advanced) -> EntryChanges {
+    if !matches!(current.spec.kind, RolloutKind::Replace | RolloutKind::Restart) {
         return EntryChanges::default();
     }
-    let mut after = view.rollouts();
+    let mut after = all.to_vec();
     if let Some(r) = after.iter_mut().find(|r| r.spec.id == current.spec.id) {
         r.progress = Some(advanced.progress.clone());
     }
