@@ -45,6 +45,13 @@ pub const FLEET_CONF: &[(&str, &str, &str)] = &[
         "When this machine's engine leads: when a machine joins or returns, move unpinned units towards an even \
          spread, as a rebalance rollout (see fleetctl rebalance).",
     ),
+    (
+        "full_view",
+        "false",
+        "Keep a full view of the registry always (a machine fleetctl and the cluster page talk to). Without it, once \
+         the cluster is at registry layout 2, this fleetd holds one only while its engine leads or its API is in \
+         use (dropped a minute after the last request).",
+    ),
     ("disable_watches", "false", "Poll etcd instead of watching it."),
     ("verify_units", "false", "No longer supported: ignored with a warning."),
     ("authorized_keys_file", "", "No longer supported: ignored with a warning."),

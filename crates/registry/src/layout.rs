@@ -5,6 +5,7 @@
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 
 use fleet_core::layout::UnitMove;
+use fleet_core::model::GlobalUnits;
 
 use super::MAX_TXN_OPS;
 use super::Registry;
@@ -90,6 +91,18 @@ impl LeaderSession {
         }
         ops.push(TxnOp::delete(target_key.as_str(), None));
         Ok(self.fenced_txn("move unit to layout 2", &object_key, guards(), ops).await?.map(|r| revision_of(&r)))
+    }
+
+    /// Layout 2: writes machine `machine`'s `drained` key (the units drains keep stopped there, for its scoped
+    /// agent), or deletes it (`None`), fenced. The write's revision, `None` if the fence's compares failed.
+    pub async fn write_drained(&self, machine: &str, units: Option<&GlobalUnits>) -> Result<Option<i64>> {
+        check_component(Component::MachineId, machine)?;
+        let key = self.keys.machine_drained(machine);
+        let op = match units {
+            Some(units) => TxnOp::put(key.as_str(), encode_json(units), None),
+            None => TxnOp::delete(key.as_str(), None),
+        };
+        Ok(self.fenced_txn("write drained units", &key, Vec::new(), vec![op]).await?.map(|r| revision_of(&r)))
     }
 
     /// Switches the cluster's layout from `from` to `to` (`P/version`), fenced, only while it still reads `from`:

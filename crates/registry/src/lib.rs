@@ -52,12 +52,14 @@ use fleet_core::store::{batch, keys, records, snapshot};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
+
 pub use audit::{ReadRecord, Trimmed};
 pub use engine::{Campaign, EngineVersionCheck, LeaderFence};
 pub use error::{NO_SPACE, RegistryError, Result};
 pub use lease::{LeaseKeeper, LeaseStatus};
 pub use machines::Registration;
-pub use reflector::Reflector;
+pub use reflector::{OwnWrites, Reflector};
 pub use roles::{AgentSession, ApiWriter, LeaderSession};
 pub use rollouts::RolloutBody;
 pub use states::{MAX_STATE_WRITES_PER_TXN, StateWrite};
@@ -65,6 +67,9 @@ pub use units::{
     Destroyed, EntriesWritten, MAX_ENTRIES_PER_TXN, MAX_MARKERS_PER_TXN, MAX_PLACEMENTS_PER_TXN, PlacementWrite,
     PutUnit, UnitWrite,
 };
+
+/// Reads of a machine's own keys in flight at once (`Registry::read_own_keys`).
+const OWN_KEY_READS: usize = 16;
 
 /// Keys per page when listing the prefix.
 pub const LIST_PAGE: i64 = 1000;
@@ -242,6 +247,16 @@ impl Registry {
         Ok(snapshot)
     }
 
+    /// The engine's keys (`P/engine/`: leader, engine version) at one revision, connected: a non-leading engine's
+    /// view.
+    pub async fn read_engine_snapshot(&self) -> Result<Snapshot> {
+        let mut snapshot = Snapshot::default();
+        let revision = self.read_range_into(&mut snapshot, &self.keys.engine_dir(), 0).await?;
+        snapshot.set_revision(revision);
+        snapshot.set_connected(true);
+        Ok(snapshot)
+    }
+
     /// A view scoped to `machine` (layout 2): every key under `P/machines/<machine>/` and the bodies its entries
     /// name, at one revision, connected.
     pub async fn read_machine_snapshot(&self, machine: &str) -> Result<Snapshot> {
@@ -252,6 +267,46 @@ impl Registry {
         self.fetch_missing_bodies(&mut snapshot).await?;
         snapshot.set_connected(true);
         Ok(snapshot)
+    }
+
+    /// Reads into a scoped `snapshot` this machine's own keys outside its prefix: those bound to its presence lease
+    /// `lease` (unit states, launched and restarted markers). etcd names them (a lease's keys), so the read costs
+    /// what the machine holds, not what the cluster does. Returns the revision the names were read at: a write of
+    /// them noted after the read with a revision up to it is already here (`reflector::OwnWrite`).
+    pub(crate) async fn read_own_keys(&self, snapshot: &mut Snapshot, lease: i64) -> Result<i64> {
+        let options = etcd_client::LeaseTimeToLiveOptions::new().with_keys();
+        let resp = self
+            .leases()
+            .time_to_live(lease, Some(options))
+            .await
+            .map_err(RegistryError::etcd("lease time-to-live", format!("lease {lease:x}")))?;
+        let at = resp.header().map_or(0, |h| h.revision());
+        let scope = snapshot.scope().map(|m| self.keys.machine_dir(m));
+        let names: Vec<Vec<u8>> = resp
+            .keys()
+            .iter()
+            .filter(|key| scope.as_ref().is_none_or(|dir| !key.starts_with(dir.as_bytes())))
+            .cloned()
+            .collect();
+        let kv = self.client.kv_client().max_decoding_message_size(MAX_MESSAGE);
+        let reads = futures::stream::iter(names)
+            .map(|key| {
+                let mut kv = kv.clone();
+                async move {
+                    let options = etcd_client::GetOptions::new().with_revision(at);
+                    let shown = String::from_utf8_lossy(&key).into_owned();
+                    kv.get(key, Some(options)).await.map_err(RegistryError::etcd("get", shown))
+                }
+            })
+            .buffer_unordered(OWN_KEY_READS);
+        let responses: Vec<etcd_client::GetResponse> = futures::TryStreamExt::try_collect(reads).await?;
+        for resp in &responses {
+            for kv in resp.kvs() {
+                let change = Change::Put { value: kv.value(), mod_revision: kv.mod_revision(), lease: kv.lease() };
+                snapshot.apply(&self.keys, kv.key(), change);
+            }
+        }
+        Ok(at)
     }
 
     /// Reads into `snapshot` the bodies its schedule entries name that it does not hold. Bodies never change under

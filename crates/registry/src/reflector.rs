@@ -1,6 +1,7 @@
 //! [`Reflector`]: keeps an in-memory [`Snapshot`] of the whole prefix current by listing once and then watching;
 //! or, scoped to one machine ([`Reflector::start_scoped`], layout 2), of that machine's prefix only, with the bodies
-//! its entries name fetched before each snapshot is published.
+//! its entries name fetched before each snapshot is published, and the machine's own lease-bound keys (states,
+//! markers: outside that prefix) read at each list and then kept current from its own writes ([`OwnWrites`]).
 //!
 //! The shape of kube-rs' watcher → reflector: one range GET of the prefix at revision R, then a prefix watch from
 //! R+1, applying events to the snapshot and publishing it through a `tokio::sync::watch` channel, so the engine,
@@ -24,7 +25,7 @@ use std::time::Duration;
 
 use etcd_client::{EventType, WatchOptions};
 use futures::FutureExt;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
@@ -37,11 +38,41 @@ const MAX_BATCH: usize = 256;
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
+/// A write of one of a machine's own lease-bound keys (its unit states, launched and restarted markers), as etcd
+/// took it. A scoped view does not watch these keys (they lie under `P/states/` and `P/units/`, beside every other
+/// machine's); the machine's agent is their only writer and they vanish only with its lease, which ends the view
+/// too, so the view reads them when it lists and then applies what the agent's session reports it wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OwnWrite {
+    pub key: String,
+    /// `None`: deleted.
+    pub value: Option<Vec<u8>>,
+    /// The revision of the write.
+    pub revision: i64,
+    pub lease: i64,
+}
+
+/// Where an [`crate::AgentSession`] reports its own writes to the scoped view of its machine
+/// ([`Reflector::own_writes`]).
+#[derive(Debug, Clone)]
+pub struct OwnWrites(mpsc::UnboundedSender<Vec<OwnWrite>>);
+
+impl OwnWrites {
+    /// Hands `writes` to the view; a view that is gone needs none.
+    pub(crate) fn note(&self, writes: Vec<OwnWrite>) {
+        if !writes.is_empty() {
+            let _ = self.0.send(writes);
+        }
+    }
+}
+
 /// A background list+watch of the registry. Dropping it stops the watch.
 #[derive(Debug)]
 pub struct Reflector {
     registry: Registry,
     rx: watch::Receiver<Arc<Snapshot>>,
+    /// A scoped view's intake of its machine's own writes.
+    own: Option<OwnWrites>,
     /// The highest revision a caller of [`Reflector::wait_for_revision`] asked for.
     wanted: watch::Sender<i64>,
     task: JoinHandle<()>,
@@ -51,29 +82,52 @@ impl Reflector {
     /// Starts listing and watching in a background task. The first snapshot is empty and disconnected; wait with
     /// [`Reflector::wait_connected`] or [`Reflector::wait_for`] before relying on it.
     pub fn start(registry: &Registry) -> Reflector {
-        Reflector::spawn(registry, None, None)
+        Reflector::spawn(registry, Scope::Full, None)
     }
 
     /// Starts from an earlier snapshot (e.g. one a component kept across a restart of its reflector): watches from
     /// its revision instead of listing everything again, and falls back to a full list if etcd has compacted that
-    /// revision away. A scoped snapshot resumes scoped.
+    /// revision away. Full views only.
     pub fn resume(registry: &Registry, snapshot: Snapshot) -> Reflector {
-        let scope = snapshot.scope().map(str::to_string);
-        Reflector::spawn(registry, scope, Some(snapshot))
+        Reflector::spawn(registry, Scope::Full, Some(snapshot))
     }
 
     /// A view scoped to `machine` (layout 2, docs/lab/scoped-views.md): it lists and watches `P/machines/<machine>/`
-    /// alone, and every snapshot it publishes holds the bodies that prefix's entries name.
-    pub fn start_scoped(registry: &Registry, machine: &str) -> Reflector {
-        Reflector::spawn(registry, Some(machine.to_string()), None)
+    /// alone, and every snapshot it publishes holds the bodies that prefix's entries name, and the keys bound to the
+    /// machine's presence lease `lease` (read at each list, then kept current by the writes its agent's session
+    /// reports: [`Reflector::own_writes`]).
+    pub fn start_scoped(registry: &Registry, machine: &str, lease: i64) -> Reflector {
+        Reflector::spawn(registry, Scope::Machine { machine: machine.to_string(), lease }, None)
     }
 
-    fn spawn(registry: &Registry, scope: Option<String>, resume_from: Option<Snapshot>) -> Reflector {
-        let first = scope.as_deref().map_or_else(Snapshot::default, Snapshot::scoped);
+    /// A view of the engine's keys alone (`P/engine/`: the leader and the cluster's engine version), for an engine
+    /// that does not lead: what its election needs, and nothing it would pay a watch event for.
+    pub fn start_engine_keys(registry: &Registry) -> Reflector {
+        Reflector::spawn(registry, Scope::Engine, None)
+    }
+
+    fn spawn(registry: &Registry, scope: Scope, resume_from: Option<Snapshot>) -> Reflector {
+        let first = match &scope {
+            Scope::Machine { machine, .. } => Snapshot::scoped(machine),
+            Scope::Full | Scope::Engine => Snapshot::default(),
+        };
         let (tx, rx) = watch::channel(Arc::new(first));
         let (wanted, wanted_rx) = watch::channel(0);
-        let task = tokio::spawn(run(registry.clone(), scope, tx, wanted_rx, resume_from));
-        Reflector { registry: registry.clone(), rx, wanted, task }
+        let (own, own_rx) = match scope {
+            Scope::Machine { .. } => {
+                let (own, own_rx) = mpsc::unbounded_channel();
+                (Some(OwnWrites(own)), Some(own_rx))
+            }
+            Scope::Full | Scope::Engine => (None, None),
+        };
+        let task = tokio::spawn(run(registry.clone(), scope, tx, wanted_rx, resume_from, own_rx));
+        Reflector { registry: registry.clone(), rx, own, wanted, task }
+    }
+
+    /// Where the agent's session of a scoped view reports its own writes (`AgentSession::with_own_writes`); `None`
+    /// for a full view, which watches those keys.
+    pub fn own_writes(&self) -> Option<OwnWrites> {
+        self.own.clone()
     }
 
     /// A receiver that is notified on every published snapshot (cheap `Arc` clones; `borrow()` it, or clone the
@@ -167,6 +221,17 @@ fn describe(s: &Snapshot) -> String {
     )
 }
 
+/// What a reflector lists and watches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Scope {
+    /// The whole prefix.
+    Full,
+    /// One machine's prefix, its bodies and its lease-bound keys ([`Reflector::start_scoped`]).
+    Machine { machine: String, lease: i64 },
+    /// `P/engine/` ([`Reflector::start_engine_keys`]).
+    Engine,
+}
+
 /// Why one list+watch round ended.
 enum End {
     /// The watch needs a revision etcd no longer has: re-list at once.
@@ -177,15 +242,16 @@ enum End {
 
 async fn run(
     registry: Registry,
-    scope: Option<String>,
+    scope: Scope,
     tx: watch::Sender<Arc<Snapshot>>,
     mut wanted: watch::Receiver<i64>,
     mut resume_from: Option<Snapshot>,
+    mut own: Option<mpsc::UnboundedReceiver<Vec<OwnWrite>>>,
 ) {
     let mut backoff = MIN_BACKOFF;
     loop {
         let started = Instant::now();
-        match list_and_watch(&registry, scope.as_deref(), &tx, &mut wanted, resume_from.take()).await {
+        match list_and_watch(&registry, &scope, &tx, &mut wanted, resume_from.take(), own.as_mut()).await {
             End::Compacted(revision) => {
                 tracing::info!(compacted = revision, "registry watch fell behind compaction; re-listing");
                 backoff = MIN_BACKOFF;
@@ -213,19 +279,30 @@ async fn run(
 
 async fn list_and_watch(
     registry: &Registry,
-    scope: Option<&str>,
+    scope: &Scope,
     tx: &watch::Sender<Arc<Snapshot>>,
     wanted: &mut watch::Receiver<i64>,
     resume_from: Option<Snapshot>,
+    mut own: Option<&mut mpsc::UnboundedReceiver<Vec<OwnWrite>>>,
 ) -> End {
+    // The revision at which this list read the machine's own keys: a write of them noted later with a revision up
+    // to it is already in the list.
+    let mut own_listed_at = 0;
     let listed = match (resume_from, scope) {
         // Marked connected only once etcd confirms the watch (its `created` response).
         (Some(mut s), _) => {
             s.set_connected(false);
             Ok(s)
         }
-        (None, None) => registry.read_snapshot().await,
-        (None, Some(machine)) => registry.read_machine_snapshot(machine).await,
+        (None, Scope::Full) => registry.read_snapshot().await,
+        (None, Scope::Engine) => registry.read_engine_snapshot().await,
+        (None, Scope::Machine { machine, lease }) => match registry.read_machine_snapshot(machine).await {
+            Ok(mut s) => registry.read_own_keys(&mut s, *lease).await.map(|at| {
+                own_listed_at = at;
+                s
+            }),
+            Err(e) => Err(e),
+        },
     };
     let snapshot = match listed {
         Ok(s) => s,
@@ -236,8 +313,12 @@ async fn list_and_watch(
     tracing::debug!(revision, "registry listed");
 
     let keys = registry.keys();
-    let machine_dir = scope.map(|machine| keys.machine_dir(machine));
-    let prefix = machine_dir.as_deref().unwrap_or(keys.prefix());
+    let scoped_prefix = match scope {
+        Scope::Full => None,
+        Scope::Machine { machine, .. } => Some(keys.machine_dir(machine)),
+        Scope::Engine => Some(keys.engine_dir()),
+    };
+    let prefix = scoped_prefix.as_deref().unwrap_or(keys.prefix());
     // No prev_kv: a delete event carries its key, and the snapshot already holds the previous value.
     let options = WatchOptions::new().with_prefix().with_start_revision(revision + 1);
     let mut watcher = registry.watch_connection().watch_client().max_decoding_message_size(super::MAX_MESSAGE);
@@ -250,6 +331,21 @@ async fn list_and_watch(
     loop {
         let first = tokio::select! {
             message = stream.message() => message,
+            Some(writes) = next_own(&mut own) => {
+                tx.send_if_modified(|shared| {
+                    let mut changed = false;
+                    for write in writes.into_iter().filter(|w| w.revision > own_listed_at) {
+                        let change = match &write.value {
+                            Some(value) => Change::Put { value, mod_revision: write.revision, lease: write.lease },
+                            None => Change::Delete,
+                        };
+                        Arc::make_mut(shared).apply(keys, write.key.as_bytes(), change);
+                        changed = true;
+                    }
+                    changed
+                });
+                continue;
+            }
             Ok(()) = wanted.changed() => {
                 if *wanted.borrow_and_update() > tx.borrow().revision() {
                     if let Err(e) = stream.request_progress().await {
@@ -280,7 +376,7 @@ async fn list_and_watch(
         let mut progress_at = None;
         // A scoped view's new entries may name bodies it does not hold: fetched into a copy before it is
         // published, so no reader ever sees an entry without its body (the unit would look gone).
-        let mut scoped_copy = scope.is_some().then(|| (**tx.borrow()).clone());
+        let mut scoped_copy = matches!(scope, Scope::Machine { .. }).then(|| (**tx.borrow()).clone());
         let apply = |snapshot: &mut Snapshot, progress_at: &mut Option<i64>| -> bool {
             let mut changed = false;
             for resp in &batch {
@@ -358,6 +454,14 @@ async fn list_and_watch(
         if let Err(e) = stream.request_progress().await {
             return End::Failed(format!("watch progress request: {e}"));
         }
+    }
+}
+
+/// The next batch of own writes a scoped view was handed; never, for a full view.
+async fn next_own(own: &mut Option<&mut mpsc::UnboundedReceiver<Vec<OwnWrite>>>) -> Option<Vec<OwnWrite>> {
+    match own {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

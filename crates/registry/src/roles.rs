@@ -74,13 +74,34 @@ pub struct AgentSession {
     /// The machine's memory lease (`rollout::REMEMBER_DEPARTED`), if it has one: its global units are published
     /// under it.
     memory: Option<i64>,
+    /// The scoped view of this machine, told of every write of its lease-bound keys (`Reflector::own_writes`).
+    own_writes: Option<crate::reflector::OwnWrites>,
 }
 
 impl AgentSession {
     /// The session of `machine`, whose presence lease is `lease`.
     pub fn new(registry: Registry, machine: &str, lease: i64) -> Result<AgentSession> {
         check_component(Component::MachineId, machine)?;
-        Ok(AgentSession { registry, machine: machine.to_string(), lease, memory: None })
+        Ok(AgentSession { registry, machine: machine.to_string(), lease, memory: None, own_writes: None })
+    }
+
+    /// This session reporting its writes of lease-bound keys to `view` (a scoped view of this machine, which does
+    /// not watch them: [`crate::Reflector::start_scoped`]).
+    pub fn with_own_writes(self, view: Option<crate::reflector::OwnWrites>) -> AgentSession {
+        AgentSession { own_writes: view, ..self }
+    }
+
+    /// Reports writes of this machine's lease-bound keys, made at `revision`, to its scoped view (if any): each key
+    /// with its new value, `None` for a delete.
+    pub(crate) fn noted(&self, revision: i64, writes: impl IntoIterator<Item = (String, Option<Vec<u8>>)>) {
+        if let Some(view) = &self.own_writes {
+            let lease = self.lease;
+            let writes = writes
+                .into_iter()
+                .map(|(key, value)| crate::reflector::OwnWrite { key, value, revision, lease })
+                .collect();
+            view.note(writes);
+        }
     }
 
     /// This session with the machine's memory lease (see [`AgentSession::put_global_units`]).

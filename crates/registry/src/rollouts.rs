@@ -327,7 +327,11 @@ impl AgentSession {
         let txn = Txn::new()
             .when([Compare::version(self.keys.unit_object(unit), CompareOp::Greater, 0)])
             .and_then([TxnOp::put(key.as_str(), id, Some(PutOptions::new().with_lease(lease)))]);
-        Ok(self.txn("mark restarted", &key, txn).await?.succeeded())
+        let resp = self.txn("mark restarted", &key, txn).await?;
+        if resp.succeeded() {
+            self.noted(resp.header().map_or(0, |h| h.revision()), [(key, Some(id.as_bytes().to_vec()))]);
+        }
+        Ok(resp.succeeded())
     }
 }
 

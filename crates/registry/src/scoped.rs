@@ -40,6 +40,33 @@ impl Registry {
         Ok(finish(snapshot, revision))
     }
 
+    /// Every machine's copy of each of `units`, for an agent on a scoped view about to start them (its handover,
+    /// docs/lab/scoped-views.md): their keys under `P/units/<name>/` (launched markers among them), their published
+    /// states, and the presence of each machine named there, all at one revision. A few range reads per unit, not
+    /// a read of the cluster.
+    pub async fn read_copies_snapshot(&self, units: &[&str]) -> Result<Snapshot> {
+        let mut snapshot = Snapshot::default();
+        let mut revision = 0;
+        for name in units {
+            check_component(Component::UnitName, name)?;
+            revision = self.read_range_into(&mut snapshot, &self.keys.unit_dir(name), revision).await?;
+            self.read_range_into(&mut snapshot, &self.keys.unit_states_dir(name), revision).await?;
+        }
+        let mut machines = std::collections::BTreeSet::new();
+        for name in units {
+            if let Some(states) = snapshot.state_records().get(*name) {
+                machines.extend(states.iter().map(|(m, _)| m.to_string()));
+            }
+            if let Some(record) = snapshot.unit_record(name) {
+                machines.extend(record.launched_on().map(|(m, _)| m.to_string()));
+            }
+        }
+        for machine in &machines {
+            revision = self.read_range_into(&mut snapshot, &self.keys.machine_object(machine), revision).await?;
+        }
+        Ok(finish(snapshot, revision))
+    }
+
     /// Machines: presence objects and dynamic metadata.
     pub async fn read_machines_snapshot(&self) -> Result<Snapshot> {
         let mut snapshot = Snapshot::default();

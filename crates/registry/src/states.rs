@@ -47,34 +47,39 @@ impl AgentSession {
         }
         let mut keys = HashSet::with_capacity(writes.len());
         let mut ops = Vec::with_capacity(writes.len());
+        let mut written = Vec::with_capacity(writes.len());
         for write in writes {
-            let op = match write {
+            let (key, value) = match write {
                 StateWrite::Publish(state) => {
                     self.own(&state.machine_id)?;
                     check_component(Component::UnitName, &state.name)?;
                     check_component(Component::MachineId, &state.machine_id)?;
                     check_component(Component::Hash, &state.hash)?;
                     let key = self.keys.state(&state.name, &state.machine_id);
-                    let value = encode_json(&StateRecord::from_state(state));
-                    let op = TxnOp::put(key.as_str(), value, Some(PutOptions::new().with_lease(lease)));
-                    (key, op)
+                    (key, Some(encode_json(&StateRecord::from_state(state))))
                 }
                 StateWrite::Remove { unit, machine } => {
                     self.own(machine)?;
                     check_component(Component::UnitName, unit)?;
                     check_component(Component::MachineId, machine)?;
-                    let key = self.keys.state(unit, machine);
-                    let op = TxnOp::delete(key.as_str(), None);
-                    (key, op)
+                    (self.keys.state(unit, machine), None)
                 }
             };
-            if !keys.insert(op.0.clone()) {
-                return Err(RegistryError::DuplicateKey { op: "write states", key: op.0 });
+            if !keys.insert(key.clone()) {
+                return Err(RegistryError::DuplicateKey { op: "write states", key });
             }
-            ops.push(op.1);
+            ops.push(match &value {
+                Some(value) => TxnOp::put(key.as_str(), value.clone(), Some(PutOptions::new().with_lease(lease))),
+                None => TxnOp::delete(key.as_str(), None),
+            });
+            written.push((key, value));
         }
         let key = self.keys.states_dir();
-        self.txn("write states", &key, Txn::new().and_then(ops)).await?;
+        let resp = self.txn("write states", &key, Txn::new().and_then(ops)).await?;
+        self.noted(
+            resp.header().map_or(0, |h| h.revision()),
+            written.into_iter().map(|(k, v)| (k, v.map(String::into_bytes))),
+        );
         Ok(())
     }
 
@@ -89,10 +94,12 @@ impl AgentSession {
         check_component(Component::Hash, &state.hash)?;
         let key = self.keys.state(&state.name, &state.machine_id);
         let value = encode_json(&StateRecord::from_state(state));
-        self.kv()
-            .put(key.as_str(), value, Some(PutOptions::new().with_lease(lease)))
+        let resp = self
+            .kv()
+            .put(key.as_str(), value.clone(), Some(PutOptions::new().with_lease(lease)))
             .await
-            .map_err(RegistryError::etcd("put", key))?;
+            .map_err(RegistryError::etcd("put", key.clone()))?;
+        self.noted(resp.header().map_or(0, |h| h.revision()), [(key, Some(value.into_bytes()))]);
         Ok(())
     }
 
@@ -100,7 +107,8 @@ impl AgentSession {
     pub async fn remove_state(&self, name: &str) -> Result<()> {
         check_component(Component::UnitName, name)?;
         let key = self.keys.state(name, self.machine());
-        self.kv().delete(key.as_str(), None).await.map_err(RegistryError::etcd("delete", key))?;
+        let resp = self.kv().delete(key.as_str(), None).await.map_err(RegistryError::etcd("delete", key.clone()))?;
+        self.noted(resp.header().map_or(0, |h| h.revision()), [(key, None)]);
         Ok(())
     }
 }

@@ -516,7 +516,11 @@ impl AgentSession {
         let txn = Txn::new()
             .when([Compare::version(self.keys.unit_object(name), CompareOp::Greater, 0)])
             .and_then([TxnOp::put(key.as_str(), hash, Some(PutOptions::new().with_lease(lease)))]);
-        Ok(self.txn("mark launched", &key, txn).await?.succeeded())
+        let resp = self.txn("mark launched", &key, txn).await?;
+        if resp.succeeded() {
+            self.noted(resp.header().map_or(0, |h| h.revision()), [(key, Some(hash.as_bytes().to_vec()))]);
+        }
+        Ok(resp.succeeded())
     }
 
     /// [`AgentSession::mark_launched`] for several units (unit, hash) in one transaction, all or nothing:
@@ -533,14 +537,20 @@ impl AgentSession {
         }
         let mut compares = Vec::with_capacity(units.len());
         let mut ops = Vec::with_capacity(units.len());
+        let mut written = Vec::with_capacity(units.len());
         for (name, hash) in units {
             check_component(Component::UnitName, name)?;
             let key = self.keys.unit_launched(name, machine);
             compares.push(Compare::version(self.keys.unit_object(name), CompareOp::Greater, 0));
             ops.push(TxnOp::put(key.as_str(), *hash, Some(PutOptions::new().with_lease(lease))));
+            written.push((key, Some(hash.as_bytes().to_vec())));
         }
         let key = self.keys.units_dir();
-        Ok(self.txn("mark launched", &key, Txn::new().when(compares).and_then(ops)).await?.succeeded())
+        let resp = self.txn("mark launched", &key, Txn::new().when(compares).and_then(ops)).await?;
+        if resp.succeeded() {
+            self.noted(resp.header().map_or(0, |h| h.revision()), written);
+        }
+        Ok(resp.succeeded())
     }
 
     /// Removes this machine's launched markers of several units in one transaction (at most
@@ -555,12 +565,16 @@ impl AgentSession {
             });
         }
         let mut ops = Vec::with_capacity(units.len());
+        let mut written = Vec::with_capacity(units.len());
         for name in units {
             check_component(Component::UnitName, name)?;
-            ops.push(TxnOp::delete(self.keys.unit_launched(name, machine).as_str(), None));
+            let key = self.keys.unit_launched(name, machine);
+            ops.push(TxnOp::delete(key.as_str(), None));
+            written.push((key, None));
         }
         let key = self.keys.units_dir();
-        self.txn("unmark launched", &key, Txn::new().and_then(ops)).await?;
+        let resp = self.txn("unmark launched", &key, Txn::new().and_then(ops)).await?;
+        self.noted(resp.header().map_or(0, |h| h.revision()), written);
         Ok(())
     }
 
@@ -568,7 +582,8 @@ impl AgentSession {
     pub async fn unmark_launched(&self, name: &str) -> Result<()> {
         check_component(Component::UnitName, name)?;
         let key = self.keys.unit_launched(name, self.machine());
-        self.kv().delete(key.as_str(), None).await.map_err(RegistryError::etcd("delete", key))?;
+        let resp = self.kv().delete(key.as_str(), None).await.map_err(RegistryError::etcd("delete", key.clone()))?;
+        self.noted(resp.header().map_or(0, |h| h.revision()), [(key, None)]);
         Ok(())
     }
 }

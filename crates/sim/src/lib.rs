@@ -244,10 +244,10 @@ impl SimMachine {
             request_timeout: Duration::from_secs(5),
             ..EtcdConfig::default()
         };
-        let (registry, presence) = {
+        let (registry, presence, layout) = {
             let _permit = gate.acquire().await.map_err(|e| e.to_string())?;
             let registry = Registry::connect(&etcd).await.map_err(|e| format!("connecting: {e}"))?;
-            registry.ensure_layout_version().await.map_err(|e| format!("layout: {e}"))?;
+            let layout = registry.ensure_layout_version().await.map_err(|e| format!("layout: {e}"))?;
             let presence = LeaseKeeper::grant(&registry, self.options.ttl).await.map_err(|e| format!("lease: {e}"))?;
             let state = MachineState {
                 id: id.clone(),
@@ -258,14 +258,19 @@ impl SimMachine {
                 cordoned: false,
                 load_fault: None,
             };
-            registry.register_machine(&state, presence.id()).await.map_err(|e| format!("registering: {e}"))?;
-            (registry, presence)
+            registry
+                .register_machine_running(&state, presence.id(), &fleet_core::layout::RUNS)
+                .await
+                .map_err(|e| format!("registering: {e}"))?;
+            (registry, presence, layout)
         };
         let systemd = SimSystemd::new(SimConfig { job_latency: self.options.job_latency });
         let config = AgentConfig { machine_id: id.clone(), units_dir: self.units_dir.clone(), ttl: self.options.ttl };
         let mut agent = Agent::new(config, systemd).await.map_err(|e| format!("agent: {e}"))?;
-        let reflector = Reflector::start(&registry);
-        let engine = self.engine.then(|| {
+        // The engine's full view; the agent's is scoped to its machine once the cluster is at layout 2 (as fleetd's).
+        let mut scoped = fleetd::agent::view::scoped_view(&registry, &id, presence.id(), layout);
+        let mut full = (self.engine || scoped.is_none()).then(|| Reflector::start(&registry));
+        let engine = full.as_ref().filter(|_| self.engine).map(|reflector| {
             let engine = Engine::new(
                 registry.clone(),
                 reflector.subscribe(),
@@ -295,11 +300,36 @@ impl SimMachine {
         });
         let _ = registered.send(());
         let session = AgentSession::new(registry.clone(), &id, presence.id()).map_err(|e| e.to_string())?;
-        let result = tokio::select! {
-            result = agent.run(session, reflector.subscribe(), presence.alive_until(), stop.child_token()) => {
-                result.map_err(|e| format!("agent stopped: {e}"))
+        let result = loop {
+            let (snapshots, own_writes, switched) = match (&scoped, &full) {
+                (Some(view), _) => (view.subscribe(), view.own_writes(), None),
+                (None, Some(full)) => (full.subscribe(), None, Some(full.subscribe())),
+                (None, None) => break Err("no registry view".to_string()),
+            };
+            let agent_stop = stop.child_token();
+            let session = session.clone().with_own_writes(own_writes);
+            let run = agent.run(session, snapshots, presence.alive_until(), agent_stop.clone());
+            tokio::pin!(run);
+            let switch = async {
+                match switched {
+                    Some(full) => fleetd::agent::view::layout_2_reached(full).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                result = &mut run => break result.map_err(|e| format!("agent stopped: {e}")),
+                reason = presence.lost() => break Err(format!("presence lease lost: {reason}")),
+                () = switch => {}
             }
-            reason = presence.lost() => Err(format!("presence lease lost: {reason}")),
+            agent_stop.cancel();
+            if let Err(e) = run.await {
+                break Err(format!("agent stopped while moving to its scoped view: {e}"));
+            }
+            scoped = fleetd::agent::view::scoped_view(&registry, &id, presence.id(), fleet_core::layout::LAYOUT_2);
+            if !self.engine {
+                // Only the engine needs the whole registry: this machine's events are now its own.
+                full = None;
+            }
         };
         if let Some(engine) = engine {
             let _ = tokio::time::timeout(Duration::from_secs(3), engine).await;

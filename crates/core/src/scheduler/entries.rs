@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::schedule::Decision;
 use super::schedule_input::ScheduleInput;
+use crate::model::GlobalUnits;
 use crate::rollout::{self, Rollout};
 use crate::store::{ScheduleEntry, Snapshot, UnitView};
 
@@ -127,6 +128,35 @@ pub fn entry_changes_of_units(snapshot: &Snapshot, rollouts: &[Rollout], units: 
     changes_where(snapshot, rollouts, is_global, &Placed::default(), |name| units.contains(name))
 }
 
+/// Layout 2: the `P/machines/<id>/drained` keys to write so that each machine's names what drains keep stopped there
+/// under its cordon ([`crate::rollout::drained_units`]), which its scoped agent cannot work out (it holds no
+/// rollouts): `(machine, Some(units))` to put, `(machine, None)` to delete.
+pub fn drained_changes(snapshot: &Snapshot, rollouts: &[Rollout]) -> Vec<(String, Option<GlobalUnits>)> {
+    drained_changes_with(snapshot, |machine, since| {
+        rollout::drained_units(rollouts, machine, since).into_iter().map(str::to_string).collect()
+    })
+}
+
+/// [`drained_changes`] with `wanted` (machine, its cordon's `sinceMs`) → the units to keep stopped there.
+fn drained_changes_with(
+    snapshot: &Snapshot,
+    wanted: impl Fn(&str, Option<u64>) -> BTreeSet<String>,
+) -> Vec<(String, Option<GlobalUnits>)> {
+    snapshot
+        .machine_records()
+        .iter()
+        .filter_map(|(id, record)| {
+            let want = wanted(id, record.cordon.as_ref().map(|c| c.since_ms));
+            match &record.drained {
+                None if want.is_empty() => None,
+                Some(have) if have.units == want => None,
+                Some(_) if want.is_empty() => Some((id.clone(), None)),
+                _ => Some((id.clone(), Some(GlobalUnits { units: want }))),
+            }
+        })
+        .collect()
+}
+
 fn changes_where(
     snapshot: &Snapshot,
     rollouts: &[Rollout],
@@ -185,6 +215,37 @@ mod tests {
     use crate::rollout::{Control, RolloutKind, RolloutSpec, RolloutUnit};
     use crate::store::snapshot::tests::{Build, H1, H2};
     use crate::store::{Key, Snapshot};
+
+    #[test]
+    fn a_machines_drained_key_follows_what_its_drains_keep_stopped() {
+        let b = machine(machine(machine(Build::new(), "m1"), "m2"), "m3")
+            .put(Key::MachineCordon { machine: "m1".into() }, r#"{"sinceMs":5}"#)
+            .put(Key::MachineCordon { machine: "m2".into() }, r#"{"sinceMs":5}"#)
+            .put(Key::MachineDrained { machine: "m2".into() }, r#"{"units":["a.service"]}"#)
+            .put(Key::MachineDrained { machine: "m3".into() }, r#"{"units":["a.service"]}"#);
+        let s = b.done();
+        let held = |units: &[&str]| units.iter().map(|u| u.to_string()).collect::<BTreeSet<String>>();
+        // m1 and m2 are cordoned since 5, m3 is not: what the drains keep stopped is decided by the rollouts.
+        let want = |machine: &str, since: Option<u64>| match (machine, since) {
+            ("m1", Some(5)) => held(&["a.service", "g.service"]),
+            ("m2", Some(5)) => held(&["a.service"]),
+            _ => BTreeSet::new(),
+        };
+        assert_eq!(
+            drained_changes_with(&s, want),
+            [
+                ("m1".to_string(), Some(GlobalUnits { units: held(&["a.service", "g.service"]) })),
+                ("m3".to_string(), None),
+            ],
+            "m1's key is written, m2's already says it, m3's goes with its cordon"
+        );
+        assert!(
+            drained_changes_with(&s, |m, _| if m == "m2" { held(&["a.service"]) } else { BTreeSet::new() })
+                .iter()
+                .all(|(m, units)| m == "m3" && units.is_none())
+        );
+        assert_eq!(drained_changes(&s, &[]), [("m2".to_string(), None), ("m3".to_string(), None)], "no drain, no hold");
+    }
 
     fn machine(b: Build, id: &str) -> Build {
         b.put(Key::MachineObject { machine: id.into() }, &format!(r#"{{"id":"{id}"}}"#))

@@ -303,6 +303,11 @@ impl Keys {
         self.key(&["machines", machine, "global-units"])
     }
 
+    /// The engine's keys (leader, version): what a non-leading engine watches.
+    pub fn engine_dir(&self) -> String {
+        self.key(&["engine", ""])
+    }
+
     pub fn engine_leader(&self) -> String {
         self.key(&["engine", "leader"])
     }
@@ -467,6 +472,7 @@ mod tests {
         assert_eq!(k.machine_load_fault("m1"), "/p/machines/m1/load-fault");
         assert_eq!(k.engine_leader(), "/p/engine/leader");
         assert_eq!(k.engine_version(), "/p/engine/version");
+        assert!(k.engine_leader().starts_with(&k.engine_dir()) && k.engine_version().starts_with(&k.engine_dir()));
         assert_eq!(k.unit_restarted("a.service", "m1"), "/p/units/a.service/restarted/m1");
         assert_eq!(k.rollout_spec("r1"), "/p/rollouts/r1/spec");
         assert_eq!(k.rollout_control("r1"), "/p/rollouts/r1/control");

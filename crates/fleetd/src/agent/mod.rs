@@ -18,6 +18,7 @@
 //! | `debug.rs` | the SIGUSR1 dump |
 //! | `timing.rs` | reconcile interval, heartbeat / re-publish period from the TTL |
 //! | `error.rs` | [`AgentError`] |
+//! | `view.rs` | which registry view the agent runs on: scoped to its machine in layout 2, else the full one |
 //!
 //! ## Replace serialization
 //! When a unit's content changes, or it moves away, the old version is stopped and its `ExecStop`/`ExecStopPost`
@@ -48,6 +49,7 @@ pub mod publisher;
 mod runner;
 pub mod timing;
 pub mod units_dir;
+pub mod view;
 pub mod write_failures;
 
 pub use debug::DebugHandle;

@@ -282,17 +282,19 @@ pub(crate) async fn reconcile_once<S: SystemdOps>(
     latest: &dyn Fn() -> Arc<Snapshot>,
     me: &str,
 ) -> Result<Reconciled, Skip> {
-    reconcile_fenced(executor, cache, latest, me, &|| false).await
+    reconcile_fenced(executor, cache, latest, me, &|| false, None).await
 }
 
 /// [`reconcile_once`] with the at-most-once fence: while `in_doubt()`, at-most-once units are planned as loaded
-/// only (stopped, never started); asked again before the second round.
+/// only (stopped, never started); asked again before the second round. A scoped view holds no other machine's
+/// copies of a unit, so before starting units it reads theirs from `registry` ([`hold`]).
 pub(crate) async fn reconcile_fenced<S: SystemdOps>(
     executor: &mut Executor<S>,
     cache: &mut UnitCache,
     latest: &dyn Fn() -> Arc<Snapshot>,
     me: &str,
     in_doubt: &dyn Fn() -> bool,
+    registry: Option<&fleet_registry::Registry>,
 ) -> Result<Reconciled, Skip> {
     let mut snapshot = latest();
     let mut round = prepare(executor, cache, &snapshot, me, in_doubt())?;
@@ -314,10 +316,10 @@ pub(crate) async fn reconcile_fenced<S: SystemdOps>(
             }
             Err(skip) => {
                 debug!(reason = %skip, "agent: second round skipped");
-                round.held.clear();
             }
         }
     }
+    hold(&mut round, &snapshot, me, registry).await;
     reports.extend(executor.run(round.planned, &round.desired).await);
     let have: BTreeMap<String, String> = snapshot
         .unit_records()
@@ -394,10 +396,45 @@ fn prepare<S: SystemdOps>(
         let at = planned.iter().position(|p| matches!(p.task, Task::Start(_))).unwrap_or(planned.len());
         planned.insert(at, Planned { task: Task::Reload, reason: Reason::UnitFilesChanged });
     }
-    let (planned, held) =
-        hold_starts(planned, |name| start_blocker(me, global.contains(name), &other_copies(snapshot, name, me)));
     let global_here = should_run.into_iter().filter(|name| global.contains(name.as_str())).collect();
-    Ok(Round { desired, global: global_here, planned, held })
+    Ok(Round { desired, global: global_here, planned, held: Vec::new() })
+}
+
+/// Holds back the round's starts of units another machine's copy of which may still run (`handover.rs`). A full
+/// view shows every copy; a scoped one shows this machine's only, so the other copies of the units to start are
+/// read from `registry` first (a global unit starts whatever runs elsewhere, so none is read for it). If that read
+/// fails, those starts wait for the next reconcile.
+async fn hold(round: &mut Round, snapshot: &Snapshot, me: &str, registry: Option<&fleet_registry::Registry>) {
+    let starts: Vec<&str> = round
+        .planned
+        .iter()
+        .filter_map(|p| match &p.task {
+            Task::Start(name) if !round.global.contains(name) => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    let read;
+    let copies = match (snapshot.scope(), registry) {
+        (Some(_), Some(registry)) if !starts.is_empty() => match registry.read_copies_snapshot(&starts).await {
+            Ok(copies) => {
+                read = copies;
+                &read
+            }
+            Err(e) => {
+                warn!(units = starts.len(), error = %e, "cannot read other machines' copies of units to start; starting them later");
+                let starts: BTreeSet<String> = starts.into_iter().map(str::to_string).collect();
+                round.planned.retain(|p| !matches!(&p.task, Task::Start(name) if starts.contains(name)));
+                return;
+            }
+        },
+        _ => snapshot,
+    };
+    let global = &round.global;
+    let (planned, held) = hold_starts(std::mem::take(&mut round.planned), |name| {
+        start_blocker(me, global.contains(name), &other_copies(copies, name, me))
+    });
+    round.planned = planned;
+    round.held = held;
 }
 
 /// The marker writes after a run: the reports' markers (the last one per unit wins), then repairs
@@ -573,7 +610,8 @@ impl<S: SystemdOps> ReconcileLoop<'_, S> {
             self.executor.note_stopped(&stopped);
         }
         let fence = self.fence;
-        match reconcile_fenced(self.executor, self.cache, &latest, self.machine, &|| fence.in_doubt()).await {
+        let registry = Some(&**self.registry);
+        match reconcile_fenced(self.executor, self.cache, &latest, self.machine, &|| fence.in_doubt(), registry).await {
             Err(skip) => {
                 if self.skipped != Some(skip) {
                     match skip {

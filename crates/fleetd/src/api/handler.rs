@@ -13,7 +13,8 @@ use super::reply;
 use super::route::{Route, RouteError, route};
 use super::serve::{ApiHandler, StreamedBody};
 use super::ui;
-use super::ui::hub::{EVENTS_PATH, Hub};
+use super::ui::hub::EVENTS_PATH;
+use super::view::ApiView;
 use fleet_core::api_rules::ApiError;
 use fleet_core::schema::{PageToken, TokenError};
 use fleet_registry::{ApiWriter, Reflector, Registry, RegistryError, Snapshot};
@@ -29,24 +30,39 @@ const READ_CATCH_UP: Duration = Duration::from_secs(5);
 /// Serves API v1 over one registry.
 pub struct Api {
     /// The API's writes (units, desired state, rollout spec and control, metadata, cordons); reads come from
-    /// `reflector`.
+    /// `view`.
     pub(super) registry: ApiWriter,
-    pub(super) reflector: Arc<Reflector>,
+    /// The registry view reads are answered from, with the cluster page's hub (its shared watch and recent state
+    /// changes) on it.
+    pub(super) view: ApiView,
     pub(super) token_limit: u16,
-    /// The cluster page's shared registry watch and recent state changes.
-    pub(super) ui: Hub,
     /// The page's action tokens and the check of browsers' writes.
     pub(super) csrf: Csrf,
 }
 
 impl Api {
+    /// An API reading the fleetd's full view `reflector`.
     pub fn new(registry: Registry, reflector: Arc<Reflector>, token_limit: u16) -> Api {
-        let ui = Hub::start(reflector.subscribe());
-        Api { registry: ApiWriter::new(registry), reflector, token_limit: token_limit.max(1), ui, csrf: Csrf::new() }
+        Api::with_view(registry, ApiView::kept(reflector), token_limit)
+    }
+
+    /// An API on a view of its own, held while it is used (`view::ApiView::on_demand`): for a fleetd that keeps
+    /// no full view.
+    pub fn on_demand(registry: Registry, token_limit: u16) -> Api {
+        Api::with_view(registry.clone(), ApiView::on_demand(registry), token_limit)
+    }
+
+    fn with_view(registry: Registry, view: ApiView, token_limit: u16) -> Api {
+        Api { registry: ApiWriter::new(registry), view, token_limit: token_limit.max(1), csrf: Csrf::new() }
+    }
+
+    /// The view's reflector.
+    pub(super) fn reflector(&self) -> Arc<Reflector> {
+        self.view.get().reflector
     }
 
     pub(super) fn snapshot(&self) -> Arc<Snapshot> {
-        self.reflector.snapshot()
+        self.reflector().snapshot()
     }
 
     /// The unit writer for a request: it writes in the layout the current view shows (`ApiWriter::with_view`).
@@ -58,7 +74,7 @@ impl Api {
     /// [`WRITE_VISIBILITY`], the write stands but its answer is an error that says so (`504`): a success would
     /// promise that the next read through this fleetd shows the write.
     pub(super) async fn settle(&self, revision: i64) -> Result<(), Response<Bytes>> {
-        match self.reflector.wait_for_revision(revision, WRITE_VISIBILITY).await {
+        match self.reflector().wait_for_revision(revision, WRITE_VISIBILITY).await {
             Ok(_) => Ok(()),
             Err(err) => {
                 tracing::warn!(revision, error = %err, "API write not yet visible in the registry view");
@@ -72,7 +88,7 @@ impl Api {
     /// fleetd answered with success before it (issue 37). Etcd out of reach: `503` (the original's message, as
     /// its reads fail then too); the view not there within [`READ_CATCH_UP`]: `504` naming the delay.
     pub(super) async fn catch_up(&self) -> Result<(), Response<Bytes>> {
-        match tokio::time::timeout(READ_CATCH_UP, self.reflector.sync(READ_CATCH_UP)).await {
+        match tokio::time::timeout(READ_CATCH_UP, self.reflector().sync(READ_CATCH_UP)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(RegistryError::Timeout { last, .. })) => {
                 tracing::warn!(last = %last, "API read: registry view behind etcd");
@@ -145,7 +161,10 @@ pub(super) fn internal(op: &str, err: &RegistryError) -> Response<Bytes> {
 
 impl ApiHandler for Api {
     fn stream(&self, method: &http::Method, uri: &http::Uri) -> Option<Response<StreamedBody>> {
-        (*method == http::Method::GET && uri.path() == EVENTS_PATH).then(|| ui::events(&self.ui))
+        (*method == http::Method::GET && uri.path() == EVENTS_PATH).then(|| {
+            let held = self.view.get();
+            ui::events(&held.hub.clone(), held)
+        })
     }
 
     async fn handle(&self, request: Request<Bytes>) -> Response<Bytes> {
@@ -165,6 +184,8 @@ impl ApiHandler for Api {
 impl Api {
     /// The answer to one request.
     async fn respond(&self, request: Request<Bytes>) -> Response<Bytes> {
+        // Held for the whole request, so that a view of the API's own is not dropped under it.
+        let held = self.view.get();
         let path = request.uri().path().to_string();
         let query = request.uri().query().map(str::to_string);
         // The connection's access (serve.rs puts it in): browsers' writes must come from the admin's page.
@@ -202,7 +223,7 @@ impl Api {
             Ok(Route::GetRollout(id)) => self.get_rollout(&id, query.as_deref()).await,
             Ok(Route::PutRollout(id)) => self.put_rollout(&id, &request).await,
             Ok(Route::PatchRollout(id)) => self.patch_rollout(&id, &request).await,
-            Ok(Route::Ui(rest)) => ui::respond(&self.ui, &rest, query.as_deref(), self.csrf.token(&access).as_deref()),
+            Ok(Route::Ui(rest)) => ui::respond(&held.hub, &rest, query.as_deref(), self.csrf.token(&access).as_deref()),
             Err(RouteError::Redirect(to)) => {
                 let location = match &query {
                     Some(q) => format!("{to}?{q}"),

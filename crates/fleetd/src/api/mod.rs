@@ -16,6 +16,7 @@ pub mod serve;
 mod states;
 mod ui;
 mod units;
+pub mod view;
 
 pub use handler::Api;
 pub use machines::{MetadataChange, validate_ops};

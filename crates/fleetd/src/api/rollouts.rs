@@ -37,7 +37,7 @@ impl Api {
                 _ => Some(()),
             };
             // Running out of time is an answer too: the rollout as it is, for the client to wait again.
-            let _ = self.reflector.wait_for(limit, &what, changed).await;
+            let _ = self.reflector().wait_for(limit, &what, changed).await;
         }
         match self.snapshot().rollout_records().get(id).and_then(|record| api_rules::stored_rollout(id, record)) {
             Some(r) => reply::json(&r),

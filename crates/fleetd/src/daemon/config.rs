@@ -52,6 +52,9 @@ pub struct Config {
     pub disable_engine: bool,
     /// The engine leader rebalances on its own when a machine joins or returns (docs/rebalance.md).
     pub engine_rebalance: bool,
+    /// Keep a full view of the registry always (for the API and the cluster page), even once the cluster is at
+    /// layout 2, where this fleetd otherwise holds one only while its engine leads or its API is in use.
+    pub full_view: bool,
     pub disable_watches: bool,
     pub verify_units: bool,
     pub authorized_keys_file: String,
@@ -95,6 +98,7 @@ impl Default for Config {
             enable_grpc: false,
             disable_engine: false,
             engine_rebalance: false,
+            full_view: false,
             disable_watches: false,
             verify_units: false,
             authorized_keys_file: String::new(),
@@ -180,7 +184,7 @@ fn read_file(provided: Option<&Path>) -> Result<(ConfigSource, BTreeMap<String, 
 }
 
 /// Every fleet.conf option (also read as `FLEET_<OPTION>` from the environment), in spec order.
-pub const OPTION_NAMES: [&str; 30] = [
+pub const OPTION_NAMES: [&str; 31] = [
     "verbosity",
     "etcd_servers",
     "etcd_username",
@@ -200,6 +204,7 @@ pub const OPTION_NAMES: [&str; 30] = [
     "enable_grpc",
     "disable_engine",
     "engine_rebalance",
+    "full_view",
     "disable_watches",
     "verify_units",
     "authorized_keys_file",
@@ -232,12 +237,11 @@ fn apply(config: &mut Config, key: &str, value: &str, warnings: &mut Vec<String>
             Some(v) => config.engine_reconcile_interval = v,
             None => bad("number of seconds"),
         },
-        "systemd_user" | "enable_grpc" | "disable_engine" | "engine_rebalance" | "disable_watches" | "verify_units" => {
-            match parse_go_bool(value) {
-                Some(v) => *bool_field(config, key) = v,
-                None => bad("boolean"),
-            }
-        }
+        "systemd_user" | "enable_grpc" | "disable_engine" | "engine_rebalance" | "full_view" | "disable_watches"
+        | "verify_units" => match parse_go_bool(value) {
+            Some(v) => *bool_field(config, key) = v,
+            None => bad("boolean"),
+        },
         "etcd_servers" => config.etcd_servers = parse_list(value),
         "api_listeners" => config.api_listeners = parse_list(value),
         "metadata" => config.metadata = parse_metadata(value),
@@ -277,6 +281,7 @@ fn bool_field<'a>(config: &'a mut Config, key: &str) -> &'a mut bool {
         "enable_grpc" => &mut config.enable_grpc,
         "disable_engine" => &mut config.disable_engine,
         "engine_rebalance" => &mut config.engine_rebalance,
+        "full_view" => &mut config.full_view,
         "disable_watches" => &mut config.disable_watches,
         _ => &mut config.verify_units,
     }

@@ -60,6 +60,8 @@ enum RunEnd {
     Shutdown(Option<Box<Registered>>, Exit),
     /// Reload the configuration; the registration is handed on so the machine stays registered throughout.
     Reload(Box<Registered>),
+    /// The cluster switched to layout 2: run the components again on scoped views, still registered.
+    Relayout(Box<Registered>),
     MonitorTriggered,
 }
 
@@ -68,6 +70,7 @@ enum RunEnd {
 enum Ended {
     Shutdown(Exit),
     Reload,
+    Relayout,
     Monitor,
 }
 
@@ -147,6 +150,7 @@ pub async fn run(config_path: Option<PathBuf>) -> Result<(), ServerError> {
                 daemon.reload();
                 daemon.carry_over(*registered, &before).await;
             }
+            RunEnd::Relayout(registered) => daemon.carried = Some(*registered),
             RunEnd::MonitorTriggered => {
                 tracing::error!("Server monitor triggered: Monitor timed out before successful heartbeat");
             }
@@ -277,24 +281,55 @@ impl Daemon {
             }
         };
         let registry = Registry::clone(&session);
-        let reflector = Arc::new(Reflector::start(&registry));
+        // The views (docs/fleetd.md, "Full views"): in a cluster at layout 2 the agent's is scoped to this machine,
+        // and a full one is kept only with `full_view`; the engine then keeps its own (a full one while it leads)
+        // and the API one while it is used. Before the switch the agent needs the full view, which the others
+        // share; the components start again on scoped views when it shows the switch.
+        let layout = match registry.ensure_layout_version().await {
+            Ok(layout) => layout,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot read the registry layout; running on a full view for now");
+                fleet_registry::LAYOUT_VERSION
+            }
+        };
+        let scoped = crate::agent::view::scoped_view(&registry, &self.machine_id, presence.id(), layout);
+        let full = (scoped.is_none() || self.config().full_view).then(|| Arc::new(Reflector::start(&registry)));
         let stop = CancellationToken::new();
         let engine = crate::daemon::components::start_engine(
             self.config(),
             &self.machine_id,
             &registry,
-            &reflector,
+            full.as_ref(),
             stop.child_token(),
         );
         let token_limit = u16::try_from(self.config().token_limit).unwrap_or(u16::MAX);
-        self.api.send_replace(Some(Arc::new(Api::new(registry.clone(), reflector.clone(), token_limit))));
-        tracing::info!(machine = %self.machine_id, lease = format_args!("{:x}", presence.id()), "fleet server running");
+        let api = match &full {
+            Some(full) => Api::new(registry.clone(), full.clone(), token_limit),
+            None => Api::on_demand(registry.clone(), token_limit),
+        };
+        self.api.send_replace(Some(Arc::new(api)));
+        tracing::info!(machine = %self.machine_id, lease = format_args!("{:x}", presence.id()), layout,
+            full_view = full.is_some(), "fleet server running");
 
         let debug = self.agent.debug_handle();
+        let own_writes = scoped.as_ref().and_then(Reflector::own_writes);
+        let agent_on_full_view = scoped.is_none();
+        let agent_view = match (scoped, &full) {
+            (Some(scoped), _) => Arc::new(scoped),
+            (None, Some(full)) => full.clone(),
+            (None, None) => Arc::new(Reflector::start(&registry)),
+        };
+        let switched = async {
+            match &full {
+                Some(full) if agent_on_full_view => crate::agent::view::layout_2_reached(full.subscribe()).await,
+                _ => std::future::pending().await,
+            }
+        };
         let ended = {
-            let agent_run =
-                self.agent.run(session.clone(), reflector.subscribe(), presence.alive_until(), stop.child_token());
+            let session = session.clone().with_own_writes(own_writes.clone());
+            let agent_run = self.agent.run(session, agent_view.subscribe(), presence.alive_until(), stop.child_token());
             tokio::pin!(agent_run);
+            tokio::pin!(switched);
             loop {
                 tokio::select! {
                     result = &mut agent_run => {
@@ -302,6 +337,10 @@ impl Daemon {
                             tracing::error!(error = %err, "agent stopped; restarting the components");
                         }
                         break Ended::Monitor;
+                    }
+                    () = &mut switched => {
+                        tracing::info!("the registry is at layout 2: starting the components again on scoped views");
+                        break Ended::Relayout;
                     }
                     reason = presence.lost() => {
                         tracing::warn!(%reason, "presence lease lost");
@@ -311,13 +350,13 @@ impl Daemon {
                         Request::Shutdown => break Ended::Shutdown(exit_on_term(&self.systemd).await),
                         Request::Restart => break Ended::Shutdown(Exit::Restart),
                         Request::Reload => break Ended::Reload,
-                        Request::Dump => dump(&debug, &reflector),
+                        Request::Dump => dump(&debug, &agent_view),
                     },
                 }
             }
         };
         // A reload keeps serving with the old handler until the new one is installed; otherwise 503 meanwhile.
-        if ended != Ended::Reload {
+        if !matches!(ended, Ended::Reload | Ended::Relayout) {
             self.api.send_replace(None);
         }
         stop.cancel();
@@ -329,6 +368,7 @@ impl Daemon {
         match ended {
             Ended::Shutdown(exit) => RunEnd::Shutdown(Some(Box::new(Registered { session, presence, memory })), exit),
             Ended::Reload => RunEnd::Reload(Box::new(Registered { session, presence, memory })),
+            Ended::Relayout => RunEnd::Relayout(Box::new(Registered { session, presence, memory })),
             Ended::Monitor => RunEnd::MonitorTriggered,
         }
     }

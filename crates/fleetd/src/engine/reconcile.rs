@@ -143,6 +143,16 @@ impl Reconciler {
         let limit = deadline.saturating_duration_since(started);
         if view.layout_version() == Some(LAYOUT_2) {
             self.write_entries(registry, view, &snapshot, &plan.decisions, deadline, &keep_going, &mut report).await;
+            if report.outcome == PassOutcome::Complete && keep_going() {
+                match timeout_at(deadline, write_drained(registry, view)).await {
+                    Ok(Ok(Some(revision))) => report.last_write = Some(revision),
+                    Ok(Ok(None)) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %e, "cannot write the units drains keep stopped"),
+                    Err(_) => {
+                        report.outcome = PassOutcome::TimedOut { limit: deadline.saturating_duration_since(started) }
+                    }
+                }
+            }
         }
         let layout_1_decisions: &[Decision] =
             if view.layout_version() == Some(LAYOUT_2) { &[] } else { &plan.decisions };
@@ -343,6 +353,22 @@ impl Reconciler {
 }
 
 /// Whether a unit is global, as its parsed body says (`None`: it does not parse, so it is not in the input).
+/// Layout 2: each machine's `drained` key made to name what drains keep stopped there
+/// (`entries::drained_changes`): the only place its scoped agent learns it. The revision of the last write.
+async fn write_drained(
+    registry: &LeaderSession,
+    view: &fleet_registry::Snapshot,
+) -> Result<Option<i64>, RegistryError> {
+    let mut last = None;
+    for (machine, units) in fleet_core::scheduler::entries::drained_changes(view, &view.rollouts()) {
+        if let Some(revision) = registry.write_drained(&machine, units.as_ref()).await? {
+            tracing::info!(%machine, units = ?units.as_ref().map(|u| &u.units), "drained units written");
+            last = Some(revision);
+        }
+    }
+    Ok(last)
+}
+
 fn is_global(input: &ScheduleInput, unit: &str) -> Option<bool> {
     input.unit(unit).map(|u| u.constraints.global)
 }

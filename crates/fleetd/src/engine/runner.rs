@@ -101,7 +101,8 @@ pub struct EngineStatus {
 /// cancellation token fires.
 pub struct Engine {
     registry: Registry,
-    view: watch::Receiver<Arc<fleet_registry::Snapshot>>,
+    /// The machine's full view, shared; `None`: the engine keeps views of its own ([`Engine::with_own_views`]).
+    view: Option<watch::Receiver<Arc<fleet_registry::Snapshot>>>,
     config: EngineConfig,
     status: watch::Sender<EngineStatus>,
     at_most_once_margin: Duration,
@@ -117,12 +118,21 @@ impl Engine {
     ) -> Engine {
         Engine {
             registry,
-            view,
+            view: Some(view),
             config,
             status: watch::Sender::new(EngineStatus::default()),
             at_most_once_margin: fleet_core::at_most_once::margin(DEFAULT_AGENT_TTL),
             audit_limits: fleet_core::audit::Limits::default(),
         }
+    }
+
+    /// An engine that keeps views of its own, for a fleetd that holds no full view (docs/fleetd.md, "Full views"):
+    /// while it follows, the engine's keys alone (`Reflector::start_engine_keys`: what its election reads); while it
+    /// leads, a full view, listed when it wins and dropped when it steps down.
+    pub fn with_own_views(registry: Registry, config: EngineConfig) -> Engine {
+        let mut engine = Engine::new(registry, watch::channel(Arc::default()).1, config);
+        engine.view = None;
+        engine
     }
 
     /// How much of the audit trail the leader keeps (fleet.conf `audit_max_records`, `audit_max_age`); without
@@ -158,9 +168,17 @@ impl Engine {
             return;
         }
         let ttl = self.config.lease_ttl();
+        let (view, own_view) = match self.view {
+            Some(view) => (view, None),
+            None => {
+                let keys = fleet_registry::Reflector::start_engine_keys(&self.registry);
+                (keys.subscribe(), Some(OwnView { _reflector: keys, full: false }))
+            }
+        };
         let mut runner = Runner {
             registry: self.registry,
-            view: self.view,
+            view,
+            own_view,
             config: self.config,
             ttl,
             status: self.status,
@@ -201,9 +219,19 @@ enum Wake {
     Cancelled,
 }
 
+/// An engine's own view ([`Engine::with_own_views`]): the reflector `Runner::view` follows.
+struct OwnView {
+    /// Held for its watch (dropping it ends the watch).
+    _reflector: fleet_registry::Reflector,
+    /// A full view (while leading), else the engine's keys.
+    full: bool,
+}
+
 struct Runner {
     registry: Registry,
     view: watch::Receiver<Arc<fleet_registry::Snapshot>>,
+    /// The view the engine keeps of its own, if it does; `None`: `view` is the machine's full view.
+    own_view: Option<OwnView>,
     config: EngineConfig,
     ttl: Duration,
     status: watch::Sender<EngineStatus>,
@@ -321,6 +349,14 @@ impl Runner {
             self.lease = None;
         }
         self.adopt_own_key(&view);
+        let view = if self.session.is_some() && !self.holds_full_view() {
+            match self.take_full_view(cancel).await {
+                Some(full) => full,
+                None => return,
+            }
+        } else {
+            view
+        };
         if view.engine_version() >= self.version_raised {
             // The view caught up; from now on it alone tells (e.g. a deleted version key is raised again).
             self.version_raised = None;
@@ -367,7 +403,14 @@ impl Runner {
                 }
                 LeadershipStep::Campaign => {
                     if self.campaign(cancel).await {
-                        let view = self.view.borrow_and_update().clone();
+                        let view = if self.holds_full_view() {
+                            self.view.borrow_and_update().clone()
+                        } else {
+                            match self.take_full_view(cancel).await {
+                                Some(full) => full,
+                                None => return,
+                            }
+                        };
                         self.reconcile(&view, cancel).await;
                         self.drive_rollouts(true).await;
                     }
@@ -584,7 +627,44 @@ impl Runner {
     }
 
     /// Stops leading (keeps a live lease for the next campaign; drops a lost one).
+    /// Whether `view` shows the whole registry: always with the machine's full view; with views of its own, only
+    /// while leading.
+    fn holds_full_view(&self) -> bool {
+        self.own_view.as_ref().is_none_or(|own| own.full)
+    }
+
+    /// Leading on views of its own: lists the whole registry (a view that then includes everything the previous
+    /// leader wrote) and follows it from now on. The connected view, or `None` when it did not connect within the
+    /// lease's TTL (the next tick tries again) or the engine stops.
+    async fn take_full_view(&mut self, cancel: &CancellationToken) -> Option<Arc<fleet_registry::Snapshot>> {
+        if !self.holds_full_view() {
+            let reflector = fleet_registry::Reflector::start(&self.registry);
+            self.view = reflector.subscribe();
+            self.own_view = Some(OwnView { _reflector: reflector, full: true });
+            tracing::info!(machine = %self.config.machine_id, "engine leads: following the whole registry");
+        }
+        if wait_view(&self.view, self.ttl, cancel, fleet_registry::Snapshot::is_connected).await {
+            Some(self.view.borrow_and_update().clone())
+        } else {
+            if !cancel.is_cancelled() {
+                tracing::warn!("the engine's full view of the registry did not connect yet");
+            }
+            None
+        }
+    }
+
+    /// Stops following the whole registry once this engine no longer leads (views of its own only).
+    fn drop_full_view(&mut self) {
+        if self.own_view.as_ref().is_some_and(|own| own.full) {
+            let reflector = fleet_registry::Reflector::start_engine_keys(&self.registry);
+            self.view = reflector.subscribe();
+            self.own_view = Some(OwnView { _reflector: reflector, full: false });
+            tracing::info!(machine = %self.config.machine_id, "engine follows: watching the engine's keys only");
+        }
+    }
+
     fn step_down(&mut self) {
+        self.drop_full_view();
         self.session = None;
         self.clock = None;
         self.known_machines = None;
@@ -608,6 +688,7 @@ impl Runner {
             Ok(false) => tracing::debug!("leader key was not ours any more"),
             Err(e) => tracing::warn!(error = %e, "cannot release engine leadership; it ends when the lease expires"),
         }
+        self.drop_full_view();
         self.status.send_modify(|s| s.leading = false);
     }
 

@@ -59,6 +59,19 @@ impl Server {
         Server { addr, stop, etcd }
     }
 
+    /// An API that keeps no view of the registry until a request comes (`Api::on_demand`, a fleetd without a
+    /// full view), on the same etcd.
+    async fn on_demand(&self) -> Server {
+        let registry = self.etcd.registry(PREFIX).await;
+        let api = Arc::new(Api::on_demand(registry, 100));
+        let listener = bind(&ListenAddress::Tcp("127.0.0.1:0".into())).await.unwrap();
+        let addr = listener.describe().trim_start_matches("tcp://").to_string();
+        let (_install, handler) = watch::channel(Some(api));
+        let stop = self.stop.child_token();
+        tokio::spawn(serve(vec![listener], handler, stop.clone()));
+        Server { addr, stop, etcd: self.etcd.clone() }
+    }
+
     fn etcd_endpoint(&self) -> String {
         self.etcd.endpoint()
     }
@@ -637,5 +650,33 @@ async fn a_write_through_one_fleetd_is_visible_to_the_next_read_through_another(
         let listed = reader.get("/fleet/v1/units").await.json();
         let count = listed["units"].as_array().map_or(0, Vec::len);
         assert_eq!(count, round + 1, "round {round}: the unit list through the other fleetd: {listed}");
+    }
+}
+
+/// A fleetd without a full view (issue 35: once the cluster is at layout 2, only the engine leader and
+/// `full_view = true` keep one) answers from a view it lists at its first request: the same answers, and a write
+/// through it is read through another such fleetd at once.
+#[tokio::test]
+async fn an_api_without_a_full_view_answers_from_one_listed_on_demand() {
+    let kept = Server::start(100).await;
+    let first = kept.on_demand().await;
+    let second = kept.on_demand().await;
+    let put = kept.put_json("/fleet/v1/units/a.service", &HELLO.replace("api.service", "a.service")).await;
+    assert_eq!(put.status, 201, "{}", put.body);
+    let listed = first.get("/fleet/v1/units").await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert_eq!(listed.json()["units"][0]["name"], "a.service", "its first request lists the registry: {}", listed.body);
+    for round in 0..3 {
+        let name = format!("od-{round}.service");
+        let put = first.put_json(&format!("/fleet/v1/units/{name}"), &HELLO.replace("api.service", &name)).await;
+        assert_eq!(put.status, 201, "round {round}: {}", put.body);
+        let got = second.get(&format!("/fleet/v1/units/{name}")).await;
+        assert_eq!(
+            got.status, 200,
+            "round {round}: written through one on-demand API, read through another: {}",
+            got.body
+        );
+        let via_kept = kept.get(&format!("/fleet/v1/units/{name}")).await;
+        assert_eq!(via_kept.body, got.body, "round {round}: the same answer as a fleetd with a full view");
     }
 }

@@ -52,6 +52,23 @@ impl RunningEngine {
         RunningEngine { id: id.to_string(), cancel, task, status, _reflector: reflector }
     }
 
+    /// An engine as a fleetd without a full view runs it (`Engine::with_own_views`).
+    fn start_on_own_views(reg: &Registry, id: &str, eiv: Duration) -> RunningEngine {
+        let config = EngineConfig {
+            machine_id: id.to_string(),
+            reconcile_interval: eiv,
+            disable_engine: false,
+            rebalance: false,
+        };
+        let engine = Engine::with_own_views(reg.clone(), config);
+        let status = engine.status();
+        let cancel = CancellationToken::new();
+        let task = engine.spawn(cancel.clone());
+        // A view nobody reads, for the struct's sake: the engine keeps its own.
+        let idle = Reflector::start_engine_keys(reg);
+        RunningEngine { id: id.to_string(), cancel, task, status, _reflector: idle }
+    }
+
     fn leading(&self) -> bool {
         self.status.borrow().leading
     }
@@ -282,6 +299,34 @@ async fn cancelling_the_leader_hands_over_without_waiting_for_lease_expiry() {
     view.wait_for(WAIT, "after.service scheduled", |s| targets(s).get("after.service").cloned()).await.unwrap();
     new.stop().await;
     view.wait_for(WAIT, "no leader after the last engine stops", |s| s.leader().is_none().then_some(())).await.unwrap();
+}
+
+/// Issue 35: engines of fleetds without a full view follow the engine's keys alone, and the one that wins lists the
+/// whole registry before it plans: it schedules, and so does the next one after a hand-over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engines_on_views_of_their_own_elect_and_the_leader_schedules_on_a_full_one() {
+    init_logs();
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/engine-own-views").await;
+    let view = observer(&reg).await;
+    let eiv = Duration::from_secs(60);
+    let _m = register(&reg, "m1", &[]).await;
+    create(&reg, "before.service", SLEEPER, JobState::Launched).await;
+    let a = RunningEngine::start_on_own_views(&reg, "ma", eiv);
+    let b = RunningEngine::start_on_own_views(&reg, "mb", eiv);
+    let leader = view.wait_for(WAIT, "an engine leader", |s| s.leader().map(str::to_string)).await.unwrap();
+    view.wait_for(WAIT, "before.service scheduled by the first leader", |s| targets(s).get("before.service").cloned())
+        .await
+        .unwrap();
+    let (old, new) = if leader == "ma" { (a, b) } else { (b, a) };
+    assert!(!new.leading(), "one leader");
+    old.stop().await;
+    wait_status(&new, "leadership after hand-over", |s| s.leading).await;
+    create(&reg, "after.service", SLEEPER, JobState::Launched).await;
+    view.wait_for(WAIT, "after.service scheduled by the new leader", |s| targets(s).get("after.service").cloned())
+        .await
+        .unwrap();
+    new.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1329,7 +1329,8 @@ async fn audit_records_are_kept_in_time_order_read_since_and_trimmed_by_the_lead
 
 /// Layout 2 (issue 35): a reflector scoped to m1 lists and watches m1's prefix alone, and publishes no entry
 /// without its body: a new entry naming a new body arrives with it. Another machine's writes, units and states
-/// never reach it.
+/// never reach it. m1's own lease-bound keys (its states and markers, outside its prefix) are read when it lists,
+/// and then follow what m1's session reports it wrote.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scoped_reflector_holds_its_machine_and_the_bodies_its_entries_name() {
     let etcd = TestEtcd::start().await;
@@ -1343,12 +1344,27 @@ async fn a_scoped_reflector_holds_its_machine_and_the_bodies_its_entries_name() 
     kv.put(keys.schedule_entry("m1", "a.service"), entry(&v1.hash), None).await.unwrap();
     kv.put(keys.schedule_entry("m2", "b.service"), entry(&v2.hash), None).await.unwrap();
     let lease = LeaseKeeper::grant(&reg, Duration::from_secs(10)).await.unwrap();
+    let lease2 = LeaseKeeper::grant(&reg, Duration::from_secs(10)).await.unwrap();
     reg.register_machine(&machine("m1"), lease.id()).await.unwrap();
-    reg.register_machine(&machine("m2"), lease.id()).await.unwrap();
+    reg.register_machine(&machine("m2"), lease2.id()).await.unwrap();
+    // What m1's agent published before its view started: read with the list.
+    let m1 = agent(&reg, "m1", lease.id());
+    m1.publish_state(&state("a.service", "m1", &v1.hash)).await.unwrap();
+    assert!(m1.mark_launched("a.service", &v1.hash).await.unwrap());
 
-    let refl = Reflector::start_scoped(&reg, "m1");
+    use fleet_registry::StateWrite;
+    let refl = Reflector::start_scoped(&reg, "m1", lease.id());
+    let m1 = m1.with_own_writes(refl.own_writes());
     let s = refl.wait_connected(WAIT).await.unwrap();
     assert_eq!(s.scope(), Some("m1"));
+    let own_states = |s: &fleet_registry::Snapshot| {
+        s.state_records()
+            .iter()
+            .flat_map(|(unit, per)| per.iter().map(move |(m, r)| format!("{unit}@{m}={}", r.active_state)))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(own_states(&s), ["a.service@m1=active"], "its own state, read by its lease");
+    assert_eq!(s.running_hash("a.service", "m1"), Some(v1.hash.as_str()), "its own launched marker");
     let names =
         |s: &fleet_registry::Snapshot| s.units().map(|u| (u.name.to_string(), u.hash.to_string())).collect::<Vec<_>>();
     assert_eq!(names(&s), [("a.service".to_string(), v1.hash.clone())]);
@@ -1356,17 +1372,37 @@ async fn a_scoped_reflector_holds_its_machine_and_the_bodies_its_entries_name() 
     assert!(s.body(&v2.hash).is_none(), "no body its entries do not name");
 
     // m1 is given b's version of a new unit: the entry arrives with its body, in one snapshot.
+    api(&reg).create_unit(&put("c.service", &v2, JobState::Launched)).await.unwrap();
     kv.put(keys.schedule_entry("m1", "c.service"), entry(&v2.hash), None).await.unwrap();
     let s = refl.wait_for(WAIT, "c.service on m1", |s| s.unit_record("c.service").map(|_| s.clone())).await.unwrap();
     assert!(s.body(&v2.hash).is_some(), "published with its body");
     assert_eq!(names(&s).len(), 2);
+    // m1's own writes, reported by its session, reach it though it does not watch them.
+    let mut c = state("c.service", "m1", &v2.hash);
+    c.active_state = "activating".into();
+    m1.write_states(&[StateWrite::Publish(&c), StateWrite::Remove { unit: "a.service", machine: "m1" }]).await.unwrap();
+    assert!(m1.mark_launched("c.service", &v2.hash).await.unwrap());
+    let s = refl
+        .wait_for(WAIT, "m1's own writes", |s| (s.running_hash("c.service", "m1").is_some()).then(|| s.clone()))
+        .await
+        .unwrap();
+    assert_eq!(own_states(&s), ["c.service@m1=activating"], "a's state removed, c's published");
     // Writes elsewhere do not reach it.
     api(&reg).create_unit(&put("d.service", &v1, JobState::Launched)).await.unwrap();
-    agent(&reg, "m2", lease.id()).publish_state(&state("b.service", "m2", &v2.hash)).await.unwrap();
+    agent(&reg, "m2", lease2.id()).publish_state(&state("b.service", "m2", &v2.hash)).await.unwrap();
     kv.put(keys.schedule_entry("m2", "d.service"), entry(&v1.hash), None).await.unwrap();
     let s = refl.sync(WAIT).await.unwrap();
     assert_eq!(names(&s).len(), 2);
-    assert!(s.unit_record("d.service").is_none() && s.state_records().is_empty());
+    assert!(s.unit_record("d.service").is_none());
+    assert_eq!(own_states(&s), ["c.service@m1=activating"], "no other machine's state");
+    // What its handover reads on demand: every machine's copy of b, and whether that machine is present.
+    let copies = reg.read_copies_snapshot(&["b.service"]).await.unwrap();
+    assert_eq!(copies.unit_states_of("b.service").map(|s| s.machine_id).collect::<Vec<_>>(), ["m2"]);
+    assert!(copies.machine_records().get("m2").is_some_and(|m| m.object.is_some()), "m2's presence read with it");
+    // A new list (here: a new view) reads the same from etcd.
+    let again = Reflector::start_scoped(&reg, "m1", lease.id()).wait_connected(WAIT).await.unwrap();
+    assert_eq!(own_states(&again), own_states(&s));
+    assert_eq!(again.running_hash("c.service", "m1"), Some(v2.hash.as_str()));
     kv.delete(keys.schedule_entry("m1", "a.service"), None).await.unwrap();
     let s = refl.wait_for(WAIT, "a.service gone", |s| s.unit("a.service").is_none().then(|| s.clone())).await.unwrap();
     assert_eq!(names(&s), [("c.service".to_string(), v2.hash.clone())]);

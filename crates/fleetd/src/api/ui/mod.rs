@@ -120,8 +120,12 @@ fn preview(snapshot: &fleet_registry::Snapshot, action: &str, subject: &str) -> 
 }
 
 /// `GET /ui/events`: the page's server-sent events (see [`hub::Hub::events`]).
-pub fn events(hub: &Hub) -> Response<StreamedBody> {
-    let frames = hub.events().map(|frame| Ok(hyper::body::Frame::data(frame)));
+/// A page's event stream; `keep` is held as long as the page is open (the view its hub follows).
+pub fn events(hub: &Hub, keep: impl Send + 'static) -> Response<StreamedBody> {
+    let frames = hub.events().map(move |frame| {
+        let _open = &keep;
+        Ok(hyper::body::Frame::data(frame))
+    });
     let mut response = Response::new(http_body_util::StreamBody::new(frames).boxed_unsync());
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
