@@ -4,9 +4,13 @@
 //! (`units()`, `unit()`, `unit_states()`, `machines()`, current state) work on it unchanged; everything outside the
 //! scope is simply absent. Use [`Registry::read_snapshot`] when a call needs several scopes at once.
 
+use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse};
+
 use super::Registry;
+use super::batch::MAX_TXN_OPS;
 use super::error::Result;
 use super::keys::{Component, check_component};
+use super::snapshot::Change;
 use super::snapshot::Snapshot;
 
 impl Registry {
@@ -41,28 +45,40 @@ impl Registry {
     }
 
     /// Every machine's copy of each of `units`, for an agent on a scoped view about to start them (its handover,
-    /// docs/lab/scoped-views.md): their keys under `P/units/<name>/` (launched markers among them), their published
-    /// states, and the presence of each machine named there, all at one revision. A few range reads per unit, not
-    /// a read of the cluster.
+    /// docs/lab/scoped-views.md): their keys under `P/units/<name>/` (launched markers among them) and their
+    /// published states, read in transactions of range reads (one revision each), then the presence of each machine
+    /// named there. Two round trips for a reconcile's starts, not a read of the cluster.
     pub async fn read_copies_snapshot(&self, units: &[&str]) -> Result<Snapshot> {
         let mut snapshot = Snapshot::default();
         let mut revision = 0;
+        let mut ranges = Vec::with_capacity(units.len() * 2);
         for name in units {
             check_component(Component::UnitName, name)?;
-            revision = self.read_range_into(&mut snapshot, &self.keys.unit_dir(name), revision).await?;
-            self.read_range_into(&mut snapshot, &self.keys.unit_states_dir(name), revision).await?;
+            ranges.push(self.keys.unit_dir(name));
+            ranges.push(self.keys.unit_states_dir(name));
+        }
+        let prefix = || Some(GetOptions::new().with_prefix());
+        for chunk in ranges.chunks(MAX_TXN_OPS) {
+            let ops: Vec<TxnOp> = chunk.iter().map(|range| TxnOp::get(range.as_str(), prefix())).collect();
+            let resp = self.txn("read copies", &chunk[0], Txn::new().and_then(ops)).await?;
+            revision = revision.max(resp.header().map_or(0, |h| h.revision()));
+            apply_gets(self, &mut snapshot, &resp);
         }
         let mut machines = std::collections::BTreeSet::new();
         for name in units {
             if let Some(states) = snapshot.state_records().get(*name) {
-                machines.extend(states.iter().map(|(m, _)| m.to_string()));
+                machines.extend(states.iter().map(|(m, _)| self.keys.machine_object(m)));
             }
             if let Some(record) = snapshot.unit_record(name) {
-                machines.extend(record.launched_on().map(|(m, _)| m.to_string()));
+                machines.extend(record.launched_on().map(|(m, _)| self.keys.machine_object(m)));
             }
         }
-        for machine in &machines {
-            revision = self.read_range_into(&mut snapshot, &self.keys.machine_object(machine), revision).await?;
+        let machines: Vec<String> = machines.into_iter().collect();
+        for chunk in machines.chunks(MAX_TXN_OPS) {
+            let ops: Vec<TxnOp> = chunk.iter().map(|key| TxnOp::get(key.as_str(), None)).collect();
+            let resp = self.txn("read copies' machines", &chunk[0], Txn::new().and_then(ops)).await?;
+            revision = revision.max(resp.header().map_or(0, |h| h.revision()));
+            apply_gets(self, &mut snapshot, &resp);
         }
         Ok(finish(snapshot, revision))
     }
@@ -72,6 +88,18 @@ impl Registry {
         let mut snapshot = Snapshot::default();
         let revision = self.read_range_into(&mut snapshot, &self.keys.machines_dir(), 0).await?;
         Ok(finish(snapshot, revision))
+    }
+}
+
+/// Applies the key-values of every get in a transaction's response to `snapshot`.
+fn apply_gets(registry: &Registry, snapshot: &mut Snapshot, resp: &etcd_client::TxnResponse) {
+    for op in resp.op_responses() {
+        if let TxnOpResponse::Get(get) = op {
+            for kv in get.kvs() {
+                let change = Change::Put { value: kv.value(), mod_revision: kv.mod_revision(), lease: kv.lease() };
+                snapshot.apply(registry.keys(), kv.key(), change);
+            }
+        }
     }
 }
 

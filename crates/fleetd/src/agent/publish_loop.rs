@@ -35,6 +35,8 @@ use fleet_systemd::{SystemdOps, UnitChange, UnitChanges};
 
 /// Delay before repeating failed registry writes or a failed systemd read.
 pub const RETRY: Duration = Duration::from_secs(1);
+/// Longest wait for the registry view's first list before the first publishing round.
+const FIRST_LIST_WAIT: Duration = Duration::from_secs(5);
 /// Registry writes in flight at once.
 const WRITERS: usize = 8;
 /// Shortest time from the start of one publishing round to the start of the next. A start of hundreds of units
@@ -86,6 +88,14 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
             );
         }
         let mut retry_at = (!self.write(rebind).await).then(|| Instant::now() + RETRY);
+        // The first round takes the health a checked unit had before a restart of fleetd from this machine's stored
+        // states, which the view holds once it has listed (a scoped view lists more than its prefix: its own states
+        // by its lease): wait for that, a while at most (etcd may be out of reach).
+        let mut listed = self.snapshots.clone();
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::timeout(FIRST_LIST_WAIT, listed.wait_for(|s| s.is_connected())) => {}
+        }
         let mut dirty = true;
         let mut dbus_open = true;
         let mut resync = interval_at(Instant::now() + self.period, self.period);
