@@ -267,20 +267,19 @@ impl SimMachine {
         let systemd = SimSystemd::new(SimConfig { job_latency: self.options.job_latency });
         let config = AgentConfig { machine_id: id.clone(), units_dir: self.units_dir.clone(), ttl: self.options.ttl };
         let mut agent = Agent::new(config, systemd).await.map_err(|e| format!("agent: {e}"))?;
-        // The engine's full view; the agent's is scoped to its machine once the cluster is at layout 2 (as fleetd's).
+        // As a fleetd without `full_view`: the agent's view is scoped to its machine once the cluster is at layout 2,
+        // and the engine keeps views of its own (a full one only while it leads); before the switch the agent needs
+        // the full view.
         let mut scoped = fleetd::agent::view::scoped_view(&registry, &id, presence.id(), layout);
-        let mut full = (self.engine || scoped.is_none()).then(|| Reflector::start(&registry));
-        let engine = full.as_ref().filter(|_| self.engine).map(|reflector| {
-            let engine = Engine::new(
-                registry.clone(),
-                reflector.subscribe(),
-                EngineConfig {
-                    machine_id: id.clone(),
-                    reconcile_interval: Duration::from_secs(2),
-                    disable_engine: false,
-                    rebalance: false,
-                },
-            )
+        let mut full = scoped.is_none().then(|| Reflector::start(&registry));
+        let engine = self.engine.then(|| {
+            let config = EngineConfig {
+                machine_id: id.clone(),
+                reconcile_interval: Duration::from_secs(2),
+                disable_engine: false,
+                rebalance: false,
+            };
+            let engine = Engine::with_own_views(registry.clone(), config)
             .with_agent_ttl(self.options.ttl);
             let mut status = engine.status();
             let lines = lines.clone();
@@ -326,10 +325,8 @@ impl SimMachine {
                 break Err(format!("agent stopped while moving to its scoped view: {e}"));
             }
             scoped = fleetd::agent::view::scoped_view(&registry, &id, presence.id(), fleet_core::layout::LAYOUT_2);
-            if !self.engine {
-                // Only the engine needs the whole registry: this machine's events are now its own.
-                full = None;
-            }
+            // This machine's events are now its own.
+            full = None;
         };
         if let Some(engine) = engine {
             let _ = tokio::time::timeout(Duration::from_secs(3), engine).await;

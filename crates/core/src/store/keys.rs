@@ -48,7 +48,8 @@
 //!
 //! **Layout 2** (issue 35; docs/lab/scoped-views.md; the engine switches a cluster to it once every fleetd runs it):
 //! everything a machine's agent needs lies under `P/machines/<id>/`, so it watches that one prefix instead of
-//! everything. A scheduled unit's `target` becomes the entry `P/machines/<id>/schedule/<name>`, which carries the
+//! everything (its own states and markers, bound to its lease, it reads by the lease's key list and then follows
+//! from its own writes; a non-leading engine watches `P/engine/` alone). A scheduled unit's `target` becomes the entry `P/machines/<id>/schedule/<name>`, which carries the
 //! version and desired state that machine must run (a rollout's pin and restart token already applied by the
 //! engine); every global unit has an entry (`"global":true`) on every present machine, whose agent decides, as
 //! today, whether the machine takes it; the desired state moves into the unit object (`"desired"`); launched and
