@@ -70,6 +70,11 @@ pub struct EtcdWindow {
     pub writes: f64,
     /// Watch events sent per write (each write reaches every watcher of its key: the fan-out issue 35 is about).
     pub events_per_write: f64,
+    /// Keys put and deleted over the window (etcd's `put_total` + `delete_total`: what a watch event is about; the
+    /// writes above also count transactions, read-only ones with several ranges included).
+    pub keys_written: f64,
+    /// Watch events sent per key put or deleted: what each key change costs in deliveries.
+    pub events_per_key: f64,
     /// Watch events sent to watchers (`etcd_debugging_mvcc_events_total`), in total and per second.
     pub watch_events: f64,
     pub watch_events_per_s: f64,
@@ -134,8 +139,10 @@ pub struct ScaleCell {
     pub polls: usize,
     pub engine: EnginePasses,
     pub start_etcd: EtcdWindow,
-    /// etcd writes during the start per unit started (issue 35: at most 3 is the goal).
+    /// etcd writes during the start per unit started (puts, deletes and transactions).
     pub writes_per_unit: f64,
+    /// Keys put or deleted during the start per unit started (issue 35: at most 3 is the goal).
+    pub keys_per_unit: f64,
     /// Simulator processes' CPU during the start (percent of one core, all processes).
     pub start_sim_cpu_pct: f64,
     /// Units per simulated machine: fewest and most.
@@ -223,6 +230,7 @@ fn etcd_window(a: &Sample, b: &Sample) -> EtcdWindow {
     let r = metrics::rates(sa, sb);
     let round = |x: f64| (x * 100.0).round() / 100.0;
     let writes = r.writes_per_s * r.window_s;
+    let keys = (r.puts_per_s + r.deletes_per_s) * r.window_s;
     let events = metrics::delta(sa, sb, "etcd_debugging_mvcc_events_total", &[]);
     EtcdWindow {
         window_s: r.window_s,
@@ -230,6 +238,8 @@ fn etcd_window(a: &Sample, b: &Sample) -> EtcdWindow {
         writes_per_s: r.writes_per_s,
         writes: round(writes),
         events_per_write: if writes > 0.0 { round(events / writes) } else { 0.0 },
+        keys_written: round(keys),
+        events_per_key: if keys > 0.0 { round(events / keys) } else { 0.0 },
         watch_events: events,
         watch_events_per_s: round(metrics::per_s(sa, sb, "etcd_debugging_mvcc_events_total", &[])),
         lease_keepalives_per_s: r.lease_keepalives_per_s,
@@ -328,6 +338,7 @@ async fn measure(opts: &Options, cell: &mut ScaleCell) -> Result<(), String> {
     cell.polls = polled.polls;
     cell.start_etcd = etcd_window(&a, &b);
     cell.writes_per_unit = (cell.start_etcd.writes / units.max(1) as f64 * 100.0).round() / 100.0;
+    cell.keys_per_unit = (cell.start_etcd.keys_written / units.max(1) as f64 * 100.0).round() / 100.0;
     cell.start_sim_cpu_pct = sim_cpu_pct(&a, &b, start_window);
     {
         let events = sims.events();

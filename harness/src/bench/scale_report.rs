@@ -29,7 +29,7 @@ pub fn table(cells: &[ScaleCell]) -> String {
     let mut s = String::new();
     s.push_str(
         "| machines | units | registered s | start cmd s | half / all active s | engine passes, mean / max ms | \
-         etcd req/s, writes/s (start) | writes per unit | watch events (/s, per write) | units per machine | sim RSS MiB (KiB/machine) | \
+         etcd req/s, writes/s (start) | writes, keys written per unit | watch events (/s, per write, per key) | units per machine | sim RSS MiB (KiB/machine) | \
          etcd / real fleetd RSS MiB | idle: sim CPU %, etcd CPU %, etcd writes/s, req/s | 10 % leave: units moved, all active again s (TTL) |\n",
     );
     s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -52,7 +52,7 @@ pub fn table(cells: &[ScaleCell]) -> String {
         );
         let _ = writeln!(
             s,
-            "| {} | {} | {:.1} | {:.2} | {} / {} | {}, {:.1} / {:.1} | {:.0}, {:.0} | {:.2} | {:.0} ({:.0}, {:.2}) | {}–{} | {:.0} ({:.0}) | {:.0} / {:.1} | {:.1}, {:.1}, {:.1}, {:.0} | {leave} |",
+            "| {} | {} | {:.1} | {:.2} | {} / {} | {}, {:.1} / {:.1} | {:.0}, {:.0} | {:.2}, {:.2} | {:.0} ({:.0}, {:.2}, {:.2}) | {}–{} | {:.0} ({:.0}) | {:.0} / {:.1} | {:.1}, {:.1}, {:.1}, {:.0} | {leave} |",
             c.machines,
             c.units,
             c.register_s,
@@ -65,9 +65,11 @@ pub fn table(cells: &[ScaleCell]) -> String {
             c.start_etcd.requests_per_s,
             c.start_etcd.writes_per_s,
             c.writes_per_unit,
+            c.keys_per_unit,
             c.start_etcd.watch_events,
             c.start_etcd.watch_events_per_s,
             c.start_etcd.events_per_write,
+            c.start_etcd.events_per_key,
             c.placement_min,
             c.placement_max,
             c.memory.sim_rss_mib,

@@ -128,7 +128,7 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
         info!(machine = %machine, lease = format_args!("{lease:x}"), units = self.executor.loaded().len(), "agent running");
         let rebind: Vec<Marker> =
             self.executor.launched_hashes().into_iter().map(|(unit, hash)| Marker::Launched { unit, hash }).collect();
-        write_markers(&registry, rebind).await;
+        let _ = write_markers(&registry, rebind).await;
         // A load fault published under an earlier lease went with it.
         self.load_faults.published(&Publish::Clear);
         self.global_units = None;
@@ -175,6 +175,7 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
                 starts,
                 held: BTreeMap::new(),
                 skipped: None,
+                markers_written: BTreeMap::new(),
             };
             let result = looped.run(&stop).await;
             inner.cancel();
@@ -282,12 +283,13 @@ pub(crate) async fn reconcile_once<S: SystemdOps>(
     latest: &dyn Fn() -> Arc<Snapshot>,
     me: &str,
 ) -> Result<Reconciled, Skip> {
-    reconcile_fenced(executor, cache, latest, me, &|| false, None).await
+    reconcile_fenced(executor, cache, latest, me, &|| false, None, &BTreeMap::new()).await
 }
 
 /// [`reconcile_once`] with the at-most-once fence: while `in_doubt()`, at-most-once units are planned as loaded
 /// only (stopped, never started); asked again before the second round. A scoped view holds no other machine's
-/// copies of a unit, so before starting units it reads theirs from `registry` ([`hold`]).
+/// copies of a unit, so before starting units it reads theirs from `registry` ([`hold`]). `written` is the markers
+/// this agent wrote that the view may not show yet (unit → hash, `None` for a removal): they count as stored.
 pub(crate) async fn reconcile_fenced<S: SystemdOps>(
     executor: &mut Executor<S>,
     cache: &mut UnitCache,
@@ -295,6 +297,7 @@ pub(crate) async fn reconcile_fenced<S: SystemdOps>(
     me: &str,
     in_doubt: &dyn Fn() -> bool,
     registry: Option<&fleet_registry::Registry>,
+    written: &BTreeMap<String, Option<String>>,
 ) -> Result<Reconciled, Skip> {
     let mut snapshot = latest();
     let mut round = prepare(executor, cache, &snapshot, me, in_doubt())?;
@@ -321,11 +324,17 @@ pub(crate) async fn reconcile_fenced<S: SystemdOps>(
     }
     hold(&mut round, &snapshot, me, registry).await;
     reports.extend(executor.run(round.planned, &round.desired).await);
-    let have: BTreeMap<String, String> = snapshot
+    let mut have: BTreeMap<String, String> = snapshot
         .unit_records()
         .iter()
         .filter_map(|(name, r)| r.launched_markers().get(me).map(|h| (name.to_string(), h.to_string())))
         .collect();
+    for (unit, hash) in written {
+        match hash {
+            Some(hash) => have.insert(unit.clone(), hash.clone()),
+            None => have.remove(unit),
+        };
+    }
     let markers = marker_plan(&reports, executor.loaded(), &executor.launched_hashes(), &have);
     Ok(Reconciled { reports, held: round.held, markers, global: round.global })
 }
@@ -478,7 +487,7 @@ fn started_units(reports: &[TaskReport]) -> Vec<String> {
 /// transactions of many units, a few transactions at a time. A launch batch naming a unit that is gone from the
 /// registry writes nothing and is retried one unit at a time. Failures are logged and repaired by a later
 /// reconcile.
-async fn write_markers(registry: &AgentSession, markers: Vec<Marker>) {
+async fn write_markers(registry: &AgentSession, markers: Vec<Marker>) -> Vec<Marker> {
     let mut launched: BTreeMap<String, String> = BTreeMap::new();
     let mut removed: BTreeSet<String> = BTreeSet::new();
     for marker in markers {
@@ -493,38 +502,61 @@ async fn write_markers(registry: &AgentSession, markers: Vec<Marker>) {
         }
     }
     let removed: Vec<&str> = removed.iter().map(String::as_str).collect();
-    futures::stream::iter(removed.chunks(MAX_MARKERS_PER_TXN))
+    let mut written: Vec<Marker> = futures::stream::iter(removed.chunks(MAX_MARKERS_PER_TXN))
         .map(|units| async move {
             match registry.unmark_launched_many(units).await {
-                Ok(()) => debug!(units = units.len(), "unmarked launched"),
-                Err(e) => warn!(units = units.len(), err = %e, "cannot remove launched markers; retrying later"),
+                Ok(()) => {
+                    debug!(units = units.len(), "unmarked launched");
+                    units.iter().map(|u| Marker::NotLaunched(u.to_string())).collect()
+                }
+                Err(e) => {
+                    warn!(units = units.len(), err = %e, "cannot remove launched markers; retrying later");
+                    Vec::new()
+                }
             }
         })
         .buffer_unordered(WRITERS)
-        .collect::<Vec<()>>()
-        .await;
+        .collect::<Vec<Vec<Marker>>>()
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
     let launched: Vec<(&str, &str)> = launched.iter().map(|(u, h)| (u.as_str(), h.as_str())).collect();
-    futures::stream::iter(launched.chunks(MAX_MARKERS_PER_TXN))
+    let launched_written = futures::stream::iter(launched.chunks(MAX_MARKERS_PER_TXN))
         .map(|units| async move {
+            let marked = |unit: &str, hash: &str| Marker::Launched { unit: unit.to_string(), hash: hash.to_string() };
             match registry.mark_launched_many(units).await {
-                Ok(true) => debug!(units = units.len(), "marked launched"),
+                Ok(true) => {
+                    debug!(units = units.len(), "marked launched");
+                    units.iter().map(|(unit, hash)| marked(unit, hash)).collect()
+                }
                 Ok(false) => {
+                    let mut written = Vec::new();
                     for (unit, hash) in units {
                         match registry.mark_launched(unit, hash).await {
-                            Ok(true) => debug!(unit = %unit, hash = %hash, "marked launched"),
+                            Ok(true) => {
+                                debug!(unit = %unit, hash = %hash, "marked launched");
+                                written.push(marked(unit, hash));
+                            }
                             Ok(false) => {
                                 debug!(unit = %unit, "not marked launched: the unit is gone from the registry")
                             }
                             Err(e) => warn!(unit = %unit, err = %e, "cannot mark unit launched; retrying later"),
                         }
                     }
+                    written
                 }
-                Err(e) => warn!(units = units.len(), err = %e, "cannot mark units launched; retrying later"),
+                Err(e) => {
+                    warn!(units = units.len(), err = %e, "cannot mark units launched; retrying later");
+                    Vec::new()
+                }
             }
         })
         .buffer_unordered(WRITERS)
-        .collect::<Vec<()>>()
+        .collect::<Vec<Vec<Marker>>>()
         .await;
+    written.extend(launched_written.into_iter().flatten());
+    written
 }
 
 /// The restarted markers this machine has not published yet: (unit, rollout ID) for every unit the executor
@@ -572,6 +604,10 @@ struct ReconcileLoop<'a, S> {
     held: BTreeMap<String, Blocker>,
     /// Why the last reconcile was skipped (logged only when it changes).
     skipped: Option<Skip>,
+    /// Launched markers this agent wrote (unit → hash, `None`: removed) until its view shows them: a view learns of
+    /// a write after it is made (a watch event, or the scoped view's note), and a reconcile in between must not
+    /// write the marker again.
+    markers_written: BTreeMap<String, Option<String>>,
 }
 
 impl<S: SystemdOps> ReconcileLoop<'_, S> {
@@ -611,7 +647,10 @@ impl<S: SystemdOps> ReconcileLoop<'_, S> {
         }
         let fence = self.fence;
         let registry = Some(&**self.registry);
-        match reconcile_fenced(self.executor, self.cache, &latest, self.machine, &|| fence.in_doubt(), registry).await {
+        let written = &self.markers_written;
+        match reconcile_fenced(self.executor, self.cache, &latest, self.machine, &|| fence.in_doubt(), registry, written)
+            .await
+        {
             Err(skip) => {
                 if self.skipped != Some(skip) {
                     match skip {
@@ -633,8 +672,19 @@ impl<S: SystemdOps> ReconcileLoop<'_, S> {
                 if !started.is_empty() {
                     self.starts.started(&started, START_PUBLISH_WAIT).await;
                 }
-                write_markers(self.registry, done.markers).await;
+                for marker in write_markers(self.registry, done.markers).await {
+                    match marker {
+                        Marker::Launched { unit, hash } => self.markers_written.insert(unit, Some(hash)),
+                        Marker::NotLaunched(unit) => self.markers_written.insert(unit, None),
+                    };
+                }
                 let snapshot = latest();
+                // What the view shows now needs no overlay any more.
+                let me = self.machine;
+                self.markers_written.retain(|unit, hash| {
+                    let shown = snapshot.unit_record(unit).and_then(|r| r.launched_markers().get(me).map(|h| h.to_string()));
+                    shown != *hash
+                });
                 let missing = restarted_markers_missing(self.executor.restarts(), &snapshot, self.machine);
                 write_restarted_markers(self.registry, missing).await;
                 self.load_fault(&done.reports, &snapshot).await;
