@@ -43,6 +43,9 @@ pub struct Ctx<'a> {
     /// Units replaced by this command → the hash of their new content: waits on them are satisfied only by the
     /// new version (the old one may still report the wanted state).
     pub replaced: std::collections::BTreeMap<String, String>,
+    /// Units this command created with its target state in the same request (`load`, `start`: one write instead
+    /// of two, issue 35): triggered all the same, so they are waited for and reported as the ones it triggers.
+    pub created_at_target: std::collections::BTreeSet<String>,
     /// Draw the live progress line on `err` while waiting (stderr is a terminal, no `--no-progress`).
     pub progress: bool,
     /// When the command started (the progress line's elapsed time).
@@ -72,6 +75,7 @@ impl<'a> Ctx<'a> {
             command,
             timing,
             replaced: Default::default(),
+            created_at_target: Default::default(),
             progress: false,
             started: std::time::Instant::now(),
             progress_shown: false,

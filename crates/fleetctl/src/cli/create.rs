@@ -357,6 +357,13 @@ pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), Strin
         return Err("--no-restart applies only with --replace".into());
     }
     let mut created = Vec::new();
+    // `load` and `start` create a new unit with the state they are about to set (one write, not two); the unit is
+    // inactive until the engine places it, as one created inactive is.
+    let at_creation = match flags.creator {
+        Creator::Load => Some(JobState::Loaded),
+        Creator::Start => Some(JobState::Launched),
+        Creator::Submit | Creator::Restart => None,
+    };
     // Every lookup at once; creations are batched and sent in parallel, in argument order, before anything that
     // needs them (an error sends what was decided before it: units created earlier stay created).
     let lookups = look_up_args(ctx, args);
@@ -365,7 +372,7 @@ pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), Strin
         for ArgLookup { arg, name, path, existing } in lookups {
             let Some(existing) = existing? else {
                 let uf = unit_file_for(ctx, arg, &path, &name)?;
-                pending.push(prepare_unit(ctx, &name, uf, None, None)?);
+                pending.push(prepare_unit(ctx, &name, uf, at_creation, None)?);
                 created.push(name);
                 continue;
             };
@@ -373,8 +380,27 @@ pub fn lazy_create_units(ctx: &mut Ctx<'_>, args: &[String]) -> Result<(), Strin
         }
         Ok(())
     })();
+    let at_target: Vec<String> = match at_creation {
+        Some(_) => pending.iter().filter(|u| created.contains(&u.name)).map(|u| u.name.clone()).collect(),
+        None => Vec::new(),
+    };
+    let global: std::collections::BTreeSet<String> =
+        pending.iter().filter(|u| super::stored::unit_is_global(u)).map(|u| u.name.clone()).collect();
     send_units(ctx, &mut pending)?;
+    ctx.created_at_target.extend(at_target);
     result?;
+    if created.is_empty() {
+        return Ok(());
+    }
+    // Created with their target state, they were inactive when stored (unplaced): said so now, as the wait for
+    // `inactive` would have (a global unit's current state reads empty), since by the time a poll looks they may
+    // have been placed.
+    let (at_target, created): (Vec<String>, Vec<String>) =
+        created.into_iter().partition(|name| ctx.created_at_target.contains(name));
+    for name in &at_target {
+        let state = if global.contains(name) { "" } else { "inactive" };
+        ctx.say(&format!("Unit {name} {state}"));
+    }
     if created.is_empty() {
         return Ok(());
     }

@@ -80,7 +80,10 @@ fn trigger(ctx: &mut Ctx<'_>, args: &[String], target: JobState) -> Result<(Vec<
     let mut plain = Vec::new();
     let mut global = Vec::new();
     for u in units {
-        if u.desired_state == target.as_str() && !ctx.replaced.contains_key(&u.name) {
+        if u.desired_state == target.as_str()
+            && !ctx.replaced.contains_key(&u.name)
+            && !ctx.created_at_target.contains(&u.name)
+        {
             tracing::debug!(unit = %u.name, state = %target, "desired state already set, skipping");
             continue;
         }

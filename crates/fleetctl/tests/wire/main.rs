@@ -483,10 +483,15 @@ fn set(name: &str, state: &str) -> String {
     put(name, &format!(r#"{{"desiredState":"{state}","name":"{name}"}}"#))
 }
 
-/// A new unit: name and options only, so the API creates it `inactive` (the original's request); the command's
-/// desired state follows in a second request.
+/// A new unit: name and options only, so the API creates it `inactive` (the original's request for `submit`).
 fn create(name: &str, options: &str) -> String {
     put(name, &format!(r#"{{"name":"{name}","options":{options}}}"#))
+}
+
+/// A new unit created with the desired state of `load` or `start` in the same request (issue 35: one write; the
+/// original sent `create` and then `set`, and its API accepts this one as well).
+fn create_at(name: &str, state: &str, options: &str) -> String {
+    put(name, &format!(r#"{{"desiredState":"{state}","name":"{name}","options":{options}}}"#))
 }
 
 /// A replacement of a scheduled unit: content, desired state and (unless `--keep-machine`) `reschedule`, in one
@@ -516,7 +521,7 @@ fn expect_per_unit<const N: usize>(expected: [(&str, Vec<String>); N]) -> BTreeM
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn submit_load_and_start_create_the_unit_then_set_its_desired_state() {
+async fn submit_creates_the_unit_and_load_and_start_create_it_at_their_state() {
     let ep = Endpoint::start().await;
     ep.file("hello.service", HELLO);
     assert_eq!(ep.fleetctl(&["submit", "hello.service"]).await, [create("hello.service", HELLO_OPTIONS)]);
@@ -533,7 +538,7 @@ async fn submit_load_and_start_create_the_unit_then_set_its_desired_state() {
             let args: &[&str] = if no_block { &[cmd, "--no-block", "hello"] } else { &[cmd, "hello"] };
             assert_eq!(
                 ep.fleetctl(args).await,
-                [create("hello.service", HELLO_OPTIONS), set("hello.service", state)],
+                [create_at("hello.service", state, HELLO_OPTIONS)],
                 "{}",
                 args.join(" ")
             );
@@ -655,8 +660,8 @@ async fn instances_are_created_from_the_local_or_the_registry_template() {
     assert_eq!(
         per_unit(&ep.fleetctl(&["start", "hello@1.service", "hello@2.service"]).await),
         expect_per_unit([
-            ("hello@1.service", vec![create("hello@1.service", TEMPLATE_OPTIONS), set("hello@1.service", "launched")]),
-            ("hello@2.service", vec![create("hello@2.service", TEMPLATE_OPTIONS), set("hello@2.service", "launched")]),
+            ("hello@1.service", vec![create_at("hello@1.service", "launched", TEMPLATE_OPTIONS)]),
+            ("hello@2.service", vec![create_at("hello@2.service", "launched", TEMPLATE_OPTIONS)]),
         ])
     );
     // The template itself is submitted (inactive) and never activated.
@@ -667,7 +672,7 @@ async fn instances_are_created_from_the_local_or_the_registry_template() {
     ep.given("reg@.service", TEMPLATE, JobState::Inactive);
     assert_eq!(
         ep.fleetctl(&["load", "--no-block", "reg@7.service"]).await,
-        [create("reg@7.service", TEMPLATE_OPTIONS), set("reg@7.service", "loaded")]
+        [create_at("reg@7.service", "loaded", TEMPLATE_OPTIONS)]
     );
 
     // Replacing instances from a changed local template (issue #1691), rescheduled and kept.
@@ -699,7 +704,7 @@ async fn global_units_and_escaped_names() {
     ep.file("global.service", GLOBAL);
     assert_eq!(
         ep.fleetctl(&["start", "global.service"]).await,
-        [create("global.service", GLOBAL_OPTIONS), set("global.service", "launched")]
+        [create_at("global.service", "launched", GLOBAL_OPTIONS)]
     );
     assert_eq!(ep.fleetctl(&["stop", "global.service"]).await, [set("global.service", "loaded")]);
     assert_eq!(ep.fleetctl(&["unload", "global.service"]).await, [set("global.service", "inactive")]);
@@ -712,10 +717,7 @@ async fn global_units_and_escaped_names() {
     let json_name = r"esc@a\\x2db:c.service";
     assert_eq!(
         ep.fleetctl(&["load", "--no-block", name]).await,
-        [
-            put(path, &format!(r#"{{"name":"{json_name}","options":{TEMPLATE_OPTIONS}}}"#)),
-            put(path, &format!(r#"{{"desiredState":"loaded","name":"{json_name}"}}"#)),
-        ]
+        [put(path, &format!(r#"{{"desiredState":"loaded","name":"{json_name}","options":{TEMPLATE_OPTIONS}}}"#))]
     );
 }
 

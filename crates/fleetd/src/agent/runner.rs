@@ -648,8 +648,16 @@ impl<S: SystemdOps> ReconcileLoop<'_, S> {
         let fence = self.fence;
         let registry = Some(&**self.registry);
         let written = &self.markers_written;
-        match reconcile_fenced(self.executor, self.cache, &latest, self.machine, &|| fence.in_doubt(), registry, written)
-            .await
+        match reconcile_fenced(
+            self.executor,
+            self.cache,
+            &latest,
+            self.machine,
+            &|| fence.in_doubt(),
+            registry,
+            written,
+        )
+        .await
         {
             Err(skip) => {
                 if self.skipped != Some(skip) {
@@ -682,7 +690,8 @@ impl<S: SystemdOps> ReconcileLoop<'_, S> {
                 // What the view shows now needs no overlay any more.
                 let me = self.machine;
                 self.markers_written.retain(|unit, hash| {
-                    let shown = snapshot.unit_record(unit).and_then(|r| r.launched_markers().get(me).map(|h| h.to_string()));
+                    let shown =
+                        snapshot.unit_record(unit).and_then(|r| r.launched_markers().get(me).map(|h| h.to_string()));
                     shown != *hash
                 });
                 let missing = restarted_markers_missing(self.executor.restarts(), &snapshot, self.machine);

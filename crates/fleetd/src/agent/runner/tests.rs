@@ -107,7 +107,8 @@ async fn a_marker_written_but_not_yet_in_the_view_is_not_written_again() {
     let written = BTreeMap::from([("a.service".to_string(), Some(hash(V1)))]);
     let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &written).await.unwrap();
     assert!(done.markers.is_empty(), "written, not shown yet: {:?}", done.markers);
-    let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &BTreeMap::new()).await.unwrap();
+    let done =
+        reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &BTreeMap::new()).await.unwrap();
     assert_eq!(done.markers, [Marker::Launched { unit: "a.service".into(), hash: hash(V1) }], "the repair");
 }
 
@@ -318,20 +319,24 @@ async fn in_doubt_at_most_once_units_are_stopped_and_not_started_and_resume_afte
     );
     let latest = move || Arc::clone(&snap);
     // In doubt from the start: the at-most-once unit is loaded, never started; the plain unit starts.
-    let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| true, None, &BTreeMap::new()).await.unwrap();
+    let done =
+        reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| true, None, &BTreeMap::new()).await.unwrap();
     assert!(!tasks(&done).contains(&"StartUnit amo.service".to_string()), "{:?}", tasks(&done));
     assert!(tasks(&done).contains(&"StartUnit plain.service".to_string()), "{:?}", tasks(&done));
     // The doubt ends: it starts.
-    let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &BTreeMap::new()).await.unwrap();
+    let done =
+        reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &BTreeMap::new()).await.unwrap();
     assert_eq!(tasks(&done), ["StartUnit amo.service"]);
     // Doubt again: the plan stops it (the fence loop stops it too, on its own); the plain unit keeps running.
-    let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| true, None, &BTreeMap::new()).await.unwrap();
+    let done =
+        reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| true, None, &BTreeMap::new()).await.unwrap();
     assert_eq!(tasks(&done), ["StopUnit amo.service"]);
     assert!(done.markers.contains(&Marker::NotLaunched("amo.service".into())), "{:?}", done.markers);
     // Stopped by the fence while the executor believed it launched: once told, the next plan starts it again.
     reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &BTreeMap::new()).await.unwrap();
     s.exec.note_stopped(&["amo.service".to_string()].into());
-    let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &BTreeMap::new()).await.unwrap();
+    let done =
+        reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &BTreeMap::new()).await.unwrap();
     assert_eq!(tasks(&done), ["StartUnit amo.service"]);
 }
 
