@@ -686,6 +686,7 @@ mod tests {
             sub_state: sub.into(),
             restarts: None,
             health: None,
+            launched: None,
         };
         assert_eq!(super::state(state("unknown", "in-doubt"), None).machine_presence, "in-doubt");
         assert_eq!(super::state(state("active", "running"), None).machine_presence, "");

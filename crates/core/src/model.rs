@@ -165,6 +165,9 @@ pub struct PublishedState {
     /// The unit's health check on this machine (`[X-Fleet] HealthCheck=`), published only for units that have
     /// one; `None` otherwise and from agents that do not run checks.
     pub health: Option<Health>,
+    /// Layout 2: the hash of the version the machine started (its launched marker, folded into the state: one
+    /// write instead of two); `None`: not started, or an agent that writes separate markers (layout 1).
+    pub launched: Option<String>,
 }
 
 /// Where a unit's health check stands on one machine.

@@ -147,7 +147,9 @@ async fn agent(url: &str) {
             })
         };
         let session = AgentSession::new(registry.clone(), &me.id, lease.id()).expect("a valid machine ID");
-        if let Err(e) = agent.run(session, reflector.subscribe(), lease.alive_until(), stop).await {
+        if let Err(e) =
+            agent.run(session, reflector.subscribe(), lease.alive_until(), fleet_registry::LAYOUT_VERSION, stop).await
+        {
             eprintln!("agent run: {e}");
         }
         lost.abort();

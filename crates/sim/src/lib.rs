@@ -306,7 +306,8 @@ impl SimMachine {
             };
             let agent_stop = stop.child_token();
             let session = session.clone().with_own_writes(own_writes);
-            let run = agent.run(session, snapshots, presence.alive_until(), agent_stop.clone());
+            let run_layout = if scoped.is_some() { fleet_core::layout::LAYOUT_2 } else { layout };
+            let run = agent.run(session, snapshots, presence.alive_until(), run_layout, agent_stop.clone());
             tokio::pin!(run);
             let switch = async {
                 match switched {

@@ -158,7 +158,7 @@ impl StateRecord {
             sub_state: s.sub_state.as_str().into(),
             restarts: s.restarts,
             health: s.health.clone(),
-            launched: None,
+            launched: s.launched.as_deref().map(Into::into),
             restarted_for: None,
         }
     }
@@ -173,6 +173,7 @@ impl StateRecord {
             sub_state: self.sub_state.to_string(),
             restarts: self.restarts,
             health: self.health,
+            launched: self.launched.map(|h| h.to_string()),
         }
     }
 }

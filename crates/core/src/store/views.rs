@@ -217,6 +217,7 @@ impl Snapshot {
                 sub_state: crate::model::IN_DOUBT.into(),
                 restarts: None,
                 health: None,
+                launched: None,
             })
         })
     }

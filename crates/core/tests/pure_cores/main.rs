@@ -21,6 +21,7 @@ mod api_rules {
             sub_state: "running".into(),
             restarts: None,
             health: None,
+            launched: None,
         };
         let json = serde_json::to_value(api_rules::state(state.clone(), None)).unwrap();
         assert_eq!(

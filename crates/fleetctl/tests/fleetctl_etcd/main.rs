@@ -81,6 +81,7 @@ fn pretend_fleetd_runs_hello(c: &Cluster, version: &str) -> LeaseKeeper {
         sub_state: "running".into(),
         restarts: None,
         health: None,
+        launched: None,
     };
     c.runtime.block_on(async {
         reg.register_machine(&machine, lease.id()).await.expect("register");

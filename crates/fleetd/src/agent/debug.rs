@@ -112,6 +112,7 @@ mod tests {
             sub_state: "running".into(),
             restarts: None,
             health: None,
+            launched: None,
         };
         h.set_published(&[("a.service".to_string(), Arc::new(s))].into(), [("b.service".to_string(), None)].into());
         h.set_subscribed(["a.service".to_string()]);
@@ -134,6 +135,7 @@ mod tests {
             sub_state: "x".into(),
             restarts: None,
             health: None,
+            launched: None,
         };
         let mut published: BTreeMap<String, Arc<PublishedState>> = [("a.service", "active"), ("b.service", "active")]
             .map(|(n, a)| (n.to_string(), Arc::new(state(n, a))))

@@ -37,6 +37,7 @@ use tracing::{debug, info, warn};
 
 use super::adoption::{AGENT_STATE_FILE, AgentRecord, record_dir};
 use super::error::AgentError;
+use super::loaded::Loaded;
 use super::publisher::unit_states;
 use super::units_dir::UnitsDir;
 use fleet_core::machine_plan::plan::{Actual, Desired, Planned, Task, plan};
@@ -167,10 +168,14 @@ pub struct Executor<S> {
     reload_required: bool,
     /// What `agent-state.json` holds (rewritten when `believed` or `running` no longer match it).
     recorded: AgentRecord,
-    /// The loaded set (unit → recorded hash), re-sent whenever a file is written or removed, so state publishing
-    /// can follow it without waiting for a running plan.
-    /// Shared, not copied: the publisher takes it at every round.
-    loaded_tx: watch::Sender<Arc<BTreeMap<String, String>>>,
+    /// The loaded set (unit → recorded hash) with the launched hashes and the fresh units ([`Loaded`]), re-sent
+    /// whenever one changes (a file written or removed, a start ended), so state publishing can follow it without
+    /// waiting for a running plan. Shared, not copied: the publisher takes it at every round.
+    loaded_tx: watch::Sender<Arc<Loaded>>,
+    /// The launched hashes the loaded set carries ([`Loaded::launched`]).
+    launched_shown: BTreeMap<String, String>,
+    /// Units this run loaded that were not loaded before ([`Loaded::fresh`]).
+    fresh: BTreeMap<String, tokio::time::Instant>,
     /// Units updated in place whose new file is not in effect yet → the hash published for them meanwhile (the
     /// previous file's). Released once the daemon-reload and the unit reloads of the run are done, so a published
     /// new hash means systemd runs the new definition and `ExecReload=` has finished: a waiting client never sees
@@ -180,13 +185,18 @@ pub struct Executor<S> {
 
 impl<S: SystemdOps> Executor<S> {
     pub fn new(systemd: S, units: UnitsDir, config: ExecutorConfig) -> Self {
-        let (loaded_tx, _) = watch::channel(Arc::new(units.hashes().clone()));
         let restarts = read_restarts(&units.dir().join(RESTARTS_FILE));
         let recorded = std::fs::read(record_dir(units.dir()).join(AGENT_STATE_FILE))
             .ok()
             .and_then(|bytes| AgentRecord::decode(&bytes))
             .unwrap_or_default();
         let (believed, running) = recorded.restore(units.hashes());
+        let launched_shown = launched_hashes(&believed, &running, &units);
+        let (loaded_tx, _) = watch::channel(Arc::new(Loaded {
+            hashes: Arc::new(units.hashes().clone()),
+            launched: launched_shown.clone(),
+            fresh: BTreeMap::new(),
+        }));
         if !believed.is_empty() {
             info!(
                 launched = believed.values().filter(|s| **s == JobState::Launched).count(),
@@ -208,6 +218,8 @@ impl<S: SystemdOps> Executor<S> {
             reload_required: false,
             recorded,
             loaded_tx,
+            launched_shown,
+            fresh: BTreeMap::new(),
             held: BTreeMap::new(),
         }
     }
@@ -230,7 +242,7 @@ impl<S: SystemdOps> Executor<S> {
 
     /// Follows the loaded set (unit → recorded hash) as files are written and removed, also in the middle of a
     /// plan (e.g. while a long stop job runs).
-    pub fn watch_loaded(&self) -> watch::Receiver<Arc<BTreeMap<String, String>>> {
+    pub fn watch_loaded(&self) -> watch::Receiver<Arc<Loaded>> {
         self.loaded_tx.subscribe()
     }
 
@@ -258,21 +270,36 @@ impl<S: SystemdOps> Executor<S> {
     }
 
     /// Re-sends the loaded set when it changed: the recorded hashes, with the previous hash of each unit whose
-    /// in-place update is still [`held`](Self::held).
+    /// in-place update is still [`held`](Self::held), the launched hashes shown, and the fresh units.
     fn loaded_changed(&mut self) {
         let on_disk = self.units.hashes();
         self.held.retain(|name, _| on_disk.contains_key(name));
+        self.fresh.retain(|name, _| on_disk.contains_key(name));
         let held = &self.held;
+        let (launched, fresh) = (&self.launched_shown, &self.fresh);
         let published = |name: &String, hash: &String| held.get(name).unwrap_or(hash).clone();
         self.loaded_tx.send_if_modified(|seen| {
-            let same = seen.len() == on_disk.len()
-                && seen.iter().zip(on_disk).all(|((sn, sh), (n, h))| sn == n && *sh == published(n, h));
-            if same {
+            let same_hashes = seen.hashes.len() == on_disk.len()
+                && seen.hashes.iter().zip(on_disk).all(|((sn, sh), (n, h))| sn == n && *sh == published(n, h));
+            if same_hashes && seen.launched == *launched && seen.fresh == *fresh {
                 return false;
             }
-            *seen = Arc::new(on_disk.iter().map(|(n, h)| (n.clone(), published(n, h))).collect());
+            let hashes = if same_hashes {
+                Arc::clone(&seen.hashes)
+            } else {
+                Arc::new(on_disk.iter().map(|(n, h)| (n.clone(), published(n, h))).collect())
+            };
+            *seen = Arc::new(Loaded { hashes, launched: launched.clone(), fresh: fresh.clone() });
             true
         });
+    }
+
+    /// Shows every unit this run loaded and the launched hash of every launched unit ([`Loaded`]): called by the
+    /// agent after a run, once the health its (re)starts reset is published, where layout 1 wrote the markers.
+    pub fn publish_launched(&mut self) {
+        self.launched_shown = self.launched_hashes();
+        self.fresh.clear();
+        self.loaded_changed();
     }
 
     pub fn systemd(&self) -> &S {
@@ -335,15 +362,7 @@ impl<S: SystemdOps> Executor<S> {
     /// Launched units → hash of the version each runs (the one it was started with; the file's own hash for a
     /// unit adopted without a start of this agent's).
     pub fn launched_hashes(&self) -> BTreeMap<String, String> {
-        self.believed
-            .iter()
-            .filter(|(_, s)| **s == JobState::Launched)
-            .map(|(n, _)| {
-                let hash =
-                    self.running.get(n).map(String::as_str).or_else(|| self.units.hash_of(n)).unwrap_or_default();
-                (n.clone(), hash.to_string())
-            })
-            .collect()
+        launched_hashes(&self.believed, &self.running, &self.units)
     }
 
     /// Units whose systemd state is published (those with a file here), with their recorded hash.
@@ -356,7 +375,7 @@ impl<S: SystemdOps> Executor<S> {
     pub async fn current_states(&self, machine_id: &str) -> Result<BTreeMap<String, PublishedState>, AgentError> {
         let names: Vec<String> = self.units.hashes().keys().cloned().collect();
         let statuses = self.systemd.states(&names).await?;
-        Ok(unit_states(machine_id, &statuses, self.units.hashes(), &BTreeMap::new()))
+        Ok(unit_states(machine_id, &statuses, self.units.hashes(), &BTreeMap::new(), None))
     }
 
     /// Plan against `desired` and run the plan.
@@ -429,6 +448,7 @@ impl<S: SystemdOps> Executor<S> {
                     .map(|(n, _)| *n)
                     .collect();
                 self.note_restarts(&started, desired);
+                self.show_started_fresh(&names, desired);
                 outcomes
             }
             Some(Task::ReloadUnit(_)) => self.reload_units(&names).await,
@@ -497,6 +517,9 @@ impl<S: SystemdOps> Executor<S> {
                 written.push(Err(AgentError::MissingUnit(name.clone())));
                 continue;
             };
+            if self.units.hash_of(name).is_none() {
+                self.fresh.insert(name.clone(), tokio::time::Instant::now());
+            }
             let file = self.units.write(name, &unit.text).and_then(|changed| Ok((self.units.path_of(name)?, changed)));
             written.push(file.map(|(path, changed)| (name.clone(), path, changed, unit.install)));
             self.held.remove(name);
@@ -875,6 +898,24 @@ impl<S: SystemdOps> Executor<S> {
         outcomes
     }
 
+    /// The fresh units among `names` whose start ended are shown, with the hash they were started with. Not those
+    /// with a health check: a health the publisher may still hold from the unit's previous version must be reset
+    /// and published before a new launched hash is, so they are shown with the others after the run
+    /// ([`Self::publish_launched`]).
+    fn show_started_fresh(&mut self, names: &[&str], desired: &BTreeMap<String, Desired>) {
+        let launched = self.launched_hashes();
+        for name in names {
+            let checked =
+                desired.get(*name).is_none_or(|d| d.text.contains(fleet_core::unit::xfleet::policy_keys::HEALTH_CHECK));
+            if !checked && self.fresh.remove(*name).is_some() {
+                if let Some(hash) = launched.get(*name) {
+                    self.launched_shown.insert(name.to_string(), hash.clone());
+                }
+            }
+        }
+        self.loaded_changed();
+    }
+
     /// Records that `name` now runs the version on disk, unless it already ran before this start (a start of an
     /// active unit is a no-op for systemd: the version it runs does not change).
     fn note_running(&mut self, name: &str) {
@@ -902,6 +943,22 @@ impl<S: SystemdOps> Executor<S> {
             }
         }
     }
+}
+
+/// Launched units → hash of the version each runs ([`Executor::launched_hashes`]).
+fn launched_hashes(
+    believed: &BTreeMap<String, JobState>,
+    running: &BTreeMap<String, String>,
+    units: &UnitsDir,
+) -> BTreeMap<String, String> {
+    believed
+        .iter()
+        .filter(|(_, s)| **s == JobState::Launched)
+        .map(|(n, _)| {
+            let hash = running.get(n).map(String::as_str).or_else(|| units.hash_of(n)).unwrap_or_default();
+            (n.clone(), hash.to_string())
+        })
+        .collect()
 }
 
 /// The recorded rolling-restart tokens; none when the file is missing or unreadable (then a unit in a rolling

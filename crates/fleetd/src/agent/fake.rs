@@ -31,6 +31,9 @@ pub(crate) struct Fake {
     /// Called at each `reload` (ReloadUnit) call, e.g. to look at what is published while the job runs.
     #[allow(clippy::type_complexity)]
     pub(crate) on_reload_unit: Mutex<Option<Box<dyn FnMut(&str) + Send>>>,
+    /// Called at each `start` call, e.g. to look at what is published while the start job runs.
+    #[allow(clippy::type_complexity)]
+    pub(crate) on_start: Mutex<Option<Box<dyn FnMut(&str) + Send>>>,
 }
 
 impl Fake {
@@ -57,6 +60,9 @@ impl Fake {
 impl SystemdOps for Fake {
     fn start(&self, name: &str) -> impl Future<Output = fleet_systemd::Result<JobResult>> + Send {
         let r = self.record("start", name);
+        if let Some(hook) = self.on_start.lock().unwrap().as_mut() {
+            hook(name);
+        }
         let delay = *self.start_delay.lock().unwrap();
         async move {
             if let Some(d) = delay {

@@ -10,6 +10,7 @@
 //! | `load_fault.rs` | the machine's load fault (issue 37): unit files it could not write (published under its lease, so the engine moves those units and places none here), the probe that withdraws it |
 //! | `units_dir.rs` | the unit files in `units_directory`: write (0644), remove, list at start, recorded hashes |
 //! | `executor.rs` | runs a plan against systemd, waiting for jobs; keeps what the agent believes it started |
+//! | `loaded.rs` | pure: what the executor tells the publish loop (loaded units and their hashes, launched hashes, units still starting) and which of them it shows |
 //! | `adoption.rs` | pure: the record (`agent-state.json`) a restarted fleetd adopts the running units from |
 //! | `write_failures.rs` | pure: which failed state writes are logged (first per unit and cause, then at the 10th, 100th … retry; once when written again) |
 //! | `publisher.rs` | pure: diff of published unit states against systemd's (this machine's states only) |
@@ -44,6 +45,7 @@ pub mod fence;
 pub mod handover;
 pub mod health;
 pub mod load_fault;
+pub mod loaded;
 mod publish_loop;
 pub mod publisher;
 mod runner;

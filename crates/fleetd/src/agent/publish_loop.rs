@@ -25,6 +25,7 @@ use tracing::{debug, info, warn};
 
 use super::checks::HealthChecks;
 use super::debug::DebugHandle;
+use super::loaded::{Loaded, launched_changes};
 use super::publisher::{PublishOp, Publisher, Readings};
 use super::write_failures::{Report, WriteFailures};
 use fleet_core::model::PublishedState;
@@ -66,7 +67,12 @@ pub(crate) struct PublishLoop<'a, S> {
     pub lease: i64,
     pub period: Duration,
     pub publisher: &'a mut Publisher,
-    pub loaded: watch::Receiver<Arc<BTreeMap<String, String>>>,
+    pub loaded: watch::Receiver<Arc<Loaded>>,
+    /// Layout 2: the launched markers are folded into the states, and a unit a run is starting is shown once its
+    /// start ended ([`Loaded::shown`]).
+    pub fold: bool,
+    /// The launched hashes the last round published (layout 2).
+    pub launched: BTreeMap<String, String>,
     pub changes: &'a mut UnitChanges,
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
     pub debug: &'a DebugHandle,
@@ -107,6 +113,7 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
         let mut next_round = Instant::now();
         let starts = self.health.starts();
         loop {
+            let release_at = self.loaded.borrow().next_release(self.fold, Instant::now());
             if dirty && Instant::now() >= next_round {
                 dirty = false;
                 next_round = Instant::now() + ROUND_GAP;
@@ -156,7 +163,7 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
                 }
                 () = starts.reported() => {
                     let snapshot = Arc::clone(&self.snapshots.borrow());
-                    let loaded = Arc::clone(&self.loaded.borrow());
+                    let loaded = Arc::clone(&self.loaded.borrow().hashes);
                     for unit in self.health.take_starts(&snapshot, &loaded) {
                         readings.touch(&unit);
                     }
@@ -167,6 +174,8 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
                     dirty = true;
                 }
                 _ = sleep_until(next_round), if dirty => {}
+                // A fresh unit whose start takes long is shown at the end of its hold.
+                _ = sleep_until(release_at.unwrap_or_else(Instant::now)), if release_at.is_some() => dirty = true,
             }
         }
     }
@@ -183,7 +192,7 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
     fn take(&self, readings: &mut Readings, change: UnitChange) -> bool {
         match change {
             UnitChange::Unit { name, reported } => {
-                let loaded = self.loaded.borrow().contains_key(&name);
+                let loaded = self.loaded.borrow().hashes.contains_key(&name);
                 if loaded {
                     readings.note(&name, &reported);
                 }
@@ -199,7 +208,14 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
     /// Reads what no change signal told of the loaded units' states and services' restart counters, and writes
     /// what changed. False if anything failed.
     async fn publish_current(&mut self, readings: &mut Readings) -> bool {
-        let hashes = Arc::clone(&self.loaded.borrow_and_update());
+        let loaded = Arc::clone(&self.loaded.borrow_and_update());
+        let hashes = loaded.shown(self.fold, Instant::now());
+        if self.fold && self.launched != loaded.launched {
+            for unit in launched_changes(&self.launched, &loaded.launched) {
+                readings.touch(unit);
+            }
+            self.launched.clone_from(&loaded.launched);
+        }
         let loaded_changed = readings.took_loaded(&hashes);
         let names = readings.states_to_read(&hashes);
         let read = match self.systemd.states(&names).await {
@@ -215,7 +231,7 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
         if loaded_changed {
             self.health.loaded_changed(&hashes);
         }
-        let mut now = readings.states_now(self.machine, &hashes);
+        let mut now = readings.states_now(self.machine, &hashes, self.fold.then_some(&loaded.launched));
         let snapshot = Arc::clone(&self.snapshots.borrow());
         self.health.round(&mut now, readings, &snapshot);
         let ops = self.publisher.changes_now(&now);
@@ -244,7 +260,7 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
             .iter()
             .filter_map(|(unit, per_machine)| per_machine.get(self.machine).map(|r| (unit.to_string(), r.clone())))
             .collect();
-        let hashes = Arc::clone(&self.loaded.borrow());
+        let hashes = Arc::clone(&self.loaded.borrow().hashes);
         let loaded: BTreeSet<&str> = hashes.keys().map(String::as_str).collect();
         let ops = self.publisher.repair(&stored, &loaded);
         if !ops.is_empty() {

@@ -30,13 +30,15 @@ impl PublishOp {
 }
 
 /// The states to publish for the units the agent has loaded: systemd's load/active/sub state joined with the hash
-/// recorded for the unit file and, for a service that [`counts_restarts`], its restart counter from `restarts`.
-/// Units systemd did not report are left out.
+/// recorded for the unit file and, for a service that [`counts_restarts`], its restart counter from `restarts`,
+/// and, where `launched` is given (layout 2: the launched markers folded into the states), the hash the machine
+/// started. Units systemd did not report are left out.
 pub fn unit_states<'a>(
     machine_id: &str,
     statuses: impl IntoIterator<Item = &'a UnitStatus>,
     hashes: &BTreeMap<String, String>,
     restarts: &BTreeMap<String, u32>,
+    launched: Option<&BTreeMap<String, String>>,
 ) -> BTreeMap<String, PublishedState> {
     statuses
         .into_iter()
@@ -51,6 +53,7 @@ pub fn unit_states<'a>(
                 sub_state: s.sub_state.clone(),
                 restarts: if counts_restarts(s) { restarts.get(&s.name).copied() } else { None },
                 health: None,
+                launched: launched.and_then(|l| l.get(&s.name).cloned()),
             };
             Some((s.name.clone(), state))
         })
@@ -224,19 +227,30 @@ impl Readings {
     }
 
     /// The states to publish now ([`unit_states`] of what is known).
-    pub fn unit_states(&self, machine_id: &str, hashes: &BTreeMap<String, String>) -> BTreeMap<String, PublishedState> {
-        unit_states(machine_id, self.statuses.values(), hashes, &self.restarts)
+    pub fn unit_states(
+        &self,
+        machine_id: &str,
+        hashes: &BTreeMap<String, String>,
+        launched: Option<&BTreeMap<String, String>>,
+    ) -> BTreeMap<String, PublishedState> {
+        unit_states(machine_id, self.statuses.values(), hashes, &self.restarts, launched)
     }
 
     /// The states to publish now, for the units that may have changed since the last call (all of them when
     /// [`Self::took_loaded`], a resync or [`Self::touch_all`] asked): a round during a start of hundreds of units
     /// costs the few that changed, not a copy of every state.
-    pub fn states_now(&mut self, machine_id: &str, hashes: &BTreeMap<String, String>) -> StatesNow {
+    pub fn states_now(
+        &mut self,
+        machine_id: &str,
+        hashes: &BTreeMap<String, String>,
+        launched: Option<&BTreeMap<String, String>>,
+    ) -> StatesNow {
         let names = std::mem::take(&mut self.touched);
         if std::mem::take(&mut self.all_touched) {
-            return StatesNow::All(self.unit_states(machine_id, hashes));
+            return StatesNow::All(self.unit_states(machine_id, hashes, launched));
         }
-        let states = unit_states(machine_id, names.iter().filter_map(|n| self.statuses.get(n)), hashes, &self.restarts);
+        let statuses = names.iter().filter_map(|n| self.statuses.get(n));
+        let states = unit_states(machine_id, statuses, hashes, &self.restarts, launched);
         StatesNow::Touched { names, states }
     }
 }
@@ -389,6 +403,7 @@ mod tests {
             sub_state: if active == "active" { "running".into() } else { "dead".into() },
             restarts: None,
             health: None,
+            launched: None,
         }
     }
 
@@ -435,7 +450,7 @@ mod tests {
         readings.took_states(&units, Vec::new());
         assert!(readings.restarts_to_read().is_empty(), "and its counter");
         readings.took_restarts(Vec::new());
-        let a = &readings.unit_states(M, &units)["a.service"];
+        let a = &readings.unit_states(M, &units, None)["a.service"];
         assert_eq!(
             (a.load_state.as_str(), a.active_state.as_str(), a.sub_state.as_str()),
             ("loaded", "activating", "auto-restart")
@@ -466,7 +481,11 @@ mod tests {
         );
         assert_eq!(readings.restarts_to_read(), ["b.service"], "b's state was not what the signals said; c's was");
         readings.took_restarts(vec![("b.service".into(), 5)]);
-        assert_eq!(readings.unit_states(M, &units).keys().collect::<Vec<_>>(), ["b.service", "c.service"], "a is gone");
+        assert_eq!(
+            readings.unit_states(M, &units, None).keys().collect::<Vec<_>>(),
+            ["b.service", "c.service"],
+            "a is gone"
+        );
         assert!(readings.states_to_read(&units).is_empty() && readings.restarts_to_read().is_empty());
     }
 
@@ -577,9 +596,12 @@ mod tests {
             },
         ];
         let hashes: BTreeMap<String, String> = [("a.service".to_string(), "h1".to_string())].into();
-        assert_eq!(unit_states(M, &statuses, &hashes, &BTreeMap::new()), map(&[state("a.service", "active", "h1")]));
+        assert_eq!(
+            unit_states(M, &statuses, &hashes, &BTreeMap::new(), None),
+            map(&[state("a.service", "active", "h1")])
+        );
         let restarts: BTreeMap<String, u32> = [("a.service".to_string(), 3)].into();
-        let with_counter = unit_states(M, &statuses, &hashes, &restarts);
+        let with_counter = unit_states(M, &statuses, &hashes, &restarts, None);
         assert_eq!(with_counter["a.service"].restarts, Some(3), "an active service publishes its restart counter");
     }
 
@@ -595,7 +617,7 @@ mod tests {
             status("d.service", "not-found", "active"),
         ];
         let hashes: BTreeMap<String, String> = restarts.keys().map(|n| (n.clone(), "h".to_string())).collect();
-        let states = unit_states(M, &statuses, &hashes, &restarts);
+        let states = unit_states(M, &statuses, &hashes, &restarts, None);
         let published: Vec<(&str, Option<u32>)> = states.iter().map(|(n, s)| (n.as_str(), s.restarts)).collect();
         assert_eq!(published, [("a.service", Some(2)), ("b.service", None), ("c.socket", None), ("d.service", None)]);
     }
@@ -684,8 +706,8 @@ mod tests {
             readings.took_states(&loaded, read);
             let counters = readings.restarts_to_read().into_iter().map(|n| (n.clone(), systemd[&n].1)).collect();
             readings.took_restarts(counters);
-            let every = readings.unit_states(M, &loaded);
-            let now = readings.states_now(M, &loaded);
+            let every = readings.unit_states(M, &loaded, None);
+            let now = readings.states_now(M, &loaded, None);
             partial_rounds += usize::from(matches!(now, StatesNow::Touched { .. }));
             let (mut got, mut want) = (incremental.changes_now(&now), reference.changes(&every));
             got.sort_by(|a, b| a.unit().cmp(b.unit()));
@@ -711,17 +733,17 @@ mod tests {
             &hashes,
             vec![status("a.service", "loaded", "active"), status("b.service", "loaded", "active")],
         );
-        let first = readings.states_now(M, &hashes);
+        let first = readings.states_now(M, &hashes, None);
         assert!(matches!(&first, StatesNow::All(states) if states.len() == 2), "{first:?}");
         assert_eq!(publisher.changes_now(&first).len(), 2);
         assert!(!readings.took_loaded(&hashes), "the same loaded set");
         readings.note("b.service", &active("failed", "failed"));
-        let next = readings.states_now(M, &hashes);
+        let next = readings.states_now(M, &hashes, None);
         let StatesNow::Touched { names, states } = &next else { panic!("{next:?}") };
         assert_eq!(names.iter().collect::<Vec<_>>(), ["b.service"]);
         assert_eq!(states["b.service"].active_state, "failed");
         assert_eq!(publisher.changes_now(&next), vec![PublishOp::Publish(states["b.service"].clone())]);
         assert!(readings.took_loaded(&Arc::new(loaded(&["a.service"]))), "a new loaded set");
-        assert!(matches!(readings.states_now(M, &hashes), StatesNow::All(_)));
+        assert!(matches!(readings.states_now(M, &hashes, None), StatesNow::All(_)));
     }
 }

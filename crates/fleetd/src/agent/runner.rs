@@ -39,6 +39,7 @@ use super::publisher::Publisher;
 use super::timing::{RECONCILE_INTERVAL, refresh_period};
 use super::units_dir::UnitsDir;
 use super::write_failures::WriteFailures;
+use fleet_core::layout::LAYOUT_2;
 use fleet_core::machine_plan::desired::{ThisMachine, desired_units};
 use fleet_core::machine_plan::plan::{Desired, Planned, Reason, Task, plan};
 use fleet_core::machine_plan::unit_cache::UnitCache;
@@ -115,20 +116,30 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
     /// presence lease: published states and launched markers are bound to it. May be called again after a
     /// monitor restart with a new lease (component state survives, units keep running): then re-publish every
     /// state and re-mark every launched unit under the new lease first. `alive_until` follows the presence lease
-    /// (`LeaseKeeper::alive_until`): the at-most-once fence runs on it.
+    /// (`LeaseKeeper::alive_until`): the at-most-once fence runs on it. `layout` is the registry's: from layout 2
+    /// on, the launched markers are folded into the states ([`super::loaded`]) and no marker key is written.
     pub async fn run(
         &mut self,
         registry: AgentSession,
         snapshots: watch::Receiver<Arc<Snapshot>>,
         alive_until: watch::Receiver<Option<Instant>>,
+        layout: u32,
         stop: CancellationToken,
     ) -> Result<(), AgentError> {
         let machine = self.config.machine_id.clone();
         let lease = registry.lease();
-        info!(machine = %machine, lease = format_args!("{lease:x}"), units = self.executor.loaded().len(), "agent running");
-        let rebind: Vec<Marker> =
-            self.executor.launched_hashes().into_iter().map(|(unit, hash)| Marker::Launched { unit, hash }).collect();
-        let _ = write_markers(&registry, rebind).await;
+        let fold = layout >= LAYOUT_2;
+        info!(machine = %machine, lease = format_args!("{lease:x}"), units = self.executor.loaded().len(), layout,
+            "agent running");
+        if !fold {
+            let rebind: Vec<Marker> = self
+                .executor
+                .launched_hashes()
+                .into_iter()
+                .map(|(unit, hash)| Marker::Launched { unit, hash })
+                .collect();
+            let _ = write_markers(&registry, rebind).await;
+        }
         // A load fault published under an earlier lease went with it.
         self.load_faults.published(&Publish::Clear);
         self.global_units = None;
@@ -144,6 +155,8 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
             period: refresh_period(self.config.ttl),
             publisher: &mut self.publisher,
             loaded: self.executor.watch_loaded(),
+            fold,
+            launched: BTreeMap::new(),
             changes: &mut self.changes,
             snapshots: snapshots.clone(),
             debug: &self.debug,
@@ -176,6 +189,7 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
                 held: BTreeMap::new(),
                 skipped: None,
                 markers_written: BTreeMap::new(),
+                fold,
             };
             let result = looped.run(&stop).await;
             inner.cancel();
@@ -283,13 +297,15 @@ pub(crate) async fn reconcile_once<S: SystemdOps>(
     latest: &dyn Fn() -> Arc<Snapshot>,
     me: &str,
 ) -> Result<Reconciled, Skip> {
-    reconcile_fenced(executor, cache, latest, me, &|| false, None, &BTreeMap::new()).await
+    reconcile_fenced(executor, cache, latest, me, &|| false, None, &BTreeMap::new(), false).await
 }
 
 /// [`reconcile_once`] with the at-most-once fence: while `in_doubt()`, at-most-once units are planned as loaded
 /// only (stopped, never started); asked again before the second round. A scoped view holds no other machine's
 /// copies of a unit, so before starting units it reads theirs from `registry` ([`hold`]). `written` is the markers
-/// this agent wrote that the view may not show yet (unit → hash, `None` for a removal): they count as stored.
+/// this agent wrote that the view may not show yet (unit → hash, `None` for a removal): they count as stored. With
+/// `fold` (layout 2) the markers are only retired ([`markers_to_retire`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn reconcile_fenced<S: SystemdOps>(
     executor: &mut Executor<S>,
     cache: &mut UnitCache,
@@ -298,6 +314,7 @@ pub(crate) async fn reconcile_fenced<S: SystemdOps>(
     in_doubt: &dyn Fn() -> bool,
     registry: Option<&fleet_registry::Registry>,
     written: &BTreeMap<String, Option<String>>,
+    fold: bool,
 ) -> Result<Reconciled, Skip> {
     let mut snapshot = latest();
     let mut round = prepare(executor, cache, &snapshot, me, in_doubt())?;
@@ -335,7 +352,18 @@ pub(crate) async fn reconcile_fenced<S: SystemdOps>(
             None => have.remove(unit),
         };
     }
-    let markers = marker_plan(&reports, executor.loaded(), &executor.launched_hashes(), &have);
+    let markers = if fold {
+        let in_states: BTreeMap<String, String> = snapshot
+            .state_records()
+            .iter()
+            .filter_map(|(unit, per_machine)| {
+                per_machine.get(me).and_then(|r| r.launched.as_ref()).map(|h| (unit.to_string(), h.to_string()))
+            })
+            .collect();
+        markers_to_retire(&have, &executor.launched_hashes(), &in_states)
+    } else {
+        marker_plan(&reports, executor.loaded(), &executor.launched_hashes(), &have)
+    };
     Ok(Reconciled { reports, held: round.held, markers, global: round.global })
 }
 
@@ -470,6 +498,23 @@ pub(crate) fn marker_plan(
         })
         .collect();
     last.into_values().chain(repairs).collect()
+}
+
+/// Layout 2: the launched markers this machine still holds from layout 1 (`have`: unit → hash) that can go: those
+/// of units it no longer runs (`launched`: what it runs now), and those whose published state already carries what
+/// it runs (`in_states`). A marker wins over the state for readers, so one is kept until the state tells the same.
+pub(crate) fn markers_to_retire(
+    have: &BTreeMap<String, String>,
+    launched: &BTreeMap<String, String>,
+    in_states: &BTreeMap<String, String>,
+) -> Vec<Marker> {
+    have.keys()
+        .filter(|unit| match launched.get(*unit) {
+            None => true,
+            Some(hash) => in_states.get(*unit) == Some(hash),
+        })
+        .map(|unit| Marker::NotLaunched(unit.clone()))
+        .collect()
 }
 
 /// The units a run (re)started: start jobs that ran (their health starts over).
@@ -608,6 +653,8 @@ struct ReconcileLoop<'a, S> {
     /// a write after it is made (a watch event, or the scoped view's note), and a reconcile in between must not
     /// write the marker again.
     markers_written: BTreeMap<String, Option<String>>,
+    /// Layout 2: launched hashes go into the states; marker keys left from layout 1 are only removed.
+    fold: bool,
 }
 
 impl<S: SystemdOps> ReconcileLoop<'_, S> {
@@ -656,6 +703,7 @@ impl<S: SystemdOps> ReconcileLoop<'_, S> {
             &|| fence.in_doubt(),
             registry,
             written,
+            self.fold,
         )
         .await
         {
@@ -680,6 +728,7 @@ impl<S: SystemdOps> ReconcileLoop<'_, S> {
                 if !started.is_empty() {
                     self.starts.started(&started, START_PUBLISH_WAIT).await;
                 }
+                self.executor.publish_launched();
                 for marker in write_markers(self.registry, done.markers).await {
                     match marker {
                         Marker::Launched { unit, hash } => self.markers_written.insert(unit, Some(hash)),

@@ -327,7 +327,8 @@ impl Daemon {
         };
         let ended = {
             let session = session.clone().with_own_writes(own_writes.clone());
-            let agent_run = self.agent.run(session, agent_view.subscribe(), presence.alive_until(), stop.child_token());
+            let agent_run =
+                self.agent.run(session, agent_view.subscribe(), presence.alive_until(), layout, stop.child_token());
             tokio::pin!(agent_run);
             tokio::pin!(switched);
             loop {

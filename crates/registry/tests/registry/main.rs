@@ -100,6 +100,7 @@ fn state(unit: &str, machine: &str, hash: &str) -> PublishedState {
         sub_state: "running".into(),
         restarts: None,
         health: None,
+        launched: None,
     }
 }
 

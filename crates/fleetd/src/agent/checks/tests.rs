@@ -145,6 +145,7 @@ mod rounds {
             sub_state: "running".into(),
             restarts: Some(0),
             health: None,
+            launched: None,
         }
     }
 

@@ -131,7 +131,7 @@ async fn in_place_update_publishes_the_new_hash_after_the_unit_reload() {
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (rx, record) = (published.clone(), Arc::clone(&seen));
     *s.fake.on_reload_unit.lock().unwrap() =
-        Some(Box::new(move |name| record.lock().unwrap().push(rx.borrow().get(name).cloned())));
+        Some(Box::new(move |name| record.lock().unwrap().push(rx.borrow().hashes.get(name).cloned())));
     let mut d = desired(&[("a.service", JobState::Launched, V2, false)]);
     d.get_mut("a.service").unwrap().update = fleet_core::machine_plan::plan::Update::InPlace { reload: true };
     let reports = s.exec.reconcile(&d).await;
@@ -141,7 +141,69 @@ async fn in_place_update_publishes_the_new_hash_after_the_unit_reload() {
         [Some(hash(V1))],
         "while the unit reloads, the published hash must still be the previous file's"
     );
-    assert_eq!(published.borrow().get("a.service"), Some(&hash(V2)), "published once the reload finished");
+    assert_eq!(published.borrow().hashes.get("a.service"), Some(&hash(V2)), "published once the reload finished");
+}
+
+/// Layout 2 folds the launched marker into the state: a unit the run loads and starts is fresh (not shown) while
+/// its start job runs, and is shown with its launched hash once the job ended, so its first state is the started
+/// one. A unit only loaded stays fresh until the agent publishes after the run.
+#[tokio::test]
+async fn a_unit_loaded_and_started_in_one_run_is_shown_once_started_with_its_launched_hash() {
+    let mut s = setup();
+    let published = s.exec.watch_loaded();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (rx, record) = (published.clone(), Arc::clone(&seen));
+    *s.fake.on_start.lock().unwrap() = Some(Box::new(move |name| {
+        let l = rx.borrow();
+        record.lock().unwrap().push((l.fresh.contains_key(name), l.launched.get(name).cloned()));
+    }));
+    let d = desired(&[("a.service", JobState::Launched, V1, false), ("b.service", JobState::Loaded, V1, false)]);
+    let reports = s.exec.reconcile(&d).await;
+    assert!(reports.iter().all(|r| r.outcome.is_ok()), "{:?}", outcomes(&reports));
+    assert_eq!(*seen.lock().unwrap(), [(true, None)], "while a.service starts it is fresh, not launched yet");
+    {
+        let l = published.borrow();
+        assert!(!l.fresh.contains_key("a.service"), "a.service's start ended: it is shown");
+        assert_eq!(l.launched.get("a.service"), Some(&hash(V1)), "shown with the hash it was started with");
+        assert!(l.fresh.contains_key("b.service"), "b.service is shown when the agent publishes after the run");
+    }
+    s.exec.publish_launched();
+    assert!(published.borrow().fresh.is_empty());
+}
+
+/// A start of a unit already shown (here after a stop) changes its launched hash only when the agent publishes
+/// after the run (once the health the start resets is published); a stop, likewise.
+#[tokio::test]
+async fn a_start_of_a_shown_unit_is_published_after_the_run() {
+    let mut s = setup();
+    s.exec.reconcile(&desired(&[("a.service", JobState::Loaded, V1, false)])).await;
+    s.exec.publish_launched();
+    let published = s.exec.watch_loaded();
+    assert!(published.borrow().hashes.contains_key("a.service") && published.borrow().fresh.is_empty());
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    assert_eq!(s.exec.launched_hashes().get("a.service"), Some(&hash(V1)), "started");
+    assert_eq!(published.borrow().launched.get("a.service"), None, "not shown before the agent publishes");
+    s.exec.publish_launched();
+    assert_eq!(published.borrow().launched.get("a.service"), Some(&hash(V1)));
+    s.exec.reconcile(&desired(&[("a.service", JobState::Loaded, V1, false)])).await;
+    assert_eq!(published.borrow().launched.get("a.service"), Some(&hash(V1)), "stopped, not published yet");
+    s.exec.publish_launched();
+    assert_eq!(published.borrow().launched.get("a.service"), None, "stopped: no launched hash");
+}
+
+/// A new unit with a health check stays fresh until the agent publishes after the run, even once started: its
+/// health is reset before its launched hash is shown.
+#[tokio::test]
+async fn a_new_checked_unit_is_shown_after_the_run() {
+    let mut s = setup();
+    let checked = "[Service]\nExecStart=/bin/sleep 100\n[X-Fleet]\nHealthCheck=/bin/true\n";
+    let published = s.exec.watch_loaded();
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, checked, false)])).await;
+    assert!(published.borrow().fresh.contains_key("a.service"), "started, still fresh");
+    assert_eq!(published.borrow().launched.get("a.service"), None);
+    s.exec.publish_launched();
+    assert!(published.borrow().fresh.is_empty());
+    assert_eq!(published.borrow().launched.get("a.service"), Some(&hash(checked)));
 }
 
 /// An in-place update whose daemon-reload is deferred keeps publishing the previous hash until a later run did it.
@@ -155,12 +217,12 @@ async fn in_place_update_with_a_deferred_daemon_reload_keeps_the_previous_hash()
     d.get_mut("a.service").unwrap().update = fleet_core::machine_plan::plan::Update::InPlace { reload: false };
     s.exec.reconcile(&d).await;
     assert_eq!(std::fs::read_to_string(s.dir.join("a.service")).unwrap(), V2, "the file is written");
-    assert_eq!(published.borrow().get("a.service"), Some(&hash(V1)), "systemd does not run v2 yet");
+    assert_eq!(published.borrow().hashes.get("a.service"), Some(&hash(V1)), "systemd does not run v2 yet");
     s.fake.fail.lock().unwrap().clear();
     assert!(s.exec.reload_pending());
     // The runner plans the due daemon-reload on its next round.
     s.exec.run(vec![Planned { task: Task::Reload, reason: Reason::UnitFilesChanged }], &d).await;
-    assert_eq!(published.borrow().get("a.service"), Some(&hash(V2)), "published after the daemon-reload");
+    assert_eq!(published.borrow().hashes.get("a.service"), Some(&hash(V2)), "published after the daemon-reload");
 }
 
 #[tokio::test]

@@ -105,10 +105,12 @@ async fn a_marker_written_but_not_yet_in_the_view_is_not_written_again() {
         move || Arc::clone(&snap)
     };
     let written = BTreeMap::from([("a.service".to_string(), Some(hash(V1)))]);
-    let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &written).await.unwrap();
-    assert!(done.markers.is_empty(), "written, not shown yet: {:?}", done.markers);
     let done =
-        reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &BTreeMap::new()).await.unwrap();
+        reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &written, false).await.unwrap();
+    assert!(done.markers.is_empty(), "written, not shown yet: {:?}", done.markers);
+    let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &BTreeMap::new(), false)
+        .await
+        .unwrap();
     assert_eq!(done.markers, [Marker::Launched { unit: "a.service".into(), hash: hash(V1) }], "the repair");
 }
 
@@ -259,6 +261,26 @@ fn marker_plan_keeps_the_last_marker_per_unit_and_repairs_untouched_units() {
     );
 }
 
+/// Layout 2: a marker left from layout 1 goes once the unit no longer runs, or once the state carries what it runs
+/// (a marker wins over the state for readers); never before.
+#[test]
+fn markers_are_retired_once_the_state_tells_the_same() {
+    let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs.iter().map(|(u, h)| (u.to_string(), h.to_string())).collect()
+    };
+    let have = map(&[("gone.service", "h1"), ("told.service", "h1"), ("untold.service", "h1"), ("new.service", "h1")]);
+    let launched = map(&[("told.service", "h1"), ("untold.service", "h1"), ("new.service", "h2")]);
+    let in_states = map(&[("told.service", "h1"), ("new.service", "h1")]);
+    let retired: Vec<String> = markers_to_retire(&have, &launched, &in_states)
+        .into_iter()
+        .map(|m| match m {
+            Marker::NotLaunched(unit) => unit,
+            other => panic!("only removals, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(retired, ["gone.service", "told.service"], "untold and new (state still at h1) keep their markers");
+}
+
 #[test]
 fn skip_reasons_read_well() {
     assert_eq!(Skip::Disconnected.to_string(), "registry unreachable");
@@ -319,24 +341,28 @@ async fn in_doubt_at_most_once_units_are_stopped_and_not_started_and_resume_afte
     );
     let latest = move || Arc::clone(&snap);
     // In doubt from the start: the at-most-once unit is loaded, never started; the plain unit starts.
-    let done =
-        reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| true, None, &BTreeMap::new()).await.unwrap();
+    let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| true, None, &BTreeMap::new(), false)
+        .await
+        .unwrap();
     assert!(!tasks(&done).contains(&"StartUnit amo.service".to_string()), "{:?}", tasks(&done));
     assert!(tasks(&done).contains(&"StartUnit plain.service".to_string()), "{:?}", tasks(&done));
     // The doubt ends: it starts.
-    let done =
-        reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &BTreeMap::new()).await.unwrap();
+    let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &BTreeMap::new(), false)
+        .await
+        .unwrap();
     assert_eq!(tasks(&done), ["StartUnit amo.service"]);
     // Doubt again: the plan stops it (the fence loop stops it too, on its own); the plain unit keeps running.
-    let done =
-        reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| true, None, &BTreeMap::new()).await.unwrap();
+    let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| true, None, &BTreeMap::new(), false)
+        .await
+        .unwrap();
     assert_eq!(tasks(&done), ["StopUnit amo.service"]);
     assert!(done.markers.contains(&Marker::NotLaunched("amo.service".into())), "{:?}", done.markers);
     // Stopped by the fence while the executor believed it launched: once told, the next plan starts it again.
-    reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &BTreeMap::new()).await.unwrap();
+    reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &BTreeMap::new(), false).await.unwrap();
     s.exec.note_stopped(&["amo.service".to_string()].into());
-    let done =
-        reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &BTreeMap::new()).await.unwrap();
+    let done = reconcile_fenced(&mut s.exec, &mut s.cache, &latest, ME, &|| false, None, &BTreeMap::new(), false)
+        .await
+        .unwrap();
     assert_eq!(tasks(&done), ["StartUnit amo.service"]);
 }
 
