@@ -105,6 +105,21 @@ impl LeaderSession {
         Ok(self.fenced_txn("write drained units", &key, Vec::new(), vec![op]).await?.map(|r| revision_of(&r)))
     }
 
+    /// Puts `to` back into `P/version` when it is absent or holds no layout version (another client wrote it),
+    /// fenced, only while it still holds what was read. `None` when it reads as a layout version (nothing to
+    /// repair) or changed meanwhile; else the write's revision.
+    pub async fn repair_layout(&self, to: u32) -> Result<Option<i64>> {
+        let key = self.keys.layout_version();
+        let resp = self.kv().get(key.as_str(), None).await.map_err(RegistryError::etcd("get", key.clone()))?;
+        let compare = match resp.kvs().first() {
+            Some(kv) if decode_u32(&key, "layout version", kv.value()).is_ok() => return Ok(None),
+            Some(kv) => Compare::mod_revision(key.as_str(), CompareOp::Equal, kv.mod_revision()),
+            None => Compare::version(key.as_str(), CompareOp::Equal, 0),
+        };
+        let ops = vec![TxnOp::put(key.as_str(), to.to_string(), None)];
+        Ok(self.fenced_txn("repair layout", &key, vec![compare], ops).await?.map(|r| revision_of(&r)))
+    }
+
     /// Switches the cluster's layout from `from` to `to` (`P/version`), fenced, only while it still reads `from`:
     /// The write's revision, or `None` if it did not read `from`.
     pub async fn switch_layout(&self, from: u32, to: u32) -> Result<Option<i64>> {

@@ -271,25 +271,12 @@ impl Registry {
 
     /// Reads into a scoped `snapshot` this machine's own keys outside its prefix: those bound to its presence lease
     /// `lease` (unit states, launched and restarted markers). etcd names them (a lease's keys), so the read costs
-    /// what the machine holds, not what the cluster does. Returns the revision the names were read at: a write of
-    /// them noted after the read with a revision up to it is already here (`reflector::OwnWrite`).
-    pub(crate) async fn read_own_keys(&self, snapshot: &mut Snapshot, lease: i64) -> Result<i64> {
-        let options = etcd_client::LeaseTimeToLiveOptions::new().with_keys();
-        let resp = self
-            .leases()
-            .time_to_live(lease, Some(options))
-            .await
-            .map_err(RegistryError::etcd("lease time-to-live", format!("lease {lease:x}")))?;
-        let at = resp.header().map_or(0, |h| h.revision());
-        let scope = snapshot.scope().map(|m| self.keys.machine_dir(m));
-        let names: Vec<Vec<u8>> = resp
-            .keys()
-            .iter()
-            .filter(|key| scope.as_ref().is_none_or(|dir| !key.starts_with(dir.as_bytes())))
-            .cloned()
-            .collect();
+    /// what the machine holds, not what the cluster does. Returns the revision the names were read at (a write of
+    /// them noted after the read with a revision up to it is already here: `reflector::OwnWrite`) and the names.
+    pub(crate) async fn read_own_keys(&self, snapshot: &mut Snapshot, lease: i64) -> Result<(i64, Vec<Vec<u8>>)> {
+        let (at, names) = self.own_key_names(snapshot.scope(), lease).await?;
         let kv = self.client.kv_client().max_decoding_message_size(MAX_MESSAGE);
-        let reads = futures::stream::iter(names)
+        let reads = futures::stream::iter(names.clone())
             .map(|key| {
                 let mut kv = kv.clone();
                 async move {
@@ -306,7 +293,27 @@ impl Registry {
                 snapshot.apply(&self.keys, kv.key(), change);
             }
         }
-        Ok(at)
+        Ok((at, names))
+    }
+
+    /// The keys bound to the presence lease `lease` of machine `scope` outside its prefix, and the revision etcd
+    /// named them at.
+    pub(crate) async fn own_key_names(&self, scope: Option<&str>, lease: i64) -> Result<(i64, Vec<Vec<u8>>)> {
+        let options = etcd_client::LeaseTimeToLiveOptions::new().with_keys();
+        let resp = self
+            .leases()
+            .time_to_live(lease, Some(options))
+            .await
+            .map_err(RegistryError::etcd("lease time-to-live", format!("lease {lease:x}")))?;
+        let at = resp.header().map_or(0, |h| h.revision());
+        let scope = scope.map(|m| self.keys.machine_dir(m));
+        let names: Vec<Vec<u8>> = resp
+            .keys()
+            .iter()
+            .filter(|key| scope.as_ref().is_none_or(|dir| !key.starts_with(dir.as_bytes())))
+            .cloned()
+            .collect();
+        Ok((at, names))
     }
 
     /// Reads into `snapshot` the bodies its schedule entries name that it does not hold. Bodies never change under

@@ -20,6 +20,7 @@
 //! ships 3.4.23). H is taken only when etcd confirms that the prefix at H is what the snapshot holds: no key
 //! alive at H was written after the snapshot's revision, and as many keys exist (so none was deleted).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +38,10 @@ use super::snapshot::{Change, Snapshot};
 const MAX_BATCH: usize = 256;
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How often a scoped view asks etcd which keys are still bound to its machine's lease. Another client that
+/// overwrites or deletes one of them (a put without the lease unbinds it) is noticed within this: the key leaves the
+/// view, so the agent writes it again (its resync compares what it published with what the view holds).
+const OWN_KEYS_CHECK: Duration = Duration::from_secs(10);
 
 /// A write of one of a machine's own lease-bound keys (its unit states, launched and restarted markers), as etcd
 /// took it. A scoped view does not watch these keys (they lie under `P/states/` and `P/units/`, beside every other
@@ -288,6 +293,8 @@ async fn list_and_watch(
     // The revision at which this list read the machine's own keys: a write of them noted later with a revision up
     // to it is already in the list.
     let mut own_listed_at = 0;
+    // Those keys, with the revision of their last write the view knows (listed or noted).
+    let mut own_keys: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
     let listed = match (resume_from, scope) {
         // Marked connected only once etcd confirms the watch (its `created` response).
         (Some(mut s), _) => {
@@ -297,8 +304,9 @@ async fn list_and_watch(
         (None, Scope::Full) => registry.read_snapshot().await,
         (None, Scope::Engine) => registry.read_engine_snapshot().await,
         (None, Scope::Machine { machine, lease }) => match registry.read_machine_snapshot(machine).await {
-            Ok(mut s) => registry.read_own_keys(&mut s, *lease).await.map(|at| {
+            Ok(mut s) => registry.read_own_keys(&mut s, *lease).await.map(|(at, names)| {
                 own_listed_at = at;
+                own_keys = names.into_iter().map(|name| (name, at)).collect();
                 s
             }),
             Err(e) => Err(e),
@@ -328,6 +336,12 @@ async fn list_and_watch(
     };
     // A new watch needs its own progress request for whoever already waits.
     wanted.mark_changed();
+    let own_lease = match scope {
+        Scope::Machine { lease, .. } => Some(*lease),
+        Scope::Full | Scope::Engine => None,
+    };
+    let mut own_check = tokio::time::interval_at(Instant::now() + OWN_KEYS_CHECK, OWN_KEYS_CHECK);
+    own_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let first = tokio::select! {
             message = stream.message() => message,
@@ -335,6 +349,10 @@ async fn list_and_watch(
                 tx.send_if_modified(|shared| {
                     let mut changed = false;
                     for write in writes.into_iter().filter(|w| w.revision > own_listed_at) {
+                        match &write.value {
+                            Some(_) => own_keys.insert(write.key.as_bytes().to_vec(), write.revision),
+                            None => own_keys.remove(write.key.as_bytes()),
+                        };
                         let change = match &write.value {
                             Some(value) => Change::Put { value, mod_revision: write.revision, lease: write.lease },
                             None => Change::Delete,
@@ -344,6 +362,30 @@ async fn list_and_watch(
                     }
                     changed
                 });
+                continue;
+            }
+            _ = own_check.tick(), if own_lease.is_some() => {
+                let scope_machine = tx.borrow().scope().map(str::to_string);
+                let lease = own_lease.unwrap_or_default();
+                match registry.own_key_names(scope_machine.as_deref(), lease).await {
+                    Ok((at, names)) => {
+                        let bound: BTreeSet<&[u8]> = names.iter().map(Vec::as_slice).collect();
+                        let lost = lost_own_keys(&own_keys, &bound, at);
+                        if !lost.is_empty() {
+                            tracing::warn!(keys = lost.len(), first = %String::from_utf8_lossy(&lost[0]),
+                                "keys of this machine were overwritten or deleted by another client; writing them again");
+                            tx.send_modify(|shared| {
+                                for key in &lost {
+                                    Arc::make_mut(shared).apply(keys, key, Change::Delete);
+                                }
+                            });
+                            for key in &lost {
+                                own_keys.remove(key);
+                            }
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "cannot read the keys of this machine's lease; asking again later"),
+                }
                 continue;
             }
             Ok(()) = wanted.changed() => {
@@ -457,6 +499,16 @@ async fn list_and_watch(
     }
 }
 
+/// The own keys a scoped view holds (key → revision of the last write it knows) that are no longer bound to the
+/// machine's lease at revision `at` (`bound`): overwritten or deleted by another client. A key written after `at`
+/// is not judged by that answer.
+fn lost_own_keys(held: &BTreeMap<Vec<u8>, i64>, bound: &BTreeSet<&[u8]>, at: i64) -> Vec<Vec<u8>> {
+    held.iter()
+        .filter(|(key, written)| **written <= at && !bound.contains(key.as_slice()))
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
 /// The next batch of own writes a scoped view was handed; never, for a full view.
 async fn next_own(own: &mut Option<&mut mpsc::UnboundedReceiver<Vec<OwnWrite>>>) -> Option<Vec<OwnWrite>> {
     match own {
@@ -479,4 +531,18 @@ async fn progress_confirmed(registry: &Registry, prefix: &str, revision: i64, ra
     let total =
         kv.get(prefix, Some(at_progress().with_count_only())).await.map_err(RegistryError::etcd("get", prefix))?;
     Ok(u64::try_from(total.count()).is_ok_and(|count| count == raw_keys))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_keys_no_longer_bound_to_the_lease_are_lost_unless_written_after_the_answer() {
+        let held: BTreeMap<Vec<u8>, i64> =
+            [(b"kept".to_vec(), 5), (b"overwritten".to_vec(), 5), (b"written-later".to_vec(), 12)].into();
+        let bound: BTreeSet<&[u8]> = [b"kept".as_slice()].into();
+        assert_eq!(lost_own_keys(&held, &bound, 10), [b"overwritten".to_vec()]);
+        assert!(lost_own_keys(&held, &[b"kept".as_slice(), b"overwritten".as_slice()].into(), 10).is_empty());
+    }
 }

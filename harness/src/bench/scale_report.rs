@@ -267,9 +267,9 @@ mod tests {
        "half_active_s":1.5,"all_active_s":2.25,"last_active":1000,"polls":30,
        "engine":{"passes":4,"mean_ms":120.0,"max_ms":300.0,"total_ms":480.0,"applied":1000},
        "start_etcd":{"window_s":2.5,"requests_per_s":900.0,"writes_per_s":800.0,"writes":2000.0,"events_per_write":100.0,
-                     "watch_events":200000.0,
+                     "keys_written":1600.0,"events_per_key":125.0,"watch_events":200000.0,
                      "watch_events_per_s":80000.0,"lease_keepalives_per_s":30.0,"cpu_pct":95.0},
-       "start_sim_cpu_pct":120.0,"writes_per_unit":2.0,"placement_min":10,"placement_max":10,
+       "start_sim_cpu_pct":120.0,"writes_per_unit":2.0,"keys_per_unit":1.6,"placement_min":10,"placement_max":10,
        "idle_etcd":{"window_s":10.0,"requests_per_s":34.0,"writes_per_s":0.0,"watch_events":0.0,
                     "watch_events_per_s":0.0,"lease_keepalives_per_s":30.0,"cpu_pct":1.5},
        "idle_sim_cpu_pct":2.0,
@@ -307,7 +307,7 @@ mod tests {
         assert_eq!(rows.len(), 5, "{t}");
         assert_eq!(
             rows[2],
-            "| 100 | 1000 | 2.0 | 0.50 | 1.50 / 2.25 | 4, 120.0 / 300.0 | 900, 800 | 2.00 | 200000 (80000, 100.00) | 10–10 | 300 (3072) | 80 / 9.4 | 2.0, 1.5, 0.0, 34 | 10 machines, 100 units, 12.50 (10 s) |"
+            "| 100 | 1000 | 2.0 | 0.50 | 1.50 / 2.25 | 4, 120.0 / 300.0 | 900, 800 | 2.00, 1.60 | 200000 (80000, 100.00, 125.00) | 10–10 | 300 (3072) | 80 / 9.4 | 2.0, 1.5, 0.0, 34 | 10 machines, 100 units, 12.50 (10 s) |"
         );
         assert!(rows[3].ends_with("| 3–4 | 900 (3072) | 90 / 0.0 | 5.0, 3.0, 0.0, 100 | — |"), "{}", rows[3]);
         assert_eq!(rows[4], "| 1000 | 1000 | 412 of 1000 units active after 300s ||||||||||||");

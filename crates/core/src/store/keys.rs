@@ -52,10 +52,11 @@
 //! from its own writes; a non-leading engine watches `P/engine/` alone). A scheduled unit's `target` becomes the entry `P/machines/<id>/schedule/<name>`, which carries the
 //! version and desired state that machine must run (a rollout's pin and restart token already applied by the
 //! engine); every global unit has an entry (`"global":true`) on every present machine, whose agent decides, as
-//! today, whether the machine takes it; the desired state moves into the unit object (`"desired"`); launched and
-//! restarted markers move into the state record (`"launched"`, `"restartedFor"`). Readers take either layout: a
-//! `desired` key wins over the object's field, a `target` key over a schedule entry, a launched or restarted marker
-//! over the state's field.
+//! today, whether the machine takes it; the desired state moves into the unit object (`"desired"`); the launched
+//! marker moves into the state record (`"launched"`: agents write no marker key, and delete the ones they wrote in
+//! layout 1 once their state carries the same hash). Readers take either layout: a `desired` key wins over the
+//! object's field, a `target` key over a schedule entry, a launched or restarted marker over the state's field
+//! (`"restartedFor"`; agents still write restarted markers as keys).
 
 use std::fmt;
 

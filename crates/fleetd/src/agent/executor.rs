@@ -176,6 +176,8 @@ pub struct Executor<S> {
     launched_shown: BTreeMap<String, String>,
     /// Units this run loaded that were not loaded before ([`Loaded::fresh`]).
     fresh: BTreeMap<String, tokio::time::Instant>,
+    /// The units the running plan starts.
+    starting: BTreeSet<String>,
     /// Units updated in place whose new file is not in effect yet → the hash published for them meanwhile (the
     /// previous file's). Released once the daemon-reload and the unit reloads of the run are done, so a published
     /// new hash means systemd runs the new definition and `ExecReload=` has finished: a waiting client never sees
@@ -220,6 +222,7 @@ impl<S: SystemdOps> Executor<S> {
             loaded_tx,
             launched_shown,
             fresh: BTreeMap::new(),
+            starting: BTreeSet::new(),
             held: BTreeMap::new(),
         }
     }
@@ -391,6 +394,13 @@ impl<S: SystemdOps> Executor<S> {
         let mut failed: BTreeSet<String> = BTreeSet::new();
         let mut reports = Vec::with_capacity(planned.len());
         self.stopped_in_run.clear();
+        self.starting = planned
+            .iter()
+            .filter_map(|p| match &p.task {
+                Task::Start(unit) => Some(unit.clone()),
+                _ => None,
+            })
+            .collect();
         let mut rest = planned.into_iter().peekable();
         while let Some(first) = rest.next() {
             let mut batch = vec![first];
@@ -519,6 +529,10 @@ impl<S: SystemdOps> Executor<S> {
             };
             if self.units.hash_of(name).is_none() {
                 self.fresh.insert(name.clone(), tokio::time::Instant::now());
+                // Its first shown state is a started one: it carries the hash from the start.
+                if self.starting.contains(name) && !has_health_check(unit) {
+                    self.launched_shown.insert(name.clone(), hash.clone());
+                }
             }
             let file = self.units.write(name, &unit.text).and_then(|changed| Ok((self.units.path_of(name)?, changed)));
             written.push(file.map(|(path, changed)| (name.clone(), path, changed, unit.install)));
@@ -898,20 +912,20 @@ impl<S: SystemdOps> Executor<S> {
         outcomes
     }
 
-    /// The fresh units among `names` whose start ended are shown, with the hash they were started with. Not those
-    /// with a health check: a health the publisher may still hold from the unit's previous version must be reset
-    /// and published before a new launched hash is, so they are shown with the others after the run
-    /// ([`Self::publish_launched`]).
+    /// The fresh units among `names` whose start ended are fresh no more; their launched hash is the one they
+    /// were started with, or none when the start failed. Not for those with a health check: a health the publisher
+    /// may still hold from the unit's previous version must be reset and published before a new launched hash is,
+    /// so theirs comes after the run ([`Self::publish_launched`]).
     fn show_started_fresh(&mut self, names: &[&str], desired: &BTreeMap<String, Desired>) {
         let launched = self.launched_hashes();
         for name in names {
-            let checked =
-                desired.get(*name).is_none_or(|d| d.text.contains(fleet_core::unit::xfleet::policy_keys::HEALTH_CHECK));
-            if !checked && self.fresh.remove(*name).is_some() {
-                if let Some(hash) = launched.get(*name) {
-                    self.launched_shown.insert(name.to_string(), hash.clone());
-                }
+            if self.fresh.remove(*name).is_none() || desired.get(*name).is_none_or(has_health_check) {
+                continue;
             }
+            match launched.get(*name) {
+                Some(hash) => self.launched_shown.insert(name.to_string(), hash.clone()),
+                None => self.launched_shown.remove(*name),
+            };
         }
         self.loaded_changed();
     }
@@ -943,6 +957,11 @@ impl<S: SystemdOps> Executor<S> {
             }
         }
     }
+}
+
+/// Whether the unit may have a health check (its text names one; parsed by the publish loop).
+fn has_health_check(unit: &Desired) -> bool {
+    unit.text.contains(fleet_core::unit::xfleet::policy_keys::HEALTH_CHECK)
 }
 
 /// Launched units → hash of the version each runs ([`Executor::launched_hashes`]).

@@ -1,11 +1,11 @@
 //! What the executor tells the publish loop about the units it holds ([`Loaded`]): the loaded set with the hash to
 //! publish for each, the hash each launched unit was started with, and the units a run is still bringing up.
 //!
-//! In layout 2 the launched markers are folded into the states, and a unit's first state waits for its start: a
-//! unit the run just loaded is not shown until its start job ended (or the run ended, or [`FRESH_HOLD`] passed), so
-//! a started unit costs one state write, `active` with its launched hash, instead of `inactive`, then `active`,
-//! then a marker. In layout 1 the publish loop shows every loaded unit at once and ignores `launched` (older
-//! fleetds read the separate markers).
+//! In layout 2 the launched markers are folded into the states, and a unit the run loads to start it is not shown
+//! while it is still `inactive` (loaded, its start not yet begun): its first state is the started one, which
+//! already carries its launched hash, so a started unit costs one state write instead of `inactive`, `active` and a
+//! marker. A copy that is starting or running is never held back (other machines wait for it, rollouts count it).
+//! In layout 1 the publish loop shows every state at once and ignores `launched` (older fleetds read the markers).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,8 +13,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Longest a unit loaded by a run stays unpublished while its start is under way: a start job that takes longer
-/// (a database joining its peers) shows `activating` after this, as it would have without the wait.
+use fleet_core::model::PublishedState;
+
+/// Longest a unit loaded by a run stays unpublished while still `inactive`: a start that has not begun by then (held
+/// back, or behind a long daemon-reload) is shown as loaded.
 pub const FRESH_HOLD: Duration = Duration::from_secs(5);
 
 /// The executor's view of its units, as the publish loop follows it (a `watch` value, replaced as a whole).
@@ -24,26 +26,25 @@ pub struct Loaded {
     /// update is not in effect yet. Shared, and kept the same `Arc` while it does not change, so the publisher
     /// tells a changed loaded set by identity.
     pub hashes: Arc<BTreeMap<String, String>>,
-    /// Launched unit → the hash it was started with, as its state carries it in layout 2. Lags the executor: a
-    /// (re)start of a unit already shown is added after the run, once the health it resets is published.
+    /// Launched unit → the hash it was started with, as its state carries it in layout 2. A fresh unit the run is
+    /// about to start has its hash here from its load on (its first shown state is a started one); a (re)start of a
+    /// unit already shown, or of one with a health check, is added after the run, once the health the start resets
+    /// is published.
     pub launched: BTreeMap<String, String>,
-    /// Units the current run loaded that were not loaded before, and since when: not shown in layout 2 until
-    /// their start ended or [`FRESH_HOLD`] passed.
+    /// Units the current run loaded that were not loaded before, and since when: in layout 2 their `inactive`
+    /// state is not shown ([`Loaded::holds_back`]).
     pub fresh: BTreeMap<String, Instant>,
 }
 
 impl Loaded {
-    /// The loaded set the publisher shows at `now`: every loaded unit, or in layout 2 (`fold`) those that are not
-    /// fresh for less than [`FRESH_HOLD`]. The shared `hashes` itself when nothing is held back.
-    pub fn shown(&self, fold: bool, now: Instant) -> Arc<BTreeMap<String, String>> {
-        let held = |name: &String| self.fresh.get(name).is_some_and(|since| now < *since + FRESH_HOLD);
-        if !fold || !self.hashes.keys().any(held) {
-            return Arc::clone(&self.hashes);
-        }
-        Arc::new(self.hashes.iter().filter(|(name, _)| !held(name)).map(|(n, h)| (n.clone(), h.clone())).collect())
+    /// Whether `state` is held back at `now`: in layout 2 (`fold`), the state of a fresh unit that is still
+    /// `inactive`, for [`FRESH_HOLD`] at most.
+    pub fn holds_back(&self, fold: bool, state: &PublishedState, now: Instant) -> bool {
+        fold && state.active_state == "inactive"
+            && self.fresh.get(&state.name).is_some_and(|since| now < *since + FRESH_HOLD)
     }
 
-    /// When the next fresh unit is shown by the hold alone (layout 2), if any is held back at `now`.
+    /// When the next fresh unit's hold ends (layout 2), if one is running at `now`.
     pub fn next_release(&self, fold: bool, now: Instant) -> Option<Instant> {
         if !fold {
             return None;
@@ -74,25 +75,26 @@ mod tests {
         }
     }
 
-    #[test]
-    fn fresh_units_are_held_back_in_layout_2_only_and_for_the_hold_at_most() {
-        let t0 = Instant::now();
-        let l = loaded(&["a.service", "b.service"], &[("b.service", t0)]);
-        assert!(Arc::ptr_eq(&l.shown(false, t0), &l.hashes), "layout 1 shows every unit, the same map");
-        let shown = l.shown(true, t0 + Duration::from_millis(10));
-        assert_eq!(shown.keys().collect::<Vec<_>>(), ["a.service"], "b.service is still starting");
-        assert_eq!(l.next_release(true, t0), Some(t0 + FRESH_HOLD));
-        assert_eq!(l.next_release(false, t0), None);
-        let later = t0 + FRESH_HOLD;
-        assert!(Arc::ptr_eq(&l.shown(true, later), &l.hashes), "after the hold every unit is shown");
-        assert_eq!(l.next_release(true, later), None);
+    fn state(name: &str, active: &str) -> PublishedState {
+        PublishedState { name: name.into(), active_state: active.into(), ..PublishedState::default() }
     }
 
     #[test]
-    fn a_fresh_unit_that_is_no_longer_loaded_holds_nothing_back() {
+    fn a_fresh_units_inactive_state_is_held_back_in_layout_2_only_and_for_the_hold_at_most() {
         let t0 = Instant::now();
-        let l = loaded(&["a.service"], &[("gone.service", t0)]);
-        assert!(Arc::ptr_eq(&l.shown(true, t0), &l.hashes));
+        let l = loaded(&["a.service", "b.service"], &[("b.service", t0)]);
+        let soon = t0 + Duration::from_millis(10);
+        assert!(l.holds_back(true, &state("b.service", "inactive"), soon), "b.service has not started yet");
+        assert!(!l.holds_back(false, &state("b.service", "inactive"), soon), "layout 1 shows it");
+        assert!(!l.holds_back(true, &state("a.service", "inactive"), soon), "a.service is not fresh");
+        for started in ["activating", "active", "failed", "deactivating"] {
+            assert!(!l.holds_back(true, &state("b.service", started), soon), "a {started} copy is always shown");
+        }
+        assert_eq!(l.next_release(true, t0), Some(t0 + FRESH_HOLD));
+        assert_eq!(l.next_release(false, t0), None);
+        let later = t0 + FRESH_HOLD;
+        assert!(!l.holds_back(true, &state("b.service", "inactive"), later), "after the hold it is shown");
+        assert_eq!(l.next_release(true, later), None);
     }
 
     #[test]

@@ -68,11 +68,13 @@ pub(crate) struct PublishLoop<'a, S> {
     pub period: Duration,
     pub publisher: &'a mut Publisher,
     pub loaded: watch::Receiver<Arc<Loaded>>,
-    /// Layout 2: the launched markers are folded into the states, and a unit a run is starting is shown once its
-    /// start ended ([`Loaded::shown`]).
+    /// Layout 2: the launched markers are folded into the states, and a unit a run loads to start it is not
+    /// shown while still `inactive` ([`Loaded::holds_back`]).
     pub fold: bool,
-    /// The launched hashes the last round published (layout 2).
+    /// The launched hashes and fresh units the last round saw (layout 2): the units whose entry changed are
+    /// computed again.
     pub launched: BTreeMap<String, String>,
+    pub fresh: BTreeSet<String>,
     pub changes: &'a mut UnitChanges,
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
     pub debug: &'a DebugHandle,
@@ -174,8 +176,13 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
                     dirty = true;
                 }
                 _ = sleep_until(next_round), if dirty => {}
-                // A fresh unit whose start takes long is shown at the end of its hold.
-                _ = sleep_until(release_at.unwrap_or_else(Instant::now)), if release_at.is_some() => dirty = true,
+                // A fresh unit whose start has not begun is shown at the end of its hold.
+                _ = sleep_until(release_at.unwrap_or_else(Instant::now)), if release_at.is_some() => {
+                    for unit in &self.fresh {
+                        readings.touch(unit);
+                    }
+                    dirty = true;
+                }
             }
         }
     }
@@ -209,12 +216,18 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
     /// what changed. False if anything failed.
     async fn publish_current(&mut self, readings: &mut Readings) -> bool {
         let loaded = Arc::clone(&self.loaded.borrow_and_update());
-        let hashes = loaded.shown(self.fold, Instant::now());
+        let hashes = Arc::clone(&loaded.hashes);
         if self.fold && self.launched != loaded.launched {
             for unit in launched_changes(&self.launched, &loaded.launched) {
                 readings.touch(unit);
             }
             self.launched.clone_from(&loaded.launched);
+        }
+        if self.fold && !self.fresh.iter().eq(loaded.fresh.keys()) {
+            for unit in self.fresh.iter().filter(|u| !loaded.fresh.contains_key(*u)) {
+                readings.touch(unit);
+            }
+            self.fresh = loaded.fresh.keys().cloned().collect();
         }
         let loaded_changed = readings.took_loaded(&hashes);
         let names = readings.states_to_read(&hashes);
@@ -234,6 +247,8 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
         let mut now = readings.states_now(self.machine, &hashes, self.fold.then_some(&loaded.launched));
         let snapshot = Arc::clone(&self.snapshots.borrow());
         self.health.round(&mut now, readings, &snapshot);
+        let at = Instant::now();
+        now.hold_back(|state| loaded.holds_back(self.fold, state, at));
         let ops = self.publisher.changes_now(&now);
         let ok = self.write(ops).await;
         if ok {

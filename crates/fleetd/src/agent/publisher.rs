@@ -112,6 +112,16 @@ pub enum StatesNow {
     Touched { names: BTreeSet<String>, states: BTreeMap<String, PublishedState> },
 }
 
+impl StatesNow {
+    /// Leaves out the states `hold_back` says not to publish yet (an absent state of a published unit withdraws
+    /// it, as for a unit no longer loaded).
+    pub fn hold_back(&mut self, hold_back: impl Fn(&PublishedState) -> bool) {
+        match self {
+            StatesNow::All(states) | StatesNow::Touched { states, .. } => states.retain(|_, s| !hold_back(s)),
+        }
+    }
+}
+
 impl Readings {
     /// Nothing known yet: the first round reads everything.
     pub fn new() -> Readings {

@@ -157,6 +157,7 @@ impl<S: SystemdOps + Clone + 'static> Agent<S> {
             loaded: self.executor.watch_loaded(),
             fold,
             launched: BTreeMap::new(),
+            fresh: BTreeSet::new(),
             changes: &mut self.changes,
             snapshots: snapshots.clone(),
             debug: &self.debug,
@@ -312,7 +313,7 @@ pub(crate) async fn reconcile_fenced<S: SystemdOps>(
     latest: &dyn Fn() -> Arc<Snapshot>,
     me: &str,
     in_doubt: &dyn Fn() -> bool,
-    registry: Option<&fleet_registry::Registry>,
+    registry: Option<(&AgentSession, &mut Option<BTreeSet<String>>)>,
     written: &BTreeMap<String, Option<String>>,
     fold: bool,
 ) -> Result<Reconciled, Skip> {
@@ -339,7 +340,16 @@ pub(crate) async fn reconcile_fenced<S: SystemdOps>(
             }
         }
     }
-    hold(&mut round, &snapshot, me, registry).await;
+    let (session, published_global) = match registry {
+        Some((session, published)) => (Some(session), Some(published)),
+        None => (None, None),
+    };
+    hold(&mut round, &snapshot, me, session.map(|s| &**s)).await;
+    // Before its starts: a machine that came back (or joined) counts for the rollouts of its global units from
+    // now on, not only once it publishes their states.
+    if let (Some(session), Some(published)) = (session, published_global) {
+        publish_global_units(session, published, &round.global).await;
+    }
     reports.extend(executor.run(round.planned, &round.desired).await);
     let mut have: BTreeMap<String, String> = snapshot
         .unit_records()
@@ -498,6 +508,24 @@ pub(crate) fn marker_plan(
         })
         .collect();
     last.into_values().chain(repairs).collect()
+}
+
+/// Publishes the global units this machine should run when they changed from `published` (issue 37): under the
+/// memory lease they outlive the machine, so a rollout begun soon after it left still counts it. A failed write is
+/// retried at the next reconcile.
+async fn publish_global_units(
+    registry: &AgentSession,
+    published: &mut Option<BTreeSet<String>>,
+    global: &BTreeSet<String>,
+) {
+    if registry.memory().is_none() || published.as_ref() == Some(global) {
+        return;
+    }
+    let record = fleet_core::model::GlobalUnits { units: global.clone() };
+    match registry.put_global_units(&record).await {
+        Ok(()) => *published = Some(record.units),
+        Err(e) => debug!(error = %e, "cannot publish this machine's global units; retrying at the next reconcile"),
+    }
 }
 
 /// Layout 2: the launched markers this machine still holds from layout 1 (`have`: unit → hash) that can go: those
@@ -693,7 +721,7 @@ impl<S: SystemdOps> ReconcileLoop<'_, S> {
             self.executor.note_stopped(&stopped);
         }
         let fence = self.fence;
-        let registry = Some(&**self.registry);
+        let registry = Some((self.registry, &mut *self.global_units));
         let written = &self.markers_written;
         match reconcile_fenced(
             self.executor,
@@ -746,7 +774,8 @@ impl<S: SystemdOps> ReconcileLoop<'_, S> {
                 let missing = restarted_markers_missing(self.executor.restarts(), &snapshot, self.machine);
                 write_restarted_markers(self.registry, missing).await;
                 self.load_fault(&done.reports, &snapshot).await;
-                self.publish_global_units(done.global).await;
+                // Retried here when the write before the run failed.
+                publish_global_units(self.registry, self.global_units, &done.global).await;
             }
         }
         self.debug.set_target_states(self.executor.believed());
@@ -786,20 +815,6 @@ impl<S: SystemdOps> ReconcileLoop<'_, S> {
         match written {
             Ok(()) => self.load_faults.published(&publish),
             Err(e) => warn!(error = %e, "cannot publish the load fault; retrying at the next reconcile"),
-        }
-    }
-
-    /// Publishes the global units this machine should run when they changed (issue 37): under the memory lease
-    /// they outlive the machine, so a rollout begun soon after it left still counts it. A failed write is retried
-    /// at the next reconcile.
-    async fn publish_global_units(&mut self, global: BTreeSet<String>) {
-        if self.registry.memory().is_none() || self.global_units.as_ref() == Some(&global) {
-            return;
-        }
-        let record = fleet_core::model::GlobalUnits { units: global };
-        match self.registry.put_global_units(&record).await {
-            Ok(()) => *self.global_units = Some(record.units),
-            Err(e) => debug!(error = %e, "cannot publish this machine's global units; retrying at the next reconcile"),
         }
     }
 

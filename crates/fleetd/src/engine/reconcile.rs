@@ -303,6 +303,17 @@ impl Reconciler {
         input: &ScheduleInput,
     ) -> Result<Option<i64>, RegistryError> {
         let layout = view.layout_version();
+        if layout.is_none() {
+            // `P/version` deleted or overwritten by another client: without it the API and this engine would write
+            // layout 1, which agents on scoped views never see. The switch is one way, and a cluster can be at
+            // layout 2 only when every machine runs it, so that is what goes back.
+            let to = if ready_for_layout_2(view).is_ok() { LAYOUT_2 } else { 1 };
+            let repaired = registry.repair_layout(to).await?;
+            if repaired.is_some() {
+                tracing::warn!(layout = to, "the registry's layout version was missing or unreadable; put back");
+            }
+            return Ok(repaired);
+        }
         if layout == Some(LAYOUT_2) {
             // Only what a layout-1 writer left behind during the switch.
         } else if layout != Some(1) || ready_for_layout_2(view).is_err() {

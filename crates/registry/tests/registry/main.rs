@@ -1534,6 +1534,17 @@ async fn units_move_to_layout_2_as_they_were_read_and_the_layout_switches_once()
     assert!(engine.switch_layout(1, 2).await.unwrap().is_some());
     assert_eq!(engine.switch_layout(1, 2).await.unwrap(), None, "once");
     assert_eq!(refl.sync(WAIT).await.unwrap().layout_version(), Some(2));
+
+    // Another client's garbage in `P/version` is put back; a readable version is left alone.
+    assert_eq!(engine.repair_layout(1).await.unwrap(), None, "a readable version is not repaired");
+    let mut kv = reg.client().kv_client();
+    kv.put(reg.keys().layout_version(), "{\"layout\":2}", None).await.unwrap();
+    assert_eq!(refl.sync(WAIT).await.unwrap().layout_version(), None, "unreadable");
+    assert!(engine.repair_layout(2).await.unwrap().is_some());
+    assert_eq!(refl.sync(WAIT).await.unwrap().layout_version(), Some(2), "put back");
+    kv.delete(reg.keys().layout_version(), None).await.unwrap();
+    assert!(engine.repair_layout(2).await.unwrap().is_some(), "a deleted version is put back too");
+    assert_eq!(refl.sync(WAIT).await.unwrap().layout_version(), Some(2));
 }
 
 /// Layout 2 (issue 35): an API writer given a view that shows layout 2 keeps the desired state in the unit object

@@ -144,11 +144,12 @@ async fn in_place_update_publishes_the_new_hash_after_the_unit_reload() {
     assert_eq!(published.borrow().hashes.get("a.service"), Some(&hash(V2)), "published once the reload finished");
 }
 
-/// Layout 2 folds the launched marker into the state: a unit the run loads and starts is fresh (not shown) while
-/// its start job runs, and is shown with its launched hash once the job ended, so its first state is the started
-/// one. A unit only loaded stays fresh until the agent publishes after the run.
+/// Layout 2 folds the launched marker into the state: a unit the run loads to start it is fresh until its start
+/// job ended (its `inactive` state is not shown meanwhile), and carries its launched hash from its load on, so its
+/// first shown state is a started one with the hash. A unit only loaded stays fresh, without a launched hash,
+/// until the agent publishes after the run.
 #[tokio::test]
-async fn a_unit_loaded_and_started_in_one_run_is_shown_once_started_with_its_launched_hash() {
+async fn a_unit_loaded_and_started_in_one_run_carries_its_launched_hash_from_its_load() {
     let mut s = setup();
     let published = s.exec.watch_loaded();
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -160,15 +161,27 @@ async fn a_unit_loaded_and_started_in_one_run_is_shown_once_started_with_its_lau
     let d = desired(&[("a.service", JobState::Launched, V1, false), ("b.service", JobState::Loaded, V1, false)]);
     let reports = s.exec.reconcile(&d).await;
     assert!(reports.iter().all(|r| r.outcome.is_ok()), "{:?}", outcomes(&reports));
-    assert_eq!(*seen.lock().unwrap(), [(true, None)], "while a.service starts it is fresh, not launched yet");
+    assert_eq!(*seen.lock().unwrap(), [(true, Some(hash(V1)))], "while a.service starts: fresh, with its hash");
     {
         let l = published.borrow();
-        assert!(!l.fresh.contains_key("a.service"), "a.service's start ended: it is shown");
-        assert_eq!(l.launched.get("a.service"), Some(&hash(V1)), "shown with the hash it was started with");
-        assert!(l.fresh.contains_key("b.service"), "b.service is shown when the agent publishes after the run");
+        assert!(!l.fresh.contains_key("a.service"), "a.service's start ended");
+        assert_eq!(l.launched.get("a.service"), Some(&hash(V1)), "with the hash it was started with");
+        assert!(l.fresh.contains_key("b.service"), "b.service stays fresh until the agent publishes after the run");
+        assert_eq!(l.launched.get("b.service"), None, "b.service was not started");
     }
     s.exec.publish_launched();
     assert!(published.borrow().fresh.is_empty());
+}
+
+/// A fresh unit whose start fails has no launched hash once the start ended.
+#[tokio::test]
+async fn a_fresh_unit_whose_start_fails_loses_its_launched_hash() {
+    let mut s = setup();
+    let published = s.exec.watch_loaded();
+    s.fake.fail("start a.service", "a.service", "no such thing");
+    s.exec.reconcile(&desired(&[("a.service", JobState::Launched, V1, false)])).await;
+    assert_eq!(published.borrow().launched.get("a.service"), None);
+    assert!(!published.borrow().fresh.contains_key("a.service"), "its start ended");
 }
 
 /// A start of a unit already shown (here after a stop) changes its launched hash only when the agent publishes
@@ -191,18 +204,17 @@ async fn a_start_of_a_shown_unit_is_published_after_the_run() {
     assert_eq!(published.borrow().launched.get("a.service"), None, "stopped: no launched hash");
 }
 
-/// A new unit with a health check stays fresh until the agent publishes after the run, even once started: its
-/// health is reset before its launched hash is shown.
+/// A new unit with a health check gets its launched hash only when the agent publishes after the run: its health is
+/// reset before its launched hash is shown.
 #[tokio::test]
 async fn a_new_checked_unit_is_shown_after_the_run() {
     let mut s = setup();
     let checked = "[Service]\nExecStart=/bin/sleep 100\n[X-Fleet]\nHealthCheck=/bin/true\n";
     let published = s.exec.watch_loaded();
     s.exec.reconcile(&desired(&[("a.service", JobState::Launched, checked, false)])).await;
-    assert!(published.borrow().fresh.contains_key("a.service"), "started, still fresh");
-    assert_eq!(published.borrow().launched.get("a.service"), None);
+    assert!(!published.borrow().fresh.contains_key("a.service"), "its start ended");
+    assert_eq!(published.borrow().launched.get("a.service"), None, "its launched hash waits for the health reset");
     s.exec.publish_launched();
-    assert!(published.borrow().fresh.is_empty());
     assert_eq!(published.borrow().launched.get("a.service"), Some(&hash(checked)));
 }
 
