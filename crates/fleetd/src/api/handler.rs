@@ -198,7 +198,7 @@ impl Api {
         // A later page of a listing reads a view at least as new as its first page, which caught up already: the
         // listing as a whole shows every write before it, and a listing of many pages pays one catch-up.
         let later_page = super::query::values(&super::query::pairs(query.as_deref()), "nextPageToken").next().is_some();
-        if route.as_ref().is_ok_and(Route::reads_view) && !later_page {
+        if route.as_ref().is_ok_and(Route::uses_view) && !later_page {
             if let Err(behind) = self.catch_up().await {
                 return behind;
             }

@@ -47,20 +47,13 @@ pub enum Route {
 }
 
 impl Route {
-    /// Whether the answer is read from the registry view (the reflector's snapshot): such a read first catches
-    /// the view up with etcd, so it shows every write that succeeded before it, through any fleetd (issue 37).
-    pub fn reads_view(&self) -> bool {
-        matches!(
-            self,
-            Route::ListMachines
-                | Route::ListUnits
-                | Route::GetUnit(_)
-                | Route::ListStates
-                | Route::GetState(_)
-                | Route::UnitHistory(_)
-                | Route::ListRollouts
-                | Route::GetRollout(_)
-        )
+    /// Whether the answer is read from the registry view (the reflector's snapshot), or the write decided on it
+    /// (a unit's PUT tells a creation from a change of state by it): such a request first catches the view up with
+    /// etcd, so it sees every write that succeeded before it, through any fleetd (issue 37), and never decides on
+    /// a view of the API's own that has not listed yet (`view::ApiView`). The metrics, the audit trail (read from
+    /// etcd) and the cluster page (which follows the view live) do not wait.
+    pub fn uses_view(&self) -> bool {
+        !matches!(self, Route::Discovery | Route::Metrics | Route::Audit | Route::Ui(_))
     }
 }
 

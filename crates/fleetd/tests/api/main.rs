@@ -653,6 +653,24 @@ async fn a_write_through_one_fleetd_is_visible_to_the_next_read_through_another(
     }
 }
 
+/// A write decided on the view waits for a view of the API's own to list first: a fleetd that just started its API
+/// again (a layout switch) must tell a repeated PUT of a unit (204) from its creation (201), as a PUT of new
+/// options for an existing unit from one of a new unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_on_a_fresh_on_demand_view_is_decided_on_the_listed_registry() {
+    let kept = Server::start(100).await;
+    let body = HELLO.replace("api.service", "w.service");
+    let put = kept.put_json("/fleet/v1/units/w.service", &body).await;
+    assert_eq!(put.status, 201, "{}", put.body);
+    let fresh = kept.on_demand().await;
+    let again = fresh.put_json("/fleet/v1/units/w.service", &body).await;
+    assert_eq!(
+        again.status, 204,
+        "the same unit and state again, through an API whose view had not listed: {}",
+        again.body
+    );
+}
+
 /// A fleetd without a full view (issue 35: once the cluster is at layout 2, only the engine leader and
 /// `full_view = true` keep one) answers from a view it lists at its first request: the same answers, and a write
 /// through it is read through another such fleetd at once.
