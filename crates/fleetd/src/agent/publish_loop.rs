@@ -40,20 +40,12 @@ pub const RETRY: Duration = Duration::from_secs(1);
 const FIRST_LIST_WAIT: Duration = Duration::from_secs(5);
 /// Registry writes in flight at once.
 const WRITERS: usize = 8;
-/// Longest time from the start of one publishing round to the start of the next ([`round_gap`]). A start of
-/// hundreds of units brings thousands of signals within seconds; a round for each wave as it came made one
-/// transaction every few milliseconds, each applied by every view that holds the states. Waiting collects the waves
-/// into fewer, larger rounds, and a unit that passed through a state meanwhile (`activating`) has only its newest
-/// one written. A change after a quiet spell is still published at once.
+/// Shortest time from the start of one publishing round to the start of the next. A start of hundreds of units
+/// brings thousands of signals within seconds; a round for each wave as it came made one transaction every few
+/// milliseconds, each applied by every fleetd's view. Waiting this long collects the waves into fewer, larger
+/// rounds, and a unit that passed through a state meanwhile (`activating`) has only its newest one written. A
+/// change after a quiet spell is still published at once.
 pub const ROUND_GAP: Duration = Duration::from_millis(50);
-/// The wait after a round, per state it wrote ([`round_gap`]).
-const ROUND_GAP_PER_STATE: Duration = Duration::from_millis(2);
-
-/// The shortest time from the start of a round that wrote `written` states to the start of the next: a round of one
-/// unit (a rolling step's stop, then its start) is followed at once, one of a wave waits up to [`ROUND_GAP`].
-pub fn round_gap(written: usize) -> Duration {
-    ROUND_GAP_PER_STATE.saturating_mul(u32::try_from(written).unwrap_or(u32::MAX)).min(ROUND_GAP)
-}
 
 /// The cause of a failed state write, as logged; etcd's space quota by its name and what ends it.
 fn cause(err: &RegistryError) -> String {
@@ -126,13 +118,11 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
             let release_at = self.loaded.borrow().next_release(self.fold, Instant::now());
             if dirty && Instant::now() >= next_round {
                 dirty = false;
-                let started = Instant::now();
+                next_round = Instant::now() + ROUND_GAP;
                 self.drain_changes(&mut readings);
-                let (ok, written) = self.publish_current(&mut readings).await;
-                if !ok {
+                if !self.publish_current(&mut readings).await {
                     retry_at = retry_at.or(Some(Instant::now() + RETRY));
                 }
-                next_round = started + round_gap(written);
             }
             tokio::select! {
                 biased;
@@ -224,7 +214,7 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
 
     /// Reads what no change signal told of the loaded units' states and services' restart counters, and writes
     /// what changed. False if anything failed.
-    async fn publish_current(&mut self, readings: &mut Readings) -> (bool, usize) {
+    async fn publish_current(&mut self, readings: &mut Readings) -> bool {
         let loaded = Arc::clone(&self.loaded.borrow_and_update());
         let hashes = Arc::clone(&loaded.hashes);
         if self.fold && self.launched != loaded.launched {
@@ -245,7 +235,7 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
             Ok(s) => s,
             Err(e) => {
                 warn!(err = %e, units = names.len(), "cannot read unit states from systemd");
-                return (false, 0);
+                return false;
             }
         };
         readings.took_states(&hashes, read);
@@ -260,7 +250,6 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
         let at = Instant::now();
         now.hold_back(|state| loaded.holds_back(self.fold, state, at));
         let ops = self.publisher.changes_now(&now);
-        let written = ops.len();
         let ok = self.write(ops).await;
         if ok {
             self.health.published();
@@ -271,7 +260,7 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
         if loaded_changed {
             self.debug.set_subscribed(hashes.keys().cloned());
         }
-        (ok, written)
+        ok
     }
 
     /// Repairs this machine's keys against the registry snapshot (written by someone else, lost with an old
@@ -354,19 +343,5 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
         }
         self.debug.sync_published(self.publisher.published(), ops.iter().map(PublishOp::unit), pending);
         ok
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_round_of_one_state_is_followed_at_once_and_a_wave_waits_the_whole_gap() {
-        assert_eq!(round_gap(0), Duration::ZERO);
-        assert_eq!(round_gap(1), Duration::from_millis(2));
-        assert_eq!(round_gap(10), Duration::from_millis(20));
-        assert_eq!(round_gap(300), ROUND_GAP);
-        assert_eq!(round_gap(usize::MAX), ROUND_GAP);
     }
 }
