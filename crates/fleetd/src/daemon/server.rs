@@ -255,8 +255,13 @@ impl Daemon {
     /// honoured meanwhile.
     async fn run_components(&mut self) -> RunEnd {
         let ttl = self.config().agent_ttl().unwrap_or(Duration::from_secs(30));
+        // A carried registration that cannot be refreshed means etcd stopped answering this machine: that is the
+        // monitor's case (a heartbeat that did not succeed), reported as such before registering again.
         let carried = match self.carried.take() {
-            Some(registered) => self.refresh(registered).await,
+            Some(registered) => match self.refresh(registered).await {
+                Some(registered) => Some(registered),
+                None => return RunEnd::MonitorTriggered,
+            },
             None => None,
         };
         let Registered { session, presence, memory } = match carried {
@@ -401,7 +406,7 @@ impl Daemon {
         {
             Ok(_) => Some(registered),
             Err(err) => {
-                tracing::warn!(error = %err, "keeping the registration across the reload failed; registering again");
+                tracing::warn!(error = %err, "refreshing the kept registration failed; registering again");
                 None
             }
         }
