@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::records::StateRecord;
 use super::snapshot::{MachineRecord, Snapshot, UnitRecord};
 use crate::model::{JobState, MachineState, PublishedState};
 
@@ -194,6 +195,14 @@ impl Snapshot {
         self.units().filter(move |u| u.target == Some(machine))
     }
 
+    /// Every published unit state as stored, by unit name then machine ID, unconverted: for a caller that keeps a
+    /// few of many (an API page) and converts only those ([`StateRecord::into_state`]).
+    pub fn state_entries(&self) -> impl Iterator<Item = (&str, &str, &StateRecord)> + '_ {
+        self.state_records()
+            .iter()
+            .flat_map(|(unit, per_machine)| per_machine.iter().map(move |(m, r)| (&**unit, &**m, r)))
+    }
+
     /// Every published unit state, sorted by unit name then machine ID.
     pub fn unit_states(&self) -> impl Iterator<Item = PublishedState> + '_ {
         self.state_records()
@@ -207,7 +216,7 @@ impl Snapshot {
     /// current hash. Its own states vanished with the machine's lease.
     pub fn unit_states_in_doubt(&self) -> impl Iterator<Item = PublishedState> + '_ {
         self.units().filter_map(|u| {
-            let target = u.target.filter(|t| !t.is_empty() && self.machine(t).is_none())?;
+            let target = u.target.filter(|t| !t.is_empty() && !self.is_present(t))?;
             Some(PublishedState {
                 name: u.name.to_string(),
                 machine_id: target.to_string(),
@@ -233,6 +242,11 @@ impl Snapshot {
     /// Present machines (with a presence object), sorted by ID, metadata merged (§3.3), cordon read from its key.
     pub fn machines(&self) -> impl Iterator<Item = MachineState> + '_ {
         self.machine_records().values().filter_map(machine_state)
+    }
+
+    /// Whether a machine is present (has a presence object), without building its state.
+    pub fn is_present(&self, id: &str) -> bool {
+        self.machine_records().get(id).is_some_and(|m| m.object.is_some())
     }
 
     /// One present machine by full ID. A machine with only dynamic metadata (or a cordon) left is absent, never a

@@ -10,9 +10,34 @@ use super::handler::Api;
 use super::query;
 use super::reply;
 use fleet_core::api_rules;
+use fleet_core::model::PublishedState;
 use fleet_core::model::{HealthStatus, JobState};
 use fleet_core::schema;
+use fleet_core::store::records::StateRecord;
 use fleet_registry::Snapshot;
+
+/// One row of a state listing before its page is cut: a stored state, or one shown in doubt.
+enum Row<'a> {
+    Stored { name: &'a str, machine: &'a str, record: &'a StateRecord },
+    InDoubt(&'a PublishedState),
+}
+
+impl Row<'_> {
+    /// The listing's order: unit name, then machine ID.
+    fn key(&self) -> (&str, &str) {
+        match self {
+            Row::Stored { name, machine, .. } => (name, machine),
+            Row::InDoubt(state) => (&state.name, &state.machine_id),
+        }
+    }
+
+    fn state(&self) -> PublishedState {
+        match self {
+            Row::Stored { name, machine, record } => (*record).clone().into_state(name, machine),
+            Row::InDoubt(state) => (*state).clone(),
+        }
+    }
+}
 
 impl Api {
     pub(super) fn list_states(&self, query_text: Option<&str>) -> Response<Bytes> {
@@ -24,26 +49,32 @@ impl Api {
         let machine = query::values(&pairs, "machineID").next().filter(|m| !m.is_empty());
         let unit = query::values(&pairs, "unitName").next().filter(|u| !u.is_empty());
         let snapshot = self.snapshot();
-        let mut states: Vec<_> = match unit {
-            Some(unit) => snapshot.unit_states_of(unit).collect::<Vec<_>>(),
-            None => snapshot.unit_states().collect(),
-        };
+        // Page first, then convert only that page's states: a listing of 1,000 states in pages of 100 converted
+        // every state for each page (10,000 conversions per `list-units`).
         // Units of a machine whose presence is gone, shown as in doubt (docs/at-most-once.md).
-        states.extend(snapshot.unit_states_in_doubt().filter(|s| unit.is_none_or(|u| s.name == u)));
-        states.sort_by(|a, b| (&a.name, &a.machine_id).cmp(&(&b.name, &b.machine_id)));
-        let states: Vec<schema::UnitState> = states
-            .into_iter()
-            .filter(|s| machine.is_none_or(|m| s.machine_id == m))
-            .map(|s| {
-                let running = snapshot.running_hash(&s.name, &s.machine_id).map(str::to_string);
-                api_rules::state(s, running.as_deref())
+        let in_doubt: Vec<PublishedState> =
+            snapshot.unit_states_in_doubt().filter(|s| unit.is_none_or(|u| s.name == u)).collect();
+        let stored = match unit {
+            Some(unit) => Box::new(snapshot.state_entries().filter(move |(name, _, _)| *name == unit))
+                as Box<dyn Iterator<Item = (&str, &str, &StateRecord)>>,
+            None => Box::new(snapshot.state_entries()),
+        };
+        let mut rows: Vec<Row<'_>> = stored
+            .map(|(name, machine, record)| Row::Stored { name, machine, record })
+            .chain(in_doubt.iter().map(Row::InDoubt))
+            .filter(|row| machine.is_none_or(|m| row.key().1 == m))
+            .collect();
+        rows.sort_by(|a, b| a.key().cmp(&b.key()));
+        let (page_rows, next) = page.slice(&rows);
+        let states: Vec<schema::UnitState> = page_rows
+            .iter()
+            .map(|row| {
+                let state = row.state();
+                let running = snapshot.running_hash(&state.name, &state.machine_id).map(str::to_string);
+                api_rules::state(state, running.as_deref())
             })
             .collect();
-        let (items, next) = page.slice(&states);
-        reply::json(&schema::UnitStatePage {
-            states: items.to_vec(),
-            next_page_token: next.map(|t| t.encode()).unwrap_or_default(),
-        })
+        reply::json(&schema::UnitStatePage { states, next_page_token: next.map(|t| t.encode()).unwrap_or_default() })
     }
 
     pub(super) fn get_state(&self, name: &str) -> Response<Bytes> {

@@ -286,6 +286,73 @@ async fn unit_lists_are_paginated_with_the_originals_tokens() {
     assert_eq!(twice.body, r#"{"error":{"code":400,"message":"too many values for page token"}}"#);
 }
 
+/// State lists are cut into pages after sorting and filtering (by machine, by unit), with the same tokens as
+/// unit lists; only a page's states are converted.
+#[tokio::test]
+async fn state_lists_are_sorted_filtered_and_paginated() {
+    let s = Server::start(2).await;
+    let mut etcd = etcd_client::Client::connect([s.etcd_endpoint()], None).await.expect("connect to the test etcd");
+    // Stored out of order on purpose: the listing sorts by unit, then machine.
+    for (unit, machine) in
+        [("c.service", "m3"), ("a.service", "m2"), ("c.service", "m2"), ("b.service", "m1"), ("a.service", "m1")]
+    {
+        let record = format!(
+            r#"{{"hash":"h-{unit}","loadState":"loaded","activeState":"active","subState":"running@{machine}"}}"#
+        );
+        etcd.put(format!("{PREFIX}states/{unit}/{machine}"), record, None).await.expect("store a state");
+    }
+    let rows = |page: &serde_json::Value| -> Vec<String> {
+        page["states"]
+            .as_array()
+            .map(|states| {
+                states
+                    .iter()
+                    .map(|st| {
+                        format!(
+                            "{} {} {}",
+                            st["name"].as_str().unwrap(),
+                            st["machineID"].as_str().unwrap(),
+                            st["systemdSubState"].as_str().unwrap()
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut all = Vec::new();
+    let mut token = String::new();
+    loop {
+        let path = if token.is_empty() {
+            "/fleet/v1/state".to_string()
+        } else {
+            format!("/fleet/v1/state?nextPageToken={}", token.replace('=', "%3D"))
+        };
+        let page = s.get(&path).await.json();
+        let got = rows(&page);
+        assert!(got.len() <= 2, "a page over the limit of 2: {got:?}");
+        all.extend(got);
+        match page["nextPageToken"].as_str() {
+            Some(next) => token = next.to_string(),
+            None => break,
+        }
+    }
+    let want = [
+        "a.service m1 running@m1",
+        "a.service m2 running@m2",
+        "b.service m1 running@m1",
+        "c.service m2 running@m2",
+        "c.service m3 running@m3",
+    ];
+    assert_eq!(all, want, "every state once, in unit then machine order, across pages");
+    let m2 = s.get("/fleet/v1/state?machineID=m2").await.json();
+    assert_eq!(rows(&m2), ["a.service m2 running@m2", "c.service m2 running@m2"], "filtered by machine");
+    assert_eq!(m2["nextPageToken"], "AgACAA==", "a full page of the filtered list has a next page");
+    let c = s.get("/fleet/v1/state?unitName=c.service").await.json();
+    assert_eq!(rows(&c), ["c.service m2 running@m2", "c.service m3 running@m3"], "filtered by unit");
+    let c_m3 = s.get("/fleet/v1/state?unitName=c.service&machineID=m3").await.json();
+    assert_eq!(rows(&c_m3), ["c.service m3 running@m3"], "filtered by unit and machine");
+}
+
 #[tokio::test]
 async fn machine_metadata_patch_uses_the_nested_value_format() {
     let s = Server::start(100).await;
