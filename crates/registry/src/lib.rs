@@ -59,7 +59,7 @@ pub use engine::{Campaign, EngineVersionCheck, LeaderFence};
 pub use error::{NO_SPACE, RegistryError, Result};
 pub use lease::{LeaseKeeper, LeaseStatus};
 pub use machines::Registration;
-pub use reflector::{OwnWrites, Reflector};
+pub use reflector::{OwnWrites, Reflector, SharedFullView};
 pub use roles::{AgentSession, ApiWriter, LeaderSession};
 pub use rollouts::RolloutBody;
 pub use states::{MAX_STATE_WRITES_PER_TXN, StateWrite};

@@ -83,6 +83,42 @@ pub struct Reflector {
     task: JoinHandle<()>,
 }
 
+/// The one full view a fleetd's components share when they need it only at times (the engine while it leads, the
+/// API while it is used): whoever asks while one is live gets that one, so a leader that answers the API holds one
+/// view of everything, not two. The view ends when the last holder drops it.
+#[derive(Debug, Clone)]
+pub struct SharedFullView {
+    registry: Registry,
+    live: Arc<std::sync::Mutex<std::sync::Weak<Reflector>>>,
+}
+
+impl SharedFullView {
+    pub fn new(registry: &Registry) -> SharedFullView {
+        SharedFullView { registry: registry.clone(), live: Arc::default() }
+    }
+
+    pub fn registry(&self) -> Registry {
+        self.registry.clone()
+    }
+
+    /// The live full view, or a new one started (listing the registry) when no holder is left.
+    pub fn get(&self) -> Arc<Reflector> {
+        // A poisoned lock only means a panic elsewhere while holding it; the slot itself is still sound.
+        let mut live = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(view) = live.upgrade() {
+            return view;
+        }
+        let view = Arc::new(Reflector::start(&self.registry));
+        *live = Arc::downgrade(&view);
+        view
+    }
+
+    /// Whether a full view is live now (held by some component).
+    pub fn is_live(&self) -> bool {
+        self.live.lock().map(|live| live.strong_count() > 0).unwrap_or(true)
+    }
+}
+
 impl Reflector {
     /// Starts listing and watching in a background task. The first snapshot is empty and disconnected; wait with
     /// [`Reflector::wait_connected`] or [`Reflector::wait_for`] before relying on it.

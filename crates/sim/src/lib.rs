@@ -279,7 +279,8 @@ impl SimMachine {
                 disable_engine: false,
                 rebalance: false,
             };
-            let engine = Engine::with_own_views(registry.clone(), config).with_agent_ttl(self.options.ttl);
+            let engine = Engine::with_own_views(fleet_registry::SharedFullView::new(&registry), config)
+                .with_agent_ttl(self.options.ttl);
             let mut status = engine.status();
             let lines = lines.clone();
             tokio::spawn(async move {

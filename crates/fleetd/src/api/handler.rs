@@ -17,7 +17,7 @@ use super::ui::hub::EVENTS_PATH;
 use super::view::ApiView;
 use fleet_core::api_rules::ApiError;
 use fleet_core::schema::{PageToken, TokenError};
-use fleet_registry::{ApiWriter, Reflector, Registry, RegistryError, Snapshot};
+use fleet_registry::{ApiWriter, Reflector, Registry, RegistryError, SharedFullView, Snapshot};
 
 /// The discovery document served at `/fleet/v1/discovery` (spec §8.9).
 pub const DISCOVERY: &str = include_str!("discovery.json");
@@ -46,10 +46,10 @@ impl Api {
         Api::with_view(registry, ApiView::kept(reflector), token_limit)
     }
 
-    /// An API on a view of its own, held while it is used (`view::ApiView::on_demand`): for a fleetd that keeps
-    /// no full view.
-    pub fn on_demand(registry: Registry, token_limit: u16) -> Api {
-        Api::with_view(registry.clone(), ApiView::on_demand(registry), token_limit)
+    /// An API on a full view held while it is used (`view::ApiView::on_demand`), from `full_views` (the engine's while
+    /// it leads): for a fleetd that keeps no full view.
+    pub fn on_demand(full_views: SharedFullView, token_limit: u16) -> Api {
+        Api::with_view(full_views.registry(), ApiView::on_demand(full_views), token_limit)
     }
 
     fn with_view(registry: Registry, view: ApiView, token_limit: u16) -> Api {

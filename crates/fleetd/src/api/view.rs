@@ -1,7 +1,8 @@
 //! The registry view the API reads (docs/fleetd.md, "Full views"): the fleetd's own full view when it keeps one
-//! (`full_view = true`, or a cluster still at layout 1), else one of the API's own, listed at the first request and
-//! dropped once no request has come for [`IDLE`] and none is in flight (an open cluster page counts as one). Every
-//! answer is the same either way; the first request after an idle spell pays for one list of the registry.
+//! (`full_view = true`, or a cluster still at layout 1), else one taken at the first request and given up once no
+//! request has come for [`IDLE`] and none is in flight (an open cluster page counts as one). That one is the
+//! engine's while this fleetd leads (`SharedFullView`), else listed for the API. Every answer is the same either
+//! way; the first request after an idle spell on a fleetd that does not lead pays for one list of the registry.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::ui::hub::Hub;
-use fleet_registry::{Reflector, Registry};
+use fleet_registry::{Reflector, SharedFullView};
 
 /// How long an API view of its own outlives the last request.
 pub const IDLE: Duration = Duration::from_secs(60);
@@ -32,8 +33,8 @@ impl Held {
 pub enum ApiView {
     /// The fleetd's full view, kept for its life.
     Kept(Held),
-    /// A view of the API's own, while it is used.
-    OnDemand { registry: Registry, held: Arc<Mutex<Option<(Held, Instant)>>> },
+    /// A full view while it is used, shared with the engine while it leads.
+    OnDemand { full_views: SharedFullView, held: Arc<Mutex<Option<(Held, Instant)>>> },
 }
 
 impl ApiView {
@@ -43,22 +44,26 @@ impl ApiView {
     }
 
     /// A view listed when a request needs one and dropped after [`IDLE`] without use.
-    pub fn on_demand(registry: Registry) -> ApiView {
+    pub fn on_demand(full_views: SharedFullView) -> ApiView {
         let held = Arc::new(Mutex::new(None));
         tokio::spawn(drop_when_idle(Arc::downgrade(&held)));
-        ApiView::OnDemand { registry, held }
+        ApiView::OnDemand { full_views, held }
     }
 
     /// The view to answer from, started if there is none; using it keeps it for another [`IDLE`].
     pub fn get(&self) -> Held {
         match self {
             ApiView::Kept(held) => held.clone(),
-            ApiView::OnDemand { registry, held } => {
+            ApiView::OnDemand { full_views, held } => {
                 // A poisoned lock only means a panic elsewhere while holding it; the slot itself is still sound.
                 let mut slot = held.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
                 let (view, used) = slot.get_or_insert_with(|| {
-                    tracing::info!("API: listing the registry for a view of its own");
-                    (Held::start(Arc::new(Reflector::start(registry))), Instant::now())
+                    if full_views.is_live() {
+                        tracing::info!("API: reading the engine's full view of the registry");
+                    } else {
+                        tracing::info!("API: listing the registry for a view of its own");
+                    }
+                    (Held::start(full_views.get()), Instant::now())
                 });
                 *used = Instant::now();
                 view.clone()
@@ -82,9 +87,9 @@ async fn drop_when_idle(held: Weak<Mutex<Option<(Held, Instant)>>>) {
         tokio::time::sleep(IDLE / 4).await;
         let Some(held) = held.upgrade() else { return };
         let mut slot = held.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let idle = slot.as_ref().is_some_and(|(view, used)| {
-            used.elapsed() >= IDLE && Arc::strong_count(&view.reflector) == 1 && Arc::strong_count(&view.hub) == 1
-        });
+        // Every request and open page holds the hub; the reflector may be the engine's too, which keeps it anyway.
+        let idle =
+            slot.as_ref().is_some_and(|(view, used)| used.elapsed() >= IDLE && Arc::strong_count(&view.hub) == 1);
         if idle {
             tracing::info!("API: no request for {} s; dropping its view of the registry", IDLE.as_secs());
             *slot = None;

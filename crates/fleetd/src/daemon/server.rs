@@ -299,18 +299,21 @@ impl Daemon {
         };
         let scoped = crate::agent::view::scoped_view(&registry, &self.machine_id, presence.id(), layout);
         let full = (scoped.is_none() || self.config().full_view).then(|| Arc::new(Reflector::start(&registry)));
+        // Without a kept full view, the engine (while it leads) and the API (while it is used) share one.
+        let full_views = fleet_registry::SharedFullView::new(&registry);
         let stop = CancellationToken::new();
         let engine = crate::daemon::components::start_engine(
             self.config(),
             &self.machine_id,
             &registry,
             full.as_ref(),
+            &full_views,
             stop.child_token(),
         );
         let token_limit = u16::try_from(self.config().token_limit).unwrap_or(u16::MAX);
         let api = match &full {
             Some(full) => Api::new(registry.clone(), full.clone(), token_limit),
-            None => Api::on_demand(registry.clone(), token_limit),
+            None => Api::on_demand(full_views, token_limit),
         };
         self.api.send_replace(Some(Arc::new(api)));
         tracing::info!(machine = %self.machine_id, lease = format_args!("{:x}", presence.id()), layout,

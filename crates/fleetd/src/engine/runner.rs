@@ -53,7 +53,9 @@ use super::election::{step, view_shows_lease};
 use super::reconcile::{PassOutcome, PassReport, Reconciler};
 use super::rollouts;
 use fleet_core::scheduler::catalog::UnitCatalog;
-use fleet_registry::{Campaign, EngineVersionCheck, LeaderFence, LeaderSession, LeaseKeeper, LeaseStatus, Registry};
+use fleet_registry::{
+    Campaign, EngineVersionCheck, LeaderFence, LeaderSession, LeaseKeeper, LeaseStatus, Registry, SharedFullView,
+};
 
 /// `agent_ttl`'s default (spec §2.3), for an engine not told the cluster's.
 const DEFAULT_AGENT_TTL: Duration = Duration::from_secs(30);
@@ -103,6 +105,8 @@ pub struct Engine {
     registry: Registry,
     /// The machine's full view, shared; `None`: the engine keeps views of its own ([`Engine::with_own_views`]).
     view: Option<watch::Receiver<Arc<fleet_registry::Snapshot>>>,
+    /// Where a leader that keeps views of its own takes its full view (shared with the fleetd's API).
+    full_views: SharedFullView,
     config: EngineConfig,
     status: watch::Sender<EngineStatus>,
     at_most_once_margin: Duration,
@@ -117,6 +121,7 @@ impl Engine {
         config: EngineConfig,
     ) -> Engine {
         Engine {
+            full_views: SharedFullView::new(&registry),
             registry,
             view: Some(view),
             config,
@@ -129,9 +134,11 @@ impl Engine {
     /// An engine that keeps views of its own, for a fleetd that holds no full view (docs/fleetd.md, "Full views"):
     /// while it follows, the engine's keys alone (`Reflector::start_engine_keys`: what its election reads); while it
     /// leads, a full view, listed when it wins and dropped when it steps down.
-    pub fn with_own_views(registry: Registry, config: EngineConfig) -> Engine {
-        let mut engine = Engine::new(registry, watch::channel(Arc::default()).1, config);
+    /// Its full view comes from `full_views` (the one the fleetd's API uses too, when it is live).
+    pub fn with_own_views(full_views: SharedFullView, config: EngineConfig) -> Engine {
+        let mut engine = Engine::new(full_views.registry(), watch::channel(Arc::default()).1, config);
         engine.view = None;
+        engine.full_views = full_views;
         engine
     }
 
@@ -172,11 +179,12 @@ impl Engine {
             Some(view) => (view, None),
             None => {
                 let keys = fleet_registry::Reflector::start_engine_keys(&self.registry);
-                (keys.subscribe(), Some(OwnView { _reflector: keys, full: false }))
+                (keys.subscribe(), Some(OwnView { _reflector: Arc::new(keys), full: false }))
             }
         };
         let mut runner = Runner {
             registry: self.registry,
+            full_views: self.full_views,
             view,
             own_view,
             config: self.config,
@@ -221,8 +229,8 @@ enum Wake {
 
 /// An engine's own view ([`Engine::with_own_views`]): the reflector `Runner::view` follows.
 struct OwnView {
-    /// Held for its watch (dropping it ends the watch).
-    _reflector: fleet_registry::Reflector,
+    /// Held for its watch (dropping the last holder ends the watch; a full one may be the API's too).
+    _reflector: Arc<fleet_registry::Reflector>,
     /// A full view (while leading), else the engine's keys.
     full: bool,
 }
@@ -232,6 +240,7 @@ struct Runner {
     view: watch::Receiver<Arc<fleet_registry::Snapshot>>,
     /// The view the engine keeps of its own, if it does; `None`: `view` is the machine's full view.
     own_view: Option<OwnView>,
+    full_views: SharedFullView,
     config: EngineConfig,
     ttl: Duration,
     status: watch::Sender<EngineStatus>,
@@ -638,7 +647,7 @@ impl Runner {
     /// lease's TTL (the next tick tries again) or the engine stops.
     async fn take_full_view(&mut self, cancel: &CancellationToken) -> Option<Arc<fleet_registry::Snapshot>> {
         if !self.holds_full_view() {
-            let reflector = fleet_registry::Reflector::start(&self.registry);
+            let reflector = self.full_views.get();
             self.view = reflector.subscribe();
             self.own_view = Some(OwnView { _reflector: reflector, full: true });
             tracing::info!(machine = %self.config.machine_id, "engine leads: following the whole registry");
@@ -656,7 +665,7 @@ impl Runner {
     /// Stops following the whole registry once this engine no longer leads (views of its own only).
     fn drop_full_view(&mut self) {
         if self.own_view.as_ref().is_some_and(|own| own.full) {
-            let reflector = fleet_registry::Reflector::start_engine_keys(&self.registry);
+            let reflector = Arc::new(fleet_registry::Reflector::start_engine_keys(&self.registry));
             self.view = reflector.subscribe();
             self.own_view = Some(OwnView { _reflector: reflector, full: false });
             tracing::info!(machine = %self.config.machine_id, "engine follows: watching the engine's keys only");

@@ -6,7 +6,7 @@ mod fuzz;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet_registry::{Reflector, Registry};
+use fleet_registry::{Reflector, Registry, SharedFullView};
 use fleet_testkit::TestEtcd;
 use fleetd::api::Api;
 use fleetd::api::listen::{ListenAddress, bind};
@@ -63,7 +63,12 @@ impl Server {
     /// full view), on the same etcd.
     async fn on_demand(&self) -> Server {
         let registry = self.etcd.registry(PREFIX).await;
-        let api = Arc::new(Api::on_demand(registry, 100));
+        self.on_demand_sharing(SharedFullView::new(&registry)).await
+    }
+
+    /// An on-demand API that takes its view from `full_views` (shared with an engine, as in a fleetd).
+    async fn on_demand_sharing(&self, full_views: SharedFullView) -> Server {
+        let api = Arc::new(Api::on_demand(full_views, 100));
         let listener = bind(&ListenAddress::Tcp("127.0.0.1:0".into())).await.unwrap();
         let addr = listener.describe().trim_start_matches("tcp://").to_string();
         let (_install, handler) = watch::channel(Some(api));
@@ -764,4 +769,34 @@ async fn an_api_without_a_full_view_answers_from_one_listed_on_demand() {
         let via_kept = kept.get(&format!("/fleet/v1/units/{name}")).await;
         assert_eq!(via_kept.body, got.body, "round {round}: the same answer as a fleetd with a full view");
     }
+}
+
+/// The API of a fleetd without a kept full view reads the engine's full view while the engine holds one (it leads),
+/// instead of listing a second; with no holder left, the next taker lists a new one.
+#[tokio::test]
+async fn an_on_demand_api_reads_the_full_view_the_engine_holds() {
+    let kept = Server::start(100).await;
+    let full_views = SharedFullView::new(&kept.etcd.registry(PREFIX).await);
+    let engines = full_views.get();
+    engines.wait_connected(Duration::from_secs(10)).await.expect("the engine's view connects");
+    assert_eq!(Arc::strong_count(&engines), 1, "only the engine holds its view before any request");
+    let api = kept.on_demand_sharing(full_views.clone()).await;
+    let put = kept.put_json("/fleet/v1/units/a.service", &HELLO.replace("api.service", "a.service")).await;
+    assert_eq!(put.status, 201, "{}", put.body);
+    let listed = api.get("/fleet/v1/units").await;
+    assert_eq!(listed.json()["units"][0]["name"], "a.service", "{}", listed.body);
+    assert_eq!(
+        Arc::strong_count(&engines),
+        2,
+        "the API answered from the engine's view (held by the engine and the API), not from one of its own"
+    );
+    assert!(Arc::ptr_eq(&engines, &full_views.get()), "a taker while the view is live gets the same one");
+    drop(api);
+    drop(engines);
+    // The API's hold ends with it once its server task is gone; then the view is no one's.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while full_views.is_live() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!full_views.is_live(), "the shared view outlived its last holder");
 }

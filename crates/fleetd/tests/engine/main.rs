@@ -60,7 +60,7 @@ impl RunningEngine {
             disable_engine: false,
             rebalance: false,
         };
-        let engine = Engine::with_own_views(reg.clone(), config);
+        let engine = Engine::with_own_views(fleet_registry::SharedFullView::new(reg), config);
         let status = engine.status();
         let cancel = CancellationToken::new();
         let task = engine.spawn(cancel.clone());
