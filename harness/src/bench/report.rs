@@ -207,7 +207,7 @@ fn start_table(reports: &[StartReport]) -> String {
         col(&|r| {
             r.fleetd_pause.as_ref().map_or("—".into(), |p| format!("{} / {}", opt_s(p.stop_s), opt_s(p.back_s)))
         }),
-        "back: all listed, leader, APIs",
+        "back: all listed, leader, m1's API",
     ));
     rows.push((
         "start --no-block: command",
