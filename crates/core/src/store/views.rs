@@ -203,11 +203,17 @@ impl Snapshot {
             .flat_map(|(unit, per_machine)| per_machine.iter().map(move |(m, r)| (&**unit, &**m, r)))
     }
 
+    /// [`Self::state_entries`] of one unit, by machine ID.
+    pub fn state_entries_of<'a>(&'a self, unit: &str) -> impl Iterator<Item = (&'a str, &'a str, &'a StateRecord)> {
+        self.state_records()
+            .get_key_value(unit)
+            .into_iter()
+            .flat_map(|(unit, per_machine)| per_machine.iter().map(move |(m, r)| (&**unit, &**m, r)))
+    }
+
     /// Every published unit state, sorted by unit name then machine ID.
     pub fn unit_states(&self) -> impl Iterator<Item = PublishedState> + '_ {
-        self.state_records()
-            .iter()
-            .flat_map(|(unit, per_machine)| per_machine.iter().map(move |(m, r)| r.clone().into_state(unit, m)))
+        self.state_entries().map(|(unit, m, r)| r.clone().into_state(unit, m))
     }
 
     /// One state per unit scheduled to a machine whose presence is gone (the engine has not moved it yet: an
@@ -233,10 +239,7 @@ impl Snapshot {
 
     /// States of one unit, by machine ID.
     pub fn unit_states_of<'a>(&'a self, unit: &'a str) -> impl Iterator<Item = PublishedState> + 'a {
-        self.state_records()
-            .get(unit)
-            .into_iter()
-            .flat_map(move |per_machine| per_machine.iter().map(move |(m, r)| r.clone().into_state(unit, m)))
+        self.state_entries_of(unit).map(|(unit, m, r)| r.clone().into_state(unit, m))
     }
 
     /// Present machines (with a presence object), sorted by ID, metadata merged (§3.3), cordon read from its key.

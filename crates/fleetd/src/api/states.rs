@@ -22,7 +22,11 @@ enum Row<'a> {
     InDoubt(&'a PublishedState),
 }
 
-impl Row<'_> {
+impl<'a> Row<'a> {
+    fn stored((name, machine, record): (&'a str, &'a str, &'a StateRecord)) -> Row<'a> {
+        Row::Stored { name, machine, record }
+    }
+
     /// The listing's order: unit name, then machine ID.
     fn key(&self) -> (&str, &str) {
         match self {
@@ -54,16 +58,12 @@ impl Api {
         // Units of a machine whose presence is gone, shown as in doubt (docs/at-most-once.md).
         let in_doubt: Vec<PublishedState> =
             snapshot.unit_states_in_doubt().filter(|s| unit.is_none_or(|u| s.name == u)).collect();
-        let stored = match unit {
-            Some(unit) => Box::new(snapshot.state_entries().filter(move |(name, _, _)| *name == unit))
-                as Box<dyn Iterator<Item = (&str, &str, &StateRecord)>>,
-            None => Box::new(snapshot.state_entries()),
+        let mut rows: Vec<Row<'_>> = match unit {
+            Some(unit) => snapshot.state_entries_of(unit).map(Row::stored).collect(),
+            None => snapshot.state_entries().map(Row::stored).collect(),
         };
-        let mut rows: Vec<Row<'_>> = stored
-            .map(|(name, machine, record)| Row::Stored { name, machine, record })
-            .chain(in_doubt.iter().map(Row::InDoubt))
-            .filter(|row| machine.is_none_or(|m| row.key().1 == m))
-            .collect();
+        rows.extend(in_doubt.iter().map(Row::InDoubt));
+        rows.retain(|row| machine.is_none_or(|m| row.key().1 == m));
         rows.sort_by(|a, b| a.key().cmp(&b.key()));
         let (page_rows, next) = page.slice(&rows);
         let states: Vec<schema::UnitState> = page_rows
