@@ -112,3 +112,29 @@ pub async fn leader_takeover(ctx: Ctx) -> Outcome {
     }
     Ok(())
 }
+
+/// With no engine leader in the cluster, a unit already placed still stops, starts again and unloads: the desired
+/// state reaches its machine without an engine pass. Machine 2 cannot lead (`disable_engine`); once machine 1's
+/// fleet is gone, only the API and machine 2's agent take part.
+pub async fn stop_and_start_with_no_engine_leader() -> Outcome {
+    const UNIT: &str = "no-engine.service";
+    let builder =
+        fleet_harness::Cluster::builder().machines(2).agent_ttl("3s").machine_config(2, "disable_engine", "true");
+    let ctx = Ctx::start(builder).await?;
+    ctx.wait_for_n_machines(1, 2).await?;
+    let m2 = ctx.id(2)?;
+    let dir = fixtures::TempDir::new()?;
+    let text = format!("[Service]\nExecStart=/bin/sh -c 'while true; do sleep 1; done'\n\n[X-Fleet]\nMachineID={m2}\n");
+    let path = dir.write(UNIT, &text)?;
+    ctx.fleetctl_ok(1, &["start", &path]).await?;
+    ctx.wait_systemd(2, UNIT, "ActiveState", "active").await?;
+
+    stop_fleet(&ctx, 1).await?;
+    ctx.wait_for_n_machines(2, 1).await?;
+    ctx.fleetctl_ok(2, &["stop", "--no-block", UNIT]).await?;
+    ctx.wait_systemd(2, UNIT, "ActiveState", "inactive").await?;
+    ctx.fleetctl_ok(2, &["start", "--no-block", UNIT]).await?;
+    ctx.wait_systemd(2, UNIT, "ActiveState", "active").await?;
+    ctx.fleetctl_ok(2, &["unload", "--no-block", UNIT]).await?;
+    ctx.wait_systemd(2, UNIT, "LoadState", "not-found").await
+}

@@ -242,6 +242,10 @@ pub fn catalogue() -> Vec<Spec> {
         .needs(HARNESS),
         spec(Cluster, "killed_machine_units_rescheduled", 3, "core issue", |c| Box::pin(cluster::killed_machine(c)))
             .needs(HARNESS),
+        spec(Cluster, "units_stop_and_start_with_no_engine_leader", 0, "issue 35 (scoped agents)", |_| {
+            Box::pin(cluster::stop_and_start_with_no_engine_leader())
+        })
+        .needs(OWN_CLUSTERS),
         spec(Cluster, "scheduling_survives_each_machine_killed", 3, "core issue (engine leader takeover)", |c| {
             Box::pin(cluster::leader_takeover(c))
         })

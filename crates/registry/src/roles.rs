@@ -43,6 +43,11 @@ impl ApiWriter {
         ApiWriter { registry: self.registry.clone(), view: Some(view) }
     }
 
+    /// The view the writes are decided on, if any.
+    pub(crate) fn view(&self) -> Option<&Snapshot> {
+        self.view.as_deref()
+    }
+
     /// The writes go in layout 2.
     pub(crate) fn layout_2(&self) -> bool {
         self.view.as_ref().is_some_and(|v| v.layout_version() == Some(fleet_core::layout::LAYOUT_2))

@@ -178,7 +178,8 @@ impl ApiWriter {
     }
 
     /// Layout 2's [`ApiWriter::set_desired_many`]: the objects read in transactions of gets, then re-put with their
-    /// states, each guarded by the revision it was read at; a group whose compares fail is written one by one.
+    /// states, each guarded by the revision it was read at, with the entries that carry the states
+    /// ([`ApiWriter::entry_desired_writes`]); a group whose compares fail is written one by one.
     async fn set_desired_in_objects(
         &self,
         changes: &[(&str, JobState)],
@@ -214,18 +215,28 @@ impl ApiWriter {
                 }
             }
         }
-        let groups = cost_batches(&planned, MAX_TXN_OPS, |p| p.1, |_| TxnCost { compares: 1, ops: 2, shared: None });
+        // Each unit: its object and leftover `desired` key, and its entries that carry the state.
+        let groups = cost_batches(
+            &planned,
+            MAX_TXN_OPS,
+            |p| p.1,
+            |p| {
+                let entries = self.entry_desired_count(p.1, changes[p.0].1);
+                TxnCost { compares: 1 + entries, ops: 2 + entries, shared: None }
+            },
+        );
         let written = in_waves(
             groups,
             |p| p.1,
             |group| {
                 let mut compares = Vec::with_capacity(group.len());
                 let mut ops = Vec::with_capacity(group.len() * 2);
-                for (_, name, object, revision) in group {
+                for (i, name, object, revision) in group {
                     let key = self.keys.unit_object(name);
                     compares.push(Compare::mod_revision(key.as_str(), CompareOp::Equal, *revision));
                     ops.push(TxnOp::put(key.as_str(), super::records::encode_json(object), None));
                     ops.push(TxnOp::delete(self.keys.unit_desired(name), None));
+                    self.entry_desired_writes(name, changes[*i].1, &mut compares, &mut ops);
                 }
                 self.txn("set desired states", &dir, Txn::new().when(compares).and_then(ops))
             },

@@ -18,6 +18,7 @@ use super::keys::{Component, check_component};
 use super::records::{UnitObject, decode_json, encode_json};
 use super::roles::{AgentSession, ApiWriter, LeaderSession};
 use fleet_core::model::JobState;
+use fleet_core::scheduler::entries;
 
 /// How many times a read-then-conditional-write is retried when another writer keeps winning.
 const MAX_ATTEMPTS: u32 = 5;
@@ -180,9 +181,12 @@ impl ApiWriter {
     }
 
     /// Layout 2's [`ApiWriter::set_desired`]: the object re-put with the state, guarded by the revision it was read
-    /// at, and a layout-1 `desired` key left over deleted.
+    /// at, a layout-1 `desired` key left over deleted, and the unit's schedule entries carrying the state
+    /// ([`ApiWriter::entry_desired_writes`]). A write that fails is made again with the object alone: the engine's
+    /// next pass brings the state into entries that changed since the view.
     async fn set_desired_in_object(&self, name: &str, state: JobState) -> Result<i64> {
         let key = self.keys.unit_object(name);
+        let mut with_entries = true;
         for _ in 0..MAX_ATTEMPTS {
             let resp = self.kv().get(key.as_str(), None).await.map_err(RegistryError::etcd("get", key.as_str()))?;
             let Some(kv) = resp.kvs().first() else {
@@ -190,17 +194,46 @@ impl ApiWriter {
             };
             let mut object = decode_json::<UnitObject>(&key, "unit object", kv.value())?;
             object.desired = Some(state);
-            let txn =
-                Txn::new().when([Compare::mod_revision(key.as_str(), CompareOp::Equal, kv.mod_revision())]).and_then([
-                    TxnOp::put(key.as_str(), encode_json(&object), None),
-                    TxnOp::delete(self.keys.unit_desired(name), None),
-                ]);
-            let resp = self.txn("set desired state", &key, txn).await?;
+            let mut compares = vec![Compare::mod_revision(key.as_str(), CompareOp::Equal, kv.mod_revision())];
+            let mut ops = vec![
+                TxnOp::put(key.as_str(), encode_json(&object), None),
+                TxnOp::delete(self.keys.unit_desired(name), None),
+            ];
+            if with_entries {
+                self.entry_desired_writes(name, state, &mut compares, &mut ops);
+            }
+            let resp = self.txn("set desired state", &key, Txn::new().when(compares).and_then(ops)).await?;
             if resp.succeeded() {
                 return Ok(revision_of(&resp));
             }
+            with_entries = false;
         }
         Err(RegistryError::Conflict { op: "set desired state", key, attempts: MAX_ATTEMPTS })
+    }
+
+    /// Layout 2: appends the writes that carry a change of `name`'s desired state to `state` into its schedule
+    /// entries as the view shows them ([`entries::with_desired`]), so that a scoped agent learns of it from the
+    /// same revision as the object, with or without an engine leader. Each entry is guarded by its value as the
+    /// view shows it: one the engine wrote since (a move, a rollout's pin) is not overwritten.
+    pub(super) fn entry_desired_writes(
+        &self,
+        name: &str,
+        state: JobState,
+        compares: &mut Vec<Compare>,
+        ops: &mut Vec<TxnOp>,
+    ) {
+        let Some(record) = self.view().filter(|_| self.layout_2()).and_then(|v| v.unit_record(name)) else { return };
+        for (machine, stored, entry) in entries::with_desired(record.entries(), state) {
+            let key = self.keys.schedule_entry(machine, name);
+            compares.push(Compare::value(key.as_str(), CompareOp::Equal, encode_json(stored)));
+            ops.push(TxnOp::put(key, encode_json(&entry), None));
+        }
+    }
+
+    /// How many entries [`ApiWriter::entry_desired_writes`] writes for `name`.
+    pub(super) fn entry_desired_count(&self, name: &str, state: JobState) -> usize {
+        let Some(record) = self.view().filter(|_| self.layout_2()).and_then(|v| v.unit_record(name)) else { return 0 };
+        entries::with_desired(record.entries(), state).len()
     }
 }
 

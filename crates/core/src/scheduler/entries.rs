@@ -11,8 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::schedule::Decision;
 use super::schedule_input::ScheduleInput;
-use crate::model::GlobalUnits;
+use crate::model::{GlobalUnits, JobState};
 use crate::rollout::{self, Rollout};
+use crate::store::snapshot::PerMachine;
 use crate::store::{ScheduleEntry, Snapshot, UnitView};
 
 /// What the engine must write so that the stored entries are the wanted ones.
@@ -89,6 +90,28 @@ pub fn entry_for(
         no_restart: on.no_restart,
         global,
     }
+}
+
+/// Most schedule entries a desired-state change rewrites itself ([`with_desired`]); a global unit on more machines
+/// gets its entries from the engine's next pass, as every unit did before.
+pub const MAX_DESIRED_ENTRIES: usize = 16;
+
+/// The entries that a change of a unit's desired state to `state` rewrites in the same write as its object (the
+/// API's, in layout 2): each of the unit's `stored` entries whose desired state differs, as stored but with
+/// `state` (the desired state is the one field of an entry that [`entry_for`] takes from the object alone). A
+/// scoped agent then learns of a stop or a start from that revision, not from the engine's next pass, and one
+/// comes about with no engine leader at all. What else the change implies stays the engine's decision: an
+/// `inactive` unit leaving its machine, a unit not placed yet being placed. Nothing for a unit with more than
+/// [`MAX_DESIRED_ENTRIES`] entries (one transaction must hold them).
+pub fn with_desired(stored: &PerMachine<ScheduleEntry>, state: JobState) -> Vec<(&str, &ScheduleEntry, ScheduleEntry)> {
+    if stored.len() > MAX_DESIRED_ENTRIES {
+        return Vec::new();
+    }
+    stored
+        .iter()
+        .filter(|(_, entry)| entry.desired != state)
+        .map(|(machine, entry)| (machine.as_ref(), entry, ScheduleEntry { desired: state, ..entry.clone() }))
+        .collect()
 }
 
 /// The entry changes that make `snapshot`'s stored entries the wanted ones. `is_global` says whether a unit is
@@ -286,6 +309,52 @@ mod tests {
         assert!(changes(&b.snap, &[]).is_empty(), "nothing to do once stored");
         let b = b.put(Key::UnitDesired { unit: "a.service".into() }, "loaded");
         assert_eq!(changes(&b.snap, &[]).put[0].2, entry(H1, JobState::Loaded), "a desired state follows");
+    }
+
+    #[test]
+    fn a_desired_state_change_rewrites_the_entries_as_the_engine_would() {
+        // a placed on m1; g global on m1 and m2, pinned to H1 by a replace rollout on m2's entry.
+        let b = machine(machine(Build::new(), "m1"), "m2").unit("a.service", H1, None, "launched");
+        let b = b.unit("g.service", H1, None, "launched").unit("g.service", H2, Some(H1), "launched");
+        let b = b.put(Key::UnitTarget { unit: "a.service".into() }, "m1");
+        let rollouts = [replace("g.service")];
+        let c = changes(&b.snap, &rollouts);
+        let mut b = b;
+        for (m, u, e) in &c.put {
+            b = stored(b, m, u, e);
+        }
+        assert!(changes(&b.snap, &rollouts).is_empty(), "stored as the engine wants them");
+        for (unit, state) in [("a.service", JobState::Loaded), ("g.service", JobState::Inactive)] {
+            let written: Vec<(String, ScheduleEntry)> = {
+                let record = b.snap.unit_record(unit).unwrap();
+                with_desired(record.entries(), state).into_iter().map(|(m, _, e)| (m.to_string(), e)).collect()
+            };
+            assert_eq!(written.len(), if unit == "a.service" { 1 } else { 2 }, "{unit}: every entry: {written:?}");
+            assert!(written.iter().all(|(_, e)| e.desired == state), "{unit}: {written:?}");
+            // The object and the entries written in one go: the engine finds nothing left to write.
+            b = b.put(Key::UnitDesired { unit: unit.into() }, state.as_str());
+            for (m, e) in &written {
+                b = stored(b, m, unit, e);
+            }
+            let left = changes(&b.snap, &rollouts);
+            assert!(left.put.iter().all(|(_, u, _)| u != unit), "{unit}: the engine would write {left:?}");
+        }
+        let entries = b.snap.unit_record("g.service").unwrap().entries();
+        assert_eq!(entries.get("m2").unwrap().hash.as_ref(), H1, "the pin is kept");
+        assert!(with_desired(entries, JobState::Inactive).is_empty(), "already so: nothing to write");
+    }
+
+    #[test]
+    fn a_unit_on_more_machines_than_a_write_holds_leaves_its_entries_to_the_engine() {
+        let mut b = Build::new().unit("g.service", H1, None, "launched");
+        let mut global = entry(H1, JobState::Launched);
+        global.global = true;
+        for i in 0..=MAX_DESIRED_ENTRIES {
+            b = stored(machine(b, &format!("m{i:02}")), &format!("m{i:02}"), "g.service", &global);
+        }
+        let entries = b.snap.unit_record("g.service").unwrap().entries();
+        assert_eq!(entries.len(), MAX_DESIRED_ENTRIES + 1);
+        assert!(with_desired(entries, JobState::Loaded).is_empty());
     }
 
     #[test]

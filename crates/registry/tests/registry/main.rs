@@ -1611,6 +1611,81 @@ async fn the_api_writes_layout_2_once_its_view_shows_it() {
     assert_eq!(entries("c.service"), Some(vec!["m3".to_string()]), "a global unit's entries are the engine's to clear");
 }
 
+/// The desired state and mod revision of `unit`'s schedule entry on `machine`, and whether it is a global unit's.
+async fn entry_at(reg: &Registry, machine: &str, unit: &str) -> (JobState, i64, bool) {
+    let key = reg.keys().schedule_entry(machine, unit);
+    let resp = reg.client().kv_client().get(key.as_str(), None).await.unwrap();
+    let kv = resp.kvs().first().unwrap_or_else(|| panic!("no entry {key}"));
+    let entry: fleet_core::store::ScheduleEntry =
+        fleet_core::store::records::decode_json(&key, "schedule entry", kv.value()).unwrap();
+    (entry.desired, kv.mod_revision(), entry.global)
+}
+
+/// Layout 2 (issue 35): a desired-state change carries into the schedule entries the API's view shows, in the
+/// revision of the object, single and batched, so that a scoped agent learns of a stop without an engine pass. An
+/// entry the engine wrote since the view is not overwritten (the object still takes the state), and a global unit
+/// on more machines than one write holds leaves its entries to the engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_desired_state_change_carries_into_the_entries_the_view_shows() {
+    use fleet_core::scheduler::entries::MAX_DESIRED_ENTRIES;
+    let etcd = TestEtcd::start().await;
+    let reg = etcd.registry("/test/desired-entries").await;
+    let mut kv = reg.client().kv_client();
+    let keys = reg.keys().clone();
+    let v = version("[Service]\nExecStart=/bin/true\n");
+    kv.put(keys.layout_version(), "2", None).await.unwrap();
+    let refl = connected(&reg).await;
+    let w = api(&reg).with_view(refl.sync(WAIT).await.unwrap());
+    for unit in ["a.service", "b.service", "g.service", "wide.service"] {
+        w.create_unit(&put(unit, &v, JobState::Launched)).await.unwrap();
+    }
+    let placed = format!(r#"{{"hash":"{}","desired":"launched"}}"#, v.hash);
+    let global = format!(r#"{{"hash":"{}","desired":"launched","global":true}}"#, v.hash);
+    kv.put(keys.schedule_entry("m1", "a.service"), placed.as_str(), None).await.unwrap();
+    kv.put(keys.schedule_entry("m2", "b.service"), placed.as_str(), None).await.unwrap();
+    for m in ["m1", "m2", "m3"] {
+        kv.put(keys.schedule_entry(m, "g.service"), global.as_str(), None).await.unwrap();
+    }
+    let wide: Vec<String> = (0..=MAX_DESIRED_ENTRIES).map(|i| format!("w{i:02}")).collect();
+    for m in &wide {
+        kv.put(keys.schedule_entry(m, "wide.service"), global.as_str(), None).await.unwrap();
+    }
+    let w = api(&reg).with_view(refl.sync(WAIT).await.unwrap());
+
+    let revision = w.set_desired("a.service", JobState::Loaded).await.unwrap();
+    assert_eq!(entry_at(&reg, "m1", "a.service").await, (JobState::Loaded, revision, false), "in the object's write");
+
+    let results = w.set_desired_many(&[("b.service", JobState::Inactive), ("g.service", JobState::Loaded)]).await;
+    let revisions: Vec<i64> = results.into_iter().map(Result::unwrap).collect();
+    assert_eq!(entry_at(&reg, "m2", "b.service").await, (JobState::Inactive, revisions[0], false), "batched");
+    for m in ["m1", "m2", "m3"] {
+        assert_eq!(entry_at(&reg, m, "g.service").await, (JobState::Loaded, revisions[1], true), "global on {m}");
+    }
+
+    let before = entry_at(&reg, "w00", "wide.service").await;
+    let revision = w.set_desired("wide.service", JobState::Loaded).await.unwrap();
+    let view = refl.sync(WAIT).await.unwrap();
+    assert_eq!(view.unit_record("wide.service").unwrap().object().unwrap().desired, Some(JobState::Loaded));
+    assert!(before.1 < revision);
+    for m in &wide {
+        assert_eq!(entry_at(&reg, m, "wide.service").await.0, JobState::Launched, "{m}: the engine's to write");
+    }
+
+    // The engine pins a's entry to another version after the view (which shows it loaded) was taken: a start
+    // leaves that entry alone.
+    let shown = view.unit_record("a.service").unwrap().entries().get("m1").map(|e| e.desired);
+    assert_eq!(shown, Some(JobState::Loaded));
+    let w = api(&reg).with_view(view);
+    let pinned = format!(r#"{{"hash":"{}","desired":"loaded"}}"#, "e".repeat(40));
+    kv.put(keys.schedule_entry("m1", "a.service"), pinned.as_str(), None).await.unwrap();
+    let revision = w.set_desired("a.service", JobState::Launched).await.unwrap();
+    let view = refl.sync(WAIT).await.unwrap();
+    assert_eq!(view.unit_record("a.service").unwrap().object().unwrap().desired, Some(JobState::Launched));
+    let stored = kv.get(keys.schedule_entry("m1", "a.service"), None).await.unwrap();
+    assert_eq!(stored.kvs()[0].value_str().unwrap(), pinned, "the engine's entry is kept");
+    assert!(stored.kvs()[0].mod_revision() < revision);
+}
+
 /// Layout 2 (issue 35): a rebalance's or drain's released move carries the unit's placement (its entry) from one
 /// machine to the other with the progress, only while the entry still reads as the view shows it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
