@@ -2,7 +2,8 @@
 //! gets a handle with only its own writes, so a component that holds the wrong handle cannot compile the write:
 //!
 //! * [`ApiWriter`] — the API (and fleetctl's etcd driver, which stands in for it): unit objects, bodies and desired
-//!   state, rollout specs and controls, machine metadata.
+//!   state (in layout 2 also the desired state of the schedule entries its view shows, with the object),
+//!   rollout specs and controls, machine metadata.
 //! * [`AgentSession`] — one machine's agent, bound to its presence lease: its unit states and its launched and
 //!   restarted markers, which vanish with the lease.
 //! * [`LeaderSession`] — the engine leader, which exists only after winning the election

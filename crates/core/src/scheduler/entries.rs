@@ -5,7 +5,7 @@
 //! ([`crate::rollout::restart_token`]); a global unit has one on every present machine (`global`: no placement,
 //! the machine's agent decides whether it takes the unit, as in layout 1). Where units are placed is the
 //! scheduler's decision ([`super::plan`]); this module keeps the entries of those placements current, and clears
-//! the rest.
+//! the rest. A desired-state change also reaches the entries at once, through the API ([`with_desired`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
