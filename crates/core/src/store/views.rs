@@ -61,6 +61,15 @@ impl Snapshot {
     }
 
     fn view<'a>(&'a self, name: &'a str, r: &'a UnitRecord) -> Option<UnitView<'a>> {
+        let mut view = self.view_unstated(name, r)?;
+        view.current = self.current_state_of(name, r);
+        Some(view)
+    }
+
+    /// [`Self::view`] but for its current state, which it leaves `inactive` (reading it costs the unit's states):
+    /// the one decision of whether a unit is readable, and what it reads as. A unit object whose body is present;
+    /// in a scoped view, also a unit with an entry for the view's machine ([`Self::scoped_view`]).
+    fn view_unstated<'a>(&'a self, name: &'a str, r: &'a UnitRecord) -> Option<UnitView<'a>> {
         let Some(object) = r.object() else { return self.scoped_view(name, r) };
         // A unit whose body is missing is invisible (spec §3.2, §6.1) rather than an error for every reader.
         let body = self.body(&object.hash)?;
@@ -71,7 +80,7 @@ impl Snapshot {
             body,
             desired: r.desired().unwrap_or(JobState::Inactive),
             target: r.target().map(|t| &**t),
-            current: self.current_state_of(name, r),
+            current: JobState::Inactive,
             no_restart: object.no_restart,
         })
     }
@@ -90,7 +99,7 @@ impl Snapshot {
             body: &body.text,
             desired: entry.desired,
             target: (!entry.global).then_some(&**machine),
-            current: self.current_state_of(name, r),
+            current: JobState::Inactive,
             no_restart: entry.no_restart,
         })
     }
@@ -181,6 +190,12 @@ impl Snapshot {
     /// Every readable unit, in name order.
     pub fn units(&self) -> impl Iterator<Item = UnitView<'_>> {
         self.unit_records().iter().filter_map(|(name, r)| self.view(name, r))
+    }
+
+    /// The names of the readable units, in name order: [`Self::units`] without building their views (an API page
+    /// builds only its own, [`Self::unit`]).
+    pub fn unit_names(&self) -> impl Iterator<Item = &str> {
+        self.unit_records().iter().filter(|(name, r)| self.view_unstated(name, r).is_some()).map(|(name, _)| &**name)
     }
 
     /// One readable unit.
@@ -346,6 +361,35 @@ mod tests {
         assert_eq!((b.hash, b.previous_hash, b.desired, b.target), (H2, Some(H1), JobState::Loaded, None));
         assert_eq!(s.unit("a.service").unwrap().desired, JobState::Inactive, "missing desired reads inactive");
         assert!(s.unit("c.service").is_none(), "missing body hides the unit");
+    }
+
+    #[test]
+    fn unit_names_are_the_listed_units_without_their_views() {
+        let entry = |hash: &str| format!(r#"{{"hash":"{hash}","desired":"launched"}}"#);
+        let at = |machine: &str, unit: &str| Key::ScheduleEntry { machine: machine.into(), unit: unit.into() };
+        let unknown = "f".repeat(40);
+        // A full view: two readable units, one whose body is missing, a leftover entry of a destroyed unit.
+        let full = Build::new()
+            .unit("b.service", H2, Some(H1), "loaded")
+            .put(Key::UnitObject { unit: "c.service".into() }, &format!(r#"{{"name":"c.service","hash":"{unknown}"}}"#))
+            .put(at("m1", "gone.service"), &entry(H1))
+            .unit("a.service", H1, None, "launched")
+            .done();
+        // A view scoped to m1: its entry whose body it holds, its entry whose body it does not, m2's entry.
+        let mut scoped = Build::new();
+        scoped.snap = Snapshot::scoped("m1");
+        let scoped = scoped
+            .put(Key::Body { hash: H1.into() }, "[Service]\nExecStart=/bin/true\n")
+            .put(at("m1", "x.service"), &entry(H1))
+            .put(at("m1", "y.service"), &entry(&unknown))
+            .put(at("m2", "z.service"), &entry(H1))
+            .done();
+        for (s, want) in [(&full, &["a.service", "b.service"][..]), (&scoped, &["x.service"][..])] {
+            let names: Vec<&str> = s.unit_names().collect();
+            let listed: Vec<&str> = s.units().map(|u| u.name).collect();
+            assert_eq!(names, listed, "the names of the listed units, in order");
+            assert_eq!(names, want);
+        }
     }
 
     #[test]

@@ -28,12 +28,12 @@ impl Api {
             Err(err) => return reply::refused(&err),
         };
         let snapshot = self.snapshot();
-        // Page first, then build only that page's units: building one parses its body. (A stored body that does
-        // not parse — which the API never stores — leaves its page one unit short.)
-        let views: Vec<_> = snapshot.units().collect();
-        let (items, next) = page.slice(&views);
+        // Page first, by name, then build only that page's units: building one reads its states and parses its
+        // body. (A stored body that does not parse — which the API never stores — leaves its page one unit short.)
+        let names: Vec<&str> = snapshot.unit_names().collect();
+        let (items, next) = page.slice(&names);
         reply::json(&schema::UnitPage {
-            units: items.iter().filter_map(|v| api_rules::unit(v, false)).collect(),
+            units: items.iter().filter_map(|name| api_rules::unit(&snapshot.unit(name)?, false)).collect(),
             next_page_token: next.map(|t| t.encode()).unwrap_or_default(),
         })
     }
