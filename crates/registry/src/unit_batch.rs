@@ -16,7 +16,7 @@ use super::error::Result;
 use super::keys::{Component, check_component};
 use super::records::{UnitObject, decode_json};
 use super::roles::ApiWriter;
-use super::units::{Destroyed, PutUnit, UnitWrite, revision_of};
+use super::units::{Destroyed, EntryWrites, PutUnit, UnitWrite, revision_of};
 use fleet_core::model::JobState;
 
 /// One unit of a batched create/replace, after its read: what to write and how to guard it.
@@ -193,8 +193,8 @@ impl ApiWriter {
             self.txn("read units", &dir, Txn::new().and_then(gets))
         })
         .await;
-        // (index, name, object with its new state, revision read)
-        let mut planned: Vec<(usize, &str, UnitObject, i64)> = Vec::with_capacity(valid.len());
+        // (index, name, object with its new state, revision read, its entries' writes)
+        let mut planned: Vec<(usize, &str, UnitObject, i64, EntryWrites)> = Vec::with_capacity(valid.len());
         for (chunk, read) in reads {
             let Ok(resp) = read else {
                 for &(i, name) in chunk {
@@ -210,7 +210,8 @@ impl ApiWriter {
                     Some((Err(e), _)) => results[i] = Some(Err(e.into())),
                     Some((Ok(mut object), revision)) => {
                         object.desired = Some(changes[i].1);
-                        planned.push((i, name, object, revision));
+                        let entries = self.entry_desired_writes(name, changes[i].1);
+                        planned.push((i, name, object, revision, entries));
                     }
                 }
             }
@@ -220,10 +221,7 @@ impl ApiWriter {
             &planned,
             MAX_TXN_OPS,
             |p| p.1,
-            |p| {
-                let entries = self.entry_desired_count(p.1, changes[p.0].1);
-                TxnCost { compares: 1 + entries, ops: 2 + entries, shared: None }
-            },
+            |p| TxnCost { compares: 1 + p.4.len(), ops: 2 + p.4.len(), shared: None },
         );
         let written = in_waves(
             groups,
@@ -231,12 +229,12 @@ impl ApiWriter {
             |group| {
                 let mut compares = Vec::with_capacity(group.len());
                 let mut ops = Vec::with_capacity(group.len() * 2);
-                for (i, name, object, revision) in group {
+                for (_, name, object, revision, entries) in group {
                     let key = self.keys.unit_object(name);
                     compares.push(Compare::mod_revision(key.as_str(), CompareOp::Equal, *revision));
                     ops.push(TxnOp::put(key.as_str(), super::records::encode_json(object), None));
                     ops.push(TxnOp::delete(self.keys.unit_desired(name), None));
-                    self.entry_desired_writes(name, changes[*i].1, &mut compares, &mut ops);
+                    entries.push_to(&mut compares, &mut ops);
                 }
                 self.txn("set desired states", &dir, Txn::new().when(compares).and_then(ops))
             },

@@ -186,6 +186,7 @@ impl ApiWriter {
     /// next pass brings the state into entries that changed since the view.
     async fn set_desired_in_object(&self, name: &str, state: JobState) -> Result<i64> {
         let key = self.keys.unit_object(name);
+        let entries = self.entry_desired_writes(name, state);
         let mut with_entries = true;
         for _ in 0..MAX_ATTEMPTS {
             let resp = self.kv().get(key.as_str(), None).await.map_err(RegistryError::etcd("get", key.as_str()))?;
@@ -200,7 +201,7 @@ impl ApiWriter {
                 TxnOp::delete(self.keys.unit_desired(name), None),
             ];
             if with_entries {
-                self.entry_desired_writes(name, state, &mut compares, &mut ops);
+                entries.push_to(&mut compares, &mut ops);
             }
             let resp = self.txn("set desired state", &key, Txn::new().when(compares).and_then(ops)).await?;
             if resp.succeeded() {
@@ -211,29 +212,39 @@ impl ApiWriter {
         Err(RegistryError::Conflict { op: "set desired state", key, attempts: MAX_ATTEMPTS })
     }
 
-    /// Layout 2: appends the writes that carry a change of `name`'s desired state to `state` into its schedule
-    /// entries as the view shows them ([`entries::with_desired`]), so that a scoped agent learns of it from the
-    /// same revision as the object, with or without an engine leader. Each entry is guarded by its value as the
-    /// view shows it: one the engine wrote since (a move, a rollout's pin) is not overwritten.
-    pub(super) fn entry_desired_writes(
-        &self,
-        name: &str,
-        state: JobState,
-        compares: &mut Vec<Compare>,
-        ops: &mut Vec<TxnOp>,
-    ) {
-        let Some(record) = self.view().filter(|_| self.layout_2()).and_then(|v| v.unit_record(name)) else { return };
-        for (machine, stored, entry) in entries::with_desired(record.entries(), state) {
-            let key = self.keys.schedule_entry(machine, name);
-            compares.push(Compare::value(key.as_str(), CompareOp::Equal, encode_json(stored)));
-            ops.push(TxnOp::put(key, encode_json(&entry), None));
-        }
+    /// Layout 2: the writes that carry a change of `name`'s desired state to `state` into its schedule entries as
+    /// the view shows them ([`entries::with_desired`]), so that a scoped agent learns of it from the same revision
+    /// as the object, with or without an engine leader. Each entry is guarded by its value as the view shows it:
+    /// one the engine wrote since (a move, a rollout's pin) is not overwritten.
+    pub(super) fn entry_desired_writes(&self, name: &str, state: JobState) -> EntryWrites {
+        let Some(record) = self.view().filter(|_| self.layout_2()).and_then(|v| v.unit_record(name)) else {
+            return EntryWrites(Vec::new());
+        };
+        EntryWrites(
+            entries::with_desired(record.entries(), state)
+                .into_iter()
+                .map(|(machine, stored, entry)| {
+                    (self.keys.schedule_entry(machine, name), encode_json(stored), encode_json(&entry))
+                })
+                .collect(),
+        )
+    }
+}
+
+/// [`ApiWriter::entry_desired_writes`]: each entry's key, its value as the view shows it, and its new value.
+pub(super) struct EntryWrites(Vec<(String, String, String)>);
+
+impl EntryWrites {
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
     }
 
-    /// How many entries [`ApiWriter::entry_desired_writes`] writes for `name`.
-    pub(super) fn entry_desired_count(&self, name: &str, state: JobState) -> usize {
-        let Some(record) = self.view().filter(|_| self.layout_2()).and_then(|v| v.unit_record(name)) else { return 0 };
-        entries::with_desired(record.entries(), state).len()
+    /// Appends each entry's guard and put.
+    pub(super) fn push_to(&self, compares: &mut Vec<Compare>, ops: &mut Vec<TxnOp>) {
+        for (key, shown, new) in &self.0 {
+            compares.push(Compare::value(key.as_str(), CompareOp::Equal, shown.as_str()));
+            ops.push(TxnOp::put(key.as_str(), new.as_str(), None));
+        }
     }
 }
 
