@@ -23,6 +23,8 @@ const V2: &str = "[Service]\nExecStartPre=/bin/sh -c 'test -f /tmp/fleetSyncRepl
 const FAILING: &str = "[Service]\nType=oneshot\nExecStart=/bin/false\n";
 const MANY_V1: &str = "[Service]\nExecStart=/bin/sleep 1001\n";
 const MANY_V2: &str = "[Service]\nExecStart=/bin/sleep 1002\n";
+/// A service whose process exits 3 on SIGTERM: a stop leaves it failed.
+const EXITS_3_ON_TERM: &str = "[Service]\nExecStart=/bin/sh -c 'trap \"exit 3\" TERM; while :; do sleep 0.1; done'\n";
 const INSTALL: &str = "[Service]\nExecStart=/bin/sleep 1000\n\n[Install]\nWantedBy=multi-user.target\n";
 
 fn check(ok: bool, what: &str, detail: impl std::fmt::Display) {
@@ -257,6 +259,35 @@ async fn main() {
         format!("{reported:?}"),
     );
 
+    // 6b. A stop tells the state its job left the unit in, from the unit's signals before the job's removal: the
+    // agent reads no state (and resets nothing) after a stop that left its unit inactive.
+    std::fs::write("/run/systemd/system/left-inactive.service", MANY_V1).expect("write left-inactive.service");
+    std::fs::write("/run/systemd/system/left-failed.service", EXITS_3_ON_TERM).expect("write left-failed.service");
+    sh("systemctl daemon-reload");
+    for unit in ["left-inactive.service", "left-failed.service"] {
+        let started = tokio::time::timeout(Duration::from_secs(30), systemd.start(unit)).await;
+        check(matches!(started, Ok(Ok(JobResult::Done))), "start a unit to stop", format!("{unit}: {started:?}"));
+    }
+    let stopped = tokio::time::timeout(Duration::from_secs(30), systemd.stop("left-inactive.service")).await;
+    check(
+        matches!(&stopped, Ok(Ok(s)) if s.result == JobResult::Done && s.left.as_deref() == Some("inactive")),
+        "a stop tells that it left its unit inactive",
+        format!("{stopped:?}"),
+    );
+    let stopped = tokio::time::timeout(Duration::from_secs(30), systemd.stop("left-failed.service")).await;
+    check(
+        matches!(&stopped, Ok(Ok(s)) if s.result == JobResult::Done && s.left.as_deref() == Some("failed")),
+        "a stop tells that it left a unit failed whose process exited 3 on SIGTERM (the job is still done)",
+        format!("{stopped:?}"),
+    );
+    let shown = sh("systemctl show -p ActiveState --value left-failed.service");
+    check(shown.trim() == "failed", "systemd shows it failed", shown.trim());
+    let _ = systemd.reset_failed("left-failed.service").await;
+    for unit in ["left-inactive.service", "left-failed.service"] {
+        let _ = std::fs::remove_file(format!("/run/systemd/system/{unit}"));
+    }
+    sh("systemctl daemon-reload");
+
     // 7. `systemctl daemon-reexec` closes PID 1's private socket: the client connects again by itself, tells
     // change subscribers that changes may have been missed, and jobs and their signals work on the new connection.
     let mut after_reexec = systemd.changes();
@@ -286,7 +317,7 @@ async fn main() {
         format!("{started:?}"),
     );
     let stopped = tokio::time::timeout(Duration::from_secs(30), systemd.stop("after-reexec.service")).await;
-    check(matches!(stopped, Ok(Ok(JobResult::Done))), "and a stop job", format!("{stopped:?}"));
+    check(matches!(&stopped, Ok(Ok(s)) if s.result == JobResult::Done), "and a stop job", format!("{stopped:?}"));
     let _ = std::fs::remove_file("/run/systemd/system/after-reexec.service");
     println!("ALL PASSED");
 }

@@ -32,8 +32,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fleet_systemd::{
-    ChangeFeed, Definition, FileChange, JobResult, NO_SUCH_UNIT, Reported, SystemdError, SystemdOps, UnitChanges,
-    UnitStatus,
+    ChangeFeed, Definition, FileChange, JobResult, NO_SUCH_UNIT, Reported, Stopped, SystemdError, SystemdOps,
+    UnitChanges, UnitStatus,
 };
 
 /// Where systemd keeps runtime links (what `LinkUnitFiles(runtime=true)` reports).
@@ -241,7 +241,14 @@ impl SimSystemd {
         }
     }
 
-    async fn job(&self, call: &'static str, name: &str, job: Job) -> fleet_systemd::Result<JobResult> {
+    /// Runs `job` on the unit; its result, and the state it left the unit in when that was announced (as
+    /// systemd's signals tell it before the job's removal).
+    async fn job(
+        &self,
+        call: &'static str,
+        name: &str,
+        job: Job,
+    ) -> fleet_systemd::Result<(JobResult, Option<Active>)> {
         let step = {
             let mut units = self.lock();
             if !Self::ensure_loaded(&mut units, name) {
@@ -279,10 +286,11 @@ impl SimSystemd {
                 }
             }
         }
-        if step.via.is_some() {
+        let announced = step.via.is_some();
+        if announced {
             self.announce(name);
         }
-        Ok(step.result)
+        Ok((step.result, announced.then_some(step.end)))
     }
 }
 
@@ -304,23 +312,24 @@ fn status(name: &str, unit: Option<&SimUnit>) -> UnitStatus {
 impl SystemdOps for SimSystemd {
     fn start(&self, name: &str) -> impl Future<Output = fleet_systemd::Result<JobResult>> + Send {
         let (this, name) = (self.clone(), name.to_string());
-        async move { this.job("StartUnit", &name, Job::Start).await }
+        async move { this.job("StartUnit", &name, Job::Start).await.map(|(result, _)| result) }
     }
 
-    fn stop(&self, name: &str) -> impl Future<Output = fleet_systemd::Result<JobResult>> + Send {
+    fn stop(&self, name: &str) -> impl Future<Output = fleet_systemd::Result<Stopped>> + Send {
         let (this, name) = (self.clone(), name.to_string());
         async move {
             let known = this.lock().get(&name).is_some_and(|u| u.definition.is_some() || u.link.is_some());
             if !known {
                 return Err(no_such_unit("StopUnit", &name));
             }
-            this.job("StopUnit", &name, Job::Stop).await
+            let (result, left) = this.job("StopUnit", &name, Job::Stop).await?;
+            Ok(Stopped { result, left: left.map(|active| active.states().0.to_string()) })
         }
     }
 
     fn reload(&self, name: &str) -> impl Future<Output = fleet_systemd::Result<JobResult>> + Send {
         let (this, name) = (self.clone(), name.to_string());
-        async move { this.job("ReloadUnit", &name, Job::Reload).await }
+        async move { this.job("ReloadUnit", &name, Job::Reload).await.map(|(result, _)| result) }
     }
 
     fn wait_inactive(&self, name: &str) -> impl Future<Output = fleet_systemd::Result<String>> + Send {

@@ -15,7 +15,7 @@ use zbus::{Connection, OwnedObjectPath};
 use super::error::{Result, SystemdError};
 use super::events::{ChangeFeed, Events, JobWait, UnitChanges};
 use super::proxies::{FileChangeTuple, JobProxy, ManagerProxy, ServiceProxy, UnitProxy};
-use super::types::{Activation, Bus, Definition, FileChange, JobResult, Transport, UnitStatus};
+use super::types::{Activation, Bus, Definition, FileChange, JobResult, Stopped, Transport, UnitStatus};
 
 const SYSTEMD: &str = "org.freedesktop.systemd1";
 
@@ -133,16 +133,20 @@ impl Systemd {
         self.wait_job(&link, queuing.job(job.as_str()), &job, name).await
     }
 
-    /// `StopUnit(name, "replace")` and wait for the job's result. A unit systemd does not know is an error for which
-    /// `is_not_loaded()` is true.
-    pub async fn stop(&self, name: &str) -> Result<JobResult> {
+    /// `StopUnit(name, "replace")` and wait for the job's result, with the state the unit's signals reported by
+    /// the job's end ([`Stopped`]). A unit systemd does not know is an error for which `is_not_loaded()` is true.
+    pub async fn stop(&self, name: &str) -> Result<Stopped> {
         let link = self.link();
+        let track = link.events.waits().track_state(name);
         let queuing = link.events.waits().queuing();
         let slot = self.call_slot().await;
         let job = link.manager.stop_unit(name, "replace").await.map_err(|e| SystemdError::call("StopUnit", name, e))?;
         drop(slot);
         debug!(unit = %name, job = %job.as_str(), "stop job queued");
-        self.wait_job(&link, queuing.job(job.as_str()), &job, name).await
+        let result = self.wait_job(&link, queuing.job(job.as_str()), &job, name).await?;
+        // Without its signal, the signals before it may be lost too.
+        let left = if result == JobResult::Unknown { None } else { track.reported() };
+        Ok(Stopped { result, left })
     }
 
     /// Wait until the unit is `inactive` or `failed` (or not loaded at all); returns the active state seen.

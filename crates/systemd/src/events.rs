@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
@@ -173,6 +173,20 @@ impl Drop for Events {
     }
 }
 
+/// One `PropertiesChanged` message of a unit object: into the feed and to the unit's waits.
+fn unit_signal(msg: zbus::Result<zbus::Message>, changes: &ChangeFeed, waits: &Waits) {
+    let msg = match msg {
+        Ok(msg) => msg,
+        Err(e) => return debug!(err = %e, "bad PropertiesChanged message"),
+    };
+    let header = msg.header();
+    if let Some(unit) = header.path().and_then(|p| unit_name_from_path(p.as_str())) {
+        let reported = reported(&msg);
+        changes.push(&unit, &reported);
+        waits.unit_changed(&unit, &reported);
+    }
+}
+
 impl Events {
     /// Add the match rules (before returning, so nothing after this call is missed) and start draining into this
     /// connection's waits and into `feed`, which outlives the connection.
@@ -201,21 +215,22 @@ impl Events {
             loop {
                 tokio::select! {
                     sig = jobs.next() => match sig {
-                        Some(sig) => match sig.args() {
-                            Ok(a) => task_waits.job_removed(a.job().as_str(), JobResult::parse(a.result())),
-                            Err(e) => debug!(err = %e, "undecodable JobRemoved"),
-                        },
+                        Some(sig) => {
+                            // systemd sends a unit's pending changes before the removal of its job, and zbus hands
+                            // each message to its streams before reading the next: the changes that came first
+                            // are taken first, so a job's waiter learns the state the job left its unit in.
+                            while let Some(Some(msg)) = props.next().now_or_never() {
+                                unit_signal(msg, &changes, &task_waits);
+                            }
+                            match sig.args() {
+                                Ok(a) => task_waits.job_removed(a.job().as_str(), JobResult::parse(a.result())),
+                                Err(e) => debug!(err = %e, "undecodable JobRemoved"),
+                            }
+                        }
                         None => break,
                     },
                     msg = props.next() => match msg {
-                        Some(Ok(msg)) => {
-                            let header = msg.header();
-                            if let Some(unit) = header.path().and_then(|p| unit_name_from_path(p.as_str())) {
-                                changes.push(&unit, &reported(&msg));
-                                task_waits.unit_changed(&unit);
-                            }
-                        }
-                        Some(Err(e)) => debug!(err = %e, "bad PropertiesChanged message"),
+                        Some(msg) => unit_signal(msg, &changes, &task_waits),
                         None => break,
                     },
                 }
@@ -261,6 +276,9 @@ struct WaitState {
     jobs: HashMap<String, Vec<oneshot::Sender<JobResult>>>,
     /// Unit → the watchers told of its next change.
     units: HashMap<String, Vec<Arc<Notify>>>,
+    /// Unit → the `ActiveState` its signals reported since it was first tracked ([`Waits::track_state`]), and
+    /// how many track it. Only units with a job under way are here, not every unit's state.
+    tracked: HashMap<String, Tracked>,
     /// The signal stream ended: nothing more comes.
     closed: bool,
 }
@@ -295,12 +313,23 @@ impl Waits {
         UnitWatch { waits: Arc::clone(self), unit: unit.to_string(), notify }
     }
 
-    fn unit_changed(&self, unit: &str) {
-        if let Some(watchers) = self.state().units.get(unit) {
+    fn unit_changed(&self, unit: &str, reported: &Reported) {
+        let mut state = self.state();
+        if let (Some(tracked), Some((active, _))) = (state.tracked.get_mut(unit), &reported.active) {
+            tracked.active = Some(active.clone());
+        }
+        if let Some(watchers) = state.units.get(unit) {
             for notify in watchers {
                 notify.notify_one();
             }
         }
+    }
+
+    /// Keeps the `ActiveState` that `unit`'s signals report from now on, until the [`StateTrack`] is dropped
+    /// (track before the call that queues a job: a job's waiter then reads the state the job left the unit in).
+    pub(crate) fn track_state(self: &Arc<Self>, unit: &str) -> StateTrack {
+        self.state().tracked.entry(unit.to_string()).or_default().trackers += 1;
+        StateTrack { waits: Arc::clone(self), unit: unit.to_string() }
     }
 
     /// The signal stream ended: job waiters get nothing, unit watchers are woken to find it closed.
@@ -311,6 +340,43 @@ impl Waits {
         state.early.clear();
         for notify in state.units.values().flatten() {
             notify.notify_one();
+        }
+    }
+}
+
+/// A unit's `ActiveState` as reported while it is tracked.
+#[derive(Default)]
+struct Tracked {
+    trackers: usize,
+    active: Option<String>,
+}
+
+/// The tracking of one unit's `ActiveState` (see [`Waits::track_state`]).
+pub(crate) struct StateTrack {
+    waits: Arc<Waits>,
+    unit: String,
+}
+
+impl StateTrack {
+    /// The unit's newest `ActiveState` reported since the tracking began; `None` when no signal told one (its
+    /// state did not change, or the stream ended).
+    pub(crate) fn reported(&self) -> Option<String> {
+        let state = self.waits.state();
+        if state.closed {
+            return None;
+        }
+        state.tracked.get(&self.unit).and_then(|t| t.active.clone())
+    }
+}
+
+impl Drop for StateTrack {
+    fn drop(&mut self) {
+        let mut state = self.waits.state();
+        if let Some(tracked) = state.tracked.get_mut(&self.unit) {
+            tracked.trackers -= 1;
+            if tracked.trackers == 0 {
+                state.tracked.remove(&self.unit);
+            }
         }
     }
 }
@@ -814,15 +880,37 @@ mod tests {
     async fn a_unit_watch_wakes_for_its_own_unit_only_and_ends_when_the_stream_does() {
         let waits = Arc::new(Waits::default());
         let watch = waits.watch_unit("a.service");
-        waits.unit_changed("b.service");
+        waits.unit_changed("b.service", &active("active"));
         assert!(watch.changed().now_or_never().is_none(), "another unit's change does not wake it");
-        waits.unit_changed("a.service");
+        waits.unit_changed("a.service", &active("active"));
         assert_eq!(watch.changed().now_or_never(), Some(true), "a change before the wait is kept");
         let mut job = waits.queuing().job("/job/1");
         waits.close();
         assert!(!watch.changed().await, "the watch learns that the stream ended");
         assert_eq!(job.result().await, None, "a job wait learns that no result comes");
         assert_eq!(waits.queuing().job("/job/2").result().await, None, "as does one registered after the end");
+    }
+
+    #[test]
+    fn a_tracked_unit_tells_the_newest_state_reported_since_its_tracking_began() {
+        let waits = Arc::new(Waits::default());
+        waits.unit_changed("a.service", &active("failed"));
+        let track = waits.track_state("a.service");
+        assert_eq!(track.reported(), None, "a change before the tracking began is not told");
+        waits.unit_changed("a.service", &active("deactivating"));
+        waits.unit_changed("a.service", &restarts(2));
+        assert_eq!(track.reported().as_deref(), Some("deactivating"), "a signal without states keeps the last one");
+        waits.unit_changed("b.service", &active("failed"));
+        waits.unit_changed("a.service", &active("inactive"));
+        let second = waits.track_state("a.service");
+        assert_eq!(second.reported().as_deref(), Some("inactive"), "trackers of one unit share its newest state");
+        drop(track);
+        assert_eq!(second.reported().as_deref(), Some("inactive"), "kept while any tracker holds it");
+        assert!(!waits.state().tracked.contains_key("b.service"), "an untracked unit's state is not kept");
+        waits.close();
+        assert_eq!(second.reported(), None, "after the stream ended, nothing reported counts");
+        drop(second);
+        assert!(waits.state().tracked.is_empty(), "the last tracker dropped leaves nothing behind");
     }
 
     #[test]

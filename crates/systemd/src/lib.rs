@@ -27,14 +27,15 @@ pub use error::{NO_SUCH_UNIT, Result, SystemdError};
 pub use events::ChangeFeed;
 pub use events::UnitChanges;
 pub use types::{
-    Activation, Bus, Definition, FileChange, JobResult, Reported, Transport, UnitChange, UnitStatus, monotonic_us,
-    unit_name_from_path,
+    Activation, Bus, Definition, FileChange, JobResult, Reported, Stopped, Transport, UnitChange, UnitStatus,
+    monotonic_us, unit_name_from_path,
 };
 
 /// The operations the agent performs on systemd. Start and stop return once the job has finished.
 pub trait SystemdOps: Send + Sync {
     fn start(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send;
-    fn stop(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send;
+    /// Stops the unit; the job's result with the state it left the unit in, where told ([`Stopped`]).
+    fn stop(&self, name: &str) -> impl Future<Output = Result<Stopped>> + Send;
     fn reload(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send;
     fn wait_inactive(&self, name: &str) -> impl Future<Output = Result<String>> + Send;
     fn link_runtime(&self, path: &Path) -> impl Future<Output = Result<Vec<FileChange>>> + Send;
@@ -65,7 +66,7 @@ impl<T: SystemdOps> SystemdOps for std::sync::Arc<T> {
     fn start(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send {
         self.as_ref().start(name)
     }
-    fn stop(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send {
+    fn stop(&self, name: &str) -> impl Future<Output = Result<Stopped>> + Send {
         self.as_ref().stop(name)
     }
     fn reload(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send {
@@ -113,7 +114,7 @@ impl SystemdOps for Systemd {
     fn start(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send {
         Systemd::start(self, name)
     }
-    fn stop(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send {
+    fn stop(&self, name: &str) -> impl Future<Output = Result<Stopped>> + Send {
         Systemd::stop(self, name)
     }
     fn reload(&self, name: &str) -> impl Future<Output = Result<JobResult>> + Send {

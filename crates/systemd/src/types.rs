@@ -38,6 +38,16 @@ pub enum JobResult {
     Other(String),
 }
 
+/// How a stop job ended: its result, and the `ActiveState` the unit's signals reported by the time the job was
+/// removed (`left`; systemd sends a unit's changes before its job's removal). `None` when none was reported: the
+/// unit did not change (it was stopped, or failed, already), its job's signal was lost, or the unit manager sends
+/// no signals. Only `Some("inactive")` says the stop left the unit neither running nor failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stopped {
+    pub result: JobResult,
+    pub left: Option<String>,
+}
+
 impl JobResult {
     pub fn parse(result: &str) -> JobResult {
         match result {

@@ -42,7 +42,7 @@ use super::publisher::unit_states;
 use super::units_dir::UnitsDir;
 use fleet_core::machine_plan::plan::{Actual, Desired, Planned, Task, plan};
 use fleet_core::model::{JobState, PublishedState};
-use fleet_systemd::{JobResult, SystemdOps};
+use fleet_systemd::{JobResult, Stopped, SystemdOps};
 
 /// Start, stop and unload jobs of one batch in flight at once. systemd runs jobs in parallel; issuing one and
 /// waiting for it before the next made a batch of hundreds of units take seconds per machine, and 32 at a time
@@ -140,6 +140,13 @@ pub fn marker_diff(want: &BTreeMap<String, String>, have: &BTreeMap<String, Stri
         .collect()
 }
 
+/// Whether an unloaded unit may be left failed in systemd, so that its state must be read (and a failed one reset
+/// before its file goes): unless its stop in this run left it `inactive`, as systemd's signals told by the job's
+/// end. Skipping that read takes a D-Bus round trip, in PID 1's busiest moment, off every replace.
+fn may_be_failed(left: Option<&str>) -> bool {
+    left != Some("inactive")
+}
+
 /// Where the rolling-restart tokens live, in the units directory (hidden files are not units).
 pub const RESTARTS_FILE: &str = ".rollout-restarts";
 
@@ -152,9 +159,9 @@ pub struct Executor<S> {
     believed: BTreeMap<String, JobState>,
     /// Start jobs that outlived `start_wait`.
     pending_starts: BTreeSet<String>,
-    /// Units this run's Stop tasks stopped (job done, unit inactive): their Unload skips a second stop and wait,
-    /// three D-Bus round trips of every replace.
-    stopped_in_run: BTreeSet<String>,
+    /// Units this run's Stop tasks stopped (job done, unit inactive), with the state the stop left each in where
+    /// systemd told it: their Unload skips a second stop and wait, three D-Bus round trips of every replace.
+    stopped_in_run: BTreeMap<String, Option<String>>,
     /// Launched units → hash of the version they were started with (lags the file after an Update).
     running: BTreeMap<String, String>,
     /// Unit → the last rolling restart's token it was (re)started for; persisted in [`RESTARTS_FILE`].
@@ -212,7 +219,7 @@ impl<S: SystemdOps> Executor<S> {
             config,
             believed,
             pending_starts: BTreeSet::new(),
-            stopped_in_run: BTreeSet::new(),
+            stopped_in_run: BTreeMap::new(),
             running,
             restarts,
             reload_needed: false,
@@ -646,7 +653,7 @@ impl<S: SystemdOps> Executor<S> {
     }
 
     async fn stop_all(&mut self, names: &[&str]) -> Vec<Result<Outcome, AgentError>> {
-        let results: Vec<Result<JobResult, AgentError>> = {
+        let results: Vec<Result<Stopped, AgentError>> = {
             let this = &*self;
             stream::iter(names).map(|name| this.stop_and_wait(name)).buffered(CONCURRENT_JOBS).collect().await
         };
@@ -654,10 +661,10 @@ impl<S: SystemdOps> Executor<S> {
             .iter()
             .zip(results)
             .map(|(name, result)| {
-                let result = result?;
+                let Stopped { result, left } = result?;
                 self.pending_starts.remove(*name);
                 self.running.remove(*name);
-                self.stopped_in_run.insert(name.to_string());
+                self.stopped_in_run.insert(name.to_string(), left);
                 if self.believed.contains_key(*name) {
                     self.believed.insert(name.to_string(), JobState::Loaded);
                 }
@@ -672,22 +679,27 @@ impl<S: SystemdOps> Executor<S> {
             self.believed.remove(*name);
             self.running.remove(*name);
         }
-        let results: Vec<Result<(), AgentError>> = {
+        let results: Vec<Result<Option<String>, AgentError>> = {
             let this = &*self;
             stream::iter(names)
                 .map(|name| {
                     let link = this.units.path_of(name).ok().filter(|path| !has_install_section(path));
-                    this.unload_in_systemd(name, this.stopped_in_run.contains(*name), link)
+                    this.unload_in_systemd(name, this.stopped_in_run.get(*name).cloned(), link)
                 })
                 .buffered(CONCURRENT_JOBS)
                 .collect()
                 .await
         };
-        let unloaded: Vec<&str> = names.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(n, _)| *n).collect();
-        let mut reset_errors = self.reset_failed_where_failed(&unloaded).await;
+        let unsure: Vec<&str> = names
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| r.as_ref().is_ok_and(|left| may_be_failed(left.as_deref())))
+            .map(|(n, _)| *n)
+            .collect();
+        let mut reset_errors = self.reset_failed_where_failed(&unsure).await;
         let mut outcomes = Vec::with_capacity(names.len());
         for (name, result) in names.iter().zip(results) {
-            let result = result.and_then(|()| reset_errors.remove(*name).map_or(Ok(()), Err));
+            let result = result.and_then(|_| reset_errors.remove(*name).map_or(Ok(()), Err));
             outcomes.push(match result {
                 Ok(()) => {
                     self.pending_starts.remove(*name);
@@ -724,13 +736,20 @@ impl<S: SystemdOps> Executor<S> {
         failed.into_iter().zip(results).filter_map(|(name, r)| r.err().map(|e| (name, e))).collect()
     }
 
-    /// The systemd side of an unload: stop (and wait) unless `stopped` already in this run, remove the runtime
-    /// link (for a unit without `[Install]`, whose file is `link`, on the file system when it is there; else
-    /// `DisableUnitFiles`, which also undoes an enablement). Reset-failed follows for the batch.
-    async fn unload_in_systemd(&self, name: &str, stopped: bool, link: Option<PathBuf>) -> Result<(), AgentError> {
-        if !stopped {
-            self.stop_and_wait(name).await?;
-        }
+    /// The systemd side of an unload: stop (and wait) unless `stopped` already in this run (`Some`, with the state
+    /// the stop left the unit in where told), remove the runtime link (for a unit without `[Install]`, whose file
+    /// is `link`, on the file system when it is there; else `DisableUnitFiles`, which also undoes an enablement).
+    /// Returns the state the stop left the unit in, where told; reset-failed follows for the batch.
+    async fn unload_in_systemd(
+        &self,
+        name: &str,
+        stopped: Option<Option<String>>,
+        link: Option<PathBuf>,
+    ) -> Result<Option<String>, AgentError> {
+        let left = match stopped {
+            Some(left) => left,
+            None => self.stop_and_wait(name).await?.left,
+        };
         let unlinked = match &link {
             Some(path) => self.systemd.unlink_runtime(name, path).await.unwrap_or_else(|e| {
                 debug!(unit = %name, err = %e, "cannot remove the runtime link directly; asking systemd");
@@ -740,10 +759,10 @@ impl<S: SystemdOps> Executor<S> {
         };
         if unlinked {
             debug!(unit = %name, "removed the runtime link");
-            Ok(())
         } else {
-            self.disable_in_systemd(name).await
+            self.disable_in_systemd(name).await?;
         }
+        Ok(left)
     }
 
     async fn disable_in_systemd(&self, name: &str) -> Result<(), AgentError> {
@@ -761,13 +780,16 @@ impl<S: SystemdOps> Executor<S> {
         }
     }
 
-    /// Stop `name` and wait, within `stop_wait`, for the job and for the unit to be inactive. A unit systemd does
-    /// not know is already stopped.
-    async fn stop_and_wait(&self, name: &str) -> Result<JobResult, AgentError> {
+    /// Stop `name` and wait, within `stop_wait`, for the job and for the unit to be inactive; the job's result
+    /// and the state it left the unit in, where told. A unit systemd does not know is already stopped (and not
+    /// failed).
+    async fn stop_and_wait(&self, name: &str) -> Result<Stopped, AgentError> {
         let wait = async {
-            let result = match self.systemd.stop(name).await {
-                Ok(result) => result,
-                Err(e) if e.is_not_loaded() => return Ok(JobResult::Done),
+            let Stopped { result, left } = match self.systemd.stop(name).await {
+                Ok(stopped) => stopped,
+                Err(e) if e.is_not_loaded() => {
+                    return Ok(Stopped { result: JobResult::Done, left: Some("inactive".into()) });
+                }
                 Err(e) => {
                     // The stop may have run with its answer lost: what systemd shows decides. Kept "launched", a
                     // stopped unit would never be started again.
@@ -780,18 +802,18 @@ impl<S: SystemdOps> Executor<S> {
                         return Err(AgentError::from(e));
                     }
                     warn!(unit = %name, error = %e, "the stop's answer was lost, but systemd shows the unit stopped");
-                    JobResult::Unknown
+                    Stopped { result: JobResult::Unknown, left: None }
                 }
             };
             // A stop job is done only once its unit is inactive or failed (its stop hooks have run); another
             // result (canceled, say) says nothing about the unit, so then its state is waited for.
             if result.is_done() {
                 info!(unit = %name, result = %result, "Stopped unit");
-                return Ok(result);
+                return Ok(Stopped { result, left });
             }
             let state = self.systemd.wait_inactive(name).await?;
             info!(unit = %name, result = %result, state = %state, "Stopped unit");
-            Ok(result)
+            Ok(Stopped { result, left: Some(state) })
         };
         match tokio::time::timeout(self.config.stop_wait, wait).await {
             Ok(r) => r,

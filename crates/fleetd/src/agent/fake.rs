@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use fleet_systemd::{Definition, FileChange, JobResult, SystemdError, SystemdOps, UnitChanges, UnitStatus};
+use fleet_systemd::{Definition, FileChange, JobResult, Stopped, SystemdError, SystemdOps, UnitChanges, UnitStatus};
 
 #[derive(Default)]
 pub(crate) struct Fake {
@@ -26,6 +26,10 @@ pub(crate) struct Fake {
     /// Units whose stop job runs (they become inactive) but whose answer is lost (`stop` answers that the signal
     /// stream ended), as systemd's merged jobs once did to fleet-systemd.
     pub(crate) stop_answer_lost: Mutex<BTreeSet<String>>,
+    /// Units whose stop tells no state it left them in (`Stopped::left` is `None`), as when no signal came.
+    pub(crate) stop_reports_nothing: Mutex<BTreeSet<String>>,
+    /// The names of each `states` call, in order.
+    pub(crate) state_reads: Mutex<Vec<Vec<String>>>,
     /// Units without a runtime link of theirs (`unlink_runtime` answers false).
     pub(crate) not_linked: Mutex<BTreeSet<String>>,
     /// Called at each `reload` (ReloadUnit) call, e.g. to look at what is published while the job runs.
@@ -71,14 +75,20 @@ impl SystemdOps for Fake {
             r.map(|_| JobResult::Done)
         }
     }
-    fn stop(&self, name: &str) -> impl Future<Output = fleet_systemd::Result<JobResult>> + Send {
+    fn stop(&self, name: &str) -> impl Future<Output = fleet_systemd::Result<Stopped>> + Send {
         let mut r = self.record("stop", name);
         if r.is_ok() && self.stop_answer_lost.lock().unwrap().contains(name) {
             self.active.lock().unwrap().insert(name.to_string(), "inactive".into());
             r = Err(SystemdError::StreamEnded { what: format!("the stop job of {name}") });
         }
         let result = self.stop_results.lock().unwrap().get(name).cloned().unwrap_or(JobResult::Done);
-        async move { r.map(|_| result) }
+        // As systemd's signals would tell: the state `active` holds for the unit (a test's "failed"), else the
+        // stop left it inactive; nothing for a unit whose stop reports nothing.
+        let left = match self.stop_reports_nothing.lock().unwrap().contains(name) {
+            true => None,
+            false => Some(self.active.lock().unwrap().get(name).cloned().unwrap_or_else(|| "inactive".into())),
+        };
+        async move { r.map(|_| Stopped { result, left }) }
     }
     fn reload(&self, name: &str) -> impl Future<Output = fleet_systemd::Result<JobResult>> + Send {
         let r = self.record("reload_unit", name);
@@ -117,6 +127,7 @@ impl SystemdOps for Fake {
         async move { r }
     }
     fn states(&self, names: &[String]) -> impl Future<Output = fleet_systemd::Result<Vec<UnitStatus>>> + Send {
+        self.state_reads.lock().unwrap().push(names.to_vec());
         let active = self.active.lock().unwrap().clone();
         let out = names
             .iter()

@@ -225,7 +225,8 @@ async fn stop_at_most_once<S: SystemdOps>(systemd: &S, units_dir: &Path, fence: 
     for (name, result) in running.into_iter().zip(results) {
         match result {
             Ok(job) => {
-                warn!(unit = %name, result = %job, "stopped at-most-once unit: this machine's presence is in doubt");
+                let result = &job.result;
+                warn!(unit = %name, %result, "stopped at-most-once unit: this machine's presence is in doubt");
                 stopped.push(name);
             }
             Err(e) if e.is_not_loaded() => stopped.push(name),

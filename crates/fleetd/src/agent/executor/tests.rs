@@ -509,6 +509,39 @@ async fn a_replace_skips_the_daemon_reload_when_systemd_reads_the_new_file_alrea
     assert!(outcomes(&reports).iter().any(|o| o.starts_with("ReloadUnitFiles - Skipped")), "{:?}", outcomes(&reports));
 }
 
+/// A replace reads no unit states between its stop and its start when the stop's signals told that it left the
+/// unit inactive; an unload reads (and resets when failed) only the units whose stop did not tell that.
+#[tokio::test]
+async fn only_units_a_stop_did_not_leave_inactive_are_read_before_their_unload() {
+    let mut s = setup();
+    let d = desired(&[
+        ("a.service", JobState::Launched, V1, false),
+        ("b.service", JobState::Launched, V1, false),
+        ("c.service", JobState::Launched, V1, false),
+    ]);
+    s.exec.reconcile(&d).await;
+    s.fake.calls();
+    s.fake.state_reads.lock().unwrap().clear();
+    let d2 = desired(&[
+        ("a.service", JobState::Launched, V2, false),
+        ("b.service", JobState::Launched, V1, false),
+        ("c.service", JobState::Launched, V1, false),
+    ]);
+    let reports = s.exec.reconcile(&d2).await;
+    assert!(reports.iter().all(|r| r.outcome.is_ok()), "{:?}", outcomes(&reports));
+    assert_eq!(s.fake.calls().last().map(String::as_str), Some("start a.service"));
+    assert_eq!(*s.fake.state_reads.lock().unwrap(), Vec::<Vec<String>>::new(), "the replace read no states");
+
+    // b's stop leaves it failed, c's stop tells nothing (its signals were lost): both are read, b is reset.
+    s.fake.active.lock().unwrap().insert("b.service".into(), "failed".into());
+    s.fake.stop_reports_nothing.lock().unwrap().insert("c.service".into());
+    let reports = s.exec.reconcile(&BTreeMap::new()).await;
+    assert!(reports.iter().all(|r| r.outcome.is_ok()), "{:?}", outcomes(&reports));
+    assert_eq!(*s.fake.state_reads.lock().unwrap(), [["b.service", "c.service"]], "a's stop left it inactive");
+    let resets: Vec<String> = s.fake.calls().into_iter().filter(|c| c.starts_with("reset_failed")).collect();
+    assert_eq!(resets, ["reset_failed b.service"]);
+}
+
 #[tokio::test]
 async fn an_install_unit_or_a_removed_file_systemd_still_holds_takes_a_daemon_reload() {
     let mut s = setup();
