@@ -201,6 +201,34 @@ async fn main() {
         "a new unit's definition is its file",
         format!("{loaded:?}"),
     );
+    let all = systemd.definitions(&many).await.expect("definitions");
+    check(
+        all.len() == 40 && all.iter().all(|(_, d)| *d == Definition::Loaded { stale: false }),
+        "40 running units, asked of every unit systemd holds, are each their file",
+        format!("{} answers, first {:?}", all.len(), all.first()),
+    );
+    // Asked about, a unit systemd does not hold stays unloaded (a load would read its file, and an unreferenced
+    // unit is dropped again at once); a name with a backslash is matched as itself.
+    std::fs::write("/run/systemd/system/never-loaded.service", MANY_V1).expect("write never-loaded.service");
+    let never = systemd.definitions(&["never-loaded.service".to_string()]).await.expect("definitions");
+    let listed = sh("systemctl list-units --all --no-legend never-loaded.service | wc -l");
+    check(
+        never[0].1 == Definition::NotLoaded && listed == "0",
+        "a unit systemd does not hold is told so, and not loaded by the question",
+        format!("{never:?}, listed {listed}"),
+    );
+    let _ = std::fs::remove_file("/run/systemd/system/never-loaded.service");
+    let escaped = r"esc\x2dprobe.service";
+    std::fs::write(format!("/run/systemd/system/{escaped}"), MANY_V1).expect("write the escaped unit");
+    let started = tokio::time::timeout(Duration::from_secs(30), systemd.start(escaped)).await;
+    let held = systemd.definitions(&[escaped.to_string()]).await.expect("definitions");
+    check(
+        matches!(started, Ok(Ok(JobResult::Done))) && held[0].1 == Definition::Loaded { stale: false },
+        "a unit whose name holds a backslash is found by its name",
+        format!("{started:?}, {held:?}"),
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(30), systemd.stop(escaped)).await;
+    let _ = std::fs::remove_file(format!("/run/systemd/system/{escaped}"));
     std::fs::write(format!("{DIR}/many-0.service"), MANY_V2).expect("rewrite many-0");
     let stale = systemd.definitions(&many[..1]).await.expect("definitions");
     check(
@@ -215,7 +243,7 @@ async fn main() {
     let listed = sh("systemctl list-units --all --no-legend 'many-*' | wc -l");
     let gone = systemd.definitions(&many).await.expect("definitions");
     check(
-        listed == "0" && gone.iter().all(|(_, d)| *d == Definition::NotFound),
+        listed == "0" && gone.iter().all(|(_, d)| *d == Definition::NotLoaded),
         "unloaded units are gone from systemd",
         format!("listed {listed}, reload {reload:?}, first {:?}", gone.first()),
     );

@@ -507,17 +507,18 @@ impl SystemdOps for SimSystemd {
         &self,
         names: &[String],
     ) -> impl Future<Output = fleet_systemd::Result<Vec<(String, Definition)>>> + Send {
+        // As systemd's answer: what it holds, loading nothing.
         let definitions = {
-            let mut units = self.lock();
+            let units = self.lock();
             names
                 .iter()
                 .map(|name| {
-                    let definition = if Self::ensure_loaded(&mut units, name) {
-                        let unit = units.get(name).expect("loaded above");
-                        let on_disk = unit.link.as_ref().and_then(|p| std::fs::read_to_string(p).ok());
-                        Definition::Loaded { stale: on_disk.is_none() || on_disk != unit.definition }
-                    } else {
-                        Definition::NotFound
+                    let definition = match units.get(name).and_then(|u| u.definition.as_ref().map(|d| (u, d))) {
+                        Some((unit, held)) => {
+                            let on_disk = unit.link.as_ref().and_then(|p| std::fs::read_to_string(p).ok());
+                            Definition::Loaded { stale: on_disk.as_ref() != Some(held) }
+                        }
+                        None => Definition::NotLoaded,
                     };
                     (name.clone(), definition)
                 })

@@ -47,8 +47,8 @@ pub trait SystemdOps: Send + Sync {
     fn reset_failed(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
     fn daemon_reload(&self) -> impl Future<Output = Result<()>> + Send;
     fn states(&self, names: &[String]) -> impl Future<Output = Result<Vec<UnitStatus>>> + Send;
-    /// What systemd holds of each named unit, in the order given (loading them: a unit not loaded yet is read
-    /// from disk now).
+    /// What systemd holds of each named unit, in the order given, loading none (a unit it does not hold is
+    /// [`Definition::NotLoaded`]).
     fn definitions(&self, names: &[String]) -> impl Future<Output = Result<Vec<(String, Definition)>>> + Send;
     /// Change notifications (a unit changed, or some were missed) for the state publisher.
     fn changes(&self) -> UnitChanges;

@@ -3,7 +3,7 @@
 
 use zbus::{OwnedObjectPath, Result, proxy};
 
-/// One entry of `ListUnitsByNames`: name, description, load state, active state, sub state, following unit, unit
+/// One entry of `ListUnitsByNames`, `ListUnitsByPatterns` and `ListUnits`: name, description, load state, active state, sub state, following unit, unit
 /// object path, job id, job type, job object path.
 pub(crate) type ListedUnit =
     (String, String, String, String, String, String, OwnedObjectPath, u32, String, OwnedObjectPath);
@@ -33,6 +33,10 @@ pub(crate) trait Manager {
     fn reload(&self) -> Result<()>;
 
     fn list_units_by_names(&self, names: &[&str]) -> Result<Vec<ListedUnit>>;
+
+    fn list_units_by_patterns(&self, states: &[&str], patterns: &[&str]) -> Result<Vec<ListedUnit>>;
+
+    fn list_units(&self) -> Result<Vec<ListedUnit>>;
 
     fn get_unit(&self, name: &str) -> Result<OwnedObjectPath>;
 

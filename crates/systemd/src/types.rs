@@ -95,10 +95,13 @@ pub struct UnitStatus {
     pub sub_state: String,
 }
 
-/// What systemd holds of one unit, as far as a daemon-reload is concerned (`LoadUnit`, then `LoadState` and
-/// `NeedDaemonReload`).
+/// What systemd holds of one unit, as far as a daemon-reload is concerned (whether it holds the unit at all, then
+/// `LoadState` and `NeedDaemonReload`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Definition {
+    /// systemd holds nothing of the unit (never loaded, or garbage-collected): its next load reads the file as it
+    /// is then.
+    NotLoaded,
     /// Loaded from its file; `stale` when the file changed (or vanished) on disk since (`NeedDaemonReload`).
     Loaded { stale: bool },
     /// No file of that name is visible to systemd (`not-found`): nothing is held that a reload would drop.
@@ -121,15 +124,34 @@ impl Definition {
     /// `has_file`, and holds nothing of it when the file is gone. systemd reads a unit file when it first loads
     /// the unit (finding a new link without a reload: it rebuilds its name cache when a unit directory changed)
     /// and forgets a stopped unit nothing references, so a new unit, a replaced one that systemd dropped after its
-    /// stop, and an unloaded one match; one still held in an older version, or not seen although its file is
-    /// there, does not.
+    /// stop, and an unloaded one match; one still held in an older version, or held as not found although its
+    /// file is there, does not.
     pub fn matches_disk(&self, has_file: bool) -> bool {
         match self {
+            Definition::NotLoaded => true,
             Definition::Loaded { stale } => has_file && !stale,
             Definition::NotFound => !has_file,
             Definition::Other(_) => false,
         }
     }
+}
+
+/// `name` as a shell pattern that matches only itself, for systemd's `ListUnitsByPatterns`, which matches with
+/// `fnmatch(…, FNM_NOESCAPE)`: a backslash (systemd-escape's `\x2d`) is itself there, and a wildcard character
+/// (never in a valid unit name) is put in brackets.
+pub fn literal_pattern(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '*' | '?' | '[' => {
+                out.push('[');
+                out.push(c);
+                out.push(']');
+            }
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 /// How a connection reaches systemd.
@@ -258,6 +280,13 @@ mod tests {
         assert_eq!(unit_name_from_path("/org/freedesktop/systemd1/unit/bad_2"), None);
         assert_eq!(unit_name_from_path("/org/freedesktop/systemd1/job/12"), None);
         assert_eq!(unit_name_from_path("/org/freedesktop/systemd1/unit/a/b"), None);
+    }
+
+    #[test]
+    fn a_literal_pattern_matches_only_its_name_without_escapes() {
+        assert_eq!(literal_pattern("a@1.service"), "a@1.service");
+        assert_eq!(literal_pattern(r"a\x2db.service"), r"a\x2db.service", "a backslash is itself under FNM_NOESCAPE");
+        assert_eq!(literal_pattern("a*b?c[d].service"), "a[*]b[?]c[[]d].service");
     }
 
     #[test]

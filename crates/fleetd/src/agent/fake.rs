@@ -19,7 +19,7 @@ pub(crate) struct Fake {
     /// Units whose definition systemd already reads from disk (`definitions`: loaded, not stale); the others are
     /// loaded in an older version and need a daemon-reload.
     pub(crate) current_files: Mutex<BTreeSet<String>>,
-    /// Units systemd holds nothing of (`definitions`: not found), e.g. garbage-collected after their unload.
+    /// Units systemd holds nothing of (`definitions`: not loaded), e.g. garbage-collected after their unload.
     pub(crate) forgotten: Mutex<BTreeSet<String>>,
     /// Result of a unit's stop job (default done).
     pub(crate) stop_results: Mutex<BTreeMap<String, JobResult>>,
@@ -149,7 +149,7 @@ impl SystemdOps for Fake {
             .iter()
             .map(|name| {
                 let definition = if forgotten.contains(name) {
-                    Definition::NotFound
+                    Definition::NotLoaded
                 } else {
                     Definition::Loaded { stale: !current.contains(name) }
                 };

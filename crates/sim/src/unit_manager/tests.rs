@@ -84,7 +84,9 @@ async fn a_launch_leaves_units_loaded_and_running_as_systemd_does() {
     let d = desired(&[("a.service", JobState::Launched, V1), ("b.service", JobState::Loaded, V2)]);
     let reports = s.exec.reconcile(&d).await;
     assert!(reports.iter().all(|r| r.outcome.is_ok()), "{reports:?}");
-    assert_eq!(known(&s.sim), ["a.service loaded/active/running", "b.service loaded/inactive/dead"]);
+    // b is linked, not loaded: nothing has asked systemd for it yet (asking what it holds loads nothing).
+    assert_eq!(known(&s.sim), ["a.service loaded/active/running", "b.service not-found/inactive/dead"]);
+    assert_eq!(state(&s.sim, "b.service").await, "loaded/inactive/dead", "a read by name loads it");
     assert_eq!(state(&s.sim, "nope.service").await, "not-found/inactive/dead");
     assert_eq!(s.sim.daemon_reloads(), 0, "new files are read fresh when first loaded: no daemon-reload");
     assert!(s.exec.reconcile(&d).await.is_empty(), "converged: the agent sees what it asked for");
@@ -156,6 +158,8 @@ async fn a_changed_file_of_a_loaded_unit_needs_a_daemon_reload() {
     assert_eq!(sim.link_runtime(&path).await.unwrap().len(), 1);
     assert!(sim.link_runtime(&path).await.unwrap().is_empty(), "an existing link is no change");
     assert_eq!(known(&sim), ["a.service not-found/inactive/dead"], "linking loads nothing");
+    assert_eq!(sim.definitions(&["a.service".to_string()]).await.unwrap()[0].1, Definition::NotLoaded);
+    assert_eq!(known(&sim), ["a.service not-found/inactive/dead"], "asking what systemd holds loads nothing");
     // ListUnitsByNames loads what it is asked about: a linked unit reads as loaded/inactive.
     assert_eq!(state(&sim, "a.service").await, "loaded/inactive/dead");
     sim.start("a.service").await.unwrap();

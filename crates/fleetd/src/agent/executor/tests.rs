@@ -591,6 +591,8 @@ fn a_definition_matches_the_disk_only_when_a_reload_would_change_nothing() {
     assert!(!Definition::Loaded { stale: false }.matches_disk(false), "held although its file is gone");
     assert!(!Definition::NotFound.matches_disk(true), "systemd does not see the new file yet");
     assert!(Definition::NotFound.matches_disk(false), "gone from disk and from systemd");
+    assert!(Definition::NotLoaded.matches_disk(true), "systemd reads the file when it first loads the unit");
+    assert!(Definition::NotLoaded.matches_disk(false), "nothing held, nothing on disk");
     assert!(!Definition::Other("bad-setting".into()).matches_disk(true));
     assert!(!Definition::Other("masked".into()).matches_disk(false));
     assert_eq!(Definition::from_properties("loaded", true), Definition::Loaded { stale: true });
