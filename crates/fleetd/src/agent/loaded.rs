@@ -40,8 +40,13 @@ impl Loaded {
     /// Whether `state` is held back at `now`: in layout 2 (`fold`), the state of a fresh unit that is still
     /// `inactive`, for [`FRESH_HOLD`] at most.
     pub fn holds_back(&self, fold: bool, state: &PublishedState, now: Instant) -> bool {
-        fold && state.active_state == "inactive"
-            && self.fresh.get(&state.name).is_some_and(|since| now < *since + FRESH_HOLD)
+        state.active_state == "inactive" && self.in_hold(fold, &state.name, now)
+    }
+
+    /// Whether `unit` is a fresh unit within its hold at `now` (layout 2): its `inactive` state would not be shown,
+    /// so the publisher reads no state of it before a signal tells of its start.
+    pub fn in_hold(&self, fold: bool, unit: &str, now: Instant) -> bool {
+        fold && self.fresh.get(unit).is_some_and(|since| now < *since + FRESH_HOLD)
     }
 
     /// When the next fresh unit's hold ends (layout 2), if one is running at `now`.
@@ -90,6 +95,8 @@ mod tests {
         for started in ["activating", "active", "failed", "deactivating"] {
             assert!(!l.holds_back(true, &state("b.service", started), soon), "a {started} copy is always shown");
         }
+        assert!(l.in_hold(true, "b.service", soon) && !l.in_hold(false, "b.service", soon));
+        assert!(!l.in_hold(true, "a.service", soon) && !l.in_hold(true, "b.service", t0 + FRESH_HOLD));
         assert_eq!(l.next_release(true, t0), Some(t0 + FRESH_HOLD));
         assert_eq!(l.next_release(false, t0), None);
         let later = t0 + FRESH_HOLD;

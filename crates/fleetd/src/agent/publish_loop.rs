@@ -251,7 +251,8 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
             self.fresh = loaded.fresh.keys().cloned().collect();
         }
         let loaded_changed = readings.took_loaded(&hashes);
-        let names = readings.states_to_read(&hashes);
+        let at = Instant::now();
+        let names = readings.states_to_read_deferring(&hashes, |unit| loaded.in_hold(self.fold, unit, at));
         let read = match self.systemd.states(&names).await {
             Ok(s) => s,
             Err(e) => {

@@ -189,9 +189,25 @@ impl Readings {
     /// The loaded units (`loaded`: unit → hash) whose state must be read now: every one after [`Self::read_all_states`],
     /// else those no signal told about and those with no state read yet.
     pub fn states_to_read(&self, loaded: &BTreeMap<String, String>) -> Vec<String> {
+        self.states_to_read_deferring(loaded, |_| false)
+    }
+
+    /// [`Self::states_to_read`], leaving out a unit `deferred` names while it has no state read yet and no signal
+    /// told of it: one whose state would not be shown yet anyway (a unit a run loads to start it, in layout 2). A
+    /// read by name makes systemd load a unit it does not hold and drop it again at once, each drop walking every
+    /// member of its slice; once its start has loaded it, its first signal makes it due.
+    pub fn states_to_read_deferring(
+        &self,
+        loaded: &BTreeMap<String, String>,
+        deferred: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
         loaded
             .keys()
-            .filter(|name| self.all_states || self.stale_states.contains(*name) || !self.statuses.contains_key(*name))
+            .filter(|name| {
+                self.all_states
+                    || self.stale_states.contains(*name)
+                    || (!self.statuses.contains_key(*name) && !deferred(name))
+            })
             .cloned()
             .collect()
     }
@@ -497,6 +513,23 @@ mod tests {
             "a is gone"
         );
         assert!(readings.states_to_read(&units).is_empty() && readings.restarts_to_read().is_empty());
+    }
+
+    #[test]
+    fn a_deferred_unit_is_read_once_a_signal_tells_of_it_or_it_is_no_longer_deferred() {
+        let (mut units, mut readings) = read_once();
+        units.insert("c.service".into(), "h".into());
+        let c_deferred = |name: &str| name == "c.service";
+        assert!(readings.states_to_read_deferring(&units, c_deferred).is_empty(), "c has no state and is deferred");
+        assert_eq!(readings.states_to_read(&units), ["c.service"], "not deferred, it is read");
+        readings.note("c.service", &active("active", "running"));
+        assert_eq!(readings.states_to_read_deferring(&units, c_deferred), ["c.service"], "its start was signalled");
+        readings.took_states(&units, vec![status("c.service", "loaded", "active")]);
+        readings.note("a.service", &Reported::default());
+        let all = |_: &str| true;
+        assert_eq!(readings.states_to_read_deferring(&units, all), ["a.service"], "only units without a state wait");
+        readings.read_all_states();
+        assert_eq!(readings.states_to_read_deferring(&units, all).len(), 3, "a resync reads every unit");
     }
 
     #[test]
