@@ -74,7 +74,7 @@ pub const CALL_SLOTS: usize = 48;
 
 /// Up to this many units, [`Systemd::definitions`] asks systemd for the units it holds by their names as patterns
 /// (each loaded unit is matched against every pattern); for more, it lists every unit systemd holds.
-pub const LIST_BY_PATTERNS_UP_TO: usize = 32;
+const LIST_BY_PATTERNS_UP_TO: usize = 32;
 
 /// How long connecting through PID 1's private socket may take before the system bus is used instead.
 const PRIVATE_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -355,7 +355,7 @@ impl Systemd {
     }
 
     /// What systemd holds of each named unit ([`Definition`]), in the order given, without loading any: the units
-    /// it holds now (`ListUnitsByPatterns` of the names, or `ListUnits` for more than [`LIST_BY_PATTERNS_UP_TO`]),
+    /// it holds now (`ListUnitsByPatterns` of the names, or `ListUnits` for more than `LIST_BY_PATTERNS_UP_TO`),
     /// then `NeedDaemonReload` of each loaded one, concurrently. A unit it does not hold is [`Definition::NotLoaded`].
     ///
     /// Why not ask by name: `ListUnitsByNames`, or a property read on a unit's path, loads a unit systemd does not

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `proxies.rs` | hand-written zbus proxies (Manager, Unit, Service, Job) |
 //! | `client.rs` | [`Systemd`]: connect (PID 1's private socket as root, else the system bus; or the user bus) and connect again when the connection is lost, start/stop waiting for the job result, wait for a unit to be inactive, link/enable/disable runtime, unlink a runtime link on disk, reset-failed, daemon-reload, states, change notifications |
-//! | `events.rs` | one task per connection draining systemd's signals into the waits (a job's result to its waiter, a unit's change to its watchers) and a per-unit coalescing [`UnitChanges`] feed; a `PropertiesChanged` body decoded into the [`Reported`] values only |
+//! | `events.rs` | one task per connection draining systemd's signals into the waits (a job's result to its waiter, a unit's change to its watchers, the newest `ActiveState` of a unit with a job under way, so a stop tells the state it left) and a per-unit coalescing [`UnitChanges`] feed; a `PropertiesChanged` body decoded into the [`Reported`] values only |
 //! | `private.rs` | PID 1's private socket: the handshake, and systemd's well-known sender taken out of each incoming message before zbus reads it |
 //! | `types.rs` | plain data handed out: [`JobResult`], [`UnitStatus`], [`FileChange`], [`UnitChange`], [`Bus`], [`Transport`] |
 //! | `error.rs` | [`SystemdError`]: call, target, D-Bus error name and message |

@@ -6,11 +6,11 @@
 //! * Stop = stop, wait for the job and for the unit to be inactive (its stop hooks have run).
 //! * Unload = Stop (unless this run stopped it) → remove the runtime link (on disk for a unit without
 //!   `[Install]`, else disable runtime) → reset-failed of the batch's units systemd shows failed (a unit that is
-//!   "not loaded" is fine) → delete the file.
-//! * Stop and wait: a stop job that is done left its unit inactive or failed; after another result the unit's state
-//!   is waited for.
+//!   "not loaded" is fine; one whose stop told that it left it `inactive` is not read) → delete the file.
+//! * Stop and wait: a stop job that is done left its unit inactive or failed, as the unit's signals tell by the job's
+//!   end ([`fleet_systemd::Stopped`]); after another result the unit's state is waited for.
 //! * Reload = one daemon-reload, only when files or links changed and systemd does not already match them (each
-//!   changed unit asked, see [`fleet_systemd::Definition::matches_disk`]: new and unloaded units need none), and never while one of
+//!   changed unit asked, loading none, see [`fleet_systemd::Definition::matches_disk`]: new and unloaded units need none), and never while one of
 //!   the agent's own start jobs is still running (then the reload and the starts after it wait for the next
 //!   reconcile).
 //! * Start = start and wait for the job result (up to `start_wait`; a longer job is left running and tracked).
