@@ -369,14 +369,16 @@ impl Systemd {
         let link = self.link();
         let listed = {
             let _slot = self.call_slot().await;
-            let listed = if names.len() <= LIST_BY_PATTERNS_UP_TO {
+            if names.len() <= LIST_BY_PATTERNS_UP_TO {
                 let patterns: Vec<String> = names.iter().map(|n| literal_pattern(n)).collect();
                 let patterns: Vec<&str> = patterns.iter().map(String::as_str).collect();
-                link.manager.list_units_by_patterns(&[], &patterns).await
+                link.manager
+                    .list_units_by_patterns(&[], &patterns)
+                    .await
+                    .map_err(|e| SystemdError::call("ListUnitsByPatterns", names.join(","), e))?
             } else {
-                link.manager.list_units().await
-            };
-            listed.map_err(|e| SystemdError::call("ListUnitsByPatterns", names.join(","), e))?
+                link.manager.list_units().await.map_err(|e| SystemdError::call("ListUnits", SYSTEMD, e))?
+            }
         };
         let mut held: HashMap<String, (String, OwnedObjectPath)> =
             listed.into_iter().map(|(name, _, load_state, _, _, _, path, ..)| (name, (load_state, path))).collect();
