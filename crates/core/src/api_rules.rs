@@ -26,6 +26,12 @@ pub fn unit(view: &UnitView<'_>, single: bool) -> Option<schema::Unit> {
     let (current, machine) = match (global, single) {
         (true, true) => ("", ""),
         (true, false) => (JobState::Inactive.as_str(), ""),
+        // A unit set inactive whose state is gone is on no machine. Its agent may unload it (the desired state
+        // reaches the agent in its own write) before the engine clears its target; the original's engine always
+        // cleared it first, so it never showed this unit on a machine (fleetctl's `Unit x inactive`).
+        (false, _) if view.desired == JobState::Inactive && view.current == JobState::Inactive => {
+            (JobState::Inactive.as_str(), "")
+        }
         (false, _) => (view.current.as_str(), view.target.unwrap_or("")),
     };
     Some(schema::Unit {
@@ -629,6 +635,35 @@ fn decide_planned(
 mod tests {
     use super::*;
     use crate::unit::UnitOption;
+
+    /// The machine a unit shows, by desired and current state (its target is m1 throughout).
+    #[test]
+    fn a_unit_shows_its_target_unless_it_is_set_inactive_and_its_state_is_gone() {
+        let body: std::sync::Arc<str> = "[Service]\nExecStart=/bin/true\n".into();
+        let shown = |desired, current| {
+            let view = UnitView {
+                name: "a.service",
+                hash: "h",
+                previous_hash: None,
+                body: &body,
+                desired,
+                target: Some("m1"),
+                current,
+                no_restart: false,
+            };
+            let u = unit(&view, true).expect("the body parses");
+            (u.current_state, u.machine_id)
+        };
+        use JobState::{Inactive, Launched, Loaded};
+        let on = |s: &str, m: &str| (s.to_string(), m.to_string());
+        // Scheduled, its state not yet published: it is on its way to m1.
+        assert_eq!(shown(Launched, Inactive), on("inactive", "m1"));
+        assert_eq!(shown(Loaded, Loaded), on("loaded", "m1"));
+        // Set inactive, its agent not there yet: still on m1.
+        assert_eq!(shown(Inactive, Launched), on("launched", "m1"));
+        // Set inactive and unloaded by its agent before the engine cleared the target (CI run 52's race).
+        assert_eq!(shown(Inactive, Inactive), on("inactive", ""));
+    }
 
     /// Issue 38: cordon and uncordon, as a table over what the registry holds of the machine.
     #[test]
