@@ -22,7 +22,6 @@ use serde::Serialize;
 use crate::api_rules;
 use crate::machine_plan::desired::{ClusterUnit, ThisMachine, desired_units};
 use crate::machine_plan::plan::{self as agent_plan, Actual, Desired, Planned, Task};
-use crate::machine_plan::unit_cache::reloadable;
 use crate::model::{JobState, MachineState, short_hash};
 use crate::rollout::{self, Observed, Phase, RolloutKind, RolloutState, Step};
 use crate::scheduler::{self, ScheduleInput, UnitSpec, explain, schedule};
@@ -332,7 +331,7 @@ fn cluster_units(units: &BTreeMap<String, PlanUnit>, targets: &BTreeMap<String, 
             hash: u.hash.clone(),
             text: Arc::from(""),
             install: u.file.has_section("Install"),
-            reloadable: reloadable(&u.file),
+            reloadable: u.file.defines_reload(),
             no_restart: u.no_restart,
             restart: None,
             target: targets.get(name).cloned().flatten(),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::desired::ClusterUnit;
 use crate::store::{Snapshot, UnitView};
-use crate::unit::{BodyCache, UnitFile};
+use crate::unit::BodyCache;
 
 /// The agent's [`BodyCache`], pruned to the hashes and names of the last snapshot.
 #[derive(Debug, Default)]
@@ -59,28 +59,21 @@ impl UnitCache {
 
     fn unit(&mut self, view: &UnitView<'_>) -> ClusterUnit {
         // A body that does not parse is still written as is; no requirements apply to it.
-        let file = self.bodies.file(view.name, view.hash, view.body);
-        let install = file.as_ref().is_some_and(|f| f.has_section("Install"));
-        let reloadable = file.as_ref().is_some_and(|f| reloadable(f));
+        let traits = self.bodies.traits(view.name, view.hash, view.body).unwrap_or_default();
         let requirements = self.bodies.requirements(view.name, view.hash, view.body).unwrap_or_default();
         ClusterUnit {
             name: view.name.to_string(),
             desired: view.desired,
             hash: view.hash.to_string(),
             text: Arc::clone(view.body),
-            install,
-            reloadable,
+            install: traits.install,
+            reloadable: traits.reloadable,
             no_restart: view.no_restart,
             restart: None,
             target: view.target.map(str::to_string),
             requirements,
         }
     }
-}
-
-/// Whether a unit file defines `ExecReload=` (a replace without restart reloads the running unit).
-pub fn reloadable(file: &UnitFile) -> bool {
-    file.values("Service", "ExecReload").iter().any(|v| !v.is_empty())
 }
 
 #[cfg(test)]

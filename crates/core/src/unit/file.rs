@@ -165,6 +165,11 @@ impl UnitFile {
         self.options.iter().any(|opt| opt.section == section)
     }
 
+    /// Whether the file defines `ExecReload=` (a replace without restart reloads the running unit).
+    pub fn defines_reload(&self) -> bool {
+        self.values("Service", "ExecReload").iter().any(|v| !v.is_empty())
+    }
+
     /// Distinct option names of `section`, in order of first appearance.
     pub fn names_in(&self, section: &str) -> Vec<&str> {
         let mut names: Vec<&str> = Vec::new();
