@@ -236,7 +236,11 @@ impl Snapshot {
     /// load and active state [`crate::model::UNKNOWN_STATE`], sub state [`crate::model::IN_DOUBT`], the unit's
     /// current hash. Its own states vanished with the machine's lease.
     pub fn unit_states_in_doubt(&self) -> impl Iterator<Item = PublishedState> + '_ {
-        self.units().filter_map(|u| {
+        self.unit_records().iter().filter_map(|(name, r)| {
+            // The record's target first (the view's, when it is readable): nearly every unit's machine is present,
+            // and every page of a state listing asks this of every unit.
+            r.target().filter(|t| !t.is_empty() && !self.is_present(t))?;
+            let u = self.view_unstated(name, r)?;
             let target = u.target.filter(|t| !t.is_empty() && !self.is_present(t))?;
             Some(PublishedState {
                 name: u.name.to_string(),

@@ -66,30 +66,35 @@ impl BodyCache {
     /// What is kept of the body with hash `hash` (text `body`, of unit `name`, named in the one warning when it
     /// does not parse); `None` when it does not parse.
     fn parsed(&mut self, name: &str, hash: &str, body: &str) -> Option<&Parsed> {
-        let unconstrained = &self.unconstrained;
-        self.parsed
-            .entry(hash.to_string())
-            .or_insert_with(|| match UnitFile::parse(body) {
-                Ok(file) => {
-                    let traits = BodyTraits::of(&file);
-                    let requirements = if Requirements::depend_on_name(&file) {
-                        NameRequirements::PerName(Arc::new(file))
+        // Looked up before the entry is taken: every reconcile asks of every unit, and an entry costs a key.
+        if !self.parsed.contains_key(hash) {
+            let parsed = Self::parse(name, hash, body, &self.unconstrained);
+            self.parsed.insert(hash.to_string(), parsed);
+        }
+        self.parsed.get(hash)?.as_ref()
+    }
+
+    fn parse(name: &str, hash: &str, body: &str, unconstrained: &Arc<Requirements>) -> Option<Parsed> {
+        match UnitFile::parse(body) {
+            Ok(file) => {
+                let traits = BodyTraits::of(&file);
+                let requirements = if Requirements::depend_on_name(&file) {
+                    NameRequirements::PerName(Arc::new(file))
+                } else {
+                    let requirements = Requirements::of(&file, name);
+                    NameRequirements::Shared(if requirements == **unconstrained {
+                        Arc::clone(unconstrained)
                     } else {
-                        let requirements = Requirements::of(&file, name);
-                        NameRequirements::Shared(if requirements == **unconstrained {
-                            Arc::clone(unconstrained)
-                        } else {
-                            Arc::new(requirements)
-                        })
-                    };
-                    Some(Parsed { traits, requirements })
-                }
-                Err(error) => {
-                    tracing::warn!(unit = %name, hash, error = %error.located(), "stored unit body does not parse");
-                    None
-                }
-            })
-            .as_ref()
+                        Arc::new(requirements)
+                    })
+                };
+                Some(Parsed { traits, requirements })
+            }
+            Err(error) => {
+                tracing::warn!(unit = %name, hash, error = %error.located(), "stored unit body does not parse");
+                None
+            }
+        }
     }
 
     /// The traits of the body with hash `hash` (text `body`, of unit `name`); `None` when it does not parse.
