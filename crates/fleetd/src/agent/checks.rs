@@ -197,7 +197,8 @@ pub struct Done {
 
 /// The agent's own (re)starts of units, from the reconcile loop to the publish loop: a started unit's health must
 /// be `unknown` in the registry before the agent's markers say it was (re)started (a rolling restart's step is
-/// judged by its restarted marker and the published health).
+/// judged by its restarted marker and the published health), and the outcome of every start is something the
+/// cluster waits for (the publish loop sends it without waiting for its pace, [`super::timing::Pace`]).
 #[derive(Debug, Default)]
 pub struct AgentStarts {
     inner: Mutex<StartsInner>,
@@ -211,6 +212,8 @@ struct StartsInner {
     pending: BTreeMap<String, u64>,
     /// The units with a check (set by the publish side).
     checked: BTreeSet<String>,
+    /// Every unit (re)started since the publish side last took them, checked or not.
+    started: BTreeSet<String>,
 }
 
 impl AgentStarts {
@@ -223,8 +226,11 @@ impl AgentStarts {
     pub async fn started(&self, units: &[String], limit: Duration) {
         let seq = {
             let mut guard = self.lock();
-            let StartsInner { seq, pending, checked } = &mut *guard;
+            let StartsInner { seq, pending, checked, started } = &mut *guard;
+            started.extend(units.iter().cloned());
             if !units.iter().any(|u| checked.contains(u)) {
+                drop(guard);
+                self.notify.notify_one();
                 return;
             }
             *seq += 1;
@@ -250,6 +256,11 @@ impl AgentStarts {
         let mut inner = self.lock();
         let seq = inner.pending.values().copied().max().unwrap_or(0);
         (std::mem::take(&mut inner.pending).into_keys().collect(), seq)
+    }
+
+    /// Taken by the publish side: every unit (re)started since the last call.
+    pub fn take_started(&self) -> BTreeSet<String> {
+        std::mem::take(&mut self.lock().started)
     }
 
     fn set_checked(&self, units: BTreeSet<String>) {

@@ -17,7 +17,7 @@
 //! | `health.rs` | pure: the health check status rules (`unknown` / `healthy` / `unhealthy`, never `healthy` from a check begun before the unit's latest (re)start) |
 //! | `checks.rs` | the health checks run here: one task per checked active unit, the check process (group, timeout, last line), the agent's own starts reported to the publish loop |
 //! | `debug.rs` | the SIGUSR1 dump |
-//! | `timing.rs` | reconcile interval, heartbeat / re-publish period from the TTL |
+//! | `timing.rs` | pure: reconcile interval, heartbeat / re-publish period from the TTL, the publish loop's pace (two lanes: the paced one, and one for the outcome of the agent's own starts) |
 //! | `error.rs` | [`AgentError`] |
 //! | `view.rs` | which registry view the agent runs on: scoped to its machine in layout 2, else the full one |
 //!

@@ -8,7 +8,8 @@
 //! is undecided (its version's text was not readable yet), a failed write (retried after
 //! [`RETRY`]), and every `refresh_period(ttl)` a resync that re-reads every state and repairs this machine's keys
 //! against the registry snapshot. Rounds are paced: [`ROUND_BURST`] at once after a quiet spell, then one per
-//! [`ROUND_GAP`]. A write that keeps failing (etcd at its space quota, or unreachable) is retried and logged as
+//! [`ROUND_GAP`]; a round that carries the outcome of the agent's own start has a second lane of the same shape
+//! ([`Pace`], [`AwaitedStarts`]). A write that keeps failing (etcd at its space quota, or unreachable) is retried and logged as
 //! [`WriteFailures`] decides: once per unit and cause, not once per retry. It runs beside the
 //! reconcile loop on its own systemd handle, so a long stop job in a plan never delays publishing (that is how other machines see a unit
 //! `deactivating` and wait for it, see [`super::handover`]).
@@ -27,7 +28,7 @@ use super::checks::HealthChecks;
 use super::debug::DebugHandle;
 use super::loaded::{Loaded, launched_changes};
 use super::publisher::{PublishOp, Publisher, Readings};
-use super::timing::RoundPacer;
+use super::timing::{AwaitedStarts, Pace, start_outcome};
 use super::write_failures::{Report, WriteFailures};
 use fleet_core::model::PublishedState;
 use fleet_registry::{
@@ -41,7 +42,7 @@ pub const RETRY: Duration = Duration::from_secs(1);
 const FIRST_LIST_WAIT: Duration = Duration::from_secs(5);
 /// Registry writes in flight at once.
 const WRITERS: usize = 8;
-/// Time between the starts of two publishing rounds in a stream of changes ([`RoundPacer`]). A start of hundreds of
+/// Time between the starts of two publishing rounds in a stream of changes ([`super::timing::RoundPacer`]). A start of hundreds of
 /// units brings thousands of signals within seconds; a round for each wave as it came made one transaction every
 /// few milliseconds, each applied by every fleetd's view. Waiting this long collects the waves into fewer, larger
 /// rounds, and a unit that passed through a state meanwhile (`activating`) has only its newest one written.
@@ -126,11 +127,14 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
         // States and restart counters: taken from change signals, read only where no signal told (every state at
         // the start and on resync).
         let mut readings = Readings::new();
-        let mut pacer = RoundPacer::new(ROUND_GAP, ROUND_BURST, Instant::now());
+        let mut pace = Pace::new(ROUND_GAP, ROUND_BURST, Instant::now());
+        let mut awaited = AwaitedStarts::default();
         let starts = self.health.starts();
         loop {
             let release_at = self.loaded.borrow().next_release(self.fold, Instant::now());
-            if dirty && Instant::now() >= pacer.earliest() {
+            let urgent = dirty && awaited.any(|unit| readings.may_have_changed(unit));
+            let lane = if dirty { pace.lane(Instant::now(), urgent) } else { None };
+            if let Some(lane) = lane {
                 dirty = false;
                 let started = Instant::now();
                 self.drain_changes(&mut readings);
@@ -138,13 +142,21 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
                 // Only a round that wrote counts against the pace: one that found nothing new to publish (a
                 // loaded-set change, a signal of a state held back or already shown) cost etcd nothing.
                 if round.wrote {
-                    pacer.started(started);
+                    pace.started(lane, started);
                 }
                 if !round.ok {
                     retry_at = retry_at.or(Some(Instant::now() + RETRY));
                 }
+                if !awaited.is_empty() {
+                    let (loaded, published) = (self.loaded.borrow(), self.publisher.published());
+                    awaited.settle(Instant::now(), |unit| match (loaded.hashes.get(unit), published.get(unit)) {
+                        (Some(hash), Some(state)) => start_outcome(&state.active_state, &state.hash, hash),
+                        (Some(_), None) => false,
+                        (None, _) => true,
+                    });
+                }
             }
-            let next_round = pacer.earliest();
+            let next_round = pace.earliest(urgent);
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => return,
@@ -189,6 +201,11 @@ impl<S: SystemdOps + Clone + 'static> PublishLoop<'_, S> {
                     let loaded = Arc::clone(&self.loaded.borrow().hashes);
                     for unit in self.health.take_starts(&snapshot, &loaded) {
                         readings.touch(&unit);
+                    }
+                    let now = Instant::now();
+                    for unit in starts.take_started() {
+                        readings.touch(&unit);
+                        awaited.started(unit, now);
                     }
                     dirty = true;
                 }

@@ -149,6 +149,11 @@ impl Readings {
         self.entered.get(name).copied()
     }
 
+    /// Whether `name`'s state to publish may have changed since [`Self::states_now`] last looked.
+    pub fn may_have_changed(&self, name: &str) -> bool {
+        self.all_touched || self.touched.contains(name)
+    }
+
     /// Compute `name`'s state to publish again in the next [`Self::states_now`] (its health changed).
     pub fn touch(&mut self, name: &str) {
         self.touched.insert(name.to_string());

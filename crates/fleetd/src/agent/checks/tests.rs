@@ -87,6 +87,10 @@ async fn reported_starts_of_units_without_a_check_cost_no_wait() {
     let started = Instant::now();
     starts.started(&["plain.service".to_string()], Duration::from_secs(5)).await;
     assert!(started.elapsed() < Duration::from_millis(100));
+    // Every start is told to the publish side (its outcome goes in the awaited lane), checked or not.
+    tokio::time::timeout(Duration::from_secs(1), starts.reported()).await.expect("the start of a plain unit is told");
+    assert_eq!(starts.take_started().into_iter().collect::<Vec<_>>(), ["plain.service"]);
+    assert!(starts.take_started().is_empty(), "taken once");
     starts.set_checked(["web.service".to_string()].into());
     let web = ["web.service".to_string()];
     let waiting = starts.started(&web, Duration::from_secs(5));
@@ -99,6 +103,7 @@ async fn reported_starts_of_units_without_a_check_cost_no_wait() {
     tokio::time::timeout(Duration::from_secs(2), async { tokio::join!(waiting, publish) })
         .await
         .expect("the start is released once its health is published");
+    assert_eq!(starts.take_started().into_iter().collect::<Vec<_>>(), ["web.service"]);
 }
 
 mod rounds {
