@@ -63,8 +63,8 @@ pub enum Lane {
 /// Changes the cluster did not ask for can spend the paced lane's burst: five `systemctl stop` + `start` of a unit
 /// by hand are ten rounds within 0.3 s. A rolling step released right after then had its started state held for
 /// the rest of a gap, 20–30 ms on a step of about 20. The awaited lane keeps a burst for the outcome of the agent's
-/// own starts, which rollout steps, handovers and `fleetctl start` wait for. A mass start sends its rounds in both
-/// lanes: at most one more round per gap than with one lane.
+/// own starts, which rollout steps, handovers and `fleetctl start` wait for. A mass start keeps to the paced lane
+/// ([`AWAITED_LANE_UNITS`]); its last few units use both.
 #[derive(Debug, Clone)]
 pub struct Pace {
     paced: RoundPacer,
@@ -101,6 +101,11 @@ impl Pace {
     }
 }
 
+/// Most units awaited at once for which the awaited lane is used ([`AwaitedStarts::any`]): the lane is for a
+/// change of a few units (a rollout's step, a handover); the rounds of a mass start, hundreds of units started at
+/// once, keep to the paced lane, which collects their waves.
+pub const AWAITED_LANE_UNITS: usize = 8;
+
 /// Longest a unit the agent started stays awaited ([`AwaitedStarts`]) without reaching `active` or `failed` (a
 /// service that exits at once, or one stuck `activating`): its states go in the paced lane after that.
 pub const AWAIT_LIMIT: Duration = Duration::from_secs(5);
@@ -118,9 +123,10 @@ impl AwaitedStarts {
         self.until.insert(unit, now + AWAIT_LIMIT);
     }
 
-    /// Whether `pending` says of an awaited unit that its state may have changed.
+    /// Whether a round may go in the awaited lane: `pending` says of an awaited unit that its state may have
+    /// changed, and at most [`AWAITED_LANE_UNITS`] units are awaited.
     pub fn any(&self, pending: impl Fn(&str) -> bool) -> bool {
-        self.until.keys().any(|unit| pending(unit))
+        self.until.len() <= AWAITED_LANE_UNITS && self.until.keys().any(|unit| pending(unit))
     }
 
     /// After a round at `now`: forgets the units whose outcome is published (`settled`) and those awaited longer
@@ -180,6 +186,21 @@ mod tests {
         assert!(awaited.any(|u| u == "b.service"));
         awaited.settle(t0 + AWAIT_LIMIT, |_| false);
         assert!(awaited.is_empty(), "b.service was awaited for longer than the limit");
+    }
+
+    #[test]
+    fn a_mass_start_keeps_to_the_paced_lane() {
+        let t0 = Instant::now();
+        let mut awaited = AwaitedStarts::default();
+        for i in 0..AWAITED_LANE_UNITS {
+            awaited.started(format!("u{i}.service"), t0);
+        }
+        assert!(awaited.any(|u| u == "u0.service"), "a few units awaited use the lane");
+        awaited.started("one-more.service".into(), t0);
+        assert!(!awaited.any(|_| true), "more than {AWAITED_LANE_UNITS} awaited: the paced lane only");
+        // As the start's outcomes are published, the last few use the lane again.
+        awaited.settle(t0, |u| u == "u0.service");
+        assert!(awaited.any(|u| u == "one-more.service"));
     }
 
     #[test]
