@@ -228,18 +228,17 @@ impl AgentStarts {
             let mut guard = self.lock();
             let StartsInner { seq, pending, checked, started } = &mut *guard;
             started.extend(units.iter().cloned());
-            if !units.iter().any(|u| checked.contains(u)) {
-                drop(guard);
-                self.notify.notify_one();
-                return;
+            let checked_now = units.iter().any(|u| checked.contains(u));
+            if checked_now {
+                *seq += 1;
+                for unit in units.iter().filter(|u| checked.contains(*u)) {
+                    pending.insert(unit.clone(), *seq);
+                }
             }
-            *seq += 1;
-            for unit in units.iter().filter(|u| checked.contains(*u)) {
-                pending.insert(unit.clone(), *seq);
-            }
-            *seq
+            checked_now.then_some(*seq)
         };
         self.notify.notify_one();
+        let Some(seq) = seq else { return };
         let mut published = self.published.subscribe();
         if tokio::time::timeout(limit, published.wait_for(|p| *p >= seq)).await.is_err() {
             debug!(seq, "the health of restarted units was not published in time; writing their markers anyway");
