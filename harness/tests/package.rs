@@ -24,8 +24,7 @@ fn build_package(out: &std::path::Path) -> PathBuf {
     for b in ["fleetd", "fleetctl", "fleet-docs"] {
         assert!(
             bin_dir.join(b).is_file(),
-            "{} is missing: the package holds the shipped build (cargo build --profile ship -p fleetd -p fleetctl -p \
-             fleet-docs, as ci/test does)",
+            "{} is missing: the package holds the shipped build (`ship_build` of ci/lib.sh, as ci/test does)",
             bin_dir.join(b).display()
         );
     }
